@@ -1,0 +1,27 @@
+# CUDA and NCCL are optional: the planning layer, the CLI and the CPU reference always
+# build; GPU code builds where nvcc is found (it compiles on CPU-only machines too).
+set(TIDE_HAVE_CUDA OFF)
+set(TIDE_HAVE_NCCL OFF)
+if(NOT TIDE_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      # Hopper with its architecture-specific features (TMA, mbarrier transactions).
+      set(CMAKE_CUDA_ARCHITECTURES 90a)
+    endif()
+    enable_language(CUDA)
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    find_package(CUDAToolkit REQUIRED)
+    set(TIDE_HAVE_CUDA ON)
+    find_path(TIDE_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+    find_library(TIDE_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
+    if(TIDE_NCCL_INCLUDE AND TIDE_NCCL_LIBRARY)
+      set(TIDE_HAVE_NCCL ON)
+    endif()
+  elseif(TIDE_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "TIDE_CUDA=ON but no CUDA compiler was found; install the CUDA "
+                        "toolkit or configure with -DTIDE_CUDA=OFF")
+  endif()
+endif()

@@ -1,0 +1,32 @@
+// Errors raised by TIDE's planning layer.
+//
+// Every message is one line that names the offending value, the limit it broke and, where
+// there is one, what to do instead. Front ends (the `tide` CLI, the future Python binding)
+// print the message and map the type to an exit status or exception class.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace tide {
+
+// The caller passed a value TIDE cannot interpret (a malformed shape, a zero size, L = 9).
+class InvalidArgument : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// The input is well formed but lies outside TIDE's contract (Sec. 2.5, 6.3): FSDP2 keeps
+// its stock collectives for such a group. The message says why.
+class Unsupported : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// An internal invariant failed: a bug in TIDE, never the caller's fault.
+class InternalError : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
+}  // namespace tide

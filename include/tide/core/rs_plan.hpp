@@ -1,0 +1,176 @@
+// The TIDE-RS plan (Sec. 4.1-4.2, 5.2-5.3): who reduces which sub-slice, where each node
+// partial lands, which contributors share a wave and a network round, and how much staging
+// the two memory modes need.
+//
+// Output (Eq. 5): rank r's fp32 shard out_r is the concatenation over p of R_p K_p elements
+// (the "span", E_live = sum_p R_p K_p elements). The span is cut into n_part passes of L
+// sub-slices of E_sub elements each (E_sub a multiple of the vector width); the last live
+// sub-slices may be short or empty.
+//
+// Level 1 (Sec. 4.1): for destination node t, local GPU j of sender node n owns sub-slice
+//   s = (j + c_bar) mod L   (Eq. 7),  c = c(t, n) (Eq. 6), c_bar = c mod M,
+// for all L destination ranks of t. The other L - 1 local ranks push their gradient pieces
+// into j's staging (one strided descriptor per rank-run, plus a tail for a padded row); j
+// reads its own contribution in place and sums into an outbox block of L rows x E_sub fp32.
+//
+// Level 2 (Sec. 4.2): the block travels over rail j to inbox block s of rank (t, j), so on
+// a destination node contributor c of sub-slice s sits on GPU j(s, c) = (s - c_bar) mod L
+// (Eq. 8). Contributors c = 1..M (c = M the own node) form waves of at most W_wave, network
+// rounds carry at most k transfers and never cross a wave, and wave g uses inbox
+// generation g mod n_par (n_par = 1 for a single-wave schedule, 2 otherwise).
+// See NOTE [stale-block zeroing] in rs_plan.cpp for the zeroing rule.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "tide/core/layout.hpp"
+
+namespace tide {
+
+enum class RsMode : std::uint8_t { kInPlace, kSlotReuse };
+
+std::string_view mode_name(RsMode mode);
+RsMode parse_mode(std::string_view text);  // "in-place" | "slot-reuse"
+
+struct RsOptions {
+  int wave_width = 0;       // W_wave; 0 selects L
+  int round_width = 4;      // k: concurrent rail transfers per round
+  RsMode mode = RsMode::kInPlace;
+  int passes = 1;           // n_part
+  int staging_slots = 2;    // n_stg
+  int vector_elems = 4;     // E_sub alignment in fp32 elements (16 bytes)
+};
+
+inline constexpr int kMaxRoundWidth = 64;
+inline constexpr int kMaxPasses = 64;
+
+struct RsWave {
+  int index = 0;               // global wave number g = pass * W + w
+  int pass = 0;
+  int wave_in_pass = 0;        // w
+  int generation = 0;          // g mod n_par
+  int first_contributor = 0;   // contributors [first, last], c = M is the own node
+  int last_contributor = 0;
+  int first_round = 0;         // rounds [first_round, first_round + round_count)
+  int round_count = 0;
+  // Per destination GPU j (bit s = inbox block s): blocks this wave writes, and blocks that
+  // must be zeroed before it lands (NOTE [stale-block zeroing]). Entries j >= L are 0.
+  std::array<std::uint8_t, kMaxGpusPerNode> written_blocks{};
+  std::array<std::uint8_t, kMaxGpusPerNode> zeroed_blocks{};
+  bool has_own_node = false;   // the own node (c = M) closes the last wave of each pass
+  int contributor_count() const { return last_contributor - first_contributor + 1; }
+};
+
+struct RsRound {
+  int index = 0;
+  int wave = 0;               // global wave number
+  int first_contributor = 0;  // remote contributors (send steps) [first, first + width)
+  int width = 0;              // k_i <= k
+};
+
+// One parameter's piece of one sub-slice: span elements [span_begin, span_end).
+struct RsPiece {
+  int param = 0;
+  std::int64_t span_begin = 0;
+  std::int64_t span_end = 0;
+  std::int64_t param_offset = 0;  // span_begin - e_p: element offset inside R_p K_p
+  std::int64_t length() const { return span_end - span_begin; }
+};
+
+struct RsDescriptorCounts {
+  std::int64_t coalesced = 0;  // strided rank-runs plus padded-row tails
+  std::int64_t flat = 0;       // one descriptor per destination row
+  std::int64_t tails = 0;      // the padded-row tails included in `coalesced`
+};
+
+struct RsMemory {
+  std::int64_t block_bytes = 0;         // L * E_sub * 4: outbox, inbox and spare blocks
+  std::int64_t staging_slot_bytes = 0;  // (L - 1) * L * E_sub * b_grad
+  std::int64_t staging_bytes = 0;       // n_stg slots
+  std::int64_t inbox_bytes = 0;         // n_par generations x L blocks
+  std::int64_t outbox_bytes = 0;        // 2 banks x n_out blocks
+  std::int64_t spare_bytes = 0;         // 2 banks x one own-node spare
+  std::int64_t total() const { return staging_bytes + inbox_bytes + outbox_bytes + spare_bytes; }
+};
+
+class RsPlan {
+ public:
+  // Throws InvalidArgument for options out of range (W_wave outside 1..L, k < 1, ...).
+  // Does not check collision freedom: PlanValidator does (App. D).
+  RsPlan(const GroupLayout& layout, RsOptions options);
+
+  const GroupLayout& layout() const { return layout_; }
+  const RsOptions& options() const { return options_; }
+  int wave_width() const { return wave_width_; }        // W_wave
+  int round_width() const { return options_.round_width; }  // k
+  int passes() const { return options_.passes; }        // n_part
+  int waves_per_pass() const { return waves_per_pass_; }  // W = ceil(M / W_wave)
+  int generations() const { return generations_; }      // n_par
+  std::int64_t sub_slice_elems() const { return sub_slice_elems_; }  // E_sub
+  std::int64_t span_elems() const { return layout_.shard_elems(); }  // E_live
+
+  // Eq. 6-8 (inline: the exhaustive sweep evaluates them billions of times).
+  int contributor_index(int destination_node, int sender_node) const;  // c(m, n) in 1..M
+  int sub_slice(int sender_local, int contributor) const {             // s = (j + c_bar) mod L
+    return wrap_gpu(sender_local + contributor_shift(contributor));
+  }
+  int destination_gpu(int sub_slice_index, int contributor) const {    // j = (s - c_bar) mod L
+    return wrap_gpu(sub_slice_index - contributor_shift(contributor) + l_);
+  }
+  int wave_of(int contributor) const;  // within a pass
+
+  const std::vector<RsWave>& waves() const { return waves_; }   // all passes, in order
+  const std::vector<RsRound>& rounds() const { return rounds_; }  // all passes, in order
+  int remote_destinations() const;  // D_rem = n_part (M - 1)
+  int outbox_depth() const { return outbox_depth_; }  // n_out per bank (Sec. 5.3, Eq. 9)
+  // Outbox block of remote destination J (1-based in send order): (J - 1) mod n_out.
+  int outbox_block(int destination) const;
+  int round_of_destination(int destination) const;  // 0-based round index of destination J
+
+  // Span elements [begin, end) of sub-slice s in pass q, clipped to E_live.
+  std::int64_t sub_slice_begin(int pass, int s) const;
+  std::int64_t sub_slice_end(int pass, int s) const;
+  std::vector<RsPiece> pieces(int pass, int s) const;
+  // Elements of `piece` that destination rank r really has (rows past D_p are padding).
+  std::int64_t valid_length(const RsPiece& piece, int destination_rank) const;
+
+  // Level 1 copy descriptors issued by one sender rank per call, and the maximum over ranks.
+  RsDescriptorCounts level1_descriptors(int sender_rank) const;
+  RsDescriptorCounts max_level1_descriptors() const;
+  // The paper's closed forms: (L-1) P M coalesced and (L-1) P M L flat (Sec. 4.1).
+  std::int64_t paper_coalesced_descriptors() const;
+  std::int64_t paper_flat_descriptors() const;
+
+  RsMemory memory() const;
+
+ private:
+  GroupLayout layout_;
+  RsOptions options_;
+  int wave_width_ = 0;
+  int waves_per_pass_ = 0;
+  int generations_ = 0;
+  int outbox_depth_ = 0;
+  std::int64_t sub_slice_elems_ = 0;
+  std::vector<RsWave> waves_;
+  std::vector<RsRound> rounds_;
+  std::vector<int> destination_round_;  // by J - 1
+
+  int m_ = 1;  // M
+  int l_ = 1;  // L
+  bool l_is_power_of_two_ = true;
+
+  // c_bar mod L, in [0, L): c_bar = c for remote contributors, 0 for the own node c = M.
+  int contributor_shift(int contributor) const {
+    if (contributor == m_) return 0;
+    return l_is_power_of_two_ ? (contributor & (l_ - 1)) : contributor % l_;
+  }
+  // x mod L for x in [0, 2L).
+  int wrap_gpu(int x) const { return x >= l_ ? x - l_ : x; }
+
+  RsDescriptorCounts descriptors_to(int destination_node, int sub_slice) const;
+};
+
+}  // namespace tide

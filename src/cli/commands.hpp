@@ -1,0 +1,15 @@
+// The `tide` subcommands. Each registers its options on the app and sets a callback that
+// prints a table (or JSON with --json) and throws tide::InvalidArgument / tide::Unsupported
+// on bad input; main() turns those into a one-line error and exit status 2.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace tide::cli {
+
+void add_plan_command(CLI::App& app);
+void add_check_plans_command(CLI::App& app);
+void add_memory_command(CLI::App& app);
+void add_solve_command(CLI::App& app);
+
+}  // namespace tide::cli

@@ -1,0 +1,39 @@
+// `tide`: the command-line front end of TIDE's planning layer. See docs/cli.md.
+#include <CLI/CLI.hpp>
+
+#include <exception>
+#include <iostream>
+
+#include "commands.hpp"
+#include "tide/core/error.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"TIDE: layout-aware, zero-copy collectives for PyTorch FSDP2 (planning tools)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "tide 0.1.0");
+  tide::cli::add_plan_command(app);
+  tide::cli::add_check_plans_command(app);
+  tide::cli::add_memory_command(app);
+  tide::cli::add_solve_command(app);
+
+  // Every error is one line on stderr. Bad or unsupported input exits with status 2, a
+  // failed internal check (a bug in TIDE) with 1.
+  auto fail = [](const std::string& kind, const std::string& what, int status = 2) {
+    std::cerr << "tide: " << kind << what << '\n';
+    return status;
+  };
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --help, --version
+  } catch (const CLI::ParseError& e) {
+    return fail("", std::string(e.what()) + " (run with --help for usage)");
+  } catch (const tide::InvalidArgument& e) {
+    return fail("", e.what());
+  } catch (const tide::Unsupported& e) {
+    return fail("unsupported: ", e.what());
+  } catch (const std::exception& e) {
+    return fail("internal error (please report): ", e.what(), 1);
+  }
+  return 0;
+}

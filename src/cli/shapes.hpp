@@ -1,0 +1,15 @@
+// Parses the CLI's `--shapes D0xK0,D1xK1,...` into a parameter list. A shape of more than
+// two extents (A x B x C) is folded to (A, B * C); a single extent D means (D, 1).
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "tide/core/layout.hpp"
+
+namespace tide::cli {
+
+// Throws InvalidArgument naming the bad entry and its position.
+std::vector<ParamShape> parse_shapes(std::string_view text);
+
+}  // namespace tide::cli

@@ -1,0 +1,271 @@
+// TIDE-RS plan builder. See the header for the protocol summary (Sec. 4-5).
+#include "tide/core/rs_plan.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "tide/core/error.hpp"
+
+namespace tide {
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+void require_range(int value, int lo, int hi, const char* what) {
+  if (value < lo || value > hi) {
+    throw InvalidArgument(std::string(what) + " = " + std::to_string(value) + " is outside " +
+                          std::to_string(lo) + ".." + std::to_string(hi));
+  }
+}
+
+}  // namespace
+
+std::string_view mode_name(RsMode mode) {
+  return mode == RsMode::kInPlace ? "in-place" : "slot-reuse";
+}
+
+RsMode parse_mode(std::string_view text) {
+  if (text == "in-place") return RsMode::kInPlace;
+  if (text == "slot-reuse") return RsMode::kSlotReuse;
+  throw InvalidArgument("--mode '" + std::string(text) +
+                        "' is not a TIDE-RS memory mode; use in-place or slot-reuse");
+}
+
+RsPlan::RsPlan(const GroupLayout& layout, RsOptions options)
+    : layout_(layout),
+      options_(options),
+      m_(layout.topology().nodes()),
+      l_(layout.topology().gpus_per_node()),
+      l_is_power_of_two_((l_ & (l_ - 1)) == 0) {
+  const int m = m_;
+  const int l = l_;
+  wave_width_ = options_.wave_width == 0 ? l : options_.wave_width;
+  require_range(wave_width_, 1, l, "wave width W_wave (at most L contributors per wave)");
+  require_range(options_.round_width, 1, kMaxRoundWidth, "round width k");
+  require_range(options_.passes, 1, kMaxPasses, "sub-slice passes n_part");
+  require_range(options_.staging_slots, 1, 64, "staging slots n_stg");
+  require_range(options_.vector_elems, 1, 1024, "vector width (elements)");
+
+  sub_slice_elems_ =
+      ceil_div(ceil_div(layout_.shard_elems(), std::int64_t{options_.passes} * l),
+               options_.vector_elems) *
+      options_.vector_elems;
+  waves_per_pass_ = static_cast<int>(ceil_div(m, wave_width_));
+  const int total_waves = waves_per_pass_ * options_.passes;
+  generations_ = total_waves == 1 ? 1 : 2;
+
+  // NOTE [stale-block zeroing]
+  // A multimem landing of sub-slice s reads inbox block s on all L GPUs of the destination
+  // node at once, so every block that the landing wave does not write must hold zeros.
+  // Wave g writes block s of GPU j iff some contributor c of g has j = (s - c_bar) mod L.
+  // Before g lands, each GPU zeros the blocks that the previous wave on g's generation wrote
+  // and g does not. The first use of a generation in a call cannot know what earlier calls
+  // (or other groups sharing the arena) left there, so it zeros every block it does not
+  // write. Full Latin-square waves write every block and zero nothing. The pull landing
+  // reads only the wave's own contributors and does not depend on this rule.
+  const std::uint8_t all_blocks = static_cast<std::uint8_t>((1u << l) - 1u);
+  std::array<std::array<std::uint8_t, kMaxGpusPerNode>, 2> last_written{};
+  for (auto& generation : last_written) std::fill_n(generation.begin(), l, all_blocks);
+
+  for (int pass = 0; pass < options_.passes; ++pass) {
+    for (int w = 0; w < waves_per_pass_; ++w) {
+      RsWave wave;
+      wave.index = pass * waves_per_pass_ + w;
+      wave.pass = pass;
+      wave.wave_in_pass = w;
+      wave.generation = wave.index % generations_;
+      wave.first_contributor = w * wave_width_ + 1;
+      wave.last_contributor = std::min((w + 1) * wave_width_, m);
+      wave.has_own_node = wave.last_contributor == m;
+      for (int c = wave.first_contributor; c <= wave.last_contributor; ++c) {
+        for (int j = 0; j < l; ++j) {  // GPU j receives sub-slice s = (j + c_bar) mod L
+          wave.written_blocks[static_cast<std::size_t>(j)] |=
+              static_cast<std::uint8_t>(1u << sub_slice(j, c));
+        }
+      }
+      auto& previous = last_written[static_cast<std::size_t>(wave.generation)];
+      for (std::size_t j = 0; j < static_cast<std::size_t>(l); ++j) {
+        wave.zeroed_blocks[j] = static_cast<std::uint8_t>(previous[j] & ~wave.written_blocks[j]);
+      }
+      previous = wave.written_blocks;
+
+      // Network rounds: the wave's remote contributors in groups of at most k.
+      wave.first_round = static_cast<int>(rounds_.size());
+      const int last_remote = std::min(wave.last_contributor, m - 1);
+      for (int c = wave.first_contributor; c <= last_remote; c += options_.round_width) {
+        RsRound round;
+        round.index = static_cast<int>(rounds_.size());
+        round.wave = wave.index;
+        round.first_contributor = c;
+        round.width = std::min(options_.round_width, last_remote - c + 1);
+        destination_round_.insert(destination_round_.end(), static_cast<std::size_t>(round.width),
+                                  round.index);
+        rounds_.push_back(round);
+      }
+      wave.round_count = static_cast<int>(rounds_.size()) - wave.first_round;
+      waves_.push_back(wave);
+    }
+  }
+
+  if (options_.mode == RsMode::kInPlace) {
+    outbox_depth_ = remote_destinations();  // a full outbox (Sec. 5.3)
+  } else {
+    int previous_width = 0;  // Eq. 9: n_out = max_i (k_i + k_{i-1}), k_{-1} = 0
+    for (const RsRound& round : rounds_) {
+      outbox_depth_ = std::max(outbox_depth_, round.width + previous_width);
+      previous_width = round.width;
+    }
+  }
+}
+
+int RsPlan::contributor_index(int destination_node, int sender_node) const {
+  const int m = layout_.topology().nodes();
+  return destination_node == sender_node ? m : mod(destination_node - sender_node, m);
+}
+
+int RsPlan::wave_of(int contributor) const { return (contributor - 1) / wave_width_; }
+
+int RsPlan::remote_destinations() const {
+  return options_.passes * (layout_.topology().nodes() - 1);
+}
+
+int RsPlan::outbox_block(int destination) const { return (destination - 1) % outbox_depth_; }
+
+int RsPlan::round_of_destination(int destination) const {
+  return destination_round_.at(static_cast<std::size_t>(destination - 1));
+}
+
+std::int64_t RsPlan::sub_slice_begin(int pass, int s) const {
+  const std::int64_t l = layout_.topology().gpus_per_node();
+  return std::min(span_elems(), (pass * l + s) * sub_slice_elems_);
+}
+
+std::int64_t RsPlan::sub_slice_end(int pass, int s) const {
+  const std::int64_t l = layout_.topology().gpus_per_node();
+  return std::min(span_elems(), (pass * l + s + 1) * sub_slice_elems_);
+}
+
+std::vector<RsPiece> RsPlan::pieces(int pass, int s) const {
+  const std::int64_t begin = sub_slice_begin(pass, s);
+  const std::int64_t end = sub_slice_end(pass, s);
+  std::vector<RsPiece> result;
+  if (begin >= end) return result;
+  // Parameters are laid out in increasing e_p: find the first whose span ends after begin.
+  const auto& params = layout_.params();
+  auto it = std::upper_bound(params.begin(), params.end(), begin,
+                             [](std::int64_t value, const ParamLayout& pl) {
+                               return value < pl.out_offset + pl.shard_elems();
+                             });
+  for (; it != params.end() && it->out_offset < end; ++it) {
+    RsPiece piece;
+    piece.param = static_cast<int>(it - params.begin());
+    piece.span_begin = std::max(begin, it->out_offset);
+    piece.span_end = std::min(end, it->out_offset + it->shard_elems());
+    piece.param_offset = piece.span_begin - it->out_offset;
+    if (piece.length() > 0) result.push_back(piece);
+  }
+  return result;
+}
+
+std::int64_t RsPlan::valid_length(const RsPiece& piece, int destination_rank) const {
+  const ParamLayout& pl = layout_.param(piece.param);
+  const std::int64_t valid_elems = layout_.valid_rows(piece.param, destination_rank) * pl.cols;
+  return std::clamp<std::int64_t>(valid_elems - piece.param_offset, 0, piece.length());
+}
+
+// Level 1 copies that one sender issues to the owner of sub-slice s for destination node t:
+// destination ranks t*L .. t*L+L-1 whose piece is entirely real form a prefix and share one
+// strided descriptor (a 1-D copy when only one); a rank cut by D_p adds a short tail.
+RsDescriptorCounts RsPlan::descriptors_to(int destination_node, int s) const {
+  const Topology& topo = layout_.topology();
+  RsDescriptorCounts counts;
+  for (int pass = 0; pass < options_.passes; ++pass) {
+    for (const RsPiece& piece : pieces(pass, s)) {
+      int full = 0;
+      for (int i = 0; i < topo.gpus_per_node(); ++i) {
+        const std::int64_t valid = valid_length(piece, topo.rank(destination_node, i));
+        if (valid == 0) break;
+        ++counts.flat;
+        if (valid == piece.length()) {
+          ++full;
+        } else {
+          ++counts.tails;
+          break;
+        }
+      }
+      counts.coalesced += (full > 0 ? 1 : 0);
+    }
+  }
+  counts.coalesced += counts.tails;
+  return counts;
+}
+
+RsDescriptorCounts RsPlan::level1_descriptors(int sender_rank) const {
+  const Topology& topo = layout_.topology();
+  const int n = topo.node_of(sender_rank);
+  const int l = topo.local_of(sender_rank);
+  RsDescriptorCounts total;
+  for (int t = 0; t < topo.nodes(); ++t) {
+    const int c = contributor_index(t, n);
+    for (int j = 0; j < topo.gpus_per_node(); ++j) {
+      if (j == l) continue;  // the owner reads its own contribution in place
+      const RsDescriptorCounts d = descriptors_to(t, sub_slice(j, c));
+      total.coalesced += d.coalesced;
+      total.flat += d.flat;
+      total.tails += d.tails;
+    }
+  }
+  return total;
+}
+
+RsDescriptorCounts RsPlan::max_level1_descriptors() const {
+  const Topology& topo = layout_.topology();
+  const int m = topo.nodes();
+  const int l = topo.gpus_per_node();
+  // descriptors_to depends only on (t, s): tabulate it once, then sum per sender.
+  std::vector<RsDescriptorCounts> table(static_cast<std::size_t>(m) * static_cast<std::size_t>(l));
+  for (int t = 0; t < m; ++t) {
+    for (int s = 0; s < l; ++s) table[static_cast<std::size_t>(t * l + s)] = descriptors_to(t, s);
+  }
+  RsDescriptorCounts best;
+  for (int n = 0; n < m; ++n) {
+    for (int me = 0; me < l; ++me) {
+      RsDescriptorCounts sum;
+      for (int t = 0; t < m; ++t) {
+        const int c = contributor_index(t, n);
+        for (int j = 0; j < l; ++j) {
+          if (j == me) continue;
+          const RsDescriptorCounts& d = table[static_cast<std::size_t>(t * l + sub_slice(j, c))];
+          sum.coalesced += d.coalesced;
+          sum.flat += d.flat;
+          sum.tails += d.tails;
+        }
+      }
+      if (sum.coalesced > best.coalesced) best = sum;
+    }
+  }
+  return best;
+}
+
+std::int64_t RsPlan::paper_coalesced_descriptors() const {
+  const Topology& topo = layout_.topology();
+  return std::int64_t{topo.gpus_per_node() - 1} * layout_.param_count() * topo.nodes();
+}
+
+std::int64_t RsPlan::paper_flat_descriptors() const {
+  return paper_coalesced_descriptors() * layout_.topology().gpus_per_node();
+}
+
+RsMemory RsPlan::memory() const {
+  const std::int64_t l = layout_.topology().gpus_per_node();
+  RsMemory mem;
+  mem.block_bytes = l * sub_slice_elems_ * 4;
+  mem.staging_slot_bytes = (l - 1) * l * sub_slice_elems_ * item_bytes(layout_.grad_dtype());
+  mem.staging_bytes = options_.staging_slots * mem.staging_slot_bytes;
+  mem.inbox_bytes = generations_ * l * mem.block_bytes;
+  mem.outbox_bytes = 2 * std::int64_t{outbox_depth_} * mem.block_bytes;
+  mem.spare_bytes = 2 * mem.block_bytes;
+  return mem;
+}
+
+}  // namespace tide
