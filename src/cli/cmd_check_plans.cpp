@@ -53,9 +53,10 @@ void run_check(CheckArgs& a) {
   }
   a.ranges.both_modes = a.modes == "both";
   if (a.ranges.min_nodes < 1 || a.ranges.max_nodes < a.ranges.min_nodes) {
-    throw InvalidArgument(fmt::format("--min-nodes {} / --max-nodes {} do not form a range of "
-                                      "node counts >= 1",
-                                      a.ranges.min_nodes, a.ranges.max_nodes));
+    throw InvalidArgument(
+        fmt::format("--min-nodes {} / --max-nodes {} do not form a range of "
+                    "node counts >= 1",
+                    a.ranges.min_nodes, a.ranges.max_nodes));
   }
   const SweepResult r = sweep_plans(a.ranges);
   if (a.json) {
@@ -80,14 +81,15 @@ void run_check(CheckArgs& a) {
         a.ranges.max_wave_width, a.ranges.min_round_width, a.ranges.max_round_width,
         a.ranges.passes, a.ranges.both_modes ? "in-place and slot-reuse" : "in-place");
     Table table({"plans", "accepted", "rejected", "violations", "seconds"});
-    table.row({num(r.plans), num(r.accepted), num(r.rejected), num(r.violations),
-               fixed(r.seconds, 2)});
+    table.row(
+        {num(r.plans), num(r.accepted), num(r.rejected), num(r.violations), fixed(r.seconds, 2)});
     table.print(std::cout);
-    if (!r.first_rejection.empty()) std::cout << "  example rejection: " << r.first_rejection << '\n';
+    if (!r.first_rejection.empty())
+      std::cout << "  example rejection: " << r.first_rejection << '\n';
   }
   if (r.violations != 0) {
-    throw InternalError(fmt::format("{} accepted plans failed the independent re-check",
-                                    r.violations));
+    throw InternalError(
+        fmt::format("{} accepted plans failed the independent re-check", r.violations));
   }
 }
 

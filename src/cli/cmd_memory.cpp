@@ -71,8 +71,8 @@ void run_memory(MemoryArgs& a) {
   std::cout << fmt::format(
       "Memory model (Sec. 5.4): M={}, L={}, k={}, n_par={}, n_stg={}; NS = one unsharded bf16 "
       "group{}\n",
-      a.in.nodes, a.in.gpus_per_node, a.in.round_width, a.in.inbox_generations,
-      a.in.staging_slots, m.ns_bytes ? fmt::format(" = {}", bytes(*m.ns_bytes)) : "");
+      a.in.nodes, a.in.gpus_per_node, a.in.round_width, a.in.inbox_generations, a.in.staging_slots,
+      m.ns_bytes ? fmt::format(" = {}", bytes(*m.ns_bytes)) : "");
   Table table({"quantity", "S_fp32 blocks", "x NS", "bytes"});
   auto add = [&](const std::string& what, std::optional<double> blocks, double ns) {
     const auto b = in_bytes(ns);
@@ -90,7 +90,8 @@ void run_memory(MemoryArgs& a) {
       "\nReduce-scatter buffer at a fixed per-GPU output size, in output-shard fp32 blocks "
       "(L={}, k={}; Sec. 7.4):\n",
       a.in.gpus_per_node, a.in.round_width);
-  Table scale({"nodes M", "GPUs N", "FSDP2 (N)", "TIDE In-Place", "TIDE Slot-Reuse", "FSDP2 / In-Place"});
+  Table scale(
+      {"nodes M", "GPUs N", "FSDP2 (N)", "TIDE In-Place", "TIDE Slot-Reuse", "FSDP2 / In-Place"});
   for (const BufferScalingRow& r : scaling) {
     scale.row({std::to_string(r.nodes), fixed(r.fsdp2_blocks, 0), fixed(r.fsdp2_blocks, 0),
                fixed(r.in_place_blocks, 0), fixed(r.slot_reuse_blocks, 0),
@@ -107,8 +108,7 @@ void add_memory_command(CLI::App& app) {
   cmd->add_option("--nodes,-M", args->in.nodes, "Nodes M")->required();
   cmd->add_option("--gpus-per-node,-L", args->in.gpus_per_node, "GPUs per node L")
       ->capture_default_str();
-  cmd->add_option("--round-width,-k", args->in.round_width, "Round width k")
-      ->capture_default_str();
+  cmd->add_option("--round-width,-k", args->in.round_width, "Round width k")->capture_default_str();
   cmd->add_option("--inbox-generations", args->in.inbox_generations, "n_par (1 or 2)")
       ->capture_default_str();
   cmd->add_option("--staging-slots", args->in.staging_slots, "n_stg")->capture_default_str();

@@ -40,23 +40,25 @@ struct PlanArgs {
 
 std::string mask_text(std::uint8_t mask, int l) {
   std::string text;
-  for (int s = 0; s < l; ++s) text += ((mask >> s) & 1u) ? '1' : '.';
+  for (int s = 0; s < l; ++s)
+    text += ((mask >> s) & 1u) ? '1' : '.';
   return text;
 }
 
 json layout_json(const GroupLayout& layout) {
   json params = json::array();
   for (const ParamLayout& p : layout.params()) {
-    params.push_back({{"name", p.name},
-                      {"rows", p.rows},
-                      {"cols", p.cols},
-                      {"rows_per_rank", p.rows_per_rank},
-                      {"padding_rows", p.rows_per_rank * layout.topology().world() - p.rows},
-                      {"shard_bytes", p.shard_bytes},
-                      {"offset", p.offset},
-                      {"out_offset_elems", p.out_offset},
-                      {"landing_base", layout.landing_offset(static_cast<int>(&p - &layout.params()[0]), 0)},
-                      {"landing_stride", p.shard_bytes}});
+    params.push_back(
+        {{"name", p.name},
+         {"rows", p.rows},
+         {"cols", p.cols},
+         {"rows_per_rank", p.rows_per_rank},
+         {"padding_rows", p.rows_per_rank * layout.topology().world() - p.rows},
+         {"shard_bytes", p.shard_bytes},
+         {"offset", p.offset},
+         {"out_offset_elems", p.out_offset},
+         {"landing_base", layout.landing_offset(static_cast<int>(&p - &layout.params()[0]), 0)},
+         {"landing_stride", p.shard_bytes}});
   }
   return {{"params", params},
           {"param_count", layout.param_count()},
@@ -103,7 +105,8 @@ json rs_json(const RsPlan& rs, const ValidationResult& validation) {
   json waves = json::array();
   for (const RsWave& w : rs.waves()) {
     json zeroed = json::array();
-    for (int j = 0; j < l; ++j) zeroed.push_back(w.zeroed_blocks[static_cast<std::size_t>(j)]);
+    for (int j = 0; j < l; ++j)
+      zeroed.push_back(w.zeroed_blocks[static_cast<std::size_t>(j)]);
     waves.push_back({{"index", w.index},
                      {"pass", w.pass},
                      {"generation", w.generation},
@@ -116,9 +119,10 @@ json rs_json(const RsPlan& rs, const ValidationResult& validation) {
   }
   json rounds = json::array();
   for (const RsRound& r : rs.rounds()) {
-    rounds.push_back(
-        {{"index", r.index}, {"wave", r.wave}, {"first_contributor", r.first_contributor},
-         {"width", r.width}});
+    rounds.push_back({{"index", r.index},
+                      {"wave", r.wave},
+                      {"first_contributor", r.first_contributor},
+                      {"width", r.width}});
   }
   const RsDescriptorCounts d = rs.max_level1_descriptors();
   const RsMemory mem = rs.memory();
@@ -127,6 +131,7 @@ json rs_json(const RsPlan& rs, const ValidationResult& validation) {
           {"round_width", rs.round_width()},
           {"passes", rs.passes()},
           {"sub_slice_elems", rs.sub_slice_elems()},
+          {"pass_elems", rs.pass_elems()},
           {"waves_per_pass", rs.waves_per_pass()},
           {"waves", waves},
           {"rounds", rounds},
@@ -162,11 +167,12 @@ void print_layout(const GroupLayout& layout, const std::string& group) {
       layout.param_count(), num(layout.shard_bytes()), bytes(layout.shard_bytes()),
       bytes(layout.grad_shard_bytes()), bytes(layout.fp32_shard_bytes()),
       bytes(layout.pack_buffer_bytes()), bytes(layout.unsharded_bytes()));
-  Table table({"p", "name", "rows D", "cols K", "R_p", "shard s_p", "offset o_p",
-               "Landing(p,0)", "Landing(p,N-1)"});
+  Table table({"p", "name", "rows D", "cols K", "R_p", "shard s_p", "offset o_p", "Landing(p,0)",
+               "Landing(p,N-1)"});
   for (int p = 0; p < layout.param_count(); ++p) {
     const ParamLayout& pl = layout.param(p);
-    if (static_cast<std::size_t>(p) == kTableRows && layout.param_count() > static_cast<int>(kTableRows) + 1) {
+    if (static_cast<std::size_t>(p) == kTableRows &&
+        layout.param_count() > static_cast<int>(kTableRows) + 1) {
       table.row({"...", fmt::format("({} more)", layout.param_count() - p - 1)});
       p = layout.param_count() - 2;
       continue;
@@ -210,11 +216,11 @@ void print_rs(const RsPlan& rs, const ValidationResult& validation) {
   const Topology& t = rs.layout().topology();
   const int l = t.gpus_per_node();
   std::cout << fmt::format(
-      "\nTIDE-RS (Sec. 4-5): mode {}, W_wave={}, k={}, n_part={}, E_sub={} elements, "
+      "\nTIDE-RS (Sec. 4-5): mode {}, W_wave={}, k={}, n_part={}, E_sub={} elements, E_pass={}, "
       "{} waves, {} network rounds, {} inbox generation(s), outbox depth n_out={}\n",
       mode_name(rs.options().mode), rs.wave_width(), rs.round_width(), rs.passes(),
-      num(rs.sub_slice_elems()), rs.waves().size(), rs.rounds().size(), rs.generations(),
-      rs.outbox_depth());
+      num(rs.sub_slice_elems()), num(rs.pass_elems()), rs.waves().size(), rs.rounds().size(),
+      rs.generations(), rs.outbox_depth());
   Table waves({"wave", "pass", "gen", "contributors", "rounds", "zeroed blocks per GPU j"});
   for (std::size_t i = 0; i < rs.waves().size(); ++i) {
     const RsWave& w = rs.waves()[i];
@@ -262,7 +268,8 @@ void list_models(bool as_json) {
   for (const ModelPreset& preset : model_presets()) {
     for (const ModelGroup& g : preset.groups) {
       std::int64_t elems = 0;
-      for (const ParamShape& p : g.params) elems += p.rows * p.cols;
+      for (const ParamShape& p : g.params)
+        elems += p.rows * p.cols;
       const bool layer = &g == &preset.groups.front();
       const std::string spec = preset.name + ":" + g.name;
       table.row({layer ? preset.name : "", spec, std::to_string(g.params.size()), num(elems),

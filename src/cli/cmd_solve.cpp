@@ -45,23 +45,23 @@ void run_solve(SolveArgs& a) {
     return;
   }
   std::cout << fmt::format(
-      "Sizing solver (App. G): M={}, L={}, S={} bytes ({}), S_fp32={}, t_NIC={} ms\n",
-      a.in.nodes, a.in.gpus_per_node, num(a.in.shard_bytes), a.grad_dtype, num(r.fp32_shard_bytes),
+      "Sizing solver (App. G): M={}, L={}, S={} bytes ({}), S_fp32={}, t_NIC={} ms\n", a.in.nodes,
+      a.in.gpus_per_node, num(a.in.shard_bytes), a.grad_dtype, num(r.fp32_shard_bytes),
       fixed(r.t_nic_ms, 3));
   Table table({"result", "value", "how"});
-  table.row({"sum CTAs C_sum", std::to_string(r.sum_ctas),
-             fmt::format("ceil({} x {} x {} / {} = {})", a.in.gamma_skew,
-                         fixed(r.level1_rate_factor, 2), a.in.bw_nic_gbps, a.in.bw_sum_gbps,
-                         fixed(r.sum_ctas_exact, 3))});
+  table.row(
+      {"sum CTAs C_sum", std::to_string(r.sum_ctas),
+       fmt::format("ceil({} x {} x {} / {} = {})", a.in.gamma_skew, fixed(r.level1_rate_factor, 2),
+                   a.in.bw_nic_gbps, a.in.bw_sum_gbps, fixed(r.sum_ctas_exact, 3))});
   table.row({"landing CTAs C_mc", std::to_string(r.landing_ctas),
              fmt::format("min(floor({} / {}) = {}, tail bound {})", a.in.bw_cap_gbps,
                          a.in.bw_land_gbps, r.landing_cap_ctas, r.landing_tail_ctas)});
   std::string how;
   for (const RoundWidthStep& s : r.round_width_steps) {
-    how += fmt::format("{}k={}: {} rounds x {} ms = {} ms{}", how.empty() ? "" : "; ",
-                       s.round_width, s.rounds, a.in.t_round_ms, fixed(s.wait_ms, 2),
-                       s.widened ? fmt::format(" > {} ms, widen", fixed(r.round_wait_budget_ms, 2))
-                                 : "");
+    how += fmt::format(
+        "{}k={}: {} rounds x {} ms = {} ms{}", how.empty() ? "" : "; ", s.round_width, s.rounds,
+        a.in.t_round_ms, fixed(s.wait_ms, 2),
+        s.widened ? fmt::format(" > {} ms, widen", fixed(r.round_wait_budget_ms, 2)) : "");
   }
   table.row({"round width k", std::to_string(r.round_width), how});
   table.print(std::cout);

@@ -1,6 +1,5 @@
 // `tide`: the command-line front end of TIDE's planning layer. See docs/cli.md.
 #include <CLI/CLI.hpp>
-
 #include <exception>
 #include <iostream>
 

@@ -32,8 +32,8 @@ std::vector<ParamShape> parse_shapes(std::string_view text) {
   std::size_t start = 0;
   while (start <= text.size()) {
     const std::size_t comma = text.find(',', start);
-    const std::string_view entry =
-        text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    const std::string_view entry = text.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
     const std::size_t index = params.size();
     ParamShape shape;
     shape.name = "p" + std::to_string(index);

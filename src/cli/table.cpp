@@ -11,8 +11,8 @@ namespace tide::cli {
 namespace {
 
 bool is_numeric(const std::string& cell) {
-  return !cell.empty() && (std::isdigit(static_cast<unsigned char>(cell[0])) ||
-                           (cell[0] == '-' && cell.size() > 1));
+  return !cell.empty() &&
+         (std::isdigit(static_cast<unsigned char>(cell[0])) || (cell[0] == '-' && cell.size() > 1));
 }
 
 }  // namespace
@@ -29,7 +29,8 @@ void Table::print(std::ostream& out, const std::string& indent) const {
   std::vector<std::size_t> width(header_.size());
   for (std::size_t c = 0; c < header_.size(); ++c) {
     width[c] = header_[c].size();
-    for (const auto& r : rows_) width[c] = std::max(width[c], r[c].size());
+    for (const auto& r : rows_)
+      width[c] = std::max(width[c], r[c].size());
   }
   auto line = [&](const std::vector<std::string>& cells, bool header) {
     std::string text = indent;
@@ -39,11 +40,13 @@ void Table::print(std::ostream& out, const std::string& indent) const {
                     : fmt::format("{:<{}}", cells[c], width[c]);
       if (c + 1 < cells.size()) text += "  ";
     }
-    while (!text.empty() && text.back() == ' ') text.pop_back();
+    while (!text.empty() && text.back() == ' ')
+      text.pop_back();
     out << text << '\n';
   };
   line(header_, true);
-  for (const auto& r : rows_) line(r, false);
+  for (const auto& r : rows_)
+    line(r, false);
 }
 
 std::string num(std::int64_t value) {
@@ -68,6 +71,8 @@ std::string bytes(std::int64_t value) {
   return fmt::format("{:.2f} {}", scaled, kUnits[unit]);
 }
 
-std::string fixed(double value, int digits) { return fmt::format("{:.{}f}", value, digits); }
+std::string fixed(double value, int digits) {
+  return fmt::format("{:.{}f}", value, digits);
+}
 
 }  // namespace tide::cli

@@ -20,7 +20,7 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
-std::string num(std::int64_t value);  // 1234567 -> "1,234,567"
+std::string num(std::int64_t value);    // 1234567 -> "1,234,567"
 std::string bytes(std::int64_t value);  // "1.50 GiB (1,610,612,736 B)"
 std::string fixed(double value, int digits);
 

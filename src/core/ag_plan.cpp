@@ -10,12 +10,12 @@ namespace tide {
 
 int ceil_log2(std::int64_t m) {
   int r = 0;
-  while ((std::int64_t{1} << r) < m) ++r;
+  while ((std::int64_t{1} << r) < m)
+    ++r;
   return r;
 }
 
-AgPlan::AgPlan(const GroupLayout& layout, AgOptions options)
-    : layout_(layout), options_(options) {
+AgPlan::AgPlan(const GroupLayout& layout, AgOptions options) : layout_(layout), options_(options) {
   if (options_.min_strided_run < 2) {
     throw InvalidArgument("AG min_strided_run = " + std::to_string(options_.min_strided_run) +
                           " must be at least 2 (a strided copy needs two rows)");
@@ -43,10 +43,9 @@ AgPlan::AgPlan(const GroupLayout& layout, AgOptions options)
     // Every round but the last is one group; the last is split into at most
     // max_last_round_groups parts that each keep a mergeable run where possible.
     const bool last = d + 1 == round_count;
-    const int parts =
-        last ? std::clamp(round.slot_count / options_.min_strided_run, 1,
-                          options_.max_last_round_groups)
-             : 1;
+    const int parts = last ? std::clamp(round.slot_count / options_.min_strided_run, 1,
+                                        options_.max_last_round_groups)
+                           : 1;
     int next = round.first_slot;
     for (int g = 0; g < parts; ++g) {
       const int size = round.slot_count / parts + (g < round.slot_count % parts ? 1 : 0);
@@ -100,7 +99,8 @@ std::vector<AgScatterCopy> AgPlan::scatter_copies(int node, int local) const {
       if (count >= options_.min_strided_run) {
         make(first, count);
       } else {
-        for (int i = 0; i < count; ++i) make(first + i, 1);
+        for (int i = 0; i < count; ++i)
+          make(first + i, 1);
       }
     }
   };

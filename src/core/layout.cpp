@@ -26,8 +26,8 @@ std::string param_label(const ParamShape& shape, std::size_t index) {
 
 }  // namespace
 
-GroupLayout::GroupLayout(const Topology& topology, std::vector<ParamShape> params,
-                         DType ag_dtype, DType grad_dtype)
+GroupLayout::GroupLayout(const Topology& topology, std::vector<ParamShape> params, DType ag_dtype,
+                         DType grad_dtype)
     : topology_(topology), ag_dtype_(ag_dtype), grad_dtype_(grad_dtype) {
   if (params.empty()) throw InvalidArgument("a parameter group needs at least one parameter");
   if (params.size() > static_cast<std::size_t>(kMaxParamsPerGroup)) {
@@ -45,8 +45,7 @@ GroupLayout::GroupLayout(const Topology& topology, std::vector<ParamShape> param
     ParamShape& shape = params[i];
     if (shape.rows < 1 || shape.cols < 1) {
       throw InvalidArgument(param_label(shape, i) + " has shape " + std::to_string(shape.rows) +
-                            "x" + std::to_string(shape.cols) +
-                            "; both extents must be at least 1");
+                            "x" + std::to_string(shape.cols) + "; both extents must be at least 1");
     }
     ParamLayout p;
     p.name = std::move(shape.name);

@@ -23,8 +23,8 @@ double staging_blocks(int l, int n_stg, int n_par, int n_out, int grad_bytes) {
 
 MemoryModel evaluate_memory_model(const MemoryModelInput& in) {
   const Topology topo(in.nodes, in.gpus_per_node);  // validates M and L
-  require(in.round_width >= 1, "round width k = " + std::to_string(in.round_width) +
-                                   " must be at least 1");
+  require(in.round_width >= 1,
+          "round width k = " + std::to_string(in.round_width) + " must be at least 1");
   require(in.inbox_generations == 1 || in.inbox_generations == 2,
           "inbox generations n_par = " + std::to_string(in.inbox_generations) +
               " must be 1 (single-wave schedule) or 2");
@@ -51,9 +51,8 @@ MemoryModel evaluate_memory_model(const MemoryModelInput& in) {
   return out;
 }
 
-std::vector<BufferScalingRow> buffer_scaling(const std::vector<int>& node_counts,
-                                             int gpus_per_node, int round_width,
-                                             int wave_width, int grad_bytes) {
+std::vector<BufferScalingRow> buffer_scaling(const std::vector<int>& node_counts, int gpus_per_node,
+                                             int round_width, int wave_width, int grad_bytes) {
   std::vector<BufferScalingRow> rows;
   for (int m : node_counts) {
     const Topology topo(m, gpus_per_node);
@@ -63,7 +62,8 @@ std::vector<BufferScalingRow> buffer_scaling(const std::vector<int>& node_counts
     row.nodes = m;
     row.inbox_generations = (m + wave_width - 1) / wave_width > 1 ? 2 : 1;
     row.fsdp2_blocks = topo.world();
-    row.in_place_blocks = staging_blocks(gpus_per_node, 2, row.inbox_generations, m - 1, grad_bytes);
+    row.in_place_blocks =
+        staging_blocks(gpus_per_node, 2, row.inbox_generations, m - 1, grad_bytes);
     // Eq. 9's depth never exceeds the M - 1 remote destinations there are.
     row.slot_reuse_blocks = staging_blocks(gpus_per_node, 2, row.inbox_generations,
                                            std::min(2 * round_width, m - 1), grad_bytes);

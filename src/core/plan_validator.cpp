@@ -23,7 +23,9 @@ std::string wave_label(const RsWave& wave) {
          ")";
 }
 
-ValidationResult reject(std::string reason) { return ValidationResult{false, std::move(reason)}; }
+ValidationResult reject(std::string reason) {
+  return ValidationResult{false, std::move(reason)};
+}
 
 ValidationResult check_completeness(const RsPlan& plan) {
   const int m = plan.layout().topology().nodes();
@@ -79,15 +81,15 @@ ValidationResult check_completeness(const RsPlan& plan) {
   }
   if (next_round != static_cast<int>(rounds.size())) return reject("rounds outside any wave");
 
-  // The sub-slices of all passes tile the output span [0, E_live), and their pieces tile
-  // each sub-slice parameter by parameter.
+  // The pass parts of all sub-slices tile the output span [0, E_live) in sub-slice-major
+  // order, and their pieces tile each part parameter by parameter.
   std::int64_t covered = 0;
   const int l = plan.layout().topology().gpus_per_node();
-  for (int pass = 0; pass < plan.passes(); ++pass) {
-    for (int s = 0; s < l; ++s) {
+  for (int s = 0; s < l; ++s) {
+    for (int pass = 0; pass < plan.passes(); ++pass) {
       if (plan.sub_slice_begin(pass, s) != covered) {
-        return reject("sub-slice " + std::to_string(s) + " of pass " + std::to_string(pass) +
-                      " does not start where the previous one ended");
+        return reject("pass " + std::to_string(pass) + " of sub-slice " + std::to_string(s) +
+                      " does not start where the previous part ended");
       }
       std::int64_t piece_cursor = covered;
       for (const RsPiece& piece : plan.pieces(pass, s)) {
@@ -135,7 +137,8 @@ ValidationResult check_waves(const RsPlan& plan) {
   const int l = plan.layout().topology().gpus_per_node();
   const std::uint8_t all = static_cast<std::uint8_t>((1u << l) - 1u);
   std::array<Masks, 2> dirty{};
-  for (auto& generation : dirty) std::fill_n(generation.begin(), l, all);  // unknown contents
+  for (auto& generation : dirty)
+    std::fill_n(generation.begin(), l, all);  // unknown contents
   for (const RsWave& wave : plan.waves()) {
     // holder[s] has bit j set once a contributor of this wave lands on GPU j for sub-slice s.
     Masks holder{};
@@ -146,13 +149,14 @@ ValidationResult check_waves(const RsPlan& plan) {
         const auto bit = static_cast<std::uint8_t>(1u << j);
         if (holder[static_cast<std::size_t>(s)] & bit) {
           int other = wave.first_contributor;
-          while (plan.destination_gpu(s, other) != j) ++other;
+          while (plan.destination_gpu(s, other) != j)
+            ++other;
           std::string why = wave_label(wave) + " places contributors " + std::to_string(other) +
                             " and " + std::to_string(c) + " on destination GPU " +
                             std::to_string(j) + " for sub-slice " + std::to_string(s);
           if (l % plan.wave_width() != 0) {
-            why += ": W_wave = " + std::to_string(plan.wave_width()) + " does not divide L = " +
-                   std::to_string(l) + " (Prop. 4.1)";
+            why += ": W_wave = " + std::to_string(plan.wave_width()) +
+                   " does not divide L = " + std::to_string(l) + " (Prop. 4.1)";
           }
           return reject(why);
         }
@@ -209,7 +213,8 @@ bool independent_recheck(const RsPlan& plan) {
   const int l = plan.layout().topology().gpus_per_node();
   std::array<std::array<std::array<int, kMaxGpusPerNode>, kMaxGpusPerNode>, 2> content{};
   for (auto& gen : content) {
-    for (auto& gpu : gen) gpu.fill(-1);
+    for (auto& gpu : gen)
+      gpu.fill(-1);
   }
   for (const RsWave& wave : plan.waves()) {
     auto& inbox = content[static_cast<std::size_t>(wave.generation)];
@@ -249,9 +254,9 @@ bool independent_recheck(const RsPlan& plan) {
 
 bool same_waves(const std::vector<RsWave>& a, const std::vector<RsWave>& b) {
   return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const RsWave& x, const RsWave& y) {
-    return x.first_contributor == y.first_contributor &&
-           x.last_contributor == y.last_contributor && x.generation == y.generation &&
-           x.written_blocks == y.written_blocks && x.zeroed_blocks == y.zeroed_blocks;
+    return x.first_contributor == y.first_contributor && x.last_contributor == y.last_contributor &&
+           x.generation == y.generation && x.written_blocks == y.written_blocks &&
+           x.zeroed_blocks == y.zeroed_blocks;
   });
 }
 
@@ -266,9 +271,9 @@ ValidationResult validate_rs_plan(const RsPlan& plan) {
 }
 
 SweepResult sweep_plans(const SweepRanges& ranges) {
-  if (ranges.min_nodes < 1 || ranges.max_nodes < ranges.min_nodes ||
-      ranges.min_wave_width < 1 || ranges.max_wave_width < ranges.min_wave_width ||
-      ranges.min_round_width < 1 || ranges.max_round_width < ranges.min_round_width) {
+  if (ranges.min_nodes < 1 || ranges.max_nodes < ranges.min_nodes || ranges.min_wave_width < 1 ||
+      ranges.max_wave_width < ranges.min_wave_width || ranges.min_round_width < 1 ||
+      ranges.max_round_width < ranges.min_round_width) {
     throw InvalidArgument("check-plans ranges must be non-empty and start at 1 or more");
   }
   if (ranges.max_wave_width > ranges.gpus_per_node) {
@@ -319,8 +324,8 @@ SweepResult sweep_plans(const SweepRanges& ranges) {
             } else {
               ++local.rejected;
               if (local.first_rejection.empty()) {
-                local.first_rejection = "M=" + std::to_string(m) + " W_wave=" +
-                                        std::to_string(w) + ": " + result.reason;
+                local.first_rejection = "M=" + std::to_string(m) + " W_wave=" + std::to_string(w) +
+                                        ": " + result.reason;
               }
             }
           }
@@ -344,8 +349,10 @@ SweepResult sweep_plans(const SweepRanges& ranges) {
   };
   const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t) pool.emplace_back(worker);
-  for (std::thread& t : pool) t.join();
+  for (unsigned t = 0; t < threads; ++t)
+    pool.emplace_back(worker);
+  for (std::thread& t : pool)
+    t.join();
   if (failure) std::rethrow_exception(failure);
   total.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return total;

@@ -9,12 +9,14 @@
 namespace tide {
 namespace {
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
 
-void require_range(int value, int lo, int hi, const char* what) {
+void require_range(int value, int lo, int hi, const char* what, const char* why = "") {
   if (value < lo || value > hi) {
     throw InvalidArgument(std::string(what) + " = " + std::to_string(value) + " is outside " +
-                          std::to_string(lo) + ".." + std::to_string(hi));
+                          std::to_string(lo) + ".." + std::to_string(hi) + why);
   }
 }
 
@@ -40,16 +42,15 @@ RsPlan::RsPlan(const GroupLayout& layout, RsOptions options)
   const int m = m_;
   const int l = l_;
   wave_width_ = options_.wave_width == 0 ? l : options_.wave_width;
-  require_range(wave_width_, 1, l, "wave width W_wave (at most L contributors per wave)");
+  require_range(wave_width_, 1, l, "wave width W_wave", " (a wave holds at most L contributors)");
   require_range(options_.round_width, 1, kMaxRoundWidth, "round width k");
   require_range(options_.passes, 1, kMaxPasses, "sub-slice passes n_part");
   require_range(options_.staging_slots, 1, 64, "staging slots n_stg");
   require_range(options_.vector_elems, 1, 1024, "vector width (elements)");
 
-  sub_slice_elems_ =
-      ceil_div(ceil_div(layout_.shard_elems(), std::int64_t{options_.passes} * l),
-               options_.vector_elems) *
-      options_.vector_elems;
+  const std::int64_t vec = options_.vector_elems;
+  sub_slice_elems_ = ceil_div(ceil_div(layout_.shard_elems(), l), vec) * vec;
+  pass_elems_ = ceil_div(ceil_div(sub_slice_elems_, options_.passes), vec) * vec;
   waves_per_pass_ = static_cast<int>(ceil_div(m, wave_width_));
   const int total_waves = waves_per_pass_ * options_.passes;
   generations_ = total_waves == 1 ? 1 : 2;
@@ -65,7 +66,8 @@ RsPlan::RsPlan(const GroupLayout& layout, RsOptions options)
   // reads only the wave's own contributors and does not depend on this rule.
   const std::uint8_t all_blocks = static_cast<std::uint8_t>((1u << l) - 1u);
   std::array<std::array<std::uint8_t, kMaxGpusPerNode>, 2> last_written{};
-  for (auto& generation : last_written) std::fill_n(generation.begin(), l, all_blocks);
+  for (auto& generation : last_written)
+    std::fill_n(generation.begin(), l, all_blocks);
 
   for (int pass = 0; pass < options_.passes; ++pass) {
     for (int w = 0; w < waves_per_pass_; ++w) {
@@ -123,26 +125,30 @@ int RsPlan::contributor_index(int destination_node, int sender_node) const {
   return destination_node == sender_node ? m : mod(destination_node - sender_node, m);
 }
 
-int RsPlan::wave_of(int contributor) const { return (contributor - 1) / wave_width_; }
+int RsPlan::wave_of(int contributor) const {
+  return (contributor - 1) / wave_width_;
+}
 
 int RsPlan::remote_destinations() const {
   return options_.passes * (layout_.topology().nodes() - 1);
 }
 
-int RsPlan::outbox_block(int destination) const { return (destination - 1) % outbox_depth_; }
+int RsPlan::outbox_block(int destination) const {
+  return (destination - 1) % outbox_depth_;
+}
 
 int RsPlan::round_of_destination(int destination) const {
   return destination_round_.at(static_cast<std::size_t>(destination - 1));
 }
 
 std::int64_t RsPlan::sub_slice_begin(int pass, int s) const {
-  const std::int64_t l = layout_.topology().gpus_per_node();
-  return std::min(span_elems(), (pass * l + s) * sub_slice_elems_);
+  const std::int64_t within = std::min(sub_slice_elems_, pass * pass_elems_);
+  return std::min(span_elems(), s * sub_slice_elems_ + within);
 }
 
 std::int64_t RsPlan::sub_slice_end(int pass, int s) const {
-  const std::int64_t l = layout_.topology().gpus_per_node();
-  return std::min(span_elems(), (pass * l + s + 1) * sub_slice_elems_);
+  const std::int64_t within = std::min(sub_slice_elems_, (pass + 1) * pass_elems_);
+  return std::min(span_elems(), s * sub_slice_elems_ + within);
 }
 
 std::vector<RsPiece> RsPlan::pieces(int pass, int s) const {
@@ -225,7 +231,8 @@ RsDescriptorCounts RsPlan::max_level1_descriptors() const {
   // descriptors_to depends only on (t, s): tabulate it once, then sum per sender.
   std::vector<RsDescriptorCounts> table(static_cast<std::size_t>(m) * static_cast<std::size_t>(l));
   for (int t = 0; t < m; ++t) {
-    for (int s = 0; s < l; ++s) table[static_cast<std::size_t>(t * l + s)] = descriptors_to(t, s);
+    for (int s = 0; s < l; ++s)
+      table[static_cast<std::size_t>(t * l + s)] = descriptors_to(t, s);
   }
   RsDescriptorCounts best;
   for (int n = 0; n < m; ++n) {
@@ -259,8 +266,8 @@ std::int64_t RsPlan::paper_flat_descriptors() const {
 RsMemory RsPlan::memory() const {
   const std::int64_t l = layout_.topology().gpus_per_node();
   RsMemory mem;
-  mem.block_bytes = l * sub_slice_elems_ * 4;
-  mem.staging_slot_bytes = (l - 1) * l * sub_slice_elems_ * item_bytes(layout_.grad_dtype());
+  mem.block_bytes = l * pass_elems_ * 4;
+  mem.staging_slot_bytes = (l - 1) * l * pass_elems_ * item_bytes(layout_.grad_dtype());
   mem.staging_bytes = options_.staging_slots * mem.staging_slot_bytes;
   mem.inbox_bytes = generations_ * l * mem.block_bytes;
   mem.outbox_bytes = 2 * std::int64_t{outbox_depth_} * mem.block_bytes;

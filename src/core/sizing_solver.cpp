@@ -47,8 +47,8 @@ SolverResult solve_sizing(const SolverInput& in) {
   const int l = topo.gpus_per_node();
   const int wave_width = in.wave_width == 0 ? l : in.wave_width;
   if (wave_width < 1 || wave_width > l) {
-    throw InvalidArgument("wave width " + std::to_string(wave_width) + " is outside 1..L = " +
-                          std::to_string(l));
+    throw InvalidArgument("wave width " + std::to_string(wave_width) +
+                          " is outside 1..L = " + std::to_string(l));
   }
   if (in.passes < 1) throw InvalidArgument("passes must be at least 1");
   if (in.max_round_width < 1) throw InvalidArgument("k_max must be at least 1");

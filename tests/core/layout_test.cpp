@@ -1,0 +1,139 @@
+// Topology and layout (Sec. 2.1, Eqs. 2-3): hand-computed cases, bad input, and a property
+// test that every shard byte has exactly one landing address.
+#include "tide/core/layout.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "tide/core/error.hpp"
+
+namespace tide {
+namespace {
+
+TEST(Topology, NodeMajorRanks) {
+  const Topology t(3, 4);
+  EXPECT_EQ(t.world(), 12);
+  EXPECT_EQ(t.rank(2, 1), 9);
+  EXPECT_EQ(t.node_of(9), 2);
+  EXPECT_EQ(t.local_of(9), 1);
+  EXPECT_EQ(mod(-1, 5), 4);
+  EXPECT_EQ(mod(-6, 5), 4);
+}
+
+TEST(Topology, RejectsOutOfRange) {
+  EXPECT_THROW(Topology(1, 9), InvalidArgument);
+  EXPECT_THROW(Topology(1, 0), InvalidArgument);
+  EXPECT_THROW(Topology(0, 8), InvalidArgument);
+  EXPECT_THROW(Topology(-3, 8), InvalidArgument);
+  try {
+    Topology(2, 9);
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("L = 9"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("1..8"), std::string::npos) << e.what();
+  }
+}
+
+// N = 4 (M = 2, L = 2); D_p < N, K_p = 1 and a padded last rank, computed by hand.
+TEST(Layout, HandComputedOddShapes) {
+  const GroupLayout g(Topology(2, 2), {{"a", 10, 3}, {"b", 3, 5}, {"c", 8, 1}}, DType::kBf16,
+                      DType::kFp32);
+  ASSERT_EQ(g.param_count(), 3);
+  EXPECT_EQ(g.param(0).rows_per_rank, 3);  // ceil(10 / 4)
+  EXPECT_EQ(g.param(1).rows_per_rank, 1);  // ceil(3 / 4): D < N
+  EXPECT_EQ(g.param(2).rows_per_rank, 2);
+  EXPECT_EQ(g.param(0).shard_bytes, 18);  // 3 * 3 * 2
+  EXPECT_EQ(g.param(1).shard_bytes, 10);
+  EXPECT_EQ(g.param(2).shard_bytes, 4);
+  EXPECT_EQ(g.param(1).offset, 18);
+  EXPECT_EQ(g.param(2).offset, 28);
+  EXPECT_EQ(g.param(2).out_offset, 14);  // 9 + 5 elements
+  EXPECT_EQ(g.shard_bytes(), 32);        // S
+  EXPECT_EQ(g.shard_elems(), 16);
+  EXPECT_EQ(g.grad_shard_bytes(), 64);  // fp32 gradients
+  EXPECT_EQ(g.fp32_shard_bytes(), 64);
+  EXPECT_EQ(g.unsharded_bytes(), 128);    // N S
+  EXPECT_EQ(g.pack_buffer_bytes(), 256);  // 4 * N * 16 = (4 / b_grad) N S_grad
+  // Eq. 2: o_p N + r s_p.
+  EXPECT_EQ(g.landing_offset(0, 0), 0);
+  EXPECT_EQ(g.landing_offset(0, 3), 54);
+  EXPECT_EQ(g.landing_offset(1, 3), 18 * 4 + 3 * 10);
+  EXPECT_EQ(g.landing_offset(2, 1), 28 * 4 + 4);
+  // Rows past D_p are padding.
+  EXPECT_EQ(g.valid_rows(0, 3), 1);  // rows 9..11 of 10
+  EXPECT_EQ(g.valid_rows(1, 2), 1);
+  EXPECT_EQ(g.valid_rows(1, 3), 0);  // D_p = 3 < N = 4
+  EXPECT_EQ(g.valid_rows(2, 3), 2);
+}
+
+TEST(Layout, Eq3PackBufferIsTwiceNSGradForBf16) {
+  const GroupLayout g(Topology(4, 8), {{"w", 4096, 4096}, {"b", 4096, 1}}, DType::kBf16,
+                      DType::kBf16);
+  EXPECT_EQ(g.pack_buffer_bytes(), 2 * g.topology().world() * g.grad_shard_bytes());
+}
+
+TEST(Layout, RejectsBadGroups) {
+  const Topology t(1, 8);
+  EXPECT_THROW(GroupLayout(t, {}, DType::kBf16, DType::kBf16), InvalidArgument);
+  EXPECT_THROW(GroupLayout(t, {{"z", 0, 4}}, DType::kBf16, DType::kBf16), InvalidArgument);
+  EXPECT_THROW(GroupLayout(t, {{"n", 4, -1}}, DType::kBf16, DType::kBf16), InvalidArgument);
+  std::vector<ParamShape> many(257, ParamShape{"x", 8, 8});
+  try {
+    GroupLayout(t, many, DType::kBf16, DType::kBf16);
+    FAIL();
+  } catch (const Unsupported& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("257"), std::string::npos) << what;
+    EXPECT_NE(what.find("256"), std::string::npos) << what;
+    EXPECT_NE(what.find("stock"), std::string::npos) << what;
+  }
+  EXPECT_NO_THROW(GroupLayout(t, std::vector<ParamShape>(256, ParamShape{"x", 8, 8}), DType::kBf16,
+                              DType::kBf16));
+  EXPECT_THROW(GroupLayout(t, {{"huge", std::int64_t{1} << 40, std::int64_t{1} << 30}},
+                           DType::kFp32, DType::kFp32),
+               Unsupported);
+}
+
+TEST(Layout, ParseDtype) {
+  EXPECT_EQ(parse_dtype("bf16", "--ag-dtype"), DType::kBf16);
+  EXPECT_EQ(parse_dtype("fp32", "--ag-dtype"), DType::kFp32);
+  EXPECT_THROW(parse_dtype("fp16", "--ag-dtype"), InvalidArgument);
+}
+
+// Property: for random topologies and shapes, the landing intervals [Landing(p, r),
+// Landing(p, r) + s_p) tile [0, N S) exactly, and each parameter's N shards are contiguous,
+// so the unsharded parameter is one (N R_p, K_p) view whose first D_p rows are real.
+TEST(Layout, PropertyLandingsTileTheParameterMajorBuffer) {
+  std::mt19937_64 rng(std::random_device{}());
+  for (int trial = 0; trial < 300; ++trial) {
+    const Topology t(static_cast<int>(rng() % 9) + 1, static_cast<int>(rng() % 8) + 1);
+    std::vector<ParamShape> shapes(rng() % 12 + 1);
+    for (auto& s : shapes) {
+      s.rows = static_cast<std::int64_t>(rng() % 40) + 1;
+      s.cols = static_cast<std::int64_t>(rng() % 7) + 1;
+    }
+    const GroupLayout g(t, shapes, rng() % 2 ? DType::kBf16 : DType::kFp32, DType::kBf16);
+    std::vector<std::pair<std::int64_t, std::int64_t>> intervals;
+    for (int p = 0; p < g.param_count(); ++p) {
+      std::int64_t valid = 0;
+      for (int r = 0; r < t.world(); ++r) {
+        intervals.emplace_back(g.landing_offset(p, r), g.param(p).shard_bytes);
+        valid += g.valid_rows(p, r);
+      }
+      EXPECT_EQ(valid, g.param(p).rows);
+      EXPECT_EQ(g.landing_offset(p, 0), g.param(p).offset * t.world());
+    }
+    std::sort(intervals.begin(), intervals.end());
+    std::int64_t cursor = 0;
+    for (const auto& [start, length] : intervals) {
+      ASSERT_EQ(start, cursor);
+      cursor += length;
+    }
+    EXPECT_EQ(cursor, g.unsharded_bytes());
+  }
+}
+
+}  // namespace
+}  // namespace tide

@@ -78,7 +78,7 @@ class AgPlan {
 
   const GroupLayout& layout() const { return layout_; }
   const AgOptions& options() const { return options_; }
-  const std::vector<AgRound>& rounds() const { return rounds_; }          // R entries
+  const std::vector<AgRound>& rounds() const { return rounds_; }           // R entries
   const std::vector<AgSlotGroup>& slot_groups() const { return groups_; }  // in arrival order
 
   // Receive stage: (M - 1) S bytes, or M S with the mixed-precision cast (slot 0 staged).

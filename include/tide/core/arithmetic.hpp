@@ -38,12 +38,13 @@ namespace tide::arith {
 constexpr std::uint32_t kCanonicalNanFp32 = 0x7FFFFFFFu;
 constexpr std::uint16_t kCanonicalNanBf16 = 0x7FFFu;
 
-constexpr bool is_nan_bits(std::uint32_t bits) { return (bits & 0x7FFFFFFFu) > 0x7F800000u; }
+constexpr bool is_nan_bits(std::uint32_t bits) {
+  return (bits & 0x7FFFFFFFu) > 0x7F800000u;
+}
 
 // Returns `x`, with any NaN replaced by the canonical one.
 inline float canonical(float x) {
-  return is_nan_bits(std::bit_cast<std::uint32_t>(x)) ? std::bit_cast<float>(kCanonicalNanFp32)
-                                                      : x;
+  return is_nan_bits(std::bit_cast<std::uint32_t>(x)) ? std::bit_cast<float>(kCanonicalNanFp32) : x;
 }
 
 inline float bf16_to_float(std::uint16_t bits) {
@@ -57,8 +58,12 @@ inline std::uint16_t float_to_bf16(float value) {
   return static_cast<std::uint16_t>((bits + rounding_bias) >> 16);
 }
 
-inline float add(float a, float b) { return canonical(a + b); }
-inline float mul(float a, float b) { return canonical(a * b); }
+inline float add(float a, float b) {
+  return canonical(a + b);
+}
+inline float mul(float a, float b) {
+  return canonical(a * b);
+}
 
 // Level 1 for one element. `staged` holds the other local ranks' values in increasing
 // local-rank order; `own` is the owner's value.
@@ -66,7 +71,8 @@ inline float level1_partial(std::span<const float> staged, float own, float alph
   float acc = own;
   if (!staged.empty()) {
     acc = staged[0];
-    for (std::size_t i = 1; i < staged.size(); ++i) acc = add(acc, staged[i]);
+    for (std::size_t i = 1; i < staged.size(); ++i)
+      acc = add(acc, staged[i]);
     acc = add(acc, own);
   }
   return mul(alpha, canonical(acc));

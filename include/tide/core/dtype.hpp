@@ -9,9 +9,13 @@ namespace tide {
 
 enum class DType : std::uint8_t { kBf16, kFp32 };
 
-constexpr std::int64_t item_bytes(DType t) { return t == DType::kBf16 ? 2 : 4; }
+constexpr std::int64_t item_bytes(DType t) {
+  return t == DType::kBf16 ? 2 : 4;
+}
 
-constexpr std::string_view dtype_name(DType t) { return t == DType::kBf16 ? "bf16" : "fp32"; }
+constexpr std::string_view dtype_name(DType t) {
+  return t == DType::kBf16 ? "bf16" : "fp32";
+}
 
 // Parses "bf16" or "fp32"; throws InvalidArgument naming `what` (e.g. "--ag-dtype") otherwise.
 DType parse_dtype(std::string_view text, std::string_view what);

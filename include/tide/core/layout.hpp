@@ -53,11 +53,15 @@ class GroupLayout {
   const ParamLayout& param(int p) const { return params_.at(static_cast<std::size_t>(p)); }
 
   std::int64_t shard_elems() const { return shard_elems_; }  // sum_p R_p K_p
-  std::int64_t shard_bytes() const { return shard_elems_ * item_bytes(ag_dtype_); }       // S
-  std::int64_t grad_shard_bytes() const { return shard_elems_ * item_bytes(grad_dtype_); }  // S_grad
-  std::int64_t fp32_shard_bytes() const { return shard_elems_ * 4; }                       // S_fp32
-  std::int64_t unsharded_bytes() const { return shard_bytes() * topology_.world(); }       // N S
-  std::int64_t pack_buffer_bytes() const { return fp32_shard_bytes() * topology_.world(); }  // Eq. 3
+  std::int64_t shard_bytes() const { return shard_elems_ * item_bytes(ag_dtype_); }  // S
+  std::int64_t grad_shard_bytes() const {
+    return shard_elems_ * item_bytes(grad_dtype_);
+  }                                                                                   // S_grad
+  std::int64_t fp32_shard_bytes() const { return shard_elems_ * 4; }                  // S_fp32
+  std::int64_t unsharded_bytes() const { return shard_bytes() * topology_.world(); }  // N S
+  std::int64_t pack_buffer_bytes() const {
+    return fp32_shard_bytes() * topology_.world();
+  }  // Eq. 3
 
   // Eq. 2: where rank r's shard of parameter p lands in the parameter-major buffer.
   std::int64_t landing_offset(int p, int rank) const;

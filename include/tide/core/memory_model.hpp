@@ -20,12 +20,12 @@
 namespace tide {
 
 struct MemoryModelInput {
-  int nodes = 1;              // M
-  int gpus_per_node = 8;      // L
-  int round_width = 4;        // k
-  int inbox_generations = 2;  // n_par
-  int staging_slots = 2;      // n_stg
-  int grad_bytes = 2;         // b_grad
+  int nodes = 1;                            // M
+  int gpus_per_node = 8;                    // L
+  int round_width = 4;                      // k
+  int inbox_generations = 2;                // n_par
+  int staging_slots = 2;                    // n_stg
+  int grad_bytes = 2;                       // b_grad
   std::optional<std::int64_t> shard_bytes;  // S (bf16 shard of the largest group), for bytes
 };
 
@@ -58,8 +58,7 @@ struct BufferScalingRow {
   double in_place_blocks = 0;
   double slot_reuse_blocks = 0;
 };
-std::vector<BufferScalingRow> buffer_scaling(const std::vector<int>& node_counts,
-                                             int gpus_per_node, int round_width,
-                                             int wave_width, int grad_bytes);
+std::vector<BufferScalingRow> buffer_scaling(const std::vector<int>& node_counts, int gpus_per_node,
+                                             int round_width, int wave_width, int grad_bytes);
 
 }  // namespace tide

@@ -12,16 +12,16 @@
 namespace tide {
 
 struct ModelGroup {
-  std::string name;         // "layer", "embedding", "output", ...
-  std::string description;  // one line: which module(s) of the model the group holds
+  std::string name;                // "layer", "embedding", "output", ...
+  std::string description;         // one line: which module(s) of the model the group holds
   std::vector<ParamShape> params;  // in the model's registration (FSDP2) order
 };
 
 struct ModelPreset {
-  std::string name;         // CLI name, e.g. "llama3.1-70b"
-  std::string description;  // one line
-  std::string source;       // where the configuration comes from (URL of config / code)
-  int layer_count = 0;      // how many times the "layer" group repeats
+  std::string name;                // CLI name, e.g. "llama3.1-70b"
+  std::string description;         // one line
+  std::string source;              // where the configuration comes from (URL of config / code)
+  int layer_count = 0;             // how many times the "layer" group repeats
   std::vector<ModelGroup> groups;  // groups[0] is the repeated layer group
 };
 

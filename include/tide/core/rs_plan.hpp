@@ -3,9 +3,11 @@
 // the two memory modes need.
 //
 // Output (Eq. 5): rank r's fp32 shard out_r is the concatenation over p of R_p K_p elements
-// (the "span", E_live = sum_p R_p K_p elements). The span is cut into n_part passes of L
-// sub-slices of E_sub elements each (E_sub a multiple of the vector width); the last live
-// sub-slices may be short or empty.
+// (the "span", E_live = sum_p R_p K_p elements). The span is cut into L sub-slices of E_sub
+// = ceil(E_live / L) elements (rounded up to the vector width; the last live sub-slices may
+// be short or empty), and each sub-slice into n_part pass parts of E_pass elements. Pass q
+// handles part q of every sub-slice, so an element's sub-slice, and with it its Level 1
+// owner and the order of its sums, do not depend on n_part (NOTE [arithmetic order]).
 //
 // Level 1 (Sec. 4.1): for destination node t, local GPU j of sender node n owns sub-slice
 //   s = (j + c_bar) mod L   (Eq. 7),  c = c(t, n) (Eq. 6), c_bar = c mod M,
@@ -36,31 +38,31 @@ std::string_view mode_name(RsMode mode);
 RsMode parse_mode(std::string_view text);  // "in-place" | "slot-reuse"
 
 struct RsOptions {
-  int wave_width = 0;       // W_wave; 0 selects L
-  int round_width = 4;      // k: concurrent rail transfers per round
+  int wave_width = 0;   // W_wave; 0 selects L
+  int round_width = 4;  // k: concurrent rail transfers per round
   RsMode mode = RsMode::kInPlace;
-  int passes = 1;           // n_part
-  int staging_slots = 2;    // n_stg
-  int vector_elems = 4;     // E_sub alignment in fp32 elements (16 bytes)
+  int passes = 1;         // n_part
+  int staging_slots = 2;  // n_stg
+  int vector_elems = 4;   // E_sub alignment in fp32 elements (16 bytes)
 };
 
 inline constexpr int kMaxRoundWidth = 64;
 inline constexpr int kMaxPasses = 64;
 
 struct RsWave {
-  int index = 0;               // global wave number g = pass * W + w
+  int index = 0;  // global wave number g = pass * W + w
   int pass = 0;
-  int wave_in_pass = 0;        // w
-  int generation = 0;          // g mod n_par
-  int first_contributor = 0;   // contributors [first, last], c = M is the own node
+  int wave_in_pass = 0;       // w
+  int generation = 0;         // g mod n_par
+  int first_contributor = 0;  // contributors [first, last], c = M is the own node
   int last_contributor = 0;
-  int first_round = 0;         // rounds [first_round, first_round + round_count)
+  int first_round = 0;  // rounds [first_round, first_round + round_count)
   int round_count = 0;
   // Per destination GPU j (bit s = inbox block s): blocks this wave writes, and blocks that
   // must be zeroed before it lands (NOTE [stale-block zeroing]). Entries j >= L are 0.
   std::array<std::uint8_t, kMaxGpusPerNode> written_blocks{};
   std::array<std::uint8_t, kMaxGpusPerNode> zeroed_blocks{};
-  bool has_own_node = false;   // the own node (c = M) closes the last wave of each pass
+  bool has_own_node = false;  // the own node (c = M) closes the last wave of each pass
   int contributor_count() const { return last_contributor - first_contributor + 1; }
 };
 
@@ -87,8 +89,8 @@ struct RsDescriptorCounts {
 };
 
 struct RsMemory {
-  std::int64_t block_bytes = 0;         // L * E_sub * 4: outbox, inbox and spare blocks
-  std::int64_t staging_slot_bytes = 0;  // (L - 1) * L * E_sub * b_grad
+  std::int64_t block_bytes = 0;         // L * E_pass * 4: outbox, inbox and spare blocks
+  std::int64_t staging_slot_bytes = 0;  // (L - 1) * L * E_pass * b_grad
   std::int64_t staging_bytes = 0;       // n_stg slots
   std::int64_t inbox_bytes = 0;         // n_par generations x L blocks
   std::int64_t outbox_bytes = 0;        // 2 banks x n_out blocks
@@ -104,12 +106,13 @@ class RsPlan {
 
   const GroupLayout& layout() const { return layout_; }
   const RsOptions& options() const { return options_; }
-  int wave_width() const { return wave_width_; }        // W_wave
-  int round_width() const { return options_.round_width; }  // k
-  int passes() const { return options_.passes; }        // n_part
-  int waves_per_pass() const { return waves_per_pass_; }  // W = ceil(M / W_wave)
-  int generations() const { return generations_; }      // n_par
+  int wave_width() const { return wave_width_; }                     // W_wave
+  int round_width() const { return options_.round_width; }           // k
+  int passes() const { return options_.passes; }                     // n_part
+  int waves_per_pass() const { return waves_per_pass_; }             // W = ceil(M / W_wave)
+  int generations() const { return generations_; }                   // n_par
   std::int64_t sub_slice_elems() const { return sub_slice_elems_; }  // E_sub
+  std::int64_t pass_elems() const { return pass_elems_; }  // E_pass: one pass of a sub-slice
   std::int64_t span_elems() const { return layout_.shard_elems(); }  // E_live
 
   // Eq. 6-8 (inline: the exhaustive sweep evaluates them billions of times).
@@ -117,20 +120,20 @@ class RsPlan {
   int sub_slice(int sender_local, int contributor) const {             // s = (j + c_bar) mod L
     return wrap_gpu(sender_local + contributor_shift(contributor));
   }
-  int destination_gpu(int sub_slice_index, int contributor) const {    // j = (s - c_bar) mod L
+  int destination_gpu(int sub_slice_index, int contributor) const {  // j = (s - c_bar) mod L
     return wrap_gpu(sub_slice_index - contributor_shift(contributor) + l_);
   }
   int wave_of(int contributor) const;  // within a pass
 
-  const std::vector<RsWave>& waves() const { return waves_; }   // all passes, in order
+  const std::vector<RsWave>& waves() const { return waves_; }     // all passes, in order
   const std::vector<RsRound>& rounds() const { return rounds_; }  // all passes, in order
-  int remote_destinations() const;  // D_rem = n_part (M - 1)
+  int remote_destinations() const;                                // D_rem = n_part (M - 1)
   int outbox_depth() const { return outbox_depth_; }  // n_out per bank (Sec. 5.3, Eq. 9)
   // Outbox block of remote destination J (1-based in send order): (J - 1) mod n_out.
   int outbox_block(int destination) const;
   int round_of_destination(int destination) const;  // 0-based round index of destination J
 
-  // Span elements [begin, end) of sub-slice s in pass q, clipped to E_live.
+  // Span elements [begin, end) of pass q's part of sub-slice s, clipped to E_live.
   std::int64_t sub_slice_begin(int pass, int s) const;
   std::int64_t sub_slice_end(int pass, int s) const;
   std::vector<RsPiece> pieces(int pass, int s) const;
@@ -146,6 +149,10 @@ class RsPlan {
 
   RsMemory memory() const;
 
+  // Fault injection: lets tests break a plan's wave tables (drop a zeroing, move a
+  // contributor) to prove the validator catches it. Never used by planners or executors.
+  std::vector<RsWave>& waves_for_fault_injection() { return waves_; }
+
  private:
   GroupLayout layout_;
   RsOptions options_;
@@ -154,6 +161,7 @@ class RsPlan {
   int generations_ = 0;
   int outbox_depth_ = 0;
   std::int64_t sub_slice_elems_ = 0;
+  std::int64_t pass_elems_ = 0;
   std::vector<RsWave> waves_;
   std::vector<RsRound> rounds_;
   std::vector<int> destination_round_;  // by J - 1

@@ -14,17 +14,17 @@
 namespace tide {
 
 struct SolverInput {
-  double bw_nic_gbps = 0;   // sustained per-rail throughput, GB/s (1e9 bytes/s)
-  double bw_sum_gbps = 0;   // Level 1 sum rate per CTA (logical read + write bytes)
-  double bw_land_gbps = 0;  // landing rate per CTA
-  double bw_cap_gbps = 0;   // landing fabric ceiling
-  double t_round_ms = 0;    // calibrated per-round wait overhead
-  int nodes = 1;            // M
-  int gpus_per_node = 8;    // L
+  double bw_nic_gbps = 0;        // sustained per-rail throughput, GB/s (1e9 bytes/s)
+  double bw_sum_gbps = 0;        // Level 1 sum rate per CTA (logical read + write bytes)
+  double bw_land_gbps = 0;       // landing rate per CTA
+  double bw_cap_gbps = 0;        // landing fabric ceiling
+  double t_round_ms = 0;         // calibrated per-round wait overhead
+  int nodes = 1;                 // M
+  int gpus_per_node = 8;         // L
   std::int64_t shard_bytes = 0;  // S: per-rank packed gradient shard in the gradient dtype
-  int grad_bytes = 2;       // b_grad
-  int wave_width = 0;       // W_wave; 0 selects L
-  int passes = 1;           // n_part
+  int grad_bytes = 2;            // b_grad
+  int wave_width = 0;            // W_wave; 0 selects L
+  int passes = 1;                // n_part
   double gamma_skew = 1.5;
   double eta_tail = 0.05;
   int max_round_width = 4;  // k_max
@@ -44,10 +44,10 @@ struct SolverResult {
   // Intermediate terms.
   std::int64_t fp32_shard_bytes = 0;
   double t_nic_ms = 0;
-  double level1_rate_factor = 0;   // L b_grad / 4 + 1
-  double sum_ctas_exact = 0;       // before the ceiling
-  int landing_cap_ctas = 0;        // floor(BW_cap / BW_land)
-  int landing_tail_ctas = 0;       // the tail-bound term
+  double level1_rate_factor = 0;    // L b_grad / 4 + 1
+  double sum_ctas_exact = 0;        // before the ceiling
+  int landing_cap_ctas = 0;         // floor(BW_cap / BW_land)
+  int landing_tail_ctas = 0;        // the tail-bound term
   double round_wait_budget_ms = 0;  // 0.10 t_NIC
   std::vector<RoundWidthStep> round_width_steps;
 };

@@ -6,16 +6,16 @@
 
 namespace tide {
 
-inline constexpr int kMaxGpusPerNode = 8;     // GPUs per NVSwitch domain (Sec. 2.5)
-inline constexpr int kMaxNodes = 1 << 16;     // far beyond any deployment; keeps N in int
+inline constexpr int kMaxGpusPerNode = 8;  // GPUs per NVSwitch domain (Sec. 2.5)
+inline constexpr int kMaxNodes = 1 << 16;  // far beyond any deployment; keeps N in int
 
 class Topology {
  public:
   // Throws InvalidArgument when M < 1, M > kMaxNodes or L is outside 1..8.
   Topology(int nodes, int gpus_per_node);
 
-  int nodes() const { return nodes_; }                 // M
-  int gpus_per_node() const { return gpus_per_node_; }  // L
+  int nodes() const { return nodes_; }                   // M
+  int gpus_per_node() const { return gpus_per_node_; }   // L
   int world() const { return nodes_ * gpus_per_node_; }  // N
 
   int rank(int node, int local) const { return node * gpus_per_node_ + local; }
@@ -30,6 +30,8 @@ class Topology {
 };
 
 // Non-negative remainder: mod(-1, 5) == 4.
-constexpr int mod(std::int64_t a, std::int64_t m) { return static_cast<int>(((a % m) + m) % m); }
+constexpr int mod(std::int64_t a, std::int64_t m) {
+  return static_cast<int>(((a % m) + m) % m);
+}
 
 }  // namespace tide

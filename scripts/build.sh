@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Configures and builds TIDE into build/ (or $TIDE_BUILD_DIR), after installing the
+# dependencies. Extra arguments go to CMake's configure step.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+build_dir="${TIDE_BUILD_DIR:-build}"
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="${TIDE_BUILD_TYPE:-RelWithDebInfo}" "$@" >/dev/null
+cmake --build "$build_dir" -j "$(nproc)"

@@ -1,0 +1,151 @@
+"""End-to-end tests of the `tide` CLI: JSON field names and values at the paper's points,
+readable tables, and bad input (one-line error, exit status 2, never a crash).
+
+Run through CTest, or directly: python3 tests/cli/test_cli.py path/to/tide
+"""
+import json
+import subprocess
+import sys
+import unittest
+
+TIDE = None
+
+
+def run(*args):
+    return subprocess.run([TIDE, *args], capture_output=True, text=True, timeout=120)
+
+
+def run_json(*args):
+    result = run(*args, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+class PlanJson(unittest.TestCase):
+    def test_llama_layer_layout(self):
+        out = run_json("plan", "--model", "llama3.1-70b", "--nodes", "8", "--gpus-per-node", "8")
+        params = out["layout"]["params"]
+        self.assertEqual(len(params), 9)
+        q = params[0]
+        self.assertEqual(q["name"], "self_attn.q_proj.weight")
+        self.assertEqual((q["rows"], q["cols"], q["rows_per_rank"]), (8192, 8192, 128))
+        self.assertEqual(q["shard_bytes"], 128 * 8192 * 2)
+        self.assertEqual(q["offset"], 0)
+        self.assertEqual(params[1]["offset"], q["shard_bytes"])
+        for p in params:
+            for key in ("rows_per_rank", "shard_bytes", "offset"):
+                self.assertIsInstance(p[key], int)
+        self.assertEqual(out["topology"], {"nodes": 8, "gpus_per_node": 8, "world": 64})
+        self.assertEqual(out["ag"]["round_count"], 3)
+        self.assertEqual(out["ag"]["stage_bytes"], 7 * out["layout"]["shard_bytes"])
+        rs = out["rs"]
+        self.assertTrue(rs["validation"]["accepted"])
+        self.assertEqual(rs["inbox_generations"], 1)
+        self.assertEqual(rs["outbox_depth"], 7)
+        self.assertEqual(rs["descriptors"]["paper_flat"], 7 * 9 * 8 * 8)
+
+    def test_shapes_and_options(self):
+        out = run_json("plan", "--shapes", "100x3,7,1x6x5120", "-M", "20", "-L", "8",
+                       "--mode", "slot-reuse", "--round-width", "4", "--grad-dtype", "fp32")
+        self.assertEqual([p["cols"] for p in out["layout"]["params"]], [3, 1, 30720])
+        self.assertEqual(out["rs"]["mode"], "slot-reuse")
+        self.assertEqual(out["rs"]["outbox_depth"], 8)
+        self.assertEqual(out["rs"]["inbox_generations"], 2)
+        self.assertEqual(len(out["rs"]["waves"]), 3)
+        self.assertEqual(out["grad_dtype"], "fp32")
+
+    def test_list_models(self):
+        out = run_json("plan", "--list-models")
+        specs = {m["spec"] for m in out["models"]}
+        for spec in ("llama3.1-70b:layer", "qwen3-30b-a3b:layer", "wan2.2-14b:layer",
+                     "llama3.1-70b:embedding", "wan2.2-14b:output"):
+            self.assertIn(spec, specs)
+
+    def test_table_output(self):
+        result = run("plan", "--model", "wan2.2-14b", "-M", "2", "-L", "8")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("TIDE-AG", result.stdout)
+        self.assertIn("TIDE-RS", result.stdout)
+        self.assertIn("accepted", result.stdout)
+
+
+class OtherCommands(unittest.TestCase):
+    def test_check_plans_small(self):
+        out = run_json("check-plans", "--max-nodes", "64", "--gpus-per-node", "8",
+                       "--round-widths", "1-4")
+        self.assertEqual(out["plans"], 63 * 8 * 4 * 2)
+        self.assertEqual(out["accepted"] + out["rejected"], out["plans"])
+        self.assertEqual(out["violations"], 0)
+        for key in ("accepted", "rejected", "violations"):
+            self.assertIsInstance(out[key], int)
+
+    def test_memory_paper_point(self):
+        out = run_json("memory", "--nodes", "64", "--gpus-per-node", "8", "--round-width", "4",
+                       "--inbox-generations", "2", "--shard-bytes", str(32 << 20))
+        self.assertAlmostEqual(out["in_place_staging_ns"], 0.594, places=3)
+        self.assertAlmostEqual(out["slot_reuse_staging_ns"], 0.164, places=3)
+        self.assertEqual(round(out["in_place_total_ns"], 2), 3.72)
+        self.assertEqual(round(out["slot_reuse_total_ns"], 2), 2.29)
+        self.assertEqual(out["fsdp2_total_ns"], 4)
+        self.assertEqual(out["ns_bytes"], 512 * (32 << 20))
+
+    def test_solve_paper_calibration(self):
+        out = run_json("solve", "--bw-nic", "47.5", "--bw-sum", "99", "--bw-land", "21",
+                       "--bw-cap", "90", "--t-round", "1.3", "--nodes", "8",
+                       "--gpus-per-node", "8", "--shard-bytes", str(32 << 20))
+        self.assertEqual((out["sum_ctas"], out["landing_ctas"], out["round_width"]), (4, 4, 4))
+
+
+class BadInput(unittest.TestCase):
+    def assert_rejected(self, *args, mentions=()):
+        result = run(*args)
+        self.assertEqual(result.returncode, 2, f"{args}: {result.stdout} {result.stderr}")
+        lines = result.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, result.stderr)
+        self.assertTrue(lines[0].startswith("tide: "), lines[0])
+        for word in mentions:
+            self.assertIn(word, lines[0])
+
+    def test_topology(self):
+        self.assert_rejected("plan", "--shapes", "8x8", "-M", "1", "-L", "9", mentions=("9", "1..8"))
+        self.assert_rejected("plan", "--shapes", "8x8", "-M", "0", "-L", "8", mentions=("M = 0",))
+        self.assert_rejected("plan", "--shapes", "8x8", "-M", "-4", "-L", "8")
+        self.assert_rejected("plan", "--shapes", "8x8", "-M", "two")
+
+    def test_shapes(self):
+        self.assert_rejected("plan", "--shapes", "12xfoo", mentions=("foo",))
+        self.assert_rejected("plan", "--shapes", "0x5", mentions=("at least 1",))
+        self.assert_rejected("plan", "--shapes", "8x-5")
+        self.assert_rejected("plan", "--shapes", "8x8,,4")
+        self.assert_rejected("plan", "--shapes", "")
+        self.assert_rejected("plan")
+        self.assert_rejected("plan", "--shapes", "8x8", "--model", "llama3.1-70b")
+        self.assert_rejected("plan", "--model", "gpt-5", mentions=("llama3.1-70b",))
+
+    def test_contract(self):
+        self.assert_rejected("plan", "--model", "qwen3-30b-a3b:layer-per-expert", "-M", "2",
+                             mentions=("256", "stock"))
+        self.assert_rejected("plan", "--shapes", ",".join(["4x4"] * 257), mentions=("257", "256"))
+
+    def test_wave_width(self):
+        self.assert_rejected("plan", "--shapes", "800x8", "-M", "9", "-L", "8", "--wave-width", "3",
+                             mentions=("does not divide L = 8",))
+        self.assert_rejected("plan", "--shapes", "800x8", "-M", "9", "-L", "8", "--wave-width", "9")
+        self.assert_rejected("plan", "--shapes", "800x8", "--round-width", "0")
+        self.assert_rejected("plan", "--shapes", "800x8", "--mode", "fast")
+        self.assert_rejected("plan", "--shapes", "800x8", "--ag-dtype", "fp16")
+
+    def test_other_commands(self):
+        self.assert_rejected("memory", "--nodes", "8", "--inbox-generations", "3")
+        self.assert_rejected("memory", "--nodes", "8", "--gpus-per-node", "12")
+        self.assert_rejected("solve", "--bw-nic", "-1", "--bw-sum", "99", "--bw-land", "21",
+                             "--bw-cap", "90", "--t-round", "1.3", "--nodes", "8",
+                             "--shard-bytes", "100")
+        self.assert_rejected("check-plans", "--gpus-per-node", "9", "--wave-widths", "1-8")
+        self.assert_rejected("check-plans", "--wave-widths", "3-1")
+        self.assert_rejected("frobnicate")
+
+
+if __name__ == "__main__":
+    TIDE = sys.argv.pop(1)
+    unittest.main(verbosity=2)

@@ -1,0 +1,82 @@
+// Sizing solver (App. G, Eqs. 13-14): the paper's calibration must give its choices.
+#include "tide/core/sizing_solver.hpp"
+
+#include <gtest/gtest.h>
+
+#include "tide/core/error.hpp"
+
+namespace tide {
+namespace {
+
+SolverInput paper_calibration() {
+  SolverInput in;
+  in.bw_nic_gbps = 47.5;
+  in.bw_sum_gbps = 99;
+  in.bw_land_gbps = 21;
+  in.bw_cap_gbps = 90;
+  in.t_round_ms = 1.3;
+  in.nodes = 8;
+  in.gpus_per_node = 8;
+  in.shard_bytes = std::int64_t{32} << 20;  // a 32 MiB bf16 gradient shard
+  return in;
+}
+
+TEST(SizingSolver, PaperEightNodeSystemPicksKFourAndFourSumCtas) {
+  const SolverResult r = solve_sizing(paper_calibration());
+  EXPECT_EQ(r.sum_ctas, 4);                     // Sec. 6.3: "four sum CTAs"
+  EXPECT_EQ(r.round_width, 4);                  // Sec. 6.3: "k = 4"
+  EXPECT_EQ(r.landing_ctas, 4);                 // floor(90 / 21): the training configuration's 4
+  EXPECT_DOUBLE_EQ(r.level1_rate_factor, 5.0);  // 8 bf16 reads + 1 fp32 write per 4 B
+  EXPECT_NEAR(r.sum_ctas_exact, 1.5 * 5 * 47.5 / 99, 1e-12);
+  EXPECT_EQ(r.landing_cap_ctas, 4);
+  EXPECT_EQ(r.fp32_shard_bytes, std::int64_t{64} << 20);
+  EXPECT_NEAR(r.t_nic_ms, 7.0 * (64 << 20) / 47.5e6, 1e-9);
+  ASSERT_EQ(r.round_width_steps.size(), 2u);
+  EXPECT_EQ(r.round_width_steps[0].round_width, 2);
+  EXPECT_EQ(r.round_width_steps[0].rounds, 4);
+  EXPECT_TRUE(r.round_width_steps[0].widened);
+  EXPECT_EQ(r.round_width_steps[1].rounds, 2);
+}
+
+TEST(SizingSolver, NetworkRounds) {
+  EXPECT_EQ(network_rounds(7, 2, 8), 4);
+  EXPECT_EQ(network_rounds(7, 4, 8), 2);
+  EXPECT_EQ(network_rounds(63, 4, 8), 16);  // 8 waves, each 2 rounds (last has 7 remote)
+  EXPECT_EQ(network_rounds(0, 4, 8), 0);
+  EXPECT_EQ(network_rounds(9, 32, 4), 3);  // waves {1..4}, {5..8}, {9, own}
+}
+
+TEST(SizingSolver, RoundWidthStaysNarrowWhenWaitsAreCheap) {
+  SolverInput in = paper_calibration();
+  in.t_round_ms = 0.01;
+  EXPECT_EQ(solve_sizing(in).round_width, 2);
+  in.nodes = 2;  // one remote contribution: k = min(2, M - 1) = 1
+  EXPECT_EQ(solve_sizing(in).round_width, 1);
+}
+
+TEST(SizingSolver, LandingTailBound) {
+  // A large M makes t_NIC long, so one landing CTA bounds the tail.
+  SolverInput in = paper_calibration();
+  in.nodes = 64;
+  const SolverResult r = solve_sizing(in);
+  EXPECT_EQ(r.landing_tail_ctas, 1);
+  EXPECT_EQ(r.landing_ctas, 1);
+}
+
+TEST(SizingSolver, RejectsBadInput) {
+  SolverInput in = paper_calibration();
+  in.bw_nic_gbps = -1;
+  EXPECT_THROW(solve_sizing(in), InvalidArgument);
+  in = paper_calibration();
+  in.shard_bytes = 0;
+  EXPECT_THROW(solve_sizing(in), InvalidArgument);
+  in = paper_calibration();
+  in.gpus_per_node = 9;
+  EXPECT_THROW(solve_sizing(in), InvalidArgument);
+  in = paper_calibration();
+  in.wave_width = 9;
+  EXPECT_THROW(solve_sizing(in), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace tide
