@@ -15,7 +15,7 @@ fi
 "$tide" plan --model llama3.1-70b --nodes 8 --gpus-per-node 8
 echo
 "$tide" memory --nodes 64 --gpus-per-node 8 --round-width 4 --inbox-generations 2 \
-  --shard-bytes 26739200
+  --model llama3.1-70b:output
 echo
 "$tide" solve --bw-nic 47.5 --bw-sum 99 --bw-land 21 --bw-cap 90 --t-round 1.3 \
   --nodes 8 --gpus-per-node 8 --shard-bytes 26739200

@@ -7,8 +7,10 @@
 #include <string>
 
 #include "commands.hpp"
+#include "shapes.hpp"
 #include "table.hpp"
 #include "tide/core/dtype.hpp"
+#include "tide/core/layout.hpp"
 #include "tide/core/memory_model.hpp"
 
 namespace tide::cli {
@@ -17,6 +19,8 @@ namespace {
 struct MemoryArgs {
   MemoryModelInput in;
   std::int64_t shard_bytes = 0;
+  std::string shapes;
+  std::string model;
   std::string grad_dtype = "bf16";
   bool json = false;
 };
@@ -24,6 +28,15 @@ struct MemoryArgs {
 void run_memory(MemoryArgs& a) {
   a.in.grad_bytes = static_cast<int>(item_bytes(parse_dtype(a.grad_dtype, "--grad-dtype")));
   if (a.shard_bytes != 0) a.in.shard_bytes = a.shard_bytes;
+  std::string group_name;
+  if (!a.shapes.empty() || !a.model.empty()) {
+    NamedGroup group = resolve_group(a.shapes, a.model);
+    group_name = group.name;
+    // S of this group at this topology: its bf16 shard (NS counts unsharded bf16 bytes).
+    a.in.shard_bytes = GroupLayout(Topology(a.in.nodes, a.in.gpus_per_node),
+                                   std::move(group.params), DType::kBf16, DType::kBf16)
+                           .shard_bytes();
+  }
   const MemoryModel m = evaluate_memory_model(a.in);
   const std::vector<BufferScalingRow> scaling =
       buffer_scaling({1, 2, 4, 8, 16, 32, 64}, a.in.gpus_per_node, a.in.round_width,
@@ -56,6 +69,7 @@ void run_memory(MemoryArgs& a) {
                           {"fsdp2_total_ns", m.fsdp2_total_ns},
                           {"fsdp2_pack_ns", m.fsdp2_pack_ns},
                           {"buffer_scaling_fp32_blocks", rows}};
+    if (!group_name.empty()) out["group"] = group_name;
     if (m.ns_bytes) {
       out["shard_bytes"] = *a.in.shard_bytes;
       out["ns_bytes"] = *m.ns_bytes;
@@ -70,8 +84,9 @@ void run_memory(MemoryArgs& a) {
   }
   std::cout << fmt::format(
       "Memory model (Sec. 5.4): M={}, L={}, k={}, n_par={}, n_stg={}; NS = one unsharded bf16 "
-      "group{}\n",
+      "group{}{}\n",
       a.in.nodes, a.in.gpus_per_node, a.in.round_width, a.in.inbox_generations, a.in.staging_slots,
+      group_name.empty() ? "" : " (" + group_name + ")",
       m.ns_bytes ? fmt::format(" = {}", bytes(*m.ns_bytes)) : "");
   Table table({"quantity", "S_fp32 blocks", "x NS", "bytes"});
   auto add = [&](const std::string& what, std::optional<double> blocks, double ns) {
@@ -112,8 +127,12 @@ void add_memory_command(CLI::App& app) {
   cmd->add_option("--inbox-generations", args->in.inbox_generations, "n_par (1 or 2)")
       ->capture_default_str();
   cmd->add_option("--staging-slots", args->in.staging_slots, "n_stg")->capture_default_str();
-  cmd->add_option("--shard-bytes", args->shard_bytes,
-                  "S: bf16 shard bytes of the largest group (adds byte figures)");
+  auto* shard = cmd->add_option("--shard-bytes", args->shard_bytes,
+                                "S: bf16 shard bytes of the largest group (adds byte figures)");
+  auto* shapes = cmd->add_option("--shapes", args->shapes, "Take S from these shapes D0xK0,...");
+  auto* model = cmd->add_option("--model", args->model, "Take S from a model group NAME[:GROUP]");
+  shard->excludes(shapes)->excludes(model);
+  shapes->excludes(model);
   cmd->add_option("--grad-dtype", args->grad_dtype, "Gradient dtype: bf16 or fp32")
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print JSON");

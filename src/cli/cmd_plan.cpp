@@ -294,21 +294,10 @@ void list_models(bool as_json) {
 
 void run_plan(const PlanArgs& a) {
   if (a.list_models) return list_models(a.json);
-  if (a.shapes.empty() == a.model.empty()) {
-    throw InvalidArgument("tide plan needs exactly one of --shapes D0xK0,... or --model NAME");
-  }
   const Topology topology(a.nodes, a.gpus_per_node);
-  std::vector<ParamShape> shapes;
-  std::string group_name;
-  if (!a.model.empty()) {
-    const ModelGroup& g = find_model_group(a.model);
-    shapes = g.params;
-    group_name = a.model.find(':') == std::string::npos ? a.model + ":" + g.name : a.model;
-  } else {
-    shapes = parse_shapes(a.shapes);
-    group_name = "--shapes";
-  }
-  const GroupLayout layout(topology, std::move(shapes), parse_dtype(a.ag_dtype, "--ag-dtype"),
+  NamedGroup group = resolve_group(a.shapes, a.model);
+  const std::string group_name = group.name;
+  const GroupLayout layout(topology, std::move(group.params), parse_dtype(a.ag_dtype, "--ag-dtype"),
                            parse_dtype(a.grad_dtype, "--grad-dtype"));
   AgOptions ag_options;
   ag_options.mixed_precision_cast = a.cast;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "tide/core/error.hpp"
+#include "tide/core/models.hpp"
 
 namespace tide::cli {
 namespace {
@@ -63,6 +64,15 @@ std::vector<ParamShape> parse_shapes(std::string_view text) {
     start = comma + 1;
   }
   return params;
+}
+
+NamedGroup resolve_group(const std::string& shapes, const std::string& model) {
+  if (shapes.empty() == model.empty()) {
+    throw InvalidArgument("give exactly one of --shapes D0xK0,... or --model NAME");
+  }
+  if (!shapes.empty()) return {"--shapes", parse_shapes(shapes)};
+  const ModelGroup& group = find_model_group(model);
+  return {model.find(':') == std::string::npos ? model + ":" + group.name : model, group.params};
 }
 
 }  // namespace tide::cli

@@ -2,6 +2,7 @@
 // two extents (A x B x C) is folded to (A, B * C); a single extent D means (D, 1).
 #pragma once
 
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -11,5 +12,13 @@ namespace tide::cli {
 
 // Throws InvalidArgument naming the bad entry and its position.
 std::vector<ParamShape> parse_shapes(std::string_view text);
+
+struct NamedGroup {
+  std::string name;  // "--shapes" or "NAME:GROUP"
+  std::vector<ParamShape> params;
+};
+
+// The group named by exactly one of `--shapes` and `--model` (the other left empty).
+NamedGroup resolve_group(const std::string& shapes, const std::string& model);
 
 }  // namespace tide::cli

@@ -89,6 +89,17 @@ class OtherCommands(unittest.TestCase):
         self.assertEqual(out["fsdp2_total_ns"], 4)
         self.assertEqual(out["ns_bytes"], 512 * (32 << 20))
 
+    def test_memory_on_llamas_largest_group(self):
+        # Sec. 7.4: at 64 nodes, at most 1.2 and 0.3 GiB per GPU of staging on Llama's largest
+        # group (the vocabulary layer) against FSDP2's 3.9 GiB packing buffer.
+        out = run_json("memory", "--nodes", "64", "--round-width", "4", "--inbox-generations", "2",
+                       "--model", "llama3.1-70b:output")
+        gib = float(1 << 30)
+        self.assertEqual(round(out["in_place_staging_bytes"] / gib, 1), 1.2)
+        self.assertEqual(round(out["slot_reuse_staging_bytes"] / gib, 1), 0.3)
+        self.assertEqual(round(2 * out["ns_bytes"] / gib, 1), 3.9)
+        self.assertEqual(out["group"], "llama3.1-70b:output")
+
     def test_solve_paper_calibration(self):
         out = run_json("solve", "--bw-nic", "47.5", "--bw-sum", "99", "--bw-land", "21",
                        "--bw-cap", "90", "--t-round", "1.3", "--nodes", "8",
