@@ -271,7 +271,7 @@ RsMemory RsPlan::memory() const {
   mem.staging_bytes = options_.staging_slots * mem.staging_slot_bytes;
   mem.inbox_bytes = generations_ * l * mem.block_bytes;
   mem.outbox_bytes = 2 * std::int64_t{outbox_depth_} * mem.block_bytes;
-  mem.spare_bytes = 2 * mem.block_bytes;
+  mem.spare_bytes = 2 * std::int64_t{options_.passes} * mem.block_bytes;  // one per pass part
   return mem;
 }
 

@@ -6,17 +6,28 @@ namespace tide::program {
 
 std::string_view op_kind_name(OpKind kind) {
   switch (kind) {
-    case OpKind::kCopy: return "copy";
-    case OpKind::kSum: return "sum";
-    case OpKind::kLand: return "land";
-    case OpKind::kCast: return "cast";
-    case OpKind::kZero: return "zero";
-    case OpKind::kSignal: return "signal";
-    case OpKind::kWait: return "wait";
-    case OpKind::kRailPut: return "rail-put";
-    case OpKind::kEventRecord: return "event-record";
-    case OpKind::kEventWait: return "event-wait";
-    case OpKind::kRelease: return "release";
+    case OpKind::kCopy:
+      return "copy";
+    case OpKind::kSum:
+      return "sum";
+    case OpKind::kLand:
+      return "land";
+    case OpKind::kCast:
+      return "cast";
+    case OpKind::kZero:
+      return "zero";
+    case OpKind::kSignal:
+      return "signal";
+    case OpKind::kWait:
+      return "wait";
+    case OpKind::kRailPut:
+      return "rail-put";
+    case OpKind::kEventRecord:
+      return "event-record";
+    case OpKind::kEventWait:
+      return "event-wait";
+    case OpKind::kRelease:
+      return "release";
   }
   return "?";
 }
@@ -33,7 +44,8 @@ std::vector<Region> reads_of(const Op& op, const Program& /*program*/) {
   switch (op.kind) {
     case OpKind::kCopy:
     case OpKind::kRailPut:
-      for (const CopyDescriptor& c : op.copies) reads.push_back(c.src);
+      for (const CopyDescriptor& c : op.copies)
+        reads.push_back(c.src);
       break;
     case OpKind::kSum: {
       // Staged inputs are read only on the runs the segments name; a run covers the same
@@ -41,7 +53,8 @@ std::vector<Region> reads_of(const Op& op, const Program& /*program*/) {
       const std::int64_t item = item_bytes(op.in_dtype);
       for (const SumSegment& s : op.segments) {
         for (const Region& staged : op.staged) {
-          reads.push_back(Region{staged.buffer, staged.offset + s.row * staged.pitch + s.out_elem * item,
+          reads.push_back(Region{staged.buffer,
+                                 staged.offset + s.row * staged.pitch + s.out_elem * item,
                                  s.elems * item, s.elems * item, 1});
         }
         reads.push_back(Region{Buffer{op.rank, Space::kTensor, s.param}, s.src_elem * item,
@@ -67,7 +80,8 @@ std::vector<Region> writes_of(const Op& op) {
     case OpKind::kCopy:
     case OpKind::kRailPut: {
       std::vector<Region> writes;
-      for (const CopyDescriptor& c : op.copies) writes.push_back(c.dst);
+      for (const CopyDescriptor& c : op.copies)
+        writes.push_back(c.dst);
       return writes;
     }
     case OpKind::kSum:

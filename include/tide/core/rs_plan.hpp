@@ -94,7 +94,7 @@ struct RsMemory {
   std::int64_t staging_bytes = 0;       // n_stg slots
   std::int64_t inbox_bytes = 0;         // n_par generations x L blocks
   std::int64_t outbox_bytes = 0;        // 2 banks x n_out blocks
-  std::int64_t spare_bytes = 0;         // 2 banks x one own-node spare
+  std::int64_t spare_bytes = 0;         // 2 banks x one own-node spare (n_part pass parts)
   std::int64_t total() const { return staging_bytes + inbox_bytes + outbox_bytes + spare_bytes; }
 };
 

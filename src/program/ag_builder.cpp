@@ -1,0 +1,268 @@
+// TIDE-AG program builder (Sec. 3.1-3.2, Fig. 5).
+//
+// Steps, for rank r = (n, l) of M nodes x L GPUs; R = ceil(log2 M) Bruck rounds:
+//   readiness  1. Publish that r's landing is free: +1 on counter READY of every local GPU.
+//   caller     2. With a mixed-precision cast, cast each fp32 master shard into stage slot 0.
+//              3. Wait READY >= L (every local landing that r will write is free); record ENTRY.
+//              4. For d = 0..R-1: for d >= 1 wait GO[d] (the round's target has the heads of
+//                 round d-1: lead-based pacing); wait DATA[d'] for the earlier rounds whose
+//                 slots this round forwards; put the round's first c_d slots to rank
+//                 ((n - 2^d) mod M, l) as a head (signalling HEAD[d] there) then a tail
+//                 (signalling DATA[d] there).
+//   pacing     5. For d = 1..R-1: wait HEAD[d-1] >= 1, then +1 on GO[d] of ((n + 2^d) mod M, l).
+//   scatter    6. After ENTRY, copy slot 0 (the own shard) to its landing on every local GPU,
+//                 then, group by group as each round's DATA arrives, the stage slots (strided
+//                 copies for runs of >= 4 slots). One batched copy per destination GPU.
+//              7. +1 on LANDED of every local GPU; +1 on CREDIT[d] of each round's sender
+//                 ((n + 2^d) mod M, l): its stage slots are consumed (per-area credits).
+//   completion 8. Wait LANDED >= L (every local GPU has written its shards into r's
+//                 landing: the node-wide completion fence); record READY_EVENT, which FSDP2
+//                 waits on before consuming the parameters.
+// Synchronisation contract: a stage slot is read (forwarded or scattered) only after the
+// DATA signal of the put that wrote it; a landing is written only after every local GPU
+// published READY; parameters are consumed only after READY_EVENT (completion before
+// consumption, Sec. 3.2). Every call of a sequence has the same op order on every rank.
+#include "tide/program/ag_builder.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "tide/core/error.hpp"
+
+namespace tide::program {
+namespace {
+
+// Counter ids (per rank).
+struct AgCounters {
+  int rounds = 0;
+  int ready() const { return 0; }
+  int landed() const { return 1; }
+  int head(int d) const { return 2 + d; }
+  int data(int d) const { return 2 + rounds + d; }
+  int go(int d) const { return 2 + 2 * rounds + d; }
+  int credit(int d) const { return 2 + 3 * rounds + d; }
+  int count() const { return 2 + 4 * rounds; }
+};
+
+constexpr int kEntryEvent = 0;
+constexpr int kReadyEvent = 1;
+
+struct Builder {
+  const AgPlan& plan;
+  const GroupLayout& layout;
+  const Topology& topo;
+  AgArenaLayout arena;
+  AgCounters counters;
+  Program program;
+  int readiness = 0, caller = 0, pacing = 0, scatter = 0, completion = 0;
+
+  Op& add(OpKind kind, int rank, int stream, std::string label) {
+    Op op;
+    op.kind = kind;
+    op.rank = rank;
+    op.stream = stream;
+    op.label = std::move(label);
+    program.ops.push_back(std::move(op));
+    return program.ops.back();
+  }
+  void signal(int rank, int stream, int target_rank, int counter, std::string label) {
+    Op& op = add(OpKind::kSignal, rank, stream, std::move(label));
+    op.counter = Counter{target_rank, counter};
+    op.value = 1;
+  }
+  void wait(int rank, int stream, int counter, std::int64_t value, std::string label) {
+    Op& op = add(OpKind::kWait, rank, stream, std::move(label));
+    op.counter = Counter{rank, counter};
+    op.value = value;
+  }
+  void event(OpKind kind, int rank, int stream, int id, std::string label) {
+    add(kind, rank, stream, std::move(label)).event = id;
+  }
+
+  Region arena_region(int rank, std::int64_t offset, std::int64_t bytes) const {
+    return Region{Buffer{rank, Space::kArena, 0}, offset, bytes, bytes, 1};
+  }
+  // Arena offset of node-local slot `slot` (0 = own shard) on any rank.
+  std::int64_t slot_offset(int slot) const {
+    if (slot == 0 && !plan.options().mixed_precision_cast) return arena.resident;
+    return arena.stage + plan.stage_slot_offset(slot);
+  }
+
+  // Descriptors for bytes [begin, end) of round `round`'s transfer from `rank` (its slots
+  // 0..c_d-1 back to back) into the target's slots [2^d, 2^d + c_d), which are contiguous.
+  std::vector<CopyDescriptor> transfer(const AgRound& round, int rank, int target,
+                                       std::int64_t begin, std::int64_t end) const {
+    const std::int64_t s = layout.shard_bytes();
+    const std::int64_t dst_base = arena.stage + plan.stage_slot_offset(round.first_slot);
+    std::vector<CopyDescriptor> out;
+    // Source pieces: slot 0, then slots 1..c_d-1 (contiguous in the stage).
+    const std::int64_t piece_start[2] = {0, s};
+    const std::int64_t piece_end[2] = {s, round.slot_count * s};
+    const std::int64_t piece_src[2] = {slot_offset(0), round.slot_count > 1 ? slot_offset(1) : 0};
+    for (int i = 0; i < 2; ++i) {
+      const std::int64_t a = std::max(begin, piece_start[i]);
+      const std::int64_t b = std::min(end, piece_end[i]);
+      if (a >= b) continue;
+      out.push_back(CopyDescriptor{arena_region(rank, piece_src[i] + (a - piece_start[i]), b - a),
+                                   arena_region(target, dst_base + a, b - a)});
+    }
+    return out;
+  }
+
+  void build_rank(int rank) {
+    const int n = topo.node_of(rank);
+    const int l = topo.local_of(rank);
+    const int m = topo.nodes();
+    const int gpus = topo.gpus_per_node();
+    const std::string who = "AG r" + std::to_string(rank) + " ";
+
+    // 1. readiness
+    for (int d = 0; d < gpus; ++d) {
+      signal(rank, readiness, topo.rank(n, d), counters.ready(),
+             who + "landing free -> GPU " + std::to_string(topo.rank(n, d)));
+    }
+
+    // 2-3. caller: cast, entry
+    if (plan.options().mixed_precision_cast) {
+      for (int p = 0; p < layout.param_count(); ++p) {
+        const ParamLayout& pl = layout.param(p);
+        Op& op = add(OpKind::kCast, rank, caller, who + "cast p" + std::to_string(p));
+        op.sources = {Region{Buffer{rank, Space::kTensor, p}, 0, pl.shard_elems() * 4,
+                             pl.shard_elems() * 4, 1}};
+        op.dst = arena_region(rank, slot_offset(0) + pl.offset, pl.shard_bytes);
+        op.ctas = 4;
+      }
+    }
+    wait(rank, caller, counters.ready(), gpus, who + "wait local landings free");
+    event(OpKind::kEventRecord, rank, caller, kEntryEvent, who + "entry");
+
+    // 4. caller: Bruck rounds
+    for (const AgRound& round : plan.rounds()) {
+      const int d = round.index;
+      const int target = topo.rank(mod(n - round.peer_distance, m), l);
+      if (round.paced) {
+        wait(rank, caller, counters.go(d), 1,
+             who + "round " + std::to_string(d) + " paced by its target");
+      }
+      for (const AgRound& earlier : plan.rounds()) {
+        if (earlier.index < d && earlier.first_slot < round.slot_count) {
+          wait(rank, caller, counters.data(earlier.index), 1,
+               who + "round " + std::to_string(d) + " needs round " +
+                   std::to_string(earlier.index) + "'s slots");
+        }
+      }
+      Op& head = add(OpKind::kRailPut, rank, caller,
+                     who + "round " + std::to_string(d) + " head -> r" + std::to_string(target));
+      head.copies = transfer(round, rank, target, 0, round.head_bytes);
+      head.counter = Counter{target, counters.head(d)};
+      head.value = 1;
+      Op& tail = add(OpKind::kRailPut, rank, caller,
+                     who + "round " + std::to_string(d) + " tail -> r" + std::to_string(target));
+      tail.copies = transfer(round, rank, target, round.head_bytes, round.bytes);
+      tail.counter = Counter{target, counters.data(d)};
+      tail.value = 1;
+    }
+
+    // 5. pacing
+    for (const AgRound& round : plan.rounds()) {
+      if (!round.paced) continue;
+      const int d = round.index;
+      wait(rank, pacing, counters.head(d - 1), 1,
+           who + "heads of round " + std::to_string(d - 1) + " arrived");
+      signal(rank, pacing, topo.rank(mod(n + round.peer_distance, m), l), counters.go(d),
+             who + "go round " + std::to_string(d));
+    }
+
+    // 6-7. scatter
+    event(OpKind::kEventWait, rank, scatter, kEntryEvent, who + "scatter after entry");
+    const std::vector<AgScatterCopy> copies = plan.scatter_copies(n, l);
+    auto emit = [&](std::size_t first, std::size_t last, const std::string& what) {
+      for (int d = 0; d < gpus; ++d) {
+        const int dst_rank = topo.rank(n, d);
+        Op& op = add(OpKind::kCopy, rank, scatter,
+                     who + "scatter " + what + " -> GPU " + std::to_string(dst_rank));
+        for (std::size_t i = first; i < last; ++i) {
+          const AgScatterCopy& c = copies[i];
+          const std::int64_t src = (c.from_resident ? arena.resident : arena.stage) + c.src_offset;
+          op.copies.push_back(CopyDescriptor{
+              Region{Buffer{rank, Space::kArena, 0}, src, c.width, c.src_pitch, c.height},
+              Region{Buffer{dst_rank, Space::kArena, 0}, arena.landing + c.dst_offset, c.width,
+                     c.dst_pitch, c.height}});
+        }
+      }
+    };
+    std::size_t next = 0;
+    auto end_of = [&](int last_slot) {  // copies whose first slot is < last_slot
+      std::size_t e = next;
+      while (e < copies.size() && copies[e].first_slot < last_slot)
+        ++e;
+      return e;
+    };
+    std::size_t own_end = end_of(1);
+    emit(next, own_end, "own shard");
+    next = own_end;
+    for (const AgSlotGroup& g : plan.slot_groups()) {
+      wait(rank, scatter, counters.data(g.round), 1,
+           who + "round " + std::to_string(g.round) + " arrived");
+      const std::size_t group_end = end_of(g.first_slot + g.slot_count);
+      emit(next, group_end,
+           "slots [" + std::to_string(g.first_slot) + "," +
+               std::to_string(g.first_slot + g.slot_count) + ")");
+      next = group_end;
+    }
+    if (next != copies.size()) throw InternalError("AG scatter copies outside every slot group");
+    for (int d = 0; d < gpus; ++d) {
+      signal(rank, scatter, topo.rank(n, d), counters.landed(),
+             who + "shards landed on GPU " + std::to_string(topo.rank(n, d)));
+    }
+    for (const AgRound& round : plan.rounds()) {
+      signal(rank, scatter, topo.rank(mod(n + round.peer_distance, m), l),
+             counters.credit(round.index),
+             who + "stage credit round " + std::to_string(round.index));
+    }
+
+    // 8. completion
+    wait(rank, completion, counters.landed(), gpus, who + "node-wide completion fence");
+    event(OpKind::kEventRecord, rank, completion, kReadyEvent, who + "parameters ready");
+  }
+};
+
+}  // namespace
+
+AgArenaLayout ag_arena_layout(const AgPlan& plan) {
+  const GroupLayout& layout = plan.layout();
+  AgArenaLayout a;
+  a.resident = 0;
+  a.stage = plan.options().mixed_precision_cast ? 0 : layout.shard_bytes();
+  a.landing = a.stage + plan.stage_bytes();
+  a.arena_bytes = a.landing + layout.unsharded_bytes();
+  return a;
+}
+
+Program build_ag_program(const AgPlan& plan, AgProgramIds* ids) {
+  const GroupLayout& layout = plan.layout();
+  Builder b{plan, layout, layout.topology(), ag_arena_layout(plan), {}, {}};
+  b.counters.rounds = static_cast<int>(plan.rounds().size());
+  Program& p = b.program;
+  p.ranks = b.topo.world();
+  b.readiness = p.stream("readiness");
+  b.caller = p.stream("caller");
+  b.pacing = p.stream("pacing");
+  b.scatter = p.stream("scatter");
+  b.completion = p.stream("completion");
+  p.counters = b.counters.count();
+  p.events = 2;
+  BufferSizes sizes;
+  sizes.arena_bytes = b.arena.arena_bytes;
+  if (plan.options().mixed_precision_cast) {
+    for (const ParamLayout& pl : layout.params())
+      sizes.tensor_bytes.push_back(pl.shard_elems() * 4);
+  }
+  p.buffers.assign(static_cast<std::size_t>(p.ranks), sizes);
+  for (int r = 0; r < p.ranks; ++r)
+    b.build_rank(r);
+  if (ids) ids->ready_event = kReadyEvent;
+  return std::move(b.program);
+}
+
+}  // namespace tide::program

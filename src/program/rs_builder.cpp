@@ -1,0 +1,443 @@
+// TIDE-RS program builder (Sec. 4.1-4.2, 5.2-5.3, App. E Alg. 1), one call, bank b = e mod 2.
+//
+// Steps, for rank r = (n, j) of M nodes x L GPUs (plan: sub-slices, waves, rounds):
+//   caller  1. Record ENTRY: the gradients {G_p} are ready (FSDP2's readyEv).
+//   push    2. Read phase, for each Level 1 destination in read order (remote destinations
+//              J = 1..n_out, then the own node of each pass, then J > n_out): for every
+//              other local GPU k, wait until k has freed staging slot z (FREE), copy this
+//              rank's pieces of k's sub-slice s = (k + c_bar) mod L (Eq. 7) for the L
+//              destination ranks of node t into slot z on k (one strided descriptor per
+//              rank-run, tails for padded rows), then +1 on k's STAGED[z].
+//   sum     3. For the same destinations: wait STAGED[z] from the L - 1 pushers (and, in
+//              Slot-Reuse, SENT >= J - n_out: the outbox block's previous send finished,
+//              Eq. 9); Level 1 sum (staged in local-rank order, then own, times alpha;
+//              NOTE [arithmetic order]) into outbox block (J - 1) mod n_out, or the bank's
+//              own-node spare; +1 FREE[j][z] on each pusher; +1 SUMMED (remote) or record
+//              OWN_DONE[pass].
+//   net     4. Network phase, wave by wave (generation q = g mod n_par): a wave that
+//              reuses a generation waits CREDIT[g] from all its targets; each k-way round
+//              waits SUMMED >= J, puts outbox block J over rail j into inbox block s of
+//              rank ((n + c) mod M, j) signalling ARRIVED[g] there, +1 SENT; then waits
+//              for the round's own arrivals (lockstep rounds).
+//   relay   5. For each wave: wait ARRIVED[g] (all remote contributors) and OWN_DONE when
+//              the own node is in the wave; for a switch-reduce landing, zero the wave's
+//              stale blocks (after INBOX_FREE) and copy the own spare into inbox block j;
+//              then +1 WAVE_READY[g] on every local GPU.
+//   land    6. For each wave: wait WAVE_READY[g] >= L; per sub-slice, fold the wave's
+//              partials (contributor order) into the output (wave 0 overwrites unless
+//              accumulating); +1 INBOX_FREE[q] on every local GPU. Record LAND_DONE.
+//   credit  7. For each wave that reuses generation q: wait INBOX_FREE[q] from all L local
+//              landings of the previous wave on q, then +1 CREDIT[g] on each sender.
+//   host    8. Wait for the push and sum streams (read completion), record READ_DONE, and
+//              release the gradients (FSDP2 may reuse their memory).
+//   caller  9. Wait LAND_DONE; record DONE (network-order completion).
+// Synchronisation contract (App. E I1-I4): staging, outbox and inbox storage is reused only
+// after its previous reader finished (FREE, SENT, INBOX_FREE -> CREDIT); gradients live
+// through READ_DONE; every wait targets a producer earlier in the common collective order.
+#include "tide/program/rs_builder.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "tide/core/error.hpp"
+
+namespace tide::program {
+namespace {
+
+struct ReadItem {
+  bool own = false;  // the own node's partial of `pass` (into the spare)
+  int pass = 0;
+  int contributor = 0;  // c
+  int destination = 0;  // J, 1-based, remote only
+};
+
+struct Builder {
+  const RsPlan& plan;
+  const RsProgramOptions& options;
+  const GroupLayout& layout;
+  const Topology& topo;
+  RsArenaLayout areas;
+  RsMemory mem;
+  Program program;
+  std::vector<ReadItem> order;
+  int m = 0, l = 0, n_stg = 0, waves = 0, bank = 0;
+  std::int64_t b_grad = 0, e_pass = 0;
+  int caller = 0, push = 0, sum = 0, net = 0, relay = 0, land = 0, credit = 0, host = 0;
+
+  // Counter ids (per rank).
+  int staged(int z) const { return z; }
+  int freed(int owner, int z) const { return n_stg + owner * n_stg + z; }
+  int summed() const { return n_stg + l * n_stg; }
+  int sent() const { return summed() + 1; }
+  int arrived(int g) const { return sent() + 1 + g; }
+  int wave_ready(int g) const { return sent() + 1 + waves + g; }
+  int inbox_free(int q) const { return sent() + 1 + 2 * waves + q; }
+  int credit_of(int g) const { return sent() + 3 + 2 * waves + g; }
+  int counter_count() const { return sent() + 3 + 3 * waves; }
+  // Event ids (per rank).
+  static constexpr int kEntry = 0, kPushDone = 1, kSumDone = 2, kReadDone = 3, kLandDone = 4,
+                       kDone = 5;
+  static int own_done(int pass) { return 6 + pass; }
+
+  Op& add(OpKind kind, int rank, int stream, std::string label) {
+    Op op;
+    op.kind = kind;
+    op.rank = rank;
+    op.stream = stream;
+    op.label = std::move(label);
+    program.ops.push_back(std::move(op));
+    return program.ops.back();
+  }
+  void signal(int rank, int stream, int target, int counter, std::string label) {
+    Op& op = add(OpKind::kSignal, rank, stream, std::move(label));
+    op.counter = Counter{target, counter};
+    op.value = 1;
+  }
+  void wait(int rank, int stream, int counter, std::int64_t value, std::string label) {
+    if (value <= 0) return;
+    Op& op = add(OpKind::kWait, rank, stream, std::move(label));
+    op.counter = Counter{rank, counter};
+    op.value = value;
+  }
+  void event(OpKind kind, int rank, int stream, int id, std::string label) {
+    add(kind, rank, stream, std::move(label)).event = id;
+  }
+
+  Region arena(int rank, std::int64_t offset, std::int64_t width, std::int64_t pitch,
+               std::int64_t rows) const {
+    return Region{Buffer{rank, Space::kArena, 0}, offset, width, pitch, rows};
+  }
+  std::int64_t staging_slot(int z) const { return areas.staging + z * mem.staging_slot_bytes; }
+  std::int64_t outbox_block(int destination) const {
+    return areas.outbox +
+           (std::int64_t{bank} * plan.outbox_depth() + plan.outbox_block(destination)) *
+               mem.block_bytes;
+  }
+  std::int64_t spare(int pass) const {
+    return areas.spares + (std::int64_t{bank} * plan.passes() + pass) * mem.block_bytes;
+  }
+  std::int64_t inbox_block(int generation, int s) const {
+    return areas.inbox + (std::int64_t{generation} * l + s) * mem.block_bytes;
+  }
+  std::int64_t live(int pass, int s) const {
+    return plan.sub_slice_end(pass, s) - plan.sub_slice_begin(pass, s);
+  }
+  int destination_node(int n, const ReadItem& item) const {
+    return item.own ? n : mod(n + item.contributor, m);
+  }
+  static std::string tag(const ReadItem& item) {
+    return item.own ? "own node pass " + std::to_string(item.pass)
+                    : "J" + std::to_string(item.destination);
+  }
+
+  void build_read_order() {
+    const int remote = plan.remote_destinations();
+    const int first = std::min(plan.outbox_depth(), remote);
+    auto remote_item = [&](int destination) {
+      ReadItem item;
+      item.destination = destination;
+      item.pass = (destination - 1) / (m - 1);
+      item.contributor = (destination - 1) % (m - 1) + 1;
+      return item;
+    };
+    for (int d = 1; d <= first; ++d)
+      order.push_back(remote_item(d));
+    for (int q = 0; q < plan.passes(); ++q)
+      order.push_back(ReadItem{true, q, m, 0});
+    for (int d = first + 1; d <= remote; ++d)
+      order.push_back(remote_item(d));
+  }
+
+  // Step 2: this rank's pushes into owner `owner`'s staging slot for one destination.
+  void push_to(int rank, int owner, const ReadItem& item, int z) {
+    const int n = topo.node_of(rank);
+    const int me = topo.local_of(rank);
+    const int t = destination_node(n, item);
+    const int s = plan.sub_slice(owner, item.contributor);
+    const int position = me < owner ? me : me - 1;  // local-rank order without the owner
+    const std::int64_t begin = plan.sub_slice_begin(item.pass, s);
+    const std::int64_t base = staging_slot(z) + position * l * e_pass * b_grad;
+    const int owner_rank = topo.rank(n, owner);
+    Op& op = add(OpKind::kCopy, rank, push,
+                 "RS r" + std::to_string(rank) + " push " + tag(item) + " s" + std::to_string(s) +
+                     " -> r" + std::to_string(owner_rank));
+    for (const RsPiece& piece : plan.pieces(item.pass, s)) {
+      const ParamLayout& pl = layout.param(piece.param);
+      const std::int64_t dst_col = (piece.span_begin - begin) * b_grad;
+      // Destination ranks t*L .. t*L+full-1 hold the whole piece (one strided descriptor);
+      // the next one may be cut by D_p (a short tail); the rest hold only padding.
+      int full = 0;
+      while (full < l && plan.valid_length(piece, topo.rank(t, full)) == piece.length())
+        ++full;
+      if (full > 0) {
+        op.copies.push_back(CopyDescriptor{
+            Region{Buffer{rank, Space::kTensor, piece.param},
+                   (topo.rank(t, 0) * pl.shard_elems() + piece.param_offset) * b_grad,
+                   piece.length() * b_grad, pl.shard_elems() * b_grad, full},
+            arena(owner_rank, base + dst_col, piece.length() * b_grad, e_pass * b_grad, full)});
+      }
+      const std::int64_t tail = full < l ? plan.valid_length(piece, topo.rank(t, full)) : 0;
+      if (tail > 0) {
+        op.copies.push_back(CopyDescriptor{
+            Region{Buffer{rank, Space::kTensor, piece.param},
+                   (topo.rank(t, full) * pl.shard_elems() + piece.param_offset) * b_grad,
+                   tail * b_grad, tail * b_grad, 1},
+            arena(owner_rank, base + full * e_pass * b_grad + dst_col, tail * b_grad, tail * b_grad,
+                  1)});
+      }
+    }
+  }
+
+  // Step 3: this rank's Level 1 sum for one destination.
+  void sum_for(int rank, const ReadItem& item, int z) {
+    const int n = topo.node_of(rank);
+    const int me = topo.local_of(rank);
+    const int t = destination_node(n, item);
+    const int s = plan.sub_slice(me, item.contributor);
+    const std::int64_t begin = plan.sub_slice_begin(item.pass, s);
+    Op& op = add(OpKind::kSum, rank, sum,
+                 "RS r" + std::to_string(rank) + " sum " + tag(item) + " s" + std::to_string(s));
+    const std::int64_t out = item.own ? spare(item.pass) : outbox_block(item.destination);
+    op.dst = arena(rank, out, live(item.pass, s) * 4, e_pass * 4, l);
+    op.in_dtype = layout.grad_dtype();
+    op.alpha = options.alpha;
+    op.ctas = options.sum_ctas;
+    for (int k = 0; k < l - 1; ++k) {
+      op.staged.push_back(arena(rank, staging_slot(z) + k * l * e_pass * b_grad,
+                                live(item.pass, s) * b_grad, e_pass * b_grad, l));
+    }
+    for (int i = 0; i < l; ++i) {
+      for (const RsPiece& piece : plan.pieces(item.pass, s)) {
+        const std::int64_t valid = plan.valid_length(piece, topo.rank(t, i));
+        if (valid == 0) continue;
+        op.segments.push_back(SumSegment{
+            i, piece.span_begin - begin, piece.param,
+            topo.rank(t, i) * layout.param(piece.param).shard_elems() + piece.param_offset, valid});
+      }
+    }
+  }
+
+  void build_rank(int rank) {
+    const int n = topo.node_of(rank);
+    const int me = topo.local_of(rank);
+    const std::string who = "RS r" + std::to_string(rank) + " ";
+
+    // 1. caller: entry
+    event(OpKind::kEventRecord, rank, caller, kEntry, who + "gradients ready");
+
+    // 2-3. read phase: pushes and sums
+    event(OpKind::kEventWait, rank, push, kEntry, who + "push after entry");
+    event(OpKind::kEventWait, rank, sum, kEntry, who + "sum after entry");
+    int remote_summed = 0;
+    for (std::size_t x = 0; x < order.size(); ++x) {
+      const ReadItem& item = order[x];
+      const int z = static_cast<int>(x) % n_stg;
+      const int fill = static_cast<int>(x) / n_stg;
+      for (int owner = 0; owner < l; ++owner) {
+        if (owner == me) continue;
+        wait(rank, push, freed(owner, z), fill,
+             who + "staging slot " + std::to_string(z) + " on GPU " + std::to_string(owner) +
+                 " free");
+        push_to(rank, owner, item, z);
+        signal(rank, push, topo.rank(n, owner), staged(z), who + "staged " + tag(item));
+      }
+      wait(rank, sum, staged(z), std::int64_t{l - 1} * (fill + 1),
+           who + "staging slot " + std::to_string(z) + " filled for " + tag(item));
+      if (!item.own && item.destination > plan.outbox_depth()) {
+        wait(rank, sum, sent(), item.destination - plan.outbox_depth(),
+             who + "outbox block sent before reuse by " + tag(item));
+      }
+      sum_for(rank, item, z);
+      for (int k = 0; k < l; ++k) {
+        if (k != me) signal(rank, sum, topo.rank(n, k), freed(me, z), who + "free staging");
+      }
+      if (item.own) {
+        event(OpKind::kEventRecord, rank, sum, own_done(item.pass), who + "own partial summed");
+      } else {
+        ++remote_summed;
+        signal(rank, sum, rank, summed(), who + "summed " + tag(item));
+      }
+    }
+    event(OpKind::kEventRecord, rank, push, kPushDone, who + "pushes done");
+    event(OpKind::kEventRecord, rank, sum, kSumDone, who + "sums done");
+
+    // 4. network phase
+    for (const RsWave& wave : plan.waves()) {
+      const int g = wave.index;
+      const int remote = std::min(wave.last_contributor, m - 1) - wave.first_contributor + 1;
+      if (g >= plan.generations() && remote > 0) {
+        wait(rank, net, credit_of(g), remote, who + "inbox credits for wave " + std::to_string(g));
+      }
+      int arrived_so_far = 0;
+      for (int r = 0; r < wave.round_count; ++r) {
+        const RsRound& round = plan.rounds()[static_cast<std::size_t>(wave.first_round + r)];
+        for (int c = round.first_contributor; c < round.first_contributor + round.width; ++c) {
+          const int destination = wave.pass * (m - 1) + c;
+          const int t = mod(n + c, m);
+          const int s = plan.sub_slice(me, c);
+          wait(rank, net, summed(), destination, who + "sum of J" + std::to_string(destination));
+          Op& put = add(OpKind::kRailPut, rank, net,
+                        who + "put J" + std::to_string(destination) + " -> r" +
+                            std::to_string(topo.rank(t, me)) + " block " + std::to_string(s));
+          put.copies = {CopyDescriptor{
+              arena(rank, outbox_block(destination), live(wave.pass, s) * 4, e_pass * 4, l),
+              arena(topo.rank(t, me), inbox_block(wave.generation, s), live(wave.pass, s) * 4,
+                    e_pass * 4, l)}};
+          put.counter = Counter{topo.rank(t, me), arrived(g)};
+          put.value = 1;
+          signal(rank, net, rank, sent(), who + "sent J" + std::to_string(destination));
+        }
+        arrived_so_far += round.width;
+        wait(rank, net, arrived(g), arrived_so_far,
+             who + "round " + std::to_string(round.index) + " arrivals");
+      }
+
+      // 5. relay: this GPU's part of the wave is in place
+      wait(rank, relay, arrived(g), remote, who + "wave " + std::to_string(g) + " arrived");
+      if (wave.has_own_node) {
+        event(OpKind::kEventWait, rank, relay, own_done(wave.pass), who + "own partial ready");
+      }
+      if (options.landing == LandingStyle::kSwitchReduce) {
+        const int uses_before = g / plan.generations();
+        wait(rank, relay, inbox_free(wave.generation), std::int64_t{l} * uses_before,
+             who + "generation free for zeroing");
+        for (int s = 0; s < l; ++s) {
+          if ((wave.zeroed_blocks[static_cast<std::size_t>(me)] >> s) & 1u) {
+            Op& zero =
+                add(OpKind::kZero, rank, relay, who + "zero stale block " + std::to_string(s));
+            zero.dst =
+                arena(rank, inbox_block(wave.generation, s), mem.block_bytes, mem.block_bytes, 1);
+          }
+        }
+        if (wave.has_own_node) {
+          Op& copy = add(OpKind::kCopy, rank, relay, who + "own spare -> inbox");
+          copy.copies = {
+              CopyDescriptor{arena(rank, spare(wave.pass), live(wave.pass, me) * 4, e_pass * 4, l),
+                             arena(rank, inbox_block(wave.generation, me), live(wave.pass, me) * 4,
+                                   e_pass * 4, l)}};
+        }
+      }
+      for (int k = 0; k < l; ++k) {
+        signal(rank, relay, topo.rank(n, k), wave_ready(g),
+               who + "wave " + std::to_string(g) + " ready here");
+      }
+
+      // 6. landing of this rank's output
+      wait(rank, land, wave_ready(g), l, who + "wave " + std::to_string(g) + " ready on node");
+      for (int s = 0; s < l; ++s) {
+        const std::int64_t elems = live(wave.pass, s);
+        if (elems == 0) continue;
+        Op& op = add(OpKind::kLand, rank, land,
+                     who + "land wave " + std::to_string(g) + " s" + std::to_string(s));
+        op.dst = Region{Buffer{rank, Space::kOutput, 0}, plan.sub_slice_begin(wave.pass, s) * 4,
+                        elems * 4, elems * 4, 1};
+        op.wave_index = wave.wave_in_pass;
+        op.accumulate = options.accumulate;
+        op.ctas = options.landing_ctas;
+        const std::int64_t row = me * e_pass * 4;
+        if (options.landing == LandingStyle::kSwitchReduce) {
+          for (int k = 0; k < l; ++k) {
+            op.sources.push_back(arena(topo.rank(n, k), inbox_block(wave.generation, s) + row,
+                                       elems * 4, elems * 4, 1));
+          }
+        } else {
+          for (int c = wave.first_contributor; c <= wave.last_contributor; ++c) {
+            const int gpu = plan.destination_gpu(s, c);
+            const std::int64_t at = c == m ? spare(wave.pass) : inbox_block(wave.generation, s);
+            op.sources.push_back(arena(topo.rank(n, gpu), at + row, elems * 4, elems * 4, 1));
+          }
+        }
+      }
+      for (int k = 0; k < l; ++k) {
+        signal(rank, land, topo.rank(n, k), inbox_free(wave.generation),
+               who + "landed wave " + std::to_string(g));
+      }
+
+      // 7. credits for the next wave on this generation
+      if (g + plan.generations() < static_cast<int>(plan.waves().size())) {
+        const RsWave& next = plan.waves()[static_cast<std::size_t>(g + plan.generations())];
+        const int uses = g / plan.generations() + 1;
+        wait(rank, credit, inbox_free(wave.generation), std::int64_t{l} * uses,
+             who + "generation " + std::to_string(wave.generation) + " read by every landing");
+        for (int c = next.first_contributor; c <= std::min(next.last_contributor, m - 1); ++c) {
+          signal(rank, credit, topo.rank(mod(n - c, m), me), credit_of(next.index),
+                 who + "credit wave " + std::to_string(next.index));
+        }
+      }
+    }
+    (void)remote_summed;
+    event(OpKind::kEventRecord, rank, land, kLandDone, who + "landings done");
+
+    // 8. host: read completion and release
+    event(OpKind::kEventWait, rank, host, kPushDone, who + "pushes finished");
+    event(OpKind::kEventWait, rank, host, kSumDone, who + "sums finished");
+    event(OpKind::kEventRecord, rank, host, kReadDone, who + "read completion");
+    for (int p = 0; p < layout.param_count(); ++p) {
+      const ParamLayout& pl = layout.param(p);
+      Op& release = add(OpKind::kRelease, rank, host, who + "release G" + std::to_string(p));
+      release.dst = Region{Buffer{rank, Space::kTensor, p}, 0, pl.rows * pl.cols * b_grad,
+                           pl.rows * pl.cols * b_grad, 1};
+    }
+
+    // 9. caller: completion
+    event(OpKind::kEventWait, rank, caller, kLandDone, who + "wait landings");
+    event(OpKind::kEventRecord, rank, caller, kDone, who + "reduce-scatter done");
+  }
+};
+
+}  // namespace
+
+RsArenaLayout rs_arena_layout(const RsPlan& plan) {
+  const RsMemory mem = plan.memory();
+  RsArenaLayout a;
+  a.staging = 0;
+  a.outbox = a.staging + mem.staging_bytes;
+  a.spares = a.outbox + mem.outbox_bytes;
+  a.inbox = a.spares + mem.spare_bytes;
+  a.arena_bytes = a.inbox + mem.inbox_bytes;
+  return a;
+}
+
+Program build_rs_program(const RsPlan& plan, const RsProgramOptions& options, RsProgramIds* ids) {
+  const GroupLayout& layout = plan.layout();
+  if (options.sum_ctas < 1 || options.landing_ctas < 1) {
+    throw InvalidArgument("sum and landing CTA budgets must be at least 1");
+  }
+  Builder b{plan, options, layout, layout.topology(), rs_arena_layout(plan), plan.memory(), {}, {}};
+  b.m = b.topo.nodes();
+  b.l = b.topo.gpus_per_node();
+  b.n_stg = plan.options().staging_slots;
+  b.waves = static_cast<int>(plan.waves().size());
+  b.bank = options.call_index % 2;
+  b.b_grad = item_bytes(layout.grad_dtype());
+  b.e_pass = plan.pass_elems();
+  Program& p = b.program;
+  p.ranks = b.topo.world();
+  b.caller = p.stream("caller");
+  b.push = p.stream("push");
+  b.sum = p.stream("sum");
+  b.net = p.stream("net");
+  b.relay = p.stream("relay");
+  b.land = p.stream("land");
+  b.credit = p.stream("credit");
+  b.host = p.stream("host");
+  p.counters = b.counter_count();
+  p.events = Builder::own_done(plan.passes());
+  BufferSizes sizes;
+  sizes.arena_bytes = b.areas.arena_bytes;
+  for (const ParamLayout& pl : layout.params()) {
+    sizes.tensor_bytes.push_back(pl.rows * pl.cols * b.b_grad);
+  }
+  sizes.output_bytes = layout.fp32_shard_bytes();
+  p.buffers.assign(static_cast<std::size_t>(p.ranks), sizes);
+  b.build_read_order();
+  for (int r = 0; r < p.ranks; ++r)
+    b.build_rank(r);
+  if (ids) {
+    ids->done_event = Builder::kDone;
+    ids->read_done_event = Builder::kReadDone;
+  }
+  return std::move(b.program);
+}
+
+}  // namespace tide::program
