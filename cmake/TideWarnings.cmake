@@ -6,6 +6,10 @@ set(_tide_host_warnings -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wc
 if(TIDE_WERROR)
   list(APPEND _tide_host_warnings -Werror)
 endif()
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
+  # GCC 12 reports impossible overlaps in std::string concatenation at -O3 (GCC bug 105329).
+  list(APPEND _tide_host_warnings -Wno-restrict)
+endif()
 target_compile_options(tide_warnings INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:${_tide_host_warnings}>
   # The reference arithmetic (NOTE [arithmetic order]) must not be contracted into FMAs.

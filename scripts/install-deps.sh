@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(build-essential cmake git python3 clang-format
           libgtest-dev libgmock-dev libbenchmark-dev
-          nlohmann-json3-dev libcli11-dev libfmt-dev)
+          nlohmann-json3-dev libcli11-dev libfmt-dev libssl-dev)
 
 missing=()
 for p in "${packages[@]}"; do

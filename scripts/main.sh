@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The README's main command: installs dependencies, builds, and runs TIDE's main job on
-# this machine. Today that is the planning layer on a real model: the layout, TIDE-AG and
-# TIDE-RS plans of one Llama-3.1-70B decoder layer on 8 nodes x 8 GPUs, the plan validator's
-# verdict, the memory model at the paper's 64-node point, and the sizing solver on the
-# paper's calibration. Pass other `tide plan` arguments to plan something else, e.g.
+# this machine (the CPU reference executor; no GPU needed): one Llama-3.1-70B decoder layer
+# on 8 nodes x 8 GPUs — its plans, then TIDE-AG and TIDE-RS against stock FSDP2 with the
+# predicted times (timing only, production shapes), then TIDE-RS with real data on a small
+# group checked bit for bit, and the memory model and solver at the paper's points.
+# Pass `tide plan` arguments to plan something else, e.g.
 #   scripts/main.sh --model qwen3-30b-a3b --nodes 4 --gpus-per-node 8 --mode slot-reuse
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +14,15 @@ if [ $# -gt 0 ]; then
   exec "$tide" plan "$@"
 fi
 "$tide" plan --model llama3.1-70b --nodes 8 --gpus-per-node 8
+for collective in all-gather reduce-scatter; do
+  echo
+  "$tide" simulate "$collective" --model llama3.1-70b --nodes 8 --gpus-per-node 8 --timing-only
+  echo
+  "$tide" simulate "$collective" --model llama3.1-70b --nodes 8 --gpus-per-node 8 --timing-only \
+    --baseline
+done
+echo
+"$tide" simulate reduce-scatter --shapes 1000x33,77,5x3 --nodes 4 --gpus-per-node 8 --accumulate
 echo
 "$tide" memory --nodes 64 --gpus-per-node 8 --round-width 4 --inbox-generations 2 \
   --model llama3.1-70b:output

@@ -11,5 +11,6 @@ void add_plan_command(CLI::App& app);
 void add_check_plans_command(CLI::App& app);
 void add_memory_command(CLI::App& app);
 void add_solve_command(CLI::App& app);
+void add_simulate_command(CLI::App& app);  // needs the reference executor
 
 }  // namespace tide::cli

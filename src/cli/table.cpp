@@ -35,7 +35,7 @@ void Table::print(std::ostream& out, const std::string& indent) const {
   auto line = [&](const std::vector<std::string>& cells, bool header) {
     std::string text = indent;
     for (std::size_t c = 0; c < cells.size(); ++c) {
-      const bool right = !header && is_numeric(cells[c]);
+      const bool right = !header && right_align_numbers_ && is_numeric(cells[c]);
       text += right ? fmt::format("{:>{}}", cells[c], width[c])
                     : fmt::format("{:<{}}", cells[c], width[c]);
       if (c + 1 < cells.size()) text += "  ";

@@ -13,11 +13,17 @@ class Table {
  public:
   explicit Table(std::vector<std::string> header);
   Table& row(std::vector<std::string> cells);
+  // Left-align every column (by default cells that start with a digit are right-aligned).
+  Table& left_aligned() {
+    right_align_numbers_ = false;
+    return *this;
+  }
   void print(std::ostream& out, const std::string& indent = "  ") const;
 
  private:
   std::vector<std::string> header_;
   std::vector<std::vector<std::string>> rows_;
+  bool right_align_numbers_ = true;
 };
 
 std::string num(std::int64_t value);    // 1234567 -> "1,234,567"

@@ -46,15 +46,19 @@ struct AgCounters {
 
 constexpr int kEntryEvent = 0;
 constexpr int kReadyEvent = 1;
+constexpr int kPreviousConsumerEvent = 2;
 
 struct Builder {
   const AgPlan& plan;
+  const AgProgramOptions& options;
   const GroupLayout& layout;
   const Topology& topo;
   AgArenaLayout arena;
   AgCounters counters;
   Program program;
-  int readiness = 0, caller = 0, pacing = 0, scatter = 0, completion = 0;
+  int readiness = 0, caller = 0, pacing = 0, scatter = 0, completion = 0, compute = 0;
+
+  bool injected(Fault fault) const { return options.fault == fault; }
 
   Op& add(OpKind kind, int rank, int stream, std::string label) {
     Op op;
@@ -116,6 +120,17 @@ struct Builder {
     const int gpus = topo.gpus_per_node();
     const std::string who = "AG r" + std::to_string(rank) + " ";
 
+    // 0. compute: the previous user of the landing, then (after step 8) this call's user
+    const Region landing = arena_region(rank, arena.landing, layout.unsharded_bytes());
+    if (options.consumer) {
+      Op& previous = add(OpKind::kCopy, rank, compute, who + "previous layer reads the landing");
+      previous.copies = {CopyDescriptor{
+          landing, Region{Buffer{rank, Space::kOutput, 0}, 0, landing.width, landing.width, 1}}};
+      event(OpKind::kEventRecord, rank, compute, kPreviousConsumerEvent, who + "landing free");
+      event(OpKind::kEventWait, rank, readiness, kPreviousConsumerEvent,
+            who + "wait for the landing's previous user");
+    }
+
     // 1. readiness
     for (int d = 0; d < gpus; ++d) {
       signal(rank, readiness, topo.rank(n, d), counters.ready(),
@@ -133,7 +148,9 @@ struct Builder {
         op.ctas = 4;
       }
     }
-    wait(rank, caller, counters.ready(), gpus, who + "wait local landings free");
+    if (!injected(Fault::kAgNoLandingReadiness)) {
+      wait(rank, caller, counters.ready(), gpus, who + "wait local landings free");
+    }
     event(OpKind::kEventRecord, rank, caller, kEntryEvent, who + "entry");
 
     // 4. caller: Bruck rounds
@@ -145,6 +162,7 @@ struct Builder {
              who + "round " + std::to_string(d) + " paced by its target");
       }
       for (const AgRound& earlier : plan.rounds()) {
+        if (injected(Fault::kAgForwardBeforeArrival)) break;
         if (earlier.index < d && earlier.first_slot < round.slot_count) {
           wait(rank, caller, counters.data(earlier.index), 1,
                who + "round " + std::to_string(d) + " needs round " +
@@ -202,8 +220,10 @@ struct Builder {
     emit(next, own_end, "own shard");
     next = own_end;
     for (const AgSlotGroup& g : plan.slot_groups()) {
-      wait(rank, scatter, counters.data(g.round), 1,
-           who + "round " + std::to_string(g.round) + " arrived");
+      if (!injected(Fault::kAgScatterBeforeArrival)) {
+        wait(rank, scatter, counters.data(g.round), 1,
+             who + "round " + std::to_string(g.round) + " arrived");
+      }
       const std::size_t group_end = end_of(g.first_slot + g.slot_count);
       emit(next, group_end,
            "slots [" + std::to_string(g.first_slot) + "," +
@@ -222,8 +242,16 @@ struct Builder {
     }
 
     // 8. completion
-    wait(rank, completion, counters.landed(), gpus, who + "node-wide completion fence");
+    if (!injected(Fault::kAgNoCompletionFence)) {
+      wait(rank, completion, counters.landed(), gpus, who + "node-wide completion fence");
+    }
     event(OpKind::kEventRecord, rank, completion, kReadyEvent, who + "parameters ready");
+    if (options.consumer) {
+      event(OpKind::kEventWait, rank, compute, kReadyEvent, who + "compute waits for parameters");
+      Op& use = add(OpKind::kCopy, rank, compute, who + "layer reads its parameters");
+      use.copies = {CopyDescriptor{
+          landing, Region{Buffer{rank, Space::kOutput, 0}, 0, landing.width, landing.width, 1}}};
+    }
   }
 };
 
@@ -239,9 +267,9 @@ AgArenaLayout ag_arena_layout(const AgPlan& plan) {
   return a;
 }
 
-Program build_ag_program(const AgPlan& plan, AgProgramIds* ids) {
+Program build_ag_program(const AgPlan& plan, const AgProgramOptions& options, AgProgramIds* ids) {
   const GroupLayout& layout = plan.layout();
-  Builder b{plan, layout, layout.topology(), ag_arena_layout(plan), {}, {}};
+  Builder b{plan, options, layout, layout.topology(), ag_arena_layout(plan), {}, {}};
   b.counters.rounds = static_cast<int>(plan.rounds().size());
   Program& p = b.program;
   p.ranks = b.topo.world();
@@ -250,19 +278,38 @@ Program build_ag_program(const AgPlan& plan, AgProgramIds* ids) {
   b.pacing = p.stream("pacing");
   b.scatter = p.stream("scatter");
   b.completion = p.stream("completion");
+  if (options.consumer) b.compute = p.stream("compute");
   p.counters = b.counters.count();
-  p.events = 2;
+  p.events = 3;
   BufferSizes sizes;
   sizes.arena_bytes = b.arena.arena_bytes;
   if (plan.options().mixed_precision_cast) {
     for (const ParamLayout& pl : layout.params())
       sizes.tensor_bytes.push_back(pl.shard_elems() * 4);
   }
+  if (options.consumer) sizes.output_bytes = layout.unsharded_bytes();
   p.buffers.assign(static_cast<std::size_t>(p.ranks), sizes);
   for (int r = 0; r < p.ranks; ++r)
     b.build_rank(r);
   if (ids) ids->ready_event = kReadyEvent;
   return std::move(b.program);
+}
+
+std::string ag_fault_inapplicable(Fault fault, const AgPlan& plan) {
+  const int m = plan.layout().topology().nodes();
+  switch (fault) {
+    case Fault::kAgScatterBeforeArrival:
+      return m > 1 ? "" : "a single node receives no stage slots (use --nodes 2 or more)";
+    case Fault::kAgForwardBeforeArrival:
+      // Round 1 forwards slots [0, min(2, M - 2)): a received slot only from M = 4 on.
+      return m > 3 ? "" : "no round forwards received slots below 4 nodes (use --nodes 4 or more)";
+    case Fault::kAgNoCompletionFence:
+    case Fault::kAgNoLandingReadiness:
+    case Fault::kNone:
+      return "";
+    default:
+      return "it is a reduce-scatter fault";
+  }
 }
 
 }  // namespace tide::program

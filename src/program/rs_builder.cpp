@@ -64,6 +64,8 @@ struct Builder {
   std::int64_t b_grad = 0, e_pass = 0;
   int caller = 0, push = 0, sum = 0, net = 0, relay = 0, land = 0, credit = 0, host = 0;
 
+  bool injected(Fault fault) const { return options.fault == fault; }
+
   // Counter ids (per rank).
   int staged(int z) const { return z; }
   int freed(int owner, int z) const { return n_stg + owner * n_stg + z; }
@@ -235,15 +237,17 @@ struct Builder {
       const int fill = static_cast<int>(x) / n_stg;
       for (int owner = 0; owner < l; ++owner) {
         if (owner == me) continue;
-        wait(rank, push, freed(owner, z), fill,
-             who + "staging slot " + std::to_string(z) + " on GPU " + std::to_string(owner) +
-                 " free");
+        if (!injected(Fault::kRsStagingReuse)) {
+          wait(rank, push, freed(owner, z), fill,
+               who + "staging slot " + std::to_string(z) + " on GPU " + std::to_string(owner) +
+                   " free");
+        }
         push_to(rank, owner, item, z);
         signal(rank, push, topo.rank(n, owner), staged(z), who + "staged " + tag(item));
       }
       wait(rank, sum, staged(z), std::int64_t{l - 1} * (fill + 1),
            who + "staging slot " + std::to_string(z) + " filled for " + tag(item));
-      if (!item.own && item.destination > plan.outbox_depth()) {
+      if (!item.own && item.destination > plan.outbox_depth() && !injected(Fault::kRsOutboxReuse)) {
         wait(rank, sum, sent(), item.destination - plan.outbox_depth(),
              who + "outbox block sent before reuse by " + tag(item));
       }
@@ -265,7 +269,7 @@ struct Builder {
     for (const RsWave& wave : plan.waves()) {
       const int g = wave.index;
       const int remote = std::min(wave.last_contributor, m - 1) - wave.first_contributor + 1;
-      if (g >= plan.generations() && remote > 0) {
+      if (g >= plan.generations() && remote > 0 && !injected(Fault::kRsInboxReuse)) {
         wait(rank, net, credit_of(g), remote, who + "inbox credits for wave " + std::to_string(g));
       }
       int arrived_so_far = 0;
@@ -275,7 +279,9 @@ struct Builder {
           const int destination = wave.pass * (m - 1) + c;
           const int t = mod(n + c, m);
           const int s = plan.sub_slice(me, c);
-          wait(rank, net, summed(), destination, who + "sum of J" + std::to_string(destination));
+          if (!injected(Fault::kRsSendBeforeSum)) {
+            wait(rank, net, summed(), destination, who + "sum of J" + std::to_string(destination));
+          }
           Op& put = add(OpKind::kRailPut, rank, net,
                         who + "put J" + std::to_string(destination) + " -> r" +
                             std::to_string(topo.rank(t, me)) + " block " + std::to_string(s));
@@ -290,6 +296,7 @@ struct Builder {
         arrived_so_far += round.width;
         wait(rank, net, arrived(g), arrived_so_far,
              who + "round " + std::to_string(round.index) + " arrivals");
+        program.ops.back().network_round = true;
       }
 
       // 5. relay: this GPU's part of the wave is in place
@@ -302,7 +309,8 @@ struct Builder {
         wait(rank, relay, inbox_free(wave.generation), std::int64_t{l} * uses_before,
              who + "generation free for zeroing");
         for (int s = 0; s < l; ++s) {
-          if ((wave.zeroed_blocks[static_cast<std::size_t>(me)] >> s) & 1u) {
+          if (((wave.zeroed_blocks[static_cast<std::size_t>(me)] >> s) & 1u) &&
+              !injected(Fault::kRsNoStaleZeroing)) {
             Op& zero =
                 add(OpKind::kZero, rank, relay, who + "zero stale block " + std::to_string(s));
             zero.dst =
@@ -323,7 +331,9 @@ struct Builder {
       }
 
       // 6. landing of this rank's output
-      wait(rank, land, wave_ready(g), l, who + "wave " + std::to_string(g) + " ready on node");
+      if (!injected(Fault::kRsLandBeforeArrival)) {
+        wait(rank, land, wave_ready(g), l, who + "wave " + std::to_string(g) + " ready on node");
+      }
       for (int s = 0; s < l; ++s) {
         const std::int64_t elems = live(wave.pass, s);
         if (elems == 0) continue;
@@ -347,6 +357,7 @@ struct Builder {
             op.sources.push_back(arena(topo.rank(n, gpu), at + row, elems * 4, elems * 4, 1));
           }
         }
+        if (injected(Fault::kRsLandTwice)) op.sources.push_back(op.sources.front());
       }
       for (int k = 0; k < l; ++k) {
         signal(rank, land, topo.rank(n, k), inbox_free(wave.generation),
@@ -369,8 +380,10 @@ struct Builder {
     event(OpKind::kEventRecord, rank, land, kLandDone, who + "landings done");
 
     // 8. host: read completion and release
-    event(OpKind::kEventWait, rank, host, kPushDone, who + "pushes finished");
-    event(OpKind::kEventWait, rank, host, kSumDone, who + "sums finished");
+    if (!injected(Fault::kRsReleaseBeforeRead)) {
+      event(OpKind::kEventWait, rank, host, kPushDone, who + "pushes finished");
+      event(OpKind::kEventWait, rank, host, kSumDone, who + "sums finished");
+    }
     event(OpKind::kEventRecord, rank, host, kReadDone, who + "read completion");
     for (int p = 0; p < layout.param_count(); ++p) {
       const ParamLayout& pl = layout.param(p);
@@ -438,6 +451,51 @@ Program build_rs_program(const RsPlan& plan, const RsProgramOptions& options, Rs
     ids->read_done_event = Builder::kReadDone;
   }
   return std::move(b.program);
+}
+
+std::string rs_fault_inapplicable(Fault fault, const RsPlan& plan,
+                                  const RsProgramOptions& options) {
+  const int m = plan.layout().topology().nodes();
+  const int l = plan.layout().topology().gpus_per_node();
+  switch (fault) {
+    case Fault::kRsNoStaleZeroing: {
+      if (options.landing != LandingStyle::kSwitchReduce) {
+        return "the pull landing reads only the wave's contributors (use the switch-reduce "
+               "landing)";
+      }
+      for (const RsWave& wave : plan.waves()) {
+        for (std::uint8_t mask : wave.zeroed_blocks) {
+          if (mask != 0) return "";
+        }
+      }
+      return "every wave is a full Latin square: nothing is zeroed (use a wave count that "
+             "leaves a partial wave, e.g. --nodes 9 --gpus-per-node 8)";
+    }
+    case Fault::kRsOutboxReuse:
+      return plan.remote_destinations() > plan.outbox_depth()
+                 ? ""
+                 : "the outbox never refills a block (use --mode slot-reuse with more remote "
+                   "destinations than 2k)";
+    case Fault::kRsInboxReuse:
+      for (const RsWave& wave : plan.waves()) {  // a reusing wave that receives rail puts
+        if (wave.index >= plan.generations() && wave.first_contributor < m) return "";
+      }
+      return "no wave that reuses an inbox generation receives rail puts (use more nodes than "
+             "2 W_wave + 1, or --passes 2)";
+    case Fault::kRsStagingReuse:
+      return l > 1 && plan.passes() * m > plan.options().staging_slots
+                 ? ""
+                 : "no staging slot is refilled (use L > 1 and more destinations than slots)";
+    case Fault::kRsSendBeforeSum:
+      return m > 1 ? "" : "a single node sends nothing over the rails";
+    case Fault::kRsLandTwice:
+    case Fault::kRsReleaseBeforeRead:
+    case Fault::kRsLandBeforeArrival:
+    case Fault::kNone:
+      return "";
+    default:
+      return "it is an all-gather fault";
+  }
 }
 
 }  // namespace tide::program

@@ -6,11 +6,14 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
+#include "tide/core/arithmetic.hpp"
 #include "tide/core/collective_reference.hpp"
 #include "tide/exec/reference_executor.hpp"
 #include "tide/program/ag_builder.hpp"
+#include "tide/program/fsdp2_baseline.hpp"
 #include "tide/program/rs_builder.hpp"
 
 namespace tide {
@@ -284,6 +287,164 @@ TEST(RsProgram, BitwiseIdenticalAcrossSeedsCtasPassesAndModes) {
       ASSERT_EQ(0, std::memcmp(first[r].data(), run.out[r].data(), first[r].size() * 4))
           << "variant " << variant << " rank " << r;
     }
+  }
+}
+
+// --- Stock FSDP2 baseline and the numerical contract (Sec. 4.3) -------------------------------
+
+// Runs a reduce-scatter program whose inputs are `grads` (and `initial` when accumulating)
+// and returns every rank's output.
+std::vector<std::vector<float>> run_rs_program(const program::Program& prog,
+                                               const GroupLayout& layout,
+                                               const std::vector<RankGrads>& grads,
+                                               const std::vector<std::vector<float>>* initial,
+                                               RunResult* result) {
+  ReferenceExecutor ex(prog);
+  const Topology& t = layout.topology();
+  for (int r = 0; r < t.world(); ++r) {
+    for (int p = 0; p < layout.param_count(); ++p) {
+      const auto& values = grads[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)];
+      auto bytes = ex.input(Buffer{r, Space::kTensor, p});
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        const std::uint16_t w = arith::float_to_bf16(values[i]);
+        std::memcpy(bytes.data() + 2 * i, &w, 2);
+      }
+    }
+    if (initial) {
+      auto bytes = ex.input(Buffer{r, Space::kOutput, 0});
+      std::memcpy(bytes.data(), (*initial)[static_cast<std::size_t>(r)].data(), bytes.size());
+    }
+  }
+  *result = ex.run();
+  std::vector<std::vector<float>> out;
+  for (int r = 0; r < t.world(); ++r) {
+    const auto bytes = ex.memory(Buffer{r, Space::kOutput, 0});
+    std::vector<float> row(bytes.size() / 4);
+    std::memcpy(row.data(), bytes.data(), bytes.size());
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
+TEST(Fsdp2Baseline, AllGatherLandsParameterMajor) {
+  std::mt19937_64 rng(std::random_device{}());
+  for (auto [m, l] : {std::pair{1, 1}, {1, 4}, {3, 2}, {2, 8}}) {
+    const GroupLayout layout(Topology(m, l), random_shapes(rng, 3), DType::kBf16, DType::kBf16);
+    const program::Program prog = program::build_fsdp2_all_gather(layout, {});
+    ReferenceExecutor ex(prog);
+    std::vector<std::vector<std::byte>> shards;
+    for (int r = 0; r < layout.topology().world(); ++r) {
+      std::vector<std::byte> shard(static_cast<std::size_t>(layout.shard_bytes()));
+      for (auto& b : shard)
+        b = static_cast<std::byte>(rng());
+      for (int p = 0; p < layout.param_count(); ++p) {
+        const ParamLayout& pl = layout.param(p);
+        auto bytes = ex.input(Buffer{r, Space::kTensor, p});
+        std::memcpy(bytes.data(), shard.data() + pl.offset, bytes.size());
+      }
+      shards.push_back(std::move(shard));
+    }
+    const RunResult result = ex.run();
+    ASSERT_TRUE(result.clean()) << first_errors(result);
+    for (int r = 0; r < layout.topology().world(); ++r) {
+      const auto out = ex.memory(Buffer{r, Space::kOutput, 0});
+      for (int u = 0; u < layout.topology().world(); ++u) {
+        for (int p = 0; p < layout.param_count(); ++p) {
+          const ParamLayout& pl = layout.param(p);
+          ASSERT_EQ(0, std::memcmp(out.data() + layout.landing_offset(p, u),
+                                   shards[static_cast<std::size_t>(u)].data() + pl.offset,
+                                   static_cast<std::size_t>(pl.shard_bytes)));
+        }
+      }
+    }
+  }
+}
+
+TEST(Fsdp2Baseline, ReduceScatterMatchesFloat64) {
+  std::mt19937_64 rng(std::random_device{}());
+  for (auto [m, l] : {std::pair{1, 1}, {1, 8}, {3, 2}, {4, 4}}) {
+    const GroupLayout layout(Topology(m, l), random_shapes(rng, 3), DType::kBf16, DType::kBf16);
+    const auto grads = random_grads(rng, layout);
+    std::vector<std::vector<float>> initial(static_cast<std::size_t>(layout.topology().world()));
+    for (auto& row : initial) {
+      for (std::int64_t e = 0; e < layout.shard_elems(); ++e) {
+        row.push_back(random_value(rng, DType::kFp32));
+      }
+    }
+    program::Fsdp2Options options;
+    options.alpha = 0.125f;
+    options.accumulate = true;
+    RunResult result;
+    const auto out = run_rs_program(program::build_fsdp2_reduce_scatter(layout, options), layout,
+                                    grads, &initial, &result);
+    ASSERT_TRUE(result.clean()) << first_errors(result);
+    const auto ref = rs_float64(layout, grads, 0.125, true, initial);
+    double norm = 1;
+    for (const auto& row : ref) {
+      for (double y : row)
+        norm = std::max(norm, std::abs(y));
+    }
+    for (std::size_t r = 0; r < ref.size(); ++r) {
+      for (std::size_t e = 0; e < ref[r].size(); ++e) {
+        ASSERT_NEAR(static_cast<double>(out[r][e]), ref[r][e], 1e-5 * norm);
+      }
+    }
+  }
+}
+
+// Integer-valued inputs whose sums are exactly representable: TIDE and stock FSDP2 agree
+// bit for bit whatever their association (Sec. 4.3).
+TEST(Numerics, IntegerInputsMatchStockFsdp2BitForBit) {
+  std::mt19937_64 rng(std::random_device{}());
+  for (auto [m, l] : {std::pair{2, 4}, {5, 2}, {3, 8}}) {
+    const GroupLayout layout(Topology(m, l), random_shapes(rng, 3), DType::kBf16, DType::kBf16);
+    auto grads = random_grads(rng, layout);
+    for (auto& rank : grads) {
+      for (auto& param : rank) {
+        for (float& v : param)
+          v = static_cast<float>(static_cast<int>(rng() % 33) - 16);
+      }
+    }
+    RunResult tide_result, stock_result;
+    program::RsProgramOptions po;
+    po.alpha = 0.5f;
+    const auto tide = run_rs_program(program::build_rs_program(RsPlan(layout, {}), po), layout,
+                                     grads, nullptr, &tide_result);
+    program::Fsdp2Options options;
+    options.alpha = 0.5f;
+    const auto stock = run_rs_program(program::build_fsdp2_reduce_scatter(layout, options), layout,
+                                      grads, nullptr, &stock_result);
+    ASSERT_TRUE(tide_result.clean() && stock_result.clean());
+    for (std::size_t r = 0; r < tide.size(); ++r) {
+      ASSERT_EQ(0, std::memcmp(tide[r].data(), stock[r].data(), tide[r].size() * 4))
+          << "rank " << r;
+    }
+  }
+}
+
+// NaN and infinities produce the expected output classes (Sec. 4.3).
+TEST(Numerics, NonFiniteInputsGiveTheExpectedClasses) {
+  std::mt19937_64 rng(std::random_device{}());
+  const GroupLayout layout(Topology(3, 4), {{"w", 24, 4}}, DType::kBf16, DType::kBf16);
+  auto grads = random_grads(rng, layout);
+  // Destination rank 5's first four elements: N = 12, R_p = 2, so its rows start at 5 * 2 * 4.
+  const float inf = std::numeric_limits<float>::infinity();
+  grads[0][0][40] = std::nanf("");  // element 0: NaN          -> NaN
+  grads[7][0][41] = inf;            // element 1: +inf         -> +inf
+  grads[3][0][42] = -inf;           // element 2: -inf         -> -inf
+  grads[1][0][43] = inf;            // element 3: +inf + -inf  -> NaN
+  grads[9][0][43] = -inf;
+  for (int variant = 0; variant < 2; ++variant) {
+    RunResult result;
+    const program::Program prog = variant == 0 ? program::build_rs_program(RsPlan(layout, {}), {})
+                                               : program::build_fsdp2_reduce_scatter(layout, {});
+    const auto out = run_rs_program(prog, layout, grads, nullptr, &result);
+    ASSERT_TRUE(result.clean()) << first_errors(result);
+    EXPECT_TRUE(std::isnan(out[5][0])) << variant;
+    EXPECT_EQ(out[5][1], inf) << variant;
+    EXPECT_EQ(out[5][2], -inf) << variant;
+    EXPECT_TRUE(std::isnan(out[5][3])) << variant;
+    EXPECT_TRUE(std::isfinite(out[4][0]) && std::isfinite(out[6][3])) << variant;
   }
 }
 

@@ -2,8 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "tide/core/ag_plan.hpp"
+#include "tide/program/faults.hpp"
 #include "tide/program/program.hpp"
 
 namespace tide::program {
@@ -18,6 +20,16 @@ struct AgArenaLayout {
 
 AgArenaLayout ag_arena_layout(const AgPlan& plan);
 
+struct AgProgramOptions {
+  // Model FSDP2's compute stream on each rank: before the call it reads the landing's
+  // previous contents (the layer that used the slot last; the landing is then an input),
+  // and after the ready event it reads the new parameters into the rank's output buffer
+  // (N S bytes). Makes "landing free before overwrite" and "completion before
+  // consumption" checkable.
+  bool consumer = false;
+  Fault fault = Fault::kNone;  // an all-gather fault to inject on every rank
+};
+
 // Counter and event ids the program uses, so callers and tests can name them.
 struct AgProgramIds {
   int ready_event = 0;  // recorded on each rank's completion stream: parameters ready
@@ -28,6 +40,11 @@ struct AgProgramIds {
 // shard region of the arena holds the rank's packed bf16/fp32 shard. The output is the
 // landing region: on every rank, parameter p is the (N R_p, K_p) matrix at landing +
 // Landing(p, 0), whose first D_p rows are real.
-Program build_ag_program(const AgPlan& plan, AgProgramIds* ids = nullptr);
+Program build_ag_program(const AgPlan& plan, const AgProgramOptions& options = {},
+                         AgProgramIds* ids = nullptr);
+
+// Why `fault` cannot show on this plan (empty when it can), e.g. a forwarding fault on two
+// nodes, where no round forwards received slots.
+std::string ag_fault_inapplicable(Fault fault, const AgPlan& plan);
 
 }  // namespace tide::program

@@ -3,8 +3,9 @@
 // A Program holds every rank's ops. Ops of one (rank, stream) run in list order, each
 // after the previous one has completed (CUDA stream semantics). Across streams and ranks,
 // order exists only through the synchronisation ops:
-//   - kEventRecord / kEventWait: a wait completes once the named record (same rank) has
-//     completed; the record completes when every earlier op of its stream has.
+//   - kEventRecord / kEventWait: event ids are per rank, like counters; each (rank, id) is
+//     recorded once. A wait completes once that record (same rank) has completed; the
+//     record completes when every earlier op of its stream has.
 //   - kSignal / kWait on counters: a signal adds to a counter (on any rank) when it runs;
 //     a wait completes once its counter (on its own rank) holds at least its value. A
 //     wait is ordered after every signal whose addition it needed to reach that value.
@@ -107,11 +108,17 @@ struct Op {
   float alpha = 1.0f;
   bool accumulate = false;
   int wave_index = 0;  // kLand: 0 for the first wave of its elements
-  int ctas = 0;        // kSum, kLand, kCast: CTA budget
+  // kSum, kLand, kCast: CTA budget. On kCopy / kRailPut, ctas > 0 marks an SM-driven
+  // transfer (a copy kernel, an NCCL kernel) rather than a copy engine or the NIC.
+  int ctas = 0;
 
-  Counter counter;         // kSignal, kWait, kRailPut
-  std::int64_t value = 0;  // kSignal / kRailPut: amount added; kWait: threshold
-  int event = 0;           // kEventRecord, kEventWait
+  Counter counter;             // kSignal, kWait, kRailPut
+  std::int64_t value = 0;      // kSignal / kRailPut: amount added; kWait: threshold
+  bool network_round = false;  // kWait: closes a network round (the cost model adds t_rnd)
+  // A step inside one long-running kernel (an NCCL ring step) rather than an operation the
+  // host enqueues: it costs no host enqueue time.
+  bool inside_kernel = false;
+  int event = 0;  // kEventRecord, kEventWait
 };
 
 // Sizes of every buffer, per rank, so an executor can allocate them.
@@ -127,7 +134,7 @@ struct Program {
   std::vector<BufferSizes> buffers;       // per rank
   std::vector<Op> ops;                    // all ranks; list order is stream order
   int counters = 0;                       // counter ids are 0..counters-1 on every rank
-  int events = 0;                         // event ids are 0..events-1 (each recorded once)
+  int events = 0;                         // event ids are 0..events-1 on every rank
 
   int stream(const std::string& name);  // finds or adds a stream name
 };

@@ -2,8 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "tide/core/rs_plan.hpp"
+#include "tide/program/faults.hpp"
 #include "tide/program/program.hpp"
 
 namespace tide::program {
@@ -20,7 +22,8 @@ struct RsProgramOptions {
   int sum_ctas = 16;  // Level 1 CTA budget (training configuration, Sec. 7.1)
   int landing_ctas = 4;
   LandingStyle landing = LandingStyle::kPull;
-  int call_index = 0;  // position in a sequence of calls: picks the bank, e mod 2
+  int call_index = 0;          // position in a sequence of calls: picks the bank, e mod 2
+  Fault fault = Fault::kNone;  // a reduce-scatter fault to inject on every rank
 };
 
 // Byte offsets of TIDE-RS's areas in each rank's arena (sizes from RsPlan::memory()).
@@ -44,5 +47,9 @@ struct RsProgramIds {
 // output. Output: each rank's packed fp32 shard (kOutput, S_fp32 bytes), Eq. 5.
 Program build_rs_program(const RsPlan& plan, const RsProgramOptions& options,
                          RsProgramIds* ids = nullptr);
+
+// Why `fault` cannot show on this plan and these options (empty when it can), e.g. outbox
+// reuse under In-Place, whose outbox never refills a block.
+std::string rs_fault_inapplicable(Fault fault, const RsPlan& plan, const RsProgramOptions& options);
 
 }  // namespace tide::program

@@ -1,0 +1,180 @@
+// The CPU reference executor (architecture: exec/reference; issue 3, item 3): runs every
+// rank's ops of a Program in one process as a deterministic discrete-event simulation, with
+// real data, seeded interleavings, race and deadlock detection, and the cost model's times.
+//
+// Use:
+//   ReferenceExecutor ex(program);                   // allocates every rank's buffers
+//   auto g = ex.input(Buffer{0, Space::kTensor, 1}); // marks bytes as set, returns them
+//   ... fill g (and other inputs) ...
+//   RunOptions o;
+//   o.seed = 7;                                       // o.jitter = 0.5 to explore more
+//   RunResult r = ex.run(o);
+//   ex.memory(Buffer{0, Space::kOutput, 0})           // read outputs
+//   r.errors, r.makespan_us, r.sm_time_us, r.peak_buffer_bytes, r.op_times
+//   write_chrome_trace_file("t.json", program, r);    // Perfetto; write_timeline_svg_file
+// Timing only (no memory, no race tracking): ReferenceExecutor ex(program, {true});
+//
+// NOTE [reference execution semantics]
+// 1. Memory. Every buffer of Program::buffers is a byte array filled with 0xFF ("poison").
+//    Bytes the caller marks through input() count as written by an initial op that happens
+//    before every op; all other bytes are never written until an op writes them.
+// 2. Order. Ops of one (rank, stream) run in list order, one at a time, each after the
+//    previous one completed and after its rank's host issued it. kWait starts once its
+//    counter holds >= value, kEventWait once its rank's record of that event id completed
+//    (event ids, like counter ids, are per rank: (rank, id) is recorded once); both then
+//    complete after their latency. Data effects (copies, sums, landings, casts, zero fills,
+//    releases) and counter additions (kSignal, kRailPut after its copy) apply atomically at
+//    the op's completion. kSum writes every element of dst: level1_partial(staged inputs in
+//    list order, own gradient element, alpha) inside its segments, +0 outside; kLand folds
+//    wave_sum(sources in order) into dst with land(); kCast rounds fp32 to bf16; kRelease
+//    poisons its bytes and marks them released. The seed orders ops that become ready or complete
+//    at the same simulated time, and RunOptions::jitter perturbs durations, so seeds explore
+//    different legal interleavings; one seed is fully deterministic.
+// 3. Happens-before. A vector clock per (rank, stream) component, with edges from stream
+//    order, event record -> event wait, and the additions a wait needed (the prefix of its
+//    counter's additions, in the order they landed, that first reached its value) -> that
+//    wait; a rail put's write precedes its own addition. Each buffer has an interval map of
+//    its last writer and the readers since (one per component).
+// 4. Reported errors (collected, never thrown; the run continues past races and stops at a
+//    deadlock): reading bytes never written, released, or whose last writer does not
+//    happen before the reader; a write (or release) over bytes whose earlier readers or
+//    writer do not happen before it; a deadlock (one error per blocked stream head, saying
+//    what it waits for); statically, before running, a wait that can never be satisfied
+//    (threshold above everything the program ever adds to its counter, or an event that is
+//    never recorded on the waiter's rank) and malformed ops (out-of-bounds or mismatched
+//    regions, ids out of range, an event recorded twice; such an op is timed but has no
+//    effect). Copies and rail puts perform all their descriptors; none is legal (a
+//    copy without any is a no-op, a rail put without any is a remote signal).
+// 5. Arithmetic: NOTE [arithmetic order] in tide/core/arithmetic.hpp, through tide::arith.
+//    bf16 is stored as 16-bit words, fp32 as IEEE binary32, both little-endian.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tide/exec/cost_model.hpp"
+#include "tide/program/program.hpp"
+
+namespace tide::exec {
+
+enum class ErrorKind : std::uint8_t {
+  kUnorderedRead,      // read of bytes whose last writer does not happen before the reader
+  kUnwrittenRead,      // read of bytes never written
+  kReleasedRead,       // read of bytes released (freed) earlier
+  kUnorderedWrite,     // write over bytes still to be read, or whose last write is unordered
+  kDeadlock,           // ops left, none can proceed (one per blocked stream head)
+  kUnsatisfiableWait,  // static: a wait that can never be satisfied
+  kInvalidOp,          // static: a malformed op (bounds, geometry, counter or event ids)
+};
+inline constexpr int kErrorKinds = 7;
+
+std::string_view error_kind_name(ErrorKind kind);
+
+struct ExecError {
+  ErrorKind kind = ErrorKind::kInvalidOp;
+  int op = -1;             // index into Program::ops
+  int other_op = -1;       // the conflicting op (writer, reader, event record), or -1
+  int rank = 0;            // the rank of `op`
+  program::Buffer buffer;  // memory errors: the buffer and byte range [begin, end)
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+  std::string message;  // one line naming the ops (labels, ranks, streams) and the bytes
+};
+
+struct RunOptions {
+  std::uint64_t seed = 0;
+  // Each op's duration is multiplied by a factor drawn uniformly from [1 - jitter,
+  // 1 + jitter] (0 <= jitter < 1). 0 keeps the cost model's times; larger values let seeds
+  // explore more interleavings.
+  double jitter = 0.0;
+  // Errors kept in RunResult::errors; RunResult::error_count counts all of them.
+  int max_errors = 64;
+  CostModel cost;
+  // Keep RunResult::op_times (needed for traces).
+  bool record_times = true;
+};
+
+struct OpTime {
+  double start_us = -1.0;  // -1: never started
+  double end_us = -1.0;    // -1: never completed
+};
+
+struct RunResult {
+  bool completed = false;  // every op ran (but those with no valid rank and stream)
+  bool deadlock = false;
+  std::int64_t ops_run = 0;
+  std::vector<ExecError> errors;                         // the first max_errors, in the order found
+  std::int64_t error_count = 0;                          // all errors found
+  std::array<std::int64_t, kErrorKinds> error_counts{};  // all errors found, by kind
+  // Simulated time of the last completion, microseconds.
+  double makespan_us = 0.0;
+  // Sum over SM ops (sum, land, cast, zero) of max(1, ctas) * duration, CTA-microseconds.
+  double sm_time_us = 0.0;
+  // The largest, over ranks, of arena + output bytes plus the peak of that rank's live
+  // per-parameter tensor bytes (a tensor is live from the start of the first op that
+  // touches it until releases covered its bytes; the same with and without data).
+  std::int64_t peak_buffer_bytes = 0;
+  std::vector<OpTime> op_times;  // per Program::ops index, when record_times
+
+  bool clean() const { return completed && error_count == 0; }
+  std::int64_t count(ErrorKind kind) const {  // all errors of that kind found
+    return error_counts[static_cast<std::size_t>(kind)];
+  }
+};
+
+struct ExecutorOptions {
+  // Skip memory, data effects and race tracking: only the schedule, counters, events and
+  // times (for 512 ranks with production shapes).
+  bool timing_only = false;
+};
+
+class ReferenceExecutor {
+ public:
+  // `program` must outlive the executor. Allocates every rank's buffers unless timing-only.
+  explicit ReferenceExecutor(const program::Program& program, ExecutorOptions options = {});
+  ~ReferenceExecutor();
+  ReferenceExecutor(const ReferenceExecutor&) = delete;
+  ReferenceExecutor& operator=(const ReferenceExecutor&) = delete;
+
+  // A buffer's bytes (outputs after run). Writing through this span does not mark bytes as
+  // set; use input(). Throws InvalidArgument for an unknown buffer or in timing-only mode.
+  std::span<std::byte> memory(const program::Buffer& buffer);
+  // Marks bytes [offset, offset + bytes) (bytes < 0: to the end) as set by the caller before
+  // the run, and returns them for the caller to fill.
+  std::span<std::byte> input(const program::Buffer& buffer, std::int64_t offset = 0,
+                             std::int64_t bytes = -1);
+
+  // Runs the program. With data, once per executor (a second call throws InvalidArgument);
+  // timing-only runs may repeat.
+  RunResult run(const RunOptions& options = {});
+
+  const program::Program& program() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// A Chrome trace (JSON object format, viewable in Perfetto and chrome://tracing) of a run:
+// one process per rank, one thread per stream, one complete event per op that ran (for a
+// wait, from when its stream reached it). Ranks >= max_ranks are left out (< 0: none).
+void write_chrome_trace(std::ostream& out, const program::Program& program, const RunResult& result,
+                        int max_ranks = -1);
+void write_chrome_trace_file(const std::string& path, const program::Program& program,
+                             const RunResult& result, int max_ranks = -1);
+
+// A timeline picture (SVG) of a run: one lane per (rank, stream) of the first `max_ranks`
+// ranks, one box per op coloured by kind, a time axis in milliseconds and a legend.
+void write_timeline_svg(std::ostream& out, const program::Program& program, const RunResult& result,
+                        int max_ranks = 8);
+void write_timeline_svg_file(const std::string& path, const program::Program& program,
+                             const RunResult& result, int max_ranks = 8);
+
+}  // namespace tide::exec

@@ -1,0 +1,22 @@
+// Mixed-precision all-gather cast of TIDE-AG (paper Sec. 3.1 "In-place shard adoption vs.
+// mixed-precision cast"): fp32 master shards to bf16, written into the first receive-stage
+// slot. bf16 = round-to-nearest-even(fp32), NaN -> 0x7FFF (NOTE [arithmetic order],
+// tide::arith::float_to_bf16). Any length, any element alignment.
+//
+// Host-compilable: raw pointers, sizes and a cudaStream_t.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace tide::kernels {
+
+inline constexpr int kMaxCastCtas = 65535;
+
+// dst: n bf16 values (as raw 16-bit words, 2-byte aligned); src: n fp32 values (4-byte
+// aligned). ctas = 0 picks a full grid (4 CTAs of 512 threads per SM).
+void launch_cast_fp32_to_bf16(std::uint16_t* dst, const float* src, std::int64_t n,
+                              cudaStream_t stream, int ctas = 0);
+
+}  // namespace tide::kernels

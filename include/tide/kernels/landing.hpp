@@ -1,0 +1,68 @@
+// Level 2 landing of TIDE-RS (paper Sec. 4.2 "Bounded waves and safe reuse", App. G BW_land):
+// folds one wave of W fp32 node partials, which sit at the same offset on W peers, into the
+// fp32 output shard:
+//     wave = part[0] + part[1] + ... + part[W-1]                  (contributor order)
+//     out  = (wave_index == 0 && !accumulate) ? wave : out + wave
+// per NOTE [arithmetic order] (include/tide/core/arithmetic.hpp: wave_sum, land).
+//
+// The default landing pulls: the W partial pointers are LSA (peer) pointers or local ones
+// (the own-node spare block), passed as kernel parameters. A multimem variant, where the
+// NVSwitch sums the wave (multimem.ld_reduce...add.v4.f32), exists behind a run-time
+// capability check and an explicit opt-in; it is never run on the lent machines (NVLink
+// multicast is forbidden there) and is not bitwise comparable with the pull landing.
+//
+// Host-compilable: raw pointers, sizes and a cudaStream_t.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace tide::kernels {
+
+inline constexpr int kMaxWave = 8;
+inline constexpr int kMaxLandingCtas = 1024;
+
+struct LandingArgs {
+  float* out = nullptr;  // n fp32 elements (any 4-byte alignment)
+  std::int64_t n = 0;
+  const float* partials[kMaxWave] = {};  // W pointers, contributor order
+  int num_partials = 0;                  // W in [1, 8]
+  int wave_index = 0;                    // 0 for the first wave of a call
+  bool accumulate = false;               // fold into the existing output
+  int ctas = 2;                          // landing CTA budget (App. G, Eq. 14)
+};
+
+// Validates (throws InvalidArgument) and enqueues the pull landing on `stream`.
+void launch_landing(const LandingArgs& args, cudaStream_t stream);
+
+// ---- Multimem (switch-reduction) landing: written, never executed here. ----
+//
+// The opt-in is the environment knob TIDE_ENABLE_MULTIMEM=1 (read in one place, landing.cu)
+// AND `opt_in = true` at the call; the capability is CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED.
+struct MultimemLandingArgs {
+  float* out = nullptr;
+  std::int64_t n = 0;                // a multiple of 4, 16-byte-aligned pointers
+  const float* multicast = nullptr;  // the wave's blocks through the multicast mapping
+  int wave_index = 0;
+  bool accumulate = false;
+  int ctas = 2;
+};
+
+// True when the device reports NVSwitch multicast and reduction support.
+bool multimem_supported(int device);
+// True when TIDE_ENABLE_MULTIMEM=1 is set in the environment.
+bool multimem_enabled_by_environment();
+// Throws tide::Unsupported unless opt_in, the environment knob and the capability all hold.
+void launch_landing_multimem(const MultimemLandingArgs& args, cudaStream_t stream, bool opt_in);
+
+namespace detail {
+struct LandingParams {
+  float* out;
+  const float* in[kMaxWave];
+  std::int64_t n;
+  std::int64_t head;  // scalar elements before the 16-byte-aligned vector body
+  std::int64_t nvec;  // float4s in the body (0: everything is scalar)
+};
+}  // namespace detail
+}  // namespace tide::kernels

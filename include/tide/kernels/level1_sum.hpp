@@ -1,0 +1,162 @@
+// Level 1 of TIDE-RS (paper Sec. 4.1): the node-local sum kernel and its launcher.
+//
+// One launch produces one fp32 outbox block of `rows` rows (the L destination ranks of one
+// destination node, rows <= 8) by `width` elements. Element (r, c) is
+//     alpha * (staged[0][r][c] + ... + staged[S-1][r][c] + own[r][c])       (Eq. 5)
+// in exactly the order of NOTE [arithmetic order] (include/tide/core/arithmetic.hpp), where
+// the S <= 7 staged contributions were pushed by copy engines into a staging area and the
+// owner's own contribution is read in place from the per-parameter gradients through a
+// segment table. Columns that no run of the table covers are padding and are written +0.0f.
+// With `accumulate` the block is landed in place: out = out + alpha * sum (M = 1).
+//
+// Host-compilable: no torch types, raw pointers, sizes and a cudaStream_t (style.md, 1).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "tide/core/dtype.hpp"
+
+namespace tide::kernels {
+
+inline constexpr int kMaxLevel1Rows = 8;    // L <= 8 destination ranks per node
+inline constexpr int kMaxLevel1Staged = 7;  // L - 1 staged contributions
+inline constexpr int kMaxLevel1Gradients = 256;
+// TIDE's planner uses 1..32 sum CTAs (App. G, Eq. 13); the kernel itself runs on any grid, and
+// the benchmark also runs one CTA per SM.
+inline constexpr int kMaxLevel1Ctas = 1024;
+
+// One contiguous run of the owner's own contribution: columns [dst_col, dst_col + length) of
+// one row of the block come from elements [src_offset, src_offset + length) of gradient
+// `param`. Device-resident (24 bytes), built once at registration.
+struct Level1Run {
+  std::int64_t src_offset;
+  std::uint32_t dst_col;
+  std::uint32_t length;
+  std::uint32_t param;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(Level1Run) == 24);
+
+// A run as the planner describes it (host side, any order).
+struct Level1RunSpec {
+  int row;
+  std::int64_t dst_col;
+  std::int64_t length;
+  int param;
+  std::int64_t src_offset;
+};
+
+// What a launch needs to know about a registered table: plain data, passed by value.
+struct Level1TableView {
+  const Level1Run* runs = nullptr;  // device memory, sorted by (row, col)
+  std::uint32_t row_begin[kMaxLevel1Rows + 1] =
+      {};  // runs of row r: [row_begin[r], row_begin[r+1])
+  int rows = 0;
+  std::int64_t width = 0;
+  int num_params = 0;  // largest param index + 1
+};
+
+// Owns the device copy of a block's segment table. Built once at registration (one
+// synchronous upload); never rebuilt or copied per call (paper Sec. 6). Validates the runs:
+// inside the block, non-empty, non-overlapping, param < 256, src_offset >= 0.
+class Level1SegmentTable {
+ public:
+  Level1SegmentTable(int rows, std::int64_t width, std::span<const Level1RunSpec> runs);
+  ~Level1SegmentTable();
+  Level1SegmentTable(const Level1SegmentTable&) = delete;
+  Level1SegmentTable& operator=(const Level1SegmentTable&) = delete;
+  Level1SegmentTable(Level1SegmentTable&& other) noexcept;
+  Level1SegmentTable& operator=(Level1SegmentTable&& other) noexcept;
+
+  const Level1TableView& view() const { return view_; }
+  // The sorted runs as uploaded (for host references and tests).
+  const std::vector<Level1Run>& host_runs() const { return host_runs_; }
+
+ private:
+  Level1TableView view_{};
+  std::vector<Level1Run> host_runs_;
+  void* device_ = nullptr;
+};
+
+struct Level1SumArgs {
+  float* out = nullptr;  // rows x width fp32, row pitch out_pitch (elements)
+  std::int64_t out_pitch = 0;
+  DType dtype = DType::kBf16;              // of the staged contributions and of the gradients
+  const void* staged = nullptr;            // contribution k, row r, column c at
+  int num_staged = 0;                      //   staged[k * staged_stride + r * staged_pitch + c]
+  std::int64_t staged_stride = 0;          // elements between contributions
+  std::int64_t staged_pitch = 0;           // elements between rows
+  const void* const* gradients = nullptr;  // host array of num_gradients device pointers,
+  int num_gradients = 0;                   // copied into the kernel parameters (<= 256)
+  Level1TableView table{};
+  float alpha = 1.0f;
+  bool accumulate = false;
+  int ctas = 4;  // the CTA budget; CTAs retire when their tiles are done
+};
+
+// Kernel choice and pipeline shape. Results do not depend on any of it (invariant 2); the
+// defaults are the bulk-copy pipeline of Sec. 4.1. The flags are measured alternatives kept
+// for the record (docs/kernels.md): warp_direct is the fastest at 1..32 CTAs; direct_staged
+// helped less; lsu_copies, spin_wait and interleaved did not help.
+struct Level1Tuning {
+  int stages = 3;              // shared-memory stages (2..4)
+  int tile_bytes = 8192;       // bytes per input slot and stage (a power of two, 512..65536)
+  int consumer_warps = 8;      // warps that convert, add and store (1..12)
+  bool lsu_copies = false;     // producer copies with cp.async (LSU) instead of the bulk engine
+  bool direct_staged = false;  // consumers load staged data from global memory themselves
+  bool spin_wait = false;      // poll barriers with test_wait instead of try_wait
+  bool warp_direct = false;    // no pipeline: consumer_warps (<= 16) warps load everything directly
+  bool interleaved = false;    // workers take every n-th tile instead of a contiguous range
+};
+
+// The tuning TIDE uses for a CTA budget, from the H200 measurements in docs/kernels.md: the
+// warp-direct kernel (16 warps) up to 32 CTAs, where it sustains 50-58 GB/s per CTA against the
+// bulk-copy pipeline's 31-33; the pipeline on larger grids (3.4 against 3.2-3.3 TB/s at 132).
+// Both compute the same bits.
+inline Level1Tuning recommended_level1_tuning(int ctas) {
+  Level1Tuning t;
+  if (ctas <= 32) {
+    t.warp_direct = true;
+    t.consumer_warps = 16;
+  }
+  return t;
+}
+
+// Validates the arguments (throws InvalidArgument) and enqueues the kernel on `stream`.
+void launch_level1_sum(const Level1SumArgs& args, cudaStream_t stream,
+                       const Level1Tuning& tuning = {});
+
+namespace detail {
+
+// The kernel's parameters (plain data, 2.3 KB, passed by value).
+struct Level1SumParams {
+  const void* grads[kMaxLevel1Gradients];
+  float* out;
+  std::int64_t out_pitch;
+  const unsigned char* staged;
+  std::int64_t staged_stride_bytes;
+  std::int64_t staged_pitch_bytes;
+  const Level1Run* runs;
+  std::uint32_t row_begin[kMaxLevel1Rows + 1];
+  int rows;
+  std::int64_t width;
+  int num_staged;
+  float alpha;
+  int tile_elems;  // columns per tile (a multiple of 32)
+  int tiles_per_row;
+  int total_tiles;
+  int stages;
+  int stage_bytes;  // shared-memory bytes per stage
+  int consumer_warps;
+  int lsu_copies;
+  int direct_staged;
+  int spin_wait;
+  int interleaved;
+};
+
+}  // namespace detail
+}  // namespace tide::kernels

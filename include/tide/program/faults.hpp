@@ -1,0 +1,42 @@
+// Fault injection (issue 3; App. E invariants I1-I4, Sec. 3.2 safety rules): each fault
+// removes or breaks one piece of the protocol on every rank. A correct executor must catch
+// every one: a reported race, a deadlock, or corrupted output. Never silent.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+namespace tide::program {
+
+enum class Fault {
+  kNone,
+  // TIDE-AG (Sec. 3.1-3.2)
+  kAgScatterBeforeArrival,  // scatter a stage slot without waiting for its round's data (I4)
+  kAgForwardBeforeArrival,  // forward slots in round d before earlier rounds arrived (I4)
+  kAgNoCompletionFence,     // record "parameters ready" without the node-wide fence (3.2)
+  kAgNoLandingReadiness,    // scatter into local landings before they are published free (3.2)
+  // TIDE-RS (Sec. 4-5, App. E)
+  kRsNoStaleZeroing,     // skip stale-block zeroing before a switch-reduce landing (I1)
+  kRsLandTwice,          // land one contributor twice (I1)
+  kRsReleaseBeforeRead,  // release gradients without waiting for read completion (I2)
+  kRsStagingReuse,       // refill a staging slot before its owner summed it (I3)
+  kRsOutboxReuse,        // refill an outbox block before its send (Slot-Reuse, I3)
+  kRsInboxReuse,         // put into an inbox generation before its credit (I3)
+  kRsSendBeforeSum,      // put an outbox block before its sum finished (I4)
+  kRsLandBeforeArrival,  // land a wave before all its partials arrived (I4)
+};
+
+struct FaultInfo {
+  Fault fault;
+  std::string_view name;         // CLI name, e.g. "ag-no-completion-fence"
+  std::string_view collective;   // "all-gather" or "reduce-scatter"
+  std::string_view rule;         // the invariant or safety rule it breaks
+  std::string_view description;  // one line
+};
+
+const std::vector<FaultInfo>& fault_catalog();  // every fault but kNone
+const FaultInfo& fault_info(Fault fault);
+// Throws InvalidArgument listing the known names.
+Fault parse_fault(std::string_view name);
+
+}  // namespace tide::program

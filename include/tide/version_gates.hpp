@@ -1,0 +1,43 @@
+// Every CUDA and NCCL version test of TIDE, in one place (style.md, habit 4). Code tests the
+// feature macros below, never a version number.
+//
+//   TIDE_HAS_CUDA_RUNTIME   the CUDA runtime headers are visible (any CUDA unit, or a host
+//                           unit that included cuda_runtime_api.h first)
+//   TIDE_HAS_TMA_BULK       device code may use cp.async.bulk with mbarrier transaction
+//                           counts (sm_90+; device compilation pass only)
+//   TIDE_HAS_MULTIMEM       device code may use multimem.ld_reduce (sm_90+, PTX ISA 8.1+);
+//                           it is compiled, and gated again at run time (see landing.hpp)
+//   TIDE_HAS_NCCL_DEVICE_API  NCCL >= 2.28: symmetric windows, LSA pointers, LSA barrier, GIN
+//   TIDE_HAS_NCCL_HOST_RMA    NCCL >= 2.29: ncclPutSignal / ncclWaitSignal, host peer pointers
+#pragma once
+
+#if defined(__CUDACC__) || defined(CUDART_VERSION)
+#define TIDE_HAS_CUDA_RUNTIME 1
+#else
+#define TIDE_HAS_CUDA_RUNTIME 0
+#endif
+
+// Device-side feature gates: only meaningful inside a device compilation pass.
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+#define TIDE_HAS_TMA_BULK 1
+#define TIDE_HAS_MULTIMEM 1
+#else
+#define TIDE_HAS_TMA_BULK 0
+#define TIDE_HAS_MULTIMEM 0
+#endif
+
+#if defined(NCCL_VERSION_CODE) && defined(NCCL_VERSION)
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+#define TIDE_HAS_NCCL_DEVICE_API 1
+#else
+#define TIDE_HAS_NCCL_DEVICE_API 0
+#endif
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 29, 0)
+#define TIDE_HAS_NCCL_HOST_RMA 1
+#else
+#define TIDE_HAS_NCCL_HOST_RMA 0
+#endif
+#else
+#define TIDE_HAS_NCCL_DEVICE_API 0
+#define TIDE_HAS_NCCL_HOST_RMA 0
+#endif

@@ -1,0 +1,540 @@
+// `tide simulate`: runs a TIDE-AG or TIDE-RS program on the CPU reference executor, with
+// real data (checked against the definition) or timing only, optionally with a fault.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+
+#include "commands.hpp"
+#include "digest.hpp"
+#include "npy.hpp"
+#include "shapes.hpp"
+#include "table.hpp"
+#include "tide/core/arithmetic.hpp"
+#include "tide/core/collective_reference.hpp"
+#include "tide/core/error.hpp"
+#include "tide/exec/reference_executor.hpp"
+#include "tide/program/ag_builder.hpp"
+#include "tide/program/fsdp2_baseline.hpp"
+#include "tide/program/rs_builder.hpp"
+
+namespace tide::cli {
+namespace {
+
+using nlohmann::json;
+using program::Buffer;
+using program::Space;
+
+struct SimulateArgs {
+  std::string collective;
+  int nodes = 1;
+  int gpus_per_node = 8;
+  std::string shapes, model;
+  std::string ag_dtype = "bf16", grad_dtype = "bf16";
+  bool cast = false;
+  int wave_width = 0, round_width = 4, passes = 1, staging_slots = 2;
+  std::string mode = "in-place";
+  int sum_ctas = 16, landing_ctas = 4;
+  std::string landing = "pull";
+  bool accumulate = false;
+  float alpha = 0;  // 0: 1 / N, FSDP2's average
+  std::uint64_t schedule_seed = 0, data_seed = 1;
+  double jitter = 0.25;
+  std::string inject, trace, timeline, cost_model, dump;
+  bool timing_only = false, json = false, list_faults = false, baseline = false;
+};
+
+// What every simulation reports.
+struct Outcome {
+  exec::RunResult run;
+  double predicted_us = 0;  // when the collective's final event completed, over ranks
+  bool data = false;
+  double max_abs_error = 0, tolerance = 0;
+  bool bitwise = true;  // equal to TIDE's arithmetic order (or to Eq. 2 placement)
+  bool passed = false;
+  std::optional<std::string> sha256;
+};
+
+double event_time(const program::Program& prog, const exec::RunResult& run, int event) {
+  double latest = 0;
+  for (std::size_t i = 0; i < prog.ops.size(); ++i) {
+    const program::Op& op = prog.ops[i];
+    if (op.kind == program::OpKind::kEventRecord && op.event == event && i < run.op_times.size()) {
+      latest = std::max(latest, run.op_times[i].end_us);
+    }
+  }
+  return latest;
+}
+
+void write_traces(const SimulateArgs& a, const program::Program& prog, const exec::RunResult& run) {
+  if (!a.trace.empty()) exec::write_chrome_trace_file(a.trace, prog, run);
+  if (!a.timeline.empty()) exec::write_timeline_svg_file(a.timeline, prog, run);
+}
+
+exec::RunOptions run_options(const SimulateArgs& a) {
+  exec::RunOptions options;
+  options.seed = a.schedule_seed;
+  options.jitter = a.jitter;
+  if (!a.cost_model.empty()) options.cost = exec::load_cost_model(a.cost_model);
+  return options;
+}
+
+void write_manifest(const SimulateArgs& a, const GroupLayout& layout, json files,
+                    json extra = json::object()) {
+  json params = json::array();
+  for (const ParamLayout& p : layout.params()) {
+    params.push_back(
+        {{"name", p.name}, {"rows", p.rows}, {"cols", p.cols}, {"rows_per_rank", p.rows_per_rank}});
+  }
+  const json manifest = {{"collective", a.collective},
+                         {"nodes", layout.topology().nodes()},
+                         {"gpus_per_node", layout.topology().gpus_per_node()},
+                         {"world", layout.topology().world()},
+                         {"params", params},
+                         {"ag_dtype", dtype_name(layout.ag_dtype())},
+                         {"grad_dtype", dtype_name(layout.grad_dtype())},
+                         {"bf16_storage",
+                          "bf16 values are stored as uint16 words ('<u2'): "
+                          "float32 bits = word << 16"},
+                         {"files", files}};
+  json merged = manifest;
+  merged.update(extra);
+  std::ofstream(a.dump + "/manifest.json") << merged.dump(2) << '\n';
+}
+
+Outcome simulate_all_gather(const SimulateArgs& a, const GroupLayout& layout,
+                            program::Fault fault) {
+  AgOptions plan_options;
+  plan_options.mixed_precision_cast = a.cast;
+  const AgPlan plan(layout, plan_options);
+  if (const std::string why = program::ag_fault_inapplicable(fault, plan); !why.empty()) {
+    throw InvalidArgument("--inject " + a.inject + " cannot show here: " + why);
+  }
+  program::AgProgramOptions options;
+  options.consumer = !a.timing_only;  // the compute stream's reads matter for checks only
+  options.fault = fault;
+  program::AgProgramIds ids;
+  program::Fsdp2Ids stock_ids;
+  const program::Program prog = a.baseline ? program::build_fsdp2_all_gather(layout, {}, &stock_ids)
+                                           : program::build_ag_program(plan, options, &ids);
+  const int final_event = a.baseline ? stock_ids.done_event : ids.ready_event;
+  const program::AgArenaLayout arena = program::ag_arena_layout(plan);
+  exec::ReferenceExecutor ex(prog, exec::ExecutorOptions{a.timing_only});
+  const Topology& t = layout.topology();
+  const std::int64_t item = item_bytes(layout.ag_dtype());
+  std::mt19937_64 rng(a.data_seed);
+  std::vector<std::vector<std::byte>> shards(static_cast<std::size_t>(t.world()));
+  if (!a.timing_only) {
+    for (int r = 0; r < t.world(); ++r) {
+      if (!a.baseline) {  // the landing's previous contents (the layer that used it before)
+        auto previous =
+            ex.input(Buffer{r, Space::kArena, 0}, arena.landing, layout.unsharded_bytes());
+        for (std::size_t i = 0; i + 1 < previous.size(); i += 2) {
+          const std::uint16_t w = arith::float_to_bf16(random_value(rng, DType::kFp32));
+          std::memcpy(previous.data() + i, &w, 2);
+        }
+      }
+      auto& shard = shards[static_cast<std::size_t>(r)];
+      shard.resize(static_cast<std::size_t>(layout.shard_bytes()));
+      for (int p = 0; p < layout.param_count(); ++p) {
+        const ParamLayout& pl = layout.param(p);
+        std::vector<float> master(static_cast<std::size_t>(pl.shard_elems()));
+        for (std::size_t i = 0; i < master.size(); ++i) {
+          master[i] = random_value(rng, a.cast ? DType::kFp32 : layout.ag_dtype());
+          std::byte* at = shard.data() + pl.offset + static_cast<std::int64_t>(i) * item;
+          if (item == 2) {
+            const std::uint16_t w = arith::float_to_bf16(master[i]);
+            std::memcpy(at, &w, 2);
+          } else {
+            std::memcpy(at, &master[i], 4);
+          }
+        }
+        if (a.baseline) {  // stock FSDP2 reads each sharded parameter
+          auto bytes = ex.input(Buffer{r, Space::kTensor, p});
+          std::memcpy(bytes.data(), shard.data() + pl.offset, bytes.size());
+        } else if (a.cast) {
+          auto bytes = ex.input(Buffer{r, Space::kTensor, p});
+          std::memcpy(bytes.data(), master.data(), bytes.size());
+        }
+      }
+      if (!a.cast && !a.baseline) {
+        auto bytes = ex.input(Buffer{r, Space::kArena, 0}, arena.resident, layout.shard_bytes());
+        std::memcpy(bytes.data(), shard.data(), bytes.size());
+      }
+    }
+  }
+  Outcome o;
+  o.run = ex.run(run_options(a));
+  o.predicted_us = event_time(prog, o.run, final_event);
+  write_traces(a, prog, o.run);
+  if (a.timing_only) return o;
+  o.data = true;
+  // Eq. 2: rank u's shard of parameter p sits at Landing(p, u) on every rank, as the
+  // rank's compute stream saw it (its output buffer).
+  Sha256 digest;
+  for (int r = 0; r < t.world(); ++r) {
+    const auto seen = ex.memory(Buffer{r, Space::kOutput, 0});
+    if (static_cast<std::int64_t>(seen.size()) != layout.unsharded_bytes()) {
+      throw InternalError("the all-gather program has no consumer output to check");
+    }
+    digest.update(seen);
+    for (int u = 0; u < t.world(); ++u) {
+      for (int p = 0; p < layout.param_count(); ++p) {
+        const ParamLayout& pl = layout.param(p);
+        const std::byte* got = seen.data() + layout.landing_offset(p, u);
+        const std::byte* want = shards[static_cast<std::size_t>(u)].data() + pl.offset;
+        if (std::memcmp(got, want, static_cast<std::size_t>(pl.shard_bytes)) == 0) continue;
+        o.bitwise = false;
+        for (std::int64_t i = 0; i < pl.shard_elems(); ++i) {
+          auto value = [&](const std::byte* base) {
+            if (item == 4) {
+              float f;
+              std::memcpy(&f, base + i * 4, 4);
+              return static_cast<double>(f);
+            }
+            std::uint16_t w;
+            std::memcpy(&w, base + i * 2, 2);
+            return static_cast<double>(arith::bf16_to_float(w));
+          };
+          const double diff = std::abs(value(got) - value(want));
+          o.max_abs_error = std::max(
+              o.max_abs_error, std::isnan(diff) ? std::numeric_limits<double>::infinity() : diff);
+        }
+      }
+    }
+  }
+  o.sha256 = digest.hex();
+  o.passed = o.bitwise && o.run.clean();
+  if (!a.dump.empty()) {
+    std::filesystem::create_directories(a.dump);
+    json files = json::object();
+    const std::string type = item == 2 ? "<u2" : "<f4";
+    for (int r = 0; r < t.world(); ++r) {
+      const std::string shard = fmt::format("shard_r{}.npy", r);
+      write_npy(a.dump + "/" + shard, type, {layout.shard_bytes() / item},
+                shards[static_cast<std::size_t>(r)]);
+      files[shard] =
+          fmt::format("rank {}'s packed input shard (P shards, padded rows included)", r);
+      const auto seen = ex.memory(Buffer{r, Space::kOutput, 0});
+      for (int p = 0; p < layout.param_count(); ++p) {
+        const ParamLayout& pl = layout.param(p);
+        const std::string name = fmt::format("landing_r{}_p{}.npy", r, p);
+        write_npy(a.dump + "/" + name, type, {pl.rows, pl.cols},
+                  seen.subspan(static_cast<std::size_t>(layout.landing_offset(p, 0)),
+                               static_cast<std::size_t>(pl.rows * pl.cols * item)));
+        files[name] =
+            fmt::format("parameter {} (D_p, K_p) as rank {} sees it after the call", p, r);
+      }
+    }
+    write_manifest(a, layout, files);
+  }
+  return o;
+}
+
+Outcome simulate_reduce_scatter(const SimulateArgs& a, const GroupLayout& layout,
+                                program::Fault fault) {
+  RsOptions plan_options;
+  plan_options.wave_width = a.wave_width;
+  plan_options.round_width = a.round_width;
+  plan_options.passes = a.passes;
+  plan_options.staging_slots = a.staging_slots;
+  plan_options.mode = parse_mode(a.mode);
+  const RsPlan plan(layout, plan_options);
+  program::RsProgramOptions options;
+  const Topology& t = layout.topology();
+  options.alpha = a.alpha != 0 ? a.alpha : 1.0f / static_cast<float>(t.world());
+  options.accumulate = a.accumulate;
+  options.sum_ctas = a.sum_ctas;
+  options.landing_ctas = a.landing_ctas;
+  if (a.landing == "switch-reduce") {
+    options.landing = program::LandingStyle::kSwitchReduce;
+  } else if (a.landing != "pull") {
+    throw InvalidArgument("--landing '" + a.landing + "' must be pull or switch-reduce");
+  }
+  options.fault = fault;
+  if (const std::string why = program::rs_fault_inapplicable(fault, plan, options); !why.empty()) {
+    throw InvalidArgument("--inject " + a.inject + " cannot show here: " + why);
+  }
+  program::RsProgramIds ids;
+  program::Fsdp2Ids stock_ids;
+  program::Fsdp2Options stock;
+  stock.alpha = options.alpha;
+  stock.accumulate = options.accumulate;
+  const program::Program prog = a.baseline
+                                    ? program::build_fsdp2_reduce_scatter(layout, stock, &stock_ids)
+                                    : program::build_rs_program(plan, options, &ids);
+  const int final_event = a.baseline ? stock_ids.done_event : ids.done_event;
+  exec::ReferenceExecutor ex(prog, exec::ExecutorOptions{a.timing_only});
+  std::mt19937_64 rng(a.data_seed);
+  std::vector<RankGrads> grads;
+  std::vector<std::vector<float>> initial(static_cast<std::size_t>(t.world()));
+  const std::int64_t item = item_bytes(layout.grad_dtype());
+  if (!a.timing_only) {
+    grads = random_grads(rng, layout);
+    for (int r = 0; r < t.world(); ++r) {
+      for (int p = 0; p < layout.param_count(); ++p) {
+        const auto& values = grads[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)];
+        auto bytes = ex.input(Buffer{r, Space::kTensor, p});
+        for (std::size_t i = 0; i < values.size(); ++i) {
+          if (item == 2) {
+            const std::uint16_t w = arith::float_to_bf16(values[i]);
+            std::memcpy(bytes.data() + 2 * i, &w, 2);
+          } else {
+            std::memcpy(bytes.data() + 4 * i, &values[i], 4);
+          }
+        }
+      }
+      auto& init = initial[static_cast<std::size_t>(r)];
+      init.resize(static_cast<std::size_t>(layout.shard_elems()));
+      if (a.accumulate) {
+        for (float& v : init)
+          v = random_value(rng, DType::kFp32);
+        auto bytes = ex.input(Buffer{r, Space::kOutput, 0});
+        std::memcpy(bytes.data(), init.data(), bytes.size());
+      }
+    }
+  }
+  Outcome o;
+  o.run = ex.run(run_options(a));
+  o.predicted_us = event_time(prog, o.run, final_event);
+  write_traces(a, prog, o.run);
+  if (a.timing_only) return o;
+  o.data = true;
+  const auto exact = rs_expected(plan, grads, options.alpha, a.accumulate, initial);
+  const auto ref =
+      rs_float64(layout, grads, static_cast<double>(options.alpha), a.accumulate, initial);
+  double norm = 1;
+  for (const auto& row : ref) {
+    for (double y : row)
+      norm = std::max(norm, std::abs(y));
+  }
+  o.tolerance = 1e-5 * norm;
+  Sha256 digest;
+  for (int r = 0; r < t.world(); ++r) {
+    const auto bytes = ex.memory(Buffer{r, Space::kOutput, 0});
+    digest.update(bytes);
+    for (std::size_t e = 0; e < ref[static_cast<std::size_t>(r)].size(); ++e) {
+      float got;
+      std::memcpy(&got, bytes.data() + 4 * e, 4);
+      const double diff = std::abs(static_cast<double>(got) - ref[static_cast<std::size_t>(r)][e]);
+      o.max_abs_error = std::max(o.max_abs_error,
+                                 std::isnan(diff) ? std::numeric_limits<double>::infinity() : diff);
+      const float want = exact[static_cast<std::size_t>(r)][e];
+      if (std::memcmp(&got, &want, 4) != 0) o.bitwise = false;
+    }
+  }
+  o.sha256 = digest.hex();
+  const bool exact_required = options.landing == program::LandingStyle::kPull && !a.baseline;
+  o.passed = o.run.clean() && o.max_abs_error <= o.tolerance && (o.bitwise || !exact_required);
+  if (!a.dump.empty()) {
+    std::filesystem::create_directories(a.dump);
+    json files = json::object();
+    for (int r = 0; r < t.world(); ++r) {
+      for (int p = 0; p < layout.param_count(); ++p) {
+        const ParamLayout& pl = layout.param(p);
+        const auto& values = grads[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)];
+        std::vector<std::byte> raw(values.size() * static_cast<std::size_t>(item));
+        for (std::size_t i = 0; i < values.size(); ++i) {
+          if (item == 2) {
+            const std::uint16_t w = arith::float_to_bf16(values[i]);
+            std::memcpy(raw.data() + 2 * i, &w, 2);
+          } else {
+            std::memcpy(raw.data() + 4 * i, &values[i], 4);
+          }
+        }
+        const std::string name = fmt::format("grad_r{}_p{}.npy", r, p);
+        write_npy(a.dump + "/" + name, item == 2 ? "<u2" : "<f4", {pl.rows, pl.cols}, raw);
+        files[name] = fmt::format("rank {}'s gradient of parameter {} (D_p, K_p)", r, p);
+      }
+      if (a.accumulate) {
+        const auto& init = initial[static_cast<std::size_t>(r)];
+        const std::string name = fmt::format("out_init_r{}.npy", r);
+        write_npy(a.dump + "/" + name, "<f4", {layout.shard_elems()},
+                  std::as_bytes(std::span<const float>(init)));
+        files[name] = fmt::format("rank {}'s fp32 output before the call (accumulate)", r);
+      }
+      const std::string name = fmt::format("out_r{}.npy", r);
+      write_npy(a.dump + "/" + name, "<f4", {layout.shard_elems()},
+                ex.memory(Buffer{r, Space::kOutput, 0}));
+      files[name] = fmt::format(
+          "rank {}'s packed fp32 shard: parameters in order, R_p K_p elements each (Eq. 5)", r);
+    }
+    write_manifest(a, layout, files, {{"alpha", options.alpha}, {"accumulate", a.accumulate}});
+  }
+  return o;
+}
+
+std::string detection(const Outcome& o) {
+  if (o.run.deadlock) return "deadlock";
+  if (o.run.error_count > 0) return "race";
+  if (o.data && !o.passed) return "corruption";
+  return "";
+}
+
+void run_simulate(const SimulateArgs& a) {
+  if (a.list_faults) {
+    Table table({"fault", "collective", "breaks", "what it does"});
+    json out = json::array();
+    for (const program::FaultInfo& f : program::fault_catalog()) {
+      table.row({std::string(f.name), std::string(f.collective), std::string(f.rule),
+                 std::string(f.description)});
+      out.push_back({{"name", f.name},
+                     {"collective", f.collective},
+                     {"rule", f.rule},
+                     {"description", f.description}});
+    }
+    if (a.json) {
+      std::cout << json{{"faults", out}}.dump(2) << '\n';
+    } else {
+      table.print(std::cout);
+    }
+    return;
+  }
+  if (a.collective != "all-gather" && a.collective != "reduce-scatter") {
+    throw InvalidArgument("tide simulate needs all-gather or reduce-scatter (got '" + a.collective +
+                          "')");
+  }
+  const program::Fault fault =
+      a.inject.empty() ? program::Fault::kNone : program::parse_fault(a.inject);
+  if (fault != program::Fault::kNone && program::fault_info(fault).collective != a.collective) {
+    throw InvalidArgument("--inject " + a.inject + " is a " +
+                          std::string(program::fault_info(fault).collective) + " fault");
+  }
+  if (fault != program::Fault::kNone && a.baseline) {
+    throw InvalidArgument("--inject applies to TIDE's programs, not to --baseline");
+  }
+  if (fault != program::Fault::kNone && a.timing_only) {
+    throw InvalidArgument("--inject needs data and race tracking; drop --timing-only");
+  }
+  if (!a.dump.empty() && a.timing_only) {
+    throw InvalidArgument("--dump needs data; drop --timing-only");
+  }
+  NamedGroup group = resolve_group(a.shapes, a.model);
+  const DType ag = a.cast ? DType::kBf16 : parse_dtype(a.ag_dtype, "--ag-dtype");
+  const GroupLayout layout(Topology(a.nodes, a.gpus_per_node), std::move(group.params), ag,
+                           parse_dtype(a.grad_dtype, "--grad-dtype"));
+  const Outcome o = a.collective == "all-gather" ? simulate_all_gather(a, layout, fault)
+                                                 : simulate_reduce_scatter(a, layout, fault);
+  const std::string how = detection(o);
+  json out = {{"collective", a.collective},
+              {"system", a.baseline ? "fsdp2" : "tide"},
+              {"group", group.name},
+              {"nodes", a.nodes},
+              {"gpus_per_node", a.gpus_per_node},
+              {"timing_only", a.timing_only},
+              {"schedule_seed", a.schedule_seed},
+              {"data_seed", a.data_seed},
+              {"completed", o.run.completed},
+              {"deadlock", o.run.deadlock},
+              {"error_count", o.run.error_count},
+              {"ops", o.run.ops_run},
+              {"predicted_ms", o.predicted_us / 1000.0},
+              {"makespan_ms", o.run.makespan_us / 1000.0},
+              {"sm_ms", o.run.sm_time_us / 1000.0},
+              {"sm_ms_per_gpu", o.run.sm_time_us / 1000.0 / (a.nodes * a.gpus_per_node)},
+              {"peak_buffer_bytes", o.run.peak_buffer_bytes}};
+  json errors = json::array();
+  for (const exec::ExecError& e : o.run.errors)
+    errors.push_back(e.message);
+  out["errors"] = errors;
+  if (o.data) {
+    out["max_abs_error"] = o.max_abs_error;
+    out["tolerance"] = o.tolerance;
+    out["bitwise_equal_to_reference_order"] = o.bitwise;
+    out["passed"] = o.passed;
+    out["output_sha256"] = o.sha256 ? json(*o.sha256) : json(nullptr);
+  }
+  if (fault != program::Fault::kNone) {
+    out["fault"] = a.inject;
+    out["fault_detected"] = !how.empty();
+    out["detected_by"] = how;
+  }
+  if (a.json) {
+    std::cout << out.dump(2) << '\n';
+  } else {
+    std::cout << fmt::format("tide simulate {} {} of {} on M={} x L={} ({}, schedule seed {})\n",
+                             a.baseline ? "stock FSDP2" : "TIDE", a.collective, group.name, a.nodes,
+                             a.gpus_per_node, a.timing_only ? "timing only" : "data",
+                             a.schedule_seed);
+    Table table({"result", "value"});
+    table.left_aligned();
+    table.row({"predicted latency", fixed(o.predicted_us / 1000.0, 3) + " ms"});
+    table.row({"SM time (CTA x time) per GPU",
+               fixed(o.run.sm_time_us / 1000.0 / (a.nodes * a.gpus_per_node), 3) + " CTA-ms"});
+    table.row({"peak buffer bytes per GPU", bytes(o.run.peak_buffer_bytes)});
+    table.row({"ops run", num(o.run.ops_run)});
+    table.row({"races / protocol errors", num(o.run.error_count)});
+    table.row({"deadlock", o.run.deadlock ? "yes" : "no"});
+    if (o.data) {
+      table.row({"max |out - float64 ref|",
+                 fmt::format("{:.3g} (tolerance {:.3g})", o.max_abs_error, o.tolerance)});
+      table.row({"bitwise = reference order", o.bitwise ? "yes" : "no"});
+      table.row({"passed", o.passed ? "yes" : "NO"});
+      if (o.sha256) table.row({"output sha256", *o.sha256});
+    }
+    if (fault != program::Fault::kNone) {
+      table.row({"fault " + a.inject, how.empty() ? "NOT DETECTED" : "detected: " + how});
+    }
+    table.print(std::cout);
+    for (std::size_t i = 0; i < o.run.errors.size() && i < 3; ++i) {
+      std::cout << "  error: " << o.run.errors[i].message << '\n';
+    }
+  }
+  const bool ok =
+      fault != program::Fault::kNone ? !how.empty() : (o.run.clean() && (!o.data || o.passed));
+  if (!ok) {
+    throw InternalError(fault != program::Fault::kNone
+                            ? "the injected fault went undetected"
+                            : "the simulation failed its checks (see above)");
+  }
+}
+
+}  // namespace
+
+void add_simulate_command(CLI::App& app) {
+  auto a = std::make_shared<SimulateArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "simulate", "Run TIDE-AG or TIDE-RS on the CPU reference executor (data or timing)");
+  cmd->add_option("collective", a->collective, "all-gather or reduce-scatter");
+  cmd->add_option("--nodes,-M", a->nodes, "Nodes M")->capture_default_str();
+  cmd->add_option("--gpus-per-node,-L", a->gpus_per_node, "GPUs per node L")->capture_default_str();
+  auto* shapes = cmd->add_option("--shapes", a->shapes, "Parameter shapes D0xK0,...");
+  auto* model = cmd->add_option("--model", a->model, "Model preset NAME[:GROUP]");
+  shapes->excludes(model);
+  cmd->add_option("--ag-dtype", a->ag_dtype, "All-gather dtype")->capture_default_str();
+  cmd->add_option("--grad-dtype", a->grad_dtype, "Gradient dtype")->capture_default_str();
+  cmd->add_flag("--cast", a->cast, "Mixed-precision all-gather from fp32 master shards");
+  cmd->add_option("--mode", a->mode, "in-place or slot-reuse")->capture_default_str();
+  cmd->add_option("--wave-width", a->wave_width, "W_wave (default L)");
+  cmd->add_option("--round-width", a->round_width, "k")->capture_default_str();
+  cmd->add_option("--passes", a->passes, "n_part")->capture_default_str();
+  cmd->add_option("--staging-slots", a->staging_slots, "n_stg")->capture_default_str();
+  cmd->add_option("--sum-ctas", a->sum_ctas, "Level 1 CTA budget")->capture_default_str();
+  cmd->add_option("--landing-ctas", a->landing_ctas, "Landing CTA budget")->capture_default_str();
+  cmd->add_option("--landing", a->landing, "pull or switch-reduce")->capture_default_str();
+  cmd->add_flag("--accumulate", a->accumulate, "Accumulate into the output (Eq. 5)");
+  cmd->add_option("--alpha", a->alpha, "Scale (default 1/N)");
+  cmd->add_option("--schedule-seed", a->schedule_seed, "Picks among ready ops")
+      ->capture_default_str();
+  cmd->add_option("--data-seed", a->data_seed, "Picks the random inputs")->capture_default_str();
+  cmd->add_option("--jitter", a->jitter, "Duration jitter in [0, 1)")->capture_default_str();
+  cmd->add_option("--inject", a->inject, "A fault to inject (see --list-faults)");
+  cmd->add_flag("--baseline", a->baseline, "Run stock FSDP2's program instead of TIDE's");
+  cmd->add_flag("--list-faults", a->list_faults, "List the injectable faults");
+  cmd->add_flag("--timing-only", a->timing_only, "No data: schedule and times only");
+  cmd->add_option("--trace", a->trace, "Write a Chrome trace (Perfetto) to this file");
+  cmd->add_option("--timeline", a->timeline, "Write an SVG timeline of the first 8 ranks");
+  cmd->add_option("--cost-model", a->cost_model, "JSON file overriding cost-model parameters");
+  cmd->add_option("--dump", a->dump, "Write inputs and outputs as .npy plus manifest.json");
+  cmd->add_flag("--json", a->json, "Print JSON");
+  cmd->callback([a] { run_simulate(*a); });
+}
+
+}  // namespace tide::cli

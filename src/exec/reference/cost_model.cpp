@@ -1,0 +1,171 @@
+// The cost model of NOTE [cost model]: per-op durations, and reading / writing the
+// parameters as JSON.
+#include "tide/exec/cost_model.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tide/core/error.hpp"
+
+namespace tide::exec {
+namespace {
+
+using program::Op;
+using program::OpKind;
+
+// Every numeric parameter, by its JSON name; rates must be > 0, times >= 0.
+struct Param {
+  const char* name;
+  double CostModel::*field;
+  bool rate;
+};
+constexpr Param kParams[] = {
+    {"ce_copy_gbps", &CostModel::ce_copy_gbps, true},
+    {"ce_copy_2d_gbps", &CostModel::ce_copy_2d_gbps, true},
+    {"nvlink_gbps", &CostModel::nvlink_gbps, true},
+    {"nic_gbps", &CostModel::nic_gbps, true},
+    {"sum_cta_gbps", &CostModel::sum_cta_gbps, true},
+    {"land_cta_gbps", &CostModel::land_cta_gbps, true},
+    {"land_cap_gbps", &CostModel::land_cap_gbps, true},
+    {"cast_cta_gbps", &CostModel::cast_cta_gbps, true},
+    {"memset_gbps", &CostModel::memset_gbps, true},
+    {"round_wait_us", &CostModel::round_wait_us, false},
+    {"kernel_launch_us", &CostModel::kernel_launch_us, false},
+    {"copy_launch_us", &CostModel::copy_launch_us, false},
+    {"rail_latency_us", &CostModel::rail_latency_us, false},
+    {"memop_us", &CostModel::memop_us, false},
+    {"event_us", &CostModel::event_us, false},
+    {"host_enqueue_us", &CostModel::host_enqueue_us, false},
+};
+constexpr const char* kShareLinks = "share_links";
+
+// Microseconds to move `bytes` at `gbps` GB/s (1e9 B/s).
+double transfer_us(double bytes, double gbps) {
+  return bytes / (gbps * 1e3);
+}
+
+bool is_2d(const program::Region& r) {
+  return r.rows > 1 && r.pitch != r.width;
+}
+
+double ctas(const Op& op) {
+  return static_cast<double>(std::max(1, op.ctas));
+}
+
+}  // namespace
+
+CostModel parse_cost_model(const std::string& json_text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgument(std::string("cost model: malformed JSON: ") + e.what());
+  }
+  if (!j.is_object()) throw InvalidArgument("cost model: expected a JSON object of parameters");
+  CostModel model;
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();
+    const nlohmann::json& value = item.value();
+    if (key == kShareLinks) {
+      if (!value.is_boolean()) throw InvalidArgument("cost model: share_links must be true/false");
+      model.share_links = value.get<bool>();
+      continue;
+    }
+    const Param* p = std::find_if(std::begin(kParams), std::end(kParams),
+                                  [&](const Param& q) { return key == q.name; });
+    if (p == std::end(kParams)) {
+      std::string names;
+      for (const Param& q : kParams)
+        names += std::string(names.empty() ? "" : ", ") + q.name;
+      throw InvalidArgument("cost model: unknown parameter '" + key + "'; known: " + names + ", " +
+                            kShareLinks);
+    }
+    if (!value.is_number())
+      throw InvalidArgument("cost model: parameter '" + key + "' must be a number");
+    const double v = value.get<double>();
+    if (p->rate ? !(v > 0) : !(v >= 0))
+      throw InvalidArgument("cost model: parameter '" + key + "' = " + value.dump() +
+                            (p->rate ? " must be > 0" : " must be >= 0"));
+    model.*(p->field) = v;
+  }
+  return model;
+}
+
+CostModel load_cost_model(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InvalidArgument("cost model: cannot read '" + path + "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_cost_model(text.str());
+}
+
+std::string cost_model_json(const CostModel& model) {
+  nlohmann::ordered_json j;
+  for (const Param& p : kParams)
+    j[p.name] = model.*(p.field);
+  j[kShareLinks] = model.share_links;
+  return j.dump(2);
+}
+
+double op_duration_us(const CostModel& m, const Op& op, bool network_round_wait) {
+  switch (op.kind) {
+    case OpKind::kCopy: {
+      double us = m.copy_launch_us;
+      for (const program::CopyDescriptor& c : op.copies) {
+        const bool peer = c.src.buffer.rank != c.dst.buffer.rank;
+        const bool two_d = is_2d(c.src) || is_2d(c.dst);
+        double rate = peer ? m.nvlink_gbps : m.ce_copy_gbps;
+        if (two_d) rate = peer ? std::min(m.nvlink_gbps, m.ce_copy_2d_gbps) : m.ce_copy_2d_gbps;
+        us += transfer_us(static_cast<double>(c.dst.bytes()), rate);
+      }
+      return us;
+    }
+    case OpKind::kRailPut: {
+      double bytes = 0;
+      for (const program::CopyDescriptor& c : op.copies)
+        bytes += static_cast<double>(c.dst.bytes());
+      return m.rail_latency_us + transfer_us(bytes, m.nic_gbps);
+    }
+    case OpKind::kSum: {
+      double in_elems = 0;
+      for (const program::SumSegment& s : op.segments)
+        in_elems += static_cast<double>(s.elems);
+      const double logical = in_elems * static_cast<double>(op.staged.size() + 1) *
+                                 static_cast<double>(item_bytes(op.in_dtype)) +
+                             static_cast<double>(op.dst.bytes());
+      return m.kernel_launch_us + transfer_us(logical, ctas(op) * m.sum_cta_gbps);
+    }
+    case OpKind::kLand: {
+      // Pulling partials from peers runs at the in-situ landing rate (App. G); a fold of
+      // local buffers (a ring reduction step) streams like the Level 1 sum.
+      bool remote = false;
+      for (const program::Region& s : op.sources)
+        remote |= s.buffer.rank != op.rank;
+      const double rate = remote ? std::min(ctas(op) * m.land_cta_gbps, m.land_cap_gbps)
+                                 : ctas(op) * m.sum_cta_gbps;
+      return m.kernel_launch_us + transfer_us(static_cast<double>(op.dst.bytes()), rate);
+    }
+    case OpKind::kCast: {
+      double bytes = static_cast<double>(op.dst.bytes());
+      for (const program::Region& s : op.sources)
+        bytes += static_cast<double>(s.bytes());
+      return m.kernel_launch_us + transfer_us(bytes, ctas(op) * m.cast_cta_gbps);
+    }
+    case OpKind::kZero:
+      return m.kernel_launch_us + transfer_us(static_cast<double>(op.dst.bytes()), m.memset_gbps);
+    case OpKind::kSignal:
+      return m.memop_us;
+    case OpKind::kWait:
+      return m.memop_us + (network_round_wait ? m.round_wait_us : 0.0);
+    case OpKind::kEventRecord:
+    case OpKind::kEventWait:
+      return m.event_us;
+    case OpKind::kRelease:
+      return 0.0;
+  }
+  return 0.0;
+}
+
+}  // namespace tide::exec

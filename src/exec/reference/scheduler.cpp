@@ -1,0 +1,472 @@
+// The discrete-event loop. Each (rank, stream) runs its ops in order; an op starts once its
+// predecessor completed, its host issued it, and (waits) its condition holds. Completions
+// are popped in (time, seeded tie-break) order; after each, newly startable stream heads
+// start in a seeded order. With data, each completion is race-checked and then applied.
+#include "scheduler.hpp"
+
+#include <algorithm>
+#include <memory>
+#include <queue>
+#include <string>
+#include <utility>
+
+#include "clock.hpp"
+#include "races.hpp"
+#include "semantics.hpp"
+
+namespace tide::exec::detail {
+namespace {
+
+using program::Op;
+using program::OpKind;
+
+// SplitMix64: a small generator whose sequence is the same on every platform.
+class Rng {
+ public:
+  explicit Rng(std::uint64_t seed) : state_(seed) {}
+  std::uint64_t next() {
+    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+
+ private:
+  std::uint64_t state_;
+};
+
+struct QueueEvent {
+  double time = 0;
+  std::uint64_t tie = 0;
+  std::int64_t order = 0;
+  bool wake = false;  // a stream's head becomes issued (id = stream), else a completion (op)
+  int id = 0;
+  bool operator>(const QueueEvent& o) const {
+    return std::tie(time, tie, order) > std::tie(o.time, o.tie, o.order);
+  }
+};
+
+struct Stream {
+  std::vector<int> ops;
+  std::size_t next = 0;
+  bool running = false;
+  bool wake_pending = false;
+  double head_since = 0;           // when the current head's predecessor completed
+  std::shared_ptr<ClockVec> base;  // changed in place when no ClockRef shares it
+  std::uint64_t version = 0;       // renewed whenever base changes
+  std::uint32_t seq = 0;
+};
+
+// NOTE [counter clocks]
+// A wait with threshold v is ordered after the additions, in landing order, up to the one
+// that first made the counter >= v. Every wait's threshold is known before the run, so each
+// counter keeps the join of its additions so far (`running`) only until its largest
+// threshold is crossed, and snapshots it when an addition crosses a threshold; the waits
+// with that threshold join the snapshot, which is dropped after the last of them started.
+// Memory stays bounded by the thresholds in flight, not by the number of additions.
+struct Threshold {
+  std::int64_t value = 0;
+  int waits_left = 0;                        // waits with this threshold not yet started
+  std::shared_ptr<const ClockVec> snapshot;  // join of the additions that first reached it
+};
+
+struct CounterState {
+  std::int64_t value = 0;
+  std::vector<int> waiters;  // streams blocked on this counter
+  // Data mode: see NOTE [counter clocks].
+  std::vector<Threshold> thresholds;  // ascending
+  std::size_t crossed = 0;
+  ClockVec running;
+  // The base version last folded into `running`: later additions with the same base only
+  // move their own component.
+  std::uint64_t folded_version = 0;
+};
+
+struct EventState {
+  bool recorded = false;
+  ClockRef clock;
+  int waits_left = 0;  // data mode: the clock is dropped after the last wait started
+  std::vector<int> waiters;
+};
+
+enum Link { kCopyEngine = 0, kNvlink = 1, kNic = 2, kLinks = 3 };
+
+class Simulation {
+ public:
+  Simulation(const program::Program& program, const BufferTable& table, const StaticFacts& facts,
+             Memory* memory, const RunOptions& options, ErrorSink& sink, RunResult& result)
+      : p_(program),
+        table_(table),
+        facts_(facts),
+        memory_(memory),
+        opt_(options),
+        sink_(sink),
+        result_(result),
+        rng_(options.seed),
+        streams_per_rank_(static_cast<int>(program.stream_names.size())) {}
+
+  void run(const std::vector<InputRange>& inputs);
+
+ private:
+  int comp_of(const Op& op) const { return op.rank * streams_per_rank_ + op.stream; }
+  std::size_t counter_of(const program::Counter& c) const {
+    return static_cast<std::size_t>(c.rank) * static_cast<std::size_t>(p_.counters) +
+           static_cast<std::size_t>(c.id);
+  }
+  std::size_t event_of(const Op& o) const {
+    return static_cast<std::size_t>(o.rank) * static_cast<std::size_t>(p_.events) +
+           static_cast<std::size_t>(o.event);
+  }
+  const Op& op(int i) const { return p_.ops[static_cast<std::size_t>(i)]; }
+  bool data() const { return memory_ != nullptr; }
+
+  void try_start(int s);
+  void complete(int i);
+  void join(Stream& s, const ClockVec& other, const ClockRef* ref = nullptr);
+  void prepare_clocks();
+  void touch_tensors(const Op& o);
+  void release_tensor(const Op& o);
+  void report_deadlock();
+  void push(double time, bool wake, int id) {
+    queue_.push(QueueEvent{time, rng_.next(), order_++, wake, id});
+  }
+
+  const program::Program& p_;
+  const BufferTable& table_;
+  const StaticFacts& facts_;
+  Memory* memory_;
+  const RunOptions& opt_;
+  ErrorSink& sink_;
+  RunResult& result_;
+  Rng rng_;
+  int streams_per_rank_;
+
+  std::unique_ptr<RaceChecker> races_;
+  std::vector<Stream> streams_;
+  std::vector<double> issue_;
+  std::vector<CounterState> counters_;
+  std::vector<EventState> events_;
+  std::vector<double> link_free_;
+  std::priority_queue<QueueEvent, std::vector<QueueEvent>, std::greater<>> queue_;
+  std::int64_t order_ = 0;
+  std::int64_t placed_ = 0;
+  std::uint64_t versions_ = 0;
+  double now_ = 0;
+  std::vector<int> pending_;
+  // Peak buffer bytes: per buffer index, live and released bytes; per rank, live tensors.
+  std::vector<char> live_;
+  std::vector<std::int64_t> released_;
+  std::vector<std::int64_t> live_bytes_;
+  std::vector<std::int64_t> peak_bytes_;
+};
+
+void Simulation::run(const std::vector<InputRange>& inputs) {
+  const int ranks = p_.ranks;
+  const std::size_t comps = static_cast<std::size_t>(ranks * streams_per_rank_);
+  streams_.resize(comps);
+  issue_.assign(p_.ops.size(), 0.0);
+  std::vector<double> host(static_cast<std::size_t>(ranks), 0.0);
+  for (std::size_t i = 0; i < p_.ops.size(); ++i) {
+    const Op& o = p_.ops[i];
+    if (o.rank < 0 || o.rank >= ranks || o.stream < 0 || o.stream >= streams_per_rank_) continue;
+    double& h = host[static_cast<std::size_t>(o.rank)];
+    if (!o.inside_kernel) h += opt_.cost.host_enqueue_us;  // steps of a kernel cost no host time
+    issue_[i] = h;
+    streams_[static_cast<std::size_t>(comp_of(o))].ops.push_back(static_cast<int>(i));
+    ++placed_;  // ops without a valid (rank, stream) never run (reported as malformed)
+  }
+  counters_.resize(static_cast<std::size_t>(ranks) * static_cast<std::size_t>(p_.counters));
+  events_.resize(static_cast<std::size_t>(ranks) * static_cast<std::size_t>(p_.events));
+  link_free_.assign(static_cast<std::size_t>(ranks) * kLinks, 0.0);
+  live_.assign(static_cast<std::size_t>(table_.count()), 0);
+  released_.assign(static_cast<std::size_t>(table_.count()), 0);
+  live_bytes_.assign(static_cast<std::size_t>(ranks), 0);
+  peak_bytes_.assign(static_cast<std::size_t>(ranks), 0);
+  if (opt_.record_times) result_.op_times.assign(p_.ops.size(), OpTime{});
+
+  if (data()) {
+    races_ = std::make_unique<RaceChecker>(p_, table_, sink_);
+    for (const InputRange& in : inputs)
+      races_->mark_input(in.buffer, in.begin, in.end);
+    prepare_clocks();
+    for (Stream& s : streams_) {
+      if (s.ops.empty()) continue;
+      s.base = std::make_shared<ClockVec>(clock_size(comps), 0u);
+      s.version = ++versions_;
+    }
+  }
+
+  for (std::size_t s = 0; s < comps; ++s)
+    if (!streams_[s].ops.empty()) pending_.push_back(static_cast<int>(s));
+
+  while (true) {
+    while (!pending_.empty()) {
+      std::vector<int> batch = std::move(pending_);
+      pending_.clear();
+      for (std::size_t k = batch.size(); k > 1; --k)
+        std::swap(batch[k - 1], batch[rng_.next() % k]);
+      for (int s : batch)
+        try_start(s);
+    }
+    if (queue_.empty()) break;
+    const QueueEvent e = queue_.top();
+    queue_.pop();
+    now_ = e.time;
+    if (e.wake) {
+      streams_[static_cast<std::size_t>(e.id)].wake_pending = false;
+      pending_.push_back(e.id);
+    } else {
+      complete(e.id);
+    }
+  }
+
+  result_.completed = result_.ops_run == placed_;
+  if (!result_.completed) report_deadlock();
+  for (int r = 0; r < ranks && r < static_cast<int>(p_.buffers.size()); ++r) {
+    const program::BufferSizes& b = p_.buffers[static_cast<std::size_t>(r)];
+    result_.peak_buffer_bytes =
+        std::max(result_.peak_buffer_bytes,
+                 b.arena_bytes + b.output_bytes + peak_bytes_[static_cast<std::size_t>(r)]);
+  }
+}
+
+void Simulation::prepare_clocks() {
+  for (std::size_t i = 0; i < p_.ops.size(); ++i) {
+    const Op& o = p_.ops[i];
+    if (!facts_.valid[i]) continue;
+    if (o.kind == OpKind::kWait && o.value > 0) {
+      std::vector<Threshold>& t = counters_[counter_of(o.counter)].thresholds;
+      auto it = std::lower_bound(t.begin(), t.end(), o.value,
+                                 [](const Threshold& a, std::int64_t v) { return a.value < v; });
+      if (it == t.end() || it->value != o.value) it = t.insert(it, Threshold{o.value, 0, nullptr});
+      ++it->waits_left;
+    } else if (o.kind == OpKind::kEventWait) {
+      ++events_[event_of(o)].waits_left;
+    }
+  }
+}
+
+// s's clock = max(s's clock, other [, ref]). The base is changed in place when no ClockRef
+// shares it, and gets a new version only when it changed (see CounterState::folded_version).
+void Simulation::join(Stream& s, const ClockVec& other, const ClockRef* ref) {
+  const bool ref_new = ref && s.base->at(static_cast<std::size_t>(ref->comp)) < ref->seq;
+  if (s.base.use_count() > 1) {
+    if (!ref_new && dominates(*s.base, other)) return;
+    s.base = std::make_shared<ClockVec>(*s.base);
+  }
+  bool changed = join_into(*s.base, other);
+  if (ref_new) {
+    (*s.base)[static_cast<std::size_t>(ref->comp)] = ref->seq;
+    changed = true;
+  }
+  if (changed) s.version = ++versions_;
+}
+
+void Simulation::try_start(int si) {
+  Stream& s = streams_[static_cast<std::size_t>(si)];
+  if (s.running || s.next >= s.ops.size()) return;
+  const int i = s.ops[s.next];
+  const Op& o = op(i);
+  if (issue_[static_cast<std::size_t>(i)] > now_) {
+    if (!s.wake_pending) {
+      s.wake_pending = true;
+      push(issue_[static_cast<std::size_t>(i)], true, si);
+    }
+    return;
+  }
+  const bool valid = facts_.valid[static_cast<std::size_t>(i)] != 0;
+  bool round_wait = false;
+  // Conditions of waits, and their happens-before joins.
+  if (valid && o.kind == OpKind::kWait) {
+    const std::size_t ci = counter_of(o.counter);
+    CounterState& c = counters_[ci];
+    if (c.value < o.value) {
+      c.waiters.push_back(si);
+      return;
+    }
+    round_wait = o.network_round;
+    if (data() && o.value > 0) {
+      auto t = std::lower_bound(c.thresholds.begin(), c.thresholds.end(), o.value,
+                                [](const Threshold& a, std::int64_t v) { return a.value < v; });
+      join(s, *t->snapshot);
+      if (--t->waits_left == 0) t->snapshot.reset();
+    }
+  } else if (valid && o.kind == OpKind::kEventWait) {
+    EventState& ev = events_[event_of(o)];
+    if (!ev.recorded) {
+      ev.waiters.push_back(si);
+      return;
+    }
+    if (data()) {
+      join(s, *ev.clock.base, &ev.clock);
+      if (--ev.waits_left == 0) ev.clock = ClockRef{};
+    }
+  }
+
+  ++s.seq;
+  s.running = true;
+  // Malformed geometry must not move time backwards.
+  double duration = std::max(0.0, op_duration_us(opt_.cost, o, round_wait));
+  if (opt_.jitter > 0) duration *= 1.0 + opt_.jitter * (2.0 * rng_.uniform() - 1.0);
+  double start = now_;
+  int link = -1;
+  if (o.kind == OpKind::kRailPut) {
+    link = kNic;
+  } else if (o.kind == OpKind::kCopy) {
+    link = kCopyEngine;
+    for (const program::CopyDescriptor& c : o.copies)
+      if (c.src.buffer.rank != c.dst.buffer.rank) link = kNvlink;
+  }
+  if (link >= 0 && opt_.cost.share_links) {
+    double& free =
+        link_free_[static_cast<std::size_t>(o.rank) * kLinks + static_cast<std::size_t>(link)];
+    start = std::max(start, free);
+    free = start + duration;
+  }
+  const double end = start + duration;
+  // SM time: kernels, and transfers driven by SMs (ctas > 0: copy kernels, NCCL).
+  if (o.kind == OpKind::kSum || o.kind == OpKind::kLand || o.kind == OpKind::kCast ||
+      o.kind == OpKind::kZero || o.ctas > 0)
+    result_.sm_time_us += static_cast<double>(std::max(1, o.ctas)) * duration;
+  if (opt_.record_times) {
+    OpTime& t = result_.op_times[static_cast<std::size_t>(i)];
+    // A wait's span shows how long its stream was blocked on it.
+    const bool waits = o.kind == OpKind::kWait || o.kind == OpKind::kEventWait;
+    t.start_us = waits ? std::max(s.head_since, issue_[static_cast<std::size_t>(i)]) : start;
+  }
+  touch_tensors(o);
+  push(end, false, i);
+}
+
+void Simulation::complete(int i) {
+  const Op& o = op(i);
+  const int si = comp_of(o);
+  Stream& s = streams_[static_cast<std::size_t>(si)];
+  const bool valid = facts_.valid[static_cast<std::size_t>(i)] != 0;
+  ClockRef clock;
+  if (data()) {
+    clock = ClockRef{s.base, si, s.seq, s.version};
+    if (valid) {
+      races_->on_complete(i, clock);
+      apply_data(o, table_, *memory_);
+    }
+  }
+  if (valid && (o.kind == OpKind::kSignal || o.kind == OpKind::kRailPut)) {
+    CounterState& c = counters_[counter_of(o.counter)];
+    c.value += o.value;
+    if (data() && c.crossed < c.thresholds.size()) {
+      if (c.running.empty()) c.running.assign(clock.base->size(), 0u);
+      if (c.folded_version != clock.version) {
+        join_into(c.running, *clock.base);
+        c.folded_version = clock.version;
+      }
+      auto& own = c.running[static_cast<std::size_t>(clock.comp)];
+      own = std::max(own, clock.seq);
+      std::shared_ptr<const ClockVec> snapshot;  // one per addition, shared by thresholds
+      for (; c.crossed < c.thresholds.size() && c.value >= c.thresholds[c.crossed].value;
+           ++c.crossed) {
+        if (!snapshot) snapshot = std::make_shared<const ClockVec>(c.running);
+        c.thresholds[c.crossed].snapshot = snapshot;
+      }
+      if (c.crossed == c.thresholds.size()) {
+        ClockVec().swap(c.running);
+      }
+    }
+    pending_.insert(pending_.end(), c.waiters.begin(), c.waiters.end());
+    c.waiters.clear();
+  } else if (valid && o.kind == OpKind::kEventRecord) {
+    EventState& ev = events_[event_of(o)];
+    ev.recorded = true;
+    if (ev.waits_left > 0) ev.clock = clock;
+    pending_.insert(pending_.end(), ev.waiters.begin(), ev.waiters.end());
+    ev.waiters.clear();
+  } else if (valid && o.kind == OpKind::kRelease) {
+    release_tensor(o);
+  }
+  s.running = false;
+  ++s.next;
+  s.head_since = now_;
+  pending_.push_back(si);
+  ++result_.ops_run;
+  result_.makespan_us = std::max(result_.makespan_us, now_);
+  if (opt_.record_times) result_.op_times[static_cast<std::size_t>(i)].end_us = now_;
+}
+
+void Simulation::touch_tensors(const Op& o) {
+  auto touch = [&](const program::Buffer& b) {
+    if (b.space != program::Space::kTensor) return;
+    const int index = table_.index(b);
+    if (index < 0 || live_[static_cast<std::size_t>(index)]) return;
+    live_[static_cast<std::size_t>(index)] = 1;
+    released_[static_cast<std::size_t>(index)] = 0;
+    const std::size_t r = static_cast<std::size_t>(b.rank);
+    live_bytes_[r] += table_.size(index);
+    peak_bytes_[r] = std::max(peak_bytes_[r], live_bytes_[r]);
+  };
+  for (const program::CopyDescriptor& c : o.copies) {
+    touch(c.src.buffer);
+    touch(c.dst.buffer);
+  }
+  if (o.kind != OpKind::kRelease) touch(o.dst.buffer);
+  for (const program::Region& r : o.staged)
+    touch(r.buffer);
+  for (const program::Region& r : o.sources)
+    touch(r.buffer);
+  for (const program::SumSegment& seg : o.segments)
+    touch(program::Buffer{o.rank, program::Space::kTensor, seg.param});
+}
+
+void Simulation::release_tensor(const Op& o) {
+  if (o.dst.buffer.space != program::Space::kTensor) return;
+  const int index = table_.index(o.dst.buffer);
+  if (index < 0 || !live_[static_cast<std::size_t>(index)]) return;
+  std::int64_t& released = released_[static_cast<std::size_t>(index)];
+  const std::int64_t delta = std::min(o.dst.bytes(), table_.size(index) - released);
+  released += delta;
+  live_bytes_[static_cast<std::size_t>(o.dst.buffer.rank)] -= delta;
+  if (released >= table_.size(index)) live_[static_cast<std::size_t>(index)] = 0;
+}
+
+void Simulation::report_deadlock() {
+  result_.deadlock = true;
+  for (std::size_t si = 0; si < streams_.size(); ++si) {
+    const Stream& s = streams_[si];
+    if (s.next >= s.ops.size()) continue;
+    const int i = s.ops[s.next];
+    const Op& o = op(i);
+    ExecError e;
+    e.kind = ErrorKind::kDeadlock;
+    e.op = i;
+    e.rank = o.rank;
+    std::string what;
+    if (o.kind == OpKind::kWait) {
+      const CounterState& c = counters_[counter_of(o.counter)];
+      what = "waits for counter " + std::to_string(o.counter.id) + " on rank " +
+             std::to_string(o.counter.rank) + " to reach " + std::to_string(o.value) +
+             "; it holds " + std::to_string(c.value);
+    } else if (o.kind == OpKind::kEventWait) {
+      const int record = facts_.event_record[event_of(o)];
+      e.other_op = record;
+      what = "waits for event " + std::to_string(o.event) +
+             (record < 0 ? ", which is never recorded"
+                         : ", whose record " + describe_op(p_, record) + " has not run");
+    } else {
+      what = "cannot start";
+    }
+    e.message = "deadlock: " + describe_op(p_, i) + " " + what + " (" +
+                std::to_string(s.ops.size() - s.next) + " ops left on its stream)";
+    sink_.add(std::move(e));
+  }
+}
+
+}  // namespace
+
+void simulate(const program::Program& program, const BufferTable& table, const StaticFacts& facts,
+              Memory* memory, const std::vector<InputRange>& inputs, const RunOptions& options,
+              ErrorSink& sink, RunResult& result) {
+  Simulation sim(program, table, facts, memory, options, sink, result);
+  sim.run(inputs);
+}
+
+}  // namespace tide::exec::detail

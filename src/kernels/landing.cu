@@ -1,0 +1,259 @@
+// Level 2 landing kernels of TIDE-RS (paper Sec. 4.2 "Bounded waves and safe reuse",
+// Sec. 2.4 "Architectural synthesis", Sec. 4.3, App. G BW_land).
+//
+// Pull landing, steps:
+//   1. Each thread of a grid-stride loop takes U 16-byte vectors of the output at a time
+//      (U = 4 for W <= 2, else 2; the body, where the output and all W partials are 16-byte
+//      congruent) and loads the W partials of all U, and the output when it is read, before
+//      any arithmetic: up to U * (W + 1) independent 16-byte loads in flight per thread
+//      (loads are streaming, evict-first: each partial is read once).
+//   2. wave = canonical(p[0]) + p[1] + ... + p[W-1] (__fadd_rn, contributor order), then
+//      out = read_out ? out + wave : wave, where read_out = wave_index > 0 || accumulate
+//      (NOTE [arithmetic order]: wave_sum, land); NaN is canonicalised.
+//   3. Heads and tails (and everything, when the pointers are not congruent) go element by
+//      element.
+// Synchronisation contract: the caller orders the kernel after the wave's partials arrived
+// (the rail signal / stream wait of Sec. 5.2) and after any earlier landing of the same
+// output; the kernel reads the W partials and the output, writes only the output, and
+// completes in stream order (the inbox generation may be reused after it). No device-side
+// waits, no polling.
+//
+// Multimem landing (never executed on the lent machines; see landing.hpp): one
+// multimem.ld_reduce.relaxed.sys.global.add.v4.f32 per 16 bytes through the multicast
+// mapping, then the same landing rule. Launching it needs opt_in, TIDE_ENABLE_MULTIMEM=1
+// and a device that reports multicast support; otherwise the launcher throws Unsupported.
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "ptx.cuh"
+#include "tide/core/error.hpp"
+#include "tide/kernels/cuda_check.hpp"
+#include "tide/kernels/landing.hpp"
+
+namespace tide::kernels {
+namespace {
+
+using detail::LandingParams;
+
+constexpr int kLandingThreads = 512;
+
+template <int W, bool kReadOut>
+__device__ __forceinline__ float fold(const float (&x)[W], float o) {
+  float wave = ptx::canonical(x[0]);
+#pragma unroll
+  for (int k = 1; k < W; ++k)
+    wave = __fadd_rn(wave, x[k]);
+  return kReadOut ? ptx::canonical(__fadd_rn(o, wave)) : ptx::canonical(wave);
+}
+
+template <int W, bool kReadOut>
+__device__ __forceinline__ void land_scalar(const LandingParams& p, std::int64_t i) {
+  float x[W];
+#pragma unroll
+  for (int k = 0; k < W; ++k)
+    x[k] = __ldcs(p.in[k] + i);
+  const float o = kReadOut ? p.out[i] : 0.0f;
+  p.out[i] = fold<W, kReadOut>(x, o);
+}
+
+template <int W, bool kReadOut>
+__global__ void __launch_bounds__(kLandingThreads)
+    landing_kernel(const __grid_constant__ LandingParams p) {
+  const std::int64_t tid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t nthreads = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  const std::int64_t body_end = p.head + 4 * p.nvec;
+  for (std::int64_t i = tid; i < p.head; i += nthreads)
+    land_scalar<W, kReadOut>(p, i);
+  for (std::int64_t i = body_end + tid; i < p.n; i += nthreads)
+    land_scalar<W, kReadOut>(p, i);
+
+  // U vectors per thread and trip: 2 * (W + 1) loads in flight for W >= 3, 4 * 3 for W <= 2.
+  constexpr int U = W <= 2 ? 4 : 2;
+  auto* out4 = reinterpret_cast<float4*>(p.out + p.head);
+  for (std::int64_t v0 = tid; v0 < p.nvec; v0 += U * nthreads) {
+    float4 x[U][W];
+    float4 o[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const std::int64_t v = v0 + u * nthreads;
+      o[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (v < p.nvec) {
+#pragma unroll
+        for (int k = 0; k < W; ++k)
+          x[u][k] = __ldcs(reinterpret_cast<const float4*>(p.in[k] + p.head) + v);
+        if (kReadOut) o[u] = out4[v];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const std::int64_t v = v0 + u * nthreads;
+      if (v >= p.nvec) break;
+      float a[W], b[W], c[W], d[W];
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        a[k] = x[u][k].x;
+        b[k] = x[u][k].y;
+        c[k] = x[u][k].z;
+        d[k] = x[u][k].w;
+      }
+      out4[v] = make_float4(fold<W, kReadOut>(a, o[u].x), fold<W, kReadOut>(b, o[u].y),
+                            fold<W, kReadOut>(c, o[u].z), fold<W, kReadOut>(d, o[u].w));
+    }
+  }
+}
+
+#if TIDE_HAS_MULTIMEM || !defined(__CUDA_ARCH__)
+// Never launched on the lent machines (see the file comment).
+template <bool kReadOut>
+__global__ void __launch_bounds__(kLandingThreads)
+    landing_multimem_kernel(float* out, const float* mc, std::int64_t nvec) {
+  const std::int64_t tid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t nthreads = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  auto* out4 = reinterpret_cast<float4*>(out);
+  for (std::int64_t v = tid; v < nvec; v += nthreads) {
+    float4 w;
+    asm volatile("multimem.ld_reduce.relaxed.sys.global.add.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(w.x), "=f"(w.y), "=f"(w.z), "=f"(w.w)
+                 : "l"(mc + 4 * v)
+                 : "memory");
+    if (kReadOut) {
+      const float4 o = out4[v];
+      w = make_float4(__fadd_rn(o.x, w.x), __fadd_rn(o.y, w.y), __fadd_rn(o.z, w.z),
+                      __fadd_rn(o.w, w.w));
+    }
+    out4[v] = make_float4(ptx::canonical(w.x), ptx::canonical(w.y), ptx::canonical(w.z),
+                          ptx::canonical(w.w));
+  }
+}
+#endif
+
+[[noreturn]] void invalid(const std::string& what) {
+  throw InvalidArgument("launch_landing: " + what);
+}
+
+template <int W>
+void launch_w(const LandingParams& p, bool read_out, int grid, cudaStream_t stream) {
+  if (read_out) {
+    landing_kernel<W, true><<<grid, kLandingThreads, 0, stream>>>(p);
+  } else {
+    landing_kernel<W, false><<<grid, kLandingThreads, 0, stream>>>(p);
+  }
+  TIDE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_landing(const LandingArgs& a, cudaStream_t stream) {
+  if (a.out == nullptr) invalid("out is null");
+  if (a.n < 0) invalid("n = " + std::to_string(a.n) + " is negative");
+  if (a.num_partials < 1 || a.num_partials > kMaxWave) {
+    invalid("num_partials = " + std::to_string(a.num_partials) + " is outside [1, 8]");
+  }
+  if (a.wave_index < 0) invalid("wave_index = " + std::to_string(a.wave_index) + " is negative");
+  if (a.ctas < 1 || a.ctas > kMaxLandingCtas) {
+    invalid("ctas = " + std::to_string(a.ctas) + " is outside [1, 1024]");
+  }
+  const auto out_addr = reinterpret_cast<std::uintptr_t>(a.out);
+  if (out_addr % 4 != 0) invalid("out is not 4-byte aligned");
+  LandingParams p;
+  std::memset(&p, 0, sizeof(p));
+  p.out = a.out;
+  p.n = a.n;
+  bool congruent = true;
+  for (int k = 0; k < a.num_partials; ++k) {
+    if (a.partials[k] == nullptr) invalid("partial " + std::to_string(k) + " is null");
+    const auto addr = reinterpret_cast<std::uintptr_t>(a.partials[k]);
+    if (addr % 4 != 0) invalid("partial " + std::to_string(k) + " is not 4-byte aligned");
+    congruent = congruent && (addr % 16 == out_addr % 16);
+    p.in[k] = a.partials[k];
+  }
+  if (a.n == 0) return;
+  if (congruent) {
+    p.head =
+        std::min<std::int64_t>(static_cast<std::int64_t>(((16 - out_addr % 16) % 16) / 4), a.n);
+    p.nvec = (a.n - p.head) / 4;
+  } else {
+    p.head = a.n;
+    p.nvec = 0;
+  }
+  const bool read_out = a.wave_index > 0 || a.accumulate;
+  const int grid = a.ctas;
+  switch (a.num_partials) {
+    case 1:
+      launch_w<1>(p, read_out, grid, stream);
+      break;
+    case 2:
+      launch_w<2>(p, read_out, grid, stream);
+      break;
+    case 3:
+      launch_w<3>(p, read_out, grid, stream);
+      break;
+    case 4:
+      launch_w<4>(p, read_out, grid, stream);
+      break;
+    case 5:
+      launch_w<5>(p, read_out, grid, stream);
+      break;
+    case 6:
+      launch_w<6>(p, read_out, grid, stream);
+      break;
+    case 7:
+      launch_w<7>(p, read_out, grid, stream);
+      break;
+    default:
+      launch_w<8>(p, read_out, grid, stream);
+      break;
+  }
+}
+
+bool multimem_supported(int device) {
+  int value = 0;
+  // cudaDevAttrReserved132 is CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED (cuda.h) in the runtime.
+  if (cudaDeviceGetAttribute(&value, cudaDevAttrReserved132, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return value != 0;
+}
+
+// Knob: TIDE_ENABLE_MULTIMEM (default 0). Read here and nowhere else.
+bool multimem_enabled_by_environment() {
+  const char* v = std::getenv("TIDE_ENABLE_MULTIMEM");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+void launch_landing_multimem(const MultimemLandingArgs& a, cudaStream_t stream, bool opt_in) {
+  if (!opt_in || !multimem_enabled_by_environment()) {
+    throw Unsupported(
+        "launch_landing_multimem: the multimem landing needs opt_in and TIDE_ENABLE_MULTIMEM=1; "
+        "use launch_landing (pull)");
+  }
+  int device = 0;
+  TIDE_CUDA_CHECK(cudaGetDevice(&device));
+  if (!multimem_supported(device)) {
+    throw Unsupported("launch_landing_multimem: device " + std::to_string(device) +
+                      " reports no multicast support; use launch_landing (pull)");
+  }
+  if (a.out == nullptr || a.multicast == nullptr) invalid("multimem: null pointer");
+  if (a.n < 0 || a.n % 4 != 0)
+    invalid("multimem: n = " + std::to_string(a.n) + " is not a multiple of 4");
+  if (reinterpret_cast<std::uintptr_t>(a.out) % 16 != 0 ||
+      reinterpret_cast<std::uintptr_t>(a.multicast) % 16 != 0) {
+    invalid("multimem: pointers must be 16-byte aligned");
+  }
+  if (a.ctas < 1 || a.ctas > kMaxLandingCtas) invalid("multimem: ctas outside [1, 1024]");
+  if (a.n == 0) return;
+  const bool read_out = a.wave_index > 0 || a.accumulate;
+  if (read_out) {
+    landing_multimem_kernel<true>
+        <<<a.ctas, kLandingThreads, 0, stream>>>(a.out, a.multicast, a.n / 4);
+  } else {
+    landing_multimem_kernel<false>
+        <<<a.ctas, kLandingThreads, 0, stream>>>(a.out, a.multicast, a.n / 4);
+  }
+  TIDE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tide::kernels
