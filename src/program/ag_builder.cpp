@@ -28,6 +28,7 @@
 #include <string>
 
 #include "tide/core/error.hpp"
+#include "tide/program/emitter.hpp"
 
 namespace tide::program {
 namespace {
@@ -48,40 +49,16 @@ constexpr int kEntryEvent = 0;
 constexpr int kReadyEvent = 1;
 constexpr int kPreviousConsumerEvent = 2;
 
-struct Builder {
+struct Builder : Emitter {
   const AgPlan& plan;
   const AgProgramOptions& options;
   const GroupLayout& layout;
   const Topology& topo;
   AgArenaLayout arena;
   AgCounters counters;
-  Program program;
   int readiness = 0, caller = 0, pacing = 0, scatter = 0, completion = 0, compute = 0;
 
   bool injected(Fault fault) const { return options.fault == fault; }
-
-  Op& add(OpKind kind, int rank, int stream, std::string label) {
-    Op op;
-    op.kind = kind;
-    op.rank = rank;
-    op.stream = stream;
-    op.label = std::move(label);
-    program.ops.push_back(std::move(op));
-    return program.ops.back();
-  }
-  void signal(int rank, int stream, int target_rank, int counter, std::string label) {
-    Op& op = add(OpKind::kSignal, rank, stream, std::move(label));
-    op.counter = Counter{target_rank, counter};
-    op.value = 1;
-  }
-  void wait(int rank, int stream, int counter, std::int64_t value, std::string label) {
-    Op& op = add(OpKind::kWait, rank, stream, std::move(label));
-    op.counter = Counter{rank, counter};
-    op.value = value;
-  }
-  void event(OpKind kind, int rank, int stream, int id, std::string label) {
-    add(kind, rank, stream, std::move(label)).event = id;
-  }
 
   Region arena_region(int rank, std::int64_t offset, std::int64_t bytes) const {
     return Region{Buffer{rank, Space::kArena, 0}, offset, bytes, bytes, 1};
@@ -269,7 +246,7 @@ AgArenaLayout ag_arena_layout(const AgPlan& plan) {
 
 Program build_ag_program(const AgPlan& plan, const AgProgramOptions& options, AgProgramIds* ids) {
   const GroupLayout& layout = plan.layout();
-  Builder b{plan, options, layout, layout.topology(), ag_arena_layout(plan), {}, {}};
+  Builder b{{}, plan, options, layout, layout.topology(), ag_arena_layout(plan), {}};
   b.counters.rounds = static_cast<int>(plan.rounds().size());
   Program& p = b.program;
   p.ranks = b.topo.world();

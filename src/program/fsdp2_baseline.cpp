@@ -32,35 +32,12 @@
 #include <string>
 
 #include "tide/core/error.hpp"
+#include "tide/program/emitter.hpp"
 
 namespace tide::program {
 namespace {
 
-struct Emitter {
-  Program program;
-  Op& add(OpKind kind, int rank, int stream, std::string label) {
-    Op op;
-    op.kind = kind;
-    op.rank = rank;
-    op.stream = stream;
-    op.label = std::move(label);
-    program.ops.push_back(std::move(op));
-    return program.ops.back();
-  }
-  void wait(int rank, int stream, int counter, std::int64_t value, std::string label) {
-    if (value <= 0) return;
-    Op& op = add(OpKind::kWait, rank, stream, std::move(label));
-    op.counter = Counter{rank, counter};
-    op.value = value;
-  }
-  void signal(int rank, int stream, int target, int counter, std::string label) {
-    Op& op = add(OpKind::kSignal, rank, stream, std::move(label));
-    op.counter = Counter{target, counter};
-    op.value = 1;
-  }
-  void event(OpKind kind, int rank, int stream, int id, std::string label) {
-    add(kind, rank, stream, std::move(label)).event = id;
-  }
+struct RingEmitter : Emitter {
   // One ring hop of `src` into `dst` on the next rank, then +1 on `counter` there: an NVLink
   // copy inside a node, a rail put between nodes; NCCL's CTAs drive both.
   void hop(const Topology& t, int rank, int stream, const Region& src, const Region& dst,
@@ -147,7 +124,7 @@ Program build_fsdp2_all_gather(const GroupLayout& layout, const Fsdp2Options& op
   const int channels = t.gpus_per_node();
   const std::int64_t s = layout.shard_bytes();
   const int channel_ctas = std::max(1, options.nccl_ctas / channels);
-  Emitter e;
+  RingEmitter e;
   Program& p = e.program;
   p.ranks = n;
   const int copy_in = p.stream("copy_in");
@@ -229,7 +206,7 @@ Program build_fsdp2_reduce_scatter(const GroupLayout& layout, const Fsdp2Options
   const std::int64_t block = layout.fp32_shard_bytes();  // one output-sized fp32 block
   const std::int64_t b_grad = item_bytes(layout.grad_dtype());
   const int channel_ctas = std::max(1, options.nccl_ctas / channels);
-  Emitter e;
+  RingEmitter e;
   Program& p = e.program;
   p.ranks = n;
   const int compute = p.stream("compute");

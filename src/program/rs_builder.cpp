@@ -40,6 +40,7 @@
 #include <string>
 
 #include "tide/core/error.hpp"
+#include "tide/program/emitter.hpp"
 
 namespace tide::program {
 namespace {
@@ -51,14 +52,13 @@ struct ReadItem {
   int destination = 0;  // J, 1-based, remote only
 };
 
-struct Builder {
+struct Builder : Emitter {
   const RsPlan& plan;
   const RsProgramOptions& options;
   const GroupLayout& layout;
   const Topology& topo;
   RsArenaLayout areas;
   RsMemory mem;
-  Program program;
   std::vector<ReadItem> order;
   int m = 0, l = 0, n_stg = 0, waves = 0, bank = 0;
   std::int64_t b_grad = 0, e_pass = 0;
@@ -80,30 +80,6 @@ struct Builder {
   static constexpr int kEntry = 0, kPushDone = 1, kSumDone = 2, kReadDone = 3, kLandDone = 4,
                        kDone = 5;
   static int own_done(int pass) { return 6 + pass; }
-
-  Op& add(OpKind kind, int rank, int stream, std::string label) {
-    Op op;
-    op.kind = kind;
-    op.rank = rank;
-    op.stream = stream;
-    op.label = std::move(label);
-    program.ops.push_back(std::move(op));
-    return program.ops.back();
-  }
-  void signal(int rank, int stream, int target, int counter, std::string label) {
-    Op& op = add(OpKind::kSignal, rank, stream, std::move(label));
-    op.counter = Counter{target, counter};
-    op.value = 1;
-  }
-  void wait(int rank, int stream, int counter, std::int64_t value, std::string label) {
-    if (value <= 0) return;
-    Op& op = add(OpKind::kWait, rank, stream, std::move(label));
-    op.counter = Counter{rank, counter};
-    op.value = value;
-  }
-  void event(OpKind kind, int rank, int stream, int id, std::string label) {
-    add(kind, rank, stream, std::move(label)).event = id;
-  }
 
   Region arena(int rank, std::int64_t offset, std::int64_t width, std::int64_t pitch,
                std::int64_t rows) const {
@@ -416,7 +392,7 @@ Program build_rs_program(const RsPlan& plan, const RsProgramOptions& options, Rs
   if (options.sum_ctas < 1 || options.landing_ctas < 1) {
     throw InvalidArgument("sum and landing CTA budgets must be at least 1");
   }
-  Builder b{plan, options, layout, layout.topology(), rs_arena_layout(plan), plan.memory(), {}, {}};
+  Builder b{{}, plan, options, layout, layout.topology(), rs_arena_layout(plan), plan.memory(), {}};
   b.m = b.topo.nodes();
   b.l = b.topo.gpus_per_node();
   b.n_stg = plan.options().staging_slots;
