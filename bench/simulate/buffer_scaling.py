@@ -16,11 +16,14 @@ OUT = Path("bench/results/simulate")
 GIB = float(1 << 30)
 
 
-def plan(nodes, output_mib, mode):
+CHUNK = 8 << 20  # bytes per staging slot for the bounded-chunk series
+
+
+def plan(nodes, output_mib, mode, chunk_bytes=0):
     # One parameter of N rows x K columns: R_p = 1, so each GPU's fp32 output is K * 4 bytes.
     cols = output_mib * (1 << 20) // 4
     args = [TIDE, "plan", "--shapes", f"{nodes * 8}x{cols}", "--nodes", str(nodes),
-            "--gpus-per-node", "8", "--mode", mode, "--json"]
+            "--gpus-per-node", "8", "--mode", mode, "--chunk-bytes", str(chunk_bytes), "--json"]
     return json.loads(subprocess.run(args, check=True, capture_output=True, text=True).stdout)
 
 
@@ -29,11 +32,13 @@ for output_mib in (32, 128):
     for nodes in (1, 2, 4, 8, 16, 32, 64):
         in_place = plan(nodes, output_mib, "in-place")
         slot = plan(nodes, output_mib, "slot-reuse")
+        chunked = plan(nodes, output_mib, "in-place", CHUNK)
         rows.append({
             "output_mib": output_mib, "gpus": nodes * 8,
             "fsdp2": in_place["layout"]["pack_buffer_bytes"] / GIB,
             "in_place": in_place["rs"]["memory"]["total_bytes"] / GIB,
             "slot_reuse": slot["rs"]["memory"]["total_bytes"] / GIB,
+            "in_place_chunked": chunked["rs"]["memory"]["total_bytes"] / GIB,
         })
 
 OUT.mkdir(parents=True, exist_ok=True)
@@ -41,16 +46,19 @@ with open(OUT / "buffer_scaling.md", "w") as f:
     f.write("# Reduce-scatter buffer per GPU at a fixed per-GPU output (GiB)\n\n")
     f.write("From the concrete plans (`tide plan --shapes {8M}x{K} --nodes M --gpus-per-node 8 "
             "--mode in-place|slot-reuse --json`: `layout.pack_buffer_bytes` for FSDP2, "
-            "`rs.memory.total_bytes` for TIDE; W_wave = 8, k = 4, n_stg = 2). Produced by "
+            "`rs.memory.total_bytes` for TIDE; W_wave = 8, k = 4, n_stg = 2; the chunked series adds "
+            "`--chunk-bytes 8388608`). Produced by "
             "`bench/simulate/buffer_scaling.py`.\n\n")
-    f.write("| output per GPU | GPUs | FSDP2 pack | TIDE In-Place | TIDE Slot-Reuse | FSDP2 / In-Place |\n")
-    f.write("|---|---:|---:|---:|---:|---:|\n")
+    f.write("| output per GPU | GPUs | FSDP2 pack | TIDE In-Place | In-Place, 8 MiB chunks | "
+            "TIDE Slot-Reuse | FSDP2 / In-Place |\n")
+    f.write("|---|---:|---:|---:|---:|---:|---:|\n")
     for r in rows:
         f.write(f"| {r['output_mib']} MiB | {r['gpus']} | {r['fsdp2']:.2f} | {r['in_place']:.2f} | "
-                f"{r['slot_reuse']:.2f} | {r['fsdp2'] / r['in_place']:.2f} |\n")
+                f"{r['in_place_chunked']:.2f} | {r['slot_reuse']:.2f} | "
+                f"{r['fsdp2'] / r['in_place']:.2f} |\n")
 
 # A log-log SVG plot, written by hand (no plotting package needed).
-W, H, L, B, T, R = 720, 420, 70, 50, 40, 220
+W, H, L, B, T, R = 760, 440, 70, 50, 40, 260
 xs = sorted({r["gpus"] for r in rows})
 ymin, ymax = 0.05, max(r["fsdp2"] for r in rows) * 1.5
 import math
@@ -77,6 +85,7 @@ for v in (0.1, 0.3, 1, 3, 10, 30):
 svg.append(f'<text x="{(L + W - R) / 2}" y="{H - 12}" text-anchor="middle">GPUs (8 per node)</text>')
 svg.append(f'<text x="16" y="{(T + H - B) / 2}" transform="rotate(-90 16 {(T + H - B) / 2})" text-anchor="middle">GiB per GPU</text>')
 styles = {"fsdp2": ("#d62728", "FSDP2 pack"), "in_place": ("#1f77b4", "TIDE In-Place"),
+          "in_place_chunked": ("#9467bd", "In-Place, 8 MiB chunks"),
           "slot_reuse": ("#2ca02c", "TIDE Slot-Reuse")}
 legend_y = T + 10
 for output_mib, dash in ((32, ""), (128, "6,4")):

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "rs_args.hpp"
 #include "shapes.hpp"
 #include "table.hpp"
 #include "tide/core/ag_plan.hpp"
@@ -29,10 +30,7 @@ struct PlanArgs {
   std::string model;
   std::string ag_dtype = "bf16";
   std::string grad_dtype = "bf16";
-  int wave_width = 0;
-  int round_width = 4;
-  int passes = 1;
-  std::string mode = "in-place";
+  RsArgs rs;
   bool cast = false;
   bool json = false;
   bool list_models = false;
@@ -132,6 +130,7 @@ json rs_json(const RsPlan& rs, const ValidationResult& validation) {
           {"passes", rs.passes()},
           {"sub_slice_elems", rs.sub_slice_elems()},
           {"pass_elems", rs.pass_elems()},
+          {"staging_chunk_elems", rs.chunk_elems()},
           {"waves_per_pass", rs.waves_per_pass()},
           {"waves", waves},
           {"rounds", rounds},
@@ -302,12 +301,7 @@ void run_plan(const PlanArgs& a) {
   AgOptions ag_options;
   ag_options.mixed_precision_cast = a.cast;
   const AgPlan ag(layout, ag_options);
-  RsOptions rs_options;
-  rs_options.wave_width = a.wave_width;
-  rs_options.round_width = a.round_width;
-  rs_options.passes = a.passes;
-  rs_options.mode = parse_mode(a.mode);
-  const RsPlan rs(layout, rs_options);
+  const RsPlan rs(layout, a.rs.options(layout));
   const ValidationResult validation = validate_rs_plan(rs);
 
   if (a.json) {
@@ -350,12 +344,7 @@ void add_plan_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--grad-dtype", args->grad_dtype, "Gradient dtype: bf16 or fp32")
       ->capture_default_str();
-  cmd->add_option("--wave-width", args->wave_width, "Contributors per wave W_wave (default L)");
-  cmd->add_option("--round-width", args->round_width, "Rail transfers per round k")
-      ->capture_default_str();
-  cmd->add_option("--passes", args->passes, "Sub-slice passes n_part")->capture_default_str();
-  cmd->add_option("--mode", args->mode, "TIDE-RS memory mode: in-place or slot-reuse")
-      ->capture_default_str();
+  args->rs.add_to(*cmd);
   cmd->add_flag("--cast", args->cast, "Mixed-precision all-gather: cast into stage slot 0");
   cmd->add_flag("--json", args->json, "Print JSON (field names in docs/cli.md)");
   cmd->add_flag("--list-models", args->list_models, "List the model presets and their groups");

@@ -15,6 +15,7 @@
 #include "commands.hpp"
 #include "digest.hpp"
 #include "npy.hpp"
+#include "rs_args.hpp"
 #include "shapes.hpp"
 #include "table.hpp"
 #include "tide/core/arithmetic.hpp"
@@ -39,8 +40,7 @@ struct SimulateArgs {
   std::string shapes, model;
   std::string ag_dtype = "bf16", grad_dtype = "bf16";
   bool cast = false;
-  int wave_width = 0, round_width = 4, passes = 1, staging_slots = 2;
-  std::string mode = "in-place";
+  RsArgs rs;
   int sum_ctas = 16, landing_ctas = 4;
   std::string landing = "pull";
   bool accumulate = false;
@@ -240,13 +240,7 @@ Outcome simulate_all_gather(const SimulateArgs& a, const GroupLayout& layout,
 
 Outcome simulate_reduce_scatter(const SimulateArgs& a, const GroupLayout& layout,
                                 program::Fault fault) {
-  RsOptions plan_options;
-  plan_options.wave_width = a.wave_width;
-  plan_options.round_width = a.round_width;
-  plan_options.passes = a.passes;
-  plan_options.staging_slots = a.staging_slots;
-  plan_options.mode = parse_mode(a.mode);
-  const RsPlan plan(layout, plan_options);
+  const RsPlan plan(layout, a.rs.options(layout));
   program::RsProgramOptions options;
   const Topology& t = layout.topology();
   options.alpha = a.alpha != 0 ? a.alpha : 1.0f / static_cast<float>(t.world());
@@ -511,11 +505,7 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--ag-dtype", a->ag_dtype, "All-gather dtype")->capture_default_str();
   cmd->add_option("--grad-dtype", a->grad_dtype, "Gradient dtype")->capture_default_str();
   cmd->add_flag("--cast", a->cast, "Mixed-precision all-gather from fp32 master shards");
-  cmd->add_option("--mode", a->mode, "in-place or slot-reuse")->capture_default_str();
-  cmd->add_option("--wave-width", a->wave_width, "W_wave (default L)");
-  cmd->add_option("--round-width", a->round_width, "k")->capture_default_str();
-  cmd->add_option("--passes", a->passes, "n_part")->capture_default_str();
-  cmd->add_option("--staging-slots", a->staging_slots, "n_stg")->capture_default_str();
+  a->rs.add_to(*cmd);
   cmd->add_option("--sum-ctas", a->sum_ctas, "Level 1 CTA budget")->capture_default_str();
   cmd->add_option("--landing-ctas", a->landing_ctas, "Landing CTA budget")->capture_default_str();
   cmd->add_option("--landing", a->landing, "pull or switch-reduce")->capture_default_str();

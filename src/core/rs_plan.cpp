@@ -51,6 +51,13 @@ RsPlan::RsPlan(const GroupLayout& layout, RsOptions options)
   const std::int64_t vec = options_.vector_elems;
   sub_slice_elems_ = ceil_div(ceil_div(layout_.shard_elems(), l), vec) * vec;
   pass_elems_ = ceil_div(ceil_div(sub_slice_elems_, options_.passes), vec) * vec;
+  if (options_.staging_chunk_elems < 0) {
+    throw InvalidArgument("staging chunk of " + std::to_string(options_.staging_chunk_elems) +
+                          " elements must not be negative");
+  }
+  chunk_elems_ = options_.staging_chunk_elems == 0
+                     ? pass_elems_
+                     : std::min(pass_elems_, ceil_div(options_.staging_chunk_elems, vec) * vec);
   waves_per_pass_ = static_cast<int>(ceil_div(m, wave_width_));
   const int total_waves = waves_per_pass_ * options_.passes;
   generations_ = total_waves == 1 ? 1 : 2;
@@ -267,7 +274,7 @@ RsMemory RsPlan::memory() const {
   const std::int64_t l = layout_.topology().gpus_per_node();
   RsMemory mem;
   mem.block_bytes = l * pass_elems_ * 4;
-  mem.staging_slot_bytes = (l - 1) * l * pass_elems_ * item_bytes(layout_.grad_dtype());
+  mem.staging_slot_bytes = (l - 1) * l * chunk_elems_ * item_bytes(layout_.grad_dtype());
   mem.staging_bytes = options_.staging_slots * mem.staging_slot_bytes;
   mem.inbox_bytes = generations_ * l * mem.block_bytes;
   mem.outbox_bytes = 2 * std::int64_t{outbox_depth_} * mem.block_bytes;

@@ -61,7 +61,7 @@ struct Builder : Emitter {
   RsMemory mem;
   std::vector<ReadItem> order;
   int m = 0, l = 0, n_stg = 0, waves = 0, bank = 0;
-  std::int64_t b_grad = 0, e_pass = 0;
+  std::int64_t b_grad = 0, e_pass = 0, chunk = 0;
   int caller = 0, push = 0, sum = 0, net = 0, relay = 0, land = 0, credit = 0, host = 0;
 
   bool injected(Fault fault) const { return options.fault == fault; }
@@ -126,20 +126,42 @@ struct Builder : Emitter {
       order.push_back(remote_item(d));
   }
 
-  // Step 2: this rank's pushes into owner `owner`'s staging slot for one destination.
-  void push_to(int rank, int owner, const ReadItem& item, int z) {
+  // Staging chunks of a sub-slice part with `elems` live columns (at least one, possibly
+  // empty, so every destination keeps its signals).
+  int chunks(std::int64_t elems) const {
+    return std::max<int>(1, static_cast<int>((elems + chunk - 1) / chunk));
+  }
+  // The pieces of sub-slice s (pass `pass`) inside staging chunk q, clipped to it.
+  std::vector<RsPiece> chunk_pieces(int pass, int s, int q) const {
+    const std::int64_t begin = plan.sub_slice_begin(pass, s) + q * chunk;
+    const std::int64_t end = std::min(plan.sub_slice_end(pass, s), begin + chunk);
+    std::vector<RsPiece> clipped;
+    for (RsPiece piece : plan.pieces(pass, s)) {
+      const std::int64_t a = std::max(piece.span_begin, begin);
+      const std::int64_t b = std::min(piece.span_end, end);
+      if (a >= b) continue;
+      piece.param_offset += a - piece.span_begin;
+      piece.span_begin = a;
+      piece.span_end = b;
+      clipped.push_back(piece);
+    }
+    return clipped;
+  }
+
+  // Step 2: this rank's pushes of staging chunk q into owner `owner`'s slot z.
+  void push_to(int rank, int owner, const ReadItem& item, int z, int q) {
     const int n = topo.node_of(rank);
     const int me = topo.local_of(rank);
     const int t = destination_node(n, item);
     const int s = plan.sub_slice(owner, item.contributor);
     const int position = me < owner ? me : me - 1;  // local-rank order without the owner
-    const std::int64_t begin = plan.sub_slice_begin(item.pass, s);
-    const std::int64_t base = staging_slot(z) + position * l * e_pass * b_grad;
+    const std::int64_t begin = plan.sub_slice_begin(item.pass, s) + q * chunk;
+    const std::int64_t base = staging_slot(z) + position * l * chunk * b_grad;
     const int owner_rank = topo.rank(n, owner);
     Op& op = add(OpKind::kCopy, rank, push,
                  "RS r" + std::to_string(rank) + " push " + tag(item) + " s" + std::to_string(s) +
-                     " -> r" + std::to_string(owner_rank));
-    for (const RsPiece& piece : plan.pieces(item.pass, s)) {
+                     " chunk " + std::to_string(q) + " -> r" + std::to_string(owner_rank));
+    for (const RsPiece& piece : chunk_pieces(item.pass, s, q)) {
       const ParamLayout& pl = layout.param(piece.param);
       const std::int64_t dst_col = (piece.span_begin - begin) * b_grad;
       // Destination ranks t*L .. t*L+full-1 hold the whole piece (one strided descriptor);
@@ -152,7 +174,7 @@ struct Builder : Emitter {
             Region{Buffer{rank, Space::kTensor, piece.param},
                    (topo.rank(t, 0) * pl.shard_elems() + piece.param_offset) * b_grad,
                    piece.length() * b_grad, pl.shard_elems() * b_grad, full},
-            arena(owner_rank, base + dst_col, piece.length() * b_grad, e_pass * b_grad, full)});
+            arena(owner_rank, base + dst_col, piece.length() * b_grad, chunk * b_grad, full)});
       }
       const std::int64_t tail = full < l ? plan.valid_length(piece, topo.rank(t, full)) : 0;
       if (tail > 0) {
@@ -160,32 +182,34 @@ struct Builder : Emitter {
             Region{Buffer{rank, Space::kTensor, piece.param},
                    (topo.rank(t, full) * pl.shard_elems() + piece.param_offset) * b_grad,
                    tail * b_grad, tail * b_grad, 1},
-            arena(owner_rank, base + full * e_pass * b_grad + dst_col, tail * b_grad, tail * b_grad,
+            arena(owner_rank, base + full * chunk * b_grad + dst_col, tail * b_grad, tail * b_grad,
                   1)});
       }
     }
   }
 
-  // Step 3: this rank's Level 1 sum for one destination.
-  void sum_for(int rank, const ReadItem& item, int z) {
+  // Step 3: this rank's Level 1 sum of staging chunk q for one destination.
+  void sum_for(int rank, const ReadItem& item, int z, int q) {
     const int n = topo.node_of(rank);
     const int me = topo.local_of(rank);
     const int t = destination_node(n, item);
     const int s = plan.sub_slice(me, item.contributor);
-    const std::int64_t begin = plan.sub_slice_begin(item.pass, s);
+    const std::int64_t begin = plan.sub_slice_begin(item.pass, s) + q * chunk;
+    const std::int64_t cols = std::clamp<std::int64_t>(live(item.pass, s) - q * chunk, 0, chunk);
     Op& op = add(OpKind::kSum, rank, sum,
-                 "RS r" + std::to_string(rank) + " sum " + tag(item) + " s" + std::to_string(s));
+                 "RS r" + std::to_string(rank) + " sum " + tag(item) + " s" + std::to_string(s) +
+                     " chunk " + std::to_string(q));
     const std::int64_t out = item.own ? spare(item.pass) : outbox_block(item.destination);
-    op.dst = arena(rank, out, live(item.pass, s) * 4, e_pass * 4, l);
+    op.dst = arena(rank, out + q * chunk * 4, cols * 4, e_pass * 4, l);
     op.in_dtype = layout.grad_dtype();
     op.alpha = options.alpha;
     op.ctas = options.sum_ctas;
     for (int k = 0; k < l - 1; ++k) {
-      op.staged.push_back(arena(rank, staging_slot(z) + k * l * e_pass * b_grad,
-                                live(item.pass, s) * b_grad, e_pass * b_grad, l));
+      op.staged.push_back(
+          arena(rank, staging_slot(z) + k * l * chunk * b_grad, cols * b_grad, chunk * b_grad, l));
     }
     for (int i = 0; i < l; ++i) {
-      for (const RsPiece& piece : plan.pieces(item.pass, s)) {
+      for (const RsPiece& piece : chunk_pieces(item.pass, s, q)) {
         const std::int64_t valid = plan.valid_length(piece, topo.rank(t, i));
         if (valid == 0) continue;
         op.segments.push_back(SumSegment{
@@ -206,35 +230,42 @@ struct Builder : Emitter {
     // 2-3. read phase: pushes and sums
     event(OpKind::kEventWait, rank, push, kEntry, who + "push after entry");
     event(OpKind::kEventWait, rank, sum, kEntry, who + "sum after entry");
-    int remote_summed = 0;
-    for (std::size_t x = 0; x < order.size(); ++x) {
-      const ReadItem& item = order[x];
-      const int z = static_cast<int>(x) % n_stg;
-      const int fill = static_cast<int>(x) / n_stg;
+    std::vector<int> pushed(static_cast<std::size_t>(l), 0);  // staging fills per owner
+    int fills = 0;                                            // this rank's fills as owner
+    for (const ReadItem& item : order) {
       for (int owner = 0; owner < l; ++owner) {
         if (owner == me) continue;
-        if (!injected(Fault::kRsStagingReuse)) {
-          wait(rank, push, freed(owner, z), fill,
-               who + "staging slot " + std::to_string(z) + " on GPU " + std::to_string(owner) +
-                   " free");
+        const int s = plan.sub_slice(owner, item.contributor);
+        for (int q = 0; q < chunks(live(item.pass, s)); ++q) {
+          const int x = pushed[static_cast<std::size_t>(owner)]++;
+          const int z = x % n_stg;
+          if (!injected(Fault::kRsStagingReuse)) {
+            wait(rank, push, freed(owner, z), x / n_stg,
+                 who + "staging slot " + std::to_string(z) + " on GPU " + std::to_string(owner) +
+                     " free");
+          }
+          push_to(rank, owner, item, z, q);
+          signal(rank, push, topo.rank(n, owner), staged(z), who + "staged " + tag(item));
         }
-        push_to(rank, owner, item, z);
-        signal(rank, push, topo.rank(n, owner), staged(z), who + "staged " + tag(item));
       }
-      wait(rank, sum, staged(z), std::int64_t{l - 1} * (fill + 1),
-           who + "staging slot " + std::to_string(z) + " filled for " + tag(item));
       if (!item.own && item.destination > plan.outbox_depth() && !injected(Fault::kRsOutboxReuse)) {
         wait(rank, sum, sent(), item.destination - plan.outbox_depth(),
              who + "outbox block sent before reuse by " + tag(item));
       }
-      sum_for(rank, item, z);
-      for (int k = 0; k < l; ++k) {
-        if (k != me) signal(rank, sum, topo.rank(n, k), freed(me, z), who + "free staging");
+      const int s = plan.sub_slice(me, item.contributor);
+      for (int q = 0; q < chunks(live(item.pass, s)); ++q) {
+        const int x = fills++;
+        const int z = x % n_stg;
+        wait(rank, sum, staged(z), std::int64_t{l - 1} * (x / n_stg + 1),
+             who + "staging slot " + std::to_string(z) + " filled for " + tag(item));
+        sum_for(rank, item, z, q);
+        for (int k = 0; k < l; ++k) {
+          if (k != me) signal(rank, sum, topo.rank(n, k), freed(me, z), who + "free staging");
+        }
       }
       if (item.own) {
         event(OpKind::kEventRecord, rank, sum, own_done(item.pass), who + "own partial summed");
       } else {
-        ++remote_summed;
         signal(rank, sum, rank, summed(), who + "summed " + tag(item));
       }
     }
@@ -352,7 +383,6 @@ struct Builder : Emitter {
         }
       }
     }
-    (void)remote_summed;
     event(OpKind::kEventRecord, rank, land, kLandDone, who + "landings done");
 
     // 8. host: read completion and release
@@ -400,6 +430,7 @@ Program build_rs_program(const RsPlan& plan, const RsProgramOptions& options, Rs
   b.bank = options.call_index % 2;
   b.b_grad = item_bytes(layout.grad_dtype());
   b.e_pass = plan.pass_elems();
+  b.chunk = plan.chunk_elems();
   Program& p = b.program;
   p.ranks = b.topo.world();
   b.caller = p.stream("caller");

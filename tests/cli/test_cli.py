@@ -142,7 +142,8 @@ class Simulate(unittest.TestCase):
     def test_output_identical_across_schedule_seeds_and_tuning(self):
         digests = set()
         for extra in (["--schedule-seed", "1"], ["--schedule-seed", "2", "--sum-ctas", "3"],
-                      ["--passes", "2", "--mode", "slot-reuse", "--round-width", "1"]):
+                      ["--passes", "2", "--mode", "slot-reuse", "--round-width", "1"],
+                      ["--chunk-bytes", "512", "--staging-slots", "1"]):
             out = run_json("simulate", "reduce-scatter", "-M", "5", "-L", "2", "--shapes",
                            self.SHAPES, *extra)
             self.assertTrue(out["passed"], extra)

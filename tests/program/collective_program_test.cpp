@@ -272,6 +272,7 @@ TEST(RsProgram, BitwiseIdenticalAcrossSeedsCtasPassesAndModes) {
     options.round_width = 1 + variant % 4;
     options.passes = 1 + variant % 3;
     options.staging_slots = 1 + variant % 2;
+    options.staging_chunk_elems = variant % 3 == 0 ? 0 : 4 * variant;  // bounded staging chunks
     options.mode = variant % 2 ? RsMode::kSlotReuse : RsMode::kInPlace;
     program::RsProgramOptions po;
     po.sum_ctas = 1 + variant * 2;

@@ -43,7 +43,10 @@ struct RsOptions {
   RsMode mode = RsMode::kInPlace;
   int passes = 1;         // n_part
   int staging_slots = 2;  // n_stg
-  int vector_elems = 4;   // E_sub alignment in fp32 elements (16 bytes)
+  // Level 1 staging chunk (Sec. 4.1: staging is processed and reused in bounded chunks):
+  // columns per staged row, rounded up to the vector width; 0 stages a whole pass part.
+  std::int64_t staging_chunk_elems = 0;
+  int vector_elems = 4;  // E_sub alignment in fp32 elements (16 bytes)
 };
 
 inline constexpr int kMaxRoundWidth = 64;
@@ -90,7 +93,7 @@ struct RsDescriptorCounts {
 
 struct RsMemory {
   std::int64_t block_bytes = 0;         // L * E_pass * 4: outbox, inbox and spare blocks
-  std::int64_t staging_slot_bytes = 0;  // (L - 1) * L * E_pass * b_grad
+  std::int64_t staging_slot_bytes = 0;  // (L - 1) * L * chunk * b_grad
   std::int64_t staging_bytes = 0;       // n_stg slots
   std::int64_t inbox_bytes = 0;         // n_par generations x L blocks
   std::int64_t outbox_bytes = 0;        // 2 banks x n_out blocks
@@ -112,7 +115,8 @@ class RsPlan {
   int waves_per_pass() const { return waves_per_pass_; }             // W = ceil(M / W_wave)
   int generations() const { return generations_; }                   // n_par
   std::int64_t sub_slice_elems() const { return sub_slice_elems_; }  // E_sub
-  std::int64_t pass_elems() const { return pass_elems_; }  // E_pass: one pass of a sub-slice
+  std::int64_t pass_elems() const { return pass_elems_; }    // E_pass: one pass of a sub-slice
+  std::int64_t chunk_elems() const { return chunk_elems_; }  // staged columns per chunk <= E_pass
   std::int64_t span_elems() const { return layout_.shard_elems(); }  // E_live
 
   // Eq. 6-8 (inline: the exhaustive sweep evaluates them billions of times).
@@ -162,6 +166,7 @@ class RsPlan {
   int outbox_depth_ = 0;
   std::int64_t sub_slice_elems_ = 0;
   std::int64_t pass_elems_ = 0;
+  std::int64_t chunk_elems_ = 0;
   std::vector<RsWave> waves_;
   std::vector<RsRound> rounds_;
   std::vector<int> destination_round_;  // by J - 1

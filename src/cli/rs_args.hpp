@@ -1,0 +1,54 @@
+// The TIDE-RS plan options every subcommand that builds a reduce-scatter plan takes.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "tide/core/error.hpp"
+#include "tide/core/rs_plan.hpp"
+
+namespace tide::cli {
+
+struct RsArgs {
+  int wave_width = 0;
+  int round_width = 4;
+  int passes = 1;
+  int staging_slots = 2;
+  std::int64_t chunk_bytes = 0;
+  std::string mode = "in-place";
+
+  void add_to(CLI::App& cmd) {
+    cmd.add_option("--wave-width", wave_width, "Contributors per wave W_wave (default L)");
+    cmd.add_option("--round-width", round_width, "Rail transfers per round k")
+        ->capture_default_str();
+    cmd.add_option("--passes", passes, "Sub-slice passes n_part")->capture_default_str();
+    cmd.add_option("--staging-slots", staging_slots, "Level 1 staging slots n_stg")
+        ->capture_default_str();
+    cmd.add_option("--chunk-bytes", chunk_bytes,
+                   "Level 1 staging slot size in bytes (0: a whole sub-slice part)")
+        ->capture_default_str();
+    cmd.add_option("--mode", mode, "TIDE-RS memory mode: in-place or slot-reuse")
+        ->capture_default_str();
+  }
+
+  // A staging slot holds (L - 1) contributions of L rows: --chunk-bytes sets its row width.
+  RsOptions options(const GroupLayout& layout) const {
+    RsOptions o;
+    o.wave_width = wave_width;
+    o.round_width = round_width;
+    o.passes = passes;
+    o.staging_slots = staging_slots;
+    o.mode = parse_mode(mode);
+    if (chunk_bytes < 0) throw InvalidArgument("--chunk-bytes must not be negative");
+    const std::int64_t l = layout.topology().gpus_per_node();
+    if (chunk_bytes > 0 && l > 1) {
+      o.staging_chunk_elems =
+          std::max<std::int64_t>(1, chunk_bytes / ((l - 1) * l * item_bytes(layout.grad_dtype())));
+    }
+    return o;
+  }
+};
+
+}  // namespace tide::cli
