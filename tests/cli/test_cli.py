@@ -12,7 +12,7 @@ TIDE = None
 
 
 def run(*args):
-    return subprocess.run([TIDE, *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([TIDE, *args], capture_output=True, text=True, timeout=600)
 
 
 def run_json(*args):
@@ -186,6 +186,14 @@ class Simulate(unittest.TestCase):
         self.assertFalse(out["deadlock"])
         self.assertGreater(out["predicted_ms"], 0)
         self.assertLess(time.time() - start, 60)
+
+    def test_data_at_64x8(self):
+        # Issue 3's scale point: every rank of 64 x 8 with real data, small shapes.
+        for collective in ("all-gather", "reduce-scatter"):
+            out = run_json("simulate", collective, "-M", "64", "-L", "8", "--shapes",
+                           "1024x3,517,9x2")
+            self.assertTrue(out["passed"], collective)
+            self.assertEqual(out["error_count"], 0)
 
     def test_dump_checks_with_plain_python(self):
         import os
