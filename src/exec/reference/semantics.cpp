@@ -59,7 +59,7 @@ void fill(const Region& region, std::byte value, const BufferTable& table, Memor
 std::vector<float> gather_fp32(const Region& region, const BufferTable& table, Memory& memory) {
   const std::vector<std::byte> bytes = gather(region, table, memory);
   std::vector<float> out(bytes.size() / sizeof(float));
-  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+  if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
   return out;
 }
 
@@ -104,8 +104,10 @@ void sum(const Op& op, const BufferTable& table, Memory& memory) {
         row[static_cast<std::size_t>(col)] = arith::level1_partial(staged, own, op.alpha);
       }
     }
-    std::memcpy(memory.at(dst_index, dst.offset + r * dst.pitch), row.data(),
-                static_cast<std::size_t>(dst.width));
+    if (dst.width > 0) {  // an empty sub-slice part writes nothing (and row.data() is null)
+      std::memcpy(memory.at(dst_index, dst.offset + r * dst.pitch), row.data(),
+                  static_cast<std::size_t>(dst.width));
+    }
   }
 }
 
