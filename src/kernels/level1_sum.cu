@@ -307,6 +307,39 @@ struct Vec<float> {
   }
 };
 
+// NOTE [arithmetic order] on the device, for kChunk columns: the `ns` staged inputs in
+// local-rank order, then the owner's own, then one multiply by alpha; round-to-nearest adds
+// and multiplies, never contracted. Both Level 1 kernels call this one definition.
+template <typename In>
+__device__ __forceinline__ void level1_combine(const Vec<In> (&staged)[kMaxLevel1Staged],
+                                               const Vec<In>& own, int ns, float alpha,
+                                               float (&v)[kChunk]) {
+  float acc[kChunk];
+  if (ns == 0) {
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e)
+      acc[e] = own.get(e);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e)
+      acc[e] = staged[0].get(e);
+#pragma unroll
+    for (int k = 1; k < kMaxLevel1Staged; ++k) {
+      if (k < ns) {
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e)
+          acc[e] = __fadd_rn(acc[e], staged[k].get(e));
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e)
+      acc[e] = __fadd_rn(acc[e], own.get(e));
+  }
+#pragma unroll
+  for (int e = 0; e < kChunk; ++e)
+    v[e] = __fmul_rn(alpha, acc[e]);
+}
+
 __device__ __forceinline__ void stage_wait(bool spin, std::uint32_t bar, std::uint32_t parity,
                                            const char* what) {
   if (spin) {
@@ -522,31 +555,8 @@ __global__ void __launch_bounds__(32 * (1 + kMaxConsumerWarps), 1)
           if (q >= nchunks) break;
           const std::uint32_t c = static_cast<std::uint32_t>(q) * kChunk;
           const std::uint32_t m = (mask[c / 32] >> (c & 31u)) & 0xFFu;
-          float acc[kChunk];
-          if (ns == 0) {
-#pragma unroll
-            for (int e = 0; e < kChunk; ++e)
-              acc[e] = own[u].get(e);
-          } else {
-#pragma unroll
-            for (int e = 0; e < kChunk; ++e)
-              acc[e] = x[u][0].get(e);
-#pragma unroll
-            for (int k = 1; k < kMaxLevel1Staged; ++k) {
-              if (k < ns) {
-#pragma unroll
-                for (int e = 0; e < kChunk; ++e)
-                  acc[e] = __fadd_rn(acc[e], x[u][k].get(e));
-              }
-            }
-#pragma unroll
-            for (int e = 0; e < kChunk; ++e)
-              acc[e] = __fadd_rn(acc[e], own[u].get(e));
-          }
           float v[kChunk];
-#pragma unroll
-          for (int e = 0; e < kChunk; ++e)
-            v[e] = __fmul_rn(alpha, acc[e]);
+          level1_combine(x[u], own[u], ns, alpha, v);
           if constexpr (kAccumulate) {
             Vec<float> o;
             o.load(st + out_slot_off + c * 4u);
@@ -680,31 +690,8 @@ __global__ void __launch_bounds__(512)
       const std::uint32_t c = static_cast<std::uint32_t>(u * 32 + lane) * kChunk;
       if (c >= g.ncols) continue;
       const bool whole_out = vec_out && c + kChunk <= g.ncols;
-      float acc[kChunk];
-      if (ns == 0) {
-#pragma unroll
-        for (int e = 0; e < kChunk; ++e)
-          acc[e] = own[u].get(e);
-      } else {
-#pragma unroll
-        for (int e = 0; e < kChunk; ++e)
-          acc[e] = x[u][0].get(e);
-#pragma unroll
-        for (int k = 1; k < kMaxLevel1Staged; ++k) {
-          if (k < ns) {
-#pragma unroll
-            for (int e = 0; e < kChunk; ++e)
-              acc[e] = __fadd_rn(acc[e], x[u][k].get(e));
-          }
-        }
-#pragma unroll
-        for (int e = 0; e < kChunk; ++e)
-          acc[e] = __fadd_rn(acc[e], own[u].get(e));
-      }
       float v[kChunk];
-#pragma unroll
-      for (int e = 0; e < kChunk; ++e)
-        v[e] = __fmul_rn(alpha, acc[e]);
+      level1_combine(x[u], own[u], ns, alpha, v);
       if constexpr (kAccumulate) {
         Vec<float> o;
         if (whole_out) {
