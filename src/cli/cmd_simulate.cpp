@@ -275,15 +275,7 @@ Outcome simulate_reduce_scatter(const SimulateArgs& a, const GroupLayout& layout
     for (int r = 0; r < t.world(); ++r) {
       for (int p = 0; p < layout.param_count(); ++p) {
         const auto& values = grads[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)];
-        auto bytes = ex.input(Buffer{r, Space::kTensor, p});
-        for (std::size_t i = 0; i < values.size(); ++i) {
-          if (item == 2) {
-            const std::uint16_t w = arith::float_to_bf16(values[i]);
-            std::memcpy(bytes.data() + 2 * i, &w, 2);
-          } else {
-            std::memcpy(bytes.data() + 4 * i, &values[i], 4);
-          }
-        }
+        store_values(values, layout.grad_dtype(), ex.input(Buffer{r, Space::kTensor, p}));
       }
       auto& init = initial[static_cast<std::size_t>(r)];
       init.resize(static_cast<std::size_t>(layout.shard_elems()));
@@ -335,14 +327,7 @@ Outcome simulate_reduce_scatter(const SimulateArgs& a, const GroupLayout& layout
         const ParamLayout& pl = layout.param(p);
         const auto& values = grads[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)];
         std::vector<std::byte> raw(values.size() * static_cast<std::size_t>(item));
-        for (std::size_t i = 0; i < values.size(); ++i) {
-          if (item == 2) {
-            const std::uint16_t w = arith::float_to_bf16(values[i]);
-            std::memcpy(raw.data() + 2 * i, &w, 2);
-          } else {
-            std::memcpy(raw.data() + 4 * i, &values[i], 4);
-          }
-        }
+        store_values(values, layout.grad_dtype(), raw);
         const std::string name = fmt::format("grad_r{}_p{}.npy", r, p);
         write_npy(a.dump + "/" + name, item == 2 ? "<u2" : "<f4", {pl.rows, pl.cols}, raw);
         files[name] = fmt::format("rank {}'s gradient of parameter {} (D_p, K_p)", r, p);

@@ -1,7 +1,11 @@
 // Expected reduce-scatter outputs from the definition. See the header.
 #include "tide/core/collective_reference.hpp"
 
+#include <cstring>
+#include <string>
+
 #include "tide/core/arithmetic.hpp"
+#include "tide/core/error.hpp"
 
 namespace tide {
 
@@ -9,6 +13,22 @@ float random_value(std::mt19937_64& rng, DType dtype) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const float x = normal(rng);
   return dtype == DType::kBf16 ? arith::bf16_to_float(arith::float_to_bf16(x)) : x;
+}
+
+void store_values(std::span<const float> values, DType dtype, std::span<std::byte> out) {
+  const std::size_t item = static_cast<std::size_t>(item_bytes(dtype));
+  if (out.size() != values.size() * item) {
+    throw InternalError("store_values: " + std::to_string(values.size()) + " values do not fill " +
+                        std::to_string(out.size()) + " bytes");
+  }
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::kBf16) {
+      const std::uint16_t w = arith::float_to_bf16(values[i]);
+      std::memcpy(out.data() + 2 * i, &w, 2);
+    } else {
+      std::memcpy(out.data() + 4 * i, &values[i], 4);
+    }
+  }
 }
 
 std::vector<RankGrads> random_grads(std::mt19937_64& rng, const GroupLayout& layout) {

@@ -132,10 +132,6 @@ int RsPlan::contributor_index(int destination_node, int sender_node) const {
   return destination_node == sender_node ? m : mod(destination_node - sender_node, m);
 }
 
-int RsPlan::wave_of(int contributor) const {
-  return (contributor - 1) / wave_width_;
-}
-
 int RsPlan::remote_destinations() const {
   return options_.passes * (layout_.topology().nodes() - 1);
 }

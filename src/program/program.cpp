@@ -39,7 +39,7 @@ int Program::stream(const std::string& name) {
   return static_cast<int>(stream_names.size()) - 1;
 }
 
-std::vector<Region> reads_of(const Op& op, const Program& /*program*/) {
+std::vector<Region> reads_of(const Op& op) {
   std::vector<Region> reads;
   switch (op.kind) {
     case OpKind::kCopy:

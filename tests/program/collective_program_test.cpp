@@ -152,15 +152,7 @@ RsRun run_rs(const RsPlan& plan, const std::vector<RankGrads>& grads,
   for (int r = 0; r < t.world(); ++r) {
     for (int p = 0; p < layout.param_count(); ++p) {
       const auto& values = grads[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)];
-      auto bytes = ex.input(Buffer{r, Space::kTensor, p});
-      for (std::size_t i = 0; i < values.size(); ++i) {
-        if (layout.grad_dtype() == DType::kBf16) {
-          const std::uint16_t w = arith::float_to_bf16(values[i]);
-          std::memcpy(bytes.data() + 2 * i, &w, 2);
-        } else {
-          std::memcpy(bytes.data() + 4 * i, &values[i], 4);
-        }
-      }
+      store_values(values, layout.grad_dtype(), ex.input(Buffer{r, Space::kTensor, p}));
     }
     if (po.accumulate) {
       auto bytes = ex.input(Buffer{r, Space::kOutput, 0});
@@ -305,11 +297,7 @@ std::vector<std::vector<float>> run_rs_program(const program::Program& prog,
   for (int r = 0; r < t.world(); ++r) {
     for (int p = 0; p < layout.param_count(); ++p) {
       const auto& values = grads[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)];
-      auto bytes = ex.input(Buffer{r, Space::kTensor, p});
-      for (std::size_t i = 0; i < values.size(); ++i) {
-        const std::uint16_t w = arith::float_to_bf16(values[i]);
-        std::memcpy(bytes.data() + 2 * i, &w, 2);
-      }
+      store_values(values, layout.grad_dtype(), ex.input(Buffer{r, Space::kTensor, p}));
     }
     if (initial) {
       auto bytes = ex.input(Buffer{r, Space::kOutput, 0});

@@ -4,8 +4,10 @@
 // accuracy reference, Sec. 4.3).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "tide/core/rs_plan.hpp"
@@ -20,6 +22,10 @@ using RankGrads = std::vector<std::vector<float>>;
 float random_value(std::mt19937_64& rng, DType dtype);
 // Fresh standard-normal gradients for every rank, in the layout's gradient dtype.
 std::vector<RankGrads> random_grads(std::mt19937_64& rng, const GroupLayout& layout);
+
+// Stores `values` in `dtype` (bf16 as 16-bit words, little-endian) into `out`, which holds
+// exactly values.size() items.
+void store_values(std::span<const float> values, DType dtype, std::span<std::byte> out);
 
 // The gradient of `rank` that feeds span element `e` of destination rank `destination`'s
 // output, or nullptr where that element is padding (rows past D_p).

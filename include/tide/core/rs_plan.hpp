@@ -127,7 +127,6 @@ class RsPlan {
   int destination_gpu(int sub_slice_index, int contributor) const {  // j = (s - c_bar) mod L
     return wrap_gpu(sub_slice_index - contributor_shift(contributor) + l_);
   }
-  int wave_of(int contributor) const;  // within a pass
 
   const std::vector<RsWave>& waves() const { return waves_; }     // all passes, in order
   const std::vector<RsRound>& rounds() const { return rounds_; }  // all passes, in order

@@ -141,7 +141,7 @@ struct Program {
 
 // The byte ranges an op reads and writes (copy sources, staged inputs, gradient runs,
 // landing partials, the output when accumulating ...). Synchronisation ops touch none.
-std::vector<Region> reads_of(const Op& op, const Program& program);
+std::vector<Region> reads_of(const Op& op);
 std::vector<Region> writes_of(const Op& op);
 
 }  // namespace tide::program

@@ -39,7 +39,7 @@ void RaceChecker::mark_input(int index, std::int64_t begin, std::int64_t end) {
 void RaceChecker::on_complete(int op, const ClockRef& clock) {
   const program::Op& o = program_.ops[static_cast<std::size_t>(op)];
   const Access me{clock.comp, clock.seq, op};
-  for (const program::Region& r : program::reads_of(o, program_))
+  for (const program::Region& r : program::reads_of(o))
     check_read(op, me, clock, r);
   const bool release = o.kind == program::OpKind::kRelease;
   for (const program::Region& r : program::writes_of(o))
@@ -125,7 +125,7 @@ void RaceChecker::report(int op, const program::Region& region,
       default: {
         const program::Op& o = program_.ops[static_cast<std::size_t>(c.other_op)];
         const bool other_reads = [&] {
-          for (const program::Region& r : program::reads_of(o, program_))
+          for (const program::Region& r : program::reads_of(o))
             if (r.buffer == region.buffer) return true;
           return false;
         }();

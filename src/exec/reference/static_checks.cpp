@@ -48,7 +48,7 @@ std::string malformed(const program::Program& program, const BufferTable& table,
         if (table.index(program::Buffer{op.rank, program::Space::kTensor, s.param}) < 0)
           return "a segment names an unknown parameter";
       }
-      for (const Region& r : program::reads_of(op, program))
+      for (const Region& r : program::reads_of(op))
         if (bad_region(r)) return "a segment reads outside its gradient tensor";
       return "";
     }
