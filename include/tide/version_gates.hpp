@@ -9,6 +9,12 @@
 //                           it is compiled, and gated again at run time (see landing.hpp)
 //   TIDE_HAS_NCCL_DEVICE_API  NCCL >= 2.28: symmetric windows, LSA pointers, LSA barrier, GIN
 //   TIDE_HAS_NCCL_HOST_RMA    NCCL >= 2.29: ncclPutSignal / ncclWaitSignal, host peer pointers
+//   TIDE_HAS_CUDA_MEMCPY_BATCH  CUDA >= 12.8: cudaMemcpyBatchAsync; with
+//     TIDE_CUDA_MEMCPY_BATCH_FAIL_INDEX  its 12.8-12.9 signature (a failIdx out-parameter
+//                                        before the stream; CUDA 13.0 dropped it)
+//   TIDE_HAS_DRIVER_ENTRY_POINT_BY_VERSION  CUDA >= 12.5: cudaGetDriverEntryPointByVersion
+//                           (CUDA 13 deprecates cudaGetDriverEntryPoint)
+// The CUDA runtime gates need cuda_runtime_api.h included before this header.
 #pragma once
 
 #if defined(__CUDACC__) || defined(CUDART_VERSION)
@@ -40,4 +46,18 @@
 #else
 #define TIDE_HAS_NCCL_DEVICE_API 0
 #define TIDE_HAS_NCCL_HOST_RMA 0
+#endif
+
+#if defined(CUDART_VERSION) && CUDART_VERSION >= 12080
+#define TIDE_HAS_CUDA_MEMCPY_BATCH 1
+#define TIDE_CUDA_MEMCPY_BATCH_FAIL_INDEX (CUDART_VERSION < 13000)
+#else
+#define TIDE_HAS_CUDA_MEMCPY_BATCH 0
+#define TIDE_CUDA_MEMCPY_BATCH_FAIL_INDEX 0
+#endif
+
+#if defined(CUDART_VERSION) && CUDART_VERSION >= 12050
+#define TIDE_HAS_DRIVER_ENTRY_POINT_BY_VERSION 1
+#else
+#define TIDE_HAS_DRIVER_ENTRY_POINT_BY_VERSION 0
 #endif

@@ -12,12 +12,15 @@
 #include <random>
 #include <string>
 
+#include "collective_data.hpp"
 #include "commands.hpp"
 #include "digest.hpp"
 #include "npy.hpp"
 #include "rs_args.hpp"
 #include "shapes.hpp"
+#include "simulate.hpp"
 #include "table.hpp"
+#include "tide/calibrate/calibration.hpp"
 #include "tide/core/arithmetic.hpp"
 #include "tide/core/collective_reference.hpp"
 #include "tide/core/error.hpp"
@@ -27,40 +30,6 @@
 #include "tide/program/rs_builder.hpp"
 
 namespace tide::cli {
-namespace {
-
-using nlohmann::json;
-using program::Buffer;
-using program::Space;
-
-struct SimulateArgs {
-  std::string collective;
-  int nodes = 1;
-  int gpus_per_node = 8;
-  std::string shapes, model;
-  std::string ag_dtype = "bf16", grad_dtype = "bf16";
-  bool cast = false;
-  RsArgs rs;
-  int sum_ctas = 16, landing_ctas = 4;
-  std::string landing = "pull";
-  bool accumulate = false;
-  float alpha = 0;  // 0: 1 / N, FSDP2's average
-  std::uint64_t schedule_seed = 0, data_seed = 1;
-  double jitter = 0.25;
-  std::string inject, trace, timeline, cost_model, dump;
-  bool timing_only = false, json = false, list_faults = false, baseline = false;
-};
-
-// What every simulation reports.
-struct Outcome {
-  exec::RunResult run;
-  double predicted_us = 0;  // when the collective's final event completed, over ranks
-  bool data = false;
-  double max_abs_error = 0, tolerance = 0;
-  bool bitwise = true;  // equal to TIDE's arithmetic order (or to Eq. 2 placement)
-  bool passed = false;
-  std::optional<std::string> sha256;
-};
 
 double event_time(const program::Program& prog, const exec::RunResult& run, int event) {
   double latest = 0;
@@ -82,9 +51,33 @@ exec::RunOptions run_options(const SimulateArgs& a) {
   exec::RunOptions options;
   options.seed = a.schedule_seed;
   options.jitter = a.jitter;
-  if (!a.cost_model.empty()) options.cost = exec::load_cost_model(a.cost_model);
+  if (!a.cost_model.empty()) options.cost = calibrate::load_cost_model_file(a.cost_model);
   return options;
 }
+
+std::string detection(const exec::RunResult& run, bool data, bool passed) {
+  if (run.deadlock) return "deadlock";
+  if (run.error_count > 0) return "race";
+  if (data && !passed) return "corruption";
+  return "";
+}
+
+namespace {
+
+using nlohmann::json;
+using program::Buffer;
+using program::Space;
+
+// What every simulation reports.
+struct Outcome {
+  exec::RunResult run;
+  double predicted_us = 0;  // when the collective's final event completed, over ranks
+  bool data = false;
+  double max_abs_error = 0, tolerance = 0;
+  bool bitwise = true;  // equal to TIDE's arithmetic order (or to Eq. 2 placement)
+  bool passed = false;
+  std::optional<std::string> sha256;
+};
 
 void write_manifest(const SimulateArgs& a, const GroupLayout& layout, json files,
                     json extra = json::object()) {
@@ -130,8 +123,9 @@ Outcome simulate_all_gather(const SimulateArgs& a, const GroupLayout& layout,
   const Topology& t = layout.topology();
   const std::int64_t item = item_bytes(layout.ag_dtype());
   std::mt19937_64 rng(a.data_seed);
-  std::vector<std::vector<std::byte>> shards(static_cast<std::size_t>(t.world()));
+  std::vector<AgShard> shards;
   if (!a.timing_only) {
+    shards = random_shards(rng, layout, a.cast);
     for (int r = 0; r < t.world(); ++r) {
       if (!a.baseline) {  // the landing's previous contents (the layer that used it before)
         auto previous =
@@ -141,32 +135,20 @@ Outcome simulate_all_gather(const SimulateArgs& a, const GroupLayout& layout,
           std::memcpy(previous.data() + i, &w, 2);
         }
       }
-      auto& shard = shards[static_cast<std::size_t>(r)];
-      shard.resize(static_cast<std::size_t>(layout.shard_bytes()));
+      const AgShard& shard = shards[static_cast<std::size_t>(r)];
       for (int p = 0; p < layout.param_count(); ++p) {
         const ParamLayout& pl = layout.param(p);
-        std::vector<float> master(static_cast<std::size_t>(pl.shard_elems()));
-        for (std::size_t i = 0; i < master.size(); ++i) {
-          master[i] = random_value(rng, a.cast ? DType::kFp32 : layout.ag_dtype());
-          std::byte* at = shard.data() + pl.offset + static_cast<std::int64_t>(i) * item;
-          if (item == 2) {
-            const std::uint16_t w = arith::float_to_bf16(master[i]);
-            std::memcpy(at, &w, 2);
-          } else {
-            std::memcpy(at, &master[i], 4);
-          }
-        }
         if (a.baseline) {  // stock FSDP2 reads each sharded parameter
           auto bytes = ex.input(Buffer{r, Space::kTensor, p});
-          std::memcpy(bytes.data(), shard.data() + pl.offset, bytes.size());
+          std::memcpy(bytes.data(), shard.packed.data() + pl.offset, bytes.size());
         } else if (a.cast) {
           auto bytes = ex.input(Buffer{r, Space::kTensor, p});
-          std::memcpy(bytes.data(), master.data(), bytes.size());
+          std::memcpy(bytes.data(), shard.master[static_cast<std::size_t>(p)].data(), bytes.size());
         }
       }
       if (!a.cast && !a.baseline) {
         auto bytes = ex.input(Buffer{r, Space::kArena, 0}, arena.resident, layout.shard_bytes());
-        std::memcpy(bytes.data(), shard.data(), bytes.size());
+        std::memcpy(bytes.data(), shard.packed.data(), bytes.size());
       }
     }
   }
@@ -179,37 +161,15 @@ Outcome simulate_all_gather(const SimulateArgs& a, const GroupLayout& layout,
   // Eq. 2: rank u's shard of parameter p sits at Landing(p, u) on every rank, as the
   // rank's compute stream saw it (its output buffer).
   Sha256 digest;
-  for (int r = 0; r < t.world(); ++r) {
-    const auto seen = ex.memory(Buffer{r, Space::kOutput, 0});
-    if (static_cast<std::int64_t>(seen.size()) != layout.unsharded_bytes()) {
-      throw InternalError("the all-gather program has no consumer output to check");
-    }
-    digest.update(seen);
-    for (int u = 0; u < t.world(); ++u) {
-      for (int p = 0; p < layout.param_count(); ++p) {
-        const ParamLayout& pl = layout.param(p);
-        const std::byte* got = seen.data() + layout.landing_offset(p, u);
-        const std::byte* want = shards[static_cast<std::size_t>(u)].data() + pl.offset;
-        if (std::memcmp(got, want, static_cast<std::size_t>(pl.shard_bytes)) == 0) continue;
-        o.bitwise = false;
-        for (std::int64_t i = 0; i < pl.shard_elems(); ++i) {
-          auto value = [&](const std::byte* base) {
-            if (item == 4) {
-              float f;
-              std::memcpy(&f, base + i * 4, 4);
-              return static_cast<double>(f);
-            }
-            std::uint16_t w;
-            std::memcpy(&w, base + i * 2, 2);
-            return static_cast<double>(arith::bf16_to_float(w));
-          };
-          const double diff = std::abs(value(got) - value(want));
-          o.max_abs_error = std::max(
-              o.max_abs_error, std::isnan(diff) ? std::numeric_limits<double>::infinity() : diff);
-        }
-      }
-    }
-  }
+  CheckResult check;
+  check_landing(
+      layout, shards,
+      [&](int r) {
+        return ex.memory(Buffer{r, Space::kOutput, 0});
+      },
+      digest, check);
+  o.bitwise = check.bitwise;
+  o.max_abs_error = check.max_abs_error;
   o.sha256 = digest.hex();
   o.passed = o.bitwise && o.run.clean();
   if (!a.dump.empty()) {
@@ -219,7 +179,7 @@ Outcome simulate_all_gather(const SimulateArgs& a, const GroupLayout& layout,
     for (int r = 0; r < t.world(); ++r) {
       const std::string shard = fmt::format("shard_r{}.npy", r);
       write_npy(a.dump + "/" + shard, type, {layout.shard_bytes() / item},
-                shards[static_cast<std::size_t>(r)]);
+                shards[static_cast<std::size_t>(r)].packed);
       files[shard] =
           fmt::format("rank {}'s packed input shard (P shards, padded rows included)", r);
       const auto seen = ex.memory(Buffer{r, Space::kOutput, 0});
@@ -293,29 +253,17 @@ Outcome simulate_reduce_scatter(const SimulateArgs& a, const GroupLayout& layout
   write_traces(a, prog, o.run);
   if (a.timing_only) return o;
   o.data = true;
-  const auto exact = rs_expected(plan, grads, options.alpha, a.accumulate, initial);
-  const auto ref =
-      rs_float64(layout, grads, static_cast<double>(options.alpha), a.accumulate, initial);
-  double norm = 1;
-  for (const auto& row : ref) {
-    for (double y : row)
-      norm = std::max(norm, std::abs(y));
-  }
-  o.tolerance = 1e-5 * norm;
   Sha256 digest;
-  for (int r = 0; r < t.world(); ++r) {
-    const auto bytes = ex.memory(Buffer{r, Space::kOutput, 0});
-    digest.update(bytes);
-    for (std::size_t e = 0; e < ref[static_cast<std::size_t>(r)].size(); ++e) {
-      float got;
-      std::memcpy(&got, bytes.data() + 4 * e, 4);
-      const double diff = std::abs(static_cast<double>(got) - ref[static_cast<std::size_t>(r)][e]);
-      o.max_abs_error = std::max(o.max_abs_error,
-                                 std::isnan(diff) ? std::numeric_limits<double>::infinity() : diff);
-      const float want = exact[static_cast<std::size_t>(r)][e];
-      if (std::memcmp(&got, &want, 4) != 0) o.bitwise = false;
-    }
-  }
+  CheckResult check;
+  check_reduce_scatter(
+      plan, grads, options.alpha, a.accumulate, initial,
+      [&](int r) {
+        return ex.memory(Buffer{r, Space::kOutput, 0});
+      },
+      digest, check);
+  o.bitwise = check.bitwise;
+  o.max_abs_error = check.max_abs_error;
+  o.tolerance = check.tolerance;
   o.sha256 = digest.hex();
   const bool exact_required = options.landing == program::LandingStyle::kPull && !a.baseline;
   o.passed = o.run.clean() && o.max_abs_error <= o.tolerance && (o.bitwise || !exact_required);
@@ -351,10 +299,7 @@ Outcome simulate_reduce_scatter(const SimulateArgs& a, const GroupLayout& layout
 }
 
 std::string detection(const Outcome& o) {
-  if (o.run.deadlock) return "deadlock";
-  if (o.run.error_count > 0) return "race";
-  if (o.data && !o.passed) return "corruption";
-  return "";
+  return cli::detection(o.run, o.data, o.passed);
 }
 
 void run_simulate(const SimulateArgs& a) {
@@ -376,15 +321,19 @@ void run_simulate(const SimulateArgs& a) {
     }
     return;
   }
+  if (a.collective == "step") return simulate_step(a);
   if (a.collective != "all-gather" && a.collective != "reduce-scatter") {
-    throw InvalidArgument("tide simulate needs all-gather or reduce-scatter (got '" + a.collective +
-                          "')");
+    throw InvalidArgument("tide simulate needs all-gather, reduce-scatter or step (got '" +
+                          a.collective + "')");
   }
+  if (!a.groups.empty()) throw InvalidArgument("--groups is for tide simulate step");
   const program::Fault fault =
       a.inject.empty() ? program::Fault::kNone : program::parse_fault(a.inject);
   if (fault != program::Fault::kNone && program::fault_info(fault).collective != a.collective) {
     throw InvalidArgument("--inject " + a.inject + " is a " +
-                          std::string(program::fault_info(fault).collective) + " fault");
+                          std::string(program::fault_info(fault).collective) +
+                          " fault (run it with tide simulate " +
+                          std::string(program::fault_info(fault).collective) + ")");
   }
   if (fault != program::Fault::kNone && a.baseline) {
     throw InvalidArgument("--inject applies to TIDE's programs, not to --baseline");
@@ -481,7 +430,8 @@ void add_simulate_command(CLI::App& app) {
   auto a = std::make_shared<SimulateArgs>();
   CLI::App* cmd = app.add_subcommand(
       "simulate", "Run TIDE-AG or TIDE-RS on the CPU reference executor (data or timing)");
-  cmd->add_option("collective", a->collective, "all-gather or reduce-scatter");
+  cmd->add_option("collective", a->collective,
+                  "all-gather, reduce-scatter, or step (a training step's calls in FSDP2 order)");
   cmd->add_option("--nodes,-M", a->nodes, "Nodes M")->capture_default_str();
   cmd->add_option("--gpus-per-node,-L", a->gpus_per_node, "GPUs per node L")->capture_default_str();
   auto* shapes = cmd->add_option("--shapes", a->shapes, "Parameter shapes D0xK0,...");
@@ -508,6 +458,9 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--timeline", a->timeline, "Write an SVG timeline of the first 8 ranks");
   cmd->add_option("--cost-model", a->cost_model, "JSON file overriding cost-model parameters");
   cmd->add_option("--dump", a->dump, "Write inputs and outputs as .npy plus manifest.json");
+  cmd->add_option("--layers", a->layers, "step: how many times the layer group repeats")
+      ->capture_default_str();
+  cmd->add_option("--groups", a->groups, "step: distinct groups' shapes, 'D0xK0,...;D0xK0,...'");
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([a] { run_simulate(*a); });
 }

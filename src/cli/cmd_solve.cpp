@@ -4,10 +4,14 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "commands.hpp"
 #include "table.hpp"
+#include "tide/calibrate/calibration.hpp"
 #include "tide/core/dtype.hpp"
+#include "tide/core/error.hpp"
 #include "tide/core/sizing_solver.hpp"
 
 namespace tide::cli {
@@ -17,9 +21,30 @@ struct SolveArgs {
   SolverInput in;
   std::string grad_dtype = "bf16";
   bool json = false;
+  std::string calibration;  // a `tide calibrate` file: the rates no flag gives
+  std::vector<std::pair<CLI::Option*, double*>> rates;  // --bw-nic ... --t-round
 };
 
+// Every rate comes from its flag, else from --calibration; one of the two is required.
+void resolve_rates(SolveArgs& a) {
+  if (!a.calibration.empty()) {
+    const calibrate::SolverRates r =
+        calibrate::solver_rates(calibrate::load_calibration(a.calibration));
+    const double from_file[] = {r.bw_nic_gbps, r.bw_sum_gbps, r.bw_land_gbps, r.bw_cap_gbps,
+                                r.t_round_ms};
+    for (std::size_t i = 0; i < a.rates.size(); ++i) {
+      if (a.rates[i].first->count() == 0) *a.rates[i].second = from_file[i];
+    }
+    return;
+  }
+  for (const auto& [option, value] : a.rates) {
+    if (option->count() == 0)
+      throw InvalidArgument(option->get_name() + " is required (or --calibration FILE)");
+  }
+}
+
 void run_solve(SolveArgs& a) {
+  resolve_rates(a);
   a.in.grad_bytes = static_cast<int>(item_bytes(parse_dtype(a.grad_dtype, "--grad-dtype")));
   const SolverResult r = solve_sizing(a.in);
   if (a.json) {
@@ -40,7 +65,14 @@ void run_solve(SolveArgs& a) {
                           {"landing_cap_ctas", r.landing_cap_ctas},
                           {"landing_tail_ctas", r.landing_tail_ctas},
                           {"round_wait_budget_ms", r.round_wait_budget_ms},
-                          {"round_width_steps", steps}};
+                          {"round_width_steps", steps},
+                          {"rates",
+                           {{"bw_nic_gbps", a.in.bw_nic_gbps},
+                            {"bw_sum_gbps", a.in.bw_sum_gbps},
+                            {"bw_land_gbps", a.in.bw_land_gbps},
+                            {"bw_cap_gbps", a.in.bw_cap_gbps},
+                            {"t_round_ms", a.in.t_round_ms},
+                            {"calibration", a.calibration}}}};
     std::cout << out.dump(2) << '\n';
     return;
   }
@@ -72,11 +104,18 @@ void run_solve(SolveArgs& a) {
 void add_solve_command(CLI::App& app) {
   auto args = std::make_shared<SolveArgs>();
   CLI::App* cmd = app.add_subcommand("solve", "Sum/landing CTA budgets and round width (App. G)");
-  cmd->add_option("--bw-nic", args->in.bw_nic_gbps, "Per-rail throughput, GB/s")->required();
-  cmd->add_option("--bw-sum", args->in.bw_sum_gbps, "Level 1 sum rate per CTA, GB/s")->required();
-  cmd->add_option("--bw-land", args->in.bw_land_gbps, "Landing rate per CTA, GB/s")->required();
-  cmd->add_option("--bw-cap", args->in.bw_cap_gbps, "Landing fabric ceiling, GB/s")->required();
-  cmd->add_option("--t-round", args->in.t_round_ms, "Per-round wait overhead, ms")->required();
+  SolverInput& in = args->in;
+  args->rates = {
+      {cmd->add_option("--bw-nic", in.bw_nic_gbps, "Per-rail throughput, GB/s"), &in.bw_nic_gbps},
+      {cmd->add_option("--bw-sum", in.bw_sum_gbps, "Level 1 sum rate per CTA, GB/s"),
+       &in.bw_sum_gbps},
+      {cmd->add_option("--bw-land", in.bw_land_gbps, "Landing rate per CTA, GB/s"),
+       &in.bw_land_gbps},
+      {cmd->add_option("--bw-cap", in.bw_cap_gbps, "Landing fabric ceiling, GB/s"),
+       &in.bw_cap_gbps},
+      {cmd->add_option("--t-round", in.t_round_ms, "Per-round wait overhead, ms"), &in.t_round_ms}};
+  cmd->add_option("--calibration", args->calibration,
+                  "A tide calibrate file: the rates above that no flag gives");
   cmd->add_option("--nodes,-M", args->in.nodes, "Nodes M")->required();
   cmd->add_option("--gpus-per-node,-L", args->in.gpus_per_node, "GPUs per node L")
       ->capture_default_str();

@@ -33,32 +33,42 @@
 namespace tide::program {
 namespace {
 
-// Counter ids (per rank).
+// Counter ids (per rank): the call's own from `base`; stage credits shared by every call.
 struct AgCounters {
+  int base = 0;
   int rounds = 0;
-  int ready() const { return 0; }
-  int landed() const { return 1; }
-  int head(int d) const { return 2 + d; }
-  int data(int d) const { return 2 + rounds + d; }
-  int go(int d) const { return 2 + 2 * rounds + d; }
-  int credit(int d) const { return 2 + 3 * rounds + d; }
-  int count() const { return 2 + 4 * rounds; }
+  int shared_credit = 0;
+  int ready() const { return base; }
+  int landed() const { return base + 1; }
+  int head(int d) const { return base + 2 + d; }
+  int data(int d) const { return base + 2 + rounds + d; }
+  int go(int d) const { return base + 2 + 2 * rounds + d; }
+  int end() const { return base + 2 + 3 * rounds; }
+  int credit(int d) const { return shared_credit + d; }  // cumulative over calls
 };
 
+// Event ids (per rank), relative to the call's event_base.
 constexpr int kEntryEvent = 0;
 constexpr int kReadyEvent = 1;
 constexpr int kPreviousConsumerEvent = 2;
+constexpr int kRoundsDoneEvent = 3;
+constexpr int kScatterDoneEvent = 4;
+constexpr int kUsedEvent = 5;
+constexpr int kAgEvents = 6;
 
 struct Builder : Emitter {
   const AgPlan& plan;
   const AgProgramOptions& options;
   const GroupLayout& layout;
   const Topology& topo;
+  const CallPlacement& at;
+  const AgShared& shared;
   AgArenaLayout arena;
   AgCounters counters;
   int readiness = 0, caller = 0, pacing = 0, scatter = 0, completion = 0, compute = 0;
 
   bool injected(Fault fault) const { return options.fault == fault; }
+  int ev(int id) const { return at.event_base + id; }
 
   Region arena_region(int rank, std::int64_t offset, std::int64_t bytes) const {
     return Region{Buffer{rank, Space::kArena, 0}, offset, bytes, bytes, 1};
@@ -97,14 +107,19 @@ struct Builder : Emitter {
     const int gpus = topo.gpus_per_node();
     const std::string who = "AG r" + std::to_string(rank) + " ";
 
-    // 0. compute: the previous user of the landing, then (after step 8) this call's user
+    // 0. compute: the previous user of the landing, then (after step 8) this call's user. In
+    // a step the previous user is an earlier call's consumer (placement.entry_event).
     const Region landing = arena_region(rank, arena.landing, layout.unsharded_bytes());
-    if (options.consumer) {
+    const Region output{Buffer{rank, Space::kOutput, at.output}, 0, landing.width, landing.width,
+                        1};
+    if (at.entry_event >= 0) {
+      event(OpKind::kEventWait, rank, readiness, at.entry_event,
+            who + "wait for the landing's previous user");
+    } else if (options.consumer && options.previous_user) {
       Op& previous = add(OpKind::kCopy, rank, compute, who + "previous layer reads the landing");
-      previous.copies = {CopyDescriptor{
-          landing, Region{Buffer{rank, Space::kOutput, 0}, 0, landing.width, landing.width, 1}}};
-      event(OpKind::kEventRecord, rank, compute, kPreviousConsumerEvent, who + "landing free");
-      event(OpKind::kEventWait, rank, readiness, kPreviousConsumerEvent,
+      previous.copies = {CopyDescriptor{landing, output}};
+      event(OpKind::kEventRecord, rank, compute, ev(kPreviousConsumerEvent), who + "landing free");
+      event(OpKind::kEventWait, rank, readiness, ev(kPreviousConsumerEvent),
             who + "wait for the landing's previous user");
     }
 
@@ -114,13 +129,18 @@ struct Builder : Emitter {
              who + "landing free -> GPU " + std::to_string(topo.rank(n, d)));
     }
 
-    // 2-3. caller: cast, entry
+    // 2-3. caller: after this rank's previous scatter (its stage is free here), cast, entry
+    if (shared.calls > 0) {
+      event(OpKind::kEventWait, rank, caller,
+            shared.scatter_done_events[static_cast<std::size_t>(shared.calls - 1)],
+            who + "previous call's scatter done");
+    }
     if (plan.options().mixed_precision_cast) {
       for (int p = 0; p < layout.param_count(); ++p) {
         const ParamLayout& pl = layout.param(p);
         Op& op = add(OpKind::kCast, rank, caller, who + "cast p" + std::to_string(p));
-        op.sources = {Region{Buffer{rank, Space::kTensor, p}, 0, pl.shard_elems() * 4,
-                             pl.shard_elems() * 4, 1}};
+        op.sources = {Region{Buffer{rank, Space::kTensor, at.tensor_base + p}, 0,
+                             pl.shard_elems() * 4, pl.shard_elems() * 4, 1}};
         op.dst = arena_region(rank, slot_offset(0) + pl.offset, pl.shard_bytes);
         op.ctas = 4;
       }
@@ -128,7 +148,7 @@ struct Builder : Emitter {
     if (!injected(Fault::kAgNoLandingReadiness)) {
       wait(rank, caller, counters.ready(), gpus, who + "wait local landings free");
     }
-    event(OpKind::kEventRecord, rank, caller, kEntryEvent, who + "entry");
+    event(OpKind::kEventRecord, rank, caller, ev(kEntryEvent), who + "entry");
 
     // 4. caller: Bruck rounds
     for (const AgRound& round : plan.rounds()) {
@@ -137,6 +157,10 @@ struct Builder : Emitter {
       if (round.paced) {
         wait(rank, caller, counters.go(d), 1,
              who + "round " + std::to_string(d) + " paced by its target");
+      }
+      if (shared.calls > 0 && !injected(Fault::kAgNoStageCredit)) {
+        wait(rank, caller, counters.credit(d), shared.calls,
+             who + "round " + std::to_string(d) + " stage credit from r" + std::to_string(target));
       }
       for (const AgRound& earlier : plan.rounds()) {
         if (injected(Fault::kAgForwardBeforeArrival)) break;
@@ -157,6 +181,7 @@ struct Builder : Emitter {
       tail.counter = Counter{target, counters.data(d)};
       tail.value = 1;
     }
+    event(OpKind::kEventRecord, rank, caller, ev(kRoundsDoneEvent), who + "rounds sent");
 
     // 5. pacing
     for (const AgRound& round : plan.rounds()) {
@@ -169,7 +194,7 @@ struct Builder : Emitter {
     }
 
     // 6-7. scatter
-    event(OpKind::kEventWait, rank, scatter, kEntryEvent, who + "scatter after entry");
+    event(OpKind::kEventWait, rank, scatter, ev(kEntryEvent), who + "scatter after entry");
     const std::vector<AgScatterCopy> copies = plan.scatter_copies(n, l);
     auto emit = [&](std::size_t first, std::size_t last, const std::string& what) {
       for (int d = 0; d < gpus; ++d) {
@@ -212,22 +237,27 @@ struct Builder : Emitter {
       signal(rank, scatter, topo.rank(n, d), counters.landed(),
              who + "shards landed on GPU " + std::to_string(topo.rank(n, d)));
     }
+    // Stage credits once every slot was scattered and forwarded (per-area, cumulative).
+    event(OpKind::kEventWait, rank, scatter, ev(kRoundsDoneEvent), who + "forwards done");
     for (const AgRound& round : plan.rounds()) {
       signal(rank, scatter, topo.rank(mod(n + round.peer_distance, m), l),
              counters.credit(round.index),
              who + "stage credit round " + std::to_string(round.index));
     }
 
+    event(OpKind::kEventRecord, rank, scatter, ev(kScatterDoneEvent), who + "scatter done");
+
     // 8. completion
     if (!injected(Fault::kAgNoCompletionFence)) {
       wait(rank, completion, counters.landed(), gpus, who + "node-wide completion fence");
     }
-    event(OpKind::kEventRecord, rank, completion, kReadyEvent, who + "parameters ready");
+    event(OpKind::kEventRecord, rank, completion, ev(kReadyEvent), who + "parameters ready");
     if (options.consumer) {
-      event(OpKind::kEventWait, rank, compute, kReadyEvent, who + "compute waits for parameters");
+      event(OpKind::kEventWait, rank, compute, ev(kReadyEvent),
+            who + "compute waits for parameters");
       Op& use = add(OpKind::kCopy, rank, compute, who + "layer reads its parameters");
-      use.copies = {CopyDescriptor{
-          landing, Region{Buffer{rank, Space::kOutput, 0}, 0, landing.width, landing.width, 1}}};
+      use.copies = {CopyDescriptor{landing, output}};
+      event(OpKind::kEventRecord, rank, compute, ev(kUsedEvent), who + "layer done with them");
     }
   }
 };
@@ -244,10 +274,14 @@ AgArenaLayout ag_arena_layout(const AgPlan& plan) {
   return a;
 }
 
-Program build_ag_program(const AgPlan& plan, const AgProgramOptions& options, AgProgramIds* ids) {
+Program build_ag_call(const AgPlan& plan, const AgProgramOptions& options,
+                      const CallPlacement& placement, const AgArenaLayout& areas, AgShared& shared,
+                      AgProgramIds* ids) {
   const GroupLayout& layout = plan.layout();
-  Builder b{{}, plan, options, layout, layout.topology(), ag_arena_layout(plan), {}};
+  Builder b{{}, plan, options, layout, layout.topology(), placement, shared, areas, {}};
+  b.counters.base = placement.counter_base;
   b.counters.rounds = static_cast<int>(plan.rounds().size());
+  b.counters.shared_credit = shared.stage_credit;
   Program& p = b.program;
   p.ranks = b.topo.world();
   b.readiness = p.stream("readiness");
@@ -256,20 +290,40 @@ Program build_ag_program(const AgPlan& plan, const AgProgramOptions& options, Ag
   b.scatter = p.stream("scatter");
   b.completion = p.stream("completion");
   if (options.consumer) b.compute = p.stream("compute");
-  p.counters = b.counters.count();
-  p.events = 3;
+  p.counters = std::max(b.counters.end(), shared.stage_credit + b.counters.rounds);
+  p.events = placement.event_base + kAgEvents;
+  for (int r = 0; r < p.ranks; ++r)
+    b.build_rank(r);
+  shared.scatter_done_events.push_back(b.ev(kScatterDoneEvent));
+  ++shared.calls;
+  if (ids) {
+    ids->ready_event = b.ev(kReadyEvent);
+    ids->used_event = b.ev(kUsedEvent);
+  }
+  return std::move(b.program);
+}
+
+int ag_call_event_count() {
+  return kAgEvents;
+}
+
+Program build_ag_program(const AgPlan& plan, const AgProgramOptions& options, AgProgramIds* ids) {
+  const GroupLayout& layout = plan.layout();
+  const AgArenaLayout areas = ag_arena_layout(plan);
+  AgShared shared;
+  shared.stage_credit = 0;
+  CallPlacement placement;
+  placement.counter_base = static_cast<int>(plan.rounds().size());
+  Program p = build_ag_call(plan, options, placement, areas, shared, ids);
   BufferSizes sizes;
-  sizes.arena_bytes = b.arena.arena_bytes;
+  sizes.arena_bytes = areas.arena_bytes;
   if (plan.options().mixed_precision_cast) {
     for (const ParamLayout& pl : layout.params())
       sizes.tensor_bytes.push_back(pl.shard_elems() * 4);
   }
-  if (options.consumer) sizes.output_bytes = layout.unsharded_bytes();
+  if (options.consumer) sizes.output_bytes = {layout.unsharded_bytes()};
   p.buffers.assign(static_cast<std::size_t>(p.ranks), sizes);
-  for (int r = 0; r < p.ranks; ++r)
-    b.build_rank(r);
-  if (ids) ids->ready_event = kReadyEvent;
-  return std::move(b.program);
+  return p;
 }
 
 std::string ag_fault_inapplicable(Fault fault, const AgPlan& plan) {
@@ -284,6 +338,10 @@ std::string ag_fault_inapplicable(Fault fault, const AgPlan& plan) {
     case Fault::kAgNoLandingReadiness:
     case Fault::kNone:
       return "";
+    case Fault::kAgNoStageCredit:
+    case Fault::kRsBankReuse:
+    case Fault::kStepCallOrder:
+      return "it breaks a sequence of calls (use tide simulate step)";
     default:
       return "it is a reduce-scatter fault";
   }

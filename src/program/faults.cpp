@@ -34,6 +34,12 @@ const std::vector<FaultInfo>& fault_catalog() {
        "put an outbox block without waiting for its Level 1 sum"},
       {Fault::kRsLandBeforeArrival, "rs-land-before-arrival", "reduce-scatter", "I4",
        "land a wave without waiting until every partial of it arrived"},
+      {Fault::kAgNoStageCredit, "ag-no-stage-credit", "step", "Sec. 3.1 per-area credits (I3)",
+       "put a round into a receive stage without the target's credit from the previous call"},
+      {Fault::kRsBankReuse, "rs-bank-reuse", "step", "Sec. 5.2 bank alternation (I3)",
+       "sum into bank e mod 2 before call e - 2 sent its outbox and landed its spares"},
+      {Fault::kStepCallOrder, "step-call-order", "step", "Sec. 3.2 same call order (I4)",
+       "the last rank issues two consecutive reduce-scatter calls in the other order"},
   };
   return catalog;
 }

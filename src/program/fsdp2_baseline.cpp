@@ -138,7 +138,7 @@ Program build_fsdp2_all_gather(const GroupLayout& layout, const Fsdp2Options& op
   sizes.arena_bytes = n * s;  // the rank-major all-gather output
   for (const ParamLayout& pl : layout.params())
     sizes.tensor_bytes.push_back(pl.shard_bytes);
-  sizes.output_bytes = layout.unsharded_bytes();
+  sizes.output_bytes = {layout.unsharded_bytes()};
   p.buffers.assign(static_cast<std::size_t>(n), sizes);
   std::vector<Ring> rings;
   for (int c = 0; c < channels; ++c)
@@ -226,7 +226,7 @@ Program build_fsdp2_reduce_scatter(const GroupLayout& layout, const Fsdp2Options
   for (const ParamLayout& pl : layout.params()) {
     sizes.tensor_bytes.push_back(pl.rows * pl.cols * b_grad);
   }
-  sizes.output_bytes = block;
+  sizes.output_bytes = {block};
   p.buffers.assign(static_cast<std::size_t>(n), sizes);
   std::vector<Ring> rings;
   for (int c = 0; c < channels; ++c)

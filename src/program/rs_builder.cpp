@@ -30,7 +30,8 @@
 //              landings of the previous wave on q, then +1 CREDIT[g] on each sender.
 //   host    8. Wait for the push and sum streams (read completion), record READ_DONE, and
 //              release the gradients (FSDP2 may reuse their memory).
-//   caller  9. Wait LAND_DONE; record DONE (network-order completion).
+//   land    9. Record DONE (network-order completion; the caller stream never waits, so call
+//              e + 1's read phase overlaps call e's network phase).
 // Synchronisation contract (App. E I1-I4): staging, outbox and inbox storage is reused only
 // after its previous reader finished (FREE, SENT, INBOX_FREE -> CREDIT); gradients live
 // through READ_DONE; every wait targets a producer earlier in the common collective order.
@@ -57,45 +58,51 @@ struct Builder : Emitter {
   const RsProgramOptions& options;
   const GroupLayout& layout;
   const Topology& topo;
-  RsArenaLayout areas;
-  RsMemory mem;
-  std::vector<ReadItem> order;
+  const CallPlacement& at;
+  RsShared& shared;
+  const RsArenaLayout& areas;
+  std::vector<ReadItem> order{};
   int m = 0, l = 0, n_stg = 0, waves = 0, bank = 0;
   std::int64_t b_grad = 0, e_pass = 0, chunk = 0;
   int caller = 0, push = 0, sum = 0, net = 0, relay = 0, land = 0, credit = 0, host = 0;
 
   bool injected(Fault fault) const { return options.fault == fault; }
 
-  // Counter ids (per rank).
-  int staged(int z) const { return z; }
-  int freed(int owner, int z) const { return n_stg + owner * n_stg + z; }
-  int summed() const { return n_stg + l * n_stg; }
-  int sent() const { return summed() + 1; }
-  int arrived(int g) const { return sent() + 1 + g; }
-  int wave_ready(int g) const { return sent() + 1 + waves + g; }
-  int inbox_free(int q) const { return sent() + 1 + 2 * waves + q; }
-  int credit_of(int g) const { return sent() + 3 + 2 * waves + g; }
-  int counter_count() const { return sent() + 3 + 3 * waves; }
-  // Event ids (per rank).
+  // Counter ids (per rank): shared with the step's other calls ...
+  int staged(int z) const { return shared.staged + z; }
+  int freed(int owner, int z) const { return shared.freed + owner * n_stg + z; }
+  int inbox_free(int q) const { return shared.inbox_free + q; }
+  // ... and this call's own.
+  int summed() const { return at.counter_base; }
+  int sent() const { return at.counter_base + 1; }
+  int arrived(int g) const { return at.counter_base + 2 + g; }
+  int wave_ready(int g) const { return at.counter_base + 2 + waves + g; }
+  int credit_of(int g) const { return at.counter_base + 2 + 2 * waves + g; }
+  int counter_end() const { return at.counter_base + 2 + 3 * waves; }
+  // Event ids (per rank), this call's own.
   static constexpr int kEntry = 0, kPushDone = 1, kSumDone = 2, kReadDone = 3, kLandDone = 4,
-                       kDone = 5;
-  static int own_done(int pass) { return 6 + pass; }
+                       kDone = 5, kNetDone = 6;
+  int ev(int id) const { return at.event_base + id; }
+  int own_done(int pass) const { return at.event_base + 7 + pass; }
 
   Region arena(int rank, std::int64_t offset, std::int64_t width, std::int64_t pitch,
                std::int64_t rows) const {
     return Region{Buffer{rank, Space::kArena, 0}, offset, width, pitch, rows};
   }
-  std::int64_t staging_slot(int z) const { return areas.staging + z * mem.staging_slot_bytes; }
+  std::int64_t staging_slot(int z) const { return areas.staging + z * areas.staging_slot_bytes; }
   std::int64_t outbox_block(int destination) const {
     return areas.outbox +
-           (std::int64_t{bank} * plan.outbox_depth() + plan.outbox_block(destination)) *
-               mem.block_bytes;
+           (std::int64_t{bank} * areas.outbox_blocks + plan.outbox_block(destination)) *
+               areas.block_bytes;
   }
   std::int64_t spare(int pass) const {
-    return areas.spares + (std::int64_t{bank} * plan.passes() + pass) * mem.block_bytes;
+    return areas.spares + (std::int64_t{bank} * areas.spare_blocks + pass) * areas.block_bytes;
   }
   std::int64_t inbox_block(int generation, int s) const {
-    return areas.inbox + (std::int64_t{generation} * l + s) * mem.block_bytes;
+    return areas.inbox + (std::int64_t{generation} * l + s) * areas.block_bytes;
+  }
+  Buffer gradient(int rank, int param) const {
+    return Buffer{rank, Space::kTensor, at.tensor_base + param};
   }
   std::int64_t live(int pass, int s) const {
     return plan.sub_slice_end(pass, s) - plan.sub_slice_begin(pass, s);
@@ -171,7 +178,7 @@ struct Builder : Emitter {
         ++full;
       if (full > 0) {
         op.copies.push_back(CopyDescriptor{
-            Region{Buffer{rank, Space::kTensor, piece.param},
+            Region{gradient(rank, piece.param),
                    (topo.rank(t, 0) * pl.shard_elems() + piece.param_offset) * b_grad,
                    piece.length() * b_grad, pl.shard_elems() * b_grad, full},
             arena(owner_rank, base + dst_col, piece.length() * b_grad, chunk * b_grad, full)});
@@ -179,7 +186,7 @@ struct Builder : Emitter {
       const std::int64_t tail = full < l ? plan.valid_length(piece, topo.rank(t, full)) : 0;
       if (tail > 0) {
         op.copies.push_back(CopyDescriptor{
-            Region{Buffer{rank, Space::kTensor, piece.param},
+            Region{gradient(rank, piece.param),
                    (topo.rank(t, full) * pl.shard_elems() + piece.param_offset) * b_grad,
                    tail * b_grad, tail * b_grad, 1},
             arena(owner_rank, base + full * chunk * b_grad + dst_col, tail * b_grad, tail * b_grad,
@@ -213,9 +220,28 @@ struct Builder : Emitter {
         const std::int64_t valid = plan.valid_length(piece, topo.rank(t, i));
         if (valid == 0) continue;
         op.segments.push_back(SumSegment{
-            i, piece.span_begin - begin, piece.param,
+            i, piece.span_begin - begin, at.tensor_base + piece.param,
             topo.rank(t, i) * layout.param(piece.param).shard_elems() + piece.param_offset, valid});
       }
+    }
+  }
+
+  // Per wave: how often its inbox generation was used before it (earlier calls included).
+  std::vector<int> uses_before{};
+
+  // Bank b = e mod 2 was last used by call e - 2: its outbox blocks must have been sent (this
+  // rank's NET_DONE of that call) and its spares read by every local landing of that call
+  // (LANDINGS_DONE counts L per finished call).
+  void reuse_bank(int rank, const std::string& who) {
+    if (shared.calls < 2) return;
+    if (!injected(Fault::kRsBankReuse)) {
+      event(OpKind::kEventWait, rank, sum,
+            shared.net_done_events[static_cast<std::size_t>(shared.calls - 2)],
+            who + "bank " + std::to_string(bank) + " sent by call " +
+                std::to_string(shared.calls - 2));
+      wait(rank, sum, shared.landings_done, std::int64_t{l} * (shared.calls - 1),
+           who + "bank " + std::to_string(bank) + " spares landed by call " +
+               std::to_string(shared.calls - 2));
     }
   }
 
@@ -224,14 +250,19 @@ struct Builder : Emitter {
     const int me = topo.local_of(rank);
     const std::string who = "RS r" + std::to_string(rank) + " ";
 
-    // 1. caller: entry
-    event(OpKind::kEventRecord, rank, caller, kEntry, who + "gradients ready");
+    // 1. caller: entry (in a step, after backward produced the gradients)
+    if (at.entry_event >= 0) {
+      event(OpKind::kEventWait, rank, caller, at.entry_event, who + "wait for the gradients");
+    }
+    event(OpKind::kEventRecord, rank, caller, ev(kEntry), who + "gradients ready");
 
     // 2-3. read phase: pushes and sums
-    event(OpKind::kEventWait, rank, push, kEntry, who + "push after entry");
-    event(OpKind::kEventWait, rank, sum, kEntry, who + "sum after entry");
-    std::vector<int> pushed(static_cast<std::size_t>(l), 0);  // staging fills per owner
-    int fills = 0;                                            // this rank's fills as owner
+    event(OpKind::kEventWait, rank, push, ev(kEntry), who + "push after entry");
+    event(OpKind::kEventWait, rank, sum, ev(kEntry), who + "sum after entry");
+    reuse_bank(rank, who);
+    // Staging fills so far (earlier calls included): the FREE/STAGED counters are cumulative.
+    std::vector<int>& pushed = shared.pushed[static_cast<std::size_t>(rank)];  // per owner
+    int& fills = shared.fills[static_cast<std::size_t>(rank)];  // this rank's, as owner
     for (const ReadItem& item : order) {
       for (int owner = 0; owner < l; ++owner) {
         if (owner == me) continue;
@@ -269,14 +300,15 @@ struct Builder : Emitter {
         signal(rank, sum, rank, summed(), who + "summed " + tag(item));
       }
     }
-    event(OpKind::kEventRecord, rank, push, kPushDone, who + "pushes done");
-    event(OpKind::kEventRecord, rank, sum, kSumDone, who + "sums done");
+    event(OpKind::kEventRecord, rank, push, ev(kPushDone), who + "pushes done");
+    event(OpKind::kEventRecord, rank, sum, ev(kSumDone), who + "sums done");
 
     // 4. network phase
     for (const RsWave& wave : plan.waves()) {
       const int g = wave.index;
       const int remote = std::min(wave.last_contributor, m - 1) - wave.first_contributor + 1;
-      if (g >= plan.generations() && remote > 0 && !injected(Fault::kRsInboxReuse)) {
+      if (uses_before[static_cast<std::size_t>(g)] > 0 && remote > 0 &&
+          !injected(Fault::kRsInboxReuse)) {
         wait(rank, net, credit_of(g), remote, who + "inbox credits for wave " + std::to_string(g));
       }
       int arrived_so_far = 0;
@@ -312,16 +344,16 @@ struct Builder : Emitter {
         event(OpKind::kEventWait, rank, relay, own_done(wave.pass), who + "own partial ready");
       }
       if (options.landing == LandingStyle::kSwitchReduce) {
-        const int uses_before = g / plan.generations();
-        wait(rank, relay, inbox_free(wave.generation), std::int64_t{l} * uses_before,
+        wait(rank, relay, inbox_free(wave.generation),
+             std::int64_t{l} * uses_before[static_cast<std::size_t>(g)],
              who + "generation free for zeroing");
         for (int s = 0; s < l; ++s) {
           if (((wave.zeroed_blocks[static_cast<std::size_t>(me)] >> s) & 1u) &&
               !injected(Fault::kRsNoStaleZeroing)) {
             Op& zero =
                 add(OpKind::kZero, rank, relay, who + "zero stale block " + std::to_string(s));
-            zero.dst =
-                arena(rank, inbox_block(wave.generation, s), mem.block_bytes, mem.block_bytes, 1);
+            zero.dst = arena(rank, inbox_block(wave.generation, s), areas.block_bytes,
+                             areas.block_bytes, 1);
           }
         }
         if (wave.has_own_node) {
@@ -346,8 +378,8 @@ struct Builder : Emitter {
         if (elems == 0) continue;
         Op& op = add(OpKind::kLand, rank, land,
                      who + "land wave " + std::to_string(g) + " s" + std::to_string(s));
-        op.dst = Region{Buffer{rank, Space::kOutput, 0}, plan.sub_slice_begin(wave.pass, s) * 4,
-                        elems * 4, elems * 4, 1};
+        op.dst = Region{Buffer{rank, Space::kOutput, at.output},
+                        plan.sub_slice_begin(wave.pass, s) * 4, elems * 4, elems * 4, 1};
         op.wave_index = wave.wave_in_pass;
         op.accumulate = options.accumulate;
         op.ctas = options.landing_ctas;
@@ -360,8 +392,8 @@ struct Builder : Emitter {
         } else {
           for (int c = wave.first_contributor; c <= wave.last_contributor; ++c) {
             const int gpu = plan.destination_gpu(s, c);
-            const std::int64_t at = c == m ? spare(wave.pass) : inbox_block(wave.generation, s);
-            op.sources.push_back(arena(topo.rank(n, gpu), at + row, elems * 4, elems * 4, 1));
+            const std::int64_t from = c == m ? spare(wave.pass) : inbox_block(wave.generation, s);
+            op.sources.push_back(arena(topo.rank(n, gpu), from + row, elems * 4, elems * 4, 1));
           }
         }
         if (injected(Fault::kRsLandTwice)) op.sources.push_back(op.sources.front());
@@ -370,69 +402,100 @@ struct Builder : Emitter {
         signal(rank, land, topo.rank(n, k), inbox_free(wave.generation),
                who + "landed wave " + std::to_string(g));
       }
+    }
+    event(OpKind::kEventRecord, rank, net, ev(kNetDone), who + "outbox bank sent");
+    for (int k = 0; k < l; ++k) {
+      signal(rank, land, topo.rank(n, k), shared.landings_done,
+             who + "landings done -> GPU " + std::to_string(topo.rank(n, k)));
+    }
+    event(OpKind::kEventRecord, rank, land, ev(kLandDone), who + "landings done");
 
-      // 7. credits for the next wave on this generation
-      if (g + plan.generations() < static_cast<int>(plan.waves().size())) {
-        const RsWave& next = plan.waves()[static_cast<std::size_t>(g + plan.generations())];
-        const int uses = g / plan.generations() + 1;
-        wait(rank, credit, inbox_free(wave.generation), std::int64_t{l} * uses,
-             who + "generation " + std::to_string(wave.generation) + " read by every landing");
-        for (int c = next.first_contributor; c <= std::min(next.last_contributor, m - 1); ++c) {
-          signal(rank, credit, topo.rank(mod(n - c, m), me), credit_of(next.index),
-                 who + "credit wave " + std::to_string(next.index));
-        }
+    // 7. credits: a wave that reuses an inbox generation (in this call or after an earlier
+    // one) gets one from each of its targets once all L landings there read the previous use.
+    for (const RsWave& wave : plan.waves()) {
+      const int g = wave.index;
+      const int uses = uses_before[static_cast<std::size_t>(g)];
+      if (uses == 0) continue;
+      wait(rank, credit, inbox_free(wave.generation), std::int64_t{l} * uses,
+           who + "generation " + std::to_string(wave.generation) + " read by every landing");
+      for (int c = wave.first_contributor; c <= std::min(wave.last_contributor, m - 1); ++c) {
+        signal(rank, credit, topo.rank(mod(n - c, m), me), credit_of(g),
+               who + "credit wave " + std::to_string(g));
       }
     }
-    event(OpKind::kEventRecord, rank, land, kLandDone, who + "landings done");
 
     // 8. host: read completion and release
     if (!injected(Fault::kRsReleaseBeforeRead)) {
-      event(OpKind::kEventWait, rank, host, kPushDone, who + "pushes finished");
-      event(OpKind::kEventWait, rank, host, kSumDone, who + "sums finished");
+      event(OpKind::kEventWait, rank, host, ev(kPushDone), who + "pushes finished");
+      event(OpKind::kEventWait, rank, host, ev(kSumDone), who + "sums finished");
     }
-    event(OpKind::kEventRecord, rank, host, kReadDone, who + "read completion");
+    event(OpKind::kEventRecord, rank, host, ev(kReadDone), who + "read completion");
     for (int p = 0; p < layout.param_count(); ++p) {
       const ParamLayout& pl = layout.param(p);
       Op& release = add(OpKind::kRelease, rank, host, who + "release G" + std::to_string(p));
-      release.dst = Region{Buffer{rank, Space::kTensor, p}, 0, pl.rows * pl.cols * b_grad,
-                           pl.rows * pl.cols * b_grad, 1};
+      release.dst =
+          Region{gradient(rank, p), 0, pl.rows * pl.cols * b_grad, pl.rows * pl.cols * b_grad, 1};
     }
 
-    // 9. caller: completion
-    event(OpKind::kEventWait, rank, caller, kLandDone, who + "wait landings");
-    event(OpKind::kEventRecord, rank, caller, kDone, who + "reduce-scatter done");
+    // 9. completion in network order, on the landing stream: the caller stream never blocks,
+    // so the next call's read phase starts as soon as its gradients are ready (Sec. 5.2).
+    event(OpKind::kEventRecord, rank, land, ev(kDone), who + "reduce-scatter done");
   }
 };
 
 }  // namespace
 
 RsArenaLayout rs_arena_layout(const RsPlan& plan) {
-  const RsMemory mem = plan.memory();
+  return rs_arena_layout({&plan});
+}
+
+RsArenaLayout rs_arena_layout(const std::vector<const RsPlan*>& plans) {
   RsArenaLayout a;
+  int slots = 0, generations = 0;
+  for (const RsPlan* plan : plans) {
+    const RsMemory mem = plan->memory();
+    a.staging_slot_bytes = std::max(a.staging_slot_bytes, mem.staging_slot_bytes);
+    a.block_bytes = std::max(a.block_bytes, mem.block_bytes);
+    a.outbox_blocks = std::max(a.outbox_blocks, plan->outbox_depth());
+    a.spare_blocks = std::max(a.spare_blocks, plan->passes());
+    slots = std::max(slots, plan->options().staging_slots);
+    generations = std::max(generations, plan->generations());
+  }
+  const int l = plans.empty() ? 0 : plans.front()->layout().topology().gpus_per_node();
   a.staging = 0;
-  a.outbox = a.staging + mem.staging_bytes;
-  a.spares = a.outbox + mem.outbox_bytes;
-  a.inbox = a.spares + mem.spare_bytes;
-  a.arena_bytes = a.inbox + mem.inbox_bytes;
+  a.outbox = a.staging + slots * a.staging_slot_bytes;
+  a.spares = a.outbox + 2 * std::int64_t{a.outbox_blocks} * a.block_bytes;
+  a.inbox = a.spares + 2 * std::int64_t{a.spare_blocks} * a.block_bytes;
+  a.arena_bytes = a.inbox + std::int64_t{generations} * l * a.block_bytes;
   return a;
 }
 
-Program build_rs_program(const RsPlan& plan, const RsProgramOptions& options, RsProgramIds* ids) {
+int rs_call_event_count(const RsPlan& plan) {
+  return 7 + plan.passes();
+}
+
+Program build_rs_call(const RsPlan& plan, const RsProgramOptions& options,
+                      const CallPlacement& placement, RsShared& shared, RsProgramIds* ids) {
   const GroupLayout& layout = plan.layout();
   if (options.sum_ctas < 1 || options.landing_ctas < 1) {
     throw InvalidArgument("sum and landing CTA budgets must be at least 1");
   }
-  Builder b{{}, plan, options, layout, layout.topology(), rs_arena_layout(plan), plan.memory(), {}};
-  b.m = b.topo.nodes();
-  b.l = b.topo.gpus_per_node();
+  const Topology& topo = layout.topology();
+  if (static_cast<int>(shared.pushed.size()) != topo.world() ||
+      static_cast<int>(shared.generation_uses.size()) < plan.generations()) {
+    throw InternalError("RsShared is not sized for this plan's topology and generations");
+  }
+  Builder b{{}, plan, options, layout, topo, placement, shared, shared.areas, {}};
+  b.m = topo.nodes();
+  b.l = topo.gpus_per_node();
   b.n_stg = plan.options().staging_slots;
   b.waves = static_cast<int>(plan.waves().size());
-  b.bank = options.call_index % 2;
+  b.bank = shared.calls % 2;
   b.b_grad = item_bytes(layout.grad_dtype());
   b.e_pass = plan.pass_elems();
   b.chunk = plan.chunk_elems();
   Program& p = b.program;
-  p.ranks = b.topo.world();
+  p.ranks = topo.world();
   b.caller = p.stream("caller");
   b.push = p.stream("push");
   b.sum = p.stream("sum");
@@ -441,23 +504,63 @@ Program build_rs_program(const RsPlan& plan, const RsProgramOptions& options, Rs
   b.land = p.stream("land");
   b.credit = p.stream("credit");
   b.host = p.stream("host");
-  p.counters = b.counter_count();
-  p.events = Builder::own_done(plan.passes());
-  BufferSizes sizes;
-  sizes.arena_bytes = b.areas.arena_bytes;
-  for (const ParamLayout& pl : layout.params()) {
-    sizes.tensor_bytes.push_back(pl.rows * pl.cols * b.b_grad);
-  }
-  sizes.output_bytes = layout.fp32_shard_bytes();
-  p.buffers.assign(static_cast<std::size_t>(p.ranks), sizes);
+  p.counters = b.counter_end();
+  p.events = placement.event_base + rs_call_event_count(plan);
   b.build_read_order();
+  // Inbox generation uses before each wave: earlier calls, then earlier waves of this one.
+  std::vector<int> uses = shared.generation_uses;
+  for (const RsWave& wave : plan.waves()) {
+    b.uses_before.push_back(uses[static_cast<std::size_t>(wave.generation)]++);
+  }
   for (int r = 0; r < p.ranks; ++r)
     b.build_rank(r);
+  shared.generation_uses = uses;
+  shared.net_done_events.push_back(b.ev(Builder::kNetDone));
+  ++shared.calls;
   if (ids) {
-    ids->done_event = Builder::kDone;
-    ids->read_done_event = Builder::kReadDone;
+    ids->done_event = b.ev(Builder::kDone);
+    ids->read_done_event = b.ev(Builder::kReadDone);
+    ids->net_done_event = b.ev(Builder::kNetDone);
   }
   return std::move(b.program);
+}
+
+RsShared rs_shared_state(const std::vector<const RsPlan*>& plans, int first_counter) {
+  const RsPlan& first = *plans.front();
+  const Topology& topo = first.layout().topology();
+  const int l = topo.gpus_per_node();
+  int slots = 0, generations = 0;
+  for (const RsPlan* plan : plans) {
+    slots = std::max(slots, plan->options().staging_slots);
+    generations = std::max(generations, plan->generations());
+  }
+  RsShared shared;
+  shared.areas = rs_arena_layout(plans);
+  shared.staged = first_counter;
+  shared.freed = shared.staged + slots;
+  shared.inbox_free = shared.freed + l * slots;
+  shared.landings_done = shared.inbox_free + generations;
+  shared.pushed.assign(static_cast<std::size_t>(topo.world()),
+                       std::vector<int>(static_cast<std::size_t>(l), 0));
+  shared.fills.assign(static_cast<std::size_t>(topo.world()), 0);
+  shared.generation_uses.assign(static_cast<std::size_t>(generations), 0);
+  return shared;
+}
+
+Program build_rs_program(const RsPlan& plan, const RsProgramOptions& options, RsProgramIds* ids) {
+  const GroupLayout& layout = plan.layout();
+  RsShared shared = rs_shared_state({&plan}, 0);
+  CallPlacement placement;
+  placement.counter_base = shared.landings_done + 1;
+  Program p = build_rs_call(plan, options, placement, shared, ids);
+  BufferSizes sizes;
+  sizes.arena_bytes = shared.areas.arena_bytes;
+  for (const ParamLayout& pl : layout.params()) {
+    sizes.tensor_bytes.push_back(pl.rows * pl.cols * item_bytes(layout.grad_dtype()));
+  }
+  sizes.output_bytes = {layout.fp32_shard_bytes()};
+  p.buffers.assign(static_cast<std::size_t>(p.ranks), sizes);
+  return p;
 }
 
 std::string rs_fault_inapplicable(Fault fault, const RsPlan& plan,
@@ -500,6 +603,10 @@ std::string rs_fault_inapplicable(Fault fault, const RsPlan& plan,
     case Fault::kRsLandBeforeArrival:
     case Fault::kNone:
       return "";
+    case Fault::kAgNoStageCredit:
+    case Fault::kRsBankReuse:
+    case Fault::kStepCallOrder:
+      return "it breaks a sequence of calls (use tide simulate step)";
     default:
       return "it is an all-gather fault";
   }

@@ -43,7 +43,7 @@ inline Program make_program(int ranks, std::int64_t arena_bytes,
   p.ranks = ranks;
   p.stream_names = std::move(streams);
   p.buffers.assign(static_cast<std::size_t>(ranks),
-                   program::BufferSizes{arena_bytes, std::move(tensor_bytes), output_bytes});
+                   program::BufferSizes{arena_bytes, std::move(tensor_bytes), {output_bytes}});
   return p;
 }
 

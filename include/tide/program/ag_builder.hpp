@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tide/core/ag_plan.hpp"
 #include "tide/program/faults.hpp"
@@ -27,12 +28,26 @@ struct AgProgramOptions {
   // (N S bytes). Makes "landing free before overwrite" and "completion before
   // consumption" checkable.
   bool consumer = false;
+  // With a consumer and no placement.entry_event: also model the landing's previous user
+  // before the call (a lone call). A step's first calls have none.
+  bool previous_user = true;
   Fault fault = Fault::kNone;  // an all-gather fault to inject on every rank
 };
 
 // Counter and event ids the program uses, so callers and tests can name them.
 struct AgProgramIds {
   int ready_event = 0;  // recorded on each rank's completion stream: parameters ready
+  int used_event = 0;   // with a consumer: recorded when the layer finished reading them
+};
+
+// What a TIDE-AG call shares with the earlier calls of its step (Sec. 3.1-3.2): per-area
+// stage credits (cumulative: round d's target adds one per call once it scattered and
+// forwarded that call's stage) and each rank's previous scatter, which the next call's
+// caller stream waits for before it reuses its own stage.
+struct AgShared {
+  int stage_credit = 0;                  // first of R STAGE_CREDIT counters
+  int calls = 0;                         // all-gather calls before this one
+  std::vector<int> scatter_done_events;  // per earlier call: its SCATTER_DONE event id
 };
 
 // The program of one TIDE-AG call on every rank. With a mixed-precision cast the inputs
@@ -45,6 +60,14 @@ Program build_ag_program(const AgPlan& plan, const AgProgramOptions& options = {
 
 // Why `fault` cannot show on this plan (empty when it can), e.g. a forwarding fault on two
 // nodes, where no round forwards received slots.
+// Call a of a step, placed at `placement` (entry_event: the landing's previous user), with
+// its areas (its resident shard, the shared stage, its landing slot), sharing `shared`
+// (advanced past this call). Buffer sizes are left empty (the step sizes them).
+Program build_ag_call(const AgPlan& plan, const AgProgramOptions& options,
+                      const CallPlacement& placement, const AgArenaLayout& areas, AgShared& shared,
+                      AgProgramIds* ids = nullptr);
+int ag_call_event_count();
+
 std::string ag_fault_inapplicable(Fault fault, const AgPlan& plan);
 
 }  // namespace tide::program

@@ -24,12 +24,16 @@ enum class Fault {
   kRsInboxReuse,         // put into an inbox generation before its credit (I3)
   kRsSendBeforeSum,      // put an outbox block before its sum finished (I4)
   kRsLandBeforeArrival,  // land a wave before all its partials arrived (I4)
+  // Sequences of calls (a training step; Sec. 3.1, 3.2, 5.2)
+  kAgNoStageCredit,  // put into a receive stage before its target scattered the last call (3.1)
+  kRsBankReuse,      // sum into bank e mod 2 before call e - 2 sent and landed it (5.2, I3)
+  kStepCallOrder,    // one rank issues two calls in the other order (3.2 same call order, I4)
 };
 
 struct FaultInfo {
   Fault fault;
   std::string_view name;         // CLI name, e.g. "ag-no-completion-fence"
-  std::string_view collective;   // "all-gather" or "reduce-scatter"
+  std::string_view collective;   // "all-gather", "reduce-scatter" or "step" (several calls)
   std::string_view rule;         // the invariant or safety rule it breaks
   std::string_view description;  // one line
 };

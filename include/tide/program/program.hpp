@@ -81,7 +81,7 @@ struct CopyDescriptor {
 struct SumSegment {
   int row = 0;
   std::int64_t out_elem = 0;
-  int param = 0;
+  int param = 0;  // the kTensor index of its gradient
   std::int64_t src_elem = 0;
   std::int64_t elems = 0;
 };
@@ -124,8 +124,8 @@ struct Op {
 // Sizes of every buffer, per rank, so an executor can allocate them.
 struct BufferSizes {
   std::int64_t arena_bytes = 0;
-  std::vector<std::int64_t> tensor_bytes;  // per parameter
-  std::int64_t output_bytes = 0;
+  std::vector<std::int64_t> tensor_bytes;  // per parameter (kTensor index)
+  std::vector<std::int64_t> output_bytes;  // per output (kOutput index; one per call of a step)
 };
 
 struct Program {
@@ -137,6 +137,15 @@ struct Program {
   int events = 0;                         // event ids are 0..events-1 on every rank
 
   int stream(const std::string& name);  // finds or adds a stream name
+};
+
+// Where a call's private ids, tensors and output sit in a step's program.
+struct CallPlacement {
+  int counter_base = 0;  // first private counter id
+  int event_base = 0;    // first private event id
+  int tensor_base = 0;   // the call's per-parameter tensors are kTensor tensor_base + p
+  int output = 0;        // the call's output is kOutput `output`
+  int entry_event = -1;  // the caller stream waits for this event before the call (-1: none)
 };
 
 // The byte ranges an op reads and writes (copy sources, staged inputs, gradient runs,

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tide/core/rs_plan.hpp"
 #include "tide/program/faults.hpp"
@@ -22,24 +23,53 @@ struct RsProgramOptions {
   int sum_ctas = 16;  // Level 1 CTA budget (training configuration, Sec. 7.1)
   int landing_ctas = 4;
   LandingStyle landing = LandingStyle::kPull;
-  int call_index = 0;          // position in a sequence of calls: picks the bank, e mod 2
   Fault fault = Fault::kNone;  // a reduce-scatter fault to inject on every rank
 };
 
-// Byte offsets of TIDE-RS's areas in each rank's arena (sizes from RsPlan::memory()).
+// Byte offsets of TIDE-RS's areas in each rank's arena, and the strides inside them. A lone
+// call sizes them from its plan (RsPlan::memory()); the calls of a step share one layout
+// sized for the largest group (program/step.hpp).
 struct RsArenaLayout {
-  std::int64_t staging = 0;  // n_stg slots, each (L - 1) contributions x L rows x E_pass
+  std::int64_t staging = 0;  // n_stg slots, each (L - 1) contributions x L rows x chunk
   std::int64_t outbox = 0;   // 2 banks x n_out blocks
   std::int64_t spares = 0;   // 2 banks x n_part own-node spares
   std::int64_t inbox = 0;    // n_par generations x L blocks
   std::int64_t arena_bytes = 0;
+  std::int64_t staging_slot_bytes = 0;  // stride between staging slots
+  std::int64_t block_bytes = 0;         // stride between outbox, spare and inbox blocks
+  int outbox_blocks = 0;                // outbox blocks per bank
+  int spare_blocks = 0;                 // spares per bank
 };
 
 RsArenaLayout rs_arena_layout(const RsPlan& plan);
+// The smallest layout that holds every one of `plans` (same topology and options).
+RsArenaLayout rs_arena_layout(const std::vector<const RsPlan*>& plans);
+
+// What a TIDE-RS call shares with the earlier calls of its step (Sec. 5.2, App. E): the
+// staging slots with their cumulative STAGED/FREE counters, the two outbox and spare banks
+// (bank b = e mod 2), the inbox generations with their cumulative INBOX_FREE counters, and
+// how far each of those has been used. build_rs_call() reads it and advances it.
+struct RsShared {
+  RsArenaLayout areas;
+  int staged = 0;                    // first of n_stg STAGED counters
+  int freed = 0;                     // first of L x n_stg FREE counters
+  int inbox_free = 0;                // first of n_par INBOX_FREE counters
+  int landings_done = 0;             // +1 from each local GPU when it finished a call's landings
+  int calls = 0;                     // reduce-scatter calls before this one (e)
+  std::vector<int> net_done_events;  // per earlier call: its NET_DONE event id
+  std::vector<std::vector<int>> pushed;  // [rank][owner]: staging fills pushed so far
+  std::vector<int> fills;                // [rank]: fills of its own staging so far
+  std::vector<int> generation_uses;      // [q]: waves that used inbox generation q so far
+};
+
+// Shared state for the reduce-scatter calls of `plans` (one topology), its counters numbered
+// from `first_counter`; nothing used yet.
+RsShared rs_shared_state(const std::vector<const RsPlan*>& plans, int first_counter);
 
 struct RsProgramIds {
-  int done_event = 0;       // recorded on each rank's caller stream: the output is final
+  int done_event = 0;       // recorded on each rank's landing stream: the output is final
   int read_done_event = 0;  // recorded on each rank's host stream: gradients may be freed
+  int net_done_event = 0;   // recorded on each rank's net stream: its outbox bank was sent
 };
 
 // The program of one TIDE-RS call on every rank. Inputs: each rank's gradients G_p
@@ -47,6 +77,15 @@ struct RsProgramIds {
 // output. Output: each rank's packed fp32 shard (kOutput, S_fp32 bytes), Eq. 5.
 Program build_rs_program(const RsPlan& plan, const RsProgramOptions& options,
                          RsProgramIds* ids = nullptr);
+
+// Call e of a step: the ops of one call placed at `placement`, sharing `shared` (advanced
+// past this call). The returned program's counters and events are the highest ids used + 1;
+// its buffer sizes are left empty (the step sizes them).
+Program build_rs_call(const RsPlan& plan, const RsProgramOptions& options,
+                      const CallPlacement& placement, RsShared& shared,
+                      RsProgramIds* ids = nullptr);
+// Events a call records for later calls: private event ids relative to its event_base.
+int rs_call_event_count(const RsPlan& plan);
 
 // Why `fault` cannot show on this plan and these options (empty when it can), e.g. outbox
 // reuse under In-Place, whose outbox never refills a block.

@@ -1,6 +1,8 @@
 // Buffer numbering, bounds checks and allocation for the reference executor.
 #include "memory.hpp"
 
+#include <algorithm>
+
 namespace tide::exec::detail {
 
 BufferTable::BufferTable(const program::Program& program) {
@@ -11,10 +13,16 @@ BufferTable::BufferTable(const program::Program& program) {
                                             : empty;
     rank_base_.push_back(static_cast<int>(buffers_.size()));
     tensors_.push_back(static_cast<int>(sizes.tensor_bytes.size()));
+    outputs_.push_back(static_cast<int>(std::max<std::size_t>(1, sizes.output_bytes.size())));
     buffers_.push_back(program::Buffer{r, program::Space::kArena, 0});
     sizes_.push_back(sizes.arena_bytes);
-    buffers_.push_back(program::Buffer{r, program::Space::kOutput, 0});
-    sizes_.push_back(sizes.output_bytes);
+    // Output 0 always exists (possibly empty), so single-call programs need not size it.
+    for (int o = 0; o < outputs_.back(); ++o) {
+      buffers_.push_back(program::Buffer{r, program::Space::kOutput, o});
+      sizes_.push_back(o < static_cast<int>(sizes.output_bytes.size())
+                           ? sizes.output_bytes[static_cast<std::size_t>(o)]
+                           : 0);
+    }
     for (std::size_t p = 0; p < sizes.tensor_bytes.size(); ++p) {
       buffers_.push_back(program::Buffer{r, program::Space::kTensor, static_cast<int>(p)});
       sizes_.push_back(sizes.tensor_bytes[p]);
@@ -29,11 +37,13 @@ int BufferTable::index(const program::Buffer& buffer) const {
     case program::Space::kArena:
       return buffer.index == 0 ? base : -1;
     case program::Space::kOutput:
-      return buffer.index == 0 ? base + 1 : -1;
+      if (buffer.index < 0 || buffer.index >= outputs_[static_cast<std::size_t>(buffer.rank)])
+        return -1;
+      return base + 1 + buffer.index;
     case program::Space::kTensor:
       if (buffer.index < 0 || buffer.index >= tensors_[static_cast<std::size_t>(buffer.rank)])
         return -1;
-      return base + 2 + buffer.index;
+      return base + 1 + outputs_[static_cast<std::size_t>(buffer.rank)] + buffer.index;
   }
   return -1;
 }
@@ -54,7 +64,7 @@ std::string describe_bytes(const program::Buffer& buffer, std::int64_t begin, st
       where += "arena";
       break;
     case program::Space::kOutput:
-      where += "output";
+      where += buffer.index == 0 ? "output" : "output " + std::to_string(buffer.index);
       break;
     case program::Space::kTensor:
       where += "tensor " + std::to_string(buffer.index);

@@ -30,6 +30,7 @@ class BufferTable {
  private:
   std::vector<int> rank_base_;  // index of rank r's arena; its output follows, then tensors
   std::vector<int> tensors_;    // per rank
+  std::vector<int> outputs_;    // per rank (at least 1)
   std::vector<std::int64_t> sizes_;
   std::vector<program::Buffer> buffers_;
 };

@@ -225,9 +225,12 @@ void Simulation::run(const std::vector<InputRange>& inputs) {
   if (!result_.completed) report_deadlock();
   for (int r = 0; r < ranks && r < static_cast<int>(p_.buffers.size()); ++r) {
     const program::BufferSizes& b = p_.buffers[static_cast<std::size_t>(r)];
+    std::int64_t outputs = 0;
+    for (std::int64_t bytes : b.output_bytes)
+      outputs += bytes;
     result_.peak_buffer_bytes =
         std::max(result_.peak_buffer_bytes,
-                 b.arena_bytes + b.output_bytes + peak_bytes_[static_cast<std::size_t>(r)]);
+                 b.arena_bytes + outputs + peak_bytes_[static_cast<std::size_t>(r)]);
   }
 }
 

@@ -1,0 +1,42 @@
+// `tide calibrate`'s measurements on one GPU (paper Sec. 6.3, App. G): the rates and fixed
+// costs of NOTE [calibration file], timed with CUDA events (medians over repeats, buffers
+// rotated over more than the L2). Two backends behind this one interface: measure_cuda.cu
+// (built where nvcc is found) and measure_none.cpp (builds without CUDA, always refuses).
+#pragma once
+
+#include <iosfwd>
+#include <string>
+
+#include "tide/calibrate/calibration.hpp"
+
+namespace tide::calibrate {
+
+// Rates one host cannot measure, recorded with source "given", and the measurement knobs.
+struct MeasureOptions {
+  int device = 0;
+  bool quick = false;            // fewer repeats and smaller buffers (a smoke run, ~5 s)
+  int sum_ctas = 4;              // BW_sum is the per-CTA rate at this Level 1 CTA budget
+  int landing_ctas = 4;          // BW_land is the per-CTA rate at this landing CTA budget
+  double nic_gbps = 47.5;        // rail NIC per GPU (App. G BW_NIC); never measurable here
+  double t_round_ms = 1.3;       // per-round wait overhead (App. G t_rnd); needs a rail peer
+  double rail_latency_us = 5.0;  // RDMA put + signal latency (cost-model default)
+  double nvlink_gbps = 450.0;    // peer rate per GPU, used when fewer than 2 GPUs are visible
+  std::string nic_source = "default: App. G calibration BW_NIC = 47.5 GB/s";
+  std::string t_round_source = "default: App. G calibration t_rnd = 1.3 ms";
+  std::string rail_latency_source = "default: cost-model assumption";
+  std::string nvlink_source = "default: H200 NVLink 4, 450 GB/s per direction";
+};
+
+// True when this build has the CUDA backend.
+bool have_cuda_backend();
+
+// Measures every rate it can on `options.device` and fills the rest from `options`. Throws
+// tide::Unsupported with one line ("no CUDA device found ...: run it on a GPU machine ...")
+// when there is no usable device or the build has no CUDA; tide::CudaError on a CUDA failure.
+// Progress lines go to `log` when it is not null.
+Calibration measure(const MeasureOptions& options, std::ostream* log = nullptr);
+
+// The values `measure` cannot take on this machine, from the options (source "given").
+void add_given_values(const MeasureOptions& options, Calibration& calibration);
+
+}  // namespace tide::calibrate

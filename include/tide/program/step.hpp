@@ -1,0 +1,82 @@
+// A training step as FSDP2 issues its collectives (Sec. 5.1-5.3, App. F): the forward
+// all-gathers of every group in order, then, for each group in reverse order, its backward
+// all-gather (re-gather after reshard), the layer's backward on the compute stream and its
+// reduce-scatter. Every call shares one arena per rank, the streams and the cross-call
+// counters of its collective, so buffer reuse across calls is exercised:
+//   - TIDE-AG: the a-th all-gather lands in ring slot a mod 2 (App. F); it waits until the
+//     slot's previous user (call a - 2's layer) is done with it; its rounds put into a target's
+//     receive stage only after that target's per-area credit for the previous call (Sec. 3.1);
+//     its caller stream first waits for this rank's previous scatter (Sec. 3.2).
+//   - TIDE-RS: call e uses bank e mod 2 (Sec. 5.2), after call e - 2 sent that bank's outbox
+//     and landed its spares; staging FREE/STAGED and inbox INBOX_FREE counters run on across
+//     calls, and a wave that reuses an inbox generation used by an earlier call waits for its
+//     credit (App. E, I3).
+// Synchronisation with the model: each layer (the compute stream) reads its parameters after
+// the all-gather's ready event (a copy of the landing into that call's output, which the
+// checks read) and records when it is done; a reduce-scatter starts after its layer's
+// backward (that event). All calls are issued in the same order on every rank (I4).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tide/core/ag_plan.hpp"
+#include "tide/core/rs_plan.hpp"
+#include "tide/program/ag_builder.hpp"
+#include "tide/program/faults.hpp"
+#include "tide/program/program.hpp"
+#include "tide/program/rs_builder.hpp"
+
+namespace tide::program {
+
+// One parameter group of the step: its all-gather and reduce-scatter plans (same topology
+// for every group; the reduce-scatter plans share their options).
+struct StepGroup {
+  std::string name;
+  const AgPlan* all_gather = nullptr;
+  const RsPlan* reduce_scatter = nullptr;
+};
+
+enum class StepCallKind { kAllGather, kReduceScatter };
+
+// One call of the step, in issue order.
+struct StepCall {
+  StepCallKind kind = StepCallKind::kAllGather;
+  int group = 0;
+  bool forward = true;   // all-gathers: forward or backward (re-gather)
+  int output = 0;        // kOutput index: the layer's view of the parameters, or the fp32 shard
+  int tensor_base = 0;   // kTensor index of its first gradient (RS) or fp32 master shard (AG cast)
+  int done_event = 0;    // AG: parameters ready; RS: reduce-scatter done (network order)
+  int landing_slot = 0;  // AG: ring slot a mod 2
+};
+
+struct StepOptions {
+  RsProgramOptions reduce_scatter;  // alpha, accumulate, CTA budgets, landing style
+  // A fault on every rank (a reduce-scatter or all-gather fault applies to every such call;
+  // kStepCallOrder swaps the first two reduce-scatters on the last rank).
+  Fault fault = Fault::kNone;
+};
+
+// Where the step keeps its bytes in each rank's arena.
+struct StepArenaLayout {
+  std::vector<std::int64_t> resident;  // per group: its resident shard (absent with a cast)
+  std::int64_t stage = 0;              // the all-gather receive stage (largest group's)
+  std::int64_t landing[2] = {0, 0};    // the two all-gather ring slots
+  std::int64_t reduce_scatter = 0;     // TIDE-RS's areas (RsArenaLayout offsets added to it)
+  RsArenaLayout rs;                    // already offset by reduce_scatter
+  std::int64_t arena_bytes = 0;
+};
+
+struct StepProgram {
+  Program program;
+  std::vector<StepCall> calls;
+  StepArenaLayout arena;
+};
+
+StepProgram build_step_program(const std::vector<StepGroup>& groups, const StepOptions& options);
+
+// Why `fault` cannot show in a step of `groups` (empty when it can).
+std::string step_fault_inapplicable(Fault fault, const std::vector<StepGroup>& groups,
+                                    const StepOptions& options);
+
+}  // namespace tide::program

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# `tide calibrate` and the interference benchmark on the device machine, in one call (issue 6;
+# docs/cli.md "tide calibrate", docs/interference.md).
+#   here:   scripts/stage-deps.sh            (once: GoogleTest and headers into .deps/)
+#   device: run(command="bash scripts/device/calibrate.sh", carry=[".deps"])
+# Writes under $OUT (or /tmp/tide-calibrate-out):
+#   calibration_h200.json   the calibration file (tide solve --calibration, tide simulate --cost-model)
+#   calibration_h200.txt    tide calibrate's table
+#   solve_h200.txt          tide solve --calibration on the paper's 8 x 8, 32 MiB point
+#   interference_h200.json  every victim x load measurement with Eq. 4 beside it
+#   interference_h200.md    the same as a markdown table
+#   interference_h200.png   slowdown vs CTA count (Fig. 4)
+#   summary.md              what ran, and the short summary printed last
+#   logs.tgz                build and run logs
+# STEPS (default "build calibrate interference plot") picks steps; QUICK=1 runs the quick sizes.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/tide-calibrate-out}
+LOG="$OUT/logs"
+mkdir -p "$OUT" "$LOG"
+STEPS=${STEPS:-"build calibrate interference plot"}
+export NCCL_NVLS_ENABLE=0            # NVLink multicast is forbidden on these machines
+unset TIDE_ENABLE_MULTIMEM
+BUILD=${BUILD_DIR:-build-calibrate}
+QUICK_FLAG=""
+[ "${QUICK:-0}" = 1 ] && QUICK_FLAG="--quick"
+summary="$OUT/summary.md"
+: > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 ))s]"; }
+finish() { tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOG"; }
+
+nvidia-smi > "$LOG/nvidia-smi.txt" 2>&1
+note "## calibrate.sh on $(hostname) $(date -u +%FT%TZ): $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv,noheader 2>&1 | head -1)"
+
+if has build; then
+  if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDE_CUDA=ON \
+       -DTIDE_BUILD_TESTS=OFF > "$LOG/build.log" 2>&1; then
+    note "CONFIGURE FAILED $(stamp)"; tail -40 "$LOG/build.log"; finish; exit 1
+  fi
+  if ! cmake --build "$BUILD" --target tide tide_interference_bench -j 16 >> "$LOG/build.log" 2>&1; then
+    note "BUILD FAILED $(stamp)"; grep -E "error|Error" "$LOG/build.log" | head -30; finish; exit 1
+  fi
+  note "build ok $(stamp)"
+fi
+TIDE="$BUILD/src/cli/tide"
+BENCH="$BUILD/bench/interference/tide_interference_bench"
+
+if has calibrate; then
+  timeout 180 "$TIDE" calibrate $QUICK_FLAG --json "$OUT/calibration_h200.json" \
+    > "$OUT/calibration_h200.txt" 2> "$LOG/calibrate.log"
+  note "calibrate rc=$? $(stamp)"
+  tail -3 "$LOG/calibrate.log" | tee -a "$summary"
+  "$TIDE" solve --calibration "$OUT/calibration_h200.json" --nodes 8 --gpus-per-node 8 \
+    --shard-bytes 33554432 > "$OUT/solve_h200.txt" 2>&1
+  note "solve --calibration rc=$?"
+  "$TIDE" simulate reduce-scatter --nodes 8 --gpus-per-node 8 --model llama3.1-70b --timing-only \
+    --cost-model "$OUT/calibration_h200.json" --json > "$LOG/simulate.json" 2>&1
+  note "simulate --cost-model rc=$? predicted_ms=$(python3 -c "import json;print(json.load(open('$LOG/simulate.json'))['predicted_ms'])" 2>/dev/null)"
+fi
+
+if has interference; then
+  timeout 300 "$BENCH" $QUICK_FLAG --json "$OUT/interference_h200.json" \
+    --md "$OUT/interference_h200.md" > "$LOG/interference.log" 2>&1
+  note "interference rc=$? $(stamp)"
+  cp "$LOG/interference.log" "$OUT/interference.log"
+fi
+
+if has plot && [ -f "$OUT/interference_h200.json" ]; then
+  python3 bench/interference/plot_interference.py "$OUT/interference_h200.json" \
+    "$OUT/interference_h200.png" >> "$LOG/plot.log" 2>&1
+  note "plot rc=$? $(stamp)"
+fi
+
+note ""
+note "### summary $(stamp)"
+if [ -f "$OUT/calibration_h200.txt" ]; then cat "$OUT/calibration_h200.txt" | tee -a "$summary"; fi
+if [ -f "$OUT/solve_h200.txt" ]; then head -6 "$OUT/solve_h200.txt" | tee -a "$summary"; fi
+if [ -f "$OUT/interference_h200.md" ]; then
+  head -3 "$OUT/interference_h200.md" | tee -a "$summary"
+  grep -E "^\| (victim|---|probe|gemm)" "$OUT/interference_h200.md" | tee -a "$summary"
+fi
+finish

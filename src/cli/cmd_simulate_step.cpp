@@ -1,0 +1,302 @@
+// `tide simulate step`: a training step's sequence of TIDE-AG and TIDE-RS calls (FSDP2
+// order, program/step.hpp) on the CPU reference executor, with every call's output checked
+// (all-gathers bit for bit against Eq. 2, reduce-scatters against TIDE's arithmetic order and
+// float64), or timing only; optionally with a fault.
+#include <fmt/format.h>
+
+#include <cstring>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "collective_data.hpp"
+#include "shapes.hpp"
+#include "simulate.hpp"
+#include "table.hpp"
+#include "tide/core/error.hpp"
+#include "tide/core/models.hpp"
+#include "tide/program/step.hpp"
+
+namespace tide::cli {
+namespace {
+
+using nlohmann::json;
+using program::Buffer;
+using program::Space;
+
+// The step's groups: `--groups A;B;...` (shape sets), or `--shapes`/`--model NAME:GROUP`
+// repeated `--layers` times, or `--model NAME`: its embedding group (when it has one), its
+// layer group `--layers` times, then its other groups, in forward order.
+std::vector<NamedGroup> step_groups(const SimulateArgs& a) {
+  if (a.layers < 1) throw InvalidArgument("--layers must be at least 1");
+  std::vector<NamedGroup> groups;
+  if (!a.groups.empty()) {
+    if (!a.shapes.empty() || !a.model.empty()) {
+      throw InvalidArgument("give --groups or one of --shapes/--model, not both");
+    }
+    std::size_t start = 0;
+    while (start <= a.groups.size()) {
+      const std::size_t end = a.groups.find(';', start);
+      const std::string text = a.groups.substr(start, end == std::string::npos ? end : end - start);
+      groups.push_back({"group " + std::to_string(groups.size()), parse_shapes(text)});
+      if (end == std::string::npos) break;
+      start = end + 1;
+    }
+    return groups;
+  }
+  if (!a.model.empty() && a.model.find(':') == std::string::npos) {
+    const ModelPreset* preset = nullptr;
+    for (const ModelPreset& m : model_presets()) {
+      if (m.name == a.model) preset = &m;
+    }
+    if (preset == nullptr) find_model_group(a.model);  // throws, listing the known names
+    for (const ModelGroup& g : preset->groups) {
+      if (g.name == "embedding") groups.push_back({a.model + ":" + g.name, g.params});
+    }
+    for (int i = 0; i < a.layers; ++i) {
+      const ModelGroup& layer = preset->groups.front();
+      groups.push_back({a.model + ":" + layer.name + " " + std::to_string(i), layer.params});
+    }
+    for (std::size_t i = 1; i < preset->groups.size(); ++i) {
+      const ModelGroup& g = preset->groups[i];
+      if (g.name != "embedding") groups.push_back({a.model + ":" + g.name, g.params});
+    }
+    return groups;
+  }
+  const NamedGroup one = resolve_group(a.shapes, a.model);
+  for (int i = 0; i < a.layers; ++i)
+    groups.push_back({one.name + " " + std::to_string(i), one.params});
+  return groups;
+}
+
+std::string call_name(const program::StepCall& call) {
+  if (call.kind == program::StepCallKind::kReduceScatter) return "reduce-scatter";
+  return call.forward ? "all-gather (forward)" : "all-gather (backward)";
+}
+
+}  // namespace
+
+void simulate_step(const SimulateArgs& a) {
+  const program::Fault fault =
+      a.inject.empty() ? program::Fault::kNone : program::parse_fault(a.inject);
+  if (fault != program::Fault::kNone && a.timing_only) {
+    throw InvalidArgument("--inject needs data and race tracking; drop --timing-only");
+  }
+  if (a.baseline) {
+    throw Unsupported(
+        "tide simulate step runs TIDE's calls only; compare single calls with "
+        "tide simulate all-gather|reduce-scatter --baseline");
+  }
+  if (!a.dump.empty()) throw Unsupported("--dump is for single calls; drop it for a step");
+
+  const Topology topo(a.nodes, a.gpus_per_node);
+  const DType ag_dtype = a.cast ? DType::kBf16 : parse_dtype(a.ag_dtype, "--ag-dtype");
+  const DType grad_dtype = parse_dtype(a.grad_dtype, "--grad-dtype");
+  const std::vector<NamedGroup> named = step_groups(a);
+  std::vector<GroupLayout> layouts;
+  layouts.reserve(named.size());
+  for (const NamedGroup& g : named)
+    layouts.emplace_back(topo, g.params, ag_dtype, grad_dtype);
+  AgOptions ag_options;
+  ag_options.mixed_precision_cast = a.cast;
+  std::vector<AgPlan> ag_plans;
+  std::vector<RsPlan> rs_plans;
+  ag_plans.reserve(layouts.size());
+  rs_plans.reserve(layouts.size());
+  for (const GroupLayout& layout : layouts) {
+    ag_plans.emplace_back(layout, ag_options);
+    rs_plans.emplace_back(layout, a.rs.options(layout));
+  }
+  std::vector<program::StepGroup> groups;
+  for (std::size_t i = 0; i < layouts.size(); ++i)
+    groups.push_back({named[i].name, &ag_plans[i], &rs_plans[i]});
+
+  program::StepOptions options;
+  program::RsProgramOptions& rs = options.reduce_scatter;
+  rs.alpha = a.alpha != 0 ? a.alpha : 1.0f / static_cast<float>(topo.world());
+  rs.accumulate = a.accumulate;
+  rs.sum_ctas = a.sum_ctas;
+  rs.landing_ctas = a.landing_ctas;
+  if (a.landing == "switch-reduce") {
+    rs.landing = program::LandingStyle::kSwitchReduce;
+  } else if (a.landing != "pull") {
+    throw InvalidArgument("--landing '" + a.landing + "' must be pull or switch-reduce");
+  }
+  options.fault = fault;
+  const program::StepProgram step = program::build_step_program(groups, options);
+  exec::ReferenceExecutor ex(step.program, exec::ExecutorOptions{a.timing_only});
+
+  // Inputs: every group's shards (resident in the arena, or fp32 masters with a cast) and
+  // gradients, and with --accumulate every reduce-scatter's output before the step.
+  std::mt19937_64 rng(a.data_seed);
+  std::vector<std::vector<AgShard>> shards(groups.size());
+  std::vector<std::vector<RankGrads>> grads(groups.size());
+  std::vector<std::vector<std::vector<float>>> initial(step.calls.size());
+  if (!a.timing_only) {
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      const GroupLayout& layout = layouts[g];
+      shards[g] = random_shards(rng, layout, a.cast);
+      grads[g] = random_grads(rng, layout);
+      for (int r = 0; r < topo.world(); ++r) {
+        if (a.cast) continue;  // the fp32 masters are the all-gather calls' tensors (below)
+        const AgShard& shard = shards[g][static_cast<std::size_t>(r)];
+        auto bytes =
+            ex.input(Buffer{r, Space::kArena, 0}, step.arena.resident[g], layout.shard_bytes());
+        std::memcpy(bytes.data(), shard.packed.data(), bytes.size());
+      }
+    }
+    for (std::size_t i = 0; i < step.calls.size(); ++i) {
+      const program::StepCall& call = step.calls[i];
+      const std::size_t g = static_cast<std::size_t>(call.group);
+      for (int r = 0; r < topo.world(); ++r) {
+        if (call.kind == program::StepCallKind::kAllGather) {
+          if (a.cast) {
+            const AgShard& shard = shards[g][static_cast<std::size_t>(r)];
+            for (std::size_t p = 0; p < shard.master.size(); ++p) {
+              store_values(
+                  shard.master[p], DType::kFp32,
+                  ex.input(Buffer{r, Space::kTensor, call.tensor_base + static_cast<int>(p)}));
+            }
+          }
+          continue;
+        }
+        const auto& rank_grads = grads[g][static_cast<std::size_t>(r)];
+        for (std::size_t p = 0; p < rank_grads.size(); ++p) {
+          store_values(rank_grads[p], grad_dtype,
+                       ex.input(Buffer{r, Space::kTensor, call.tensor_base + static_cast<int>(p)}));
+        }
+        auto& init = initial[i];
+        init.resize(static_cast<std::size_t>(topo.world()));
+        auto& mine = init[static_cast<std::size_t>(r)];
+        mine.resize(static_cast<std::size_t>(layouts[g].shard_elems()));
+        if (a.accumulate) {
+          for (float& v : mine)
+            v = random_value(rng, DType::kFp32);
+          store_values(mine, DType::kFp32, ex.input(Buffer{r, Space::kOutput, call.output}));
+        }
+      }
+    }
+  }
+
+  const exec::RunResult run = ex.run(run_options(a));
+  write_traces(a, step.program, run);
+
+  // Checks: every call's output.
+  bool bitwise = true, passed = run.clean();
+  double max_abs_error = 0, tolerance = 0;
+  std::optional<std::string> sha256;
+  if (!a.timing_only) {
+    Sha256 digest;
+    for (std::size_t i = 0; i < step.calls.size(); ++i) {
+      const program::StepCall& call = step.calls[i];
+      const std::size_t g = static_cast<std::size_t>(call.group);
+      auto output = [&](int r) { return ex.memory(Buffer{r, Space::kOutput, call.output}); };
+      CheckResult check;
+      if (call.kind == program::StepCallKind::kAllGather) {
+        check_landing(layouts[g], shards[g], output, digest, check);
+      } else {
+        check_reduce_scatter(rs_plans[g], grads[g], rs.alpha, a.accumulate, initial[i], output,
+                             digest, check);
+        if (check.max_abs_error > check.tolerance) passed = false;
+        if (!check.bitwise && rs.landing == program::LandingStyle::kPull) passed = false;
+      }
+      if (call.kind == program::StepCallKind::kAllGather && !check.bitwise) passed = false;
+      bitwise = bitwise && check.bitwise;
+      max_abs_error = std::max(max_abs_error, check.max_abs_error);
+      tolerance = std::max(tolerance, check.tolerance);
+    }
+    sha256 = digest.hex();
+  }
+  const std::string how = detection(run, !a.timing_only, passed);
+
+  json calls = json::array();
+  Table table({"#", "call", "group", "done at (ms)"});
+  for (std::size_t i = 0; i < step.calls.size(); ++i) {
+    const program::StepCall& call = step.calls[i];
+    const double done_ms = event_time(step.program, run, call.done_event) / 1000.0;
+    calls.push_back(
+        {{"index", i},
+         {"kind", call.kind == program::StepCallKind::kAllGather ? "all-gather" : "reduce-scatter"},
+         {"forward", call.forward},
+         {"group", named[static_cast<std::size_t>(call.group)].name},
+         {"landing_slot", call.landing_slot},
+         {"done_ms", done_ms}});
+    table.row({std::to_string(i), call_name(call), named[static_cast<std::size_t>(call.group)].name,
+               fixed(done_ms, 3)});
+  }
+  const int world = topo.world();
+  json out = {{"collective", "step"},
+              {"system", "tide"},
+              {"nodes", a.nodes},
+              {"gpus_per_node", a.gpus_per_node},
+              {"groups", groups.size()},
+              {"timing_only", a.timing_only},
+              {"schedule_seed", a.schedule_seed},
+              {"data_seed", a.data_seed},
+              {"completed", run.completed},
+              {"deadlock", run.deadlock},
+              {"error_count", run.error_count},
+              {"ops", run.ops_run},
+              {"step_ms", run.makespan_us / 1000.0},
+              {"sm_ms", run.sm_time_us / 1000.0},
+              {"sm_ms_per_gpu", run.sm_time_us / 1000.0 / world},
+              {"arena_bytes", step.arena.arena_bytes},
+              {"peak_buffer_bytes", run.peak_buffer_bytes},
+              {"calls", calls}};
+  json errors = json::array();
+  for (const exec::ExecError& e : run.errors)
+    errors.push_back(e.message);
+  out["errors"] = errors;
+  if (!a.timing_only) {
+    out["max_abs_error"] = max_abs_error;
+    out["tolerance"] = tolerance;
+    out["bitwise_equal_to_reference_order"] = bitwise;
+    out["passed"] = passed;
+    out["output_sha256"] = sha256 ? json(*sha256) : json(nullptr);
+  }
+  if (fault != program::Fault::kNone) {
+    out["fault"] = a.inject;
+    out["fault_detected"] = !how.empty();
+    out["detected_by"] = how;
+  }
+  if (a.json) {
+    std::cout << out.dump(2) << '\n';
+  } else {
+    std::cout << fmt::format(
+        "tide simulate step: {} calls over {} groups on M={} x L={} ({}, schedule seed {})\n",
+        step.calls.size(), groups.size(), a.nodes, a.gpus_per_node,
+        a.timing_only ? "timing only" : "data", a.schedule_seed);
+    table.print(std::cout);
+    Table summary({"result", "value"});
+    summary.left_aligned();
+    summary.row({"step (all calls done)", fixed(run.makespan_us / 1000.0, 3) + " ms"});
+    summary.row(
+        {"SM time (CTA x time) per GPU", fixed(run.sm_time_us / 1000.0 / world, 3) + " CTA-ms"});
+    summary.row({"arena bytes per GPU", bytes(step.arena.arena_bytes)});
+    summary.row({"races / protocol errors", num(run.error_count)});
+    summary.row({"deadlock", run.deadlock ? "yes" : "no"});
+    if (!a.timing_only) {
+      summary.row({"max |out - float64 ref|",
+                   fmt::format("{:.3g} (tolerance {:.3g})", max_abs_error, tolerance)});
+      summary.row({"bitwise = reference order", bitwise ? "yes" : "no"});
+      summary.row({"passed", passed ? "yes" : "NO"});
+      if (sha256) summary.row({"outputs sha256", *sha256});
+    }
+    if (fault != program::Fault::kNone) {
+      summary.row({"fault " + a.inject, how.empty() ? "NOT DETECTED" : "detected: " + how});
+    }
+    summary.print(std::cout);
+    for (std::size_t i = 0; i < run.errors.size() && i < 3; ++i) {
+      std::cout << "  error: " << run.errors[i].message << '\n';
+    }
+  }
+  const bool ok = fault != program::Fault::kNone ? !how.empty() : passed;
+  if (!ok) {
+    throw InternalError(fault != program::Fault::kNone ? "the injected fault went undetected"
+                                                       : "the step failed its checks (see above)");
+  }
+}
+
+}  // namespace tide::cli

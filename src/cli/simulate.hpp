@@ -1,0 +1,45 @@
+// What `tide simulate` takes, and the pieces its one-call and step forms share.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "rs_args.hpp"
+#include "tide/exec/reference_executor.hpp"
+#include "tide/program/program.hpp"
+
+namespace tide::cli {
+
+struct SimulateArgs {
+  std::string collective;
+  int nodes = 1;
+  int gpus_per_node = 8;
+  std::string shapes, model;
+  std::string ag_dtype = "bf16", grad_dtype = "bf16";
+  bool cast = false;
+  RsArgs rs;
+  int sum_ctas = 16, landing_ctas = 4;
+  std::string landing = "pull";
+  bool accumulate = false;
+  float alpha = 0;  // 0: 1 / N, FSDP2's average
+  std::uint64_t schedule_seed = 0, data_seed = 1;
+  double jitter = 0.25;
+  std::string inject, trace, timeline, cost_model, dump;
+  bool timing_only = false, json = false, list_faults = false, baseline = false;
+  int layers = 2;      // step: how many times the layer group repeats
+  std::string groups;  // step: shape sets of distinct groups, "D0xK0,...;D0xK0,..."
+};
+
+// When the last record of `event` completed, over every rank (0 when none ran).
+double event_time(const program::Program& prog, const exec::RunResult& run, int event);
+// --trace and --timeline.
+void write_traces(const SimulateArgs& a, const program::Program& prog, const exec::RunResult& run);
+// Seed, jitter and cost model.
+exec::RunOptions run_options(const SimulateArgs& a);
+// How an injected fault showed ("deadlock", "race", "corruption"), empty when it did not.
+std::string detection(const exec::RunResult& run, bool data, bool passed);
+
+// `tide simulate step` (cmd_simulate_step.cpp).
+void simulate_step(const SimulateArgs& a);
+
+}  // namespace tide::cli

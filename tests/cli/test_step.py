@@ -1,0 +1,146 @@
+"""End-to-end tests of `tide simulate step`: a training step's TIDE-AG and TIDE-RS calls in
+FSDP2 order on the CPU reference executor, sharing one arena per rank (program/step.hpp).
+
+Run through CTest, or directly: python3 tests/cli/test_step.py path/to/tide
+"""
+import json
+import subprocess
+import sys
+import time
+import unittest
+
+TIDE = None
+
+# Three distinct groups (odd shapes, padding rows), so the shared arena is sized for the
+# largest and every call uses only its own geometry inside it.
+GROUPS = "37x5,16x3;20x7;9x11,5x3,3x1"
+
+
+def run(*args):
+    return subprocess.run([TIDE, "simulate", "step", *args], capture_output=True, text=True,
+                          timeout=600)
+
+
+def run_json(*args):
+    result = run(*args, "--json")
+    assert result.returncode == 0, result.stderr + result.stdout[-2000:]
+    return json.loads(result.stdout)
+
+
+class StepData(unittest.TestCase):
+    def test_every_small_topology_passes(self):
+        # Every (M, L) with M in 1..9 and L in {1, 2, 4, 8}: every all-gather lands every shard
+        # (Eq. 2) and every reduce-scatter equals the arithmetic order bit for bit.
+        for m in range(1, 10):
+            for l in (1, 2, 4, 8):
+                out = run_json("-M", str(m), "-L", str(l), "--groups", GROUPS,
+                               "--data-seed", str(10 * m + l))
+                self.assertTrue(out["passed"], (m, l, out["errors"][:3]))
+                self.assertTrue(out["bitwise_equal_to_reference_order"], (m, l))
+                self.assertEqual(out["error_count"], 0, (m, l))
+                self.assertLessEqual(out["max_abs_error"], out["tolerance"], (m, l))
+
+    def test_modes_cast_accumulate_and_switch_reduce(self):
+        cases = [
+            ["-M", "5", "-L", "4", "--mode", "slot-reuse", "--round-width", "1",
+             "--wave-width", "2"],
+            ["-M", "9", "-L", "2", "--passes", "2", "--staging-slots", "3", "--chunk-bytes",
+             "96"],
+            ["-M", "3", "-L", "4", "--cast", "--accumulate", "--alpha", "0.375"],
+            ["-M", "9", "-L", "4", "--wave-width", "2", "--landing", "switch-reduce"],
+        ]
+        for args in cases:
+            out = run_json(*args, "--groups", GROUPS)
+            self.assertTrue(out["passed"], (args, out["errors"][:3]))
+            self.assertEqual(out["error_count"], 0, args)
+
+    def test_outputs_do_not_depend_on_schedule_mode_or_chunks(self):
+        # Invariant 2 across a whole step: the same inputs give the same bits whatever the
+        # interleaving, memory mode, staging chunk size or CTA budget.
+        digests = set()
+        for extra in ([], ["--schedule-seed", "5", "--jitter", "0.9"],
+                      ["--mode", "slot-reuse", "--round-width", "1"],
+                      ["--chunk-bytes", "64", "--staging-slots", "3"],
+                      ["--sum-ctas", "3", "--landing-ctas", "1"]):
+            out = run_json("-M", "5", "-L", "2", "--groups", GROUPS, "--data-seed", "3", *extra)
+            self.assertTrue(out["passed"], extra)
+            digests.add(out["output_sha256"])
+        self.assertEqual(len(digests), 1)
+
+    def test_calls_follow_fsdp2_order(self):
+        out = run_json("-M", "2", "-L", "2", "--shapes", "37x5", "--layers", "3")
+        calls = [(c["kind"], c["forward"], c["group"]) for c in out["calls"]]
+        forward = [("all-gather", True, f"--shapes {g}") for g in range(3)]
+        backward = []
+        for g in (2, 1, 0):
+            backward += [("all-gather", False, f"--shapes {g}"),
+                         ("reduce-scatter", False, f"--shapes {g}")]
+        self.assertEqual(calls, forward + backward)
+        # The a-th all-gather lands in ring slot a mod 2 (App. F).
+        slots = [c["landing_slot"] for c in out["calls"] if c["kind"] == "all-gather"]
+        self.assertEqual(slots, [0, 1, 0, 1, 0, 1])
+
+
+class StepFaults(unittest.TestCase):
+    def test_every_step_fault_is_caught(self):
+        listed = subprocess.run([TIDE, "simulate", "--list-faults", "--json"],
+                                capture_output=True, text=True, check=True)
+        faults = [f["name"] for f in json.loads(listed.stdout)["faults"]
+                  if f["collective"] == "step"]
+        self.assertEqual(sorted(faults),
+                         ["ag-no-stage-credit", "rs-bank-reuse", "step-call-order"])
+        for fault in faults:
+            for m, l in ((2, 2), (3, 2), (5, 1)):
+                out = run_json("-M", str(m), "-L", str(l), "--groups", GROUPS, "--inject", fault)
+                self.assertTrue(out["fault_detected"], (fault, m, l))
+                self.assertIn(out["detected_by"], ("race", "deadlock", "corruption"))
+
+    def test_single_call_faults_inside_a_step_are_caught(self):
+        for fault in ("rs-staging-reuse", "rs-release-before-read", "ag-no-completion-fence",
+                      "ag-no-landing-readiness"):
+            out = run_json("-M", "3", "-L", "2", "--groups", GROUPS, "--inject", fault)
+            self.assertTrue(out["fault_detected"], fault)
+
+    def test_inapplicable_step_fault_is_refused(self):
+        result = run("-M", "2", "-L", "2", "--shapes", "37x5", "--layers", "2", "--inject",
+                     "rs-bank-reuse")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--layers 3", result.stderr)
+        result = run("-M", "1", "-L", "4", "--shapes", "37x5", "--inject", "ag-no-stage-credit")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--nodes 2", result.stderr)
+
+    def test_step_fault_refused_by_single_call(self):
+        result = subprocess.run([TIDE, "simulate", "reduce-scatter", "--shapes", "37x5",
+                                 "--inject", "rs-bank-reuse"], capture_output=True, text=True)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("tide simulate step", result.stderr)
+
+
+class StepInput(unittest.TestCase):
+    def test_bad_input_is_one_line(self):
+        for args, words in ((["--shapes", "8x8", "--layers", "0"], "--layers"),
+                            (["--shapes", "8x8", "--groups", "8x8;4x4"], "--groups"),
+                            (["--groups", "8x8;4xq"], "--shapes entry"),
+                            (["--shapes", "8x8", "--baseline"], "--baseline")):
+            result = run(*args)
+            self.assertEqual(result.returncode, 2, args)
+            self.assertIn(words, result.stderr, args)
+            self.assertEqual(len(result.stderr.strip().splitlines()), 1, result.stderr)
+
+
+class StepTiming(unittest.TestCase):
+    def test_llama_layers_at_64x8_in_seconds(self):
+        start = time.time()
+        out = run_json("--model", "llama3.1-70b:layer", "--layers", "2", "-M", "64", "-L", "8",
+                       "--timing-only")
+        self.assertTrue(out["completed"])
+        self.assertEqual(out["error_count"], 0)
+        self.assertEqual(len(out["calls"]), 6)
+        self.assertGreater(out["step_ms"], 0)
+        self.assertLess(time.time() - start, 120)
+
+
+if __name__ == "__main__":
+    TIDE = sys.argv.pop(1)
+    unittest.main()
