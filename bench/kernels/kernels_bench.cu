@@ -152,6 +152,7 @@ struct SumBench {
   std::unique_ptr<Level1SegmentTable> table;
 
   std::int64_t stride_pad = 0;  // elements between contributions beyond rows x width
+  float alpha = 0.125f;         // FSDP2's divide factor for 8 ranks; 1 selects the no-multiply path
 
   SumBench(tide::DType dt, std::int64_t w, int nsets, std::int64_t pad = 0)
       : dtype(dt), width(w), stride_pad(pad) {
@@ -198,7 +199,7 @@ struct SumBench {
     a.gradients = set.grad_ptrs.data();
     a.num_gradients = kParams;
     a.table = table->view();
-    a.alpha = 0.125f;
+    a.alpha = alpha;
     a.accumulate = accumulate;
     a.ctas = ctas;
     return a;
@@ -253,7 +254,7 @@ struct SumBench {
         const int p = static_cast<int>(std::min<std::int64_t>(c / run, kParams - 1));
         const std::int64_t src = r * run + (c - p * run);
         const float own = value(gr, p * (per_param + 64) + src);
-        ref[static_cast<std::size_t>(r * width + c)] = tide::arith::level1_partial(x, own, 0.125f);
+        ref[static_cast<std::size_t>(r * width + c)] = tide::arith::level1_partial(x, own, alpha);
       }
     }
   }
@@ -425,11 +426,43 @@ int main(int argc, char** argv) {
     }
     j["sum_tuning_sweep"] = sweep;
 
-    // The warp-direct kernel (16 warps), contiguous and interleaved, across CTA counts.
-    for (int inter = 0; inter < 2; ++inter) {
+    // The warp-direct kernel across CTA counts: 16 warps contiguous (its fast path, 2 chunks of
+    // 8 x 16-byte loads in flight per thread), interleaved, without the fast path
+    // (direct_fast = false: the kernel as it was before), and alpha = 1 (the no-multiply
+    // specialisation); then the fast path with more bytes in flight per SM: 3 chunks at 12
+    // warps and 4 at 8 (registers), and cp.async rings of 2, 3, 4 stages of 4 KB per warp in
+    // shared memory at 24, 18 and 16, and 12 warps. Side by side in one run, each bitwise checked.
+    struct WdRow {
+      const char* name;
+      const char* key;
+      bool interleaved, fast;
+      float alpha;
+      int warps, depth, async;
+    };
+    const WdRow wd_rows[] = {
+        {"contiguous", "sum_warp_direct_gbps_per_cta", false, true, 0.125f, 16, 0, 0},
+        {"interleaved", "sum_warp_direct_interleaved_gbps_per_cta", true, true, 0.125f, 16, 0, 0},
+        {"no fast path", "sum_warp_direct_nofast_gbps_per_cta", false, false, 0.125f, 16, 0, 0},
+        {"alpha = 1", "sum_warp_direct_alpha1_gbps_per_cta", false, true, 1.0f, 16, 0, 0},
+        {"3 chunks", "sum_warp_direct_depth3_w12_gbps_per_cta", false, true, 0.125f, 12, 3, 0},
+        {"4 chunks", "sum_warp_direct_depth4_w8_gbps_per_cta", false, true, 0.125f, 8, 4, 0},
+        {"cp.async x 2", "sum_warp_direct_async2_w24_gbps_per_cta", false, true, 0.125f, 24, 0, 2},
+        {"cp.async x 3", "sum_warp_direct_async3_w18_gbps_per_cta", false, true, 0.125f, 18, 0, 3},
+        {"cp.async x 3", "sum_warp_direct_async3_w16_gbps_per_cta", false, true, 0.125f, 16, 0, 3},
+        {"cp.async x 4", "sum_warp_direct_async4_w12_gbps_per_cta", false, true, 0.125f, 12, 0, 4},
+        {"cp.async x 3,a1", "sum_warp_direct_async3_w18_alpha1_gbps_per_cta", false, true, 1.0f, 18,
+         0, 3}};
+    for (const WdRow& row : wd_rows) {
       json wd = json::object();
-      const Level1Tuning tu{3, 8192, 16, false, false, false, true, inter == 1};
-      std::printf("  warp-direct, 16 warps, %s:", inter ? "interleaved" : "contiguous");
+      Level1Tuning tu{3, 8192, row.warps, false, false, false, true, row.interleaved};
+      tu.direct_fast = row.fast;
+      tu.direct_depth = row.depth;
+      tu.direct_async = row.async;
+      if (bf.alpha != row.alpha) {
+        bf.alpha = row.alpha;
+        bf.ref.clear();  // the reference depends on alpha
+      }
+      std::printf("  warp-direct, %2d warps, %-15s:", row.warps, row.name);
       for (int ctas : cta_counts) {
         const double ms = median_ms(2, ctas <= 2 ? 10 : 30, [&](int i) {
           launch_level1_sum(bf.args(i % 3, ctas, false), nullptr, tu);
@@ -441,8 +474,10 @@ int main(int argc, char** argv) {
         std::printf(" %d:%.1f%s", ctas, gbps / ctas, eq ? "" : "(DIFFERENT)");
       }
       std::printf(" GB/s/CTA\n");
-      j[inter ? "sum_warp_direct_interleaved_gbps_per_cta" : "sum_warp_direct_gbps_per_cta"] = wd;
+      j[row.key] = wd;
     }
+    bf.alpha = 0.125f;
+    bf.ref.clear();
     // The pipeline, interleaved, across CTA counts.
     {
       json pi = json::object();
@@ -572,6 +607,22 @@ int main(int argc, char** argv) {
     }
     std::printf("| sum full grid / ceiling | %.1f%% | >= 85%% |\n",
                 100.0 * full_grid_gbps / ceiling);
+    for (int ctas : cta_counts) {
+      const std::string k = std::to_string(ctas);
+      std::printf(
+          "| sum warp-direct, %d CTAs: 16 warps x 2 chunks / no fast path / 12 x 3 / 8 x 4 / "
+          "cp.async 24 x 2, 18 x 3, 16 x 3, 12 x 4 | %.1f / %.1f / %.1f / %.1f / %.1f, %.1f, "
+          "%.1f, %.1f GB/s/CTA | %s |\n",
+          ctas, j["sum_warp_direct_gbps_per_cta"][k].get<double>(),
+          j["sum_warp_direct_nofast_gbps_per_cta"][k].get<double>(),
+          j["sum_warp_direct_depth3_w12_gbps_per_cta"][k].get<double>(),
+          j["sum_warp_direct_depth4_w8_gbps_per_cta"][k].get<double>(),
+          j["sum_warp_direct_async2_w24_gbps_per_cta"][k].get<double>(),
+          j["sum_warp_direct_async3_w18_gbps_per_cta"][k].get<double>(),
+          j["sum_warp_direct_async3_w16_gbps_per_cta"][k].get<double>(),
+          j["sum_warp_direct_async4_w12_gbps_per_cta"][k].get<double>(),
+          ctas == 4 ? ">= 100 GB/s/CTA" : "");
+    }
     for (int w = 2; w <= kMaxWave; ++w) {
       std::printf("| landing W=%d, 1 CTA | %.1f GB/s/CTA | paper 21 in situ (NVLink) |\n", w,
                   land_per_cta[std::to_string(w)].get<double>());

@@ -35,6 +35,7 @@ if has build; then
     tar czf "$OUT/logs.tgz" -C "$OUT" logs; rm -rf "$LOG"; exit 1
   fi
   grep -E "Compiling entry|registers|stack frame" "$LOG/build.log" > "$LOG/resource-usage.txt" || true
+  cp "$LOG/resource-usage.txt" "$OUT/resource-usage.txt"
   note "build ok $(stamp)"
 fi
 TESTS="$BUILD/tests/kernels/tide_kernels_tests"
@@ -51,6 +52,7 @@ if has bench; then
   timeout 300 "$BENCH" --json "$OUT/kernels_h200.json" ${BENCH_ARGS:-} > "$LOG/bench.log" 2>&1
   rc=$?
   note "bench rc=$rc $(stamp)"
+  grep -E "^  warp-direct" "$LOG/bench.log" | tee -a "$summary"
   sed -n '/^| metric/,$p' "$LOG/bench.log" | tee -a "$summary"
   cp "$LOG/bench.log" "$OUT/bench.log" 2>/dev/null
   python3 scripts/device/plot_kernels.py "$OUT/kernels_h200.json" "$OUT/sum_vs_ctas.png" >> "$LOG/bench.log" 2>&1 || true
@@ -81,6 +83,7 @@ fi
 if has probe; then
   timeout 120 "$BUILD/bench/kernels/tide_copy_probe" > "$LOG/probe.log" 2>&1
   note "probe rc=$? $(stamp)"
+  sed -n '/^timeline:/,$p' "$LOG/probe.log" | tee -a "$summary"
   cp "$LOG/probe.log" "$OUT/probe.log"
 fi
 
@@ -103,6 +106,9 @@ if has sass; then
   awk '/Function : .*level1_sum_kernelItLb0E/{f=1} f&&/Function : /&&!/level1_sum_kernelItLb0E/{f=0} f' "$LOG/sass.txt" \
     | grep -oE '^\s+/\*[0-9a-f]+\*/\s+[A-Z][A-Z0-9.]*' | awk '{print $2}' | sed 's/\..*//' | sort | uniq -c | sort -rn > "$LOG/sass-mix-level1-bf16.txt"
   note "sass: $(head -12 "$LOG/sass-mix-level1-bf16.txt" | tr -s ' ' | tr '\n' ',')"
+  # The warp-direct fast loop: instructions per output of each specialisation.
+  python3 bench/kernels/sass_hot_loop.py "$LOG/sass.txt" > "$LOG/sass-hot-loop.txt" 2>&1 || true
+  grep -E "direct_kernelItLb0ELi7" "$LOG/sass-hot-loop.txt" | sed -E 's/.*(direct_kernel[^ ]*)E: /\1: /' | tee -a "$summary"
 fi
 
 note "done $(stamp)"

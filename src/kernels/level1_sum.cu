@@ -10,10 +10,12 @@
 //   level1_sum_kernel         the warp-specialised bulk-copy (TMA) pipeline below, the design
 //                             of Sec. 4.1; the default Level1Tuning;
 //   level1_sum_direct_kernel  no shared memory: each warp loads its inputs straight into
-//                             registers (Level1Tuning::warp_direct). Measured 1.75x faster per
-//                             CTA at 1..32 CTAs on the H200 (docs/kernels.md), because one
-//                             CTA's bulk copies into different stages did not overlap there.
-//                             recommended_level1_tuning() picks between them.
+//                             registers (Level1Tuning::warp_direct), with a lean fast path for
+//                             whole, covered, aligned tiles. Measured 1.75x faster per CTA
+//                             than the pipeline at 1..32 CTAs on the H200 before the fast path
+//                             (docs/kernels.md), because one CTA's bulk copies into different
+//                             stages did not overlap there. recommended_level1_tuning() picks
+//                             between them.
 //
 // Steps, per tile, in a warp-specialised pipeline of `stages` shared-memory stages:
 //   1. Producer warp (warp 0) waits until the consumers released the stage (empty barrier),
@@ -310,7 +312,9 @@ struct Vec<float> {
 // NOTE [arithmetic order] on the device, for kChunk columns: the `ns` staged inputs in
 // local-rank order, then the owner's own, then one multiply by alpha; round-to-nearest adds
 // and multiplies, never contracted. Both Level 1 kernels call this one definition.
-template <typename In>
+// kScale = false skips the multiply and is for alpha == 1 only: 1 * x is x bit for bit except
+// for a NaN's payload, which the callers canonicalise (see kArithNanIsCanonical).
+template <bool kScale = true, typename In>
 __device__ __forceinline__ void level1_combine(const Vec<In> (&staged)[kMaxLevel1Staged],
                                                const Vec<In>& own, int ns, float alpha,
                                                float (&v)[kChunk]) {
@@ -337,7 +341,7 @@ __device__ __forceinline__ void level1_combine(const Vec<In> (&staged)[kMaxLevel
   }
 #pragma unroll
   for (int e = 0; e < kChunk; ++e)
-    v[e] = __fmul_rn(alpha, acc[e]);
+    v[e] = kScale ? __fmul_rn(alpha, acc[e]) : acc[e];
 }
 
 __device__ __forceinline__ void stage_wait(bool spin, std::uint32_t bar, std::uint32_t parity,
@@ -585,17 +589,194 @@ __global__ void __launch_bounds__(32 * (1 + kMaxConsumerWarps), 1)
 }
 
 // ---------------------------------------------------------------------------------------
-// Warp-direct variant (Level1Tuning::warp_direct): no shared memory, no barriers. Each warp
-// streams its own contiguous range of warp tiles (32 lanes x kU chunks x 8 columns of one
-// row), keeps its own cursor into the segment table, and loads every input straight from
-// global memory into registers, 16 bytes at a time where aligned: (7 + 1) x kU independent
-// 16-byte loads in flight per thread before any arithmetic, like the landing kernel. Same
-// arithmetic, padding and NaN rules as the pipeline above (NOTE [arithmetic order]).
-template <typename In, bool kAccumulate>
-__global__ void __launch_bounds__(512)
+// Warp-direct variant (Level1Tuning::warp_direct): no shared memory, no barriers.
+
+// NaN results of FADD/FMUL on the GPU are the canonical 0x7FFFFFFF (NOTE [arithmetic order]
+// states it; the NaN-payload tests of tests/kernels/level1_sum_test.cpp check it on every
+// path). So a result that went through at least one add or multiply needs no select; only a
+// value no arithmetic touched (one input, alpha == 1 specialised away, no accumulate) does.
+// Setting this to false restores a select on every element of the fast path.
+constexpr bool kArithNanIsCanonical = true;
+
+// Fast path of the warp-direct kernel (Sec. 4.1, App. G BW_sum): `nchunks` consecutive warp
+// chunks (32 lanes x 8 columns) of one row that are all real columns, all covered by one run
+// of the owner's gradients, with every staged row, the own source and the output 16-byte
+// aligned. Pointers are this lane's first column: s0 + k * stride staged contribution k, own,
+// out.
+// Steps: kD chunks of loads are kept in flight (a rolling window over the stretch): compute
+// the oldest chunk in NOTE [arithmetic order], store it with two 16-byte stores, then reuse
+// its registers for the chunk kD ahead. No coverage masks, padding selects, tile geometry or
+// 64-bit index arithmetic per element; three pointers advance once per kD chunks. kNs is the
+// staged count when known at compile time (7: L = 8), else -1; kScale = false for alpha == 1.
+// kDepth (Level1Tuning::direct_depth; bf16, L = 8 only) overrides kD: 3 or 4 chunks of 8 x 16 B
+// per thread, for kernels launched with <= 12 or <= 8 warps (more registers per thread).
+// Synchronisation: none inside (each lane reads and writes its own columns); the kernel's
+// stream-order contract covers the rest.
+template <typename In, bool kAccumulate, int kNs, bool kScale, int kDepth>
+__device__ __forceinline__ void direct_fast_stretch(const unsigned char* s0, std::uint32_t stride,
+                                                    const unsigned char* own, float* out,
+                                                    int nchunks, int ns_rt, float alpha) {
+  // Chunks in flight per thread: 2 x 8 x 16 B for bf16 with L = 8 (64 registers; 3 spill under
+  // the 128 that 16 warps allow); 1 for fp32 (64 registers per chunk), with accumulate, and
+  // for a staged count known only at run time (those spill with 2).
+  constexpr int kD = kDepth > 0 ? kDepth : (sizeof(In) == 2 && !kAccumulate && kNs >= 0) ? 2 : 1;
+  constexpr std::uint32_t kInBytes = 32 * kChunk * sizeof(In);  // one warp chunk, one input
+  constexpr int kOutElems = 32 * kChunk;
+  const int ns = kNs >= 0 ? kNs : ns_rt;
+  // A NaN that no add or multiply produced keeps its payload: canonicalise it.
+  const bool select_nan = !kArithNanIsCanonical || (!kScale && !kAccumulate && ns == 0);
+
+  Vec<In> x[kD][kMaxLevel1Staged];
+  Vec<In> ow[kD];
+  Vec<float> old[kD];
+  // Loads chunk slot b from byte offset `off` (bf16/fp32 inputs) of the current pointers.
+  auto load = [&](int b, std::uint32_t off) {
+#pragma unroll
+    for (int k = 0; k < kMaxLevel1Staged; ++k) {
+      // s0 + k * stride is one IMAD.WIDE.U32; off is the load's immediate.
+      if (k < ns) x[b][k].load_global(s0 + static_cast<std::uint64_t>(stride) * k + off);
+    }
+    ow[b].load_global(own + off);
+    if constexpr (kAccumulate) {
+      const float* o = out + off / sizeof(In);
+      old[b].a = reinterpret_cast<const float4*>(o)[0];
+      old[b].b = reinterpret_cast<const float4*>(o)[1];
+    }
+  };
+#pragma unroll
+  for (int b = 0; b < kD; ++b) {
+    if (b < nchunks) load(b, b * kInBytes);
+  }
+  for (int i0 = 0; i0 < nchunks; i0 += kD) {
+#pragma unroll
+    for (int b = 0; b < kD; ++b) {
+      if (i0 + b >= nchunks) break;
+      float v[kChunk];
+      level1_combine<kScale>(x[b], ow[b], ns, alpha, v);
+      if constexpr (kAccumulate) {
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e)
+          v[e] = __fadd_rn(old[b].get(e), v[e]);
+      }
+      if (select_nan) {
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e)
+          v[e] = ptx::canonical(v[e]);
+      }
+      float4* o = reinterpret_cast<float4*>(out + b * kOutElems);
+      o[0] = make_float4(v[0], v[1], v[2], v[3]);
+      o[1] = make_float4(v[4], v[5], v[6], v[7]);
+      if (i0 + b + kD < nchunks) load(b, (b + kD) * kInBytes);
+    }
+    s0 += kD * kInBytes;
+    own += kD * kInBytes;
+    out += kD * kOutElems;
+  }
+}
+
+// Fast path through a per-warp shared-memory ring (Level1Tuning::direct_async = kStages; bf16,
+// L = 8, no accumulate): the same stretch as direct_fast_stretch, but the 8 x 16-byte inputs of
+// a chunk travel by cp.async (LSU, .cg) into stage (chunk % kStages) of this warp's ring, so the
+// bytes in flight live in shared memory instead of registers (more warps per SM, and the next
+// chunk's copies are issued before this chunk's arithmetic, not after it). `ring` is the shared
+// address of this lane's 16 bytes in stage 0 of its warp's ring: stage s, input k at
+// ring + s * 4096 + k * 512 (a warp's 16-byte accesses cover 512 contiguous bytes: no bank
+// conflicts). Steps per chunk i: wait for group i (cp.async.wait_group kStages - 2), issue
+// chunk i + kStages - 1 into the stage chunk i - 1 used (whose shared loads the previous
+// arithmetic already consumed: no write-after-read hazard) and commit it (an empty group past
+// the end keeps the count uniform), read chunk i's 8 x 16 bytes into registers, then the
+// arithmetic and two 16-byte stores. Synchronisation: none across lanes; each lane reads back only
+// the bytes its own cp.async wrote, which wait_group makes visible to it.
+template <bool kScale, int kStages>
+__device__ __forceinline__ void direct_async_stretch(const unsigned char* s0, std::uint32_t stride,
+                                                     const unsigned char* own, float* out,
+                                                     int nchunks, float alpha, std::uint32_t ring) {
+  static_assert(kStages >= 2 && kStages <= 4);
+  constexpr int kNs = kMaxLevel1Staged;
+  constexpr std::uint32_t kInBytes = 32 * kChunk * 2;  // one warp chunk of one bf16 input
+  constexpr std::uint32_t kStageBytes = (kNs + 1) * kInBytes;
+  constexpr int kOutElems = 32 * kChunk;
+  const unsigned char* is0 = s0;  // the next chunk to issue
+  const unsigned char* iown = own;
+  int issued = 0;
+  std::uint32_t istage = 0;
+  auto issue = [&]() {
+    if (issued < nchunks) {
+      const std::uint32_t d = ring + istage * kStageBytes;
+#pragma unroll
+      for (int k = 0; k < kNs; ++k)
+        ptx::cp_async_16(d + k * kInBytes, is0 + static_cast<std::uint64_t>(stride) * k);
+      ptx::cp_async_16(d + kNs * kInBytes, iown);
+    }
+    ptx::cp_async_commit();
+    ++issued;
+    is0 += kInBytes;
+    iown += kInBytes;
+    istage = istage + 1 == kStages ? 0 : istage + 1;
+  };
+#pragma unroll
+  for (int b = 0; b < kStages - 1; ++b)
+    issue();
+  std::uint32_t stage = 0;
+  for (int i = 0; i < nchunks; ++i) {
+    ptx::cp_async_wait_group<kStages - 2>();
+    // Chunk i + kStages - 1 into the stage of chunk i - 1, before this chunk's shared loads:
+    // issued after them, the copies waited for the arithmetic that consumes them (ptxas keeps
+    // shared-memory accesses in order).
+    issue();
+    Vec<std::uint16_t> x[kMaxLevel1Staged];
+    Vec<std::uint16_t> ow;
+    const std::uint32_t d = ring + stage * kStageBytes;
+#pragma unroll
+    for (int k = 0; k < kNs; ++k)
+      x[k].v = ptx::lds128(d + k * kInBytes);
+    ow.v = ptx::lds128(d + kNs * kInBytes);
+    float v[kChunk];
+    level1_combine<kScale>(x, ow, kNs, alpha, v);
+    float4* o = reinterpret_cast<float4*>(out);
+    o[0] = make_float4(v[0], v[1], v[2], v[3]);
+    o[1] = make_float4(v[4], v[5], v[6], v[7]);
+    out += kOutElems;
+    stage = stage + 1 == kStages ? 0 : stage + 1;
+  }
+  ptx::cp_async_wait_group<0>();  // nothing of this stretch in flight when the ring is reused
+}
+
+// The warp-direct kernel (Sec. 4.1; App. G BW_sum at small CTA budgets). Each warp streams its own
+// contiguous range of warp tiles (32 lanes x kU chunks x 8 columns of one row; or every n-th tile,
+// Level1Tuning::interleaved), keeps its own cursor into the segment table, and loads every input
+// straight from global memory into registers. Steps, per tile:
+//   1. tile geometry and the segment-table cursor (warp-wide search at a row start);
+//   2. fast path: when the run under the cursor covers this tile and the following ones, and
+//      every source and the output are 16-byte aligned, direct_fast_stretch() does all those
+//      tiles (as many as the run, the row and the warp's range allow) at once;
+//   3. otherwise (padding, run boundaries inside the tile, misaligned data, partial tiles):
+//      the general path, one chunk per lane at a time (all kU without a fast path): 7 + 1
+//      loads per chunk (16-byte where aligned, else element by element), the own columns run
+//      by run with a coverage mask, then the arithmetic, +0.0f on padding, NaN canonicalised
+//      on every element, vector or element stores.
+// Same arithmetic, padding and NaN rules as the pipeline above (NOTE [arithmetic order]); the
+// fast path is a pure specialisation (the tests compare both with the reference). The host
+// picks kNs = 7 when num_staged is 7 (L = 8; else -1, read at run time) and kScale = false when
+// alpha == 1: one fast loop per kernel keeps every bf16 variant free of spills. kFast = false
+// (Level1Tuning::direct_fast = false) is the kernel without a fast path, for comparisons.
+// bf16, L = 8, no accumulate only: kDepth = 3 or 4 keeps that many chunks in flight per thread
+// in the fast path (Level1Tuning::direct_depth), kAsync = S > 0 uses direct_async_stretch()
+// with an S-stage cp.async ring per warp in dynamic shared memory (Level1Tuning::direct_async);
+// kMaxThreads is the launch bound that sets the registers per thread (65536 / kMaxThreads).
+// Synchronisation contract: as the pipeline's, without any inside the CTA (no barriers; with
+// kAsync each lane reads back only its own cp.async bytes).
+template <typename In, bool kAccumulate, int kNs, bool kScale, bool kFast, int kDepth, int kAsync,
+          int kMaxThreads>
+__global__ void __launch_bounds__(kMaxThreads)
     level1_sum_direct_kernel(const __grid_constant__ Level1SumParams p) {
+  static_assert(kDepth == 0 && kAsync == 0 ||
+                    (sizeof(In) == 2 && !kAccumulate && kNs == kMaxLevel1Staged && kFast),
+                "the deeper and the cp.async fast paths are for bf16, L = 8, no accumulate");
+  extern __shared__ __align__(128) unsigned char direct_ring[];
   constexpr std::uint32_t esz = sizeof(In);
   constexpr int kU = sizeof(In) == 2 ? 2 : 1;
+  constexpr std::uint32_t kTile = kU * 32 * kChunk;  // columns per warp tile (p.tile_elems)
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int wpb = static_cast<int>(blockDim.x) / 32;
   const std::int64_t gw = static_cast<std::int64_t>(blockIdx.x) * wpb + threadIdx.x / 32;
@@ -603,42 +784,18 @@ __global__ void __launch_bounds__(512)
   const TileRange tiles(gw, nw, p.total_tiles, p.interleaved != 0);
   const int ns = p.num_staged;
   const float alpha = p.alpha;
+  const bool fast_ok =
+      kFast && (p.staged_stride_bytes & 15) == 0 && p.staged_stride_bytes <= 0xFFFFFFFFll;
   RunCache cache;
   int cur_row = -1;
   std::uint32_t seg = 0;
   std::uint32_t seg_end = 0;
-  for (int j = 0, t = tiles.first; j < tiles.count; ++j, t += tiles.step) {
+  for (int j = 0, t = tiles.first; j < tiles.count;) {
     const TileGeom g = tile_geom(p, t);
     const unsigned char* srow =
         p.staged + g.row * p.staged_pitch_bytes + static_cast<std::int64_t>(g.c0) * esz;
-    const bool svec = ((reinterpret_cast<std::uintptr_t>(srow) |
-                        static_cast<std::uintptr_t>(p.staged_stride_bytes)) &
-                       15u) == 0;
-    Vec<In> x[kU][kMaxLevel1Staged];
-    Vec<In> own[kU];
-    std::uint32_t m[kU];
-    // 1. Staged contributions (the bulk of the bytes): issue all loads first.
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      own[u].zero();
-      m[u] = 0;
-      const std::uint32_t c = static_cast<std::uint32_t>(u * 32 + lane) * kChunk;
-      if (c < g.ncols) {
-        const bool whole = svec && c + kChunk <= g.ncols;
-#pragma unroll
-        for (int k = 0; k < kMaxLevel1Staged; ++k) {
-          if (k < ns) {
-            const unsigned char* src = srow + k * p.staged_stride_bytes + c * esz;
-            if (whole) {
-              x[u][k].load_global(src);
-            } else {
-              x[u][k].load_global_partial(src, umin(g.ncols - c, kChunk));
-            }
-          }
-        }
-      }
-    }
-    // 2. The owner's contribution: the runs that meet this warp tile (warp-uniform loop).
+    float* orow = p.out + g.row * p.out_pitch + static_cast<std::int64_t>(g.c0);
+    // 1. The segment-table cursor: the first run of this row that ends after c0.
     if (g.row != cur_row) {
       cur_row = g.row;
       cache.base = 0xFFFFFFFFu;
@@ -651,77 +808,150 @@ __global__ void __launch_bounds__(512)
         ++seg;
       }
     }
+    // 2. Fast path: n whole tiles from t inside one run, everything 16-byte aligned.
+    const std::uintptr_t srow_bits = ns == 0 ? 0 : reinterpret_cast<std::uintptr_t>(srow);
+    if (fast_ok && seg < seg_end && g.ncols == kTile &&
+        ((srow_bits | reinterpret_cast<std::uintptr_t>(orow)) & 15u) == 0) {
+      const RunRef r = cache.get(p.runs, seg, seg_end, lane);
+      const unsigned char* own = r.dst_col <= g.c0
+                                     ? static_cast<const unsigned char*>(p.grads[r.param]) +
+                                           (r.src_offset + (g.c0 - r.dst_col)) * esz
+                                     : nullptr;
+      if (own != nullptr && (reinterpret_cast<std::uintptr_t>(own) & 15u) == 0) {
+        const std::uint32_t in_run = (r.dst_col + r.length - g.c0) / kTile;
+        const std::uint32_t in_row = static_cast<std::uint32_t>((p.width - g.c0) / kTile);
+        const std::uint32_t in_range = tiles.step == 1 ? tiles.count - j : 1;
+        const int n = static_cast<int>(umin(umin(in_run, in_row), in_range));
+        if (n > 0) {
+          const std::uint32_t lo = static_cast<std::uint32_t>(lane) * kChunk;
+          const unsigned char* s0 = srow + lo * esz;
+          const auto sd = static_cast<std::uint32_t>(p.staged_stride_bytes);
+          const int nch = n * kU;
+          if constexpr (kAsync > 0) {
+            const std::uint32_t ring =
+                ptx::smem_addr(direct_ring) +
+                static_cast<std::uint32_t>(threadIdx.x / 32) * (kAsync * 4096u) + lo * esz;
+            direct_async_stretch<kScale, kAsync>(s0, sd, own + lo * esz, orow + lo, nch, alpha,
+                                                 ring);
+          } else if constexpr (kFast) {
+            direct_fast_stretch<In, kAccumulate, kNs, kScale, kDepth>(s0, sd, own + lo * esz,
+                                                                      orow + lo, nch, ns, alpha);
+          }
+          j += n;
+          t += n * tiles.step;
+          continue;
+        }
+      }
+    }
+    // 3. General path for this one tile, kG chunks per lane at a time: 1 in the kernels with a
+    //    fast path (it keeps registers for the fast loop), kU (all loads of the tile in
+    //    flight) in the kernel without one (direct_fast = false, the kernel as it was before).
+    constexpr int kG = kFast ? 1 : kU;
+    const bool svec = ((reinterpret_cast<std::uintptr_t>(srow) |
+                        static_cast<std::uintptr_t>(p.staged_stride_bytes)) &
+                       15u) == 0;
+    const bool vec_out = (reinterpret_cast<std::uintptr_t>(orow) & 15u) == 0;
     const std::uint32_t c1 = g.c0 + g.ncols;
-    for (std::uint32_t i = seg; i < seg_end; ++i) {
-      const RunRef r = cache.get(p.runs, i, seg_end, lane);
-      if (r.dst_col >= c1) break;
-      const auto* gbase = static_cast<const unsigned char*>(p.grads[r.param]);
-      const std::uint32_t r_end = r.dst_col + r.length;
+#pragma unroll 1
+    for (int u0 = 0; u0 < kU; u0 += kG) {
+      Vec<In> x[kG][kMaxLevel1Staged];
+      Vec<In> own[kG];
+      std::uint32_t m[kG];
+      // 3a. Staged contributions (the bulk of the bytes): issue their loads first.
 #pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const std::uint32_t cc = g.c0 + static_cast<std::uint32_t>(u * 32 + lane) * kChunk;
-        if (cc >= c1) continue;
-        const std::uint32_t lo = umax(r.dst_col, cc);
-        const std::uint32_t hi = umin(umin(r_end, cc + kChunk), c1);
-        if (lo >= hi) continue;
-        const unsigned char* src0 =
-            gbase + (r.src_offset + static_cast<std::int64_t>(cc) - r.dst_col) *
-                        static_cast<std::int64_t>(esz);
-        if (lo == cc && hi == cc + kChunk && (reinterpret_cast<std::uintptr_t>(src0) & 15u) == 0) {
-          own[u].load_global(src0);
-          m[u] = 0xFFu;
-        } else {
+      for (int u = 0; u < kG; ++u) {
+        own[u].zero();
+        m[u] = 0;
+        const std::uint32_t c = static_cast<std::uint32_t>((u0 + u) * 32 + lane) * kChunk;
+        if (c < g.ncols) {
+          const bool whole = svec && c + kChunk <= g.ncols;
 #pragma unroll
-          for (int e = 0; e < kChunk; ++e) {
-            const std::uint32_t col = cc + static_cast<std::uint32_t>(e);
-            if (col >= lo && col < hi) {
-              own[u].or_global_element(e, src0 + e * esz);
-              m[u] |= 1u << e;
+          for (int k = 0; k < kMaxLevel1Staged; ++k) {
+            if (k < ns) {
+              const unsigned char* src = srow + k * p.staged_stride_bytes + c * esz;
+              if (whole) {
+                x[u][k].load_global(src);
+              } else {
+                x[u][k].load_global_partial(src, umin(g.ncols - c, kChunk));
+              }
             }
           }
         }
       }
-    }
-    // 3. Arithmetic in NOTE [arithmetic order], then store.
-    float* orow = p.out + g.row * p.out_pitch + static_cast<std::int64_t>(g.c0);
-    const bool vec_out = (reinterpret_cast<std::uintptr_t>(orow) & 15u) == 0;
+      // 3b. The owner's contribution: the runs that meet these chunks (warp-uniform loop),
+      //     with a coverage mask.
+      for (std::uint32_t i = seg; i < seg_end; ++i) {
+        const RunRef r = cache.get(p.runs, i, seg_end, lane);
+        if (r.dst_col >= c1) break;
+        const auto* gbase = static_cast<const unsigned char*>(p.grads[r.param]);
+        const std::uint32_t r_end = r.dst_col + r.length;
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const std::uint32_t c = static_cast<std::uint32_t>(u * 32 + lane) * kChunk;
-      if (c >= g.ncols) continue;
-      const bool whole_out = vec_out && c + kChunk <= g.ncols;
-      float v[kChunk];
-      level1_combine(x[u], own[u], ns, alpha, v);
-      if constexpr (kAccumulate) {
-        Vec<float> o;
-        if (whole_out) {
-          o.a = reinterpret_cast<const float4*>(orow + c)[0];
-          o.b = reinterpret_cast<const float4*>(orow + c)[1];
-        } else {
-          o.zero();
+        for (int u = 0; u < kG; ++u) {
+          const std::uint32_t cc = g.c0 + static_cast<std::uint32_t>((u0 + u) * 32 + lane) * kChunk;
+          if (cc >= c1) continue;
+          const std::uint32_t lo = umax(r.dst_col, cc);
+          const std::uint32_t hi = umin(umin(r_end, cc + kChunk), c1);
+          if (lo >= hi) continue;
+          const unsigned char* src0 =
+              gbase + (r.src_offset + static_cast<std::int64_t>(cc) - r.dst_col) *
+                          static_cast<std::int64_t>(esz);
+          if (lo == cc && hi == cc + kChunk &&
+              (reinterpret_cast<std::uintptr_t>(src0) & 15u) == 0) {
+            own[u].load_global(src0);
+            m[u] = 0xFFu;
+          } else {
 #pragma unroll
-          for (int e = 0; e < kChunk; ++e) {
-            if (c + e < g.ncols)
-              o.or_global_element(e, reinterpret_cast<const unsigned char*>(orow + c + e));
+            for (int e = 0; e < kChunk; ++e) {
+              const std::uint32_t col = cc + static_cast<std::uint32_t>(e);
+              if (col >= lo && col < hi) {
+                own[u].or_global_element(e, src0 + e * esz);
+                m[u] |= 1u << e;
+              }
+            }
           }
+        }
+      }
+      // 3c. Arithmetic in NOTE [arithmetic order], then store.
+#pragma unroll
+      for (int u = 0; u < kG; ++u) {
+        const std::uint32_t c = static_cast<std::uint32_t>((u0 + u) * 32 + lane) * kChunk;
+        if (c >= g.ncols) continue;
+        const bool whole_out = vec_out && c + kChunk <= g.ncols;
+        float v[kChunk];
+        level1_combine(x[u], own[u], ns, alpha, v);
+        if constexpr (kAccumulate) {
+          Vec<float> o;
+          if (whole_out) {
+            o.a = reinterpret_cast<const float4*>(orow + c)[0];
+            o.b = reinterpret_cast<const float4*>(orow + c)[1];
+          } else {
+            o.zero();
+#pragma unroll
+            for (int e = 0; e < kChunk; ++e) {
+              if (c + e < g.ncols)
+                o.or_global_element(e, reinterpret_cast<const unsigned char*>(orow + c + e));
+            }
+          }
+#pragma unroll
+          for (int e = 0; e < kChunk; ++e)
+            v[e] = __fadd_rn(o.get(e), v[e]);
         }
 #pragma unroll
         for (int e = 0; e < kChunk; ++e)
-          v[e] = __fadd_rn(o.get(e), v[e]);
-      }
+          v[e] = ((m[u] >> e) & 1u) ? ptx::canonical(v[e]) : 0.0f;
+        if (whole_out) {
+          reinterpret_cast<float4*>(orow + c)[0] = make_float4(v[0], v[1], v[2], v[3]);
+          reinterpret_cast<float4*>(orow + c)[1] = make_float4(v[4], v[5], v[6], v[7]);
+        } else {
 #pragma unroll
-      for (int e = 0; e < kChunk; ++e)
-        v[e] = ((m[u] >> e) & 1u) ? ptx::canonical(v[e]) : 0.0f;
-      if (whole_out) {
-        reinterpret_cast<float4*>(orow + c)[0] = make_float4(v[0], v[1], v[2], v[3]);
-        reinterpret_cast<float4*>(orow + c)[1] = make_float4(v[4], v[5], v[6], v[7]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < kChunk; ++e) {
-          if (c + e < g.ncols) orow[c + e] = v[e];
+          for (int e = 0; e < kChunk; ++e) {
+            if (c + e < g.ncols) orow[c + e] = v[e];
+          }
         }
       }
     }
+    ++j;
+    t += tiles.step;
   }
 }
 
@@ -732,11 +962,71 @@ __global__ void __launch_bounds__(512)
   throw InvalidArgument("launch_level1_sum: " + what);
 }
 
+// The warp-direct kernel variants of bf16, L = 8, no accumulate (Level1Tuning::direct_depth,
+// direct_async), with their launch bounds, and the limits the launcher checks.
+constexpr int direct_max_warps(int depth, int async_stages) {
+  return async_stages == 2   ? 24
+         : async_stages == 3 ? 18
+         : async_stages == 4 ? 12
+         : depth == 3        ? 12
+         : depth == 4        ? 8
+                             : 16;
+}
+
+// The warp-direct kernel for these parameters: the fast path's specialisations (L = 8 with
+// 2, 3 or 4 chunks in flight or a cp.async ring of 2, 3 or 4 stages; alpha == 1), or the kernel
+// without a fast path.
+template <typename In, bool kAccumulate>
+auto pick_direct_kernel(const Level1SumParams& p) {
+  const bool scale = p.alpha != 1.0f;
+  if (p.direct_fast == 0) {
+    return &level1_sum_direct_kernel<In, kAccumulate, -1, true, false, 0, 0, 512>;
+  }
+  if (p.num_staged != kMaxLevel1Staged) {
+    return scale ? &level1_sum_direct_kernel<In, kAccumulate, -1, true, true, 0, 0, 512>
+                 : &level1_sum_direct_kernel<In, kAccumulate, -1, false, true, 0, 0, 512>;
+  }
+  constexpr int k7 = kMaxLevel1Staged;
+  if constexpr (sizeof(In) == 2 && !kAccumulate) {
+#define TIDE_DIRECT_VARIANT(depth, stages)                                            \
+  return scale ? &level1_sum_direct_kernel<In, false, k7, true, true, depth, stages,  \
+                                           32 * direct_max_warps(depth, stages)>      \
+               : &level1_sum_direct_kernel<In, false, k7, false, true, depth, stages, \
+                                           32 * direct_max_warps(depth, stages)>
+    switch (p.direct_async) {
+      case 2:
+        TIDE_DIRECT_VARIANT(0, 2);
+      case 3:
+        TIDE_DIRECT_VARIANT(0, 3);
+      case 4:
+        TIDE_DIRECT_VARIANT(0, 4);
+      default:
+        break;
+    }
+    if (p.direct_depth == 3) TIDE_DIRECT_VARIANT(3, 0);
+    if (p.direct_depth == 4) TIDE_DIRECT_VARIANT(4, 0);
+#undef TIDE_DIRECT_VARIANT
+  }
+  return scale ? &level1_sum_direct_kernel<In, kAccumulate, k7, true, true, 0, 0, 512>
+               : &level1_sum_direct_kernel<In, kAccumulate, k7, false, true, 0, 0, 512>;
+}
+
+// Whether the deeper or cp.async fast paths apply (bf16, L = 8, no accumulate); elsewhere the
+// launcher runs the default warp-direct kernel with at most 16 warps.
+bool direct_variant_applies(DType dt, int num_staged, bool accumulate) {
+  return dt == DType::kBf16 && num_staged == kMaxLevel1Staged && !accumulate;
+}
+
 template <typename In, bool kAccumulate>
 void launch_typed(const Level1SumParams& p, int grid, int threads, int smem_bytes,
                   cudaStream_t stream, bool warp_direct) {
   if (warp_direct) {
-    level1_sum_direct_kernel<In, kAccumulate><<<grid, threads, 0, stream>>>(p);
+    auto kernel = pick_direct_kernel<In, kAccumulate>(p);
+    if (smem_bytes > 0) {
+      TIDE_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+    }
+    kernel<<<grid, threads, static_cast<std::size_t>(smem_bytes), stream>>>(p);
     TIDE_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -881,10 +1171,17 @@ void launch_level1_sum(const Level1SumArgs& a, cudaStream_t stream, const Level1
   const bool tile_pow2 = tu.tile_bytes > 0 && (tu.tile_bytes & (tu.tile_bytes - 1)) == 0;
   if (tu.stages < 2 || tu.stages > kMaxStages || tu.tile_bytes < 512 || tu.tile_bytes > 65536 ||
       !tile_pow2 || tu.consumer_warps < 1 ||
-      tu.consumer_warps > (tu.warp_direct ? 16 : kMaxConsumerWarps)) {
+      tu.consumer_warps > (tu.warp_direct ? direct_max_warps(tu.direct_depth, tu.direct_async)
+                                          : kMaxConsumerWarps)) {
     invalid("tuning (stages " + std::to_string(tu.stages) + ", tile_bytes " +
             std::to_string(tu.tile_bytes) + ", consumer_warps " +
             std::to_string(tu.consumer_warps) + ") is outside [2,4] x 2^[9,16] x [1,12]");
+  }
+  if ((tu.direct_depth != 0 && (tu.direct_depth < 2 || tu.direct_depth > 4)) ||
+      (tu.direct_async != 0 && (tu.direct_async < 2 || tu.direct_async > 4)) ||
+      (tu.direct_depth > 2 && tu.direct_async != 0)) {
+    invalid("tuning (direct_depth " + std::to_string(tu.direct_depth) + ", direct_async " +
+            std::to_string(tu.direct_async) + ") is outside {0, 2, 3, 4}, or both are set");
   }
 
   Level1SumParams p;
@@ -951,10 +1248,29 @@ void launch_level1_sum(const Level1SumArgs& a, cudaStream_t stream, const Level1
   p.direct_staged = tu.direct_staged ? 1 : 0;
   p.spin_wait = tu.spin_wait ? 1 : 0;
   p.interleaved = tu.interleaved ? 1 : 0;
+  p.direct_fast = tu.direct_fast ? 1 : 0;
+  // The deeper and cp.async fast paths exist for bf16, L = 8, no accumulate; elsewhere the
+  // default warp-direct kernel runs, with 16 warps when a variant was asked for (its warp
+  // count belongs to the variant) and at most 16 otherwise (the result is the same).
+  const bool asked = tu.direct_depth > 2 || tu.direct_async > 0;
+  const bool variant = tu.warp_direct && tu.direct_fast &&
+                       direct_variant_applies(a.dtype, a.num_staged, a.accumulate);
+  p.direct_depth = variant && tu.direct_depth > 2 ? tu.direct_depth : 0;
+  p.direct_async = variant ? tu.direct_async : 0;
+  const int direct_warps =
+      variant ? tu.consumer_warps : (asked ? 16 : std::min(tu.consumer_warps, 16));
+  int smem = tu.stages * p.stage_bytes;
+  if (tu.warp_direct) {
+    smem = direct_warps * p.direct_async * 4096;  // one ring of 8 x 512 B stages per warp
+    if (smem > max_smem) {
+      invalid("direct_async = " + std::to_string(p.direct_async) + " with " +
+              std::to_string(direct_warps) + " warps needs " + std::to_string(smem) +
+              " bytes of shared memory (at most " + std::to_string(max_smem) + ")");
+    }
+  }
 
   const int grid = static_cast<int>(std::min<std::int64_t>(a.ctas, tiles));
-  const int threads = 32 * (tu.warp_direct ? tu.consumer_warps : 1 + tu.consumer_warps);
-  const int smem = tu.stages * p.stage_bytes;
+  const int threads = 32 * (tu.warp_direct ? direct_warps : 1 + tu.consumer_warps);
   if (a.dtype == DType::kBf16) {
     if (a.accumulate) {
       launch_typed<std::uint16_t, true>(p, grid, threads, smem, stream, tu.warp_direct);

@@ -133,6 +133,30 @@ __device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src) 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
 
+// Closes this thread's current group of cp.async copies (cp.async.commit_group; an empty
+// group is allowed and completes at once).
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// Waits until at most N of this thread's committed cp.async groups are still pending; the
+// completed groups' bytes are then visible to this thread (only: no other thread may read them
+// without a barrier).
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// 16-byte shared-memory load (ld.shared.v4.b32) at the shared address `a`.
+__device__ __forceinline__ uint4 lds128(std::uint32_t a) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(a)
+               : "memory");
+  return v;
+}
+
 // Arrives on `bar` once all of this thread's earlier cp.async copies have completed; the
 // barrier's expected count must include this arrival (.noinc).
 __device__ __forceinline__ void cp_async_arrive_noinc(std::uint32_t bar) {

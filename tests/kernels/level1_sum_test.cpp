@@ -43,6 +43,7 @@ struct Level1Case {
   std::int64_t out_misalign = 0;
   Layout layout = Layout::kAligned;
   int num_params = 6;
+  bool aligned_grads = false;  // gradient bases 16-byte aligned (else misaligned by p % 8)
   Level1Tuning tuning{};
   bool quick = true;  // kept under TIDE_KERNEL_TEST_QUICK=1
 };
@@ -218,7 +219,7 @@ class Level1Problem {
     grad_f32_.resize(np);
     grad_misalign_.resize(np);
     for (std::size_t p = 0; p < np; ++p) {
-      grad_misalign_[p] = static_cast<std::int64_t>(p % 8);
+      grad_misalign_[p] = c_.aligned_grads ? 0 : static_cast<std::int64_t>(p % 8);
       const std::int64_t n = grad_misalign_[p] + grad_len_[p] + 8;
       if (c_.dtype == DType::kBf16) {
         grad_bf16_[p].resize(static_cast<std::size_t>(n));
@@ -463,6 +464,47 @@ std::vector<Level1Case> level1_cases() {
       }
     }
   }
+  // The warp-direct fast path (whole tiles inside one run, 16-byte aligned; its specialised
+  // kernels for L = 8 and alpha == 1, and a value no arithmetic touched at L = 1, alpha == 1,
+  // whose NaN payloads must still be canonicalised), next to its general path at run ends;
+  // at L = 8 also its deeper register pipelines (direct_depth 3, 4) and its cp.async rings
+  // (direct_async 2, 3, 4) with the most warps each allows (bf16 without accumulate: those
+  // kernels; fp32 and accumulate: the fallback to the default kernel with <= 16 warps).
+  struct FastVariant {
+    const char* name;
+    int warps, depth, async;
+  };
+  const FastVariant fast_variants[] = {{"", 16, 0, 0},        {"_depth3", 12, 3, 0},
+                                       {"_depth4", 8, 4, 0},  {"_async2", 24, 0, 2},
+                                       {"_async3", 18, 0, 3}, {"_async4", 12, 0, 4}};
+  for (DType dt : {DType::kBf16, DType::kFp32}) {
+    for (bool acc : {false, true}) {
+      for (int ns : {0, 3, 7}) {
+        for (const FastVariant& fv : fast_variants) {
+          if (ns != 7 && fv.name[0] != '\0') continue;
+          for (float alpha : {1.0f, 0.375f}) {
+            Level1Case c;
+            c.name = "warp_fast_L" + std::to_string(ns + 1) + (alpha == 1.0f ? "_alpha1" : "") +
+                     fv.name + (dt == DType::kBf16 ? "_bf16" : "_fp32") + (acc ? "_acc" : "");
+            c.dtype = dt;
+            c.rows = 4;
+            c.width = 40000;
+            c.num_staged = ns;
+            c.alpha = alpha;
+            c.accumulate = acc;
+            c.layout = Layout::kAligned;
+            c.aligned_grads = true;
+            c.ctas = 2;
+            c.tuning.warp_direct = true;
+            c.tuning.consumer_warps = fv.warps;
+            c.tuning.direct_depth = fv.depth;
+            c.tuning.direct_async = fv.async;
+            cases.push_back(c);
+          }
+        }
+      }
+    }
+  }
   for (int stages : {2, 4}) {
     Level1Case c;
     c.name = "stages" + std::to_string(stages);
@@ -516,6 +558,14 @@ TEST(Level1Sum, CtaCountAndTuningInvariance) {
                                    {4, {3, 8192, 16, false, false, false, true, true}},
                                    {33, {3, 8192, 5, false, false, false, true, true}},
                                    {4, {3, 8192, 8, false, false, false, false, true}},
+                                   {4, {3, 8192, 16, false, false, false, true, false, false}},
+                                   {33, {3, 8192, 7, false, false, false, true, true, false}},
+                                   {4, {3, 8192, 12, false, false, false, true, false, true, 3}},
+                                   {9, {3, 8192, 8, false, false, false, true, true, true, 4}},
+                                   {4, {3, 8192, 18, false, false, false, true, false, true, 0, 3}},
+                                   {33, {3, 8192, 24, false, false, false, true, true, true, 0, 2}},
+                                   {5, {3, 8192, 12, false, false, false, true, false, true, 0, 4}},
+                                   {1, {3, 8192, 5, false, false, false, true, false, true, 0, 3}},
                                    {9, {2, 2048, 4, false, true, false, false, true}}};
   for (const Variant& v : variants) {
     const std::vector<float> got = prob.run(v.ctas, v.t);
@@ -574,6 +624,24 @@ TEST(Level1SumArgs, RejectsBadArguments) {
   a.ctas = 0;
   EXPECT_THROW(launch_level1_sum(a, nullptr), InvalidArgument);
   a.ctas = 4;
+  // Warp-direct variants: warps over the variant's launch bound, unknown depths or stages,
+  // both at once (checked before any CUDA call).
+  Level1Tuning t = recommended_level1_tuning(4);
+  t.consumer_warps = 13;
+  t.direct_depth = 3;
+  EXPECT_THROW(launch_level1_sum(a, nullptr, t), InvalidArgument);
+  t.consumer_warps = 8;
+  t.direct_depth = 5;
+  EXPECT_THROW(launch_level1_sum(a, nullptr, t), InvalidArgument);
+  t.direct_depth = 3;
+  t.direct_async = 3;
+  EXPECT_THROW(launch_level1_sum(a, nullptr, t), InvalidArgument);
+  t.direct_depth = 0;
+  t.consumer_warps = 19;
+  EXPECT_THROW(launch_level1_sum(a, nullptr, t), InvalidArgument);
+  t.consumer_warps = 8;
+  t.direct_async = 1;
+  EXPECT_THROW(launch_level1_sum(a, nullptr, t), InvalidArgument);
   a.table.rows = 9;
   EXPECT_THROW(launch_level1_sum(a, nullptr), InvalidArgument);
   a.table.rows = 8;

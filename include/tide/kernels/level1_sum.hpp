@@ -111,17 +111,27 @@ struct Level1Tuning {
   bool spin_wait = false;      // poll barriers with test_wait instead of try_wait
   bool warp_direct = false;    // no pipeline: consumer_warps (<= 16) warps load everything directly
   bool interleaved = false;    // workers take every n-th tile instead of a contiguous range
+  bool direct_fast = true;     // warp-direct: lean path for whole, covered, aligned tiles
+  // Warp-direct fast path, bf16, L = 8, no accumulate only (elsewhere ignored, and at most 16
+  // warps run): chunks of 8 x 16-byte loads in flight per thread (0 or 2: 2, <= 16 warps;
+  // 3: <= 12 warps; 4: <= 8 warps), or, with direct_async = S (2, 3, 4), a cp.async ring of S
+  // stages of 4 KB per warp in shared memory instead (<= 24, 18, 12 warps).
+  int direct_depth = 0;
+  int direct_async = 0;
 };
 
-// The tuning TIDE uses for a CTA budget, from the H200 measurements in docs/kernels.md: the
-// warp-direct kernel (16 warps) up to 32 CTAs, where it sustains 50-58 GB/s per CTA against the
-// bulk-copy pipeline's 31-33; the pipeline on larger grids (3.4 against 3.2-3.3 TB/s at 132).
-// Both compute the same bits.
+// The tuning TIDE uses for a CTA budget, from the H200 measurements in docs/kernels.md
+// (bench/results/kernels/run-2026-11-29c): up to 32 CTAs the warp-direct kernel, whose bf16
+// L = 8 fast path runs 8 warps with 4 chunks of loads in flight per thread (102.4 GB/s per CTA
+// at 4 CTAs, 86.4 at 32; 16 warps with 2 chunks: 85.8, 77.6; the bulk-copy pipeline: 32.6,
+// 31.1); other inputs fall back to the 16-warp warp-direct kernel. The pipeline on larger grids.
+// All compute the same bits.
 inline Level1Tuning recommended_level1_tuning(int ctas) {
   Level1Tuning t;
   if (ctas <= 32) {
     t.warp_direct = true;
-    t.consumer_warps = 16;
+    t.consumer_warps = 8;
+    t.direct_depth = 4;
   }
   return t;
 }
@@ -156,6 +166,9 @@ struct Level1SumParams {
   int direct_staged;
   int spin_wait;
   int interleaved;
+  int direct_fast;
+  int direct_depth;  // 0, 3, 4: chunks in flight in the bf16 L = 8 fast path (0: 2)
+  int direct_async;  // 0 or the cp.async ring's stages (bf16 L = 8 fast path)
 };
 
 }  // namespace detail
