@@ -84,12 +84,13 @@ void simulate_step(const SimulateArgs& a) {
   if (fault != program::Fault::kNone && a.timing_only) {
     throw InvalidArgument("--inject needs data and race tracking; drop --timing-only");
   }
-  if (a.baseline) {
-    throw Unsupported(
-        "tide simulate step runs TIDE's calls only; compare single calls with "
-        "tide simulate all-gather|reduce-scatter --baseline");
+  if (fault != program::Fault::kNone && a.baseline) {
+    throw InvalidArgument("--inject applies to TIDE's programs, not to --baseline");
   }
-  if (!a.dump.empty()) throw Unsupported("--dump is for single calls; drop it for a step");
+  if (!a.dump.empty()) throw InvalidArgument("--dump is for single calls; drop it for a step");
+  if (a.baseline && a.cast) {
+    throw InvalidArgument("--baseline models FSDP2's bf16 all-gather; drop --cast");
+  }
 
   const Topology topo(a.nodes, a.gpus_per_node);
   const DType ag_dtype = a.cast ? DType::kBf16 : parse_dtype(a.ag_dtype, "--ag-dtype");
@@ -113,6 +114,18 @@ void simulate_step(const SimulateArgs& a) {
   for (std::size_t i = 0; i < layouts.size(); ++i)
     groups.push_back({named[i].name, &ag_plans[i], &rs_plans[i]});
 
+  if (a.baseline) {
+    // Stock FSDP2's rings take N - 1 steps per rank and channel: about 4 N^2 L ops per call.
+    const double ops = 3.0 * static_cast<double>(named.size()) * 4.0 * topo.world() * topo.world() *
+                       topo.gpus_per_node();
+    if (ops > 3e7) {
+      throw Unsupported(fmt::format(
+          "a stock FSDP2 step at N = {} with {} groups is about {:.0f} M ring ops, more than "
+          "this simulator holds in memory; use fewer --layers or nodes, or compare single "
+          "calls with tide simulate all-gather|reduce-scatter --baseline",
+          topo.world(), named.size(), ops / 1e6));
+    }
+  }
   program::StepOptions options;
   program::RsProgramOptions& rs = options.reduce_scatter;
   rs.alpha = a.alpha != 0 ? a.alpha : 1.0f / static_cast<float>(topo.world());
@@ -125,7 +138,9 @@ void simulate_step(const SimulateArgs& a) {
     throw InvalidArgument("--landing '" + a.landing + "' must be pull or switch-reduce");
   }
   options.fault = fault;
-  const program::StepProgram step = program::build_step_program(groups, options);
+  options.ag_stages = a.ag_stages;
+  const program::StepProgram step = a.baseline ? program::build_fsdp2_step_program(groups, options)
+                                               : program::build_step_program(groups, options);
   exec::ReferenceExecutor ex(step.program, exec::ExecutorOptions{a.timing_only});
 
   // Inputs: every group's shards (resident in the arena, or fp32 masters with a cast) and
@@ -140,7 +155,7 @@ void simulate_step(const SimulateArgs& a) {
       shards[g] = random_shards(rng, layout, a.cast);
       grads[g] = random_grads(rng, layout);
       for (int r = 0; r < topo.world(); ++r) {
-        if (a.cast) continue;  // the fp32 masters are the all-gather calls' tensors (below)
+        if (a.cast || a.baseline) continue;  // the all-gather calls' tensors (below)
         const AgShard& shard = shards[g][static_cast<std::size_t>(r)];
         auto bytes =
             ex.input(Buffer{r, Space::kArena, 0}, step.arena.resident[g], layout.shard_bytes());
@@ -152,7 +167,14 @@ void simulate_step(const SimulateArgs& a) {
       const std::size_t g = static_cast<std::size_t>(call.group);
       for (int r = 0; r < topo.world(); ++r) {
         if (call.kind == program::StepCallKind::kAllGather) {
-          if (a.cast) {
+          if (a.baseline) {  // stock FSDP2 reads each sharded parameter
+            const AgShard& shard = shards[g][static_cast<std::size_t>(r)];
+            for (int p = 0; p < layouts[g].param_count(); ++p) {
+              auto bytes = ex.input(Buffer{r, Space::kTensor, call.tensor_base + p});
+              std::memcpy(bytes.data(), shard.packed.data() + layouts[g].param(p).offset,
+                          bytes.size());
+            }
+          } else if (a.cast) {
             const AgShard& shard = shards[g][static_cast<std::size_t>(r)];
             for (std::size_t p = 0; p < shard.master.size(); ++p) {
               store_values(
@@ -200,7 +222,9 @@ void simulate_step(const SimulateArgs& a) {
         check_reduce_scatter(rs_plans[g], grads[g], rs.alpha, a.accumulate, initial[i], output,
                              digest, check);
         if (check.max_abs_error > check.tolerance) passed = false;
-        if (!check.bitwise && rs.landing == program::LandingStyle::kPull) passed = false;
+        if (!check.bitwise && rs.landing == program::LandingStyle::kPull && !a.baseline) {
+          passed = false;
+        }
       }
       if (call.kind == program::StepCallKind::kAllGather && !check.bitwise) passed = false;
       bitwise = bitwise && check.bitwise;
@@ -228,10 +252,11 @@ void simulate_step(const SimulateArgs& a) {
   }
   const int world = topo.world();
   json out = {{"collective", "step"},
-              {"system", "tide"},
+              {"system", a.baseline ? "fsdp2" : "tide"},
               {"nodes", a.nodes},
               {"gpus_per_node", a.gpus_per_node},
               {"groups", groups.size()},
+              {"ag_stages", a.baseline ? 0 : a.ag_stages},
               {"timing_only", a.timing_only},
               {"schedule_seed", a.schedule_seed},
               {"data_seed", a.data_seed},
@@ -265,9 +290,9 @@ void simulate_step(const SimulateArgs& a) {
     std::cout << out.dump(2) << '\n';
   } else {
     std::cout << fmt::format(
-        "tide simulate step: {} calls over {} groups on M={} x L={} ({}, schedule seed {})\n",
-        step.calls.size(), groups.size(), a.nodes, a.gpus_per_node,
-        a.timing_only ? "timing only" : "data", a.schedule_seed);
+        "tide simulate step ({}): {} calls over {} groups on M={} x L={} ({}, schedule seed {})\n",
+        a.baseline ? "stock FSDP2" : "TIDE", step.calls.size(), groups.size(), a.nodes,
+        a.gpus_per_node, a.timing_only ? "timing only" : "data", a.schedule_seed);
     table.print(std::cout);
     Table summary({"result", "value"});
     summary.left_aligned();

@@ -27,6 +27,7 @@ struct SimulateArgs {
   std::string inject, trace, timeline, cost_model, dump;
   bool timing_only = false, json = false, list_faults = false, baseline = false;
   int layers = 2;      // step: how many times the layer group repeats
+  int ag_stages = 2;   // step: all-gather receive stages (1 or 2)
   std::string groups;  // step: shape sets of distinct groups, "D0xK0,...;D0xK0,..."
 };
 

@@ -129,8 +129,10 @@ struct Builder : Emitter {
              who + "landing free -> GPU " + std::to_string(topo.rank(n, d)));
     }
 
-    // 2-3. caller: after this rank's previous scatter (its stage is free here), cast, entry
-    if (shared.calls > 0) {
+    // 2-3. caller: cast (after this rank's previous scatter, which read stage slot 0), entry.
+    // Without a cast nothing here waits for the previous call: incoming puts are guarded by
+    // the stage credits below, and this rank's own earlier puts precede on this stream.
+    if (plan.options().mixed_precision_cast && shared.calls > 0) {
       event(OpKind::kEventWait, rank, caller,
             shared.scatter_done_events[static_cast<std::size_t>(shared.calls - 1)],
             who + "previous call's scatter done");

@@ -11,12 +11,14 @@
 namespace tide::program {
 namespace {
 
-// Appends `call`'s ops to `step`, mapping its stream indices by name. Counter, event and
-// buffer ids are already the step's (the builders were given their placement).
-void append(Program& step, Program&& call) {
+// Appends `call`'s ops to `step`, mapping its stream indices by name with `prefix` (each
+// collective has its own streams, as FSDP2's all-gather and reduce-scatter streams are
+// distinct; the compute stream is shared). Counter, event and buffer ids are already the
+// step's.
+void append(Program& step, Program&& call, const std::string& prefix) {
   std::vector<int> streams;
   for (const std::string& name : call.stream_names)
-    streams.push_back(step.stream(name));
+    streams.push_back(step.stream(name == "compute" ? name : prefix + name));
   for (Op& op : call.ops) {
     op.stream = streams[static_cast<std::size_t>(op.stream)];
     step.ops.push_back(std::move(op));
@@ -39,7 +41,7 @@ std::vector<StepCall> issue_order(int groups) {
   return calls;
 }
 
-StepArenaLayout step_arena(const std::vector<StepGroup>& groups) {
+StepArenaLayout step_arena(const std::vector<StepGroup>& groups, int ag_stages) {
   StepArenaLayout a;
   std::int64_t at = 0;
   std::int64_t stage = 0, landing = 0;
@@ -52,8 +54,9 @@ StepArenaLayout step_arena(const std::vector<StepGroup>& groups) {
     landing = std::max(landing, plan.layout().unsharded_bytes());
     rs_plans.push_back(g.reduce_scatter);
   }
-  a.stage = at;
-  a.landing[0] = a.stage + stage;
+  a.stage[0] = at;
+  a.stage[1] = ag_stages == 2 ? a.stage[0] + stage : a.stage[0];
+  a.landing[0] = a.stage[1] + stage;
   a.landing[1] = a.landing[0] + landing;
   a.reduce_scatter = a.landing[1] + landing;
   a.rs = rs_arena_layout(rs_plans);
@@ -72,12 +75,16 @@ Program build_calls(std::vector<StepCall>& calls, const std::vector<StepGroup>& 
   Program step;
   step.ranks = topo.world();
   const int rounds = static_cast<int>(groups.front().all_gather->rounds().size());
-  AgShared ag;
-  ag.stage_credit = 0;
+  // One AgShared per receive-stage area: call a uses area a mod 2 (with one area, both
+  // entries are the same object), with its own stage-credit counters.
+  std::vector<AgShared> ag_areas(2);
+  const int ag_area_count = arena.stage[0] == arena.stage[1] ? 1 : 2;
+  ag_areas[0].stage_credit = 0;
+  ag_areas[1].stage_credit = rounds;
   std::vector<const RsPlan*> rs_plans;
   for (const StepGroup& g : groups)
     rs_plans.push_back(g.reduce_scatter);
-  RsShared rs = rs_shared_state(rs_plans, rounds);
+  RsShared rs = rs_shared_state(rs_plans, 2 * rounds);
   rs.areas = arena.rs;
   int next_counter = rs.landings_done + 1;
   int next_event = 0;
@@ -99,7 +106,8 @@ Program build_calls(std::vector<StepCall>& calls, const std::vector<StepGroup>& 
       call.landing_slot = a % 2;
       AgArenaLayout areas;
       areas.resident = arena.resident[static_cast<std::size_t>(call.group)];
-      areas.stage = arena.stage;
+      AgShared& ag = ag_areas[static_cast<std::size_t>(a % ag_area_count)];
+      areas.stage = arena.stage[a % ag_area_count];
       areas.landing = arena.landing[call.landing_slot];
       areas.arena_bytes = arena.arena_bytes;
       at.entry_event = a >= 2 ? used_events[static_cast<std::size_t>(a - 2)] : -1;
@@ -124,7 +132,8 @@ Program build_calls(std::vector<StepCall>& calls, const std::vector<StepGroup>& 
     }
     next_counter = std::max(next_counter, program.counters);
     next_event = std::max(next_event, program.events);
-    append(step, std::move(program));
+    append(step, std::move(program),
+           call.kind == StepCallKind::kAllGather ? "all_gather." : "reduce_scatter.");
   }
   return step;
 }
@@ -153,7 +162,11 @@ StepProgram build_step_program(const std::vector<StepGroup>& groups, const StepO
   }
 
   StepProgram out;
-  out.arena = step_arena(groups);
+  if (options.ag_stages != 1 && options.ag_stages != 2) {
+    throw InvalidArgument("the all-gather receive stage count must be 1 or 2 (got " +
+                          std::to_string(options.ag_stages) + ")");
+  }
+  out.arena = step_arena(groups, options.ag_stages);
   out.calls = issue_order(static_cast<int>(groups.size()));
 
   // Buffers: per group, the fp32 master shards (with a cast) and the gradients; one output
@@ -214,6 +227,153 @@ StepProgram build_step_program(const std::vector<StepGroup>& groups, const StepO
   return out;
 }
 
+namespace {
+
+// Moves every id of a lone call's program into the step's: counters and events by a base,
+// tensors by `tensor_base`, output 0 to `output`, arena bytes by `arena_base`; stream names
+// through `rename` (from -> to).
+struct LonePlacement {
+  int counter_base = 0, event_base = 0, tensor_base = 0, output = 0;
+  std::int64_t arena_base = 0;
+  std::string prefix;  // of every stream name but the compute stream's
+};
+
+void place_region(Region& r, const LonePlacement& at) {
+  switch (r.buffer.space) {
+    case Space::kArena:
+      r.offset += at.arena_base;
+      break;
+    case Space::kTensor:
+      r.buffer.index += at.tensor_base;
+      break;
+    case Space::kOutput:
+      r.buffer.index = at.output;
+      break;
+  }
+}
+
+void append_lone(Program& step, Program&& call, const LonePlacement& at) {
+  for (Op& op : call.ops) {
+    for (CopyDescriptor& c : op.copies) {
+      place_region(c.src, at);
+      place_region(c.dst, at);
+    }
+    place_region(op.dst, at);
+    for (Region& r : op.staged)
+      place_region(r, at);
+    for (Region& r : op.sources)
+      place_region(r, at);
+    for (SumSegment& seg : op.segments)
+      seg.param += at.tensor_base;
+    if (op.kind == OpKind::kSignal || op.kind == OpKind::kWait || op.kind == OpKind::kRailPut) {
+      op.counter.id += at.counter_base;
+    }
+    if (op.kind == OpKind::kEventRecord || op.kind == OpKind::kEventWait) {
+      op.event += at.event_base;
+    }
+  }
+  call.counters += at.counter_base;
+  call.events += at.event_base;
+  append(step, std::move(call), at.prefix);
+}
+
+}  // namespace
+
+StepProgram build_fsdp2_step_program(const std::vector<StepGroup>& groups,
+                                     const StepOptions& options) {
+  if (groups.empty()) throw InvalidArgument("a step needs at least one parameter group");
+  StepProgram out;
+  out.calls = issue_order(static_cast<int>(groups.size()));
+  Program& step = out.program;
+  step.ranks = groups.front().all_gather->layout().topology().world();
+  BufferSizes sizes;
+  std::vector<int> ag_tensors, rs_tensors;
+  for (const StepGroup& g : groups) {
+    const GroupLayout& layout = g.all_gather->layout();
+    ag_tensors.push_back(static_cast<int>(sizes.tensor_bytes.size()));
+    for (const ParamLayout& pl : layout.params())
+      sizes.tensor_bytes.push_back(pl.shard_bytes);
+    rs_tensors.push_back(static_cast<int>(sizes.tensor_bytes.size()));
+    for (const ParamLayout& pl : layout.params())
+      sizes.tensor_bytes.push_back(pl.rows * pl.cols * item_bytes(layout.grad_dtype()));
+  }
+  Fsdp2Options stock;
+  stock.alpha = options.reduce_scatter.alpha;
+  stock.accumulate = options.reduce_scatter.accumulate;
+  std::vector<int> layer_done(groups.size(), -1);  // backward layer of each group, an event
+  std::int64_t arena = 0;
+  for (std::size_t i = 0; i < out.calls.size(); ++i) {
+    StepCall& call = out.calls[i];
+    const StepGroup& g = groups[static_cast<std::size_t>(call.group)];
+    const GroupLayout& layout = g.all_gather->layout();
+    call.output = static_cast<int>(i);
+    LonePlacement at;
+    at.counter_base = step.counters;
+    at.event_base = step.events;
+    at.output = call.output;
+    at.arena_base = arena;
+    Fsdp2Ids ids;
+    if (call.kind == StepCallKind::kAllGather) {
+      call.tensor_base = at.tensor_base = ag_tensors[static_cast<std::size_t>(call.group)];
+      at.prefix = "all_gather.";
+      Program program = build_fsdp2_all_gather(layout, stock, &ids);
+      arena += program.buffers.front().arena_bytes;
+      sizes.output_bytes.push_back(layout.unsharded_bytes());
+      append_lone(step, std::move(program), at);
+      call.done_event = ids.done_event + at.event_base;
+      // The layer reads its parameters (as in TIDE's step) into scratch after the copy-out.
+      const int compute = step.stream("compute");
+      const int layer = step.events++;
+      for (int r = 0; r < step.ranks; ++r) {
+        Op read;
+        read.kind = OpKind::kCopy;
+        read.rank = r;
+        read.stream = compute;
+        read.label = "FSDP2 r" + std::to_string(r) + " layer reads its parameters";
+        const std::int64_t n = layout.unsharded_bytes();
+        read.copies = {CopyDescriptor{Region{Buffer{r, Space::kOutput, call.output}, 0, n, n, 1},
+                                      Region{Buffer{r, Space::kArena, 0}, arena, n, n, 1}}};
+        step.ops.push_back(std::move(read));
+        Op done;
+        done.kind = OpKind::kEventRecord;
+        done.rank = r;
+        done.stream = compute;
+        done.label = "FSDP2 r" + std::to_string(r) + " layer done";
+        done.event = layer;
+        step.ops.push_back(std::move(done));
+      }
+      arena += layout.unsharded_bytes();
+      if (!call.forward) layer_done[static_cast<std::size_t>(call.group)] = layer;
+    } else {
+      call.tensor_base = at.tensor_base = rs_tensors[static_cast<std::size_t>(call.group)];
+      // FSDP2 packs and reduces on its reduce-scatter stream, not the compute stream.
+      Program program = build_fsdp2_reduce_scatter(layout, stock, &ids);
+      for (std::string& name : program.stream_names) {
+        if (name == "compute") name = "stream";
+      }
+      at.prefix = "reduce_scatter.";
+      const int stream = step.stream("reduce_scatter.stream");
+      for (int r = 0; r < step.ranks; ++r) {  // after the layer's backward
+        Op wait;
+        wait.kind = OpKind::kEventWait;
+        wait.rank = r;
+        wait.stream = stream;
+        wait.label = "FSDP2 r" + std::to_string(r) + " reduce-scatter after backward";
+        wait.event = layer_done[static_cast<std::size_t>(call.group)];
+        step.ops.push_back(std::move(wait));
+      }
+      arena += program.buffers.front().arena_bytes;
+      sizes.output_bytes.push_back(program.buffers.front().output_bytes.front());
+      append_lone(step, std::move(program), at);
+      call.done_event = ids.done_event + at.event_base;
+    }
+  }
+  sizes.arena_bytes = arena;
+  out.arena.arena_bytes = arena;
+  step.buffers.assign(static_cast<std::size_t>(step.ranks), sizes);
+  return out;
+}
+
 std::string step_fault_inapplicable(Fault fault, const std::vector<StepGroup>& groups,
                                     const StepOptions& options) {
   const std::size_t count = groups.size();
@@ -222,7 +382,10 @@ std::string step_fault_inapplicable(Fault fault, const std::vector<StepGroup>& g
     case Fault::kNone:
       return "";
     case Fault::kAgNoStageCredit:
-      return topo.nodes() > 1 ? "" : "a single node has no receive stage (use --nodes 2 or more)";
+      if (topo.nodes() == 1) return "a single node has no receive stage (use --nodes 2 or more)";
+      return 2 * static_cast<int>(count) > options.ag_stages
+                 ? ""
+                 : "no receive stage is reused (use more groups or --ag-stages 1)";
     case Fault::kRsBankReuse:
       return count >= 3 ? ""
                         : "bank e mod 2 is reused from the third reduce-scatter on (use "

@@ -67,6 +67,15 @@ class StepData(unittest.TestCase):
             digests.add(out["output_sha256"])
         self.assertEqual(len(digests), 1)
 
+    def test_stock_fsdp2_step_on_the_same_data(self):
+        # The baseline step: same groups, same order, same checks (float64 tolerance).
+        for m, l in ((1, 4), (3, 2), (2, 8)):
+            out = run_json("-M", str(m), "-L", str(l), "--groups", GROUPS, "--baseline",
+                           "--accumulate")
+            self.assertEqual(out["system"], "fsdp2")
+            self.assertTrue(out["passed"], (m, l, out["errors"][:3]))
+            self.assertEqual(out["error_count"], 0)
+
     def test_calls_follow_fsdp2_order(self):
         out = run_json("-M", "2", "-L", "2", "--shapes", "37x5", "--layers", "3")
         calls = [(c["kind"], c["forward"], c["group"]) for c in out["calls"]]
@@ -122,7 +131,11 @@ class StepInput(unittest.TestCase):
         for args, words in ((["--shapes", "8x8", "--layers", "0"], "--layers"),
                             (["--shapes", "8x8", "--groups", "8x8;4x4"], "--groups"),
                             (["--groups", "8x8;4xq"], "--shapes entry"),
-                            (["--shapes", "8x8", "--baseline"], "--baseline")):
+                            (["--shapes", "8x8", "--baseline", "--cast"], "--cast"),
+                            (["--shapes", "8x8", "--baseline", "--inject", "rs-bank-reuse"],
+                             "--baseline"),
+                            (["--model", "llama3.1-70b:layer", "-M", "64", "-L", "8",
+                              "--timing-only", "--baseline"], "single calls")):
             result = run(*args)
             self.assertEqual(result.returncode, 2, args)
             self.assertIn(words, result.stderr, args)

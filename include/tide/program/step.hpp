@@ -4,9 +4,10 @@
 // reduce-scatter. Every call shares one arena per rank, the streams and the cross-call
 // counters of its collective, so buffer reuse across calls is exercised:
 //   - TIDE-AG: the a-th all-gather lands in ring slot a mod 2 (App. F); it waits until the
-//     slot's previous user (call a - 2's layer) is done with it; its rounds put into a target's
-//     receive stage only after that target's per-area credit for the previous call (Sec. 3.1);
-//     its caller stream first waits for this rank's previous scatter (Sec. 3.2).
+//     slot's previous user (call a - 2's layer) is done with it; it receives into stage area
+//     a mod 2 (StepOptions::ag_stages), and its rounds put into a target's area only after
+//     that target's per-area credit for the area's previous call (Sec. 3.1); with a cast, its
+//     caller stream first waits for this rank's previous scatter from that area (Sec. 3.2).
 //   - TIDE-RS: call e uses bank e mod 2 (Sec. 5.2), after call e - 2 sent that bank's outbox
 //     and landed its spares; staging FREE/STAGED and inbox INBOX_FREE counters run on across
 //     calls, and a wave that reuses an inbox generation used by an earlier call waits for its
@@ -24,6 +25,7 @@
 #include "tide/core/rs_plan.hpp"
 #include "tide/program/ag_builder.hpp"
 #include "tide/program/faults.hpp"
+#include "tide/program/fsdp2_baseline.hpp"
 #include "tide/program/program.hpp"
 #include "tide/program/rs_builder.hpp"
 
@@ -55,12 +57,18 @@ struct StepOptions {
   // A fault on every rank (a reduce-scatter or all-gather fault applies to every such call;
   // kStepCallOrder swaps the first two reduce-scatters on the last rank).
   Fault fault = Fault::kNone;
+  // All-gather receive stages: with 2, call a uses stage a mod 2, so its rounds wait for the
+  // targets' credits of call a - 2 rather than a - 1 and consecutive all-gathers overlap, at
+  // the cost of a second stage ((2^R - 1) S bytes); with 1, every call waits for its
+  // targets to have scattered the previous call.
+  int ag_stages = 2;
 };
 
 // Where the step keeps its bytes in each rank's arena.
 struct StepArenaLayout {
   std::vector<std::int64_t> resident;  // per group: its resident shard (absent with a cast)
-  std::int64_t stage = 0;              // the all-gather receive stage (largest group's)
+  std::int64_t stage[2] = {0, 0};      // all-gather receive stages (largest group's); equal
+                                       // offsets when the step has one
   std::int64_t landing[2] = {0, 0};    // the two all-gather ring slots
   std::int64_t reduce_scatter = 0;     // TIDE-RS's areas (RsArenaLayout offsets added to it)
   RsArenaLayout rs;                    // already offset by reduce_scatter
@@ -74,6 +82,14 @@ struct StepProgram {
 };
 
 StepProgram build_step_program(const std::vector<StepGroup>& groups, const StepOptions& options);
+
+// Stock FSDP2's calls in the same order (fsdp2_baseline.hpp), for comparison: each call keeps
+// its own arena region (the caching allocator gives every call fresh buffers; memory is not
+// the point of this program, time is), the all-gather's copy-out and the layer's read run on
+// the compute stream, the reduce-scatter (packing and ring) on the reduce-scatter stream after
+// its layer's backward. Only `reduce_scatter.alpha` and `accumulate` of `options` apply.
+StepProgram build_fsdp2_step_program(const std::vector<StepGroup>& groups,
+                                     const StepOptions& options);
 
 // Why `fault` cannot show in a step of `groups` (empty when it can).
 std::string step_fault_inapplicable(Fault fault, const std::vector<StepGroup>& groups,
