@@ -29,8 +29,8 @@ struct LoadFlags {
   std::uint32_t* tick;     // network rounds released so far (the host's "rail", see loads.cu)
 };
 
-// Bounds every device-side spin (style.md habit 8): 2 s, then the CTA records and leaves.
-inline constexpr std::uint64_t kSpinBoundNs = 2'000'000'000ull;
+// Bounds every device-side spin (style.md habit 8): 1 s, then the CTA records and leaves.
+inline constexpr std::uint64_t kSpinBoundNs = 1'000'000'000ull;
 
 // ---- loads (loads.cu) ----
 // `ctas` CTAs of 128 threads in clusters of `cluster` that stay resident until *stop != 0.
@@ -50,7 +50,7 @@ void launch_persistent_reduce(int ctas, int cluster, const ReduceArgs& args, Loa
 
 // ---- the SM-id probe (probe.cu) ----
 struct ProbeShape {
-  int clusters = 32;  // the paper's GEMM: 32 four-CTA clusters
+  int clusters = 32;  // the paper's GEMM: 32 four-CTA clusters (the driver uses n_slot - 1)
   int cluster_size = 4;
   int threads = 128;
   double work_us = 50;  // each CTA's residence (about the GEMM's wave)
@@ -69,6 +69,8 @@ class Probe {
   Probe(const Probe&) = delete;
   Probe& operator=(const Probe&) = delete;
   void launch(int window, cudaStream_t stream);
+  // Sets every record to zero (so a window the GPU never ran reads as such).
+  void clear();
   std::vector<ProbeWindow> read(int windows) const;
   std::vector<CtaRecord> records(int window) const;
   // cudaOccupancyMaxActiveClusters for this shape: the slots the runtime predicts.
@@ -84,12 +86,29 @@ class Probe {
 };
 
 // ---- victims (victims.cu) ----
+// The grid of the algorithm cuBLASLt picked, from its algo config (tile, split-k, cluster
+// shape ids mapped through cublaslt_shapes.inc): ctas = ceil(m / tile_m) * ceil(n / tile_n) *
+// splitk. An estimate: cuBLASLt may launch a persistent grid or choose the cluster shape at
+// run time (cluster id AUTO), and its CTAs per SM are not visible (taken as 1).
+struct GemmGrid {
+  int tile_m = 0, tile_n = 0;  // 0: tile id unknown
+  int splitk = 1;
+  int cluster_x = 1, cluster_y = 1;
+  bool tile_known = false;
+  bool cluster_known = false;  // false: AUTO or unknown id, cluster size taken as 1
+  int ctas = 0;
+  int cluster_ctas() const { return cluster_x * cluster_y; }
+  int clusters() const { return (ctas + cluster_ctas() - 1) / cluster_ctas(); }
+};
+
 class Victim {
  public:
   virtual ~Victim() = default;
   virtual std::string name() const = 0;
   virtual void launch(int rep, cudaStream_t stream) = 0;
   virtual std::string describe() const = 0;
+  // The GEMM victim's grid; nullptr for the others.
+  virtual const GemmGrid* grid() const { return nullptr; }
 };
 // The paper's 256 x 8192 x 8192 bf16 GEMM through cuBLASLt (fp32 accumulate), heuristic 0.
 std::unique_ptr<Victim> make_gemm_victim(int m, int n, int k);

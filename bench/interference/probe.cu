@@ -60,6 +60,12 @@ Probe::Probe(const ProbeShape& shape, int max_windows) : shape_(shape), max_wind
   TIDE_CUDA_CHECK(cudaMemset(records_, 0, n * sizeof(CtaRecord)));
 }
 
+void Probe::clear() {
+  const std::size_t n =
+      static_cast<std::size_t>(max_windows_) * shape_.clusters * shape_.cluster_size;
+  TIDE_CUDA_CHECK(cudaMemset(records_, 0, n * sizeof(CtaRecord)));
+}
+
 Probe::~Probe() {
   cudaFree(records_);
 }
@@ -96,15 +102,17 @@ std::vector<ProbeWindow> Probe::read(int windows) const {
     const std::vector<CtaRecord> rec = records(w);
     ProbeWindow pw;
     pw.ctas = static_cast<int>(rec.size());
+    // A CTA that never wrote its record (end 0) counts as displaced, never as first wave.
     std::uint64_t first_end = ~0ull, first_start = ~0ull, last_end = 0;
     for (const CtaRecord& r : rec) {
+      if (r.end_ns == 0) continue;
       first_end = std::min(first_end, r.end_ns);
       first_start = std::min(first_start, r.start_ns);
       last_end = std::max(last_end, r.end_ns);
     }
     std::map<std::uint32_t, int> early_per_cluster;
     for (const CtaRecord& r : rec) {
-      if (r.start_ns < first_end) {
+      if (r.end_ns != 0 && r.start_ns < first_end) {
         ++pw.first_wave_ctas;
         ++early_per_cluster[r.cluster];
       }

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -13,6 +14,8 @@
 
 namespace tide::bench {
 namespace {
+
+#include "cublaslt_shapes.inc"
 
 void check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS)
@@ -61,19 +64,41 @@ class GemmVictim final : public Victim {
         "AlgoGetHeuristic");
     cublasLtMatmulPreferenceDestroy(pref);
     if (found == 0) throw std::runtime_error("cuBLASLt found no algorithm for the GEMM victim");
-    auto attr = [&](cublasLtMatmulAlgoConfigAttributes_t which) {
-      int v = -1;
+    // Tile, split-k and stages ids are 32-bit; the cluster shape id is a uint16_t (cublasLt.h).
+    auto attr = [&](cublasLtMatmulAlgoConfigAttributes_t which, std::size_t size) {
+      std::uint32_t v32 = 0;
+      std::uint16_t v16 = 0;
+      void* dst = size == 2 ? static_cast<void*>(&v16) : static_cast<void*>(&v32);
       std::size_t written = 0;
-      if (cublasLtMatmulAlgoConfigGetAttribute(&heuristic_.algo, which, &v, sizeof(v), &written) !=
+      if (cublasLtMatmulAlgoConfigGetAttribute(&heuristic_.algo, which, dst, size, &written) !=
           CUBLAS_STATUS_SUCCESS)
         return -1;
-      return v;
+      return size == 2 ? static_cast<int>(v16) : static_cast<int>(v32);
     };
-    const cublasLtMatmulAlgoConfigAttributes_t which[5] = {
-        CUBLASLT_ALGO_CONFIG_ID, CUBLASLT_ALGO_CONFIG_TILE_ID, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
-        CUBLASLT_ALGO_CONFIG_STAGES_ID, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID};
-    for (int i = 0; i < 5; ++i)
-      algo_[i] = attr(which[i]);
+    algo_[0] = attr(CUBLASLT_ALGO_CONFIG_ID, 4);
+    algo_[1] = attr(CUBLASLT_ALGO_CONFIG_TILE_ID, 4);
+    algo_[2] = attr(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, 4);
+    algo_[3] = attr(CUBLASLT_ALGO_CONFIG_STAGES_ID, 4);
+    algo_[4] = attr(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, 2);
+    // Eq. 4's n_gemm from the picked algorithm (GemmGrid in interference.hpp).
+    for (const auto& t : kTileShapes) {
+      if (t[0] == algo_[1]) {
+        grid_.tile_m = t[1];
+        grid_.tile_n = t[2];
+        grid_.tile_known = true;
+      }
+    }
+    for (const auto& c : kClusterShapes) {
+      if (c[0] == algo_[4]) {
+        grid_.cluster_x = c[1];
+        grid_.cluster_y = c[2] * c[3];
+        grid_.cluster_known = true;
+      }
+    }
+    grid_.splitk = algo_[2] > 1 ? algo_[2] : 1;
+    if (grid_.tile_known)
+      grid_.ctas = ((m + grid_.tile_m - 1) / grid_.tile_m) *
+                   ((n + grid_.tile_n - 1) / grid_.tile_n) * grid_.splitk;
   }
   ~GemmVictim() override {
     cublasLtMatrixLayoutDestroy(la_);
@@ -92,8 +117,17 @@ class GemmVictim final : public Victim {
            std::to_string(k_) + " (fp32 accumulate), heuristic 0: algo id " +
            std::to_string(algo_[0]) + ", tile id " + std::to_string(algo_[1]) + ", split-k " +
            std::to_string(algo_[2]) + ", stages id " + std::to_string(algo_[3]) +
-           ", cluster shape id " + std::to_string(algo_[4]);
+           ", cluster shape id " + std::to_string(algo_[4]) + " (" +
+           (grid_.tile_known
+                ? "tile " + std::to_string(grid_.tile_m) + "x" + std::to_string(grid_.tile_n)
+                : std::string("tile unknown")) +
+           ", cluster " +
+           (grid_.cluster_known
+                ? std::to_string(grid_.cluster_x) + "x" + std::to_string(grid_.cluster_y)
+                : std::string("auto/unknown, taken as 1")) +
+           ", estimated " + std::to_string(grid_.ctas) + " CTAs)";
   }
+  const GemmGrid* grid() const override { return &grid_; }
   void launch(int, cudaStream_t stream) override {
     const float alpha = 1.0f, beta = 0.0f;
     check(cublasLtMatmul(lt_, op_, &alpha, a_, la_, b_, lb_, &beta, d_, ld_, d_, ld_,
@@ -109,6 +143,7 @@ class GemmVictim final : public Victim {
   cublasLtMatrixLayout_t la_ = nullptr, lb_ = nullptr, ld_ = nullptr;
   cublasLtMatmulHeuristicResult_t heuristic_{};
   int algo_[5] = {};
+  GemmGrid grid_;
   void *a_ = nullptr, *b_ = nullptr, *d_ = nullptr, *workspace_ = nullptr;
 };
 

@@ -13,6 +13,8 @@
 #   summary.md              what ran, and the short summary printed last
 #   logs.tgz                build and run logs
 # STEPS (default "build calibrate interference plot") picks steps; QUICK=1 runs the quick sizes.
+# The interference step alone: STEPS="build interference plot" (builds only its benchmark;
+# about 1-2 min of build plus at most ~150 s of benchmark, INTERFERENCE_BUDGET_S=140).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/tide-calibrate-out}
@@ -40,7 +42,11 @@ if has build; then
        -DTIDE_BUILD_TESTS=OFF -DTIDE_WERROR=OFF > "$LOG/build.log" 2>&1; then
     note "CONFIGURE FAILED $(stamp)"; tail -40 "$LOG/build.log"; finish; exit 1
   fi
-  if ! cmake --build "$BUILD" --target tide tide_interference_bench -j 16 >> "$LOG/build.log" 2>&1; then
+  # Only what the chosen steps run: `tide` for calibrate, the benchmark for interference.
+  targets=""
+  has calibrate && targets="tide"
+  has interference && targets="$targets tide_interference_bench"
+  if ! cmake --build "$BUILD" --target $targets -j 16 >> "$LOG/build.log" 2>&1; then
     note "BUILD FAILED $(stamp)"; grep -E "error|Error" "$LOG/build.log" | head -30; finish; exit 1
   fi
   note "build ok $(stamp)"
@@ -62,10 +68,14 @@ if has calibrate; then
 fi
 
 if has interference; then
-  timeout 300 "$BENCH" $QUICK_FLAG --json "$OUT/interference_h200.json" \
-    --md "$OUT/interference_h200.md" > "$LOG/interference.log" 2>&1
+  # The benchmark stops adding rows at --budget-s and rewrites its JSON and markdown after
+  # every row, so even the outer timeout leaves results; line-buffered log.
+  timeout 170 "$BENCH" $QUICK_FLAG --budget-s "${INTERFERENCE_BUDGET_S:-140}" \
+    --json "$OUT/interference_h200.json" --md "$OUT/interference_h200.md" \
+    > "$LOG/interference.log" 2>&1
   note "interference rc=$? $(stamp)"
   cp "$LOG/interference.log" "$OUT/interference.log"
+  grep -E "^(GPU|GEMM for|isolated|second wave|Complete)" "$LOG/interference.log" | tee -a "$summary"
 fi
 
 if has plot && [ -f "$OUT/interference_h200.json" ]; then
@@ -81,5 +91,6 @@ if [ -f "$OUT/solve_h200.txt" ]; then head -6 "$OUT/solve_h200.txt" | tee -a "$s
 if [ -f "$OUT/interference_h200.md" ]; then
   head -3 "$OUT/interference_h200.md" | tee -a "$summary"
   grep -E "^\| (victim|---|probe|gemm)" "$OUT/interference_h200.md" | tee -a "$summary"
+  sed -n '/^## First spin-load/,$p' "$OUT/interference_h200.md" | tee -a "$summary"
 fi
 finish
