@@ -55,6 +55,20 @@ exec::RunOptions run_options(const SimulateArgs& a) {
   return options;
 }
 
+program::RsProgramOptions rs_program_options(const SimulateArgs& a, int world) {
+  program::RsProgramOptions options;
+  options.alpha = a.alpha != 0 ? a.alpha : 1.0f / static_cast<float>(world);
+  options.accumulate = a.accumulate;
+  options.sum_ctas = a.sum_ctas;
+  options.landing_ctas = a.landing_ctas;
+  if (a.landing == "switch-reduce") {
+    options.landing = program::LandingStyle::kSwitchReduce;
+  } else if (a.landing != "pull") {
+    throw InvalidArgument("--landing '" + a.landing + "' must be pull or switch-reduce");
+  }
+  return options;
+}
+
 std::string detection(const exec::RunResult& run, bool data, bool passed) {
   if (run.deadlock) return "deadlock";
   if (run.error_count > 0) return "race";
@@ -201,17 +215,8 @@ Outcome simulate_all_gather(const SimulateArgs& a, const GroupLayout& layout,
 Outcome simulate_reduce_scatter(const SimulateArgs& a, const GroupLayout& layout,
                                 program::Fault fault) {
   const RsPlan plan(layout, a.rs.options(layout));
-  program::RsProgramOptions options;
   const Topology& t = layout.topology();
-  options.alpha = a.alpha != 0 ? a.alpha : 1.0f / static_cast<float>(t.world());
-  options.accumulate = a.accumulate;
-  options.sum_ctas = a.sum_ctas;
-  options.landing_ctas = a.landing_ctas;
-  if (a.landing == "switch-reduce") {
-    options.landing = program::LandingStyle::kSwitchReduce;
-  } else if (a.landing != "pull") {
-    throw InvalidArgument("--landing '" + a.landing + "' must be pull or switch-reduce");
-  }
+  program::RsProgramOptions options = rs_program_options(a, t.world());
   options.fault = fault;
   if (const std::string why = program::rs_fault_inapplicable(fault, plan, options); !why.empty()) {
     throw InvalidArgument("--inject " + a.inject + " cannot show here: " + why);

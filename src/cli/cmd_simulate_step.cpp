@@ -127,16 +127,8 @@ void simulate_step(const SimulateArgs& a) {
     }
   }
   program::StepOptions options;
-  program::RsProgramOptions& rs = options.reduce_scatter;
-  rs.alpha = a.alpha != 0 ? a.alpha : 1.0f / static_cast<float>(topo.world());
-  rs.accumulate = a.accumulate;
-  rs.sum_ctas = a.sum_ctas;
-  rs.landing_ctas = a.landing_ctas;
-  if (a.landing == "switch-reduce") {
-    rs.landing = program::LandingStyle::kSwitchReduce;
-  } else if (a.landing != "pull") {
-    throw InvalidArgument("--landing '" + a.landing + "' must be pull or switch-reduce");
-  }
+  options.reduce_scatter = rs_program_options(a, topo.world());
+  const program::RsProgramOptions& rs = options.reduce_scatter;
   options.fault = fault;
   options.ag_stages = a.ag_stages;
   const program::StepProgram step = a.baseline ? program::build_fsdp2_step_program(groups, options)

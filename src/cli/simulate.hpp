@@ -7,6 +7,7 @@
 #include "rs_args.hpp"
 #include "tide/exec/reference_executor.hpp"
 #include "tide/program/program.hpp"
+#include "tide/program/rs_builder.hpp"
 
 namespace tide::cli {
 
@@ -37,6 +38,8 @@ double event_time(const program::Program& prog, const exec::RunResult& run, int 
 void write_traces(const SimulateArgs& a, const program::Program& prog, const exec::RunResult& run);
 // Seed, jitter and cost model.
 exec::RunOptions run_options(const SimulateArgs& a);
+// alpha (default 1/N), accumulate, CTA budgets and landing style from the options.
+program::RsProgramOptions rs_program_options(const SimulateArgs& a, int world);
 // How an injected fault showed ("deadlock", "race", "corruption"), empty when it did not.
 std::string detection(const exec::RunResult& run, bool data, bool passed);
 
