@@ -76,6 +76,20 @@ class StepData(unittest.TestCase):
             self.assertTrue(out["passed"], (m, l, out["errors"][:3]))
             self.assertEqual(out["error_count"], 0)
 
+    def test_256_random_odd_parameters(self):
+        # P = 256, the most TIDE takes (more falls back to stock collectives), random odd
+        # shapes, in a two-group step and in single calls.
+        import random
+        rng = random.Random(1234)
+        shapes = ",".join(f"{rng.randint(1, 41)}x{rng.randint(1, 9)}" for _ in range(256))
+        out = run_json("-M", "3", "-L", "2", "--groups", f"{shapes};{shapes}")
+        self.assertTrue(out["passed"], out["errors"][:3])
+        for collective in ("all-gather", "reduce-scatter"):
+            result = subprocess.run([TIDE, "simulate", collective, "-M", "3", "-L", "2",
+                                     "--shapes", shapes, "--json"], capture_output=True,
+                                    text=True, check=True)
+            self.assertTrue(json.loads(result.stdout)["passed"], collective)
+
     def test_calls_follow_fsdp2_order(self):
         out = run_json("-M", "2", "-L", "2", "--shapes", "37x5", "--layers", "3")
         calls = [(c["kind"], c["forward"], c["group"]) for c in out["calls"]]
