@@ -334,11 +334,9 @@ void run_simulate(const SimulateArgs& a) {
   if (!a.groups.empty()) throw InvalidArgument("--groups is for tide simulate step");
   const program::Fault fault =
       a.inject.empty() ? program::Fault::kNone : program::parse_fault(a.inject);
-  if (fault != program::Fault::kNone && program::fault_info(fault).collective != a.collective) {
-    throw InvalidArgument("--inject " + a.inject + " is a " +
-                          std::string(program::fault_info(fault).collective) +
-                          " fault (run it with tide simulate " +
-                          std::string(program::fault_info(fault).collective) + ")");
+  if (const std::string why = program::fault_collective_mismatch(fault, a.collective);
+      !why.empty()) {
+    throw InvalidArgument("--inject " + a.inject + " cannot show here: " + why);
   }
   if (fault != program::Fault::kNone && a.baseline) {
     throw InvalidArgument("--inject applies to TIDE's programs, not to --baseline");

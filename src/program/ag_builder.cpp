@@ -329,6 +329,7 @@ Program build_ag_program(const AgPlan& plan, const AgProgramOptions& options, Ag
 }
 
 std::string ag_fault_inapplicable(Fault fault, const AgPlan& plan) {
+  if (std::string why = fault_collective_mismatch(fault, "all-gather"); !why.empty()) return why;
   const int m = plan.layout().topology().nodes();
   switch (fault) {
     case Fault::kAgScatterBeforeArrival:
@@ -336,16 +337,8 @@ std::string ag_fault_inapplicable(Fault fault, const AgPlan& plan) {
     case Fault::kAgForwardBeforeArrival:
       // Round 1 forwards slots [0, min(2, M - 2)): a received slot only from M = 4 on.
       return m > 3 ? "" : "no round forwards received slots below 4 nodes (use --nodes 4 or more)";
-    case Fault::kAgNoCompletionFence:
-    case Fault::kAgNoLandingReadiness:
-    case Fault::kNone:
+    default:  // kNone, and faults that show on every plan
       return "";
-    case Fault::kAgNoStageCredit:
-    case Fault::kRsBankReuse:
-    case Fault::kStepCallOrder:
-      return "it breaks a sequence of calls (use tide simulate step)";
-    default:
-      return "it is a reduce-scatter fault";
   }
 }
 

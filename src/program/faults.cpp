@@ -51,6 +51,15 @@ const FaultInfo& fault_info(Fault fault) {
   throw InvalidArgument("no such fault");
 }
 
+std::string fault_collective_mismatch(Fault fault, std::string_view collective) {
+  if (fault == Fault::kNone) return "";
+  const std::string_view owner = fault_info(fault).collective;
+  if (owner == collective) return "";
+  if (owner == "step") return "it breaks a sequence of calls (use tide simulate step)";
+  return "it is a" + std::string(owner == "all-gather" ? "n " : " ") + std::string(owner) +
+         " fault";
+}
+
 Fault parse_fault(std::string_view name) {
   std::string known;
   for (const FaultInfo& info : fault_catalog()) {

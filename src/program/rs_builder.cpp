@@ -565,6 +565,9 @@ Program build_rs_program(const RsPlan& plan, const RsProgramOptions& options, Rs
 
 std::string rs_fault_inapplicable(Fault fault, const RsPlan& plan,
                                   const RsProgramOptions& options) {
+  if (std::string why = fault_collective_mismatch(fault, "reduce-scatter"); !why.empty()) {
+    return why;
+  }
   const int m = plan.layout().topology().nodes();
   const int l = plan.layout().topology().gpus_per_node();
   switch (fault) {
@@ -598,17 +601,8 @@ std::string rs_fault_inapplicable(Fault fault, const RsPlan& plan,
                  : "no staging slot is refilled (use L > 1 and more destinations than slots)";
     case Fault::kRsSendBeforeSum:
       return m > 1 ? "" : "a single node sends nothing over the rails";
-    case Fault::kRsLandTwice:
-    case Fault::kRsReleaseBeforeRead:
-    case Fault::kRsLandBeforeArrival:
-    case Fault::kNone:
+    default:  // kNone, and faults that show on every plan
       return "";
-    case Fault::kAgNoStageCredit:
-    case Fault::kRsBankReuse:
-    case Fault::kStepCallOrder:
-      return "it breaks a sequence of calls (use tide simulate step)";
-    default:
-      return "it is an all-gather fault";
   }
 }
 

@@ -3,6 +3,7 @@
 // every one: a reported race, a deadlock, or corrupted output. Never silent.
 #pragma once
 
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -40,6 +41,9 @@ struct FaultInfo {
 
 const std::vector<FaultInfo>& fault_catalog();  // every fault but kNone
 const FaultInfo& fault_info(Fault fault);
+// Empty when `fault` (or kNone) belongs to `collective`; otherwise why it cannot show there,
+// e.g. "it is a reduce-scatter fault" or, for faults of a sequence of calls, where to run it.
+std::string fault_collective_mismatch(Fault fault, std::string_view collective);
 // Throws InvalidArgument listing the known names.
 Fault parse_fault(std::string_view name);
 

@@ -1,0 +1,78 @@
+// The virtual fabric (architecture: fabric/virtual; issue 5, item 1): N virtual ranks of one
+// process on one GPU, for tests and kernel-level measurements. It is not a transport: there
+// are no modelled delays, and timings between its ranks are not NVLink timings.
+//
+// NOTE [virtual fabric memory]
+// - Arenas. Every rank's symmetric arena is carved from ONE VMM allocation: cuMemCreate of
+//   ranks x stride bytes (stride = the largest arena of the program rounded up to the
+//   allocation granularity, at least 2 MiB), one cuMemAddressReserve, one cuMemMap, one
+//   cuMemSetAccess (read/write for the fabric's device). Rank r's arena starts at
+//   base + r x stride, so all arenas are symmetric (same size, same stride apart).
+// - Peer pointers. One process and one address space: rank r reaches peer p's arena at
+//   peer p's arena base (peer_arena(r, p) == arena(p)), as an LSA pointer would.
+// - Tensors and outputs. Per rank, per index: plain cudaMalloc buffers outside the arena
+//   (FSDP2's gradients and masters live in PyTorch's allocator, not in the arena).
+// - Contents are not initialised. Destruction frees everything (cudaFree, cuMemUnmap,
+//   cuMemRelease, cuMemAddressFree) and therefore waits for work still using it; callers
+//   that could not drain their streams release() the fabric instead, which leaks on purpose.
+// The driver entry points come through cudaGetDriverEntryPointByVersion (no libcuda link),
+// gated in tide/version_gates.hpp.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tide/program/program.hpp"
+
+namespace tide::fabric {
+
+struct VirtualFabricOptions {
+  int device = -1;  // the CUDA device; -1: the current one
+  // Lower bound on the arena stride's alignment (bytes, a power of two; the driver's
+  // recommended granularity is used when larger).
+  std::int64_t arena_alignment = std::int64_t{2} << 20;
+};
+
+class VirtualFabric {
+ public:
+  // One rank per entry of `sizes` (1..4096 ranks). Validates every size before touching the
+  // GPU (throws tide::InvalidArgument), then allocates (tide::CudaError on a driver or memory
+  // failure, tide::Unsupported where the device has no VMM support).
+  explicit VirtualFabric(const std::vector<program::BufferSizes>& sizes,
+                         const VirtualFabricOptions& options = {});
+  // Sized from a program's Program::buffers (ranks = program.ranks).
+  explicit VirtualFabric(const program::Program& program, const VirtualFabricOptions& options = {});
+  ~VirtualFabric();
+  VirtualFabric(const VirtualFabric&) = delete;
+  VirtualFabric& operator=(const VirtualFabric&) = delete;
+
+  // Validates sizes as the constructor does (no GPU needed); throws tide::InvalidArgument.
+  static void check_sizes(const std::vector<program::BufferSizes>& sizes);
+
+  int ranks() const;
+  int device() const;
+
+  // Device pointers: rank r's arena, and peer p's arena as rank r sees it.
+  void* arena(int rank) const;
+  void* peer_arena(int rank, int peer) const;
+  // Any buffer of a program (nullptr for a zero-byte tensor or output).
+  void* pointer(const program::Buffer& buffer) const;
+  // The size the program asked for (for the arena: that rank's arena_bytes).
+  std::int64_t bytes(const program::Buffer& buffer) const;
+
+  std::int64_t arena_stride() const;  // bytes between consecutive ranks' arenas
+  std::int64_t vmm_bytes() const;     // the VMM allocation: ranks x stride
+  // cudaMalloc'ed bytes of tensors and outputs, all ranks.
+  std::int64_t buffer_bytes() const;
+
+  // Gives up ownership of every allocation without freeing it (for a caller whose device
+  // work could not be drained: freeing would wait for it forever). The fabric is unusable after.
+  void release() noexcept;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace tide::fabric
