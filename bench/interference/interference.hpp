@@ -22,31 +22,44 @@ struct CtaRecord {
 };
 
 // Device-memory flags shared by a load and the streams around it (never host memory: see
-// architecture.md "Seen on the lent H200").
+// architecture.md "Seen on the lent H200"). No stream ever waits on them (no
+// cuStreamWaitValue32): every wait is a kernel's poll bounded by kSpinBoundNs, so nothing on
+// the GPU can wait for work queued behind it, and the host never waits on an unbounded wait
+// (docs/interference.md "Why nothing can hang").
 struct LoadFlags {
-  std::uint32_t* started;  // +1 by each load CTA once resident
-  std::uint32_t* stop;     // nonzero: resident spin CTAs leave
-  std::uint32_t* tick;     // network rounds released so far (the host's "rail", see loads.cu)
+  std::uint32_t* started;       // +1 by each load CTA once resident
+  std::uint32_t* stop;          // nonzero: resident spin CTAs leave
+  unsigned long long* t0;       // persistent reduction: first CTA's entry %globaltimer
+  std::uint32_t* gate_timeout;  // set by a gate whose wait hit its bound
 };
 
 // Bounds every device-side spin (style.md habit 8): 1 s, then the CTA records and leaves.
 inline constexpr std::uint64_t kSpinBoundNs = 1'000'000'000ull;
 
 // ---- loads (loads.cu) ----
-// `ctas` CTAs of 128 threads in clusters of `cluster` that stay resident until *stop != 0.
+// `ctas` CTAs of 128 threads in clusters of `cluster` that stay resident until *stop != 0
+// (at most kSpinBoundNs).
 void launch_spin(int ctas, int cluster, LoadFlags flags, CtaRecord* records, cudaStream_t stream);
 // NCCL-style persistent reduction: `ctas` CTAs of 512 threads (clusters of `cluster`) that stay
-// resident for the whole transfer: for chunk k they wait until *tick > k, then sum 8 bf16
-// inputs into fp32 for their share of the chunk's elements.
+// resident for the whole transfer: chunk k is "delivered" at t0 + k * gap_ns (t0: the first
+// CTA's entry; a device-side clock, so no host or stream has to release it); each CTA waits
+// for it on %globaltimer, then sums 8 bf16 inputs into fp32 for its share of the chunk.
 struct ReduceArgs {
   const std::uint16_t* in = nullptr;  // 8 inputs, `stride` elements apart
   std::int64_t stride = 0;
   float* out = nullptr;
   std::int64_t chunk_elems = 0;
   int chunks = 0;
+  std::uint64_t gap_ns = 0;
 };
 void launch_persistent_reduce(int ctas, int cluster, const ReduceArgs& args, LoadFlags flags,
                               CtaRecord* records, cudaStream_t stream);
+// One CTA of 32 threads that polls *counter >= target, bounded by kSpinBoundNs; on timeout it
+// sets *flags.gate_timeout. Put on the victim stream after a resident load's launch (which is
+// on another stream, launched first), it lets the victims start only once the load is
+// resident, without a stream wait that could block a hardware queue forever.
+void launch_gate(const std::uint32_t* counter, std::uint32_t target, LoadFlags flags,
+                 cudaStream_t stream);
 
 // ---- the SM-id probe (probe.cu) ----
 struct ProbeShape {

@@ -6,33 +6,50 @@
 // bytes, then resident spin loads (cluster 1: 1..32 CTAs; cluster 4: 4..32). JSON and markdown
 // are rewritten after every row, and rows stop at --budget-s, so a timeout still leaves results.
 //
+// NOTE [no wait on later work]
+// The version before this one hung on its first row (Level 1 sum next to the GEMM): the load
+// and victim streams waited with cuStreamWaitValue32 (unbounded) for a "tick" that the host
+// wrote only after it had launched everything, and the host's first launch of the Level 1 sum
+// kernel (never launched before in the process: CUDA's lazy module loading) may synchronise
+// the context, i.e. wait for those blocked streams: a deadlock the 3 s watchdog (checked only
+// after the launches) and the 1 s kernel bounds (the waits were stream memops, not kernels)
+// could not break. Rules now: no stream memop waits at all; every device wait is a kernel
+// poll bounded by kSpinBoundNs that waits only for a kernel launched before it (so even a
+// context synchronise inside a CUDA call ends within that bound); every kernel is launched
+// once (loaded) in a warm-up before the first row; the host polls
+// streams with a deadline and never calls an unbounded synchronise while a row runs; a
+// watchdog thread ends the process if any stage overruns, so the run always finishes.
+//
 // Steps of one measurement (victim V, load X):
-// 1. reset the device flags (started, stop, tick) and the probe's records, and sync;
-// 2. spin: launch X on the load stream; the victim stream waits (stream memop) until every
-//    load CTA has incremented `started` (all resident), runs V `reps` times between event
-//    pairs, then writes stop, and the spin CTAs leave. Every V launch overlaps all X CTAs;
-//    persistent: launch X; the victim stream waits until every X CTA is resident and the first
-//    round is released (tick >= 1); the host releases one round every gap_us (stream memop on
-//    the rail stream); V runs back to back for about the transfer. X's CTAs stay resident
-//    (polling) from before the first V launch to the last round;
-//    tide-level1: one Level 1 sum launch per round, each waiting (stream memop, no SM) for its
-//    round; the victim stream waits for round 1 only, so the first sum launch and the first V
-//    launch start together and later sums overlap whichever V runs then, as in training;
-// 3. wait for both streams (a host watchdog releases every flag after 3 s, the row is marked
-//    timed out); V's slowdown is its median (and min) over its isolated median (and min),
-//    counted over the V launches that started before the transfer ended; the probe's windows
-//    give first-wave clusters and displaced CTAs; the load's records give its SMs.
+// 1. reset the device flags (started, stop, t0, gate_timeout) and the probe's records; sync;
+// 2. spin: launch X on the load stream, then on the victim stream a gate kernel (waits until
+//    every X CTA has incremented `started`, at most 1 s), V `reps` times between event pairs,
+//    and a stream write of stop; the spin CTAs then leave (at most 1 s after entry);
+//    persistent: launch X (its rounds arrive by %globaltimer every gap_us from its first CTA's
+//    entry, no host involvement), then gate + V back to back for about the transfer;
+//    tide-level1: the host launches round 0 of the Level 1 sum on the load stream, enqueues
+//    the V launches on the victim stream, and launches round k at k * gap_us (host clock; as
+//    TIDE's host-driven network path, and no stream waits for it). Whether a V launch
+//    overlapped a sum is read from the events afterwards, not forced;
+// 3. poll both streams until idle (a deadline, then a rescue: wait_idle); V's slowdown is
+//    its median (and min) over its isolated median (and min), counted over the V launches
+//    that started before the transfer ended; the probe's windows give first-wave clusters and
+//    displaced CTAs; the load's records give its SMs.
 //
 // Usage: tide_interference_bench [--json PATH] [--md PATH] [--quick] [--budget-s S]
+//        [--hard-limit-s S] [--rows level1,persistent,spin] [--max-rows N] [--self-check]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -40,6 +57,7 @@
 #include <vector>
 
 #include "interference.hpp"
+#include "interference_model.hpp"
 #include "level1_problem.hpp"
 #include "stream_memops.hpp"
 #include "tide/kernels/cuda_check.hpp"
@@ -55,28 +73,76 @@ using tide::calibrate::median;
 using tide::calibrate::Stream;
 using Clock = std::chrono::steady_clock;
 
-struct Load {
-  std::string kind;  // "none", "spin", "persistent", "tide-level1"
-  int ctas = 0;
-  int cluster = 1;
+// Ends the process when a stage overruns its deadline or the whole run its hard limit: the
+// last resort if a CUDA call blocks the host. The JSON and markdown already hold every row
+// finished (they are rewritten after each), with status "running".
+class Watchdog {
+ public:
+  Watchdog(Clock::time_point t0, double hard_limit_s)
+      : t0_(t0), hard_(t0 + std::chrono::milliseconds(static_cast<long long>(hard_limit_s * 1e3))) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~Watchdog() {
+    done_ = true;
+    thread_.join();
+  }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+  // The stage now running and how long it may take.
+  void arm(const std::string& stage, double seconds) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stage_ = stage;
+    deadline_ = Clock::now() + std::chrono::milliseconds(static_cast<long long>(seconds * 1e3));
+  }
+
+ private:
+  void loop() {
+    while (!done_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::lock_guard<std::mutex> lock(mu_);
+      const auto now = Clock::now();
+      if (now > deadline_ || now > hard_) {
+        std::printf(
+            "WATCHDOG: stage '%s' %s at %.1f s; exiting (rc 3). The JSON and markdown hold the "
+            "rows finished before it.\n",
+            stage_.c_str(), now > hard_ ? "ran past the hard limit" : "ran past its deadline",
+            std::chrono::duration<double>(now - t0_).count());
+        std::fflush(stdout);
+        std::fflush(stderr);
+        std::_Exit(3);
+      }
+    }
+  }
+  Clock::time_point t0_, hard_;
+  std::mutex mu_;
+  std::string stage_ = "start-up";
+  Clock::time_point deadline_ = Clock::time_point::max();
+  std::atomic<bool> done_{false};
+  std::thread thread_;
 };
 
 struct Setup {
   int sms = 0;
   bool quick = false;
-  Stream victim, load, rail, rescue;
+  Stream victim, load, rescue;
   DeviceBuffer flags{256};
   DeviceBuffer load_records{1024 * sizeof(CtaRecord)};
+  std::uint32_t* release = nullptr;  // pinned: what the rescue copies over the flags
   // Transfers: `chunks` rounds, gap_us apart; each chunk is one Level 1 block of 8 x width.
   int chunks = 16;
   double gap_us = 500;
   std::int64_t width = 1 << 18;
-  double watchdog_s = 3.0;
+  // How long the streams of one measurement may stay busy before the rescue (every device
+  // wait is bounded by kSpinBoundNs = 1 s and a measurement takes ~10 ms, so 4 s means a bug).
+  double idle_deadline_s = 4.0;
   std::unique_ptr<tide::calibrate::Level1Problem> level1;
   DeviceBuffer reduce_in, reduce_out;
   LoadFlags load_flags() const {
     auto* f = flags.as<std::uint32_t>();
-    return {f, f + 16, f + 32};
+    return {f, f + 16, reinterpret_cast<unsigned long long*>(f + 32), f + 48};
+  }
+  ~Setup() {
+    if (release) cudaFreeHost(release);
   }
 };
 
@@ -94,8 +160,11 @@ struct Run {
   double residency = 0;   // fraction of the transfer with load CTAs resident
   double overlapped = 0;  // fraction of counted victim launches overlapping load CTAs
   std::set<std::uint32_t> load_sms;
+  int load_ctas_recorded = 0;
   double load_max_resident_ms = 0;  // longest load CTA residence (spin: about the victim run)
-  bool timed_out = false;
+  double load_start_spread_us = 0;  // last load CTA entry - first (all resident at once: small)
+  bool gate_timed_out = false;      // the victims started before every load CTA was resident
+  bool rescued = false;             // the streams overran idle_deadline_s; flags released
 };
 
 float elapsed(cudaEvent_t a, cudaEvent_t b) {
@@ -104,42 +173,50 @@ float elapsed(cudaEvent_t a, cudaEvent_t b) {
   return ms;
 }
 
-// Waits for the victim, load and rail streams; after s.watchdog_s releases every flag from the
-// rescue stream (a copy engine: it needs no SM) so a wait that never ends cannot hang the run.
-bool wait_or_rescue(Setup& s) {
+bool streams_idle(const Setup& s) {
+  for (cudaStream_t st : {s.victim.get(), s.load.get(), s.rescue.get()}) {
+    const cudaError_t e = cudaStreamQuery(st);
+    if (e == cudaErrorNotReady) return false;
+    TIDE_CUDA_CHECK(e);
+  }
+  return true;
+}
+
+bool poll_idle(const Setup& s, double seconds) {
   const auto deadline =
-      Clock::now() + std::chrono::milliseconds(static_cast<int>(s.watchdog_s * 1e3));
-  auto idle = [&] {
-    for (cudaStream_t st : {s.victim.get(), s.load.get(), s.rail.get()}) {
-      const cudaError_t e = cudaStreamQuery(st);
-      if (e == cudaErrorNotReady) return false;
-      TIDE_CUDA_CHECK(e);
-    }
-    return true;
-  };
-  while (!idle()) {
-    if (Clock::now() > deadline) {
-      static const std::uint32_t release[48] = {
-          0x7fffffffu, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,   // started
-          1,           0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,   // stop
-          0x7fffffffu, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};  // tick
-      TIDE_CUDA_CHECK(cudaMemcpyAsync(s.flags.get(), release, sizeof(release),
-                                      cudaMemcpyHostToDevice, s.rescue));
-      TIDE_CUDA_CHECK(cudaDeviceSynchronize());
-      return false;
-    }
+      Clock::now() + std::chrono::milliseconds(static_cast<long long>(seconds * 1e3));
+  while (!streams_idle(s)) {
+    if (Clock::now() > deadline) return false;
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   return true;
 }
 
+// Polls the victim and load streams until idle (never an unbounded synchronise). Past
+// s.idle_deadline_s it copies release values over the flags from pinned memory on the rescue
+// stream (a copy engine, no SM) and polls again; if even that does not drain them the run
+// cannot continue safely: it throws (main writes the outputs and exits).
+bool wait_idle(Setup& s) {
+  if (poll_idle(s, s.idle_deadline_s)) return true;
+  TIDE_CUDA_CHECK(cudaMemcpyAsync(s.flags.get(), s.release, 64 * sizeof(std::uint32_t),
+                                  cudaMemcpyHostToDevice, s.rescue));
+  if (poll_idle(s, 3.0)) return false;
+  throw std::runtime_error("streams still busy 3 s after the rescue released every flag");
+}
+
+// Device flags reset, in stream order on both streams, then polled to completion.
+void reset_flags(Setup& s) {
+  TIDE_CUDA_CHECK(cudaMemsetAsync(s.flags.get(), 0, s.flags.bytes(), s.load));
+  TIDE_CUDA_CHECK(cudaMemsetAsync(s.load_records.get(), 0, s.load_records.bytes(), s.load));
+  if (!poll_idle(s, s.idle_deadline_s)) throw std::runtime_error("flag reset did not finish");
+}
+
 // One victim next to one load (steps 1-3 in the header).
 Run run_once(Setup& s, Victim& v, const Load& x, int reps, Probe* probe) {
   const LoadFlags f = s.load_flags();
-  TIDE_CUDA_CHECK(cudaMemset(s.flags.get(), 0, s.flags.bytes()));
-  TIDE_CUDA_CHECK(cudaMemset(s.load_records.get(), 0, s.load_records.bytes()));
-  if (probe != nullptr) probe->clear();
-  TIDE_CUDA_CHECK(cudaDeviceSynchronize());
+  if (probe != nullptr) probe->clear();      // legacy-stream memset: the sync below orders it
+  TIDE_CUDA_CHECK(cudaDeviceSynchronize());  // nothing of ours is queued: bounded
+  reset_flags(s);
   Run run;
   run.launched = reps;
   std::vector<cudaEvent_t> ev(static_cast<std::size_t>(2 * reps));
@@ -153,9 +230,18 @@ Run run_once(Setup& s, Victim& v, const Load& x, int reps, Probe* probe) {
     TIDE_CUDA_CHECK(cudaEventCreate(&t_end));
     TIDE_CUDA_CHECK(cudaEventRecord(t_start, s.load));
   }
+  const tide::kernels::Level1Tuning tuning =
+      tide::kernels::recommended_level1_tuning(std::max(1, x.ctas));
+  auto level1_round = [&](int k) {
+    TIDE_CUDA_CHECK(cudaEventRecord(chunk_ev[static_cast<std::size_t>(2 * k)], s.load));
+    tide::kernels::launch_level1_sum(s.level1->args(k, x.ctas), s.load, tuning);
+    TIDE_CUDA_CHECK(cudaEventRecord(chunk_ev[static_cast<std::size_t>(2 * k + 1)], s.load));
+  };
+  // The load first (its kernel is then ahead of anything the victim stream waits on, even if
+  // both streams share a hardware queue).
   if (x.kind == "spin") {
     launch_spin(x.ctas, x.cluster, f, s.load_records.as<CtaRecord>(), s.load);
-    tide::calibrate::stream_wait_geq_u32(s.victim, f.started, static_cast<std::uint32_t>(x.ctas));
+    launch_gate(f.started, static_cast<std::uint32_t>(x.ctas), f, s.victim);
   } else if (x.kind == "persistent") {
     ReduceArgs a;
     a.in = s.reduce_in.as<std::uint16_t>();
@@ -163,42 +249,39 @@ Run run_once(Setup& s, Victim& v, const Load& x, int reps, Probe* probe) {
     a.stride = a.chunk_elems * s.chunks;
     a.out = s.reduce_out.as<float>();
     a.chunks = s.chunks;
+    a.gap_ns = static_cast<std::uint64_t>(s.gap_us * 1e3);
     launch_persistent_reduce(x.ctas, x.cluster, a, f, s.load_records.as<CtaRecord>(), s.load);
-    // Every persistent CTA resident before the first victim launch.
-    tide::calibrate::stream_wait_geq_u32(s.victim, f.started, static_cast<std::uint32_t>(x.ctas));
+    TIDE_CUDA_CHECK(cudaEventRecord(t_end, s.load));
+    // Every persistent CTA resident before the first victim launch (bounded).
+    launch_gate(f.started, static_cast<std::uint32_t>(x.ctas), f, s.victim);
   } else if (x.kind == "tide-level1") {
     chunk_ev.resize(static_cast<std::size_t>(2 * s.chunks));
     for (auto& e : chunk_ev)
       TIDE_CUDA_CHECK(cudaEventCreate(&e));
-    const tide::kernels::Level1Tuning tuning = tide::kernels::recommended_level1_tuning(x.ctas);
-    for (int k = 0; k < s.chunks; ++k) {
-      tide::calibrate::stream_wait_geq_u32(s.load, f.tick, static_cast<std::uint32_t>(k + 1));
-      TIDE_CUDA_CHECK(cudaEventRecord(chunk_ev[static_cast<std::size_t>(2 * k)], s.load));
-      tide::kernels::launch_level1_sum(s.level1->args(k, x.ctas), s.load, tuning);
-      TIDE_CUDA_CHECK(cudaEventRecord(chunk_ev[static_cast<std::size_t>(2 * k + 1)], s.load));
-    }
+    level1_round(0);
   }
-  if (transfer) {
-    TIDE_CUDA_CHECK(cudaEventRecord(t_end, s.load));
-    // The victims start with the first network round.
-    tide::calibrate::stream_wait_geq_u32(s.victim, f.tick, 1);
-  }
+  const auto rail_t0 = Clock::now();
   for (int i = 0; i < reps; ++i) {
     TIDE_CUDA_CHECK(cudaEventRecord(ev[static_cast<std::size_t>(2 * i)], s.victim));
     v.launch(i, s.victim);
     TIDE_CUDA_CHECK(cudaEventRecord(ev[static_cast<std::size_t>(2 * i + 1)], s.victim));
   }
   if (x.kind == "spin") tide::calibrate::stream_write_u32(s.victim, f.stop, 1);
-  if (transfer) {
-    // The rail: one round every gap_us, released by the host (TIDE's host-driven network path).
-    const auto t0 = Clock::now();
-    for (int k = 0; k < s.chunks; ++k) {
+  if (x.kind == "tide-level1") {
+    // The rail: round k at k * gap_us on the host clock (TIDE's host-driven network path).
+    // Plain launches on the load stream: nothing on the GPU waits for them.
+    for (int k = 1; k < s.chunks; ++k) {
       std::this_thread::sleep_until(
-          t0 + std::chrono::microseconds(static_cast<std::int64_t>(k * s.gap_us)));
-      tide::calibrate::stream_write_u32(s.rail, f.tick, static_cast<std::uint32_t>(k + 1));
+          rail_t0 + std::chrono::microseconds(static_cast<std::int64_t>(k * s.gap_us)));
+      level1_round(k);
     }
+    TIDE_CUDA_CHECK(cudaEventRecord(t_end, s.load));
   }
-  run.timed_out = !wait_or_rescue(s);
+  run.rescued = !wait_idle(s);
+  std::uint32_t gate_flag = 0;
+  TIDE_CUDA_CHECK(
+      cudaMemcpy(&gate_flag, f.gate_timeout, sizeof(gate_flag), cudaMemcpyDeviceToHost));
+  run.gate_timed_out = gate_flag != 0 && !run.rescued;
   std::vector<std::pair<double, double>> load_busy;  // ms after t_start
   double t_end_ms = 0;
   if (transfer) {
@@ -237,12 +320,17 @@ Run run_once(Setup& s, Victim& v, const Load& x, int reps, Probe* probe) {
   run.overlapped =
       run.victim_ms.empty() ? 0 : overlapped / static_cast<double>(run.victim_ms.size());
   if (x.kind == "spin" || x.kind == "persistent") {
+    std::uint64_t first = ~0ull, last = 0;
     for (const CtaRecord& r : read_load_records(s, x.ctas)) {
       if (r.end_ns == 0) continue;
+      ++run.load_ctas_recorded;
       run.load_sms.insert(r.smid);
+      first = std::min(first, r.start_ns);
+      last = std::max(last, r.start_ns);
       run.load_max_resident_ms =
           std::max(run.load_max_resident_ms, static_cast<double>(r.end_ns - r.start_ns) * 1e-6);
     }
+    if (run.load_ctas_recorded > 0) run.load_start_spread_us = (last - first) * 1e-3;
   }
   for (auto& e : ev)
     cudaEventDestroy(e);
@@ -253,64 +341,17 @@ Run run_once(Setup& s, Victim& v, const Load& x, int reps, Probe* probe) {
   return run;
 }
 
-// Eq. 4 as a slowdown: ceil(n_gemm / (n_slot - n_blk)) / ceil(n_gemm / n_slot) - 1, or null
-// when the load leaves no slot.
+// Eq. 4 as JSON (null when unknown or no slot is left); see eq4_slowdown.
 json eq4(int n_gemm, int n_slot, double n_blk) {
-  const double free = n_slot - n_blk;
-  if (n_gemm <= 0 || n_slot <= 0) return nullptr;
-  if (free <= 0) return nullptr;
-  return std::ceil(n_gemm / free) / std::ceil(static_cast<double>(n_gemm) / n_slot) - 1.0;
+  const std::optional<double> v = eq4_slowdown(n_gemm, n_slot, n_blk);
+  return v ? json(*v) : json(nullptr);
 }
-
-// One victim's terms of Eq. 4: n_gemm clusters of g CTAs, n_slot slots for that shape, and the
-// SMs outside any slot.
-struct Eq4Victim {
-  int n_gemm = 0;
-  int g = 1;
-  int n_slot = 0;
-  int spare = 0;
-  bool estimate = false;
-  // n_blk from the paper's rule. Best placement (low): single load CTAs fill the spare SMs
-  // first, the rest pack g to a slot; clustered ones block ceil(c / g) slots per cluster.
-  // Worst placement (high): single CTAs spread, one slot each; clusters as low.
-  std::pair<double, double> blk(int ctas, int cluster) const {
-    if (cluster > 1 && cluster >= g) {
-      const double b = std::ceil(ctas / static_cast<double>(cluster)) *
-                       std::ceil(cluster / static_cast<double>(g));
-      return {b, b};
-    }
-    const int fit_spare = cluster == 1 ? spare : 0;
-    const double lo = std::max(0.0, std::ceil((ctas - fit_spare) / static_cast<double>(g)));
-    const double hi = std::max(lo, static_cast<double>(std::min(ctas, n_slot)));
-    return {lo, hi};
-  }
-};
 
 std::string pct(const json& v) {
   if (v.is_null()) return "n/a";
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%+.1f%%", 100.0 * v.get<double>());
   return buf;
-}
-
-std::vector<Load> loads(bool quick) {
-  std::vector<Load> out;
-  const std::vector<int> sum = quick ? std::vector<int>{4, 16} : std::vector<int>{4, 8, 16};
-  const std::vector<int> pers = quick ? std::vector<int>{16} : std::vector<int>{8, 16};
-  const std::vector<int> single =
-      quick ? std::vector<int>{1, 4, 16} : std::vector<int>{1, 2, 4, 8, 16, 32};
-  const std::vector<int> clustered =
-      quick ? std::vector<int>{4, 16} : std::vector<int>{4, 8, 16, 32};
-  for (int c : sum)
-    out.push_back({"tide-level1", c, 1});
-  for (int cluster : {1, 4})
-    for (int c : pers)
-      out.push_back({"persistent", c, cluster});
-  for (int c : single)
-    out.push_back({"spin", c, 1});
-  for (int c : clustered)
-    out.push_back({"spin", c, 4});
-  return out;
 }
 
 // The smallest spin-load CTA count whose median slowdown reached `threshold` (measured), and
@@ -421,7 +462,12 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // the log survives a timeout
   std::string json_path = "interference_h200.json", md_path = "interference_h200.md";
   bool quick = false;
-  double budget_s = 140;
+  double budget_s = 90, hard_limit_s = 115;
+  std::vector<std::string> groups;
+  int max_rows = -1;
+  const char* usage =
+      "usage: %s [--json PATH] [--md PATH] [--quick] [--budget-s S] [--hard-limit-s S]\n"
+      "          [--rows level1,persistent,spin] [--max-rows N] [--self-check]\n";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) {
@@ -432,14 +478,35 @@ int main(int argc, char** argv) {
       quick = true;
     } else if (a == "--budget-s" && i + 1 < argc) {
       budget_s = std::stod(argv[++i]);
+    } else if (a == "--hard-limit-s" && i + 1 < argc) {
+      hard_limit_s = std::stod(argv[++i]);
+    } else if (a == "--rows" && i + 1 < argc) {
+      groups = split_names(argv[++i]);
+      for (std::string& g : groups) {
+        if (g == "tide-level1") g = "level1";
+        if (!known_group(g)) {
+          std::fprintf(stderr, "unknown row group '%s' (level1, persistent, spin)\n", g.c_str());
+          return 2;
+        }
+      }
+    } else if (a == "--max-rows" && i + 1 < argc) {
+      max_rows = std::stoi(argv[++i]);
+    } else if (a == "--self-check") {
+      const std::vector<std::string> fail = check_model();
+      for (const std::string& f : fail)
+        std::printf("self-check FAILED: %s\n", f.c_str());
+      std::printf("self-check: %s\n", fail.empty() ? "row list and Eq. 4 ok" : "FAILED");
+      return fail.empty() ? 0 : 1;
     } else {
-      std::fprintf(stderr, "usage: %s [--json PATH] [--md PATH] [--quick] [--budget-s S]\n",
-                   argv[0]);
+      std::fprintf(stderr, usage, argv[0]);
       return 2;
     }
   }
+  const std::vector<Load> rows = select_rows(quick, groups, max_rows);
   const auto t0 = Clock::now();
   auto since = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  Watchdog watchdog(t0, hard_limit_s);
+  watchdog.arm("start-up (device, buffers, slot probes, victims)", 60);
   try {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -458,6 +525,11 @@ int main(int argc, char** argv) {
     s.reduce_in = DeviceBuffer(static_cast<std::size_t>(8 * reduce_elems * 2));
     s.reduce_out = DeviceBuffer(static_cast<std::size_t>(reduce_elems * 4));
     tide::calibrate::fill_random(s.reduce_in.get(), 8 * reduce_elems, 2, 9, nullptr);
+    TIDE_CUDA_CHECK(cudaMallocHost(&s.release, 64 * sizeof(std::uint32_t)));
+    std::fill(s.release, s.release + 64, 0u);
+    s.release[0] = 0x7fffffffu;  // started: every gate passes
+    s.release[16] = 1;           // stop: spin CTAs leave
+    s.release[32] = 1;           // t0: a persistent CTA entering now finds every round due
     TIDE_CUDA_CHECK(cudaDeviceSynchronize());
 
     // Slots for a cluster size: a whole-SM probe of that shape with twice the clusters any
@@ -469,8 +541,17 @@ int main(int argc, char** argv) {
       Probe p(wide, 1);
       p.launch(0, s.victim);
       TIDE_CUDA_CHECK(cudaDeviceSynchronize());
-      if (api) *api = p.predicted_slots();
-      return std::make_pair(p.read(1)[0].first_wave_clusters, p.smem_bytes());
+      const int predicted = p.predicted_slots();
+      if (api) *api = predicted;
+      int measured = p.read(1)[0].first_wave_clusters;
+      if (measured <= 0) {
+        std::printf(
+            "WARNING: the %d-CTA slot probe recorded no first wave; using the occupancy "
+            "API's %d slots\n",
+            cluster_size, predicted);
+        measured = predicted;
+      }
+      return std::make_pair(measured, p.smem_bytes());
     };
     int n_slot_api = 0;
     const auto [n_slot, probe_smem] = measure_slots(4, &n_slot_api);
@@ -535,12 +616,46 @@ int main(int argc, char** argv) {
                     (gg.cluster_known ? "" : ", cluster shape AUTO/unknown taken as 1")}};
     out["transfer"] = {{"chunks", s.chunks},
                        {"gap_us", s.gap_us},
-                       {"chunk_logical_bytes", s.level1->logical_bytes()}};
+                       {"chunk_logical_bytes", s.level1->logical_bytes()},
+                       {"pacing",
+                        "tide-level1: host launches round k at k * gap_us, overlap read from "
+                        "events; persistent: rounds due at the first CTA's entry + k * gap_us "
+                        "(%globaltimer); no stream waits"}};
+    json selected = json::array();
+    for (const Load& x : rows)
+      selected.push_back(x.label());
+    out["rows_selected"] = selected;
     // Warm-up (cuBLASLt's first call, module loads), then the isolated medians.
     for (auto& v : victims)
       for (int i = 0; i < 3; ++i)
         v->launch(i, s.victim);
     TIDE_CUDA_CHECK(cudaDeviceSynchronize());
+    // Warm-up of every load kernel and the gate, in the pattern the rows use, so no row is the
+    // first to launch a kernel (NOTE [no wait on later work]); bounded like a row.
+    {
+      const LoadFlags f = s.load_flags();
+      reset_flags(s);
+      launch_spin(1, 1, f, s.load_records.as<CtaRecord>(), s.load);
+      launch_gate(f.started, 1, f, s.victim);
+      tide::calibrate::stream_write_u32(s.victim, f.stop, 1);
+      if (!wait_idle(s)) std::printf("WARNING: spin warm-up needed the rescue\n");
+      reset_flags(s);
+      ReduceArgs a;
+      a.in = s.reduce_in.as<std::uint16_t>();
+      a.chunk_elems = 8 * s.width;
+      a.stride = a.chunk_elems * s.chunks;
+      a.out = s.reduce_out.as<float>();
+      a.chunks = 1;
+      launch_persistent_reduce(1, 1, a, f, s.load_records.as<CtaRecord>(), s.load);
+      tide::kernels::launch_level1_sum(s.level1->args(0, 4), s.load,
+                                       tide::kernels::recommended_level1_tuning(4));
+      if (!wait_idle(s)) std::printf("WARNING: load warm-up needed the rescue\n");
+      TIDE_CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    const char* loading = std::getenv("CUDA_MODULE_LOADING");
+    std::printf("warm-up done at %.1f s (CUDA_MODULE_LOADING=%s); %zu rows to run\n", since(),
+                loading ? loading : "(unset)", rows.size());
+    watchdog.arm("isolated victims", 30);
     const int reps_iso = quick ? 10 : 30;
     json isolated = json::object();
     std::map<std::string, double> iso_ms, iso_min;
@@ -572,15 +687,20 @@ int main(int argc, char** argv) {
 
     const double transfer_ms = s.chunks * s.gap_us * 1e-3;
     std::vector<std::string> skipped;
-    for (const Load& x : loads(quick)) {
-      const std::string label =
-          x.kind + " c" + std::to_string(x.cluster) + " x" + std::to_string(x.ctas);
+    int row_index = 0;
+    for (const Load& x : rows) {
+      ++row_index;
+      const std::string label = x.label();
       if (since() > budget_s) {
         skipped.push_back(label);
         continue;
       }
       const double row_t0 = since();
+      std::printf("row %d/%zu %s: start at %.1f s\n", row_index, rows.size(), label.c_str(),
+                  row_t0);
       for (auto& v : victims) {
+        // One measurement takes ~10 ms; the rescue path at most ~8 s.
+        watchdog.arm("row " + label + ", victim " + v->name(), 15);
         const bool transfer = x.kind != "spin";
         Probe* pp = v->name() == "probe" ? &probe : nullptr;
         int reps = quick ? 8 : 20;
@@ -599,10 +719,15 @@ int main(int argc, char** argv) {
                     {"slowdown_min", mn / iso_min[v->name()] - 1.0},
                     {"victim_overlapped_fraction", r.overlapped}};
         std::string notes;
-        if (r.timed_out) notes += "TIMED OUT (watchdog released the flags); ";
-        if (x.kind != "tide-level1") {
+        if (r.rescued) notes += "TIMED OUT (streams busy past the deadline; flags released); ";
+        if (r.gate_timed_out) notes += "load not resident within 1 s (gate timed out); ";
+        row["rescued"] = r.rescued;
+        if (x.kind == "spin" || x.kind == "persistent") {
           row["load_distinct_sms"] = static_cast<int>(r.load_sms.size());
           row["load_max_resident_ms"] = r.load_max_resident_ms;
+          row["load_ctas_recorded"] = r.load_ctas_recorded;
+          row["load_start_spread_us"] = r.load_start_spread_us;
+          row["gate_timed_out"] = r.gate_timed_out;
         }
         if (transfer) {
           row["transfer_ms"] = r.transfer_ms;
@@ -680,8 +805,9 @@ int main(int argc, char** argv) {
                                         : "",
                     probe_txt.c_str(), notes.empty() ? "" : ("  [" + notes + "]").c_str());
       }
-      std::printf("  row %s took %.1f s (total %.1f s)\n", label.c_str(), since() - row_t0,
-                  since());
+      std::printf("row %d/%zu %s: done in %.1f s (total %.1f s)\n", row_index, rows.size(),
+                  label.c_str(), since() - row_t0, since());
+      watchdog.arm("writing outputs after row " + label, 15);
       json waves = json::array();
       for (int cluster : {1, 4}) {
         waves.push_back(second_wave(out["rows"], "gemm", e_gemm, cluster, 0.3));
@@ -690,6 +816,7 @@ int main(int argc, char** argv) {
       out["second_wave"] = waves;
       write_outputs(out, json_path, md_path);
     }
+    watchdog.arm("final outputs", 15);
     out["skipped_rows"] = skipped;
     char status[160];
     std::snprintf(status, sizeof(status), "Complete in %.0f s%s.", since(),
@@ -707,6 +834,7 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tide_interference_bench: %s\n", e.what());
-    return 1;
+    std::fflush(stderr);
+    std::_Exit(1);  // the device may still be busy: no destructors that synchronise
   }
 }

@@ -5,7 +5,8 @@
 // transfer (NCCL's ring and symmetric-memory kernels): their CTAs hold SMs (and, clustered,
 // cluster slots) while idle. TIDE's Level 1 sum CTAs (driven from interference_bench.cu) exist
 // only while they sum a chunk; the waits between chunks are stream memory operations, which
-// take no SM (Sec. 3.2, 4.1).
+// take no SM (Sec. 3.2, 4.1). In this benchmark the host paces those launches (see
+// interference_bench.cu), so no stream waits on a flag.
 #include <cuda_runtime_api.h>
 
 #include "device_util.cuh"
@@ -33,27 +34,35 @@ __global__ void spin_kernel(LoadFlags flags, CtaRecord* records) {
 }
 
 // Steps (one CTA of the NCCL-style persistent reduction):
-// 1. record the SM id and entry time; add 1 to *started;
-// 2. for chunk k: thread 0 polls *tick > k (the rail has delivered chunk k; bounded), then
-//    __syncthreads; every thread sums the 8 bf16 inputs of its elements of the chunk in fp32
-//    (elements strided over the grid) and stores fp32; __syncthreads;
+// 1. record the SM id and entry time; add 1 to *started; thread 0 sets *t0 to its entry time
+//    if no CTA has yet (atomicCAS) and reads the winner: the transfer's start;
+// 2. for chunk k: thread 0 waits on %globaltimer until t0 + k * gap_ns (the chunk's arrival;
+//    bounded by kSpinBoundNs), then __syncthreads; every thread sums the 8 bf16 inputs of its
+//    elements of the chunk in fp32 (elements strided over the grid) and stores fp32;
+//    __syncthreads;
 // 3. record the exit time.
-// Synchronisation: *tick is advanced by stream memops from the host's rail emulator; the CTAs
-// stay resident between chunks, as a kernel that polls peer progress does.
+// Synchronisation: none with the host or another stream: the rounds arrive by the device
+// clock, so the kernel ends within chunks * gap_ns of its first CTA (plus the sums) whatever
+// else runs. The CTAs stay resident between chunks, as a kernel that polls peer progress does.
 __global__ void __launch_bounds__(512)
     persistent_reduce_kernel(ReduceArgs a, LoadFlags flags, CtaRecord* records) {
-  __shared__ int ok;
+  __shared__ unsigned long long t0;
   CtaRecord r{sm_id(), 0, global_ns(), 0};
-  if (threadIdx.x == 0) atomicAdd(flags.started, 1u);
+  if (threadIdx.x == 0) {
+    atomicAdd(flags.started, 1u);
+    const unsigned long long prev = atomicCAS(flags.t0, 0ull, r.start_ns);
+    t0 = prev == 0 ? r.start_ns : prev;
+  }
+  __syncthreads();
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (int k = 0; k < a.chunks; ++k) {
     if (threadIdx.x == 0) {
-      const std::uint32_t want = static_cast<std::uint32_t>(k);
-      ok = poll(
-          flags.tick, [want](std::uint32_t v) { return v > want; }, kSpinBoundNs);
+      const std::uint64_t due = t0 + static_cast<std::uint64_t>(k) * a.gap_ns;
+      const std::uint64_t entered = global_ns();
+      while (global_ns() < due && global_ns() - entered < kSpinBoundNs)
+        __nanosleep(200);
     }
     __syncthreads();
-    if (!ok) break;
     const std::int64_t base = static_cast<std::int64_t>(k) * a.chunk_elems;
     for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
          i < a.chunk_elems; i += stride) {
@@ -69,6 +78,16 @@ __global__ void __launch_bounds__(512)
     r.end_ns = global_ns();
     records[blockIdx.x] = r;
   }
+}
+
+// Steps (the gate, one CTA): thread 0 polls *counter >= target, bounded by kSpinBoundNs; if
+// the bound passes it sets *gate_timeout and leaves anyway. Waits only for a kernel launched
+// earlier on another stream, and never longer than the bound.
+__global__ void gate_kernel(const std::uint32_t* counter, std::uint32_t target, LoadFlags flags) {
+  if (threadIdx.x != 0) return;
+  const bool ok = poll(
+      counter, [target](std::uint32_t v) { return v >= target; }, kSpinBoundNs);
+  if (!ok) atomicExch(flags.gate_timeout, 1u);
 }
 
 template <typename Kernel, typename... Args>
@@ -97,6 +116,12 @@ void launch_spin(int ctas, int cluster, LoadFlags flags, CtaRecord* records, cud
 void launch_persistent_reduce(int ctas, int cluster, const ReduceArgs& args, LoadFlags flags,
                               CtaRecord* records, cudaStream_t stream) {
   launch_clustered(persistent_reduce_kernel, ctas, 512, cluster, stream, args, flags, records);
+}
+
+void launch_gate(const std::uint32_t* counter, std::uint32_t target, LoadFlags flags,
+                 cudaStream_t stream) {
+  gate_kernel<<<1, 32, 0, stream>>>(counter, target, flags);
+  TIDE_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace tide::bench

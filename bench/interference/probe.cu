@@ -58,6 +58,10 @@ Probe::Probe(const ProbeShape& shape, int max_windows) : shape_(shape), max_wind
   const std::size_t n = static_cast<std::size_t>(max_windows) * shape.clusters * shape.cluster_size;
   TIDE_CUDA_CHECK(cudaMalloc(&records_, n * sizeof(CtaRecord)));
   TIDE_CUDA_CHECK(cudaMemset(records_, 0, n * sizeof(CtaRecord)));
+  // cudaMemset runs on the legacy stream, which does not order against the benchmark's
+  // non-blocking streams: without this sync the zeroing could land after the first launch's
+  // records (the H200 run's n_slot = 0 for the GEMM's 2-CTA probe).
+  TIDE_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 void Probe::clear() {

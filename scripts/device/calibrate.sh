@@ -68,14 +68,22 @@ if has calibrate; then
 fi
 
 if has interference; then
-  # The benchmark stops adding rows at --budget-s and rewrites its JSON and markdown after
-  # every row, so even the outer timeout leaves results; line-buffered log.
-  timeout 170 "$BENCH" $QUICK_FLAG --budget-s "${INTERFERENCE_BUDGET_S:-140}" \
+  # The benchmark stops adding rows at --budget-s, ends itself (rc 3, its watchdog) at
+  # --hard-limit-s or when one stage overruns, and rewrites its JSON and markdown after every
+  # row, so even a failure leaves results; line-buffered log. INTERFERENCE_ROWS (e.g.
+  # "level1,spin") and INTERFERENCE_MAX_ROWS limit the rows. The outer timeout is a last resort.
+  ROW_FLAGS=""
+  [ -n "${INTERFERENCE_ROWS:-}" ] && ROW_FLAGS="$ROW_FLAGS --rows $INTERFERENCE_ROWS"
+  [ -n "${INTERFERENCE_MAX_ROWS:-}" ] && ROW_FLAGS="$ROW_FLAGS --max-rows $INTERFERENCE_MAX_ROWS"
+  "$BENCH" --self-check > "$LOG/interference.log" 2>&1
+  timeout -k 5 150 "$BENCH" $QUICK_FLAG $ROW_FLAGS --budget-s "${INTERFERENCE_BUDGET_S:-90}" \
+    --hard-limit-s "${INTERFERENCE_HARD_LIMIT_S:-115}" \
     --json "$OUT/interference_h200.json" --md "$OUT/interference_h200.md" \
-    > "$LOG/interference.log" 2>&1
+    >> "$LOG/interference.log" 2>&1
   note "interference rc=$? $(stamp)"
   cp "$LOG/interference.log" "$OUT/interference.log"
-  grep -E "^(GPU|GEMM for|isolated|second wave|Complete)" "$LOG/interference.log" | tee -a "$summary"
+  grep -E "^(self-check|GPU|GEMM for|WARNING|warm-up|isolated|row [0-9]|WATCHDOG|second wave|Complete|tide_interference_bench:)" \
+    "$LOG/interference.log" | tee -a "$summary"
 fi
 
 if has plot && [ -f "$OUT/interference_h200.json" ]; then
