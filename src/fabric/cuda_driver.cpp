@@ -18,7 +18,8 @@ void resolve(Fn& fn, const char* name) {
   void* p = nullptr;
   cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
 #if TIDE_HAS_DRIVER_ENTRY_POINT_BY_VERSION
-  TIDE_CUDA_CHECK(cudaGetDriverEntryPointByVersion(name, &p, kDriverAbi, cudaEnableDefault, &found));
+  TIDE_CUDA_CHECK(
+      cudaGetDriverEntryPointByVersion(name, &p, kDriverAbi, cudaEnableDefault, &found));
 #else
   TIDE_CUDA_CHECK(cudaGetDriverEntryPoint(name, &p, cudaEnableDefault, &found));
 #endif

@@ -17,6 +17,7 @@ namespace tide::fabric {
 
 using detail::check_driver;
 using detail::driver;
+using detail::DriverApi;
 using program::Buffer;
 using program::Space;
 
@@ -24,7 +25,9 @@ namespace {
 
 constexpr int kMaxRanks = 4096;
 
-std::string where(int rank) { return "VirtualFabric: rank " + std::to_string(rank) + ": "; }
+std::string where(int rank) {
+  return "VirtualFabric: rank " + std::to_string(rank) + ": ";
+}
 
 }  // namespace
 
@@ -163,9 +166,9 @@ VirtualFabric::VirtualFabric(const std::vector<program::BufferSizes>& sizes,
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = s.device;
   std::size_t granularity = 0;
-  check_driver(d.mem_get_allocation_granularity(&granularity, &prop,
-                                                CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
-               "cuMemGetAllocationGranularity");
+  check_driver(
+      d.mem_get_allocation_granularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+      "cuMemGetAllocationGranularity");
   const std::int64_t grain = std::max<std::int64_t>(static_cast<std::int64_t>(granularity), align);
   std::int64_t largest = 1;  // a rank with an empty arena still gets a symmetric granule
   for (const program::BufferSizes& b : sizes)
@@ -206,10 +209,16 @@ VirtualFabric::VirtualFabric(const std::vector<program::BufferSizes>& sizes,
 
 VirtualFabric::~VirtualFabric() = default;
 
-int VirtualFabric::ranks() const { return static_cast<int>(state_->sizes.size()); }
-int VirtualFabric::device() const { return state_->device; }
+int VirtualFabric::ranks() const {
+  return static_cast<int>(state_->sizes.size());
+}
+int VirtualFabric::device() const {
+  return state_->device;
+}
 
-void* VirtualFabric::arena(int rank) const { return state_->buffer(Buffer{rank, Space::kArena, 0}); }
+void* VirtualFabric::arena(int rank) const {
+  return state_->buffer(Buffer{rank, Space::kArena, 0});
+}
 
 void* VirtualFabric::peer_arena(int rank, int peer) const {
   if (rank < 0 || rank >= ranks()) {
@@ -237,9 +246,15 @@ std::int64_t VirtualFabric::bytes(const program::Buffer& b) const {
   return 0;
 }
 
-std::int64_t VirtualFabric::arena_stride() const { return state_->stride; }
-std::int64_t VirtualFabric::vmm_bytes() const { return state_->total; }
-std::int64_t VirtualFabric::buffer_bytes() const { return state_->malloc_bytes; }
+std::int64_t VirtualFabric::arena_stride() const {
+  return state_->stride;
+}
+std::int64_t VirtualFabric::vmm_bytes() const {
+  return state_->total;
+}
+std::int64_t VirtualFabric::buffer_bytes() const {
+  return state_->malloc_bytes;
+}
 
 void VirtualFabric::release() noexcept {
   if (state_) state_->released = true;

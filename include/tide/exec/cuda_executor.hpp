@@ -1,0 +1,125 @@
+// The CUDA executor (architecture: exec/cuda; issue 5, item 2): runs a Program on a GPU
+// through a fabric, with copy engines, stream memory operations, events and TIDE's kernels.
+// The first slice runs on the virtual fabric (N ranks on one GPU); its outputs are meant to
+// be bitwise equal to the CPU reference executor's (invariant 1 of the architecture note).
+//
+// Use:
+//   fabric::VirtualFabric fab(program);             // allocates every rank's buffers
+//   CudaExecutor ex(program, fab);                  // validates, builds tables, streams, events
+//   ex.upload(Buffer{0, Space::kTensor, 1}, bytes); // inputs (and poison, with fill())
+//   CudaRunResult r = ex.run();                     // enqueues everything, waits with a timeout
+//   std::vector<std::byte> out = ex.download(Buffer{0, Space::kOutput, 0});
+//
+// NOTE [CUDA executor op mapping]
+// Streams: one non-blocking cudaStream_t per (rank, stream name) that has ops. One host thread
+// enqueues every op of every stream; CUDA stream order and device-side waits give NOTE
+// [reference execution semantics]'s order. The enqueue order is a legal serial schedule
+// computed at construction (NOTE [enqueue order] in src/exec/cuda/executor.cpp: streams alias
+// onto a few in-order hardware queues, so a wait must never be submitted before the signal it
+// needs), followed by any op it could not place, in program order. A kEventWait is never
+// enqueued before its kEventRecord (cudaStreamWaitEvent on a not-yet-recorded event would not
+// wait at all): such ops and those behind them on their stream are deferred until the record
+// is enqueued; a wait whose record can never be enqueued is a program error.
+//   kCopy        each descriptor: cudaMemcpyAsync (1-D) or cudaMemcpy2DAsync (2-D), device to
+//                device, on copy engines. cudaMemcpyBatchAsync (TIDE_HAS_CUDA_MEMCPY_BATCH)
+//                and spreading batches over a stream pool (Sec. 6.2) come later.
+//   kRailPut     its copies as kCopy, then the counter addition on the destination rank, both
+//                on the sender's stream (the addition follows the write in stream order).
+//   kSignal      counter += value by a 1-thread kernel (__threadfence(); atomicAdd), launched
+//                on the signalling stream. Why a kernel: cuStreamWriteValue64 writes a value,
+//                it cannot add, and several streams and ranks add to one counter in an order
+//                fixed only at run time, so no enqueue-time cumulative value is valid.
+//   kWait        cuStreamWaitValue64(counter, value, CU_STREAM_WAIT_VALUE_GEQ): the stream's
+//                front end waits on device memory (no SM, no host polling).
+//   Counters     64-bit, device memory (one cudaMalloc), one per (rank, counter id); zeroed
+//                at the start of every run.
+//   kEventRecord / kEventWait   cudaEventRecord / cudaStreamWaitEvent on one cudaEvent_t
+//                per (rank, event id) (timing disabled).
+//   kSum         launch_level1_sum with a Level1SegmentTable built at construction from the
+//                op's segments (tensor indices renumbered per op, gradient pointers passed as
+//                kernel parameters); the L - 1 staged regions must sit in one buffer with one
+//                pitch and a uniform stride (they do in TIDE-RS); recommended_level1_tuning.
+//   kLand        launch_landing, the wave's sources as partial pointers (peer arenas).
+//   kCast        launch_cast_fp32_to_bf16.
+//   kZero        cudaMemsetAsync (1-D) or cudaMemset2DAsync.
+//   kRelease     nothing: a marker (the allocator-visible release is the caller's business).
+// No op copies metadata host to device at run time: pointers, tables and kernel arguments
+// are resolved at construction.
+// Completion: one event per used stream is recorded after its last op and polled with
+// cudaEventQuery until every stream completed or the timeout passed. On a timeout (fail-stop,
+// Sec. 7.5) the counters are read back, every wait whose counter is still below its value is
+// named, all counters are then set to a huge value so every stream drains, and run() throws
+// ExecutionTimeout. Should the streams not drain either, the executor keeps its resources
+// (and releases the fabric's) instead of freeing memory in use, and refuses further runs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <vector>
+
+#include "tide/fabric/virtual_fabric.hpp"
+#include "tide/program/program.hpp"
+
+namespace tide::exec {
+
+// A run did not complete within its timeout; the message names the unsatisfied waits.
+class ExecutionTimeout : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct CudaRunOptions {
+  double timeout_s = 60.0;  // per run, from the first enqueue; > 0
+};
+
+struct CudaRunResult {
+  double enqueue_us = 0.0;        // host time to enqueue every op (and the completion events)
+  double wall_us = 0.0;           // first enqueue to observed completion (polling granularity)
+  std::int64_t copies = 0;        // cudaMemcpyAsync / cudaMemcpy2DAsync calls
+  std::int64_t kernels = 0;       // kernel launches (sum, land, cast, counter additions)
+  std::int64_t memops = 0;        // stream memory operations (waits)
+  std::int64_t deferred_ops = 0;  // ops enqueued after a later op (behind an event wait)
+};
+
+class CudaExecutor {
+ public:
+  // `program` and `fabric` must outlive the executor; the fabric must have been sized for the
+  // program (same ranks, buffers at least as large). Validates the program (as check()
+  // does), then creates streams, events, counters and Level 1 tables. Errors name the op.
+  CudaExecutor(const program::Program& program, fabric::VirtualFabric& fabric);
+  ~CudaExecutor();
+  CudaExecutor(const CudaExecutor&) = delete;
+  CudaExecutor& operator=(const CudaExecutor&) = delete;
+
+  // Everything the executor checks about a program before touching a GPU: ids and regions
+  // in range, copy geometry, the kernel ops' shapes (what launch_level1_sum, launch_landing
+  // and launch_cast_fp32_to_bf16 accept), events recorded once and waited only where
+  // recorded. Throws tide::InvalidArgument (malformed) or tide::Unsupported (well formed but
+  // not mappable yet), naming the op.
+  static void check(const program::Program& program);
+
+  // Writes `bytes` into a buffer at `offset` (synchronous). Throws InvalidArgument when the
+  // range does not fit.
+  void upload(const program::Buffer& buffer, std::span<const std::byte> bytes,
+              std::int64_t offset = 0);
+  // Sets every byte of a buffer to `value` (synchronous; poisoning outputs before a run).
+  void fill(const program::Buffer& buffer, std::byte value);
+  // A buffer's bytes (synchronous; call after run()).
+  std::vector<std::byte> download(const program::Buffer& buffer);
+
+  // Runs the whole program once; repeatable. Throws ExecutionTimeout (see the NOTE),
+  // tide::CudaError naming the op whose call failed, or InvalidArgument for an event-wait
+  // cycle.
+  CudaRunResult run(const CudaRunOptions& options = {});
+
+  const program::Program& program() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace tide::exec

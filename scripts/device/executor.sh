@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Builds and runs the CUDA executor's tests (issue 5: virtual fabric + CUDA executor, bitwise
+# against the CPU reference executor) on the device machine, in one call.
+#   here:   scripts/stage-deps.sh            (once: GoogleTest and headers into .deps/)
+#   device: run(command="bash scripts/device/executor.sh", carry=[".deps"])
+# STEPS (default "build tests sanitize") picks steps. Writes under $OUT (or
+# /tmp/tide-executor-out): summary.md (short), tests.log, sanitize.log, logs.tgz.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/tide-executor-out}
+mkdir -p "$OUT"
+LOG="$OUT/logs"
+mkdir -p "$LOG"
+STEPS=${STEPS:-"build tests sanitize"}
+export NCCL_NVLS_ENABLE=0            # NVLink multicast is forbidden on these machines
+unset TIDE_ENABLE_MULTIMEM
+BUILD=${BUILD_DIR:-build-executor}
+summary="$OUT/summary.md"
+: > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 ))s]"; }
+finish() { tar czf "$OUT/logs.tgz" -C "$OUT" logs 2>/dev/null; rm -rf "$LOG"; exit "$1"; }
+
+nvidia-smi > "$LOG/nvidia-smi.txt" 2>&1
+note "## executor.sh on $(hostname) $(date -u +%FT%TZ): $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1)"
+note "(virtual ranks share one GPU: timings between them are not NVLink timings)"
+
+if has build; then
+  if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDE_WERROR=OFF \
+       > "$LOG/build.log" 2>&1; then
+    note "CONFIGURE FAILED $(stamp)"; tail -40 "$LOG/build.log" | tee -a "$summary"; finish 1
+  fi
+  if ! cmake --build "$BUILD" --target tide_cuda_executor_tests -j 16 >> "$LOG/build.log" 2>&1; then
+    note "BUILD FAILED $(stamp)"; grep -E "error|FAILED" "$LOG/build.log" | head -40 | tee -a "$summary"
+    finish 1
+  fi
+  note "build ok $(stamp)"
+fi
+TESTS="$BUILD/tests/exec/tide_cuda_executor_tests"
+
+rc_all=0
+if has tests; then
+  timeout 420 "$TESTS" > "$LOG/tests.log" 2>&1
+  rc=$?
+  [[ $rc -ne 0 ]] && rc_all=$rc
+  [[ $rc -eq 124 ]] && note "TESTS TIMED OUT (420 s): a hang the executor's own timeout did not catch"
+  note "tests rc=$rc $(stamp): $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOG/tests.log" | tr '\n' ' ')"
+  grep -E "^\[       OK|^\[  FAILED|Failure|differs|error|timeout" "$LOG/tests.log" | head -40 | tee -a "$summary"
+  cp "$LOG/tests.log" "$OUT/tests.log"
+fi
+
+if has sanitize; then
+  # Memory errors in the mapping (pointers, pitches, peer arenas) on the small cases.
+  if command -v compute-sanitizer > /dev/null; then
+    timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$TESTS" \
+      --gtest_filter='VirtualFabric.*:CudaExecutor.Handmade*:CudaExecutor.RsFp32*' \
+      > "$LOG/sanitize.log" 2>&1
+    rc=$?
+    [[ $rc -ne 0 ]] && rc_all=$rc
+    note "memcheck rc=$rc $(stamp): $(grep -E 'ERROR SUMMARY' "$LOG/sanitize.log" | tail -1)"
+    cp "$LOG/sanitize.log" "$OUT/sanitize.log"
+  else
+    note "memcheck skipped: compute-sanitizer not found"
+  fi
+fi
+
+note "done rc=$rc_all $(stamp)"
+finish "$rc_all"

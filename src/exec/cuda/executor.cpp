@@ -1,0 +1,689 @@
+// The CUDA executor: maps every op of a Program onto CUDA streams, copy engines, stream memory
+// operations, events and TIDE's kernels (NOTE [CUDA executor op mapping] in
+// include/tide/exec/cuda_executor.hpp), enqueues a run, and waits for it with a timeout.
+//
+// Steps:
+//   1. Construction: check_program(); resolve every region to device pointers on the fabric;
+//      one non-blocking stream per used (rank, stream), one event per recorded (rank, event),
+//      one counter array; a Level1SegmentTable per kSum (one synchronous upload each).
+//   2. run(): zero the counters; enqueue every op in the order of NOTE [enqueue order] (event
+//      waits deferred until their record is enqueued); record one completion event per stream.
+//   3. Poll the completion events until all completed or the timeout; on a timeout name the
+//      unsatisfied waits, release every wait so the streams drain, and throw (fail-stop).
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "../../fabric/cuda_driver.hpp"
+#include "counter_add.hpp"
+#include "program_checks.hpp"
+#include "tide/core/dtype.hpp"
+#include "tide/core/error.hpp"
+#include "tide/exec/cuda_executor.hpp"
+#include "tide/kernels/cast.hpp"
+#include "tide/kernels/cuda_check.hpp"
+#include "tide/kernels/landing.hpp"
+#include "tide/kernels/level1_sum.hpp"
+
+namespace tide::exec {
+
+using cuda_detail::op_where;
+using program::Buffer;
+using program::Op;
+using program::OpKind;
+using program::Program;
+using program::Region;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A value above every threshold a program can wait for: written into every counter after a
+// timeout so that every cuStreamWaitValue64 (GEQ) passes and the streams drain.
+constexpr unsigned char kReleaseByte = 0x3F;  // 0x3F3F3F3F3F3F3F3F
+
+// How long a drain after a timeout or an enqueue failure may take before the executor gives
+// its streams up as stuck.
+constexpr double kDrainTimeoutS = 10.0;
+
+struct CopyCall {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  std::size_t width = 0, rows = 0, dpitch = 0, spitch = 0;
+  bool flat = true;  // one cudaMemcpyAsync of width * rows bytes
+};
+
+// One op, resolved to device pointers and launch arguments at construction.
+struct Mapped {
+  OpKind kind = OpKind::kRelease;
+  int stream = -1;  // index into State::streams (-1: no stream work)
+  bool empty = false;
+  std::vector<CopyCall> copies;
+  // Counters (kSignal, kWait, kRailPut).
+  std::uint64_t* counter = nullptr;
+  std::uint64_t value = 0;
+  // Events (kEventRecord, kEventWait): index into State::events.
+  int event = -1;
+  // kSum.
+  kernels::Level1SumArgs sum{};
+  std::vector<const void*> gradients;
+  std::unique_ptr<kernels::Level1SegmentTable> table;
+  kernels::Level1Tuning tuning{};
+  // kLand.
+  kernels::LandingArgs land{};
+  // kCast.
+  std::uint16_t* cast_dst = nullptr;
+  const float* cast_src = nullptr;
+  std::int64_t cast_n = 0;
+  int cast_ctas = 0;
+  // kZero.
+  void* zero_ptr = nullptr;
+  std::size_t zero_width = 0, zero_rows = 0, zero_pitch = 0;
+};
+
+std::string cuda_status(cudaError_t s) {
+  return std::string(cudaGetErrorName(s)) + " (" + cudaGetErrorString(s) + ")";
+}
+
+}  // namespace
+
+struct CudaExecutor::State {
+  const Program& program;
+  fabric::VirtualFabric& fabric;
+  std::vector<Mapped> ops;
+  // Streams: one per used (rank, stream name).
+  std::vector<cudaStream_t> streams;
+  std::vector<std::pair<int, int>> stream_owner;  // (rank, stream name index)
+  std::vector<cudaEvent_t> done;                  // completion event per stream
+  cudaStream_t control = nullptr;                 // counter resets and read-backs
+  // Events: one per recorded (rank, id); slot = rank * program.events + id.
+  std::vector<cudaEvent_t> events;
+  std::vector<int> event_index;  // slot -> index into events, or -1
+  std::uint64_t* counters = nullptr;
+  std::size_t counter_bytes = 0;
+  bool stuck = false;  // streams could not be drained: resources are kept, runs refused
+  // The enqueue order: a legal serial schedule (NOTE [enqueue order]), then any ops it could
+  // not place, in program order.
+  std::vector<int> order;
+
+  State(const Program& p, fabric::VirtualFabric& f) : program(p), fabric(f) {}
+
+  ~State() {
+    if (stuck) {
+      // Freeing memory that stuck streams still use would wait forever: keep everything.
+      for (Mapped& m : ops)
+        (void)m.table.release();
+      return;
+    }
+    (void)cudaSetDevice(fabric.device());
+    for (cudaStream_t s : streams)
+      (void)cudaStreamSynchronize(s);
+    for (cudaEvent_t e : done)
+      (void)cudaEventDestroy(e);
+    for (cudaEvent_t e : events)
+      (void)cudaEventDestroy(e);
+    for (cudaStream_t s : streams)
+      (void)cudaStreamDestroy(s);
+    if (control != nullptr) (void)cudaStreamDestroy(control);
+    if (counters != nullptr) (void)cudaFree(counters);
+  }
+
+  std::byte* at(const Region& r) const {
+    return static_cast<std::byte*>(fabric.pointer(r.buffer)) + r.offset;
+  }
+
+  std::uint64_t* counter(const program::Counter& c) const {
+    return counters +
+           static_cast<std::size_t>(c.rank) * static_cast<std::size_t>(program.counters) +
+           static_cast<std::size_t>(c.id);
+  }
+
+  std::size_t event_slot(const Op& op) const {
+    return static_cast<std::size_t>(op.rank) * static_cast<std::size_t>(program.events) +
+           static_cast<std::size_t>(op.event);
+  }
+
+  void map_copies(const Op& op, Mapped& m) const {
+    for (const program::CopyDescriptor& c : op.copies) {
+      if (c.src.bytes() == 0) continue;
+      CopyCall call;
+      call.dst = at(c.dst);
+      call.src = at(c.src);
+      call.width = static_cast<std::size_t>(c.src.width);
+      call.rows = static_cast<std::size_t>(c.src.rows);
+      call.dpitch = static_cast<std::size_t>(c.dst.pitch);
+      call.spitch = static_cast<std::size_t>(c.src.pitch);
+      call.flat = cuda_detail::contiguous(c.src) && cuda_detail::contiguous(c.dst);
+      m.copies.push_back(call);
+    }
+  }
+
+  void map_sum(const Op& op, Mapped& m) const {
+    const std::int64_t width = op.dst.width / 4;
+    if (width == 0 || op.dst.rows == 0) {
+      m.empty = true;
+      return;
+    }
+    const std::int64_t item = item_bytes(op.in_dtype);
+    // Tensor indices renumbered per op: the kernel takes at most 256 gradient pointers.
+    std::map<int, int> compact;
+    for (const program::SumSegment& s : op.segments)
+      compact.emplace(s.param, 0);
+    for (auto& [param, index] : compact) {
+      index = static_cast<int>(m.gradients.size());
+      m.gradients.push_back(fabric.pointer(Buffer{op.rank, program::Space::kTensor, param}));
+    }
+    std::vector<kernels::Level1RunSpec> runs;
+    runs.reserve(op.segments.size());
+    for (const program::SumSegment& s : op.segments)
+      runs.push_back({s.row, s.out_elem, s.elems, compact.at(s.param), s.src_elem});
+    m.table =
+        std::make_unique<kernels::Level1SegmentTable>(static_cast<int>(op.dst.rows), width, runs);
+    kernels::Level1SumArgs& a = m.sum;
+    a.out = reinterpret_cast<float*>(at(op.dst));
+    a.out_pitch = op.dst.rows > 1 ? op.dst.pitch / 4 : width;
+    a.dtype = op.in_dtype;
+    a.num_staged = static_cast<int>(op.staged.size());
+    if (!op.staged.empty()) {
+      a.staged = at(op.staged[0]);
+      a.staged_stride = cuda_detail::staged_stride(op) / item;
+      a.staged_pitch = op.dst.rows > 1 ? op.staged[0].pitch / item : width;
+    }
+    a.num_gradients = static_cast<int>(m.gradients.size());
+    a.table = m.table->view();
+    a.alpha = op.alpha;
+    a.accumulate = op.accumulate;
+    a.ctas = std::max(1, op.ctas);
+    m.tuning = kernels::recommended_level1_tuning(a.ctas);
+  }
+
+  void map_op(const Op& op, Mapped& m, int stream) const {
+    m.kind = op.kind;
+    m.stream = stream;
+    switch (op.kind) {
+      case OpKind::kCopy:
+        map_copies(op, m);
+        m.empty = m.copies.empty();
+        break;
+      case OpKind::kRailPut:
+        map_copies(op, m);
+        m.counter = counter(op.counter);
+        m.value = static_cast<std::uint64_t>(op.value);
+        break;
+      case OpKind::kSignal:
+      case OpKind::kWait:
+        m.counter = counter(op.counter);
+        m.value = static_cast<std::uint64_t>(op.value);
+        break;
+      case OpKind::kEventRecord:
+      case OpKind::kEventWait:
+        m.event = event_index[event_slot(op)];
+        break;
+      case OpKind::kSum:
+        map_sum(op, m);
+        break;
+      case OpKind::kLand:
+        m.land.out = reinterpret_cast<float*>(at(op.dst));
+        m.land.n = op.dst.bytes() / 4;
+        m.land.num_partials = static_cast<int>(op.sources.size());
+        for (std::size_t k = 0; k < op.sources.size(); ++k)
+          m.land.partials[k] = reinterpret_cast<const float*>(at(op.sources[k]));
+        m.land.wave_index = op.wave_index;
+        m.land.accumulate = op.accumulate;
+        m.land.ctas = std::max(1, op.ctas);
+        m.empty = m.land.n == 0;
+        break;
+      case OpKind::kCast:
+        m.cast_dst = reinterpret_cast<std::uint16_t*>(at(op.dst));
+        m.cast_src = reinterpret_cast<const float*>(at(op.sources[0]));
+        m.cast_n = op.dst.bytes() / 2;
+        m.cast_ctas = op.ctas;
+        m.empty = m.cast_n == 0;
+        break;
+      case OpKind::kZero:
+        m.zero_ptr = at(op.dst);
+        m.zero_width = static_cast<std::size_t>(op.dst.width);
+        m.zero_rows = static_cast<std::size_t>(op.dst.rows);
+        m.zero_pitch = static_cast<std::size_t>(op.dst.pitch);
+        m.empty = op.dst.bytes() == 0;
+        break;
+      case OpKind::kRelease:
+        m.empty = true;
+        break;
+    }
+  }
+
+  // Enqueues one op on its stream. Throws with the CUDA error; the caller adds the op.
+  void enqueue(const Mapped& m, CudaRunResult& stats) {
+    if (m.empty && m.kind != OpKind::kRailPut) return;
+    cudaStream_t s = streams[static_cast<std::size_t>(m.stream)];
+    const auto& d = fabric::detail::driver();
+    switch (m.kind) {
+      case OpKind::kCopy:
+      case OpKind::kRailPut:
+        for (const CopyCall& c : m.copies) {
+          if (c.flat) {
+            TIDE_CUDA_CHECK(
+                cudaMemcpyAsync(c.dst, c.src, c.width * c.rows, cudaMemcpyDeviceToDevice, s));
+          } else {
+            TIDE_CUDA_CHECK(cudaMemcpy2DAsync(c.dst, c.dpitch, c.src, c.spitch, c.width, c.rows,
+                                              cudaMemcpyDeviceToDevice, s));
+          }
+          ++stats.copies;
+        }
+        if (m.kind == OpKind::kRailPut) {
+          cuda_detail::launch_counter_add(m.counter, m.value, s);
+          ++stats.kernels;
+        }
+        break;
+      case OpKind::kSignal:
+        cuda_detail::launch_counter_add(m.counter, m.value, s);
+        ++stats.kernels;
+        break;
+      case OpKind::kWait:
+        fabric::detail::check_driver(d.stream_wait_value64(reinterpret_cast<CUstream>(s),
+                                                           reinterpret_cast<CUdeviceptr>(m.counter),
+                                                           m.value, CU_STREAM_WAIT_VALUE_GEQ),
+                                     "cuStreamWaitValue64");
+        ++stats.memops;
+        break;
+      case OpKind::kEventRecord:
+        TIDE_CUDA_CHECK(cudaEventRecord(events[static_cast<std::size_t>(m.event)], s));
+        break;
+      case OpKind::kEventWait:
+        TIDE_CUDA_CHECK(cudaStreamWaitEvent(s, events[static_cast<std::size_t>(m.event)], 0));
+        break;
+      case OpKind::kSum: {
+        kernels::Level1SumArgs a = m.sum;
+        a.gradients = m.gradients.data();
+        kernels::launch_level1_sum(a, s, m.tuning);
+        ++stats.kernels;
+        break;
+      }
+      case OpKind::kLand:
+        kernels::launch_landing(m.land, s);
+        ++stats.kernels;
+        break;
+      case OpKind::kCast:
+        kernels::launch_cast_fp32_to_bf16(m.cast_dst, m.cast_src, m.cast_n, s, m.cast_ctas);
+        ++stats.kernels;
+        break;
+      case OpKind::kZero:
+        if (m.zero_rows <= 1 || m.zero_pitch == m.zero_width) {
+          TIDE_CUDA_CHECK(cudaMemsetAsync(m.zero_ptr, 0, m.zero_width * m.zero_rows, s));
+        } else {
+          TIDE_CUDA_CHECK(
+              cudaMemset2DAsync(m.zero_ptr, m.zero_pitch, 0, m.zero_width, m.zero_rows, s));
+        }
+        break;
+      case OpKind::kRelease:
+        break;
+    }
+  }
+
+  // Polls every stream's completion event until all completed or `timeout_s` passed. Returns
+  // whether all completed; throws CudaError on an asynchronous fault.
+  bool wait_all(double timeout_s, std::vector<bool>* complete) const {
+    const Clock::time_point start = Clock::now();
+    std::vector<bool> ok(done.size(), false);
+    std::size_t remaining = done.size();
+    for (;;) {
+      for (std::size_t i = 0; i < done.size(); ++i) {
+        if (ok[i]) continue;
+        const cudaError_t st = cudaEventQuery(done[i]);
+        if (st == cudaSuccess) {
+          ok[i] = true;
+          --remaining;
+        } else if (st != cudaErrorNotReady) {
+          throw CudaError("CudaExecutor: stream of rank " + std::to_string(stream_owner[i].first) +
+                          " '" +
+                          program.stream_names[static_cast<std::size_t>(stream_owner[i].second)] +
+                          "' failed: " + cuda_status(st));
+        }
+      }
+      if (remaining == 0) break;
+      if (std::chrono::duration<double>(Clock::now() - start).count() > timeout_s) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    if (complete != nullptr) *complete = ok;
+    return remaining == 0;
+  }
+
+  // Sets every counter to a huge value so every stream waiting on one proceeds, then waits
+  // for the streams; marks the executor stuck (and releases the fabric) if they do not drain.
+  void release_and_drain() {
+    bool drained = false;
+    try {
+      TIDE_CUDA_CHECK(cudaMemsetAsync(counters, kReleaseByte, counter_bytes, control));
+      TIDE_CUDA_CHECK(cudaStreamSynchronize(control));
+      drained = wait_all(kDrainTimeoutS, nullptr);
+    } catch (const std::exception&) {
+      drained = false;
+    }
+    if (!drained) {
+      stuck = true;
+      fabric.release();
+    }
+  }
+
+  // NOTE [enqueue order]
+  // Streams share a few hardware queues (CUDA_DEVICE_MAX_CONNECTIONS), each executed in
+  // submission order, and a cuStreamWaitValue64 stalls its whole queue. Enqueuing a wait
+  // before the signal it needs could then deadlock two aliased streams. So the executor
+  // enqueues in a legal serial schedule, computed once here by simulating counters and
+  // events on the host: repeatedly take the head op of any (rank, stream) whose wait is
+  // already satisfied by the ops taken before it. Every op's dependencies are then submitted
+  // before it, and no aliasing can block it. Ops the simulation cannot place (a wait that can
+  // never be satisfied) follow in program order, so the run-time timeout names them.
+  void schedule() {
+    const std::size_t n = program.ops.size();
+    std::vector<std::deque<int>> heads(streams.size());
+    for (std::size_t i = 0; i < n; ++i)
+      heads[static_cast<std::size_t>(ops[i].stream)].push_back(static_cast<int>(i));
+    std::vector<std::int64_t> total(counter_bytes / sizeof(std::uint64_t), 0);
+    std::vector<bool> recorded(event_index.size(), false);
+    auto slot = [&](const program::Counter& c) {
+      return static_cast<std::size_t>(counter(c) - counters);
+    };
+    std::vector<bool> placed(n, false);
+    order.clear();
+    order.reserve(n);
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (auto& q : heads) {
+        while (!q.empty()) {
+          const Op& op = program.ops[static_cast<std::size_t>(q.front())];
+          const bool ready = op.kind == OpKind::kWait ? total[slot(op.counter)] >= op.value
+                             : op.kind == OpKind::kEventWait
+                                 ? static_cast<bool>(recorded[event_slot(op)])
+                                 : true;
+          if (!ready) break;
+          if (op.kind == OpKind::kSignal || op.kind == OpKind::kRailPut)
+            total[slot(op.counter)] += op.value;
+          if (op.kind == OpKind::kEventRecord) recorded[event_slot(op)] = true;
+          placed[static_cast<std::size_t>(q.front())] = true;
+          order.push_back(q.front());
+          q.pop_front();
+          moved = true;
+        }
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!placed[i]) order.push_back(static_cast<int>(i));
+    }
+  }
+
+  std::string describe_timeout(double timeout_s, const std::vector<bool>& complete) const {
+    std::vector<std::uint64_t> values(counter_bytes / sizeof(std::uint64_t));
+    std::string read_error;
+    const cudaError_t st =
+        cudaMemcpyAsync(values.data(), counters, counter_bytes, cudaMemcpyDeviceToHost, control);
+    const cudaError_t sync = st == cudaSuccess ? cudaStreamSynchronize(control) : st;
+    if (sync != cudaSuccess)
+      read_error = " (counters could not be read: " + cuda_status(sync) + ")";
+    std::string text = "CudaExecutor: the run did not complete within " +
+                       std::to_string(timeout_s) + " s (fail-stop)" + read_error + ".";
+    int streams_left = 0;
+    std::string stream_list;
+    for (std::size_t i = 0; i < complete.size(); ++i) {
+      if (complete[i]) continue;
+      if (++streams_left <= 16) {
+        stream_list += " (rank " + std::to_string(stream_owner[i].first) + ", '" +
+                       program.stream_names[static_cast<std::size_t>(stream_owner[i].second)] +
+                       "')";
+      }
+    }
+    text += " Incomplete streams: " + std::to_string(streams_left) + ":" + stream_list + ".";
+    if (!read_error.empty()) return text;
+    int unsatisfied = 0;
+    std::string waits;
+    for (std::size_t i = 0; i < program.ops.size(); ++i) {
+      const Op& op = program.ops[i];
+      if (op.kind != OpKind::kWait) continue;
+      const std::uint64_t have = values[static_cast<std::size_t>(counter(op.counter) - counters)];
+      if (have >= static_cast<std::uint64_t>(op.value)) continue;
+      if (++unsatisfied <= 16) {
+        waits += "\n  " + op_where(program, static_cast<int>(i)) + "counter " +
+                 std::to_string(op.counter.id) + " of rank " + std::to_string(op.counter.rank) +
+                 " holds " + std::to_string(have) + " < " + std::to_string(op.value);
+      }
+    }
+    text += " Unsatisfied waits: " + std::to_string(unsatisfied) +
+            (unsatisfied > 16 ? " (first 16)" : "") + ":" + waits;
+    return text;
+  }
+};
+
+namespace {
+
+// Rethrows the exception in flight with `prefix` added to its message, keeping its type.
+[[noreturn]] void rethrow_with(const std::string& prefix) {
+  try {
+    throw;
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(prefix + e.what());
+  } catch (const Unsupported& e) {
+    throw Unsupported(prefix + e.what());
+  } catch (const CudaError& e) {
+    throw CudaError(prefix + e.what());
+  } catch (const std::exception& e) {
+    throw CudaError(prefix + e.what());
+  }
+}
+
+}  // namespace
+
+CudaExecutor::CudaExecutor(const Program& program, fabric::VirtualFabric& fabric)
+    : state_(std::make_unique<State>(program, fabric)) {
+  cuda_detail::check_program(program);
+  if (fabric.ranks() != program.ranks) {
+    throw InvalidArgument("CudaExecutor: the fabric has " + std::to_string(fabric.ranks()) +
+                          " ranks, the program " + std::to_string(program.ranks) +
+                          "; build the fabric from the program (VirtualFabric(program))");
+  }
+  for (int r = 0; r < program.ranks; ++r) {
+    const program::BufferSizes& s = program.buffers[static_cast<std::size_t>(r)];
+    auto too_small = [&](const Buffer& b, std::int64_t need) {
+      if (fabric.bytes(b) < need) {
+        throw InvalidArgument("CudaExecutor: the fabric's buffers of rank " + std::to_string(r) +
+                              " are smaller than the program's; build the fabric from the program");
+      }
+    };
+    too_small(Buffer{r, program::Space::kArena, 0}, s.arena_bytes);
+    for (std::size_t i = 0; i < s.tensor_bytes.size(); ++i)
+      too_small(Buffer{r, program::Space::kTensor, static_cast<int>(i)}, s.tensor_bytes[i]);
+    for (std::size_t i = 0; i < s.output_bytes.size(); ++i)
+      too_small(Buffer{r, program::Space::kOutput, static_cast<int>(i)}, s.output_bytes[i]);
+  }
+
+  State& st = *state_;
+  TIDE_CUDA_CHECK(cudaSetDevice(fabric.device()));
+  (void)fabric::detail::driver();  // fail early when an entry point is missing
+  TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&st.control, cudaStreamNonBlocking));
+
+  st.counter_bytes = std::max<std::size_t>(1, static_cast<std::size_t>(program.ranks) *
+                                                  static_cast<std::size_t>(program.counters)) *
+                     sizeof(std::uint64_t);
+  void* counters = nullptr;
+  TIDE_CUDA_CHECK(cudaMalloc(&counters, st.counter_bytes));
+  st.counters = static_cast<std::uint64_t*>(counters);
+
+  st.event_index.assign(
+      static_cast<std::size_t>(program.ranks) * static_cast<std::size_t>(program.events), -1);
+  std::map<std::pair<int, int>, int> stream_of;
+  for (const Op& op : program.ops) {
+    if (op.kind == OpKind::kEventRecord && st.event_index[st.event_slot(op)] < 0) {
+      cudaEvent_t e = nullptr;
+      TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      st.event_index[st.event_slot(op)] = static_cast<int>(st.events.size());
+      st.events.push_back(e);
+    }
+    const auto key = std::pair{op.rank, op.stream};
+    if (stream_of.count(key) == 0) {
+      cudaStream_t s = nullptr;
+      TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      stream_of.emplace(key, static_cast<int>(st.streams.size()));
+      st.streams.push_back(s);
+      st.stream_owner.push_back(key);
+      cudaEvent_t e = nullptr;
+      TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      st.done.push_back(e);
+    }
+  }
+  st.ops.resize(program.ops.size());
+  for (std::size_t i = 0; i < program.ops.size(); ++i) {
+    const Op& op = program.ops[i];
+    try {
+      st.map_op(op, st.ops[i], stream_of.at(std::pair{op.rank, op.stream}));
+    } catch (...) {
+      rethrow_with(op_where(program, static_cast<int>(i)));
+    }
+  }
+  st.schedule();
+}
+
+CudaExecutor::~CudaExecutor() = default;
+
+const Program& CudaExecutor::program() const {
+  return state_->program;
+}
+
+namespace {
+
+void check_range(const fabric::VirtualFabric& fabric, const Buffer& buffer, std::int64_t offset,
+                 std::int64_t bytes, const char* who) {
+  const std::int64_t size = fabric.bytes(buffer);
+  if (offset < 0 || bytes < 0 || offset + bytes > size) {
+    throw InvalidArgument(std::string("CudaExecutor::") + who + ": bytes [" +
+                          std::to_string(offset) + ", " + std::to_string(offset + bytes) +
+                          ") do not fit the buffer's " + std::to_string(size) + " bytes");
+  }
+}
+
+}  // namespace
+
+void CudaExecutor::upload(const Buffer& buffer, std::span<const std::byte> bytes,
+                          std::int64_t offset) {
+  const auto n = static_cast<std::int64_t>(bytes.size());
+  check_range(state_->fabric, buffer, offset, n, "upload");
+  if (n == 0) return;
+  TIDE_CUDA_CHECK(cudaSetDevice(state_->fabric.device()));
+  TIDE_CUDA_CHECK(cudaMemcpy(static_cast<std::byte*>(state_->fabric.pointer(buffer)) + offset,
+                             bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+}
+
+void CudaExecutor::fill(const Buffer& buffer, std::byte value) {
+  const std::int64_t n = state_->fabric.bytes(buffer);
+  if (n == 0) return;
+  TIDE_CUDA_CHECK(cudaSetDevice(state_->fabric.device()));
+  TIDE_CUDA_CHECK(cudaMemset(state_->fabric.pointer(buffer), std::to_integer<int>(value),
+                             static_cast<std::size_t>(n)));
+}
+
+std::vector<std::byte> CudaExecutor::download(const Buffer& buffer) {
+  const std::int64_t n = state_->fabric.bytes(buffer);
+  std::vector<std::byte> out(static_cast<std::size_t>(n));
+  if (n == 0) return out;
+  TIDE_CUDA_CHECK(cudaSetDevice(state_->fabric.device()));
+  TIDE_CUDA_CHECK(cudaMemcpy(out.data(), state_->fabric.pointer(buffer),
+                             static_cast<std::size_t>(n), cudaMemcpyDeviceToHost));
+  return out;
+}
+
+CudaRunResult CudaExecutor::run(const CudaRunOptions& options) {
+  State& st = *state_;
+  const Program& program = st.program;
+  if (st.stuck) {
+    throw CudaError(
+        "CudaExecutor: an earlier run left streams that could not be drained; "
+        "this executor (and its fabric) cannot run again: restart the process");
+  }
+  if (!(options.timeout_s > 0.0)) {
+    throw InvalidArgument("CudaExecutor::run: timeout_s = " + std::to_string(options.timeout_s) +
+                          " (need > 0)");
+  }
+  TIDE_CUDA_CHECK(cudaSetDevice(st.fabric.device()));
+  // Every stream is idle here (the previous run completed or was drained).
+  TIDE_CUDA_CHECK(cudaMemsetAsync(st.counters, 0, st.counter_bytes, st.control));
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(st.control));
+
+  CudaRunResult stats;
+  const Clock::time_point start = Clock::now();
+  std::vector<bool> recorded(st.event_index.size(), false);
+  std::vector<std::deque<int>> pending(st.streams.size());
+  auto blocked = [&](int i) {
+    const Op& op = program.ops[static_cast<std::size_t>(i)];
+    return op.kind == OpKind::kEventWait && !recorded[st.event_slot(op)];
+  };
+  auto issue = [&](int i) {
+    const Op& op = program.ops[static_cast<std::size_t>(i)];
+    try {
+      st.enqueue(st.ops[static_cast<std::size_t>(i)], stats);
+    } catch (...) {
+      st.release_and_drain();
+      rethrow_with(op_where(program, i));
+    }
+    if (op.kind == OpKind::kEventRecord) recorded[st.event_slot(op)] = true;
+    return op.kind == OpKind::kEventRecord;
+  };
+  // Issues the heads of deferred streams while they are not blocked, until nothing moves.
+  auto flush = [&]() {
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (auto& q : pending) {
+        while (!q.empty() && !blocked(q.front())) {
+          moved = issue(q.front()) || moved;
+          q.pop_front();
+          ++stats.deferred_ops;
+        }
+      }
+    }
+  };
+  for (const int index : st.order) {
+    auto& q = pending[static_cast<std::size_t>(st.ops[static_cast<std::size_t>(index)].stream)];
+    if (!q.empty() || blocked(index)) {
+      q.push_back(index);
+      continue;
+    }
+    if (issue(index)) flush();
+  }
+  for (const auto& q : pending) {
+    if (q.empty()) continue;
+    const int i = q.front();
+    st.release_and_drain();
+    throw InvalidArgument(op_where(program, i) + "waits for event " +
+                          std::to_string(program.ops[static_cast<std::size_t>(i)].event) +
+                          " whose record can only be enqueued after this wait completes (an "
+                          "event-wait cycle): the program deadlocks");
+  }
+  for (std::size_t i = 0; i < st.streams.size(); ++i)
+    TIDE_CUDA_CHECK(cudaEventRecord(st.done[i], st.streams[i]));
+  stats.enqueue_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+
+  std::vector<bool> complete;
+  bool ok = false;
+  try {
+    ok = st.wait_all(options.timeout_s, &complete);
+  } catch (...) {
+    st.stuck = true;  // an asynchronous fault: the context is unusable
+    st.fabric.release();
+    throw;
+  }
+  if (!ok) {
+    const std::string text = st.describe_timeout(options.timeout_s, complete);
+    st.release_and_drain();
+    throw ExecutionTimeout(text);
+  }
+  stats.wall_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+  return stats;
+}
+
+}  // namespace tide::exec

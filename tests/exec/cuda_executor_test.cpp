@@ -1,0 +1,452 @@
+// The CUDA executor and the virtual fabric (issue 5): TIDE-AG and TIDE-RS programs run on one
+// GPU with N virtual ranks, every output compared bit for bit with the CPU reference executor
+// on the same random inputs; repeated runs identical; a wait that can never be satisfied
+// fails with a timeout naming it. GPU cases skip with a reason without a GPU; the checks a
+// program passes before any GPU work run everywhere.
+#include "tide/exec/cuda_executor.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/gpu_test_util.hpp"
+#include "tide/core/collective_reference.hpp"
+#include "tide/core/error.hpp"
+#include "tide/exec/reference_executor.hpp"
+#include "tide/fabric/virtual_fabric.hpp"
+#include "tide/program/ag_builder.hpp"
+#include "tide/program/rs_builder.hpp"
+
+namespace tide {
+namespace {
+
+using exec::CudaExecutor;
+using exec::CudaRunOptions;
+using exec::ReferenceExecutor;
+using fabric::VirtualFabric;
+using program::Buffer;
+using program::Op;
+using program::OpKind;
+using program::Program;
+using program::Region;
+using program::Space;
+
+constexpr std::byte kPoison{0xFF};  // the reference executor's initial bytes
+
+std::vector<ParamShape> random_shapes(std::mt19937_64& rng, int count) {
+  std::vector<ParamShape> shapes(static_cast<std::size_t>(count));
+  for (ParamShape& s : shapes) {
+    s.rows = static_cast<std::int64_t>(rng() % 37) + 1;
+    s.cols = static_cast<std::int64_t>(rng() % 6) + 1;
+  }
+  return shapes;
+}
+
+std::string first_errors(const exec::RunResult& r) {
+  std::string text;
+  for (std::size_t i = 0; i < r.errors.size() && i < 5; ++i)
+    text += r.errors[i].message + "\n";
+  return text;
+}
+
+// An input: bytes written into a buffer at an offset, given to both executors.
+struct Input {
+  Buffer buffer;
+  std::int64_t offset = 0;
+  std::vector<std::byte> bytes;
+};
+
+// A region to compare after the run (the whole buffer when bytes < 0).
+struct Check {
+  Buffer buffer;
+  std::int64_t offset = 0;
+  std::int64_t bytes = -1;
+};
+
+struct Case {
+  std::string name;
+  Program program;
+  std::vector<Input> inputs;
+  std::vector<Check> checks;
+};
+
+void reference_outputs(const Case& c, std::vector<std::vector<std::byte>>* out) {
+  ReferenceExecutor ex(c.program);
+  for (const Input& in : c.inputs) {
+    auto span = ex.input(in.buffer, in.offset, static_cast<std::int64_t>(in.bytes.size()));
+    std::memcpy(span.data(), in.bytes.data(), in.bytes.size());
+  }
+  exec::RunOptions run;
+  run.seed = 3;
+  const exec::RunResult r = ex.run(run);
+  EXPECT_TRUE(r.clean()) << c.name << ": " << first_errors(r);
+  for (const Check& k : c.checks) {
+    auto mem = ex.memory(k.buffer);
+    const auto n =
+        static_cast<std::size_t>(k.bytes < 0 ? static_cast<std::int64_t>(mem.size()) : k.bytes);
+    const auto* p = mem.data() + k.offset;
+    out->emplace_back(p, p + n);
+  }
+}
+
+// Poisons every buffer, uploads the inputs, runs, and returns the checked regions.
+std::vector<std::vector<std::byte>> cuda_outputs(const Case& c, CudaExecutor& ex) {
+  const Program& p = c.program;
+  for (int r = 0; r < p.ranks; ++r) {
+    const program::BufferSizes& s = p.buffers[static_cast<std::size_t>(r)];
+    ex.fill(Buffer{r, Space::kArena, 0}, kPoison);
+    for (std::size_t i = 0; i < s.tensor_bytes.size(); ++i)
+      ex.fill(Buffer{r, Space::kTensor, static_cast<int>(i)}, kPoison);
+    for (std::size_t i = 0; i < s.output_bytes.size(); ++i)
+      ex.fill(Buffer{r, Space::kOutput, static_cast<int>(i)}, kPoison);
+  }
+  for (const Input& in : c.inputs)
+    ex.upload(in.buffer, in.bytes, in.offset);
+  CudaRunOptions options;
+  options.timeout_s = 30.0;
+  ex.run(options);
+  std::vector<std::vector<std::byte>> out;
+  for (const Check& k : c.checks) {
+    const std::vector<std::byte> all = ex.download(k.buffer);
+    const auto n =
+        static_cast<std::size_t>(k.bytes < 0 ? static_cast<std::int64_t>(all.size()) : k.bytes);
+    out.emplace_back(all.begin() + k.offset,
+                     all.begin() + k.offset + static_cast<std::ptrdiff_t>(n));
+  }
+  return out;
+}
+
+void expect_same(const Case& c, const std::vector<std::vector<std::byte>>& want,
+                 const std::vector<std::vector<std::byte>>& got, const std::string& what) {
+  ASSERT_EQ(want.size(), got.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(want[i].size(), got[i].size());
+    for (std::size_t b = 0; b < want[i].size(); ++b) {
+      ASSERT_EQ(want[i][b], got[i][b])
+          << c.name << " " << what << ": check " << i << " (rank " << c.checks[i].buffer.rank
+          << ") differs first at byte " << b;
+    }
+  }
+}
+
+// Runs `c` on the reference and (twice) on the GPU; every checked byte equal.
+void run_case(const Case& c) {
+  SCOPED_TRACE(c.name);
+  std::vector<std::vector<std::byte>> want;
+  reference_outputs(c, &want);
+  VirtualFabric fab(c.program);
+  CudaExecutor ex(c.program, fab);
+  const auto first = cuda_outputs(c, ex);
+  expect_same(c, want, first, "first run");
+  const auto second = cuda_outputs(c, ex);
+  expect_same(c, want, second, "second run");
+}
+
+std::vector<std::byte> bytes_of(std::span<const float> values, DType dtype) {
+  std::vector<std::byte> out(values.size() * static_cast<std::size_t>(item_bytes(dtype)));
+  store_values(values, dtype, out);
+  return out;
+}
+
+// --- Cases --------------------------------------------------------------------------------
+
+Case ag_case(int m, int l, bool cast, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const GroupLayout layout(Topology(m, l), random_shapes(rng, 1 + static_cast<int>(rng() % 5)),
+                           DType::kBf16, DType::kBf16);
+  AgOptions options;
+  options.mixed_precision_cast = cast;
+  options.head_bytes = 64;  // the head/tail split on tiny shards
+  const AgPlan plan(layout, options);
+  Case c;
+  c.name = "AG M=" + std::to_string(m) + " L=" + std::to_string(l) + (cast ? " cast" : "");
+  c.program = program::build_ag_program(plan);
+  const program::AgArenaLayout arena = program::ag_arena_layout(plan);
+  for (int r = 0; r < layout.topology().world(); ++r) {
+    if (cast) {
+      for (int p = 0; p < layout.param_count(); ++p) {
+        std::vector<float> master(static_cast<std::size_t>(layout.param(p).shard_elems()));
+        for (float& v : master)
+          v = random_value(rng, DType::kFp32);
+        c.inputs.push_back({Buffer{r, Space::kTensor, p}, 0, bytes_of(master, DType::kFp32)});
+      }
+    } else {
+      std::vector<float> shard(static_cast<std::size_t>(layout.shard_bytes() / 2));
+      for (float& v : shard)
+        v = random_value(rng, DType::kBf16);
+      c.inputs.push_back(
+          {Buffer{r, Space::kArena, 0}, arena.resident, bytes_of(shard, DType::kBf16)});
+    }
+    c.checks.push_back({Buffer{r, Space::kArena, 0}, arena.landing, layout.unsharded_bytes()});
+  }
+  return c;
+}
+
+Case rs_case(int m, int l, RsMode mode, DType grad, bool accumulate, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const GroupLayout layout(Topology(m, l), random_shapes(rng, 1 + static_cast<int>(rng() % 4)),
+                           DType::kBf16, grad);
+  RsOptions options;
+  options.mode = mode;
+  options.round_width = 1 + static_cast<int>(rng() % 4);
+  const RsPlan plan(layout, options);
+  program::RsProgramOptions po;
+  po.alpha = 1.0f / static_cast<float>(layout.topology().world());
+  po.accumulate = accumulate;
+  po.sum_ctas = 1 + static_cast<int>(rng() % 16);
+  po.landing_ctas = 1 + static_cast<int>(rng() % 4);
+  Case c;
+  c.name = "RS M=" + std::to_string(m) + " L=" + std::to_string(l) + " " +
+           std::string(mode_name(mode)) + " " + std::string(dtype_name(grad)) +
+           (accumulate ? " accumulate" : "");
+  c.program = program::build_rs_program(plan, po);
+  const auto grads = random_grads(rng, layout);
+  for (int r = 0; r < layout.topology().world(); ++r) {
+    for (int p = 0; p < layout.param_count(); ++p) {
+      c.inputs.push_back(
+          {Buffer{r, Space::kTensor, p}, 0,
+           bytes_of(grads[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)], grad)});
+    }
+    if (accumulate) {
+      std::vector<float> initial(static_cast<std::size_t>(layout.shard_elems()));
+      for (float& v : initial)
+        v = random_value(rng, DType::kFp32);
+      c.inputs.push_back({Buffer{r, Space::kOutput, 0}, 0, bytes_of(initial, DType::kFp32)});
+    }
+    c.checks.push_back({Buffer{r, Space::kOutput, 0}, 0, -1});
+  }
+  return c;
+}
+
+// (M, L) with N = M L <= 16.
+const std::vector<std::pair<int, int>>& topologies() {
+  static const std::vector<std::pair<int, int>> t = {{1, 2}, {2, 1}, {2, 2}, {3, 2},
+                                                     {1, 8}, {2, 4}, {4, 4}, {2, 8}};
+  return t;
+}
+
+// A two-rank program built by hand: rank 0 rail-puts its arena bytes into rank 1's arena
+// (adding 1 to rank 1's counter 0), rank 1 waits for it and copies them into its output.
+Program handmade(bool satisfiable) {
+  Program p;
+  p.ranks = 2;
+  const int s = p.stream("main");
+  p.buffers.resize(2);
+  for (auto& b : p.buffers) {
+    b.arena_bytes = 256;
+    b.output_bytes = {128};
+  }
+  p.counters = 1;
+  Op put;
+  put.kind = OpKind::kRailPut;
+  put.rank = 0;
+  put.stream = s;
+  put.label = "r0 put to r1";
+  put.copies.push_back({Region{Buffer{0, Space::kArena, 0}, 0, 128, 128, 1},
+                        Region{Buffer{1, Space::kArena, 0}, 128, 128, 128, 1}});
+  put.counter = {1, 0};
+  put.value = 1;
+  p.ops.push_back(put);
+  Op wait;
+  wait.kind = OpKind::kWait;
+  wait.rank = 1;
+  wait.stream = s;
+  wait.label = "r1 wait for the put";
+  wait.counter = {1, 0};
+  wait.value = satisfiable ? 1 : 2;
+  p.ops.push_back(wait);
+  Op copy;
+  copy.kind = OpKind::kCopy;
+  copy.rank = 1;
+  copy.stream = s;
+  copy.label = "r1 copy out";
+  copy.copies.push_back({Region{Buffer{1, Space::kArena, 0}, 128, 32, 64, 2},
+                         Region{Buffer{1, Space::kOutput, 0}, 0, 32, 32, 2}});
+  p.ops.push_back(copy);
+  return p;
+}
+
+// --- CPU: checks before any GPU work ---------------------------------------------------------
+
+TEST(CudaExecutorCheck, AcceptsEveryProgramOfTheTests) {
+  for (auto [m, l] : topologies()) {
+    for (bool cast : {false, true})
+      EXPECT_NO_THROW(CudaExecutor::check(ag_case(m, l, cast, 1).program)) << m << "x" << l;
+    for (RsMode mode : {RsMode::kInPlace, RsMode::kSlotReuse}) {
+      for (DType grad : {DType::kBf16, DType::kFp32}) {
+        EXPECT_NO_THROW(CudaExecutor::check(rs_case(m, l, mode, grad, true, 2).program))
+            << m << "x" << l;
+      }
+    }
+  }
+  EXPECT_NO_THROW(CudaExecutor::check(handmade(true)));
+}
+
+template <typename E>
+void expect_refusal(const Program& p, const std::string& needle) {
+  try {
+    CudaExecutor::check(p);
+    ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaExecutorCheck, RefusesMalformedProgramsNamingTheOp) {
+  {
+    Program p = handmade(true);
+    p.ops[1].counter.id = 5;
+    expect_refusal<InvalidArgument>(p, "r1 wait for the put");
+  }
+  {
+    Program p = handmade(true);
+    p.ops[2].copies[0].dst.offset = 120;  // past the 128-byte output
+    expect_refusal<InvalidArgument>(p, "past the buffer");
+  }
+  {
+    Program p = handmade(true);
+    p.ops[2].copies[0].dst.width = 16;
+    expect_refusal<InvalidArgument>(p, "differ in shape");
+  }
+  {
+    Program p = handmade(true);
+    p.ops[2].copies[0].dst = Region{Buffer{1, Space::kArena, 0}, 160, 32, 64, 2};
+    expect_refusal<Unsupported>(p, "overlap");
+  }
+  {
+    Program p = handmade(true);
+    p.events = 1;
+    Op w;
+    w.kind = OpKind::kEventWait;
+    w.rank = 0;
+    w.label = "wait for an event nobody records";
+    p.ops.push_back(w);
+    expect_refusal<InvalidArgument>(p, "no op of its rank records");
+  }
+  {
+    Program p = handmade(true);
+    p.events = 1;
+    Op rec;
+    rec.kind = OpKind::kEventRecord;
+    rec.label = "record twice";
+    p.ops.push_back(rec);
+    p.ops.push_back(rec);
+    expect_refusal<InvalidArgument>(p, "already recorded");
+  }
+  {
+    Program p = handmade(true);
+    p.buffers.pop_back();
+    expect_refusal<InvalidArgument>(p, "BufferSizes");
+  }
+}
+
+TEST(VirtualFabricSizes, RefusesBadSizesBeforeTouchingTheGpu) {
+  EXPECT_THROW(VirtualFabric::check_sizes({}), InvalidArgument);
+  std::vector<program::BufferSizes> sizes(2);
+  sizes[1].arena_bytes = -1;
+  EXPECT_THROW(VirtualFabric::check_sizes(sizes), InvalidArgument);
+  sizes[1].arena_bytes = 0;
+  sizes[0].tensor_bytes = {4, -8};
+  EXPECT_THROW(VirtualFabric{sizes}, InvalidArgument);
+  Program p;
+  p.ranks = 3;
+  EXPECT_THROW(VirtualFabric{p}, InvalidArgument);
+}
+
+// --- GPU -------------------------------------------------------------------------------------
+
+TEST(VirtualFabric, SymmetricArenasFromOneVmmAllocation) {
+  TIDE_REQUIRE_GPU();
+  std::vector<program::BufferSizes> sizes(5);
+  for (std::size_t r = 0; r < sizes.size(); ++r) {
+    sizes[r].arena_bytes = 1000 + static_cast<std::int64_t>(r) * 3'000'000;
+    sizes[r].tensor_bytes = {40, 0, 8};
+    sizes[r].output_bytes = {64};
+  }
+  VirtualFabric fab(sizes);
+  EXPECT_EQ(fab.ranks(), 5);
+  EXPECT_EQ(fab.arena_stride() % (std::int64_t{2} << 20), 0);
+  EXPECT_GE(fab.arena_stride(), 1000 + 4 * 3'000'000);
+  EXPECT_EQ(fab.vmm_bytes(), 5 * fab.arena_stride());
+  for (int r = 0; r < 5; ++r) {
+    EXPECT_EQ(static_cast<char*>(fab.arena(r)) - static_cast<char*>(fab.arena(0)),
+              r * fab.arena_stride());
+    EXPECT_EQ(fab.peer_arena((r + 1) % 5, r), fab.arena(r));
+    EXPECT_EQ(fab.pointer(Buffer{r, Space::kTensor, 1}), nullptr);
+    EXPECT_NE(fab.pointer(Buffer{r, Space::kTensor, 2}), nullptr);
+  }
+  EXPECT_EQ(fab.buffer_bytes(), 5 * (40 + 8 + 64));
+  EXPECT_THROW((void)fab.pointer(Buffer{5, Space::kArena, 0}), InvalidArgument);
+  EXPECT_THROW((void)fab.pointer(Buffer{0, Space::kTensor, 3}), InvalidArgument);
+  // The whole arena is writable and readable by the device (last byte of the last rank).
+  const std::byte b{0x5A};
+  TIDE_CUDA_CHECK(cudaMemcpy(static_cast<std::byte*>(fab.arena(4)) + fab.arena_stride() - 1, &b, 1,
+                             cudaMemcpyHostToDevice));
+  std::byte back{0};
+  TIDE_CUDA_CHECK(cudaMemcpy(&back, static_cast<std::byte*>(fab.arena(4)) + fab.arena_stride() - 1,
+                             1, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(back, b);
+}
+
+TEST(CudaExecutor, HandmadeRailPutWaitCopyMatchesReference) {
+  TIDE_REQUIRE_GPU();
+  Case c;
+  c.name = "handmade";
+  c.program = handmade(true);
+  std::vector<std::byte> bytes(128);
+  for (std::size_t i = 0; i < bytes.size(); ++i)
+    bytes[i] = static_cast<std::byte>(i * 7 + 1);
+  c.inputs.push_back({Buffer{0, Space::kArena, 0}, 0, bytes});
+  c.checks.push_back({Buffer{1, Space::kOutput, 0}, 0, -1});
+  run_case(c);
+}
+
+TEST(CudaExecutor, AgMatchesReferenceBitwise) {
+  TIDE_REQUIRE_GPU();
+  std::uint64_t seed = 100;
+  for (auto [m, l] : topologies()) {
+    for (bool cast : {false, true})
+      run_case(ag_case(m, l, cast, ++seed));
+  }
+}
+
+TEST(CudaExecutor, RsInPlaceAndSlotReuseMatchReferenceBitwise) {
+  TIDE_REQUIRE_GPU();
+  std::uint64_t seed = 200;
+  for (auto [m, l] : topologies()) {
+    for (RsMode mode : {RsMode::kInPlace, RsMode::kSlotReuse})
+      run_case(rs_case(m, l, mode, DType::kBf16, false, ++seed));
+  }
+}
+
+TEST(CudaExecutor, RsFp32GradientsAndAccumulate) {
+  TIDE_REQUIRE_GPU();
+  run_case(rs_case(2, 4, RsMode::kInPlace, DType::kFp32, false, 301));
+  run_case(rs_case(3, 2, RsMode::kSlotReuse, DType::kBf16, true, 302));
+  run_case(rs_case(2, 8, RsMode::kSlotReuse, DType::kFp32, true, 303));
+}
+
+TEST(CudaExecutor, UnsatisfiableWaitTimesOutNamingTheWait) {
+  TIDE_REQUIRE_GPU();
+  const Program p = handmade(false);
+  VirtualFabric fab(p);
+  CudaExecutor ex(p, fab);
+  CudaRunOptions options;
+  options.timeout_s = 0.5;
+  for (int attempt = 0; attempt < 2; ++attempt) {  // the executor drained and can run again
+    try {
+      ex.run(options);
+      ADD_FAILURE() << "the run completed although its wait can never be satisfied";
+    } catch (const exec::ExecutionTimeout& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("r1 wait for the put"), std::string::npos) << what;
+      EXPECT_NE(what.find("holds 1 < 2"), std::string::npos) << what;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tide
