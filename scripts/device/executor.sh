@@ -3,15 +3,16 @@
 # against the CPU reference executor) on the device machine, in one call.
 #   here:   scripts/stage-deps.sh            (once: GoogleTest and headers into .deps/)
 #   device: run(command="bash scripts/device/executor.sh", carry=[".deps"])
-# STEPS (default "build tests sanitize") picks steps. Writes under $OUT (or
-# /tmp/tide-executor-out): summary.md (short), tests.log, sanitize.log, logs.tgz.
+# STEPS (default "build tests sanitize bench") picks steps. Writes under $OUT (or
+# /tmp/tide-executor-out): summary.md (short), tests.log, sanitize.log, bench.txt (table),
+# bench.json (tide_executor_bench), logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/tide-executor-out}
 mkdir -p "$OUT"
 LOG="$OUT/logs"
 mkdir -p "$LOG"
-STEPS=${STEPS:-"build tests sanitize"}
+STEPS=${STEPS:-"build tests sanitize bench"}
 export NCCL_NVLS_ENABLE=0            # NVLink multicast is forbidden on these machines
 unset TIDE_ENABLE_MULTIMEM
 BUILD=${BUILD_DIR:-build-executor}
@@ -32,7 +33,7 @@ if has build; then
        > "$LOG/build.log" 2>&1; then
     note "CONFIGURE FAILED $(stamp)"; tail -40 "$LOG/build.log" | tee -a "$summary"; finish 1
   fi
-  if ! cmake --build "$BUILD" --target tide_cuda_executor_tests -j 16 >> "$LOG/build.log" 2>&1; then
+  if ! cmake --build "$BUILD" --target tide_cuda_executor_tests tide_executor_bench -j 16 >> "$LOG/build.log" 2>&1; then
     note "BUILD FAILED $(stamp)"; grep -E "error|FAILED" "$LOG/build.log" | head -40 | tee -a "$summary"
     finish 1
   fi
@@ -64,6 +65,18 @@ if has sanitize; then
   else
     note "memcheck skipped: compute-sanitizer not found"
   fi
+fi
+
+if has bench; then
+  # Enqueue latency, descriptors vs the core, RS SM time vs a persistent 13-16 CTA kernel,
+  # arena bytes vs the memory model (bench/executor/executor_bench.cpp). Virtual ranks on one
+  # GPU: not NVLink timings.
+  timeout 240 "$BUILD/bench/executor/tide_executor_bench" --out "$OUT/bench.json" --repeats 50 \
+    > "$OUT/bench.txt" 2>&1
+  rc=$?
+  [[ $rc -ne 0 ]] && rc_all=$rc
+  note "bench rc=$rc $(stamp) (table: bench.txt; json: bench.json)"
+  grep -E "FAILED|NO " "$OUT/bench.txt" | head -20 | tee -a "$summary"
 fi
 
 note "done rc=$rc_all $(stamp)"

@@ -50,10 +50,13 @@
 // next refill of stage s; a proxy fence precedes a bulk copy into bytes last written by plain
 // stores (NOTE [proxy fence]). Every wait is bounded (20 s, then a printf and a trap).
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "ptx.cuh"
 #include "tide/core/error.hpp"
@@ -1017,22 +1020,60 @@ bool direct_variant_applies(DType dt, int num_staged, bool accumulate) {
   return dt == DType::kBf16 && num_staged == kMaxLevel1Staged && !accumulate;
 }
 
+// Host-side caches of the launcher (per-launch driver queries are off the enqueue path):
+// the opt-in shared memory limit per device, and the largest dynamic shared memory size
+// already granted per (kernel, device). Granting a size allows every smaller launch.
+constexpr int kCachedDevices = 64;
+
+int max_smem_optin(int device) {
+  static std::atomic<int> cache[kCachedDevices] = {};
+  const bool cached = device >= 0 && device < kCachedDevices;
+  if (cached) {
+    const int v = cache[device].load(std::memory_order_relaxed);
+    if (v > 0) return v;
+  }
+  int value = 0;
+  TIDE_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (cached) cache[device].store(value, std::memory_order_relaxed);
+  return value;
+}
+
+void allow_dynamic_smem(const void* kernel, int smem_bytes) {
+  struct Grant {
+    const void* kernel;
+    int device;
+    int bytes;
+  };
+  static std::mutex mutex;
+  static std::vector<Grant> grants;
+  int device = 0;
+  TIDE_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mutex);
+  for (Grant& g : grants) {
+    if (g.kernel != kernel || g.device != device) continue;
+    if (g.bytes >= smem_bytes) return;
+    TIDE_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+    g.bytes = smem_bytes;
+    return;
+  }
+  TIDE_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  grants.push_back({kernel, device, smem_bytes});
+}
+
 template <typename In, bool kAccumulate>
 void launch_typed(const Level1SumParams& p, int grid, int threads, int smem_bytes,
                   cudaStream_t stream, bool warp_direct) {
   if (warp_direct) {
     auto kernel = pick_direct_kernel<In, kAccumulate>(p);
-    if (smem_bytes > 0) {
-      TIDE_CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-    }
+    if (smem_bytes > 0) allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem_bytes);
     kernel<<<grid, threads, static_cast<std::size_t>(smem_bytes), stream>>>(p);
     TIDE_CUDA_CHECK_LAUNCH();
     return;
   }
   auto kernel = &level1_sum_kernel<In, kAccumulate>;
-  TIDE_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem_bytes);
   kernel<<<grid, threads, static_cast<std::size_t>(smem_bytes), stream>>>(p);
   TIDE_CUDA_CHECK_LAUNCH();
 }
@@ -1197,9 +1238,7 @@ void launch_level1_sum(const Level1SumArgs& a, cudaStream_t stream, const Level1
 
   int device = 0;
   TIDE_CUDA_CHECK(cudaGetDevice(&device));
-  int max_smem = 0;
-  TIDE_CUDA_CHECK(
-      cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  int max_smem = max_smem_optin(device);
   max_smem -= 1024;  // static shared memory (barriers) and headroom
 
   int tile = static_cast<int>(tu.tile_bytes / esz);

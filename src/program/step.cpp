@@ -46,12 +46,16 @@ StepArenaLayout step_arena(const std::vector<StepGroup>& groups, int ag_stages) 
   std::int64_t at = 0;
   std::int64_t stage = 0, landing = 0;
   std::vector<const RsPlan*> rs_plans;
+  // Every area starts on a 256-byte boundary: a bf16 shard of odd length must not leave the
+  // fp32 areas after it misaligned (kernels want 16-byte vectors where they can).
+  constexpr std::int64_t kAlign = 256;
+  auto aligned = [](std::int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; };
   for (const StepGroup& g : groups) {
     const AgPlan& plan = *g.all_gather;
     a.resident.push_back(at);
-    if (!plan.options().mixed_precision_cast) at += plan.layout().shard_bytes();
-    stage = std::max(stage, plan.stage_bytes());
-    landing = std::max(landing, plan.layout().unsharded_bytes());
+    if (!plan.options().mixed_precision_cast) at = aligned(at + plan.layout().shard_bytes());
+    stage = std::max(stage, aligned(plan.stage_bytes()));
+    landing = std::max(landing, aligned(plan.layout().unsharded_bytes()));
     rs_plans.push_back(g.reduce_scatter);
   }
   a.stage[0] = at;

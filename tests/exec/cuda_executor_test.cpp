@@ -15,10 +15,12 @@
 #include "kernels/gpu_test_util.hpp"
 #include "tide/core/collective_reference.hpp"
 #include "tide/core/error.hpp"
+#include "tide/core/models.hpp"
 #include "tide/exec/reference_executor.hpp"
 #include "tide/fabric/virtual_fabric.hpp"
 #include "tide/program/ag_builder.hpp"
 #include "tide/program/rs_builder.hpp"
+#include "tide/program/step.hpp"
 
 namespace tide {
 namespace {
@@ -132,17 +134,19 @@ void expect_same(const Case& c, const std::vector<std::vector<std::byte>>& want,
   }
 }
 
-// Runs `c` on the reference and (twice) on the GPU; every checked byte equal.
-void run_case(const Case& c) {
+// Runs `c` on the reference and `runs` times on the GPU (one executor; counters carry over
+// between runs, NOTE [CUDA executor op mapping]); every checked byte equal every time.
+void run_case(const Case& c, int runs = 2) {
   SCOPED_TRACE(c.name);
   std::vector<std::vector<std::byte>> want;
   reference_outputs(c, &want);
   VirtualFabric fab(c.program);
   CudaExecutor ex(c.program, fab);
-  const auto first = cuda_outputs(c, ex);
-  expect_same(c, want, first, "first run");
-  const auto second = cuda_outputs(c, ex);
-  expect_same(c, want, second, "second run");
+  for (int i = 0; i < runs; ++i) {
+    const auto got = cuda_outputs(c, ex);
+    expect_same(c, want, got, "run " + std::to_string(i));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
 }
 
 std::vector<std::byte> bytes_of(std::span<const float> values, DType dtype) {
@@ -153,16 +157,18 @@ std::vector<std::byte> bytes_of(std::span<const float> values, DType dtype) {
 
 // --- Cases --------------------------------------------------------------------------------
 
-Case ag_case(int m, int l, bool cast, std::uint64_t seed) {
+Case ag_case(int m, int l, bool cast, std::uint64_t seed, DType dtype = DType::kBf16,
+             std::vector<ParamShape> shapes = {}, const std::string& what = "") {
   std::mt19937_64 rng(seed);
-  const GroupLayout layout(Topology(m, l), random_shapes(rng, 1 + static_cast<int>(rng() % 5)),
-                           DType::kBf16, DType::kBf16);
+  if (shapes.empty()) shapes = random_shapes(rng, 1 + static_cast<int>(rng() % 5));
+  const GroupLayout layout(Topology(m, l), shapes, dtype, DType::kBf16);
   AgOptions options;
   options.mixed_precision_cast = cast;
   options.head_bytes = 64;  // the head/tail split on tiny shards
   const AgPlan plan(layout, options);
   Case c;
-  c.name = "AG M=" + std::to_string(m) + " L=" + std::to_string(l) + (cast ? " cast" : "");
+  c.name = "AG M=" + std::to_string(m) + " L=" + std::to_string(l) + " " +
+           std::string(dtype_name(dtype)) + (cast ? " cast" : "") + what;
   c.program = program::build_ag_program(plan);
   const program::AgArenaLayout arena = program::ag_arena_layout(plan);
   for (int r = 0; r < layout.topology().world(); ++r) {
@@ -174,34 +180,35 @@ Case ag_case(int m, int l, bool cast, std::uint64_t seed) {
         c.inputs.push_back({Buffer{r, Space::kTensor, p}, 0, bytes_of(master, DType::kFp32)});
       }
     } else {
-      std::vector<float> shard(static_cast<std::size_t>(layout.shard_bytes() / 2));
+      std::vector<float> shard(static_cast<std::size_t>(layout.shard_bytes() / item_bytes(dtype)));
       for (float& v : shard)
-        v = random_value(rng, DType::kBf16);
-      c.inputs.push_back(
-          {Buffer{r, Space::kArena, 0}, arena.resident, bytes_of(shard, DType::kBf16)});
+        v = random_value(rng, dtype);
+      c.inputs.push_back({Buffer{r, Space::kArena, 0}, arena.resident, bytes_of(shard, dtype)});
     }
     c.checks.push_back({Buffer{r, Space::kArena, 0}, arena.landing, layout.unsharded_bytes()});
   }
   return c;
 }
 
-Case rs_case(int m, int l, RsMode mode, DType grad, bool accumulate, std::uint64_t seed) {
+Case rs_case(int m, int l, RsMode mode, DType grad, bool accumulate, std::uint64_t seed,
+             std::vector<ParamShape> shapes = {}, const std::string& what = "",
+             float alpha = 0.0f) {
   std::mt19937_64 rng(seed);
-  const GroupLayout layout(Topology(m, l), random_shapes(rng, 1 + static_cast<int>(rng() % 4)),
-                           DType::kBf16, grad);
+  if (shapes.empty()) shapes = random_shapes(rng, 1 + static_cast<int>(rng() % 4));
+  const GroupLayout layout(Topology(m, l), shapes, DType::kBf16, grad);
   RsOptions options;
   options.mode = mode;
   options.round_width = 1 + static_cast<int>(rng() % 4);
   const RsPlan plan(layout, options);
   program::RsProgramOptions po;
-  po.alpha = 1.0f / static_cast<float>(layout.topology().world());
+  po.alpha = alpha != 0.0f ? alpha : 1.0f / static_cast<float>(layout.topology().world());
   po.accumulate = accumulate;
   po.sum_ctas = 1 + static_cast<int>(rng() % 16);
   po.landing_ctas = 1 + static_cast<int>(rng() % 4);
   Case c;
   c.name = "RS M=" + std::to_string(m) + " L=" + std::to_string(l) + " " +
            std::string(mode_name(mode)) + " " + std::string(dtype_name(grad)) +
-           (accumulate ? " accumulate" : "");
+           (accumulate ? " accumulate" : "") + what;
   c.program = program::build_rs_program(plan, po);
   const auto grads = random_grads(rng, layout);
   for (int r = 0; r < layout.topology().world(); ++r) {
@@ -221,7 +228,32 @@ Case rs_case(int m, int l, RsMode mode, DType grad, bool accumulate, std::uint64
   return c;
 }
 
-// (M, L) with N = M L <= 16.
+// Every (M, L) with M in 1..16, L in {1, 2, 4, 8}, N = M L <= 16, and 8 x 8 (issue 5).
+const std::vector<std::pair<int, int>>& all_topologies() {
+  static const std::vector<std::pair<int, int>> t = [] {
+    std::vector<std::pair<int, int>> v;
+    for (int l : {1, 2, 4, 8}) {
+      for (int m = 1; m * l <= 16; ++m)
+        v.emplace_back(m, l);
+    }
+    v.emplace_back(8, 8);
+    return v;
+  }();
+  return t;
+}
+
+// A preset group shrunk for the tests: every dimension divided by `factor` (rounded up), so
+// the parameter count, order and aspect survive while the bytes fit a CPU reference run.
+std::vector<ParamShape> shrunk(const std::vector<ParamShape>& params, std::int64_t factor) {
+  std::vector<ParamShape> out = params;
+  for (ParamShape& s : out) {
+    s.rows = (s.rows + factor - 1) / factor;
+    s.cols = (s.cols + factor - 1) / factor;
+  }
+  return out;
+}
+
+// The first-slice subset (N = M L <= 16).
 const std::vector<std::pair<int, int>>& topologies() {
   static const std::vector<std::pair<int, int>> t = {{1, 2}, {2, 1}, {2, 2}, {3, 2},
                                                      {1, 8}, {2, 4}, {4, 4}, {2, 8}};
@@ -427,6 +459,222 @@ TEST(CudaExecutor, RsFp32GradientsAndAccumulate) {
   run_case(rs_case(2, 4, RsMode::kInPlace, DType::kFp32, false, 301));
   run_case(rs_case(3, 2, RsMode::kSlotReuse, DType::kBf16, true, 302));
   run_case(rs_case(2, 8, RsMode::kSlotReuse, DType::kFp32, true, 303));
+}
+
+// --- Coverage (issue 5, Correctness) ----------------------------------------------------------
+
+TEST(CudaExecutorCheck, AcceptsEveryTopologyUpTo16And8x8) {
+  for (auto [m, l] : all_topologies()) {
+    EXPECT_NO_THROW(CudaExecutor::check(ag_case(m, l, m % 2 == 0, 7).program)) << m << "x" << l;
+    EXPECT_NO_THROW(CudaExecutor::check(ag_case(m, l, false, 8, DType::kFp32).program))
+        << m << "x" << l;
+    for (RsMode mode : {RsMode::kInPlace, RsMode::kSlotReuse})
+      EXPECT_NO_THROW(CudaExecutor::check(rs_case(m, l, mode, DType::kFp32, true, 9).program))
+          << m << "x" << l;
+  }
+}
+
+// TIDE-AG for every (M, L) with N <= 16 and 8 x 8: bf16 (with and without the fp32 -> bf16
+// cast) and an fp32 all-gather, random odd shapes.
+TEST(CudaExecutor, AgEveryTopologyBf16Fp32Cast) {
+  TIDE_REQUIRE_GPU();
+  std::uint64_t seed = 1000;
+  for (auto [m, l] : all_topologies()) {
+    run_case(ag_case(m, l, false, ++seed));
+    run_case(ag_case(m, l, true, ++seed));
+    run_case(ag_case(m, l, false, ++seed, DType::kFp32));
+    if (HasFatalFailure()) return;
+  }
+}
+
+// TIDE-RS In-Place and Slot-Reuse for every (M, L) with N <= 16 and 8 x 8, bf16 and fp32
+// gradients, with and without accumulate, alpha = 1/N or a random alpha.
+TEST(CudaExecutor, RsEveryTopologyModesDtypesAccumulateAlpha) {
+  TIDE_REQUIRE_GPU();
+  std::uint64_t seed = 2000;
+  std::mt19937_64 rng(77);
+  int k = 0;
+  for (auto [m, l] : all_topologies()) {
+    for (RsMode mode : {RsMode::kInPlace, RsMode::kSlotReuse}) {
+      for (DType grad : {DType::kBf16, DType::kFp32}) {
+        const bool accumulate = (k++ % 2) == 1;
+        const float alpha = (k % 3 == 0) ? 0.37f + static_cast<float>(rng() % 100) / 64.0f : 0.0f;
+        run_case(rs_case(m, l, mode, grad, accumulate, ++seed, {}, "", alpha));
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// Random odd shapes, more parameters (P up to 40, rows up to 301, cols up to 17) on a few
+// topologies.
+TEST(CudaExecutor, RandomOddShapesManyParameters) {
+  TIDE_REQUIRE_GPU();
+  std::mt19937_64 rng(4242);
+  auto odd_shapes = [&](int count) {
+    std::vector<ParamShape> v(static_cast<std::size_t>(count));
+    for (ParamShape& s : v) {
+      s.rows = static_cast<std::int64_t>(rng() % 301) + 1;
+      s.cols = static_cast<std::int64_t>(rng() % 17) + 1;
+    }
+    return v;
+  };
+  std::uint64_t seed = 3000;
+  for (auto [m, l] : std::vector<std::pair<int, int>>{{3, 4}, {5, 2}, {2, 8}, {8, 8}, {7, 1}}) {
+    const int p = 16 + static_cast<int>(rng() % 25);
+    run_case(ag_case(m, l, false, ++seed, DType::kBf16, odd_shapes(p), " odd P"));
+    run_case(ag_case(m, l, true, ++seed, DType::kBf16, odd_shapes(p), " odd P"));
+    run_case(rs_case(m, l, RsMode::kInPlace, DType::kBf16, false, ++seed, odd_shapes(p), " odd P"));
+    run_case(rs_case(m, l, RsMode::kSlotReuse, DType::kFp32, true, ++seed, odd_shapes(p), " odd P",
+                     0.5f));
+    if (HasFatalFailure()) return;
+  }
+}
+
+// Every group of every model preset, shrunk 64x per dimension (same parameter count and
+// order; the unshrunk layers need gigabytes per rank and minutes of CPU reference), at 2 x 2
+// and 1 x 8.
+TEST(CudaExecutor, ModelPresetGroupsShrunk) {
+  TIDE_REQUIRE_GPU();
+  std::uint64_t seed = 4000;
+  for (const ModelPreset& preset : model_presets()) {
+    for (const ModelGroup& group : preset.groups) {
+      // Groups above TIDE's limit keep FSDP2's stock collectives (Sec. 2.5).
+      if (static_cast<int>(group.params.size()) > kMaxParamsPerGroup) continue;
+      const std::vector<ParamShape> shapes = shrunk(group.params, 64);
+      const std::string what = " " + preset.name + ":" + group.name + " /64";
+      for (auto [m, l] : std::vector<std::pair<int, int>>{{2, 2}, {1, 8}}) {
+        run_case(ag_case(m, l, true, ++seed, DType::kBf16, shapes, what));
+        run_case(rs_case(m, l, RsMode::kInPlace, DType::kBf16, false, ++seed, shapes, what));
+        run_case(rs_case(m, l, RsMode::kSlotReuse, DType::kFp32, true, ++seed, shapes, what));
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// A training step (program/step.hpp): three distinct groups, forward all-gathers then
+// backward all-gathers and reduce-scatters in FSDP2 order, every call's output on every rank
+// bitwise equal to the reference executor's; three runs of one executor identical.
+Case step_case(int m, int l, RsMode mode, DType grad, bool accumulate, int ag_stages,
+               std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const Topology topo(m, l);
+  std::vector<GroupLayout> layouts;
+  // Even column counts: the step's arena places its areas back to back without alignment
+  // (src/program/step.cpp), so a bf16 shard of an odd byte count would misalign TIDE-RS's
+  // fp32 areas, which the executor refuses. Rows stay random and odd-sized.
+  for (int g = 0; g < 3; ++g) {
+    std::vector<ParamShape> shapes = random_shapes(rng, 2 + g * 3);
+    for (ParamShape& s : shapes)
+      s.cols = 2 * s.cols;
+    layouts.emplace_back(topo, shapes, DType::kBf16, grad);
+  }
+  std::vector<AgPlan> ag;
+  std::vector<RsPlan> rs;
+  for (const GroupLayout& layout : layouts) {
+    AgOptions ao;
+    ao.head_bytes = 64;  // the head/tail split on tiny shards
+    ag.emplace_back(layout, ao);
+    RsOptions o;
+    o.mode = mode;
+    o.round_width = 2;
+    rs.emplace_back(layout, o);
+  }
+  std::vector<program::StepGroup> groups;
+  for (std::size_t g = 0; g < layouts.size(); ++g)
+    groups.push_back({"group " + std::to_string(g), &ag[g], &rs[g]});
+  program::StepOptions options;
+  options.reduce_scatter.alpha = 1.0f / static_cast<float>(topo.world());
+  options.reduce_scatter.accumulate = accumulate;
+  options.reduce_scatter.sum_ctas = 3;
+  options.ag_stages = ag_stages;
+  program::StepProgram step = program::build_step_program(groups, options);
+  Case c;
+  c.name = "step M=" + std::to_string(m) + " L=" + std::to_string(l) + " " +
+           std::string(mode_name(mode)) + " " + std::string(dtype_name(grad)) +
+           (accumulate ? " accumulate" : "") + " stages=" + std::to_string(ag_stages);
+  for (std::size_t g = 0; g < layouts.size(); ++g) {
+    for (int r = 0; r < topo.world(); ++r) {
+      std::vector<float> shard(static_cast<std::size_t>(layouts[g].shard_bytes() / 2));
+      for (float& v : shard)
+        v = random_value(rng, DType::kBf16);
+      c.inputs.push_back(
+          {Buffer{r, Space::kArena, 0}, step.arena.resident[g], bytes_of(shard, DType::kBf16)});
+    }
+  }
+  for (const program::StepCall& call : step.calls) {
+    const GroupLayout& layout = layouts[static_cast<std::size_t>(call.group)];
+    if (call.kind == program::StepCallKind::kReduceScatter) {
+      const auto grads = random_grads(rng, layout);
+      for (int r = 0; r < topo.world(); ++r) {
+        for (int p = 0; p < layout.param_count(); ++p) {
+          c.inputs.push_back(
+              {Buffer{r, Space::kTensor, call.tensor_base + p}, 0,
+               bytes_of(grads[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)], grad)});
+        }
+        if (accumulate) {
+          std::vector<float> initial(static_cast<std::size_t>(layout.shard_elems()));
+          for (float& v : initial)
+            v = random_value(rng, DType::kFp32);
+          c.inputs.push_back(
+              {Buffer{r, Space::kOutput, call.output}, 0, bytes_of(initial, DType::kFp32)});
+        }
+      }
+    }
+    for (int r = 0; r < topo.world(); ++r)
+      c.checks.push_back({Buffer{r, Space::kOutput, call.output}, 0, -1});
+  }
+  c.program = std::move(step.program);
+  return c;
+}
+
+TEST(CudaExecutorCheck, AcceptsStepPrograms) {
+  EXPECT_NO_THROW(
+      CudaExecutor::check(step_case(2, 4, RsMode::kSlotReuse, DType::kFp32, true, 2, 5).program));
+}
+
+TEST(CudaExecutor, StepProgramThreeGroupsEveryCallBitwise) {
+  TIDE_REQUIRE_GPU();
+  run_case(step_case(2, 2, RsMode::kInPlace, DType::kBf16, false, 2, 5001), 3);
+  run_case(step_case(2, 4, RsMode::kSlotReuse, DType::kFp32, true, 2, 5002), 3);
+  run_case(step_case(3, 2, RsMode::kSlotReuse, DType::kBf16, true, 1, 5003), 3);
+  run_case(step_case(1, 8, RsMode::kInPlace, DType::kFp32, false, 2, 5004), 3);
+  run_case(step_case(4, 1, RsMode::kInPlace, DType::kBf16, true, 1, 5005), 3);
+  run_case(step_case(8, 8, RsMode::kSlotReuse, DType::kBf16, false, 2, 5006), 2);
+}
+
+// Many runs of one executor without re-poisoning between runs (counter epochs carry over):
+// every run's outputs identical to the first run's.
+TEST(CudaExecutor, RepeatedRunsBitwiseIdentical) {
+  TIDE_REQUIRE_GPU();
+  const Case c = rs_case(2, 4, RsMode::kSlotReuse, DType::kBf16, false, 6001);
+  std::vector<std::vector<std::byte>> want;
+  reference_outputs(c, &want);
+  VirtualFabric fab(c.program);
+  CudaExecutor ex(c.program, fab);
+  expect_same(c, want, cuda_outputs(c, ex), "first run");
+  for (int i = 0; i < 20; ++i) {
+    const exec::CudaRunResult r = ex.run();
+    EXPECT_FALSE(r.counters_reset);
+    std::vector<std::vector<std::byte>> got;
+    for (const Check& k : c.checks)
+      got.push_back(ex.download(k.buffer));
+    expect_same(c, want, got, "repeat " + std::to_string(i));
+    if (HasFatalFailure()) return;
+  }
+  // A profiled run: kernels timed, outputs unchanged.
+  CudaRunOptions profiled;
+  profiled.profile = true;
+  const exec::CudaRunResult r = ex.run(profiled);
+  EXPECT_FALSE(r.kernels_timed.empty());
+  EXPECT_EQ(r.streams.size() > 0, true);
+  for (const auto& k : r.kernels_timed)
+    EXPECT_GE(k.ms, 0.0);
+  std::vector<std::vector<std::byte>> got;
+  for (const Check& k : c.checks)
+    got.push_back(ex.download(k.buffer));
+  expect_same(c, want, got, "profiled run");
 }
 
 TEST(CudaExecutor, UnsatisfiableWaitTimesOutNamingTheWait) {

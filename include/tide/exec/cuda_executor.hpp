@@ -32,7 +32,11 @@
 //   kWait        cuStreamWaitValue64(counter, value, CU_STREAM_WAIT_VALUE_GEQ): the stream's
 //                front end waits on device memory (no SM, no host polling).
 //   Counters     64-bit, device memory (one cudaMalloc), one per (rank, counter id); zeroed
-//                at the start of every run.
+//                at construction and never reset on the hot path: counters are epoch-based.
+//                A run adds the same total T_c to counter c every time (the schedule's host
+//                simulation computes T_c), so run k (0-based since the last reset) starts
+//                with counter c == k T_c and waits for k T_c + value. Only after a timeout
+//                (counters forced high to drain) does the next run reset them synchronously.
 //   kEventRecord / kEventWait   cudaEventRecord / cudaStreamWaitEvent on one cudaEvent_t
 //                per (rank, event id) (timing disabled).
 //   kSum         launch_level1_sum with a Level1SegmentTable built at construction from the
@@ -73,6 +77,28 @@ class ExecutionTimeout : public std::runtime_error {
 
 struct CudaRunOptions {
   double timeout_s = 60.0;  // per run, from the first enqueue; > 0
+  // Timing events around every kernel op (kSum, kLand, kCast) and at the head and tail of
+  // every stream; the result then carries CudaRunResult::kernels_timed and stream spans.
+  // Adds two event records per kernel and per stream: leave off when timing enqueue.
+  bool profile = false;
+};
+
+// One kernel op of a profiled run.
+struct CudaKernelTiming {
+  int op = 0;  // index into Program::ops
+  int rank = 0;
+  program::OpKind kind = program::OpKind::kSum;
+  int ctas = 0;     // the op's CTA budget (the launched grid is at most this; kCast: 0 is
+                    // the launcher's default of 4 per SM)
+  double ms = 0.0;  // timing event before the launch to timing event after it, same stream
+};
+
+// One stream of a profiled run: its head and tail events, in ms after the earliest head.
+struct CudaStreamSpan {
+  int rank = 0;
+  int stream = 0;  // index into Program::stream_names
+  double begin_ms = 0.0;
+  double end_ms = 0.0;
 };
 
 struct CudaRunResult {
@@ -82,6 +108,10 @@ struct CudaRunResult {
   std::int64_t kernels = 0;       // kernel launches (sum, land, cast, counter additions)
   std::int64_t memops = 0;        // stream memory operations (waits)
   std::int64_t deferred_ops = 0;  // ops enqueued after a later op (behind an event wait)
+  bool counters_reset = false;    // this run reset the counters synchronously (after a timeout)
+  // Only with CudaRunOptions::profile.
+  std::vector<CudaKernelTiming> kernels_timed;
+  std::vector<CudaStreamSpan> streams;
 };
 
 class CudaExecutor {
@@ -116,6 +146,8 @@ class CudaExecutor {
   CudaRunResult run(const CudaRunOptions& options = {});
 
   const program::Program& program() const;
+  // Device bytes the executor itself holds (counters and Level 1 segment tables).
+  std::int64_t device_bytes() const;
 
  private:
   struct State;

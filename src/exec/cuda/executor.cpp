@@ -6,8 +6,10 @@
 //   1. Construction: check_program(); resolve every region to device pointers on the fabric;
 //      one non-blocking stream per used (rank, stream), one event per recorded (rank, event),
 //      one counter array; a Level1SegmentTable per kSum (one synchronous upload each).
-//   2. run(): zero the counters; enqueue every op in the order of NOTE [enqueue order] (event
-//      waits deferred until their record is enqueued); record one completion event per stream.
+//   2. run(): enqueue every op in the order of NOTE [enqueue order] (event waits deferred
+//      until their record is enqueued), waits offset by the run's counter epoch (no counter
+//      reset on the hot path; NOTE [CUDA executor op mapping]); record one completion event
+//      per stream. With CudaRunOptions::profile, timing events around kernels and streams.
 //   3. Poll the completion events until all completed or the timeout; on a timeout name the
 //      unsatisfied waits, release every wait so the streams drain, and throw (fail-stop).
 #include <cuda.h>
@@ -109,6 +111,15 @@ struct CudaExecutor::State {
   std::vector<int> event_index;  // slot -> index into events, or -1
   std::uint64_t* counters = nullptr;
   std::size_t counter_bytes = 0;
+  // Epoch-based counters: every run adds totals[c] to counter c; `epoch` runs completed since
+  // the last reset, so the next run waits for epoch * totals[c] + value.
+  std::vector<std::uint64_t> totals;
+  std::uint64_t epoch = 0;
+  bool counters_dirty = false;  // forced high after a timeout: reset before the next run
+  // Profiling (created on the first profiled run): two timing events per kernel op (indexed
+  // like ops; null elsewhere) and per stream.
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> kernel_events;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> stream_events;
   bool stuck = false;  // streams could not be drained: resources are kept, runs refused
   // The enqueue order: a legal serial schedule (NOTE [enqueue order]), then any ops it could
   // not place, in program order.
@@ -130,6 +141,12 @@ struct CudaExecutor::State {
       (void)cudaEventDestroy(e);
     for (cudaEvent_t e : events)
       (void)cudaEventDestroy(e);
+    for (auto& v : {&kernel_events, &stream_events}) {
+      for (auto [a, b] : *v) {
+        if (a != nullptr) (void)cudaEventDestroy(a);
+        if (b != nullptr) (void)cudaEventDestroy(b);
+      }
+    }
     for (cudaStream_t s : streams)
       (void)cudaStreamDestroy(s);
     if (control != nullptr) (void)cudaStreamDestroy(control);
@@ -138,6 +155,10 @@ struct CudaExecutor::State {
 
   std::byte* at(const Region& r) const {
     return static_cast<std::byte*>(fabric.pointer(r.buffer)) + r.offset;
+  }
+
+  std::size_t counter_slot(const std::uint64_t* c) const {
+    return static_cast<std::size_t>(c - counters);
   }
 
   std::uint64_t* counter(const program::Counter& c) const {
@@ -261,11 +282,32 @@ struct CudaExecutor::State {
     }
   }
 
+  static bool is_kernel(OpKind k) {
+    return k == OpKind::kSum || k == OpKind::kLand || k == OpKind::kCast;
+  }
+
+  // Creates the profiling events once.
+  void make_profile_events() {
+    if (!stream_events.empty()) return;
+    auto timing = [] {
+      cudaEvent_t e = nullptr;
+      TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDefault));
+      return e;
+    };
+    kernel_events.assign(ops.size(), {nullptr, nullptr});
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (is_kernel(ops[i].kind) && !ops[i].empty) kernel_events[i] = {timing(), timing()};
+    }
+    for (std::size_t i = 0; i < streams.size(); ++i)
+      stream_events.emplace_back(timing(), timing());
+  }
+
   // Enqueues one op on its stream. Throws with the CUDA error; the caller adds the op.
   void enqueue(const Mapped& m, CudaRunResult& stats) {
     if (m.empty && m.kind != OpKind::kRailPut) return;
     cudaStream_t s = streams[static_cast<std::size_t>(m.stream)];
     const auto& d = fabric::detail::driver();
+    const std::uint64_t base = epoch * (m.counter != nullptr ? totals[counter_slot(m.counter)] : 0);
     switch (m.kind) {
       case OpKind::kCopy:
       case OpKind::kRailPut:
@@ -289,10 +331,11 @@ struct CudaExecutor::State {
         ++stats.kernels;
         break;
       case OpKind::kWait:
-        fabric::detail::check_driver(d.stream_wait_value64(reinterpret_cast<CUstream>(s),
-                                                           reinterpret_cast<CUdeviceptr>(m.counter),
-                                                           m.value, CU_STREAM_WAIT_VALUE_GEQ),
-                                     "cuStreamWaitValue64");
+        fabric::detail::check_driver(
+            d.stream_wait_value64(reinterpret_cast<CUstream>(s),
+                                  reinterpret_cast<CUdeviceptr>(m.counter), base + m.value,
+                                  CU_STREAM_WAIT_VALUE_GEQ),
+            "cuStreamWaitValue64");
         ++stats.memops;
         break;
       case OpKind::kEventRecord:
@@ -362,6 +405,7 @@ struct CudaExecutor::State {
   void release_and_drain() {
     bool drained = false;
     try {
+      counters_dirty = true;
       TIDE_CUDA_CHECK(cudaMemsetAsync(counters, kReleaseByte, counter_bytes, control));
       TIDE_CUDA_CHECK(cudaStreamSynchronize(control));
       drained = wait_all(kDrainTimeoutS, nullptr);
@@ -419,6 +463,42 @@ struct CudaExecutor::State {
     for (std::size_t i = 0; i < n; ++i) {
       if (!placed[i]) order.push_back(static_cast<int>(i));
     }
+    // What one run adds to every counter, placed or not (the epochs of NOTE [CUDA executor op
+    // mapping]).
+    totals.assign(total.size(), 0);
+    for (const Op& op : program.ops) {
+      if (op.kind == OpKind::kSignal || op.kind == OpKind::kRailPut)
+        totals[slot(op.counter)] += static_cast<std::uint64_t>(op.value);
+    }
+  }
+
+  // Reads the profiling events of a completed run into `stats`.
+  void collect_profile(CudaRunResult& stats) const {
+    cudaEvent_t origin = stream_events.front().first;
+    for (std::size_t i = 1; i < stream_events.size(); ++i) {
+      float ms = 0;
+      TIDE_CUDA_CHECK(cudaEventElapsedTime(&ms, origin, stream_events[i].first));
+      if (ms < 0) origin = stream_events[i].first;
+    }
+    auto since = [&](cudaEvent_t e) {
+      float ms = 0;
+      TIDE_CUDA_CHECK(cudaEventElapsedTime(&ms, origin, e));
+      return static_cast<double>(ms);
+    };
+    for (std::size_t i = 0; i < stream_events.size(); ++i) {
+      stats.streams.push_back({stream_owner[i].first, stream_owner[i].second,
+                               since(stream_events[i].first), since(stream_events[i].second)});
+    }
+    for (std::size_t i = 0; i < kernel_events.size(); ++i) {
+      const auto& [a, b] = kernel_events[i];
+      if (a == nullptr) continue;
+      float ms = 0;
+      TIDE_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+      const Op& op = program.ops[i];
+      stats.kernels_timed.push_back({static_cast<int>(i), op.rank, op.kind,
+                                     op.kind == OpKind::kCast ? op.ctas : std::max(1, op.ctas),
+                                     static_cast<double>(ms)});
+    }
   }
 
   std::string describe_timeout(double timeout_s, const std::vector<bool>& complete) const {
@@ -448,7 +528,8 @@ struct CudaExecutor::State {
     for (std::size_t i = 0; i < program.ops.size(); ++i) {
       const Op& op = program.ops[i];
       if (op.kind != OpKind::kWait) continue;
-      const std::uint64_t have = values[static_cast<std::size_t>(counter(op.counter) - counters)];
+      const std::size_t c = counter_slot(counter(op.counter));
+      const std::uint64_t have = values[c] - epoch * totals[c];  // this run's additions
       if (have >= static_cast<std::uint64_t>(op.value)) continue;
       if (++unsatisfied <= 16) {
         waits += "\n  " + op_where(program, static_cast<int>(i)) + "counter " +
@@ -515,6 +596,7 @@ CudaExecutor::CudaExecutor(const Program& program, fabric::VirtualFabric& fabric
   void* counters = nullptr;
   TIDE_CUDA_CHECK(cudaMalloc(&counters, st.counter_bytes));
   st.counters = static_cast<std::uint64_t*>(counters);
+  TIDE_CUDA_CHECK(cudaMemset(counters, 0, st.counter_bytes));
 
   st.event_index.assign(
       static_cast<std::size_t>(program.ranks) * static_cast<std::size_t>(program.events), -1);
@@ -611,11 +693,17 @@ CudaRunResult CudaExecutor::run(const CudaRunOptions& options) {
                           " (need > 0)");
   }
   TIDE_CUDA_CHECK(cudaSetDevice(st.fabric.device()));
-  // Every stream is idle here (the previous run completed or was drained).
-  TIDE_CUDA_CHECK(cudaMemsetAsync(st.counters, 0, st.counter_bytes, st.control));
-  TIDE_CUDA_CHECK(cudaStreamSynchronize(st.control));
-
   CudaRunResult stats;
+  // Every stream is idle here (the previous run completed or was drained). Counters hold
+  // epoch x totals unless a timeout forced them high.
+  if (st.counters_dirty) {
+    TIDE_CUDA_CHECK(cudaMemsetAsync(st.counters, 0, st.counter_bytes, st.control));
+    TIDE_CUDA_CHECK(cudaStreamSynchronize(st.control));
+    st.counters_dirty = false;
+    st.epoch = 0;
+    stats.counters_reset = true;
+  }
+  if (options.profile) st.make_profile_events();
   const Clock::time_point start = Clock::now();
   std::vector<bool> recorded(st.event_index.size(), false);
   std::vector<std::deque<int>> pending(st.streams.size());
@@ -623,10 +711,26 @@ CudaRunResult CudaExecutor::run(const CudaRunOptions& options) {
     const Op& op = program.ops[static_cast<std::size_t>(i)];
     return op.kind == OpKind::kEventWait && !recorded[st.event_slot(op)];
   };
+  std::vector<bool> started;
+  if (options.profile) started.assign(st.streams.size(), false);
   auto issue = [&](int i) {
     const Op& op = program.ops[static_cast<std::size_t>(i)];
+    const Mapped& m = st.ops[static_cast<std::size_t>(i)];
     try {
-      st.enqueue(st.ops[static_cast<std::size_t>(i)], stats);
+      if (options.profile) {
+        cudaStream_t s = st.streams[static_cast<std::size_t>(m.stream)];
+        if (!started[static_cast<std::size_t>(m.stream)]) {
+          started[static_cast<std::size_t>(m.stream)] = true;
+          TIDE_CUDA_CHECK(
+              cudaEventRecord(st.stream_events[static_cast<std::size_t>(m.stream)].first, s));
+        }
+        const auto& ke = st.kernel_events[static_cast<std::size_t>(i)];
+        if (ke.first != nullptr) TIDE_CUDA_CHECK(cudaEventRecord(ke.first, s));
+        st.enqueue(m, stats);
+        if (ke.second != nullptr) TIDE_CUDA_CHECK(cudaEventRecord(ke.second, s));
+      } else {
+        st.enqueue(m, stats);
+      }
     } catch (...) {
       st.release_and_drain();
       rethrow_with(op_where(program, i));
@@ -664,8 +768,13 @@ CudaRunResult CudaExecutor::run(const CudaRunOptions& options) {
                           " whose record can only be enqueued after this wait completes (an "
                           "event-wait cycle): the program deadlocks");
   }
-  for (std::size_t i = 0; i < st.streams.size(); ++i)
+  for (std::size_t i = 0; i < st.streams.size(); ++i) {
+    if (options.profile) {
+      if (!started[i]) TIDE_CUDA_CHECK(cudaEventRecord(st.stream_events[i].first, st.streams[i]));
+      TIDE_CUDA_CHECK(cudaEventRecord(st.stream_events[i].second, st.streams[i]));
+    }
     TIDE_CUDA_CHECK(cudaEventRecord(st.done[i], st.streams[i]));
+  }
   stats.enqueue_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
 
   std::vector<bool> complete;
@@ -683,7 +792,18 @@ CudaRunResult CudaExecutor::run(const CudaRunOptions& options) {
     throw ExecutionTimeout(text);
   }
   stats.wall_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+  ++st.epoch;
+  if (options.profile) st.collect_profile(stats);
   return stats;
+}
+
+std::int64_t CudaExecutor::device_bytes() const {
+  std::int64_t bytes = static_cast<std::int64_t>(state_->counter_bytes);
+  for (const Mapped& m : state_->ops) {
+    if (m.table != nullptr)
+      bytes += static_cast<std::int64_t>(m.table->host_runs().size() * sizeof(kernels::Level1Run));
+  }
+  return bytes;
 }
 
 }  // namespace tide::exec
