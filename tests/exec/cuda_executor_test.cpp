@@ -5,6 +5,7 @@
 // program passes before any GPU work run everywhere.
 #include "tide/exec/cuda_executor.hpp"
 
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -21,11 +22,13 @@
 #include "tide/program/ag_builder.hpp"
 #include "tide/program/rs_builder.hpp"
 #include "tide/program/step.hpp"
+#include "tide/version_gates.hpp"
 
 namespace tide {
 namespace {
 
 using exec::CudaExecutor;
+using exec::CudaExecutorOptions;
 using exec::CudaRunOptions;
 using exec::ReferenceExecutor;
 using fabric::VirtualFabric;
@@ -134,14 +137,21 @@ void expect_same(const Case& c, const std::vector<std::vector<std::byte>>& want,
   }
 }
 
+// Copy ops through the per-descriptor calls (the fallback of cudaMemcpyBatchAsync).
+CudaExecutorOptions per_descriptor() {
+  CudaExecutorOptions o;
+  o.batch_copies = false;
+  return o;
+}
+
 // Runs `c` on the reference and `runs` times on the GPU (one executor; counters carry over
 // between runs, NOTE [CUDA executor op mapping]); every checked byte equal every time.
-void run_case(const Case& c, int runs = 2) {
-  SCOPED_TRACE(c.name);
+void run_case(const Case& c, int runs = 2, const CudaExecutorOptions& options = {}) {
+  SCOPED_TRACE(c.name + (options.batch_copies ? "" : " (per-descriptor copies)"));
   std::vector<std::vector<std::byte>> want;
   reference_outputs(c, &want);
   VirtualFabric fab(c.program);
-  CudaExecutor ex(c.program, fab);
+  CudaExecutor ex(c.program, fab, options);
   for (int i = 0; i < runs; ++i) {
     const auto got = cuda_outputs(c, ex);
     expect_same(c, want, got, "run " + std::to_string(i));
@@ -434,6 +444,74 @@ TEST(CudaExecutor, HandmadeRailPutWaitCopyMatchesReference) {
   c.inputs.push_back({Buffer{0, Space::kArena, 0}, 0, bytes});
   c.checks.push_back({Buffer{1, Space::kOutput, 0}, 0, -1});
   run_case(c);
+  run_case(c, 2, per_descriptor());
+}
+
+// One rank, one copy op of four descriptors, one of each batch form: a 1-D copy, a short
+// 2-D copy (split into its rows), a long 2-D copy (kept as cudaMemcpy2DAsync), and a 1-D copy
+// reading the first one's source again (shared sources do not stop the batch).
+Case batch_forms_case() {
+  Program p;
+  p.ranks = 1;
+  const int s = p.stream("main");
+  p.buffers.resize(1);
+  p.buffers[0].arena_bytes = 4096;
+  p.buffers[0].output_bytes = {4608};
+  Op copy;
+  copy.kind = OpKind::kCopy;
+  copy.rank = 0;
+  copy.stream = s;
+  copy.label = "four forms";
+  const Buffer arena{0, Space::kArena, 0}, out{0, Space::kOutput, 0};
+  copy.copies.push_back({Region{arena, 0, 100, 100, 1}, Region{out, 0, 100, 100, 1}});
+  copy.copies.push_back({Region{arena, 200, 24, 40, 10}, Region{out, 128, 24, 24, 10}});
+  copy.copies.push_back({Region{arena, 1024, 16, 32, 80}, Region{out, 512, 16, 48, 80}});
+  copy.copies.push_back({Region{arena, 0, 100, 100, 1}, Region{out, 4400, 100, 100, 1}});
+  p.ops.push_back(copy);
+  Case c;
+  c.name = "batch forms";
+  c.program = p;
+  std::vector<std::byte> bytes(4096);
+  for (std::size_t i = 0; i < bytes.size(); ++i)
+    bytes[i] = static_cast<std::byte>(i * 13 + 5);
+  c.inputs.push_back({arena, 0, bytes});
+  c.checks.push_back({out, 0, -1});
+  return c;
+}
+
+TEST(CudaExecutorCheck, AcceptsTheBatchFormsProgram) {
+  const Case c = batch_forms_case();
+  EXPECT_NO_THROW(CudaExecutor::check(c.program));
+  std::vector<std::vector<std::byte>> want;
+  reference_outputs(c, &want);  // the reference runs it clean
+}
+
+TEST(CudaExecutor, BatchedAndPerDescriptorCopiesMatchReference) {
+  TIDE_REQUIRE_GPU();
+  const Case c = batch_forms_case();
+  CudaExecutorOptions batched_options;
+  batched_options.batch_copies = true;
+  run_case(c, 2, batched_options);
+  run_case(c, 2, per_descriptor());
+  int driver = 0;
+  ASSERT_EQ(cudaDriverGetVersion(&driver), cudaSuccess);
+  VirtualFabric fab(c.program);
+  CudaExecutorOptions batch;
+  batch.batch_copies = true;  // off by default (slower enqueue on the H200)
+  CudaExecutor batched(c.program, fab, batch);
+  EXPECT_EQ(batched.batching(), TIDE_HAS_CUDA_MEMCPY_BATCH && driver >= 12080);
+  const exec::CudaRunResult rb = batched.run();
+  EXPECT_EQ(rb.copies, 4);
+  // Batched: one cudaMemcpyBatchAsync (1 + 10 + 1 copies) and one cudaMemcpy2DAsync.
+  EXPECT_EQ(rb.copy_calls, batched.batching() ? 2 : 4);
+  CudaExecutor plain(c.program, fab, per_descriptor());
+  EXPECT_FALSE(plain.batching());
+  const exec::CudaRunResult rp = plain.run();
+  EXPECT_EQ(rp.copies, 4);
+  EXPECT_EQ(rp.copy_calls, 4);
+  CudaExecutorOptions bad;
+  bad.batch_max_rows = 0;
+  EXPECT_THROW(CudaExecutor(c.program, fab, bad), InvalidArgument);
 }
 
 TEST(CudaExecutor, AgMatchesReferenceBitwise) {
@@ -451,6 +529,19 @@ TEST(CudaExecutor, RsInPlaceAndSlotReuseMatchReferenceBitwise) {
   for (auto [m, l] : topologies()) {
     for (RsMode mode : {RsMode::kInPlace, RsMode::kSlotReuse})
       run_case(rs_case(m, l, mode, DType::kBf16, false, ++seed));
+  }
+}
+
+// The per-descriptor copy path (the fallback where cudaMemcpyBatchAsync is missing) on the
+// small topologies: TIDE-AG with the cast, TIDE-RS in both modes, one run each.
+TEST(CudaExecutor, PerDescriptorCopiesMatchReferenceBitwise) {
+  TIDE_REQUIRE_GPU();
+  std::uint64_t seed = 700;
+  for (auto [m, l] : topologies()) {
+    run_case(ag_case(m, l, true, ++seed), 1, per_descriptor());
+    for (RsMode mode : {RsMode::kInPlace, RsMode::kSlotReuse})
+      run_case(rs_case(m, l, mode, DType::kBf16, false, ++seed), 1, per_descriptor());
+    if (HasFatalFailure()) return;
   }
 }
 
@@ -642,6 +733,8 @@ TEST(CudaExecutor, StepProgramThreeGroupsEveryCallBitwise) {
   run_case(step_case(1, 8, RsMode::kInPlace, DType::kFp32, false, 2, 5004), 3);
   run_case(step_case(4, 1, RsMode::kInPlace, DType::kBf16, true, 1, 5005), 3);
   run_case(step_case(8, 8, RsMode::kSlotReuse, DType::kBf16, false, 2, 5006), 2);
+  // The per-descriptor copy path on one step program.
+  run_case(step_case(2, 4, RsMode::kSlotReuse, DType::kFp32, true, 2, 5007), 2, per_descriptor());
 }
 
 // Many runs of one executor without re-poisoning between runs (counter epochs carry over):

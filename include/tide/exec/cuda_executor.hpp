@@ -20,9 +20,18 @@
 // enqueued before its kEventRecord (cudaStreamWaitEvent on a not-yet-recorded event would not
 // wait at all): such ops and those behind them on their stream are deferred until the record
 // is enqueued; a wait whose record can never be enqueued is a program error.
-//   kCopy        each descriptor: cudaMemcpyAsync (1-D) or cudaMemcpy2DAsync (2-D), device to
-//                device, on copy engines. cudaMemcpyBatchAsync (TIDE_HAS_CUDA_MEMCPY_BATCH)
-//                and spreading batches over a stream pool (Sec. 6.2) come later.
+//   kCopy        batched (CudaExecutorOptions::batch_copies, where TIDE_HAS_CUDA_MEMCPY_BATCH
+//                and the driver provide cudaMemcpyBatchAsync): the op's 1-D copies, and the
+//                rows of every 2-D descriptor of at most batch_max_rows rows as 1-D copies, in
+//                ONE cudaMemcpyBatchAsync (arrays built at construction; attributes: source
+//                in stream order, prefer overlap with compute); a 2-D descriptor of more rows
+//                stays one cudaMemcpy2DAsync. A batch's copies run in no fixed order, so an op
+//                whose descriptors overlap (a write meets another's read or write; checked
+//                conservatively on byte spans at construction) keeps the per-descriptor calls.
+//                Per-descriptor (the fallback, and batch_copies = false): each descriptor is
+//                one cudaMemcpyAsync (1-D) or cudaMemcpy2DAsync (2-D), in descriptor order.
+//                Both device to device, on copy engines; spreading batches over a stream pool
+//                (Sec. 6.2) comes later.
 //   kRailPut     its copies as kCopy, then the counter addition on the destination rank, both
 //                on the sender's stream (the addition follows the write in stream order).
 //   kSignal      counter += value by a 1-thread kernel (__threadfence(); atomicAdd), launched
@@ -75,6 +84,18 @@ class ExecutionTimeout : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+struct CudaExecutorOptions {
+  // Issue each copy op's descriptors as one cudaMemcpyBatchAsync (NOTE [CUDA executor op
+  // mapping]). Ignored (per-descriptor calls) where the CUDA build or the driver lacks it;
+  // CudaExecutor::batching() says which path runs. Off by default: on the H200 (driver 580,
+  // CUDA 13.0) the batched enqueue measured slower than per-descriptor calls, e.g. 1.6 vs 0.5
+  // ms per rank for an RS call at 2x8, P = 16 (bench/results/executor/README.md).
+  bool batch_copies = false;
+  // A 2-D descriptor of at most this many rows joins the batch as one 1-D copy per row; one
+  // of more rows stays a cudaMemcpy2DAsync. >= 1.
+  int batch_max_rows = 64;
+};
+
 struct CudaRunOptions {
   double timeout_s = 60.0;  // per run, from the first enqueue; > 0
   // Timing events around every kernel op (kSum, kLand, kCast) and at the head and tail of
@@ -104,7 +125,9 @@ struct CudaStreamSpan {
 struct CudaRunResult {
   double enqueue_us = 0.0;        // host time to enqueue every op (and the completion events)
   double wall_us = 0.0;           // first enqueue to observed completion (polling granularity)
-  std::int64_t copies = 0;        // cudaMemcpyAsync / cudaMemcpy2DAsync calls
+  std::int64_t copies = 0;        // non-empty copy descriptors issued (either path)
+  std::int64_t copy_calls = 0;    // copy API calls: cudaMemcpyBatchAsync, cudaMemcpyAsync,
+                                  // cudaMemcpy2DAsync (== copies on the per-descriptor path)
   std::int64_t kernels = 0;       // kernel launches (sum, land, cast, counter additions)
   std::int64_t memops = 0;        // stream memory operations (waits)
   std::int64_t deferred_ops = 0;  // ops enqueued after a later op (behind an event wait)
@@ -119,7 +142,8 @@ class CudaExecutor {
   // `program` and `fabric` must outlive the executor; the fabric must have been sized for the
   // program (same ranks, buffers at least as large). Validates the program (as check()
   // does), then creates streams, events, counters and Level 1 tables. Errors name the op.
-  CudaExecutor(const program::Program& program, fabric::VirtualFabric& fabric);
+  CudaExecutor(const program::Program& program, fabric::VirtualFabric& fabric,
+               const CudaExecutorOptions& options = {});
   ~CudaExecutor();
   CudaExecutor(const CudaExecutor&) = delete;
   CudaExecutor& operator=(const CudaExecutor&) = delete;
@@ -146,6 +170,9 @@ class CudaExecutor {
   CudaRunResult run(const CudaRunOptions& options = {});
 
   const program::Program& program() const;
+  // Whether copy ops go through cudaMemcpyBatchAsync (options.batch_copies and the API is
+  // there: TIDE_HAS_CUDA_MEMCPY_BATCH and a driver of CUDA 12.8 or later).
+  bool batching() const;
   // Device bytes the executor itself holds (counters and Level 1 segment tables).
   std::int64_t device_bytes() const;
 

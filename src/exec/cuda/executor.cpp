@@ -5,7 +5,8 @@
 // Steps:
 //   1. Construction: check_program(); resolve every region to device pointers on the fabric;
 //      one non-blocking stream per used (rank, stream), one event per recorded (rank, event),
-//      one counter array; a Level1SegmentTable per kSum (one synchronous upload each).
+//      one counter array; a Level1SegmentTable per kSum (one synchronous upload each); per
+//      copy op, the pointer and size arrays of its cudaMemcpyBatchAsync (when batching).
 //   2. run(): enqueue every op in the order of NOTE [enqueue order] (event waits deferred
 //      until their record is enqueued), waits offset by the run's counter epoch (no counter
 //      reset on the hot path; NOTE [CUDA executor op mapping]); record one completion event
@@ -17,12 +18,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <exception>
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "../../fabric/cuda_driver.hpp"
 #include "counter_add.hpp"
@@ -34,6 +37,7 @@
 #include "tide/kernels/cuda_check.hpp"
 #include "tide/kernels/landing.hpp"
 #include "tide/kernels/level1_sum.hpp"
+#include "tide/version_gates.hpp"  // after cuda_runtime_api.h: the CUDA runtime gates
 
 namespace tide::exec {
 
@@ -69,6 +73,14 @@ struct Mapped {
   int stream = -1;  // index into State::streams (-1: no stream work)
   bool empty = false;
   std::vector<CopyCall> copies;
+  // The batched form of `copies` (State::batch): the 1-D copies (the flat descriptors and
+  // the rows of the short 2-D ones) of one cudaMemcpyBatchAsync, and the 2-D descriptors
+  // that stay cudaMemcpy2DAsync calls. Built at construction; empty when not batched.
+  bool batched = false;
+  std::vector<void*> batch_dsts;
+  std::vector<void*> batch_srcs;  // not const: CUDA 12.8's signature takes void**
+  std::vector<std::size_t> batch_sizes;
+  std::vector<CopyCall> batch_2d;
   // Counters (kSignal, kWait, kRailPut).
   std::uint64_t* counter = nullptr;
   std::uint64_t value = 0;
@@ -95,11 +107,70 @@ std::string cuda_status(cudaError_t s) {
   return std::string(cudaGetErrorName(s)) + " (" + cudaGetErrorString(s) + ")";
 }
 
+// A byte span [lo, hi) a batched op writes (dst) or reads.
+struct Span {
+  std::uintptr_t lo = 0, hi = 0;
+  bool dst = false;
+};
+
+// Adds the span of a copy's rows at `p`: one span per row, or the whole extent (gaps between
+// rows included, conservative) when `whole`.
+void add_spans(std::vector<Span>& spans, const void* p, std::size_t width, std::size_t rows,
+               std::size_t pitch, bool whole, bool dst) {
+  const auto base = reinterpret_cast<std::uintptr_t>(p);
+  if (whole) {
+    spans.push_back({base, base + (rows - 1) * pitch + width, dst});
+    return;
+  }
+  for (std::size_t r = 0; r < rows; ++r)
+    spans.push_back({base + r * pitch, base + r * pitch + width, dst});
+}
+
+// True when a destination span meets another span (a source or destination). Copies of one
+// cudaMemcpyBatchAsync run in no fixed order, so such an op is not batched. Sorts `spans`.
+bool spans_overlap(std::vector<Span>& spans) {
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.lo < b.lo; });
+  // Sweep in start order: a span meets an earlier one iff it starts before that one's end.
+  // A destination conflicts with any earlier span, a source only with earlier destinations.
+  std::uintptr_t dst_end = 0, any_end = 0;
+  for (const Span& x : spans) {
+    if (x.lo < (x.dst ? any_end : dst_end)) return true;
+    any_end = std::max(any_end, x.hi);
+    if (x.dst) dst_end = std::max(dst_end, x.hi);
+  }
+  return false;
+}
+
+#if TIDE_HAS_CUDA_MEMCPY_BATCH
+// One cudaMemcpyBatchAsync with one attribute set for every copy.
+cudaError_t memcpy_batch(const Mapped& m, cudaMemcpyAttributes* attrs, std::size_t* attr_index,
+                         cudaStream_t s) {
+#if TIDE_CUDA_MEMCPY_BATCH_FAIL_INDEX
+  std::size_t fail = 0;
+  return cudaMemcpyBatchAsync(const_cast<void**>(m.batch_dsts.data()),
+                              const_cast<void**>(m.batch_srcs.data()),
+                              const_cast<std::size_t*>(m.batch_sizes.data()), m.batch_dsts.size(),
+                              attrs, attr_index, 1, &fail, s);
+#else
+  return cudaMemcpyBatchAsync(m.batch_dsts.data(), m.batch_srcs.data(), m.batch_sizes.data(),
+                              m.batch_dsts.size(), attrs, attr_index, 1, s);
+#endif
+}
+#endif
+
 }  // namespace
 
 struct CudaExecutor::State {
   const Program& program;
   fabric::VirtualFabric& fabric;
+  CudaExecutorOptions options;
+  // Copy ops go through cudaMemcpyBatchAsync (options.batch_copies, the build and the driver
+  // have it); every batch shares one attribute set.
+  bool batch = false;
+#if TIDE_HAS_CUDA_MEMCPY_BATCH
+  cudaMemcpyAttributes batch_attrs{};
+  std::size_t batch_attr_index = 0;
+#endif
   std::vector<Mapped> ops;
   // Streams: one per used (rank, stream name).
   std::vector<cudaStream_t> streams;
@@ -125,7 +196,8 @@ struct CudaExecutor::State {
   // not place, in program order.
   std::vector<int> order;
 
-  State(const Program& p, fabric::VirtualFabric& f) : program(p), fabric(f) {}
+  State(const Program& p, fabric::VirtualFabric& f, const CudaExecutorOptions& o)
+      : program(p), fabric(f), options(o) {}
 
   ~State() {
     if (stuck) {
@@ -185,6 +257,42 @@ struct CudaExecutor::State {
       call.flat = cuda_detail::contiguous(c.src) && cuda_detail::contiguous(c.dst);
       m.copies.push_back(call);
     }
+    if (batch) map_batch(m);
+  }
+
+  // The batched form of an op's copies (Mapped::batched). One copy stays one plain call;
+  // copies that meet (checked row by row; a long 2-D copy by its whole extent) keep the
+  // per-descriptor calls, in descriptor order.
+  void map_batch(Mapped& m) const {
+    if (m.copies.size() < 2) return;
+    const auto max_rows = static_cast<std::size_t>(options.batch_max_rows);
+    std::vector<Span> spans;
+    for (const CopyCall& c : m.copies) {
+      if (!c.flat && c.rows > max_rows) {
+        m.batch_2d.push_back(c);
+        add_spans(spans, c.dst, c.width, c.rows, c.dpitch, true, true);
+        add_spans(spans, c.src, c.width, c.rows, c.spitch, true, false);
+        continue;
+      }
+      const std::size_t rows = c.flat ? 1 : c.rows;
+      const std::size_t bytes = c.flat ? c.width * c.rows : c.width;
+      for (std::size_t r = 0; r < rows; ++r) {
+        m.batch_dsts.push_back(static_cast<std::byte*>(c.dst) + r * c.dpitch);
+        m.batch_srcs.push_back(const_cast<std::byte*>(static_cast<const std::byte*>(c.src)) +
+                               r * c.spitch);
+        m.batch_sizes.push_back(bytes);
+      }
+      add_spans(spans, c.dst, bytes, rows, c.dpitch, false, true);
+      add_spans(spans, c.src, bytes, rows, c.spitch, false, false);
+    }
+    if (spans_overlap(spans)) {
+      m.batch_dsts = {};
+      m.batch_srcs = {};
+      m.batch_sizes = {};
+      m.batch_2d = {};
+      return;
+    }
+    m.batched = true;
   }
 
   void map_sum(const Op& op, Mapped& m) const {
@@ -311,15 +419,20 @@ struct CudaExecutor::State {
     switch (m.kind) {
       case OpKind::kCopy:
       case OpKind::kRailPut:
-        for (const CopyCall& c : m.copies) {
-          if (c.flat) {
-            TIDE_CUDA_CHECK(
-                cudaMemcpyAsync(c.dst, c.src, c.width * c.rows, cudaMemcpyDeviceToDevice, s));
-          } else {
-            TIDE_CUDA_CHECK(cudaMemcpy2DAsync(c.dst, c.dpitch, c.src, c.spitch, c.width, c.rows,
-                                              cudaMemcpyDeviceToDevice, s));
+        if (m.batched) {
+          enqueue_batch(m, s, stats);
+        } else {
+          for (const CopyCall& c : m.copies) {
+            if (c.flat) {
+              TIDE_CUDA_CHECK(
+                  cudaMemcpyAsync(c.dst, c.src, c.width * c.rows, cudaMemcpyDeviceToDevice, s));
+            } else {
+              TIDE_CUDA_CHECK(cudaMemcpy2DAsync(c.dst, c.dpitch, c.src, c.spitch, c.width, c.rows,
+                                                cudaMemcpyDeviceToDevice, s));
+            }
+            ++stats.copies;
+            ++stats.copy_calls;
           }
-          ++stats.copies;
         }
         if (m.kind == OpKind::kRailPut) {
           cuda_detail::launch_counter_add(m.counter, m.value, s);
@@ -370,6 +483,30 @@ struct CudaExecutor::State {
       case OpKind::kRelease:
         break;
     }
+  }
+
+  // A batched op's copies: one cudaMemcpyBatchAsync (a plain cudaMemcpyAsync for a single
+  // 1-D copy), then its long 2-D descriptors.
+  void enqueue_batch(const Mapped& m, cudaStream_t s, CudaRunResult& stats) {
+    const std::size_t n = m.batch_dsts.size();
+    if (n == 1) {
+      TIDE_CUDA_CHECK(cudaMemcpyAsync(m.batch_dsts[0], m.batch_srcs[0], m.batch_sizes[0],
+                                      cudaMemcpyDeviceToDevice, s));
+      ++stats.copy_calls;
+    } else if (n > 1) {
+#if TIDE_HAS_CUDA_MEMCPY_BATCH
+      TIDE_CUDA_CHECK(memcpy_batch(m, &batch_attrs, &batch_attr_index, s));
+      ++stats.copy_calls;
+#else
+      throw CudaError("CudaExecutor: cudaMemcpyBatchAsync is not available in this build");
+#endif
+    }
+    for (const CopyCall& c : m.batch_2d) {
+      TIDE_CUDA_CHECK(cudaMemcpy2DAsync(c.dst, c.dpitch, c.src, c.spitch, c.width, c.rows,
+                                        cudaMemcpyDeviceToDevice, s));
+      ++stats.copy_calls;
+    }
+    stats.copies += static_cast<std::int64_t>(m.copies.size());
   }
 
   // Polls every stream's completion event until all completed or `timeout_s` passed. Returns
@@ -562,9 +699,14 @@ namespace {
 
 }  // namespace
 
-CudaExecutor::CudaExecutor(const Program& program, fabric::VirtualFabric& fabric)
-    : state_(std::make_unique<State>(program, fabric)) {
+CudaExecutor::CudaExecutor(const Program& program, fabric::VirtualFabric& fabric,
+                           const CudaExecutorOptions& options)
+    : state_(std::make_unique<State>(program, fabric, options)) {
   cuda_detail::check_program(program);
+  if (options.batch_max_rows < 1) {
+    throw InvalidArgument("CudaExecutor: batch_max_rows = " +
+                          std::to_string(options.batch_max_rows) + " (need >= 1)");
+  }
   if (fabric.ranks() != program.ranks) {
     throw InvalidArgument("CudaExecutor: the fabric has " + std::to_string(fabric.ranks()) +
                           " ranks, the program " + std::to_string(program.ranks) +
@@ -589,6 +731,21 @@ CudaExecutor::CudaExecutor(const Program& program, fabric::VirtualFabric& fabric
   TIDE_CUDA_CHECK(cudaSetDevice(fabric.device()));
   (void)fabric::detail::driver();  // fail early when an entry point is missing
   TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&st.control, cudaStreamNonBlocking));
+#if TIDE_HAS_CUDA_MEMCPY_BATCH
+  if (options.batch_copies) {
+    int driver = 0;
+    TIDE_CUDA_CHECK(cudaDriverGetVersion(&driver));
+    st.batch = driver >= 12080;  // the driver of CUDA 12.8 introduced the batch entry point
+    // Device memory on both sides; the sources are read in stream order (after the ops
+    // before the batch), and the copies may overlap with kernels (a hint). The location
+    // hints only matter for managed memory; they name this device.
+    st.batch_attrs.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    st.batch_attrs.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+    st.batch_attrs.srcLocHint.type = cudaMemLocationTypeDevice;
+    st.batch_attrs.srcLocHint.id = fabric.device();
+    st.batch_attrs.dstLocHint = st.batch_attrs.srcLocHint;
+  }
+#endif
 
   st.counter_bytes = std::max<std::size_t>(1, static_cast<std::size_t>(program.ranks) *
                                                   static_cast<std::size_t>(program.counters)) *
@@ -636,6 +793,10 @@ CudaExecutor::~CudaExecutor() = default;
 
 const Program& CudaExecutor::program() const {
   return state_->program;
+}
+
+bool CudaExecutor::batching() const {
+  return state_->batch;
 }
 
 namespace {
