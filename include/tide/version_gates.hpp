@@ -9,12 +9,21 @@
 //                           it is compiled, and gated again at run time (see landing.hpp)
 //   TIDE_HAS_NCCL_DEVICE_API  NCCL >= 2.28: symmetric windows, LSA pointers, LSA barrier, GIN
 //   TIDE_HAS_NCCL_HOST_RMA    NCCL >= 2.29: ncclPutSignal / ncclWaitSignal, host peer pointers
+//   TIDE_HAS_NCCL_CONFIG_CTAS  NCCL >= 2.17: ncclConfig_t minCTAs / maxCTAs (channel caps)
+//   TIDE_HAS_NCCL_COMM_SPLIT   NCCL >= 2.18: ncclCommSplit (rail communicators, Sec. 6.1)
+//   TIDE_HAS_NCCL_MEM_ALLOC    NCCL >= 2.19: ncclMemAlloc / ncclMemFree
+//   TIDE_HAS_NCCL_SYMMETRIC_WINDOWS   NCCL >= 2.27: ncclCommWindowRegister, symmetric flag
+//   TIDE_HAS_NCCL_HOST_PEER_POINTERS  NCCL >= 2.29: LSA peer pointers read on the host (without
+//                           it, src/fabric/nccl reads them with ncclGetLsaPointer in a kernel)
+//   TIDE_HAS_NCCL_FABRIC    all the NCCL fabric needs (CONFIG_CTAS, COMM_SPLIT, MEM_ALLOC,
+//                           SYMMETRIC_WINDOWS, DEVICE_API): src/fabric/nccl #errors without it
 //   TIDE_HAS_CUDA_MEMCPY_BATCH  CUDA >= 12.8: cudaMemcpyBatchAsync; with
 //     TIDE_CUDA_MEMCPY_BATCH_FAIL_INDEX  its 12.8-12.9 signature (a failIdx out-parameter
 //                                        before the stream; CUDA 13.0 dropped it)
 //   TIDE_HAS_DRIVER_ENTRY_POINT_BY_VERSION  CUDA >= 12.5: cudaGetDriverEntryPointByVersion
 //                           (CUDA 13 deprecates cudaGetDriverEntryPoint)
-// The CUDA runtime gates need cuda_runtime_api.h included before this header.
+// The CUDA runtime gates need cuda_runtime_api.h included before this header, the NCCL gates
+// nccl.h.
 #pragma once
 
 #if defined(__CUDACC__) || defined(CUDART_VERSION)
@@ -43,9 +52,46 @@
 #else
 #define TIDE_HAS_NCCL_HOST_RMA 0
 #endif
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 17, 0)
+#define TIDE_HAS_NCCL_CONFIG_CTAS 1
+#else
+#define TIDE_HAS_NCCL_CONFIG_CTAS 0
+#endif
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+#define TIDE_HAS_NCCL_COMM_SPLIT 1
+#else
+#define TIDE_HAS_NCCL_COMM_SPLIT 0
+#endif
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 19, 0)
+#define TIDE_HAS_NCCL_MEM_ALLOC 1
+#else
+#define TIDE_HAS_NCCL_MEM_ALLOC 0
+#endif
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+#define TIDE_HAS_NCCL_SYMMETRIC_WINDOWS 1
+#else
+#define TIDE_HAS_NCCL_SYMMETRIC_WINDOWS 0
+#endif
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 29, 0)
+#define TIDE_HAS_NCCL_HOST_PEER_POINTERS 1
+#else
+#define TIDE_HAS_NCCL_HOST_PEER_POINTERS 0
+#endif
 #else
 #define TIDE_HAS_NCCL_DEVICE_API 0
 #define TIDE_HAS_NCCL_HOST_RMA 0
+#define TIDE_HAS_NCCL_CONFIG_CTAS 0
+#define TIDE_HAS_NCCL_COMM_SPLIT 0
+#define TIDE_HAS_NCCL_MEM_ALLOC 0
+#define TIDE_HAS_NCCL_SYMMETRIC_WINDOWS 0
+#define TIDE_HAS_NCCL_HOST_PEER_POINTERS 0
+#endif
+
+#if TIDE_HAS_NCCL_CONFIG_CTAS && TIDE_HAS_NCCL_COMM_SPLIT && TIDE_HAS_NCCL_MEM_ALLOC && \
+    TIDE_HAS_NCCL_SYMMETRIC_WINDOWS && TIDE_HAS_NCCL_DEVICE_API
+#define TIDE_HAS_NCCL_FABRIC 1
+#else
+#define TIDE_HAS_NCCL_FABRIC 0
 #endif
 
 #if defined(CUDART_VERSION) && CUDART_VERSION >= 12080

@@ -1,0 +1,161 @@
+// The NCCL fabric (architecture: fabric/nccl; issue 7, item 1): one process per GPU, peers and
+// memory from NCCL communicators. Built only where CUDA and NCCL >= 2.28 are found.
+//
+// NOTE [nccl fabric]
+// Construction, in this order (Sec. 6.1; every NCCL call below is collective over its comm):
+//   1. Main communicator: ncclCommInitRankConfig over all N ranks, from the unique id that
+//      rank 0 made (make_unique_id) and the launcher broadcast. Non-blocking, so that every
+//      step can be bounded by the fabric's timeout (NOTE [nccl fabric waits]).
+//   2. Rail communicators: ncclCommSplit(main, color = local index l, key = node n): L
+//      disjoint M-rank communicators, rank n in rail l is world rank n L + l.
+//   Both take the channel cap of NcclFabricOptions::max_ctas (the paper caps unused channels
+//   at one: TIDE's traffic does not run on NCCL's collective channels).
+//   3. Arena: ncclMemAlloc(arena_bytes), registered with ncclCommWindowRegister(
+//      NCCL_WIN_COLL_SYMMETRIC) on the main communicator (LSA peers on the same host) and on
+//      the rail communicator (rail peers). arena_bytes must be the same on every rank.
+//   4. Peer pointers: ncclDevCommCreate on each communicator (no barriers, no multimem, no GIN
+//      requested) gives the LSA team (lsaRank, lsaSize); a one-CTA kernel calls
+//      ncclGetLsaPointer(window, 0, i) for i < lsaSize into a device table, copied once to
+//      the host. LSA teams are contiguous in their communicator's ranks, so world rank p is
+//      LSA index p - (rank - lsaRank) on the main comm, and node n is LSA index
+//      n - (node - railLsaRank) on the rail comm.
+// A single host can be declared as M virtual nodes of L GPUs (2 x 4, 4 x 2, 8 x 1, 1 x 8):
+// then every peer, local or rail, is an LSA peer and the multi-node algorithms run over NVLink.
+// On real multi-node runs the rail LSA team is the rank alone; rail peers on other hosts have
+// no pointer (rail_peer_arena returns nullptr) and need ncclSend / ncclRecv on rail_comm(),
+// or ncclPutSignal where TIDE_HAS_NCCL_HOST_RMA (not built yet; docs/nccl_fabric.md).
+// NVLink multicast is never enabled: the fabric sets NCCL_NVLS_ENABLE=0 when it is unset and
+// refuses any other value unless allow_multicast (architecture: hardware rules).
+// Teardown (destructor): device comms, windows, arena, rail comm, main comm, in reverse order.
+// After a timeout the communicators are aborted and nothing is freed (the GPU may still use it).
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tide/core/topology.hpp"
+
+namespace tide::fabric {
+
+// An NCCL call failed: the message names the call, NCCL's result string and its last error.
+class NcclError : public std::runtime_error {
+ public:
+  NcclError(std::string call, ncclResult_t result, const std::string& message)
+      : std::runtime_error(message), call_(std::move(call)), result_(result) {}
+  const std::string& call() const { return call_; }
+  ncclResult_t result() const { return result_; }
+
+ private:
+  std::string call_;
+  ncclResult_t result_;
+};
+
+// A bounded wait expired (fail-stop, Sec. 7.5): the message names what was waited for.
+class FabricTimeout : public std::runtime_error {
+ public:
+  FabricTimeout(std::string waited_for, const std::string& message)
+      : std::runtime_error(message), waited_for_(std::move(waited_for)) {}
+  const std::string& waited_for() const { return waited_for_; }
+
+ private:
+  std::string waited_for_;
+};
+
+struct NcclFabricOptions {
+  int device = -1;             // the CUDA device; -1: the current one
+  int nodes = 1;               // M
+  int gpus_per_node = 1;       // L
+  bool virtual_nodes = false;  // one host declared as M nodes (every peer is an LSA peer)
+  std::int64_t arena_bytes = std::int64_t{2} << 20;  // the same on every rank
+  // Channel cap of both communicators (ncclConfig_t maxCTAs; minCTAs is set to match when
+  // lower). 1 is the paper's setting; 0 keeps NCCL's defaults.
+  int max_ctas = 1;
+  // Bound on every wait of the fabric: communicator creation, split, registration, and
+  // wait() (NOTE [nccl fabric waits]). Environment: TIDE_FABRIC_TIMEOUT_S overrides it.
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  bool allow_multicast = false;  // never set on the lent machines
+};
+
+// Plain data for kernels and the executor (style habit 2): LSA peer arenas of both domains.
+struct NcclFabricView {
+  void* const* lsa_peers = nullptr;       // device table, lsa_size entries (main comm)
+  void* const* rail_lsa_peers = nullptr;  // device table, rail_lsa_size entries (rail comm)
+  int lsa_size = 0;
+  int lsa_rank = 0;
+  int rail_lsa_size = 0;
+  int rail_lsa_rank = 0;
+};
+
+class NcclFabric {
+ public:
+  static constexpr std::size_t kUniqueIdBytes = NCCL_UNIQUE_ID_BYTES;
+
+  // Rank 0 calls this; the launcher broadcasts the bytes to every rank.
+  static std::vector<std::byte> make_unique_id();
+
+  // Validates the arguments before touching the GPU or NCCL (tide::InvalidArgument for a
+  // world that is not M x L, a rank outside it, an id of the wrong length, arena_bytes < 1,
+  // a bad timeout, or NCCL_NVLS_ENABLE != 0 without allow_multicast); then builds the
+  // fabric (NcclError, tide::CudaError, FabricTimeout).
+  NcclFabric(int rank, int world, std::span<const std::byte> unique_id,
+             const NcclFabricOptions& options);
+  ~NcclFabric();
+  NcclFabric(const NcclFabric&) = delete;
+  NcclFabric& operator=(const NcclFabric&) = delete;
+
+  // The argument checks of the constructor alone (no GPU, no NCCL).
+  static void check_arguments(int rank, int world, std::span<const std::byte> unique_id,
+                              const NcclFabricOptions& options);
+
+  int rank() const;
+  int world() const;
+  const Topology& topology() const;
+  int node() const;   // n = rank / L
+  int local() const;  // l = rank mod L
+  int device() const;
+
+  ncclComm_t main_comm() const;
+  ncclComm_t rail_comm() const;
+
+  // This rank's arena (ncclMemAlloc), and its size (arena_bytes rounded up to 4 KiB).
+  void* arena() const;
+  std::int64_t arena_bytes() const;
+  // LSA pointer to the arena of world rank `peer` (main window), or nullptr when `peer` is
+  // not in this rank's LSA team. peer_arena(rank()) maps this rank's own arena.
+  void* peer_arena(int peer) const;
+  // LSA pointer to the arena of the same-rail rank on node `node` (rail window), or nullptr
+  // when that rank is not load/store reachable (another host).
+  void* rail_peer_arena(int node) const;
+  NcclFabricView view() const;
+
+  // NOTE [nccl fabric waits]
+  // Every wait of the fabric spins with a bound: it polls, between sleeps of at most 1 ms,
+  // the condition and both communicators' asynchronous errors, and after options.timeout
+  // aborts both communicators and throws FabricTimeout naming `what` and this rank. An
+  // asynchronous NCCL error throws NcclError at once. No wait ever hangs silently.
+  void wait(cudaStream_t stream, std::string_view what);
+  void wait(cudaEvent_t event, std::string_view what);
+  void wait_until(const std::function<bool()>& ready, std::string_view what);
+
+  bool aborted() const;
+  // Gives up every resource without freeing it (a caller whose device work cannot be
+  // drained). The fabric is unusable after.
+  void release() noexcept;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace tide::fabric

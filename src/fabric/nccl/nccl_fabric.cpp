@@ -1,0 +1,348 @@
+// The NCCL fabric: see NOTE [nccl fabric] and NOTE [nccl fabric waits] in nccl_fabric.hpp.
+#include "tide/fabric/nccl_fabric.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <thread>
+
+#include "lsa_peers.hpp"
+#include "tide/core/error.hpp"
+#include "tide/kernels/cuda_check.hpp"
+#include "tide/version_gates.hpp"
+
+#if !TIDE_HAS_NCCL_FABRIC
+#error "the NCCL fabric needs NCCL >= 2.28 (TIDE_HAS_NCCL_FABRIC in tide/version_gates.hpp)"
+#endif
+
+namespace tide::fabric {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Knob, read here only: TIDE_FABRIC_TIMEOUT_S (seconds, > 0) overrides options.timeout.
+std::chrono::milliseconds effective_timeout(const NcclFabricOptions& options) {
+  const char* env = std::getenv("TIDE_FABRIC_TIMEOUT_S");
+  if (env == nullptr || *env == '\0') return options.timeout;
+  char* end = nullptr;
+  const double seconds = std::strtod(env, &end);
+  if (end == env || *end != '\0' || !(seconds > 0.0) || seconds > 1e7) {
+    throw InvalidArgument(std::string("TIDE_FABRIC_TIMEOUT_S='") + env +
+                          "' is not a positive number of seconds");
+  }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
+}
+
+std::string nccl_message(int rank, const char* call, ncclResult_t r, ncclComm_t comm) {
+  std::string m = "tide: rank " + std::to_string(rank) + ": " + call +
+                  " failed: " + ncclGetErrorString(r) + " (ncclResult_t " +
+                  std::to_string(static_cast<int>(r)) + ")";
+  const char* last = comm != nullptr ? ncclGetLastError(comm) : ncclGetLastError(nullptr);
+  if (last != nullptr && *last != '\0') m += ": " + std::string(last);
+  return m;
+}
+
+}  // namespace
+
+struct NcclFabric::State {
+  int rank = 0;
+  int world = 1;
+  Topology topology{1, 1};
+  int device = 0;
+  NcclFabricOptions options;
+  std::chrono::milliseconds timeout{0};
+  ncclComm_t main = nullptr;
+  ncclComm_t rail = nullptr;
+  void* arena = nullptr;
+  std::int64_t arena_bytes = 0;
+  ncclWindow_t main_window = nullptr;
+  ncclWindow_t rail_window = nullptr;
+  detail::LsaPeers main_peers;
+  detail::LsaPeers rail_peers;
+  bool aborted = false;
+  bool released = false;
+
+  // Polls `done` with a bound; see NOTE [nccl fabric waits].
+  void bounded(const std::function<bool()>& done, std::string_view what) {
+    const auto deadline = Clock::now() + timeout;
+    auto nap = std::chrono::microseconds(1);
+    while (!done()) {
+      for (ncclComm_t c : {main, rail}) {
+        if (c == nullptr) continue;
+        ncclResult_t async = ncclSuccess;
+        if (ncclCommGetAsyncError(c, &async) == ncclSuccess && async != ncclSuccess &&
+            async != ncclInProgress) {
+          const std::string m = nccl_message(rank, "asynchronous NCCL operation", async, c);
+          abort_all();
+          throw NcclError("ncclCommGetAsyncError", async,
+                          m + " (while waiting for " + std::string(what) + ")");
+        }
+      }
+      if (Clock::now() > deadline) {
+        abort_all();
+        throw FabricTimeout(std::string(what),
+                            "tide: rank " + std::to_string(rank) + ": wait for '" +
+                                std::string(what) + "' did not complete within " +
+                                std::to_string(timeout.count()) +
+                                " ms (a peer stalled or died); NCCL communicators aborted");
+      }
+      std::this_thread::sleep_for(nap);
+      if (nap < std::chrono::milliseconds(1)) nap *= 2;
+    }
+  }
+
+  // Settles a call on a non-blocking communicator, then throws NcclError on failure.
+  void settle(ncclComm_t comm, ncclResult_t r, const char* call) {
+    if (r == ncclInProgress && comm != nullptr) {
+      bounded(
+          [&] {
+            ncclResult_t s = ncclSuccess;
+            const ncclResult_t q = ncclCommGetAsyncError(comm, &s);
+            r = q != ncclSuccess ? q : s;
+            return r != ncclInProgress;
+          },
+          call);
+    }
+    if (r != ncclSuccess) {
+      const std::string m = nccl_message(rank, call, r, comm);
+      abort_all();
+      throw NcclError(call, r, m);
+    }
+  }
+
+  ncclConfig_t config(const char* name) const {
+    ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+    c.blocking = 0;
+    c.splitShare = 0;
+    c.commName = name;
+    if (options.max_ctas > 0) {
+      c.minCTAs = 1;
+      c.maxCTAs = options.max_ctas;
+    }
+    return c;
+  }
+
+  void abort_all() noexcept {
+    if (aborted) return;
+    aborted = true;
+    if (rail != nullptr) (void)ncclCommAbort(rail);
+    if (main != nullptr) (void)ncclCommAbort(main);
+  }
+
+  ~State() {
+    if (released) return;
+    if (!aborted) {
+      try {
+        detail::destroy_lsa_peers(rail, rail_peers);
+        detail::destroy_lsa_peers(main, main_peers);
+        if (rail_window != nullptr) {
+          settle(rail, ncclCommWindowDeregister(rail, rail_window), "ncclCommWindowDeregister");
+        }
+        if (main_window != nullptr) {
+          settle(main, ncclCommWindowDeregister(main, main_window), "ncclCommWindowDeregister");
+        }
+        if (arena != nullptr) (void)ncclMemFree(arena);
+        arena = nullptr;
+        for (ncclComm_t* c : {&rail, &main}) {
+          if (*c == nullptr) continue;
+          settle(*c, ncclCommFinalize(*c), "ncclCommFinalize");
+          (void)ncclCommDestroy(*c);
+          *c = nullptr;
+        }
+      } catch (...) {
+        abort_all();  // a peer went away during teardown: abort, free nothing more
+      }
+    }
+  }
+};
+
+std::vector<std::byte> NcclFabric::make_unique_id() {
+  ncclUniqueId id;
+  const ncclResult_t r = ncclGetUniqueId(&id);
+  if (r != ncclSuccess)
+    throw NcclError("ncclGetUniqueId", r, nccl_message(0, "ncclGetUniqueId", r, nullptr));
+  std::vector<std::byte> bytes(sizeof(id.internal));
+  std::memcpy(bytes.data(), id.internal, sizeof(id.internal));
+  return bytes;
+}
+
+void NcclFabric::check_arguments(int rank, int world, std::span<const std::byte> unique_id,
+                                 const NcclFabricOptions& options) {
+  const Topology topology(options.nodes, options.gpus_per_node);  // InvalidArgument
+  if (world != topology.world()) {
+    throw InvalidArgument("NCCL fabric: the launcher's world has " + std::to_string(world) +
+                          " ranks, but M x L = " + std::to_string(options.nodes) + " x " +
+                          std::to_string(options.gpus_per_node) + " declares " +
+                          std::to_string(topology.world()));
+  }
+  if (rank < 0 || rank >= world) {
+    throw InvalidArgument("NCCL fabric: rank " + std::to_string(rank) + " is outside 0.." +
+                          std::to_string(world - 1));
+  }
+  if (unique_id.size() != kUniqueIdBytes) {
+    throw InvalidArgument("NCCL fabric: the unique id has " + std::to_string(unique_id.size()) +
+                          " bytes, NCCL's has " + std::to_string(kUniqueIdBytes));
+  }
+  if (options.arena_bytes < 1) {
+    throw InvalidArgument("NCCL fabric: arena_bytes must be positive (got " +
+                          std::to_string(options.arena_bytes) + ")");
+  }
+  if (options.max_ctas < 0 || options.max_ctas > 64) {
+    throw InvalidArgument("NCCL fabric: max_ctas must be 0 (NCCL's default) or 1..64 (got " +
+                          std::to_string(options.max_ctas) + ")");
+  }
+  if (effective_timeout(options).count() <= 0) {
+    throw InvalidArgument("NCCL fabric: the timeout must be positive");
+  }
+  const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
+  if (!options.allow_multicast && nvls != nullptr && std::string(nvls) != "0") {
+    throw InvalidArgument(std::string("NCCL fabric: NCCL_NVLS_ENABLE=") + nvls +
+                          " would let NCCL use NVLink multicast; TIDE keeps it 0 unless "
+                          "allow_multicast is set (architecture: hardware rules)");
+  }
+}
+
+NcclFabric::NcclFabric(int rank, int world, std::span<const std::byte> unique_id,
+                       const NcclFabricOptions& options)
+    : state_(std::make_unique<State>()) {
+  check_arguments(rank, world, unique_id, options);
+  State& s = *state_;
+  s.rank = rank;
+  s.world = world;
+  s.topology = Topology(options.nodes, options.gpus_per_node);
+  s.options = options;
+  s.timeout = effective_timeout(options);
+  if (!options.allow_multicast) setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+  if (options.device >= 0) TIDE_CUDA_CHECK(cudaSetDevice(options.device));
+  TIDE_CUDA_CHECK(cudaGetDevice(&s.device));
+
+  // 1. The main communicator.
+  ncclUniqueId id;
+  std::memcpy(id.internal, unique_id.data(), sizeof(id.internal));
+  ncclConfig_t main_config = s.config("tide.main");
+  s.settle(s.main, ncclCommInitRankConfig(&s.main, world, id, rank, &main_config),
+           "ncclCommInitRankConfig");
+  // 2. Rail l: color l, key n, so rail rank n is world rank n L + l.
+  ncclConfig_t rail_config = s.config("tide.rail");
+  const ncclResult_t split = ncclCommSplit(s.main, s.topology.local_of(rank),
+                                           s.topology.node_of(rank), &s.rail, &rail_config);
+  s.settle(s.rail != nullptr ? s.rail : s.main, split, "ncclCommSplit");
+  // 3. The arena, one symmetric window in each domain.
+  s.arena_bytes = (options.arena_bytes + NCCL_WIN_REQUIRED_ALIGNMENT - 1) /
+                  NCCL_WIN_REQUIRED_ALIGNMENT * NCCL_WIN_REQUIRED_ALIGNMENT;
+  s.settle(nullptr, ncclMemAlloc(&s.arena, static_cast<std::size_t>(s.arena_bytes)),
+           "ncclMemAlloc");
+  s.settle(s.main,
+           ncclCommWindowRegister(s.main, s.arena, static_cast<std::size_t>(s.arena_bytes),
+                                  &s.main_window, NCCL_WIN_COLL_SYMMETRIC),
+           "ncclCommWindowRegister(main, NCCL_WIN_COLL_SYMMETRIC)");
+  s.settle(s.rail,
+           ncclCommWindowRegister(s.rail, s.arena, static_cast<std::size_t>(s.arena_bytes),
+                                  &s.rail_window, NCCL_WIN_COLL_SYMMETRIC),
+           "ncclCommWindowRegister(rail, NCCL_WIN_COLL_SYMMETRIC)");
+  // 4. LSA peer tables (the device API; TIDE_HAS_NCCL_HOST_PEER_POINTERS would allow the host
+  // getters of NCCL >= 2.29 instead; the kernel path works on both).
+  cudaStream_t stream = nullptr;
+  TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  try {
+    const auto settle = [&s](ncclComm_t c, ncclResult_t r, const char* call) {
+      s.settle(c, r, call);
+    };
+    const auto sync = [&] { wait(stream, "LSA peer-pointer table kernel"); };
+    s.main_peers = detail::make_lsa_peers(s.main, s.main_window, stream, settle, sync);
+    s.rail_peers = detail::make_lsa_peers(s.rail, s.rail_window, stream, settle, sync);
+  } catch (...) {
+    (void)cudaStreamDestroy(stream);
+    throw;
+  }
+  TIDE_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+NcclFabric::~NcclFabric() = default;
+
+int NcclFabric::rank() const {
+  return state_->rank;
+}
+int NcclFabric::world() const {
+  return state_->world;
+}
+const Topology& NcclFabric::topology() const {
+  return state_->topology;
+}
+int NcclFabric::node() const {
+  return state_->topology.node_of(state_->rank);
+}
+int NcclFabric::local() const {
+  return state_->topology.local_of(state_->rank);
+}
+int NcclFabric::device() const {
+  return state_->device;
+}
+ncclComm_t NcclFabric::main_comm() const {
+  return state_->main;
+}
+ncclComm_t NcclFabric::rail_comm() const {
+  return state_->rail;
+}
+void* NcclFabric::arena() const {
+  return state_->arena;
+}
+std::int64_t NcclFabric::arena_bytes() const {
+  return state_->arena_bytes;
+}
+bool NcclFabric::aborted() const {
+  return state_->aborted;
+}
+
+void* NcclFabric::peer_arena(int peer) const {
+  const auto& p = state_->main_peers;
+  const int index = peer - (state_->rank - p.lsa_rank);
+  if (index < 0 || index >= p.lsa_size) return nullptr;
+  return p.host_table[static_cast<std::size_t>(index)];
+}
+
+void* NcclFabric::rail_peer_arena(int node_index) const {
+  const auto& p = state_->rail_peers;
+  const int index = node_index - (node() - p.lsa_rank);
+  if (index < 0 || index >= p.lsa_size) return nullptr;
+  return p.host_table[static_cast<std::size_t>(index)];
+}
+
+NcclFabricView NcclFabric::view() const {
+  const State& s = *state_;
+  return NcclFabricView{s.main_peers.device_table, s.rail_peers.device_table,
+                        s.main_peers.lsa_size,     s.main_peers.lsa_rank,
+                        s.rail_peers.lsa_size,     s.rail_peers.lsa_rank};
+}
+
+void NcclFabric::wait(cudaStream_t stream, std::string_view what) {
+  state_->bounded(
+      [&] {
+        const cudaError_t e = cudaStreamQuery(stream);
+        if (e == cudaErrorNotReady) return false;
+        TIDE_CUDA_CHECK(e);
+        return true;
+      },
+      what);
+}
+
+void NcclFabric::wait(cudaEvent_t event, std::string_view what) {
+  state_->bounded(
+      [&] {
+        const cudaError_t e = cudaEventQuery(event);
+        if (e == cudaErrorNotReady) return false;
+        TIDE_CUDA_CHECK(e);
+        return true;
+      },
+      what);
+}
+
+void NcclFabric::wait_until(const std::function<bool()>& ready, std::string_view what) {
+  state_->bounded(ready, what);
+}
+
+void NcclFabric::release() noexcept {
+  state_->released = true;
+}
+
+}  // namespace tide::fabric
