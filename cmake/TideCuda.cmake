@@ -20,10 +20,30 @@ if(NOT TIDE_CUDA STREQUAL "OFF")
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)
     set(TIDE_HAVE_CUDA ON)
-    find_path(TIDE_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
-    find_library(TIDE_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
+    # NCCL: TIDE_NCCL_ROOT (cache variable or environment) first, then the CUDA toolkit and
+    # the system, then the nvidia-nccl wheel of the Python that holds PyTorch (the GPU
+    # machines have NCCL only there, as lib/libnccl.so.2 with no unversioned link).
+    set(TIDE_NCCL_ROOT "$ENV{TIDE_NCCL_ROOT}" CACHE PATH "NCCL install prefix (include/, lib/)")
+    set(_tide_nccl_hints ${TIDE_NCCL_ROOT} ${CUDAToolkit_LIBRARY_ROOT})
+    find_package(Python3 COMPONENTS Interpreter QUIET)
+    if(Python3_Interpreter_FOUND)
+      execute_process(
+        COMMAND ${Python3_EXECUTABLE} -c
+                "import nvidia.nccl as n; print(list(n.__path__)[0])"
+        OUTPUT_VARIABLE _tide_nccl_wheel OUTPUT_STRIP_TRAILING_WHITESPACE
+        RESULT_VARIABLE _tide_nccl_wheel_rc ERROR_QUIET)
+      if(_tide_nccl_wheel_rc EQUAL 0 AND _tide_nccl_wheel)
+        list(APPEND _tide_nccl_hints ${_tide_nccl_wheel})
+      endif()
+    endif()
+    find_path(TIDE_NCCL_INCLUDE nccl.h
+              HINTS ${CUDAToolkit_INCLUDE_DIRS} PATHS ${_tide_nccl_hints} PATH_SUFFIXES include)
+    find_library(TIDE_NCCL_LIBRARY NAMES nccl libnccl.so.2
+                 HINTS ${CUDAToolkit_LIBRARY_DIR} PATHS ${_tide_nccl_hints}
+                 PATH_SUFFIXES lib lib64)
     if(TIDE_NCCL_INCLUDE AND TIDE_NCCL_LIBRARY)
       set(TIDE_HAVE_NCCL ON)
+      message(STATUS "TIDE: NCCL ${TIDE_NCCL_LIBRARY} (headers ${TIDE_NCCL_INCLUDE})")
     endif()
   elseif(TIDE_CUDA STREQUAL "ON")
     message(FATAL_ERROR "TIDE_CUDA=ON but no CUDA compiler was found; install the CUDA "

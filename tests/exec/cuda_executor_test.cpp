@@ -17,6 +17,7 @@
 #include "tide/core/collective_reference.hpp"
 #include "tide/core/error.hpp"
 #include "tide/core/models.hpp"
+#include "tide/exec/collective_cases.hpp"
 #include "tide/exec/reference_executor.hpp"
 #include "tide/fabric/virtual_fabric.hpp"
 #include "tide/program/ag_builder.hpp"
@@ -39,62 +40,15 @@ using program::Program;
 using program::Region;
 using program::Space;
 
-constexpr std::byte kPoison{0xFF};  // the reference executor's initial bytes
-
-std::vector<ParamShape> random_shapes(std::mt19937_64& rng, int count) {
-  std::vector<ParamShape> shapes(static_cast<std::size_t>(count));
-  for (ParamShape& s : shapes) {
-    s.rows = static_cast<std::int64_t>(rng() % 37) + 1;
-    s.cols = static_cast<std::int64_t>(rng() % 6) + 1;
-  }
-  return shapes;
-}
-
-std::string first_errors(const exec::RunResult& r) {
-  std::string text;
-  for (std::size_t i = 0; i < r.errors.size() && i < 5; ++i)
-    text += r.errors[i].message + "\n";
-  return text;
-}
-
-// An input: bytes written into a buffer at an offset, given to both executors.
-struct Input {
-  Buffer buffer;
-  std::int64_t offset = 0;
-  std::vector<std::byte> bytes;
-};
-
-// A region to compare after the run (the whole buffer when bytes < 0).
-struct Check {
-  Buffer buffer;
-  std::int64_t offset = 0;
-  std::int64_t bytes = -1;
-};
-
-struct Case {
-  std::string name;
-  Program program;
-  std::vector<Input> inputs;
-  std::vector<Check> checks;
-};
+using Case = exec::CollectiveCase;
+using Input = exec::CaseInput;
+using Check = exec::CaseCheck;
+using exec::bytes_of;
+using exec::kPoison;
+using exec::random_shapes;
 
 void reference_outputs(const Case& c, std::vector<std::vector<std::byte>>* out) {
-  ReferenceExecutor ex(c.program);
-  for (const Input& in : c.inputs) {
-    auto span = ex.input(in.buffer, in.offset, static_cast<std::int64_t>(in.bytes.size()));
-    std::memcpy(span.data(), in.bytes.data(), in.bytes.size());
-  }
-  exec::RunOptions run;
-  run.seed = 3;
-  const exec::RunResult r = ex.run(run);
-  EXPECT_TRUE(r.clean()) << c.name << ": " << first_errors(r);
-  for (const Check& k : c.checks) {
-    auto mem = ex.memory(k.buffer);
-    const auto n =
-        static_cast<std::size_t>(k.bytes < 0 ? static_cast<std::int64_t>(mem.size()) : k.bytes);
-    const auto* p = mem.data() + k.offset;
-    out->emplace_back(p, p + n);
-  }
+  *out = exec::reference_outputs(c);
 }
 
 // Poisons every buffer, uploads the inputs, runs, and returns the checked regions.
@@ -159,83 +113,29 @@ void run_case(const Case& c, int runs = 2, const CudaExecutorOptions& options = 
   }
 }
 
-std::vector<std::byte> bytes_of(std::span<const float> values, DType dtype) {
-  std::vector<std::byte> out(values.size() * static_cast<std::size_t>(item_bytes(dtype)));
-  store_values(values, dtype, out);
-  return out;
-}
-
 // --- Cases --------------------------------------------------------------------------------
 
 Case ag_case(int m, int l, bool cast, std::uint64_t seed, DType dtype = DType::kBf16,
              std::vector<ParamShape> shapes = {}, const std::string& what = "") {
-  std::mt19937_64 rng(seed);
-  if (shapes.empty()) shapes = random_shapes(rng, 1 + static_cast<int>(rng() % 5));
-  const GroupLayout layout(Topology(m, l), shapes, dtype, DType::kBf16);
-  AgOptions options;
-  options.mixed_precision_cast = cast;
-  options.head_bytes = 64;  // the head/tail split on tiny shards
-  const AgPlan plan(layout, options);
-  Case c;
-  c.name = "AG M=" + std::to_string(m) + " L=" + std::to_string(l) + " " +
-           std::string(dtype_name(dtype)) + (cast ? " cast" : "") + what;
-  c.program = program::build_ag_program(plan);
-  const program::AgArenaLayout arena = program::ag_arena_layout(plan);
-  for (int r = 0; r < layout.topology().world(); ++r) {
-    if (cast) {
-      for (int p = 0; p < layout.param_count(); ++p) {
-        std::vector<float> master(static_cast<std::size_t>(layout.param(p).shard_elems()));
-        for (float& v : master)
-          v = random_value(rng, DType::kFp32);
-        c.inputs.push_back({Buffer{r, Space::kTensor, p}, 0, bytes_of(master, DType::kFp32)});
-      }
-    } else {
-      std::vector<float> shard(static_cast<std::size_t>(layout.shard_bytes() / item_bytes(dtype)));
-      for (float& v : shard)
-        v = random_value(rng, dtype);
-      c.inputs.push_back({Buffer{r, Space::kArena, 0}, arena.resident, bytes_of(shard, dtype)});
-    }
-    c.checks.push_back({Buffer{r, Space::kArena, 0}, arena.landing, layout.unsharded_bytes()});
-  }
-  return c;
+  exec::AgCaseOptions o;
+  o.cast = cast;
+  o.dtype = dtype;
+  o.shapes = std::move(shapes);
+  o.what = what;
+  return exec::ag_case(m, l, seed, o);
 }
 
 Case rs_case(int m, int l, RsMode mode, DType grad, bool accumulate, std::uint64_t seed,
              std::vector<ParamShape> shapes = {}, const std::string& what = "",
              float alpha = 0.0f) {
-  std::mt19937_64 rng(seed);
-  if (shapes.empty()) shapes = random_shapes(rng, 1 + static_cast<int>(rng() % 4));
-  const GroupLayout layout(Topology(m, l), shapes, DType::kBf16, grad);
-  RsOptions options;
-  options.mode = mode;
-  options.round_width = 1 + static_cast<int>(rng() % 4);
-  const RsPlan plan(layout, options);
-  program::RsProgramOptions po;
-  po.alpha = alpha != 0.0f ? alpha : 1.0f / static_cast<float>(layout.topology().world());
-  po.accumulate = accumulate;
-  po.sum_ctas = 1 + static_cast<int>(rng() % 16);
-  po.landing_ctas = 1 + static_cast<int>(rng() % 4);
-  Case c;
-  c.name = "RS M=" + std::to_string(m) + " L=" + std::to_string(l) + " " +
-           std::string(mode_name(mode)) + " " + std::string(dtype_name(grad)) +
-           (accumulate ? " accumulate" : "") + what;
-  c.program = program::build_rs_program(plan, po);
-  const auto grads = random_grads(rng, layout);
-  for (int r = 0; r < layout.topology().world(); ++r) {
-    for (int p = 0; p < layout.param_count(); ++p) {
-      c.inputs.push_back(
-          {Buffer{r, Space::kTensor, p}, 0,
-           bytes_of(grads[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)], grad)});
-    }
-    if (accumulate) {
-      std::vector<float> initial(static_cast<std::size_t>(layout.shard_elems()));
-      for (float& v : initial)
-        v = random_value(rng, DType::kFp32);
-      c.inputs.push_back({Buffer{r, Space::kOutput, 0}, 0, bytes_of(initial, DType::kFp32)});
-    }
-    c.checks.push_back({Buffer{r, Space::kOutput, 0}, 0, -1});
-  }
-  return c;
+  exec::RsCaseOptions o;
+  o.mode = mode;
+  o.grad = grad;
+  o.accumulate = accumulate;
+  o.shapes = std::move(shapes);
+  o.what = what;
+  o.alpha = alpha;
+  return exec::rs_case(m, l, seed, o);
 }
 
 // Every (M, L) with M in 1..16, L in {1, 2, 4, 8}, N = M L <= 16, and 8 x 8 (issue 5).
@@ -649,75 +549,12 @@ TEST(CudaExecutor, ModelPresetGroupsShrunk) {
 // bitwise equal to the reference executor's; three runs of one executor identical.
 Case step_case(int m, int l, RsMode mode, DType grad, bool accumulate, int ag_stages,
                std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  const Topology topo(m, l);
-  std::vector<GroupLayout> layouts;
-  // Even column counts: the step's arena places its areas back to back without alignment
-  // (src/program/step.cpp), so a bf16 shard of an odd byte count would misalign TIDE-RS's
-  // fp32 areas, which the executor refuses. Rows stay random and odd-sized.
-  for (int g = 0; g < 3; ++g) {
-    std::vector<ParamShape> shapes = random_shapes(rng, 2 + g * 3);
-    for (ParamShape& s : shapes)
-      s.cols = 2 * s.cols;
-    layouts.emplace_back(topo, shapes, DType::kBf16, grad);
-  }
-  std::vector<AgPlan> ag;
-  std::vector<RsPlan> rs;
-  for (const GroupLayout& layout : layouts) {
-    AgOptions ao;
-    ao.head_bytes = 64;  // the head/tail split on tiny shards
-    ag.emplace_back(layout, ao);
-    RsOptions o;
-    o.mode = mode;
-    o.round_width = 2;
-    rs.emplace_back(layout, o);
-  }
-  std::vector<program::StepGroup> groups;
-  for (std::size_t g = 0; g < layouts.size(); ++g)
-    groups.push_back({"group " + std::to_string(g), &ag[g], &rs[g]});
-  program::StepOptions options;
-  options.reduce_scatter.alpha = 1.0f / static_cast<float>(topo.world());
-  options.reduce_scatter.accumulate = accumulate;
-  options.reduce_scatter.sum_ctas = 3;
-  options.ag_stages = ag_stages;
-  program::StepProgram step = program::build_step_program(groups, options);
-  Case c;
-  c.name = "step M=" + std::to_string(m) + " L=" + std::to_string(l) + " " +
-           std::string(mode_name(mode)) + " " + std::string(dtype_name(grad)) +
-           (accumulate ? " accumulate" : "") + " stages=" + std::to_string(ag_stages);
-  for (std::size_t g = 0; g < layouts.size(); ++g) {
-    for (int r = 0; r < topo.world(); ++r) {
-      std::vector<float> shard(static_cast<std::size_t>(layouts[g].shard_bytes() / 2));
-      for (float& v : shard)
-        v = random_value(rng, DType::kBf16);
-      c.inputs.push_back(
-          {Buffer{r, Space::kArena, 0}, step.arena.resident[g], bytes_of(shard, DType::kBf16)});
-    }
-  }
-  for (const program::StepCall& call : step.calls) {
-    const GroupLayout& layout = layouts[static_cast<std::size_t>(call.group)];
-    if (call.kind == program::StepCallKind::kReduceScatter) {
-      const auto grads = random_grads(rng, layout);
-      for (int r = 0; r < topo.world(); ++r) {
-        for (int p = 0; p < layout.param_count(); ++p) {
-          c.inputs.push_back(
-              {Buffer{r, Space::kTensor, call.tensor_base + p}, 0,
-               bytes_of(grads[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)], grad)});
-        }
-        if (accumulate) {
-          std::vector<float> initial(static_cast<std::size_t>(layout.shard_elems()));
-          for (float& v : initial)
-            v = random_value(rng, DType::kFp32);
-          c.inputs.push_back(
-              {Buffer{r, Space::kOutput, call.output}, 0, bytes_of(initial, DType::kFp32)});
-        }
-      }
-    }
-    for (int r = 0; r < topo.world(); ++r)
-      c.checks.push_back({Buffer{r, Space::kOutput, call.output}, 0, -1});
-  }
-  c.program = std::move(step.program);
-  return c;
+  exec::StepCaseOptions o;
+  o.mode = mode;
+  o.grad = grad;
+  o.accumulate = accumulate;
+  o.ag_stages = ag_stages;
+  return exec::step_case(m, l, seed, o);
 }
 
 TEST(CudaExecutorCheck, AcceptsStepPrograms) {

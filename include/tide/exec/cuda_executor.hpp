@@ -1,7 +1,9 @@
 // The CUDA executor (architecture: exec/cuda; issue 5, item 2): runs a Program on a GPU
 // through a fabric, with copy engines, stream memory operations, events and TIDE's kernels.
-// The first slice runs on the virtual fabric (N ranks on one GPU); its outputs are meant to
-// be bitwise equal to the CPU reference executor's (invariant 1 of the architecture note).
+// It runs the ops of the ranks the fabric calls local: all N on the virtual fabric (N ranks
+// on one GPU), this process's rank on the NCCL fabric (one process per GPU; the other
+// processes run theirs). Its outputs are bitwise equal to the CPU reference executor's
+// (invariant 1 of the architecture note).
 //
 // Use:
 //   fabric::VirtualFabric fab(program);             // allocates every rank's buffers
@@ -40,8 +42,10 @@
 //                fixed only at run time, so no enqueue-time cumulative value is valid.
 //   kWait        cuStreamWaitValue64(counter, value, CU_STREAM_WAIT_VALUE_GEQ): the stream's
 //                front end waits on device memory (no SM, no host polling).
-//   Counters     64-bit, device memory (one cudaMalloc), one per (rank, counter id); zeroed
-//                at construction and never reset on the hot path: counters are epoch-based.
+//   Counters     64-bit, the fabric's signal words (NOTE [fabric interface]): counter id c of
+//                rank r is word c of Fabric::signals(r), so a peer process adds to it
+//                through its load/store mapping. The local ranks' words are zeroed at
+//                construction and never reset on the hot path: counters are epoch-based.
 //                A run adds the same total T_c to counter c every time (the schedule's host
 //                simulation computes T_c), so run k (0-based since the last reset) starts
 //                with counter c == k T_c and waits for k T_c + value. Only after a timeout
@@ -73,7 +77,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "tide/fabric/virtual_fabric.hpp"
+#include "tide/fabric/fabric.hpp"
 #include "tide/program/program.hpp"
 
 namespace tide::exec {
@@ -142,7 +146,7 @@ class CudaExecutor {
   // `program` and `fabric` must outlive the executor; the fabric must have been sized for the
   // program (same ranks, buffers at least as large). Validates the program (as check()
   // does), then creates streams, events, counters and Level 1 tables. Errors name the op.
-  CudaExecutor(const program::Program& program, fabric::VirtualFabric& fabric,
+  CudaExecutor(const program::Program& program, fabric::Fabric& fabric,
                const CudaExecutorOptions& options = {});
   ~CudaExecutor();
   CudaExecutor(const CudaExecutor&) = delete;
@@ -173,7 +177,8 @@ class CudaExecutor {
   // Whether copy ops go through cudaMemcpyBatchAsync (options.batch_copies and the API is
   // there: TIDE_HAS_CUDA_MEMCPY_BATCH and a driver of CUDA 12.8 or later).
   bool batching() const;
-  // Device bytes the executor itself holds (counters and Level 1 segment tables).
+  // Device bytes the executor itself holds (Level 1 segment tables; the counters are the
+  // fabric's signal words).
   std::int64_t device_bytes() const;
 
  private:

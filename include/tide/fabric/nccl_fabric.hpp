@@ -148,6 +148,10 @@ class NcclFabric {
   void wait(cudaEvent_t event, std::string_view what);
   void wait_until(const std::function<bool()>& ready, std::string_view what);
 
+  // Settles a call made on main_comm() (a non-blocking communicator may answer
+  // ncclInProgress), bounded as every wait; throws NcclError naming `call` on failure.
+  void settle(ncclResult_t result, const char* call);
+
   bool aborted() const;
   // Gives up every resource without freeing it (a caller whose device work cannot be
   // drained). The fabric is unusable after.

@@ -12,6 +12,8 @@
 //   peer p's arena base (peer_arena(r, p) == arena(p)), as an LSA pointer would.
 // - Tensors and outputs. Per rank, per index: plain cudaMalloc buffers outside the arena
 //   (FSDP2's gradients and masters live in PyTorch's allocator, not in the arena).
+// - Signal words (NOTE [fabric interface]): one cudaMalloc of ranks x signal_words 64-bit
+//   words; rank r's words start at r x signal_words.
 // - Contents are not initialised. Destruction frees everything (cudaFree, cuMemUnmap,
 //   cuMemRelease, cuMemAddressFree) and therefore waits for work still using it; callers
 //   that could not drain their streams release() the fabric instead, which leaks on purpose.
@@ -23,6 +25,7 @@
 #include <memory>
 #include <vector>
 
+#include "tide/fabric/fabric.hpp"
 #include "tide/program/program.hpp"
 
 namespace tide::fabric {
@@ -32,9 +35,12 @@ struct VirtualFabricOptions {
   // Lower bound on the arena stride's alignment (bytes, a power of two; the driver's
   // recommended granularity is used when larger).
   std::int64_t arena_alignment = std::int64_t{2} << 20;
+  // Signal words per rank (the executor's counters); VirtualFabric(program) takes the
+  // program's counter count when this is smaller.
+  std::int64_t signal_words = 0;
 };
 
-class VirtualFabric {
+class VirtualFabric final : public Fabric {
  public:
   // One rank per entry of `sizes` (1..4096 ranks). Validates every size before touching the
   // GPU (throws tide::InvalidArgument), then allocates (tide::CudaError on a driver or memory
@@ -43,23 +49,26 @@ class VirtualFabric {
                          const VirtualFabricOptions& options = {});
   // Sized from a program's Program::buffers (ranks = program.ranks).
   explicit VirtualFabric(const program::Program& program, const VirtualFabricOptions& options = {});
-  ~VirtualFabric();
+  ~VirtualFabric() override;
   VirtualFabric(const VirtualFabric&) = delete;
   VirtualFabric& operator=(const VirtualFabric&) = delete;
 
   // Validates sizes as the constructor does (no GPU needed); throws tide::InvalidArgument.
   static void check_sizes(const std::vector<program::BufferSizes>& sizes);
 
-  int ranks() const;
-  int device() const;
+  int ranks() const override;
+  bool local(int rank) const override;  // every rank runs in this process
+  int device() const override;
 
   // Device pointers: rank r's arena, and peer p's arena as rank r sees it.
   void* arena(int rank) const;
   void* peer_arena(int rank, int peer) const;
   // Any buffer of a program (nullptr for a zero-byte tensor or output).
-  void* pointer(const program::Buffer& buffer) const;
+  void* pointer(const program::Buffer& buffer) const override;
   // The size the program asked for (for the arena: that rank's arena_bytes).
-  std::int64_t bytes(const program::Buffer& buffer) const;
+  std::int64_t bytes(const program::Buffer& buffer) const override;
+  std::uint64_t* signals(int owner) const override;
+  std::int64_t signal_words() const override;
 
   std::int64_t arena_stride() const;  // bytes between consecutive ranks' arenas
   std::int64_t vmm_bytes() const;     // the VMM allocation: ranks x stride
@@ -68,7 +77,7 @@ class VirtualFabric {
 
   // Gives up ownership of every allocation without freeing it (for a caller whose device
   // work could not be drained: freeing would wait for it forever). The fabric is unusable after.
-  void release() noexcept;
+  void release() noexcept override;
 
  private:
   struct State;

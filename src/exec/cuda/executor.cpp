@@ -81,8 +81,10 @@ struct Mapped {
   std::vector<void*> batch_srcs;  // not const: CUDA 12.8's signature takes void**
   std::vector<std::size_t> batch_sizes;
   std::vector<CopyCall> batch_2d;
-  // Counters (kSignal, kWait, kRailPut).
+  // Counters (kSignal, kWait, kRailPut): the device word, and its host index
+  // (rank * program.counters + id) into State::totals.
   std::uint64_t* counter = nullptr;
+  std::size_t counter_index = 0;
   std::uint64_t value = 0;
   // Events (kEventRecord, kEventWait): index into State::events.
   int event = -1;
@@ -162,7 +164,7 @@ cudaError_t memcpy_batch(const Mapped& m, cudaMemcpyAttributes* attrs, std::size
 
 struct CudaExecutor::State {
   const Program& program;
-  fabric::VirtualFabric& fabric;
+  fabric::Fabric& fabric;
   CudaExecutorOptions options;
   // Copy ops go through cudaMemcpyBatchAsync (options.batch_copies, the build and the driver
   // have it); every batch shares one attribute set.
@@ -180,8 +182,10 @@ struct CudaExecutor::State {
   // Events: one per recorded (rank, id); slot = rank * program.events + id.
   std::vector<cudaEvent_t> events;
   std::vector<int> event_index;  // slot -> index into events, or -1
-  std::uint64_t* counters = nullptr;
-  std::size_t counter_bytes = 0;
+  // The ranks this process runs (Fabric::local), and their signal words (the counters of
+  // those ranks: program.counters words each, NOTE [fabric interface]).
+  std::vector<int> local_ranks;
+  std::size_t counter_words = 0;  // program.counters
   // Epoch-based counters: every run adds totals[c] to counter c; `epoch` runs completed since
   // the last reset, so the next run waits for epoch * totals[c] + value.
   std::vector<std::uint64_t> totals;
@@ -196,7 +200,7 @@ struct CudaExecutor::State {
   // not place, in program order.
   std::vector<int> order;
 
-  State(const Program& p, fabric::VirtualFabric& f, const CudaExecutorOptions& o)
+  State(const Program& p, fabric::Fabric& f, const CudaExecutorOptions& o)
       : program(p), fabric(f), options(o) {}
 
   ~State() {
@@ -222,21 +226,39 @@ struct CudaExecutor::State {
     for (cudaStream_t s : streams)
       (void)cudaStreamDestroy(s);
     if (control != nullptr) (void)cudaStreamDestroy(control);
-    if (counters != nullptr) (void)cudaFree(counters);
   }
 
   std::byte* at(const Region& r) const {
-    return static_cast<std::byte*>(fabric.pointer(r.buffer)) + r.offset;
+    auto* p = static_cast<std::byte*>(fabric.pointer(r.buffer));
+    if (p == nullptr && r.bytes() > 0) {
+      throw Unsupported("a buffer of rank " + std::to_string(r.buffer.rank) +
+                        " is not addressable from this process (not a load/store peer); "
+                        "rail transfers to other hosts need the NCCL send/receive path, "
+                        "which is not built yet (docs/nccl_fabric.md)");
+    }
+    return p + r.offset;
   }
 
-  std::size_t counter_slot(const std::uint64_t* c) const {
-    return static_cast<std::size_t>(c - counters);
+  std::size_t counter_index(const program::Counter& c) const {
+    return static_cast<std::size_t>(c.rank) * counter_words + static_cast<std::size_t>(c.id);
   }
 
   std::uint64_t* counter(const program::Counter& c) const {
-    return counters +
-           static_cast<std::size_t>(c.rank) * static_cast<std::size_t>(program.counters) +
-           static_cast<std::size_t>(c.id);
+    std::uint64_t* words = fabric.signals(c.rank);
+    if (words == nullptr) {
+      throw Unsupported("the signal words of rank " + std::to_string(c.rank) +
+                        " are not addressable from this process (not a load/store peer)");
+    }
+    return words + c.id;
+  }
+
+  // Writes `byte` into every signal word of the local ranks (on the control stream).
+  void fill_local_signals(unsigned char byte) const {
+    for (int r : local_ranks) {
+      TIDE_CUDA_CHECK(cudaMemsetAsync(fabric.signals(r), byte,
+                                      std::max<std::size_t>(1, counter_words) * 8, control));
+    }
+    TIDE_CUDA_CHECK(cudaStreamSynchronize(control));
   }
 
   std::size_t event_slot(const Op& op) const {
@@ -345,11 +367,13 @@ struct CudaExecutor::State {
       case OpKind::kRailPut:
         map_copies(op, m);
         m.counter = counter(op.counter);
+        m.counter_index = counter_index(op.counter);
         m.value = static_cast<std::uint64_t>(op.value);
         break;
       case OpKind::kSignal:
       case OpKind::kWait:
         m.counter = counter(op.counter);
+        m.counter_index = counter_index(op.counter);
         m.value = static_cast<std::uint64_t>(op.value);
         break;
       case OpKind::kEventRecord:
@@ -415,7 +439,7 @@ struct CudaExecutor::State {
     if (m.empty && m.kind != OpKind::kRailPut) return;
     cudaStream_t s = streams[static_cast<std::size_t>(m.stream)];
     const auto& d = fabric::detail::driver();
-    const std::uint64_t base = epoch * (m.counter != nullptr ? totals[counter_slot(m.counter)] : 0);
+    const std::uint64_t base = epoch * (m.counter != nullptr ? totals[m.counter_index] : 0);
     switch (m.kind) {
       case OpKind::kCopy:
       case OpKind::kRailPut:
@@ -543,8 +567,7 @@ struct CudaExecutor::State {
     bool drained = false;
     try {
       counters_dirty = true;
-      TIDE_CUDA_CHECK(cudaMemsetAsync(counters, kReleaseByte, counter_bytes, control));
-      TIDE_CUDA_CHECK(cudaStreamSynchronize(control));
+      fill_local_signals(kReleaseByte);
       drained = wait_all(kDrainTimeoutS, nullptr);
     } catch (const std::exception&) {
       drained = false;
@@ -564,16 +587,21 @@ struct CudaExecutor::State {
   // already satisfied by the ops taken before it. Every op's dependencies are then submitted
   // before it, and no aliasing can block it. Ops the simulation cannot place (a wait that can
   // never be satisfied) follow in program order, so the run-time timeout names them.
+  // Every rank's ops are simulated (a local wait may need a remote rank's signal); only the
+  // local ranks' ops enter `order`. Each process's order is the global schedule filtered to
+  // its ranks, so no process submits a wait before the local signals it needs.
   void schedule() {
     const std::size_t n = program.ops.size();
-    std::vector<std::deque<int>> heads(streams.size());
-    for (std::size_t i = 0; i < n; ++i)
-      heads[static_cast<std::size_t>(ops[i].stream)].push_back(static_cast<int>(i));
-    std::vector<std::int64_t> total(counter_bytes / sizeof(std::uint64_t), 0);
+    std::map<std::pair<int, int>, std::size_t> queue_of;
+    std::vector<std::deque<int>> heads;
+    for (std::size_t i = 0; i < n; ++i) {
+      const Op& op = program.ops[i];
+      const auto [it, fresh] = queue_of.emplace(std::pair{op.rank, op.stream}, heads.size());
+      if (fresh) heads.emplace_back();
+      heads[it->second].push_back(static_cast<int>(i));
+    }
+    std::vector<std::int64_t> total(totals_size(), 0);
     std::vector<bool> recorded(event_index.size(), false);
-    auto slot = [&](const program::Counter& c) {
-      return static_cast<std::size_t>(counter(c) - counters);
-    };
     std::vector<bool> placed(n, false);
     order.clear();
     order.reserve(n);
@@ -582,31 +610,35 @@ struct CudaExecutor::State {
       for (auto& q : heads) {
         while (!q.empty()) {
           const Op& op = program.ops[static_cast<std::size_t>(q.front())];
-          const bool ready = op.kind == OpKind::kWait ? total[slot(op.counter)] >= op.value
+          const bool ready = op.kind == OpKind::kWait ? total[counter_index(op.counter)] >= op.value
                              : op.kind == OpKind::kEventWait
                                  ? static_cast<bool>(recorded[event_slot(op)])
                                  : true;
           if (!ready) break;
           if (op.kind == OpKind::kSignal || op.kind == OpKind::kRailPut)
-            total[slot(op.counter)] += op.value;
+            total[counter_index(op.counter)] += op.value;
           if (op.kind == OpKind::kEventRecord) recorded[event_slot(op)] = true;
           placed[static_cast<std::size_t>(q.front())] = true;
-          order.push_back(q.front());
+          if (fabric.local(op.rank)) order.push_back(q.front());
           q.pop_front();
           moved = true;
         }
       }
     }
     for (std::size_t i = 0; i < n; ++i) {
-      if (!placed[i]) order.push_back(static_cast<int>(i));
+      if (!placed[i] && fabric.local(program.ops[i].rank)) order.push_back(static_cast<int>(i));
     }
     // What one run adds to every counter, placed or not (the epochs of NOTE [CUDA executor op
     // mapping]).
     totals.assign(total.size(), 0);
     for (const Op& op : program.ops) {
       if (op.kind == OpKind::kSignal || op.kind == OpKind::kRailPut)
-        totals[slot(op.counter)] += static_cast<std::uint64_t>(op.value);
+        totals[counter_index(op.counter)] += static_cast<std::uint64_t>(op.value);
     }
+  }
+
+  std::size_t totals_size() const {
+    return std::max<std::size_t>(1, static_cast<std::size_t>(program.ranks) * counter_words);
   }
 
   // Reads the profiling events of a completed run into `stats`.
@@ -639,13 +671,24 @@ struct CudaExecutor::State {
   }
 
   std::string describe_timeout(double timeout_s, const std::vector<bool>& complete) const {
-    std::vector<std::uint64_t> values(counter_bytes / sizeof(std::uint64_t));
+    // This run's additions to the local ranks' counters (host index as in `totals`).
+    std::vector<std::uint64_t> values(totals_size(), 0);
+    std::vector<bool> readable(values.size(), false);
     std::string read_error;
-    const cudaError_t st =
-        cudaMemcpyAsync(values.data(), counters, counter_bytes, cudaMemcpyDeviceToHost, control);
-    const cudaError_t sync = st == cudaSuccess ? cudaStreamSynchronize(control) : st;
-    if (sync != cudaSuccess)
-      read_error = " (counters could not be read: " + cuda_status(sync) + ")";
+    for (int r : local_ranks) {
+      const std::size_t first = static_cast<std::size_t>(r) * counter_words;
+      const cudaError_t st =
+          counter_words == 0 ? cudaSuccess
+                             : cudaMemcpyAsync(values.data() + first, fabric.signals(r),
+                                               counter_words * 8, cudaMemcpyDeviceToHost, control);
+      const cudaError_t sync = st == cudaSuccess ? cudaStreamSynchronize(control) : st;
+      if (sync != cudaSuccess) {
+        read_error = " (counters could not be read: " + cuda_status(sync) + ")";
+        break;
+      }
+      for (std::size_t k = 0; k < counter_words; ++k)
+        readable[first + k] = true;
+    }
     std::string text = "CudaExecutor: the run did not complete within " +
                        std::to_string(timeout_s) + " s (fail-stop)" + read_error + ".";
     int streams_left = 0;
@@ -664,8 +707,9 @@ struct CudaExecutor::State {
     std::string waits;
     for (std::size_t i = 0; i < program.ops.size(); ++i) {
       const Op& op = program.ops[i];
-      if (op.kind != OpKind::kWait) continue;
-      const std::size_t c = counter_slot(counter(op.counter));
+      if (op.kind != OpKind::kWait || !fabric.local(op.rank)) continue;
+      const std::size_t c = counter_index(op.counter);
+      if (!readable[c]) continue;
       const std::uint64_t have = values[c] - epoch * totals[c];  // this run's additions
       if (have >= static_cast<std::uint64_t>(op.value)) continue;
       if (++unsatisfied <= 16) {
@@ -699,7 +743,7 @@ namespace {
 
 }  // namespace
 
-CudaExecutor::CudaExecutor(const Program& program, fabric::VirtualFabric& fabric,
+CudaExecutor::CudaExecutor(const Program& program, fabric::Fabric& fabric,
                            const CudaExecutorOptions& options)
     : state_(std::make_unique<State>(program, fabric, options)) {
   cuda_detail::check_program(program);
@@ -712,7 +756,14 @@ CudaExecutor::CudaExecutor(const Program& program, fabric::VirtualFabric& fabric
                           " ranks, the program " + std::to_string(program.ranks) +
                           "; build the fabric from the program (VirtualFabric(program))");
   }
+  if (fabric.signal_words() < program.counters) {
+    throw InvalidArgument("CudaExecutor: the fabric has " + std::to_string(fabric.signal_words()) +
+                          " signal words per rank, the program " +
+                          std::to_string(program.counters) +
+                          " counters; build the fabric from the program");
+  }
   for (int r = 0; r < program.ranks; ++r) {
+    if (!fabric.local(r)) continue;
     const program::BufferSizes& s = program.buffers[static_cast<std::size_t>(r)];
     auto too_small = [&](const Buffer& b, std::int64_t need) {
       if (fabric.bytes(b) < need) {
@@ -747,18 +798,20 @@ CudaExecutor::CudaExecutor(const Program& program, fabric::VirtualFabric& fabric
   }
 #endif
 
-  st.counter_bytes = std::max<std::size_t>(1, static_cast<std::size_t>(program.ranks) *
-                                                  static_cast<std::size_t>(program.counters)) *
-                     sizeof(std::uint64_t);
-  void* counters = nullptr;
-  TIDE_CUDA_CHECK(cudaMalloc(&counters, st.counter_bytes));
-  st.counters = static_cast<std::uint64_t*>(counters);
-  TIDE_CUDA_CHECK(cudaMemset(counters, 0, st.counter_bytes));
+  st.counter_words = static_cast<std::size_t>(program.counters);
+  for (int r = 0; r < program.ranks; ++r) {
+    if (fabric.local(r)) st.local_ranks.push_back(r);
+  }
+  if (st.local_ranks.empty()) {
+    throw InvalidArgument("CudaExecutor: the fabric runs none of the program's ranks here");
+  }
+  st.fill_local_signals(0);  // NOTE [fabric interface]: a barrier must follow across processes
 
   st.event_index.assign(
       static_cast<std::size_t>(program.ranks) * static_cast<std::size_t>(program.events), -1);
   std::map<std::pair<int, int>, int> stream_of;
   for (const Op& op : program.ops) {
+    if (!fabric.local(op.rank)) continue;
     if (op.kind == OpKind::kEventRecord && st.event_index[st.event_slot(op)] < 0) {
       cudaEvent_t e = nullptr;
       TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -780,6 +833,7 @@ CudaExecutor::CudaExecutor(const Program& program, fabric::VirtualFabric& fabric
   st.ops.resize(program.ops.size());
   for (std::size_t i = 0; i < program.ops.size(); ++i) {
     const Op& op = program.ops[i];
+    if (!fabric.local(op.rank)) continue;  // another process runs it
     try {
       st.map_op(op, st.ops[i], stream_of.at(std::pair{op.rank, op.stream}));
     } catch (...) {
@@ -801,8 +855,12 @@ bool CudaExecutor::batching() const {
 
 namespace {
 
-void check_range(const fabric::VirtualFabric& fabric, const Buffer& buffer, std::int64_t offset,
+void check_range(const fabric::Fabric& fabric, const Buffer& buffer, std::int64_t offset,
                  std::int64_t bytes, const char* who) {
+  if (!fabric.local(buffer.rank)) {
+    throw InvalidArgument(std::string("CudaExecutor::") + who + ": rank " +
+                          std::to_string(buffer.rank) + " runs in another process");
+  }
   const std::int64_t size = fabric.bytes(buffer);
   if (offset < 0 || bytes < 0 || offset + bytes > size) {
     throw InvalidArgument(std::string("CudaExecutor::") + who + ": bytes [" +
@@ -824,6 +882,7 @@ void CudaExecutor::upload(const Buffer& buffer, std::span<const std::byte> bytes
 }
 
 void CudaExecutor::fill(const Buffer& buffer, std::byte value) {
+  check_range(state_->fabric, buffer, 0, 0, "fill");
   const std::int64_t n = state_->fabric.bytes(buffer);
   if (n == 0) return;
   TIDE_CUDA_CHECK(cudaSetDevice(state_->fabric.device()));
@@ -832,6 +891,7 @@ void CudaExecutor::fill(const Buffer& buffer, std::byte value) {
 }
 
 std::vector<std::byte> CudaExecutor::download(const Buffer& buffer) {
+  check_range(state_->fabric, buffer, 0, 0, "download");
   const std::int64_t n = state_->fabric.bytes(buffer);
   std::vector<std::byte> out(static_cast<std::size_t>(n));
   if (n == 0) return out;
@@ -858,8 +918,7 @@ CudaRunResult CudaExecutor::run(const CudaRunOptions& options) {
   // Every stream is idle here (the previous run completed or was drained). Counters hold
   // epoch x totals unless a timeout forced them high.
   if (st.counters_dirty) {
-    TIDE_CUDA_CHECK(cudaMemsetAsync(st.counters, 0, st.counter_bytes, st.control));
-    TIDE_CUDA_CHECK(cudaStreamSynchronize(st.control));
+    st.fill_local_signals(0);
     st.counters_dirty = false;
     st.epoch = 0;
     stats.counters_reset = true;
@@ -959,7 +1018,7 @@ CudaRunResult CudaExecutor::run(const CudaRunOptions& options) {
 }
 
 std::int64_t CudaExecutor::device_bytes() const {
-  std::int64_t bytes = static_cast<std::int64_t>(state_->counter_bytes);
+  std::int64_t bytes = 0;
   for (const Mapped& m : state_->ops) {
     if (m.table != nullptr)
       bytes += static_cast<std::int64_t>(m.table->host_runs().size() * sizeof(kernels::Level1Run));

@@ -341,6 +341,10 @@ void NcclFabric::wait_until(const std::function<bool()>& ready, std::string_view
   state_->bounded(ready, what);
 }
 
+void NcclFabric::settle(ncclResult_t result, const char* call) {
+  state_->settle(state_->main, result, call);
+}
+
 void NcclFabric::release() noexcept {
   state_->released = true;
 }

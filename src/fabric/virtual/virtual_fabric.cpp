@@ -46,6 +46,8 @@ struct VirtualFabric::State {
   std::vector<std::vector<void*>> tensors;
   std::vector<std::vector<void*>> outputs;
   std::int64_t malloc_bytes = 0;
+  std::uint64_t* signals = nullptr;  // ranks x signal_words
+  std::int64_t signal_words = 0;
   bool released = false;
 
   ~State() {
@@ -58,6 +60,7 @@ struct VirtualFabric::State {
         }
       }
     }
+    if (signals != nullptr) (void)cudaFree(signals);
     if (mapped) (void)driver().mem_unmap(base, static_cast<std::size_t>(total));
     if (have_handle) (void)driver().mem_release(handle);
     if (reserved) (void)driver().mem_address_free(base, static_cast<std::size_t>(total));
@@ -129,7 +132,11 @@ VirtualFabric::VirtualFabric(const program::Program& program, const VirtualFabri
             }
             return program.buffers;
           }(),
-          options) {}
+          [&program, &options] {
+            VirtualFabricOptions o = options;
+            o.signal_words = std::max<std::int64_t>(o.signal_words, program.counters);
+            return o;
+          }()) {}
 
 VirtualFabric::VirtualFabric(const std::vector<program::BufferSizes>& sizes,
                              const VirtualFabricOptions& options)
@@ -139,6 +146,10 @@ VirtualFabric::VirtualFabric(const std::vector<program::BufferSizes>& sizes,
   if (align < 1 || (align & (align - 1)) != 0) {
     throw InvalidArgument("VirtualFabric: arena_alignment = " + std::to_string(align) +
                           " is not a power of two");
+  }
+  if (options.signal_words < 0) {
+    throw InvalidArgument("VirtualFabric: signal_words = " + std::to_string(options.signal_words) +
+                          " is negative");
   }
   State& s = *state_;
   s.sizes = sizes;
@@ -205,6 +216,11 @@ VirtualFabric::VirtualFabric(const std::vector<program::BufferSizes>& sizes,
       }
     }
   }
+  s.signal_words = options.signal_words;
+  const std::size_t signal_bytes = sizeof(std::uint64_t) *
+                                   static_cast<std::size_t>(std::max<std::int64_t>(1, s.signal_words)) *
+                                   sizes.size();
+  TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.signals), signal_bytes));
 }
 
 VirtualFabric::~VirtualFabric() = default;
@@ -212,6 +228,20 @@ VirtualFabric::~VirtualFabric() = default;
 int VirtualFabric::ranks() const {
   return static_cast<int>(state_->sizes.size());
 }
+bool VirtualFabric::local(int rank) const {
+  return rank >= 0 && rank < ranks();
+}
+
+std::uint64_t* VirtualFabric::signals(int owner) const {
+  if (!local(owner)) return nullptr;
+  return state_->signals + static_cast<std::size_t>(owner) *
+                               static_cast<std::size_t>(std::max<std::int64_t>(1, state_->signal_words));
+}
+
+std::int64_t VirtualFabric::signal_words() const {
+  return state_->signal_words;
+}
+
 int VirtualFabric::device() const {
   return state_->device;
 }

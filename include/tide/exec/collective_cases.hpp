@@ -1,0 +1,96 @@
+// Runnable collectives with data: a program, the inputs every rank starts from, and the
+// regions whose bytes must come out equal on every executor (invariant 1 of the architecture
+// note). Shared by the CUDA executor's tests (one process, the virtual fabric) and the
+// multi-GPU runner (one process per GPU, the NCCL fabric), so both check the same cases.
+//
+// Every builder draws fresh random inputs from its seed (never zeros; NaN-free finite values
+// of the input dtype) and poisons nothing itself: executors start from poisoned buffers
+// (kPoison) before uploading the inputs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tide/core/dtype.hpp"
+#include "tide/core/layout.hpp"
+#include "tide/core/rs_plan.hpp"
+#include "tide/program/program.hpp"
+
+namespace tide::exec {
+
+// The byte every buffer holds before a run (the reference executor's initial bytes).
+inline constexpr std::byte kPoison{0xFF};
+
+// Bytes written into a buffer at an offset before the run.
+struct CaseInput {
+  program::Buffer buffer;
+  std::int64_t offset = 0;
+  std::vector<std::byte> bytes;
+};
+
+// A region compared after the run (the whole buffer when bytes < 0).
+struct CaseCheck {
+  program::Buffer buffer;
+  std::int64_t offset = 0;
+  std::int64_t bytes = -1;
+};
+
+struct CollectiveCase {
+  std::string name;
+  program::Program program;
+  std::vector<CaseInput> inputs;
+  std::vector<CaseCheck> checks;
+};
+
+// 1..count random small shapes (rows 1..37, cols 1..6).
+std::vector<ParamShape> random_shapes(std::mt19937_64& rng, int count);
+// `values` stored in `dtype` (bf16 rounding as the reference does).
+std::vector<std::byte> bytes_of(std::span<const float> values, DType dtype);
+
+// TIDE-AG over M x L: random shards (or, with `cast`, random fp32 masters); checks every
+// rank's landing zone. Random shapes when `shapes` is empty. head_bytes = 64 unless given.
+struct AgCaseOptions {
+  bool cast = false;
+  DType dtype = DType::kBf16;
+  std::vector<ParamShape> shapes;
+  std::string what;  // appended to the name
+  std::int64_t head_bytes = 64;
+};
+CollectiveCase ag_case(int m, int l, std::uint64_t seed, const AgCaseOptions& options = {});
+
+// TIDE-RS over M x L: random gradients (and, with accumulate, random initial outputs); checks
+// every rank's fp32 output shard. Round width, sum and landing CTAs drawn from the seed
+// unless given (> 0). alpha = 1 / N unless given (!= 0).
+struct RsCaseOptions {
+  RsMode mode = RsMode::kInPlace;
+  DType grad = DType::kBf16;
+  bool accumulate = false;
+  std::vector<ParamShape> shapes;
+  std::string what;
+  float alpha = 0.0f;
+  int round_width = 0;
+  int sum_ctas = 0;
+  int landing_ctas = 0;
+};
+CollectiveCase rs_case(int m, int l, std::uint64_t seed, const RsCaseOptions& options = {});
+
+// A training step (program/step.hpp) over M x L: three distinct random groups, forward
+// all-gathers then backward all-gathers and reduce-scatters in FSDP2 order; every call's
+// output on every rank checked.
+struct StepCaseOptions {
+  RsMode mode = RsMode::kInPlace;
+  DType grad = DType::kBf16;
+  bool accumulate = false;
+  int ag_stages = 2;
+};
+CollectiveCase step_case(int m, int l, std::uint64_t seed, const StepCaseOptions& options = {});
+
+// The checked regions after running `c` on the CPU reference executor (schedule seed 3).
+// Throws tide::InternalError naming the first errors when the run is not clean.
+std::vector<std::vector<std::byte>> reference_outputs(const CollectiveCase& c);
+
+}  // namespace tide::exec

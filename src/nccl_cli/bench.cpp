@@ -1,0 +1,421 @@
+// tide-nccl bench: TIDE-AG and TIDE-RS over the NCCL fabric against stock FSDP2's path on the
+// same GPUs and data (issue 7, item 4), in the style of nccl-tests.
+//
+// Per case (a flat parameter whose shard is 32 or 128 MiB of bf16, or a model preset's layer
+// group) and per M x L split of the world:
+//   TIDE-AG    the resident bf16 shard in the window -> every parameter at its final address
+//              (Eq. 2), copy engines only. Stock: ncclAllGather into a rank-major buffer on a
+//              default communicator, then the per-parameter copy-out (split_with_sizes_copy's
+//              work, here one cudaMemcpyAsync per parameter and rank).
+//   TIDE-RS    per-parameter bf16 gradients -> this rank's fp32 shard (In-Place, alpha = 1/N).
+//              Stock: pack into rank-major fp32 chunks (torch._chunk_cat's work, here one
+//              kernel per parameter), ncclReduceScatter (fp32, sum), scale by 1/N.
+// Inputs are fresh uniform values made on the GPU. TIDE's outputs are checked against the
+// stock path's on every rank (all-gather bit for bit; reduce-scatter within 1e-5 relative).
+// Timing: a barrier before every repeat, the slowest rank's time per repeat, the median over
+// repeats (p10 and p90 too). TIDE's time is CudaExecutor::run's wall time (first enqueue to
+// observed completion, host enqueue included); the stock times are CUDA events on one stream.
+// algbw = N S / time (bytes of the unsharded all-gather output, or of the fp32 reduce-scatter
+// input, nccl-tests' convention); busbw = algbw (N - 1) / N. The C++ stand-ins for FSDP2's
+// copies are not PyTorch's kernels: bench/nccl/fsdp2_nccl_baseline.py measures those.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <stdexcept>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "baseline.hpp"
+#include "commands.hpp"
+#include "session.hpp"
+#include "tide/core/ag_plan.hpp"
+#include "tide/core/error.hpp"
+#include "tide/core/models.hpp"
+#include "tide/exec/cuda_executor.hpp"
+#include "tide/fabric/nccl_program_fabric.hpp"
+#include "tide/kernels/cuda_check.hpp"
+#include "tide/program/ag_builder.hpp"
+#include "tide/program/rs_builder.hpp"
+
+namespace tide::nccl_cli {
+namespace {
+
+using program::Buffer;
+using program::OpKind;
+using program::Space;
+
+struct Stats {
+  double median = 0, p10 = 0, p90 = 0;
+};
+
+Stats stats_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) { return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))]; };
+  return {at(0.5), at(0.1), at(0.9)};
+}
+
+// The slowest rank's `once()` (ms) per repeat, a barrier before each; warm-ups untimed.
+Stats measure(RankSession& session, const BenchArgs& args, const std::function<double()>& once) {
+  std::vector<double> ms;
+  for (int k = 0; k < args.warmup + args.repeats; ++k) {
+    session.barrier("bench: before a repeat");
+    const double t = once();
+    const double slowest = session.max_over_ranks(t, "bench: time of a repeat");
+    if (k >= args.warmup) ms.push_back(slowest);
+  }
+  return stats_of(ms);
+}
+
+// CUDA-event time (ms) of what `enqueue` puts on `s`.
+double event_ms(cudaStream_t s, const std::function<void()>& enqueue) {
+  cudaEvent_t a = nullptr, b = nullptr;
+  TIDE_CUDA_CHECK(cudaEventCreate(&a));
+  TIDE_CUDA_CHECK(cudaEventCreate(&b));
+  TIDE_CUDA_CHECK(cudaEventRecord(a, s));
+  enqueue();
+  TIDE_CUDA_CHECK(cudaEventRecord(b, s));
+  TIDE_CUDA_CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  TIDE_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  (void)cudaEventDestroy(a);
+  (void)cudaEventDestroy(b);
+  return ms;
+}
+
+void nccl_ok(ncclResult_t r, const char* call) {
+  if (r != ncclSuccess) {
+    throw std::runtime_error(std::string("tide-nccl bench: ") + call + " failed: " +
+                             ncclGetErrorString(r));
+  }
+}
+
+struct DeviceBuffer {
+  void* p = nullptr;
+  explicit DeviceBuffer(std::int64_t bytes) {
+    TIDE_CUDA_CHECK(cudaMalloc(&p, static_cast<std::size_t>(std::max<std::int64_t>(bytes, 1))));
+  }
+  ~DeviceBuffer() { (void)cudaFree(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+
+std::vector<std::byte> download(const void* p, std::int64_t bytes) {
+  std::vector<std::byte> out(static_cast<std::size_t>(bytes));
+  TIDE_CUDA_CHECK(cudaMemcpy(out.data(), p, out.size(), cudaMemcpyDeviceToHost));
+  return out;
+}
+
+struct BenchCase {
+  std::string name;
+  std::vector<ParamShape> shapes;
+};
+
+std::vector<BenchCase> bench_cases(const BenchArgs& args, int world) {
+  std::vector<BenchCase> all;
+  for (std::int64_t mib : {32, 128}) {
+    // One parameter of N x rows x 4096 bf16: each rank's shard is `mib` MiB.
+    const std::int64_t rows = mib * (std::int64_t{1} << 20) / (4096 * 2);
+    all.push_back({"flat" + std::to_string(mib) + "m", {{"flat", rows * world, 4096}}});
+  }
+  for (const char* preset : {"llama3.1-70b", "qwen3-30b-a3b"})
+    all.push_back({preset, find_model_group(preset).params});
+  if (args.cases.empty()) return all;
+  std::vector<BenchCase> picked;
+  for (const std::string& name : args.cases) {
+    const auto it = std::find_if(all.begin(), all.end(), [&](const BenchCase& c) { return c.name == name; });
+    if (it == all.end()) {
+      throw InvalidArgument("tide-nccl bench: unknown case '" + name +
+                            "'; known: flat32m flat128m llama3.1-70b qwen3-30b-a3b");
+    }
+    picked.push_back(*it);
+  }
+  return picked;
+}
+
+nlohmann::json stats_json(const Stats& s, double bytes) {
+  return {{"median_ms", s.median}, {"p10_ms", s.p10}, {"p90_ms", s.p90},
+          {"algbw_GBps", bytes / (s.median * 1e6)}};
+}
+
+// Every window the bench's programs need (the largest, so one fabric serves them all).
+std::int64_t window_for(const std::vector<BenchCase>& cases, int world) {
+  std::int64_t need = 0;
+  for (const BenchCase& c : cases) {
+    for (int l : {1, 2, 4, 8}) {
+      if (world % l != 0) continue;
+      const GroupLayout layout(Topology(world / l, l), c.shapes, DType::kBf16, DType::kBf16);
+      need = std::max(need, fabric::NcclProgramFabric::required_window_bytes(
+                                program::build_ag_program(AgPlan(layout, AgOptions{}))));
+      need = std::max(need, fabric::NcclProgramFabric::required_window_bytes(
+                                program::build_rs_program(RsPlan(layout, RsOptions{}), {})));
+    }
+  }
+  return need;
+}
+
+class Bench {
+ public:
+  Bench(RankSession& session, const BenchArgs& args) : session_(session), args_(args) {
+    TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  ~Bench() { (void)cudaStreamDestroy(stream_); }
+
+  nlohmann::json all_gather(const BenchCase& c, int m, int l);
+  nlohmann::json reduce_scatter(const BenchCase& c, int m, int l);
+
+ private:
+  RankSession& session_;
+  const BenchArgs& args_;
+  cudaStream_t stream_ = nullptr;
+
+  Stats time_tide(exec::CudaExecutor& ex) {
+    exec::CudaRunOptions run;
+    run.timeout_s = args_.common.run_timeout_s;
+    return measure(session_, args_, [&] { return ex.run(run).wall_us / 1000.0; });
+  }
+};
+
+nlohmann::json Bench::all_gather(const BenchCase& c, int m, int l) {
+  const int me = session_.rank();
+  const int world = m * l;
+  const GroupLayout layout(Topology(m, l), c.shapes, DType::kBf16, DType::kBf16);
+  const AgPlan plan(layout, AgOptions{});
+  const program::Program program = program::build_ag_program(plan);
+  const program::AgArenaLayout arena = program::ag_arena_layout(plan);
+  fabric::NcclProgramFabric pf(session_.fabric(), program);
+  exec::CudaExecutor ex(program, pf);
+  auto* window = static_cast<std::byte*>(pf.pointer(Buffer{me, Space::kArena, 0}));
+  std::byte* shard = window + arena.resident;
+  launch_fill_uniform(shard, layout.shard_elems(), DType::kBf16, args_.seed * 7919 + me, stream_);
+  TIDE_CUDA_CHECK(cudaMemsetAsync(window + arena.landing, 0xFF,
+                                  static_cast<std::size_t>(layout.unsharded_bytes()), stream_));
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  session_.barrier("bench: every executor built");
+  const Stats tide = time_tide(ex);
+
+  // Stock: all-gather into rank-major, then the copy-out per parameter and rank.
+  const std::int64_t s_bytes = layout.shard_bytes();
+  DeviceBuffer gathered(layout.unsharded_bytes()), unsharded(layout.unsharded_bytes());
+  ncclComm_t comm = session_.stock_comm();
+  auto gather = [&] {
+    nccl_ok(ncclAllGather(shard, gathered.p, static_cast<std::size_t>(s_bytes / 2), ncclBfloat16,
+                          comm, stream_),
+            "ncclAllGather");
+  };
+  auto copy_out = [&] {
+    for (int p = 0; p < layout.param_count(); ++p) {
+      const ParamLayout& pl = layout.param(p);
+      for (int u = 0; u < world; ++u) {
+        const std::int64_t bytes = layout.valid_rows(p, u) * pl.cols * 2;
+        if (bytes == 0) continue;
+        TIDE_CUDA_CHECK(cudaMemcpyAsync(unsharded.as<std::byte>() + layout.landing_offset(p, u),
+                                        gathered.as<std::byte>() + u * s_bytes + pl.offset,
+                                        static_cast<std::size_t>(bytes), cudaMemcpyDeviceToDevice,
+                                        stream_));
+      }
+    }
+  };
+  const Stats nccl = measure(session_, args_, [&] { return event_ms(stream_, gather); });
+  const Stats copy = measure(session_, args_, [&] { return event_ms(stream_, copy_out); });
+  const Stats both = measure(session_, args_, [&] {
+    return event_ms(stream_, [&] {
+      gather();
+      copy_out();
+    });
+  });
+  // TIDE's landing == the stock path's parameter-major result, valid rows bit for bit.
+  const auto mine = download(window + arena.landing, layout.unsharded_bytes());
+  const auto theirs = download(unsharded.p, layout.unsharded_bytes());
+  std::string check = "bitwise";
+  for (int p = 0; p < layout.param_count() && check == "bitwise"; ++p) {
+    for (int u = 0; u < world; ++u) {
+      const auto at = static_cast<std::size_t>(layout.landing_offset(p, u));
+      const auto n = static_cast<std::size_t>(layout.valid_rows(p, u) * layout.param(p).cols * 2);
+      if (std::memcmp(mine.data() + at, theirs.data() + at, n) != 0) {
+        check = "DIFFERS (parameter " + std::to_string(p) + ", rank " + std::to_string(u) + ")";
+        break;
+      }
+    }
+  }
+  const auto checks = session_.gather_text(check, "bench: all-gather check");
+  bool ok = true;
+  for (const std::string& v : checks) ok = ok && v == "bitwise";
+  const double bytes = static_cast<double>(layout.unsharded_bytes());
+  return {{"collective", "all-gather"},
+          {"shard_bytes", s_bytes},
+          {"params", layout.param_count()},
+          {"tide", stats_json(tide, bytes)},
+          {"nccl", stats_json(nccl, bytes)},
+          {"copy_out", stats_json(copy, bytes)},
+          {"nccl_plus_copy", stats_json(both, bytes)},
+          {"tide_window_bytes", program.buffers[static_cast<std::size_t>(me)].arena_bytes},
+          {"stock_buffer_bytes", layout.unsharded_bytes()},
+          {"check", ok ? "bitwise equal to NCCL + copy-out on every rank" : "FAILED"},
+          {"checks", checks}};
+}
+
+nlohmann::json Bench::reduce_scatter(const BenchCase& c, int m, int l) {
+  const int me = session_.rank();
+  const int world = m * l;
+  const GroupLayout layout(Topology(m, l), c.shapes, DType::kBf16, DType::kBf16);
+  const RsPlan plan(layout, RsOptions{});
+  program::RsProgramOptions po;
+  po.alpha = 1.0f / static_cast<float>(world);
+  const program::Program program = program::build_rs_program(plan, po);
+  fabric::NcclProgramFabric pf(session_.fabric(), program);
+  exec::CudaExecutor ex(program, pf);
+  for (int p = 0; p < layout.param_count(); ++p) {
+    const ParamLayout& pl = layout.param(p);
+    launch_fill_uniform(pf.pointer(Buffer{me, Space::kTensor, p}), pl.rows * pl.cols,
+                        DType::kBf16, args_.seed * 104729 + static_cast<std::uint64_t>(me * 1000 + p),
+                        stream_);
+  }
+  auto* out = static_cast<float*>(pf.pointer(Buffer{me, Space::kOutput, 0}));
+  TIDE_CUDA_CHECK(cudaMemsetAsync(out, 0xFF, static_cast<std::size_t>(layout.fp32_shard_bytes()),
+                                  stream_));
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  session_.barrier("bench: every executor built");
+  const Stats tide = time_tide(ex);
+  // SM time of one profiled run: CTAs x kernel time over the sum and landing kernels.
+  exec::CudaRunOptions profiled;
+  profiled.profile = true;
+  profiled.timeout_s = args_.common.run_timeout_s;
+  session_.barrier("bench: before the profiled run");
+  const exec::CudaRunResult pr = ex.run(profiled);
+  session_.barrier("bench: after the profiled run");
+  double cta_ms = 0, kernel_ms = 0;
+  for (const exec::CudaKernelTiming& k : pr.kernels_timed) {
+    cta_ms += k.ctas * k.ms;
+    kernel_ms += k.ms;
+  }
+
+  // Stock: pack into rank-major fp32 chunks, reduce-scatter (sum), scale by 1/N.
+  const std::int64_t shard = layout.shard_elems();
+  DeviceBuffer packed(layout.pack_buffer_bytes()), reduced(layout.fp32_shard_bytes());
+  ncclComm_t comm = session_.stock_comm();
+  auto pack = [&] {
+    for (int p = 0; p < layout.param_count(); ++p) {
+      const ParamLayout& pl = layout.param(p);
+      launch_pack_fp32({pf.pointer(Buffer{me, Space::kTensor, p}), pl.rows, pl.cols,
+                        pl.rows_per_rank, pl.out_offset},
+                       DType::kBf16, world, packed.as<float>(), shard, stream_);
+    }
+  };
+  auto scatter = [&] {
+    nccl_ok(ncclReduceScatter(packed.p, reduced.p, static_cast<std::size_t>(shard), ncclFloat32,
+                              ncclSum, comm, stream_),
+            "ncclReduceScatter");
+    launch_scale(reduced.as<float>(), shard, 1.0f / static_cast<float>(world), stream_);
+  };
+  const Stats pack_t = measure(session_, args_, [&] { return event_ms(stream_, pack); });
+  const Stats nccl = measure(session_, args_, [&] { return event_ms(stream_, scatter); });
+  const Stats both = measure(session_, args_, [&] {
+    return event_ms(stream_, [&] {
+      pack();
+      scatter();
+    });
+  });
+  // TIDE's shard against the stock path's (different summation order: 1e-5 relative).
+  std::vector<float> mine(static_cast<std::size_t>(shard)), theirs(mine.size());
+  TIDE_CUDA_CHECK(cudaMemcpy(mine.data(), out, mine.size() * 4, cudaMemcpyDeviceToHost));
+  TIDE_CUDA_CHECK(cudaMemcpy(theirs.data(), reduced.p, theirs.size() * 4, cudaMemcpyDeviceToHost));
+  double worst = 0, scale = 1;
+  bool identical = true;
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    worst = std::max(worst, std::fabs(static_cast<double>(mine[i]) - static_cast<double>(theirs[i])));
+    scale = std::max(scale, std::fabs(static_cast<double>(theirs[i])));
+    identical = identical && std::memcmp(&mine[i], &theirs[i], 4) == 0;
+  }
+  const bool close = worst <= 1e-5 * scale && !std::isnan(worst);
+  const std::string verdict = !close      ? "DIFFERS: max abs error " + std::to_string(worst)
+                              : identical ? "bitwise"
+                                          : "within 1e-5";
+  const auto checks = session_.gather_text(verdict, "bench: reduce-scatter check");
+  bool ok = true;
+  for (const std::string& v : checks) ok = ok && !v.starts_with("DIFFERS");
+  const double bytes = static_cast<double>(layout.pack_buffer_bytes());
+  return {{"collective", "reduce-scatter"},
+          {"shard_bytes_fp32", layout.fp32_shard_bytes()},
+          {"params", layout.param_count()},
+          {"tide", stats_json(tide, bytes)},
+          {"nccl", stats_json(nccl, bytes)},
+          {"pack", stats_json(pack_t, bytes)},
+          {"pack_plus_nccl", stats_json(both, bytes)},
+          {"tide_sm_cta_ms", cta_ms},
+          {"tide_kernel_ms", kernel_ms},
+          {"tide_window_bytes", program.buffers[static_cast<std::size_t>(me)].arena_bytes},
+          {"stock_buffer_bytes", layout.pack_buffer_bytes()},
+          {"check", ok ? "equal to pack + NCCL reduce-scatter on every rank (" + verdict + " here)"
+                       : "FAILED"},
+          {"checks", checks}};
+}
+
+void print_row(const std::string& name, int m, int l, const nlohmann::json& r) {
+  const bool ag = r["collective"] == "all-gather";
+  const char* stock_key = ag ? "nccl_plus_copy" : "pack_plus_nccl";
+  const char* copy_key = ag ? "copy_out" : "pack";
+  const double t = r["tide"]["median_ms"], s = r[stock_key]["median_ms"];
+  std::printf("%-15s %dx%d %-3s %9.3f %9.3f %9.3f %9.3f %7.2fx %9.1f %9.1f  %s\n", name.c_str(), m,
+              l, ag ? "AG" : "RS", t, static_cast<double>(r["nccl"]["median_ms"]),
+              static_cast<double>(r[copy_key]["median_ms"]), s, s / t,
+              static_cast<double>(r["tide"]["algbw_GBps"]),
+              static_cast<double>(r[stock_key]["algbw_GBps"]),
+              std::string(r["check"]).substr(0, 40).c_str());
+}
+
+}  // namespace
+
+int run_bench(const fabric::LaunchedRank& me, const BenchArgs& args) {
+  const std::vector<BenchCase> cases = bench_cases(args, me.world);
+  RankSession session(me, window_for(cases, me.world),
+                      std::chrono::milliseconds(static_cast<std::int64_t>(args.common.fabric_timeout_s * 1000)));
+  const bool lead = session.rank() == 0;
+  Bench bench(session, args);
+  if (lead) {
+    std::printf("tide-nccl bench: %d ranks, median of %d repeats (slowest rank), ms\n",
+                session.world(), args.repeats);
+    std::printf("%-15s %-3s %-3s %9s %9s %9s %9s %8s %9s %9s  %s\n", "case", "MxL", "op", "TIDE",
+                "NCCL", "copies", "stock", "speedup", "TIDE GB/s", "stock GB/s", "check");
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  int failed = 0;
+  for (const BenchCase& c : cases) {
+    for (int l : {1, 2, 4, 8}) {
+      if (session.world() % l != 0) continue;
+      const int m = session.world() / l;
+      for (const bool ag : {true, false}) {
+        nlohmann::json r = ag ? bench.all_gather(c, m, l) : bench.reduce_scatter(c, m, l);
+        r["case"] = c.name;
+        r["nodes"] = m;
+        r["gpus_per_node"] = l;
+        if (std::string(r["check"]).starts_with("FAILED")) ++failed;
+        if (lead) {
+          print_row(c.name, m, l, r);
+          std::fflush(stdout);
+        }
+        rows.push_back(r);
+      }
+    }
+  }
+  if (lead && !args.common.out.empty()) {
+    std::ofstream(args.common.out) << nlohmann::json{{"world", session.world()},
+                                                     {"repeats", args.repeats},
+                                                     {"warmup", args.warmup},
+                                                     {"rows", rows}}
+                                          .dump(2)
+                                   << "\n";
+  }
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace tide::nccl_cli

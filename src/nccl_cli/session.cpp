@@ -1,0 +1,168 @@
+// One rank of `tide-nccl` (session.hpp).
+#include "session.hpp"
+
+#include <cuda.h>
+#include <nccl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
+#include "../fabric/cuda_driver.hpp"
+#include "tide/core/error.hpp"
+#include "tide/kernels/cuda_check.hpp"
+#include "tide/version_gates.hpp"
+
+namespace tide::nccl_cli {
+
+RankSession::RankSession(const fabric::LaunchedRank& me, std::int64_t window_bytes,
+                         std::chrono::milliseconds timeout)
+    : me_(me) {
+  int devices = 0;
+  const cudaError_t found = cudaGetDeviceCount(&devices);
+  if (found != cudaSuccess || devices == 0) {
+    throw Unsupported(std::string("tide-nccl needs one GPU per rank and found none (") +
+                      cudaGetErrorString(found) +
+                      "); on a machine without GPUs use `tide simulate` (the CPU reference)");
+  }
+  if (me.local_rank >= devices) {
+    throw InvalidArgument("tide-nccl: local rank " + std::to_string(me.local_rank) +
+                          " has no GPU (this host has " + std::to_string(devices) +
+                          "); launch at most one rank per GPU");
+  }
+  TIDE_CUDA_CHECK(cudaSetDevice(me.local_rank));
+  std::vector<std::byte> id;
+  if (me.rank == 0) id = fabric::NcclFabric::make_unique_id();
+  id = fabric::exchange_unique_id(me, std::move(id), timeout);
+  fabric::NcclFabricOptions options;
+  options.device = me.local_rank;
+  options.nodes = 1;
+  options.gpus_per_node = me.world;
+  options.virtual_nodes = true;
+  options.arena_bytes = window_bytes;
+  options.timeout = timeout;
+  fabric_ = std::make_unique<fabric::NcclFabric>(me.rank, me.world, id, options);
+  TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+}
+
+RankSession::~RankSession() {
+  if (stock_ != nullptr) (void)ncclCommDestroy(stock_);
+  if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+  if (scratch_ != nullptr) (void)cudaFree(scratch_);
+}
+
+void* RankSession::scratch(std::size_t bytes) {
+  if (bytes > scratch_bytes_) {
+    if (scratch_ != nullptr) TIDE_CUDA_CHECK(cudaFree(scratch_));
+    scratch_bytes_ = std::max<std::size_t>(bytes, 4096);
+    TIDE_CUDA_CHECK(cudaMalloc(&scratch_, scratch_bytes_));
+  }
+  return scratch_;
+}
+
+ncclComm_t RankSession::stock_comm() {
+  if (stock_ == nullptr) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.commName = "tide.stock";
+    fabric_->settle(ncclCommSplit(fabric_->main_comm(), 0, me_.rank, &stock_, &config),
+                    "ncclCommSplit(stock communicator)");
+  }
+  return stock_;
+}
+
+void RankSession::barrier(const char* what) {
+  (void)sum_over_ranks(1, what);
+}
+
+double RankSession::max_over_ranks(double value, const char* what) {
+  auto* d = static_cast<double*>(scratch(sizeof(double)));
+  TIDE_CUDA_CHECK(cudaMemcpyAsync(d, &value, sizeof value, cudaMemcpyHostToDevice, stream_));
+  fabric_->settle(ncclAllReduce(d, d, 1, ncclFloat64, ncclMax, fabric_->main_comm(), stream_),
+                  "ncclAllReduce(max)");
+  TIDE_CUDA_CHECK(cudaMemcpyAsync(&value, d, sizeof value, cudaMemcpyDeviceToHost, stream_));
+  fabric_->wait(stream_, what);
+  return value;
+}
+
+std::int64_t RankSession::sum_over_ranks(std::int64_t value, const char* what) {
+  auto* d = static_cast<std::int64_t*>(scratch(sizeof(std::int64_t)));
+  TIDE_CUDA_CHECK(cudaMemcpyAsync(d, &value, sizeof value, cudaMemcpyHostToDevice, stream_));
+  fabric_->settle(ncclAllReduce(d, d, 1, ncclInt64, ncclSum, fabric_->main_comm(), stream_),
+                  "ncclAllReduce(sum)");
+  TIDE_CUDA_CHECK(cudaMemcpyAsync(&value, d, sizeof value, cudaMemcpyDeviceToHost, stream_));
+  fabric_->wait(stream_, what);
+  return value;
+}
+
+std::vector<std::string> RankSession::gather_text(const std::string& line, const char* what) {
+  // Blobs of any length: agree on the longest, then all-gather fixed slots with a length.
+  const auto longest = static_cast<std::size_t>(max_over_ranks(static_cast<double>(line.size()), what));
+  const std::size_t slot = sizeof(std::uint64_t) + longest;
+  auto* d = static_cast<std::byte*>(scratch(slot * static_cast<std::size_t>(me_.world + 1)));
+  std::vector<std::byte> mine(slot, std::byte{0});
+  const std::uint64_t n = line.size();
+  std::memcpy(mine.data(), &n, sizeof n);
+  std::memcpy(mine.data() + sizeof n, line.data(), line.size());
+  std::byte* send = d + slot * static_cast<std::size_t>(me_.world);
+  TIDE_CUDA_CHECK(cudaMemcpyAsync(send, mine.data(), slot, cudaMemcpyHostToDevice, stream_));
+  fabric_->settle(ncclAllGather(send, d, slot, ncclUint8, fabric_->main_comm(), stream_),
+                  "ncclAllGather(text)");
+  std::vector<std::byte> all(slot * static_cast<std::size_t>(me_.world));
+  TIDE_CUDA_CHECK(cudaMemcpyAsync(all.data(), d, all.size(), cudaMemcpyDeviceToHost, stream_));
+  fabric_->wait(stream_, what);
+  std::vector<std::string> out;
+  for (int r = 0; r < me_.world; ++r) {
+    const std::byte* p = all.data() + slot * static_cast<std::size_t>(r);
+    std::uint64_t len = 0;
+    std::memcpy(&len, p, sizeof len);
+    out.emplace_back(reinterpret_cast<const char*>(p + sizeof len),
+                     static_cast<std::size_t>(std::min<std::uint64_t>(len, longest)));
+  }
+  return out;
+}
+
+RankCapabilities RankSession::capabilities() const {
+  RankCapabilities c;
+  c.cuda_runtime_version = CUDART_VERSION;
+  int nccl = 0;
+  if (ncclGetVersion(&nccl) == ncclSuccess) c.nccl_version = nccl;
+  const int dev = fabric_->device();
+  cudaDeviceProp prop{};
+  TIDE_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  c.compute_capability = prop.major * 10 + prop.minor;
+  int optin = 0;
+  TIDE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  c.shared_memory_per_block = optin;
+  const auto& d = fabric::detail::driver();
+  auto attribute = [&](CUdevice_attribute a) {
+    int v = 0;
+    return d.device_get_attribute(&v, a, dev) == CUDA_SUCCESS && v != 0;
+  };
+  c.vmm = attribute(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED);
+  c.stream_memops = attribute(CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS);
+  c.multicast_capable = attribute(CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED);
+  int driver_version = 0;
+  TIDE_CUDA_CHECK(cudaDriverGetVersion(&driver_version));
+  c.copy_engine_batch = TIDE_HAS_CUDA_MEMCPY_BATCH && driver_version >= 12080;
+  c.symmetric_windows = TIDE_HAS_NCCL_SYMMETRIC_WINDOWS && nccl >= 22700;
+  c.nccl_device_api = TIDE_HAS_NCCL_DEVICE_API && nccl >= 22800;
+  c.nccl_host_rma = TIDE_HAS_NCCL_HOST_RMA && nccl >= 22900;
+  return c;
+}
+
+Decision RankSession::agree_on(const GroupSignature& group) {
+  RankDescription me;
+  me.rank = me_.rank;
+  me.world = me_.world;
+  me.host_id = std::hash<std::string>{}([] {
+    char name[256] = {};
+    (void)gethostname(name, sizeof name - 1);
+    return std::string(name);
+  }());
+  me.group = group;
+  me.caps = capabilities();
+  return agree_serialized(gather_text(serialize(me), "capability agreement"));
+}
+
+}  // namespace tide::nccl_cli
