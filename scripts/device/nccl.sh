@@ -85,7 +85,7 @@ if has faults; then
     rc=$?
     named=$(grep -c "failed on rank" "$LOG/fault-$fault.log")
     exited=$(grep -c "exited with status" "$LOG/fault-$fault.log")
-    verdict=$([[ $rc -ne 0 && $exited -eq $GPUS ]] && echo detected || echo NOT-DETECTED)
+    verdict=$([[ $rc -ne 0 && $exited -eq $GPUS && $named -eq $GPUS ]] && echo detected || echo NOT-DETECTED)
     [[ $verdict == detected ]] || rc_all=1
     note "fault $fault: $verdict (rc=$rc, ranks exited non-zero: $exited of $GPUS, ranks naming it: $named) $(stamp)"
     grep -E "Unsatisfied|holds|failed on rank" "$LOG/fault-$fault.log" | head -6 | cut -c1-400 | tee -a "$summary"

@@ -71,7 +71,10 @@ int run_probe(const fabric::LaunchedRank& me, const ProbeArgs& args) {
           std::to_string(reachable) + " of " + std::to_string(world) + " windows",
       "probe: teams");
   if (lead) {
-    std::printf("tide-nccl probe: %d ranks (%s launcher)\n", world, me.launcher.c_str());
+    int nccl = 0;
+    (void)ncclGetVersion(&nccl);
+    std::printf("tide-nccl probe: %d ranks (%s launcher), NCCL %d\n", world, me.launcher.c_str(),
+                nccl);
     for (int r = 0; r < world; ++r)
       std::printf("  rank %d: %s\n", r, lines[static_cast<std::size_t>(r)].c_str());
   }

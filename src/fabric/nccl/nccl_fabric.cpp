@@ -227,6 +227,9 @@ NcclFabric::NcclFabric(int rank, int world, std::span<const std::byte> unique_id
   const ncclResult_t split = ncclCommSplit(s.main, s.topology.local_of(rank),
                                            s.topology.node_of(rank), &s.rail, &rail_config);
   s.settle(s.rail != nullptr ? s.rail : s.main, split, "ncclCommSplit");
+  // A non-blocking parent stays busy until its side of the split completes: the next call
+  // on it (the window registration) would fail with "previous operation" otherwise.
+  s.settle(s.main, ncclInProgress, "ncclCommSplit (parent communicator)");
   // 3. The arena, one symmetric window in each domain.
   s.arena_bytes = (options.arena_bytes + NCCL_WIN_REQUIRED_ALIGNMENT - 1) /
                   NCCL_WIN_REQUIRED_ALIGNMENT * NCCL_WIN_REQUIRED_ALIGNMENT;
