@@ -67,7 +67,6 @@ ncclComm_t RankSession::stock_comm() {
     config.commName = "tide.stock";
     fabric_->settle(ncclCommSplit(fabric_->main_comm(), 0, me_.rank, &stock_, &config),
                     "ncclCommSplit(stock communicator)");
-    fabric_->settle(ncclInProgress, "ncclCommSplit (parent communicator)");
   }
   return stock_;
 }

@@ -91,15 +91,27 @@ struct NcclFabric::State {
     }
   }
 
-  // Settles a call on a non-blocking communicator, then throws NcclError on failure.
+  // Settles a call on a non-blocking communicator, then throws NcclError on failure. A call
+  // may return before its communicator (or, for a split, its parent) is ready for the next
+  // one, so both communicators are polled until neither reports ncclInProgress.
   void settle(ncclComm_t comm, ncclResult_t r, const char* call) {
-    if (r == ncclInProgress && comm != nullptr) {
+    if (r == ncclInProgress || r == ncclSuccess) {
       bounded(
           [&] {
-            ncclResult_t s = ncclSuccess;
-            const ncclResult_t q = ncclCommGetAsyncError(comm, &s);
-            r = q != ncclSuccess ? q : s;
-            return r != ncclInProgress;
+            bool busy = false;
+            for (ncclComm_t c : {comm, main, rail}) {
+              if (c == nullptr) continue;
+              ncclResult_t s = ncclSuccess;
+              const ncclResult_t q = ncclCommGetAsyncError(c, &s);
+              const ncclResult_t now = q != ncclSuccess ? q : s;
+              if (now == ncclInProgress) {
+                busy = true;
+              } else if (now != ncclSuccess && c == comm) {
+                r = now;
+              }
+            }
+            if (!busy && r == ncclInProgress) r = ncclSuccess;
+            return !busy;
           },
           call);
     }
@@ -227,9 +239,6 @@ NcclFabric::NcclFabric(int rank, int world, std::span<const std::byte> unique_id
   const ncclResult_t split = ncclCommSplit(s.main, s.topology.local_of(rank),
                                            s.topology.node_of(rank), &s.rail, &rail_config);
   s.settle(s.rail != nullptr ? s.rail : s.main, split, "ncclCommSplit");
-  // A non-blocking parent stays busy until its side of the split completes: the next call
-  // on it (the window registration) would fail with "previous operation" otherwise.
-  s.settle(s.main, ncclInProgress, "ncclCommSplit (parent communicator)");
   // 3. The arena, one symmetric window in each domain.
   s.arena_bytes = (options.arena_bytes + NCCL_WIN_REQUIRED_ALIGNMENT - 1) /
                   NCCL_WIN_REQUIRED_ALIGNMENT * NCCL_WIN_REQUIRED_ALIGNMENT;
