@@ -225,6 +225,10 @@ NcclFabric::NcclFabric(int rank, int world, std::span<const std::byte> unique_id
   s.options = options;
   s.timeout = effective_timeout(options);
   if (!options.allow_multicast) setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+  // Symmetric windows and the device API need NCCL's cuMem allocator; some installations
+  // leave it off by default ("Communicator does not support symmetric memory"). A value the
+  // user set is kept.
+  setenv("NCCL_CUMEM_ENABLE", "1", /*overwrite=*/0);
   if (options.device >= 0) TIDE_CUDA_CHECK(cudaSetDevice(options.device));
   TIDE_CUDA_CHECK(cudaGetDevice(&s.device));
 
