@@ -23,9 +23,21 @@ __global__ void lsa_pointer_table(ncclWindow_t window, int count, void** table) 
 
 }  // namespace
 
-LsaPeers make_lsa_peers(ncclComm_t comm, ncclWindow_t window, cudaStream_t stream,
+LsaPeers make_lsa_peers(ncclComm_t comm, ncclWindow_t window, void* own, cudaStream_t stream,
                         const NcclSettle& settle, const std::function<void()>& sync) {
   LsaPeers peers;
+  int count = 0;
+  settle(comm, ncclCommCount(comm, &count), "ncclCommCount");
+  if (count == 1) {
+    // A communicator of one rank (a rail of M = 1): NCCL gives it no symmetric support
+    // (no peers, so not "all direct P2P"), and its only LSA peer is this rank's own window.
+    peers.lsa_rank = 0;
+    peers.lsa_size = 1;
+    peers.host_table = {own};
+    TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&peers.device_table), sizeof(void*)));
+    TIDE_CUDA_CHECK(cudaMemcpy(peers.device_table, &own, sizeof(void*), cudaMemcpyHostToDevice));
+    return peers;
+  }
   auto dev = std::make_unique<ncclDevComm>();
   ncclDevCommRequirements reqs{};  // no barriers, no GIN, and never multimem
   reqs.lsaMultimem = false;

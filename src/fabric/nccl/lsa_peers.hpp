@@ -23,7 +23,9 @@ struct LsaPeers {
 
 // Collective over `comm`: ncclDevCommCreate (nothing requested), then one kernel that calls
 // ncclGetLsaPointer(window, 0, i) for every LSA peer i. `sync` waits (bounded) for `stream`.
-LsaPeers make_lsa_peers(ncclComm_t comm, ncclWindow_t window, cudaStream_t stream,
+// A communicator of one rank has no device communicator (NCCL gives it no symmetric
+// support): its table is `own`, the window's base.
+LsaPeers make_lsa_peers(ncclComm_t comm, ncclWindow_t window, void* own, cudaStream_t stream,
                         const NcclSettle& settle, const std::function<void()>& sync);
 // ncclDevCommDestroy and cudaFree; never throws.
 void destroy_lsa_peers(ncclComm_t comm, LsaPeers& peers) noexcept;

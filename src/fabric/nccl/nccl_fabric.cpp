@@ -265,8 +265,8 @@ NcclFabric::NcclFabric(int rank, int world, std::span<const std::byte> unique_id
       s.settle(c, r, call);
     };
     const auto sync = [&] { wait(stream, "LSA peer-pointer table kernel"); };
-    s.main_peers = detail::make_lsa_peers(s.main, s.main_window, stream, settle, sync);
-    s.rail_peers = detail::make_lsa_peers(s.rail, s.rail_window, stream, settle, sync);
+    s.main_peers = detail::make_lsa_peers(s.main, s.main_window, s.arena, stream, settle, sync);
+    s.rail_peers = detail::make_lsa_peers(s.rail, s.rail_window, s.arena, stream, settle, sync);
   } catch (...) {
     (void)cudaStreamDestroy(stream);
     throw;
