@@ -83,7 +83,7 @@ if has faults; then
     TIDE_FABRIC_TIMEOUT_S=60 timeout 200 "$RUN" --spawn "$GPUS" check --fault "$fault" \
       --run-timeout 5 --stall 12 > "$LOG/fault-$fault.log" 2>&1
     rc=$?
-    named=$(grep -c "failed on rank" "$LOG/fault-$fault.log")
+    named=$(grep -o "rank [0-9]*: '[^']*' failed on rank" "$LOG/fault-$fault.log" | sort -u | wc -l)
     exited=$(grep -c "exited with status" "$LOG/fault-$fault.log")
     verdict=$([[ $rc -ne 0 && $exited -eq $GPUS && $named -eq $GPUS ]] && echo detected || echo NOT-DETECTED)
     [[ $verdict == detected ]] || rc_all=1
@@ -93,13 +93,13 @@ if has faults; then
 fi
 
 if has bench; then
-  timeout 540 "$RUN" --spawn "$GPUS" bench --json "$OUT/bench.json" ${BENCH_ARGS:-} > "$LOG/bench.log" 2>&1
+  timeout 300 "$RUN" --spawn "$GPUS" bench --json "$OUT/bench.json" ${BENCH_ARGS:-} > "$LOG/bench.log" 2>&1
   rc=$?; step_rc $rc
   note "bench rc=$rc $(stamp)"; cat "$LOG/bench.log" | tee -a "$summary"
 fi
 
 if has torch; then
-  timeout 400 torchrun --standalone --nproc-per-node "$GPUS" bench/nccl/fsdp2_nccl_baseline.py \
+  timeout 200 torchrun --standalone --nproc-per-node "$GPUS" bench/nccl/fsdp2_nccl_baseline.py \
     --out "$OUT" ${TORCH_ARGS:-} > "$LOG/torch.log" 2>&1
   rc=$?; step_rc $rc
   note "torch baseline rc=$rc $(stamp)"; tail -40 "$LOG/torch.log" | tee -a "$summary"

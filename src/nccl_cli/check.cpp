@@ -4,11 +4,11 @@
 // Steps, per case and per M x L split of the world (every rank builds the same case from the
 // same seed, and computes the reference outputs itself):
 //   1. NcclProgramFabric over the session's fabric; CudaExecutor (zeroes this rank's signal
-//      words); poison this rank's buffers; upload this rank's inputs.
-//   2. Barrier (NOTE [fabric interface]: no rank may signal a peer before the peer's
-//      executor exists), then `repeats` runs, each followed by the comparison of this rank's
-//      checked regions and a barrier (a run must not start while a peer still runs the
-//      previous one: counters are epoch-based and arenas are reused).
+//      words).
+//   2. `repeats` runs, each: poison this rank's buffers and upload its inputs, a barrier (NOTE
+//      [fabric interface]: no rank may signal or write a peer before the peer is ready), the
+//      run, the comparison of this rank's checked regions, and a barrier (a run must not
+//      start while a peer still runs the previous one: counters are epoch-based).
 //   3. Every rank's status line is gathered; rank 0 prints the table. Any failure on any rank
 //      makes every rank exit 1.
 // Faults (--fault): "stall" starts one rank's first run late; "withhold" turns one rank's
@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -116,11 +117,22 @@ std::vector<CollectiveCase> make_cases(int world, std::uint64_t seed, bool quick
   return cases;
 }
 
-// Turns rank `rank`'s first signal to another rank's counter into a no-op marker. Returns its
-// label, or "" when the rank owes no peer a signal.
+// Turns one signal that rank `rank` owes a peer, and that some wait of the peer needs, into
+// a no-op marker (a credit withheld). Returns its label, or "" when there is none.
 std::string withhold_one_credit(program::Program& p, int rank) {
+  std::map<std::pair<int, int>, std::int64_t> total;  // (counter rank, id) -> one run's sum
+  for (const program::Op& op : p.ops) {
+    if (op.kind == OpKind::kSignal || op.kind == OpKind::kRailPut)
+      total[{op.counter.rank, op.counter.id}] += op.value;
+  }
   for (program::Op& op : p.ops) {
     if (op.rank != rank || op.kind != OpKind::kSignal || op.counter.rank == rank) continue;
+    const auto key = std::pair{op.counter.rank, op.counter.id};
+    const bool needed = std::any_of(p.ops.begin(), p.ops.end(), [&](const program::Op& w) {
+      return w.kind == OpKind::kWait && std::pair{w.counter.rank, w.counter.id} == key &&
+             w.value > total[key] - op.value;
+    });
+    if (!needed) continue;
     const std::string label = op.label;
     op.kind = OpKind::kRelease;
     op.label = "withheld: " + label;
@@ -161,6 +173,20 @@ std::string compare_own(exec::CudaExecutor& ex, const CollectiveCase& c, int me,
   return {};
 }
 
+// Poisons this rank's buffers and uploads its inputs.
+void prepare(exec::CudaExecutor& ex, const CollectiveCase& c, const program::Program& program,
+             int me) {
+  const program::BufferSizes& own = program.buffers[static_cast<std::size_t>(me)];
+  ex.fill(Buffer{me, Space::kArena, 0}, exec::kPoison);
+  for (std::size_t i = 0; i < own.tensor_bytes.size(); ++i)
+    ex.fill(Buffer{me, Space::kTensor, static_cast<int>(i)}, exec::kPoison);
+  for (std::size_t i = 0; i < own.output_bytes.size(); ++i)
+    ex.fill(Buffer{me, Space::kOutput, static_cast<int>(i)}, exec::kPoison);
+  for (const exec::CaseInput& in : c.inputs) {
+    if (in.buffer.rank == me) ex.upload(in.buffer, in.bytes, in.offset);
+  }
+}
+
 // Every rank makes the same sequence of session collectives whatever fails where: a failure
 // is carried in the sums, so all ranks stop together.
 CaseResult run_one(RankSession& session, const CollectiveCase& c,
@@ -180,27 +206,27 @@ CaseResult run_one(RankSession& session, const CollectiveCase& c,
   try {
     pf = std::make_unique<fabric::NcclProgramFabric>(session.fabric(), program);
     ex = std::make_unique<exec::CudaExecutor>(program, *pf);
-    const program::BufferSizes& own = program.buffers[static_cast<std::size_t>(me)];
-    ex->fill(Buffer{me, Space::kArena, 0}, exec::kPoison);
-    for (std::size_t i = 0; i < own.tensor_bytes.size(); ++i)
-      ex->fill(Buffer{me, Space::kTensor, static_cast<int>(i)}, exec::kPoison);
-    for (std::size_t i = 0; i < own.output_bytes.size(); ++i)
-      ex->fill(Buffer{me, Space::kOutput, static_cast<int>(i)}, exec::kPoison);
-    for (const exec::CaseInput& in : c.inputs) {
-      if (in.buffer.rank == me) ex->upload(in.buffer, in.bytes, in.offset);
-    }
   } catch (const std::exception& e) {
     result.status = std::string("setup: ") + e.what();
-  }
-  // NOTE [fabric interface]: no rank signals a peer before every executor exists.
-  if (session.sum_over_ranks(result.status != "ok", "every rank's executor built") > 0) {
-    if (result.status == "ok") result.status = "not run: a peer failed its setup";
-    return result;
   }
   std::vector<double> enqueue, wall;
   exec::CudaRunOptions run;
   run.timeout_s = args.common.run_timeout_s;
   for (int k = 0; k < args.repeats; ++k) {
+    // Every run starts from poisoned buffers and fresh inputs (accumulate reads the output).
+    if (result.status == "ok") {
+      try {
+        prepare(*ex, c, program, me);
+      } catch (const std::exception& e) {
+        result.status = std::string("setup: ") + e.what();
+      }
+    }
+    // NOTE [fabric interface]: no rank may signal or write a peer before the peer's executor
+    // exists and its buffers are prepared.
+    if (session.sum_over_ranks(result.status != "ok", "every rank prepared") > 0) {
+      if (result.status == "ok") result.status = "not run: a peer failed its setup";
+      break;
+    }
     if (faulty && args.fault == "stall" && k == 0) {
       const double late = args.stall_s > 0 ? args.stall_s : 3 * args.common.run_timeout_s;
       std::fprintf(stderr, "tide-nccl: rank %d stalls %.1f s before its run\n", me, late);
