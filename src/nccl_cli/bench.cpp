@@ -142,13 +142,27 @@ std::vector<BenchCase> bench_cases(const BenchArgs& args, int world) {
   return picked;
 }
 
+RsOptions rs_options(const BenchArgs& args) {
+  RsOptions o;
+  o.mode = args.rs_slot_reuse ? RsMode::kSlotReuse : RsMode::kInPlace;
+  o.staging_chunk_elems = args.rs_chunk_elems;
+  return o;
+}
+
+program::RsProgramOptions rs_program_options(const BenchArgs& args) {
+  program::RsProgramOptions o;
+  o.sum_ctas = args.rs_sum_ctas;
+  o.landing_ctas = args.rs_landing_ctas;
+  return o;
+}
+
 nlohmann::json stats_json(const Stats& s, double bytes) {
   return {{"median_ms", s.median}, {"p10_ms", s.p10}, {"p90_ms", s.p90},
           {"algbw_GBps", bytes / (s.median * 1e6)}};
 }
 
 // Every window the bench's programs need (the largest, so one fabric serves them all).
-std::int64_t window_for(const std::vector<BenchCase>& cases, int world) {
+std::int64_t window_for(const std::vector<BenchCase>& cases, const BenchArgs& args, int world) {
   std::int64_t need = 0;
   for (const BenchCase& c : cases) {
     for (int l : {1, 2, 4, 8}) {
@@ -157,7 +171,8 @@ std::int64_t window_for(const std::vector<BenchCase>& cases, int world) {
       need = std::max(need, fabric::NcclProgramFabric::required_window_bytes(
                                 program::build_ag_program(AgPlan(layout, AgOptions{}))));
       need = std::max(need, fabric::NcclProgramFabric::required_window_bytes(
-                                program::build_rs_program(RsPlan(layout, RsOptions{}), {})));
+                                program::build_rs_program(RsPlan(layout, rs_options(args)),
+                                                          rs_program_options(args))));
     }
   }
   return need;
@@ -178,10 +193,18 @@ class Bench {
   const BenchArgs& args_;
   cudaStream_t stream_ = nullptr;
 
-  Stats time_tide(exec::CudaExecutor& ex) {
+  // Run time and, in `enqueue`, the slowest rank's median host enqueue time (ms).
+  Stats time_tide(exec::CudaExecutor& ex, double* enqueue) {
     exec::CudaRunOptions run;
     run.timeout_s = args_.common.run_timeout_s;
-    return measure(session_, args_, [&] { return ex.run(run).wall_us / 1000.0; });
+    std::vector<double> enqueue_ms;
+    const Stats s = measure(session_, args_, [&] {
+      const exec::CudaRunResult r = ex.run(run);
+      enqueue_ms.push_back(r.enqueue_us / 1000.0);
+      return r.wall_us / 1000.0;
+    });
+    *enqueue = session_.max_over_ranks(stats_of(enqueue_ms).median, "bench: enqueue time");
+    return s;
   }
 };
 
@@ -201,7 +224,8 @@ nlohmann::json Bench::all_gather(const BenchCase& c, int m, int l) {
                                   static_cast<std::size_t>(layout.unsharded_bytes()), stream_));
   TIDE_CUDA_CHECK(cudaStreamSynchronize(stream_));
   session_.barrier("bench: every executor built");
-  const Stats tide = time_tide(ex);
+  double enqueue_ms = 0;
+  const Stats tide = time_tide(ex, &enqueue_ms);
 
   // Stock: all-gather into rank-major, then the copy-out per parameter and rank.
   const std::int64_t s_bytes = layout.shard_bytes();
@@ -259,6 +283,7 @@ nlohmann::json Bench::all_gather(const BenchCase& c, int m, int l) {
           {"copy_out", stats_json(copy, bytes)},
           {"nccl_plus_copy", stats_json(both, bytes)},
           {"tide_window_bytes", program.buffers[static_cast<std::size_t>(me)].arena_bytes},
+          {"tide_enqueue_ms", enqueue_ms},
           {"stock_buffer_bytes", layout.unsharded_bytes()},
           {"check", ok ? "bitwise equal to NCCL + copy-out on every rank" : "FAILED"},
           {"checks", checks}};
@@ -268,8 +293,8 @@ nlohmann::json Bench::reduce_scatter(const BenchCase& c, int m, int l) {
   const int me = session_.rank();
   const int world = m * l;
   const GroupLayout layout(Topology(m, l), c.shapes, DType::kBf16, DType::kBf16);
-  const RsPlan plan(layout, RsOptions{});
-  program::RsProgramOptions po;
+  const RsPlan plan(layout, rs_options(args_));
+  program::RsProgramOptions po = rs_program_options(args_);
   po.alpha = 1.0f / static_cast<float>(world);
   const program::Program program = program::build_rs_program(plan, po);
   fabric::NcclProgramFabric pf(session_.fabric(), program);
@@ -285,7 +310,8 @@ nlohmann::json Bench::reduce_scatter(const BenchCase& c, int m, int l) {
                                   stream_));
   TIDE_CUDA_CHECK(cudaStreamSynchronize(stream_));
   session_.barrier("bench: every executor built");
-  const Stats tide = time_tide(ex);
+  double enqueue_ms = 0;
+  const Stats tide = time_tide(ex, &enqueue_ms);
   // SM time of one profiled run: CTAs x kernel time over the sum and landing kernels.
   exec::CudaRunOptions profiled;
   profiled.profile = true;
@@ -293,10 +319,17 @@ nlohmann::json Bench::reduce_scatter(const BenchCase& c, int m, int l) {
   session_.barrier("bench: before the profiled run");
   const exec::CudaRunResult pr = ex.run(profiled);
   session_.barrier("bench: after the profiled run");
-  double cta_ms = 0, kernel_ms = 0;
+  double cta_ms = 0, kernel_ms = 0, sum_ms = 0, land_ms = 0;
   for (const exec::CudaKernelTiming& k : pr.kernels_timed) {
     cta_ms += k.ctas * k.ms;
     kernel_ms += k.ms;
+    (k.kind == OpKind::kSum ? sum_ms : land_ms) += k.ms;
+  }
+  std::int64_t sums = 0, lands = 0;
+  for (const program::Op& op : program.ops) {
+    if (op.rank != me) continue;
+    sums += op.kind == OpKind::kSum;
+    lands += op.kind == OpKind::kLand;
   }
 
   // Stock: pack into rank-major fp32 chunks, reduce-scatter (sum), scale by 1/N.
@@ -353,6 +386,15 @@ nlohmann::json Bench::reduce_scatter(const BenchCase& c, int m, int l) {
           {"pack_plus_nccl", stats_json(both, bytes)},
           {"tide_sm_cta_ms", cta_ms},
           {"tide_kernel_ms", kernel_ms},
+          {"tide_sum_kernels", sums},
+          {"tide_sum_ms", sum_ms},
+          {"tide_landing_kernels", lands},
+          {"tide_landing_ms", land_ms},
+          {"tide_enqueue_ms", enqueue_ms},
+          {"rs_sum_ctas", args_.rs_sum_ctas},
+          {"rs_landing_ctas", args_.rs_landing_ctas},
+          {"rs_chunk_elems", args_.rs_chunk_elems},
+          {"rs_mode", args_.rs_slot_reuse ? "slot-reuse" : "in-place"},
           {"tide_window_bytes", program.buffers[static_cast<std::size_t>(me)].arena_bytes},
           {"stock_buffer_bytes", layout.pack_buffer_bytes()},
           {"check", ok ? "equal to pack + NCCL reduce-scatter on every rank (" + verdict + " here)"
@@ -365,27 +407,41 @@ void print_row(const std::string& name, int m, int l, const nlohmann::json& r) {
   const char* stock_key = ag ? "nccl_plus_copy" : "pack_plus_nccl";
   const char* copy_key = ag ? "copy_out" : "pack";
   const double t = r["tide"]["median_ms"], s = r[stock_key]["median_ms"];
-  std::printf("%-15s %dx%d %-3s %9.3f %9.3f %9.3f %9.3f %7.2fx %9.1f %9.1f  %s\n", name.c_str(), m,
-              l, ag ? "AG" : "RS", t, static_cast<double>(r["nccl"]["median_ms"]),
+  std::printf("%-15s %dx%d %-3s %9.3f %9.3f %9.3f %9.3f %7.2fx %9.1f %9.1f %8.3f  %s\n",
+              name.c_str(), m, l, ag ? "AG" : "RS", t,
+              static_cast<double>(r["nccl"]["median_ms"]),
               static_cast<double>(r[copy_key]["median_ms"]), s, s / t,
               static_cast<double>(r["tide"]["algbw_GBps"]),
               static_cast<double>(r[stock_key]["algbw_GBps"]),
-              std::string(r["check"]).substr(0, 40).c_str());
+              static_cast<double>(r["tide_enqueue_ms"]),
+              std::string(r["check"]).substr(0, 24).c_str());
+  if (!ag) {
+    std::printf("%22s sum %lld kernels %.3f ms, landing %lld kernels %.3f ms, SM %.1f CTA-ms\n", "",
+                static_cast<long long>(r["tide_sum_kernels"]),
+                static_cast<double>(r["tide_sum_ms"]),
+                static_cast<long long>(r["tide_landing_kernels"]),
+                static_cast<double>(r["tide_landing_ms"]),
+                static_cast<double>(r["tide_sm_cta_ms"]));
+  }
 }
 
 }  // namespace
 
 int run_bench(const fabric::LaunchedRank& me, const BenchArgs& args) {
   const std::vector<BenchCase> cases = bench_cases(args, me.world);
-  RankSession session(me, window_for(cases, me.world),
+  RankSession session(me, window_for(cases, args, me.world),
                       std::chrono::milliseconds(static_cast<std::int64_t>(args.common.fabric_timeout_s * 1000)));
   const bool lead = session.rank() == 0;
   Bench bench(session, args);
   if (lead) {
     std::printf("tide-nccl bench: %d ranks, median of %d repeats (slowest rank), ms\n",
                 session.world(), args.repeats);
-    std::printf("%-15s %-3s %-3s %9s %9s %9s %9s %8s %9s %9s  %s\n", "case", "MxL", "op", "TIDE",
-                "NCCL", "copies", "stock", "speedup", "TIDE GB/s", "stock GB/s", "check");
+    std::printf("TIDE-RS: %s, sum %d CTAs, landing %d CTAs, staging chunk %lld\n",
+                args.rs_slot_reuse ? "slot-reuse" : "in-place", args.rs_sum_ctas,
+                args.rs_landing_ctas, static_cast<long long>(args.rs_chunk_elems));
+    std::printf("%-15s %-3s %-3s %9s %9s %9s %9s %8s %9s %9s %8s  %s\n", "case", "MxL", "op",
+                "TIDE", "NCCL", "copies", "stock", "speedup", "TIDE GB/s", "stock GB/s",
+                "enqueue", "check");
   }
   nlohmann::json rows = nlohmann::json::array();
   int failed = 0;
@@ -394,6 +450,7 @@ int run_bench(const fabric::LaunchedRank& me, const BenchArgs& args) {
       if (session.world() % l != 0) continue;
       const int m = session.world() / l;
       for (const bool ag : {true, false}) {
+        if (ag ? !args.all_gather : !args.reduce_scatter) continue;
         nlohmann::json r = ag ? bench.all_gather(c, m, l) : bench.reduce_scatter(c, m, l);
         r["case"] = c.name;
         r["nodes"] = m;

@@ -117,8 +117,8 @@ std::vector<CollectiveCase> make_cases(int world, std::uint64_t seed, bool quick
   return cases;
 }
 
-// Turns one signal that rank `rank` owes a peer, and that some wait of the peer needs, into
-// a no-op marker (a credit withheld). Returns its label, or "" when there is none.
+// Withholds one signal that rank `rank` owes a peer and that some wait of the peer needs: a
+// bare signal (a credit) becomes a no-op marker, a put keeps its copy but loses its signal. Returns its label, or "" when there is none.
 std::string withhold_one_credit(program::Program& p, int rank) {
   std::map<std::pair<int, int>, std::int64_t> total;  // (counter rank, id) -> one run's sum
   for (const program::Op& op : p.ops) {
@@ -126,7 +126,8 @@ std::string withhold_one_credit(program::Program& p, int rank) {
       total[{op.counter.rank, op.counter.id}] += op.value;
   }
   for (program::Op& op : p.ops) {
-    if (op.rank != rank || op.kind != OpKind::kSignal || op.counter.rank == rank) continue;
+    const bool owed = op.kind == OpKind::kSignal || op.kind == OpKind::kRailPut;
+    if (op.rank != rank || !owed || op.counter.rank == rank) continue;
     const auto key = std::pair{op.counter.rank, op.counter.id};
     const bool needed = std::any_of(p.ops.begin(), p.ops.end(), [&](const program::Op& w) {
       return w.kind == OpKind::kWait && std::pair{w.counter.rank, w.counter.id} == key &&
@@ -134,7 +135,8 @@ std::string withhold_one_credit(program::Program& p, int rank) {
     });
     if (!needed) continue;
     const std::string label = op.label;
-    op.kind = OpKind::kRelease;
+    // A put keeps its data and loses its signal; a bare signal becomes a marker.
+    op.kind = op.kind == OpKind::kRailPut ? OpKind::kCopy : OpKind::kRelease;
     op.label = "withheld: " + label;
     return label;
   }

@@ -48,6 +48,13 @@ struct BenchArgs {
   int repeats = 20;
   int warmup = 3;
   std::uint64_t seed = 7;
+  bool all_gather = true;
+  bool reduce_scatter = true;
+  // TIDE-RS knobs (RsProgramOptions / RsOptions; the defaults are the library's).
+  int rs_sum_ctas = 16;
+  int rs_landing_ctas = 4;
+  std::int64_t rs_chunk_elems = 0;  // RsOptions::staging_chunk_elems (0: a whole pass part)
+  bool rs_slot_reuse = false;
 };
 int run_bench(const fabric::LaunchedRank& me, const BenchArgs& args);
 

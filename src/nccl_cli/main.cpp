@@ -71,6 +71,17 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--repeats", bench.repeats)->check(CLI::Range(1, 10000));
   bench_cmd->add_option("--warmup", bench.warmup)->check(CLI::Range(0, 1000));
   bench_cmd->add_option("--seed", bench.seed);
+  std::string ops = "ag,rs";
+  bench_cmd->add_option("--ops", ops, "ag, rs or ag,rs")
+      ->check(CLI::IsMember({"ag", "rs", "ag,rs", "rs,ag"}));
+  bench_cmd->add_option("--rs-sum-ctas", bench.rs_sum_ctas, "Level 1 sum CTA budget")
+      ->check(CLI::Range(1, 132));
+  bench_cmd->add_option("--rs-landing-ctas", bench.rs_landing_ctas, "landing CTA budget")
+      ->check(CLI::Range(1, 132));
+  bench_cmd->add_option("--rs-chunk", bench.rs_chunk_elems,
+                        "Level 1 staging chunk, columns per staged row (0: a whole pass part)")
+      ->check(CLI::NonNegativeNumber);
+  bench_cmd->add_flag("--rs-slot-reuse", bench.rs_slot_reuse, "TIDE-RS in Slot-Reuse mode");
 
   CLI11_PARSE(app, argc, argv);
 
@@ -95,7 +106,11 @@ int main(int argc, char** argv) {
     }
     if (probe_cmd->parsed()) return tide::nccl_cli::run_probe(*me, probe);
     if (check_cmd->parsed()) return tide::nccl_cli::run_check(*me, check);
-    if (bench_cmd->parsed()) return tide::nccl_cli::run_bench(*me, bench);
+    if (bench_cmd->parsed()) {
+      bench.all_gather = ops.find("ag") != std::string::npos;
+      bench.reduce_scatter = ops.find("rs") != std::string::npos;
+      return tide::nccl_cli::run_bench(*me, bench);
+    }
   } catch (const tide::InvalidArgument& e) {
     std::cerr << "tide-nccl: " << e.what() << "\n";
     return 2;
