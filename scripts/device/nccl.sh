@@ -7,6 +7,8 @@
 #   unit    the 1-rank NCCL fabric tests on GPU 0, and the CUDA executor's tests (one GPU)
 #   probe   tide-nccl probe: peer pointers, copy-engine push/pull bandwidth to a peer
 #   check   tide-nccl check: every split of the GPUs, bitwise against the CPU reference
+#   messages  the same with transfers between declared nodes as ncclSend/ncclRecv messages
+#   torchrun  tide-nccl check --quick launched by torchrun instead of --spawn
 #   faults  a stalled peer and a withheld credit: every rank must fail naming the wait
 #   bench   tide-nccl bench: TIDE vs NCCL + FSDP2's copies (C++ stand-ins), every split
 #   torch   bench/nccl/fsdp2_nccl_baseline.py under torchrun: PyTorch's own copies and NCCL
@@ -22,7 +24,7 @@ LOG="$OUT/logs"
 mkdir -p "$LOG"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 unset TIDE_ENABLE_MULTIMEM
-STEPS=${STEPS:-"build unit probe check faults bench torch"}
+STEPS=${STEPS:-"build unit probe check messages torchrun faults bench torch"}
 BUILD=${BUILD_DIR:-build-nccl}
 GPUS=${GPUS:-$(nvidia-smi -L | wc -l)}
 summary="$OUT/summary.md"
@@ -75,6 +77,23 @@ if has check; then
   rc=$?; step_rc $rc
   note "check rc=$rc $(stamp): $(tail -1 "$LOG/check.log")"
   grep -E "FAILED|rank [0-9]+:" "$LOG/check.log" | head -20 | tee -a "$summary"
+fi
+
+if has messages; then
+  # Transfers between declared nodes as ncclSend/ncclRecv messages (the path between hosts).
+  timeout 300 "$RUN" --spawn "$GPUS" check --messages --json "$OUT/check-messages.json" \
+    > "$LOG/check-messages.log" 2>&1
+  rc=$?; step_rc $rc
+  note "check --messages rc=$rc $(stamp): $(tail -1 "$LOG/check-messages.log")"
+  grep -E "FAILED|rank [0-9]+:" "$LOG/check-messages.log" | head -20 | tee -a "$summary"
+fi
+
+if has torchrun; then
+  # The same binary under torchrun (RANK / WORLD_SIZE / LOCAL_RANK, rendezvous directory).
+  timeout 200 torchrun --standalone --nproc-per-node "$GPUS" --no-python "$RUN" check --quick \
+    > "$LOG/torchrun.log" 2>&1
+  rc=$?; step_rc $rc
+  note "torchrun check --quick rc=$rc $(stamp): $(grep -E 'cases failed|launcher' "$LOG/torchrun.log" | tr '\n' ' ')"
 fi
 
 if has faults; then

@@ -194,6 +194,13 @@ class Bench {
   cudaStream_t stream_ = nullptr;
 
   // Run time and, in `enqueue`, the slowest rank's median host enqueue time (ms).
+  fabric::NcclProgramOptions program_options(int gpus_per_node) const {
+    fabric::NcclProgramOptions o;
+    o.gpus_per_node = gpus_per_node;
+    o.messages_between_nodes = args_.messages;
+    return o;
+  }
+
   Stats time_tide(exec::CudaExecutor& ex, double* enqueue) {
     exec::CudaRunOptions run;
     run.timeout_s = args_.common.run_timeout_s;
@@ -215,7 +222,7 @@ nlohmann::json Bench::all_gather(const BenchCase& c, int m, int l) {
   const AgPlan plan(layout, AgOptions{});
   const program::Program program = program::build_ag_program(plan);
   const program::AgArenaLayout arena = program::ag_arena_layout(plan);
-  fabric::NcclProgramFabric pf(session_.fabric(), program);
+  fabric::NcclProgramFabric pf(session_.fabric(), program, program_options(l));
   exec::CudaExecutor ex(program, pf);
   auto* window = static_cast<std::byte*>(pf.pointer(Buffer{me, Space::kArena, 0}));
   std::byte* shard = window + arena.resident;
@@ -297,7 +304,7 @@ nlohmann::json Bench::reduce_scatter(const BenchCase& c, int m, int l) {
   program::RsProgramOptions po = rs_program_options(args_);
   po.alpha = 1.0f / static_cast<float>(world);
   const program::Program program = program::build_rs_program(plan, po);
-  fabric::NcclProgramFabric pf(session_.fabric(), program);
+  fabric::NcclProgramFabric pf(session_.fabric(), program, program_options(l));
   exec::CudaExecutor ex(program, pf);
   for (int p = 0; p < layout.param_count(); ++p) {
     const ParamLayout& pl = layout.param(p);
@@ -436,9 +443,10 @@ int run_bench(const fabric::LaunchedRank& me, const BenchArgs& args) {
   if (lead) {
     std::printf("tide-nccl bench: %d ranks, median of %d repeats (slowest rank), ms\n",
                 session.world(), args.repeats);
-    std::printf("TIDE-RS: %s, sum %d CTAs, landing %d CTAs, staging chunk %lld\n",
+    std::printf("TIDE-RS: %s, sum %d CTAs, landing %d CTAs, staging chunk %lld%s\n",
                 args.rs_slot_reuse ? "slot-reuse" : "in-place", args.rs_sum_ctas,
-                args.rs_landing_ctas, static_cast<long long>(args.rs_chunk_elems));
+                args.rs_landing_ctas, static_cast<long long>(args.rs_chunk_elems),
+                args.messages ? "; transfers between nodes as messages" : "");
     std::printf("%-15s %-3s %-3s %9s %9s %9s %9s %8s %9s %9s %8s  %s\n", "case", "MxL", "op",
                 "TIDE", "NCCL", "copies", "stock", "speedup", "TIDE GB/s", "stock GB/s",
                 "enqueue", "check");
@@ -466,6 +474,7 @@ int run_bench(const fabric::LaunchedRank& me, const BenchArgs& args) {
   }
   if (lead && !args.common.out.empty()) {
     std::ofstream(args.common.out) << nlohmann::json{{"world", session.world()},
+                                                     {"messages", args.messages},
                                                      {"repeats", args.repeats},
                                                      {"warmup", args.warmup},
                                                      {"rows", rows}}

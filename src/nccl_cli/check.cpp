@@ -82,36 +82,42 @@ exec::RsCaseOptions rs(RsMode mode, DType grad, bool accumulate, float alpha = 0
   return o;
 }
 
-std::vector<CollectiveCase> make_cases(int world, std::uint64_t seed, bool quick) {
-  std::vector<CollectiveCase> cases;
+struct CheckCase {
+  CollectiveCase c;
+  int gpus_per_node = 1;  // L of its split
+};
+
+std::vector<CheckCase> make_cases(int world, std::uint64_t seed, bool quick) {
+  std::vector<CheckCase> cases;
   const DType bf16 = DType::kBf16, fp32 = DType::kFp32;
   for (auto [m, l] : splits(world)) {
     std::uint64_t s = seed * 1000 + static_cast<std::uint64_t>(m * 16 + l) * 37;
-    cases.push_back(exec::ag_case(m, l, ++s));
-    cases.push_back(exec::rs_case(m, l, ++s));
-    cases.push_back(exec::step_case(m, l, ++s));
+    const auto add = [&cases, l = l](CollectiveCase c) { cases.push_back({std::move(c), l}); };
+    add(exec::ag_case(m, l, ++s));
+    add(exec::rs_case(m, l, ++s));
+    add(exec::step_case(m, l, ++s));
     if (quick) continue;
-    cases.push_back(exec::ag_case(m, l, ++s, ag(true, bf16)));
-    cases.push_back(exec::ag_case(m, l, ++s, ag(false, fp32)));
-    cases.push_back(exec::rs_case(m, l, ++s, rs(RsMode::kSlotReuse, bf16, false)));
-    cases.push_back(exec::rs_case(m, l, ++s, rs(RsMode::kInPlace, fp32, true, 0.3f)));
-    cases.push_back(exec::rs_case(m, l, ++s, rs(RsMode::kSlotReuse, fp32, true)));
+    add(exec::ag_case(m, l, ++s, ag(true, bf16)));
+    add(exec::ag_case(m, l, ++s, ag(false, fp32)));
+    add(exec::rs_case(m, l, ++s, rs(RsMode::kSlotReuse, bf16, false)));
+    add(exec::rs_case(m, l, ++s, rs(RsMode::kInPlace, fp32, true, 0.3f)));
+    add(exec::rs_case(m, l, ++s, rs(RsMode::kSlotReuse, fp32, true)));
     exec::StepCaseOptions step;
     step.mode = RsMode::kSlotReuse;
     step.grad = fp32;
     step.accumulate = true;
     step.ag_stages = 1;
-    cases.push_back(exec::step_case(m, l, ++s, step));
+    add(exec::step_case(m, l, ++s, step));
     // Many odd parameters, and the model presets shrunk to fit the CPU reference.
     std::mt19937_64 rng(++s);
     const auto many = exec::random_shapes(rng, 200);
-    cases.push_back(exec::ag_case(m, l, ++s, ag(false, bf16, many, " 200 params")));
-    cases.push_back(exec::rs_case(m, l, ++s, rs(RsMode::kInPlace, bf16, false, 0, many, " 200 params")));
+    add(exec::ag_case(m, l, ++s, ag(false, bf16, many, " 200 params")));
+    add(exec::rs_case(m, l, ++s, rs(RsMode::kInPlace, bf16, false, 0, many, " 200 params")));
     for (const char* preset : {"llama3.1-70b", "qwen3-30b-a3b"}) {
       const auto shapes = shrunk_preset(preset, 32);
       const std::string what = std::string(" ") + preset + "/32";
-      cases.push_back(exec::ag_case(m, l, ++s, ag(false, bf16, shapes, what)));
-      cases.push_back(exec::rs_case(m, l, ++s, rs(RsMode::kInPlace, bf16, false, 0, shapes, what)));
+      add(exec::ag_case(m, l, ++s, ag(false, bf16, shapes, what)));
+      add(exec::rs_case(m, l, ++s, rs(RsMode::kInPlace, bf16, false, 0, shapes, what)));
     }
   }
   return cases;
@@ -191,7 +197,7 @@ void prepare(exec::CudaExecutor& ex, const CollectiveCase& c, const program::Pro
 
 // Every rank makes the same sequence of session collectives whatever fails where: a failure
 // is carried in the sums, so all ranks stop together.
-CaseResult run_one(RankSession& session, const CollectiveCase& c,
+CaseResult run_one(RankSession& session, const CollectiveCase& c, int gpus_per_node,
                    const std::vector<std::vector<std::byte>>& want, const CheckArgs& args,
                    bool inject) {
   CaseResult result;
@@ -206,7 +212,10 @@ CaseResult run_one(RankSession& session, const CollectiveCase& c,
   std::unique_ptr<fabric::NcclProgramFabric> pf;
   std::unique_ptr<exec::CudaExecutor> ex;
   try {
-    pf = std::make_unique<fabric::NcclProgramFabric>(session.fabric(), program);
+    fabric::NcclProgramOptions po;
+    po.gpus_per_node = gpus_per_node;
+    po.messages_between_nodes = args.messages;
+    pf = std::make_unique<fabric::NcclProgramFabric>(session.fabric(), program, po);
     ex = std::make_unique<exec::CudaExecutor>(program, *pf);
   } catch (const std::exception& e) {
     result.status = std::string("setup: ") + e.what();
@@ -258,10 +267,11 @@ CaseResult run_one(RankSession& session, const CollectiveCase& c,
 }  // namespace
 
 int run_check(const fabric::LaunchedRank& me, const CheckArgs& args) {
-  const std::vector<CollectiveCase> cases = make_cases(me.world, args.seed, args.quick || !args.fault.empty());
+  const std::vector<CheckCase> cases =
+      make_cases(me.world, args.seed, args.quick || !args.fault.empty());
   std::int64_t window = 0;
-  for (const CollectiveCase& c : cases)
-    window = std::max(window, fabric::NcclProgramFabric::required_window_bytes(c.program));
+  for (const CheckCase& k : cases)
+    window = std::max(window, fabric::NcclProgramFabric::required_window_bytes(k.c.program));
   RankSession session(me, window,
                       std::chrono::milliseconds(static_cast<std::int64_t>(args.common.fabric_timeout_s * 1000)));
   const bool lead = session.rank() == 0;
@@ -270,8 +280,7 @@ int run_check(const fabric::LaunchedRank& me, const CheckArgs& args) {
   signature.nodes = 1;
   signature.gpus_per_node = session.world();
   signature.virtual_nodes = true;
-  signature.params = cases.front().program.ranks > 0 ? std::vector<ParamShape>{{"w", 64, 8}}
-                                                      : std::vector<ParamShape>{};
+  signature.params = {{"w", 64, 8}};
   const Decision decision = session.agree_on(signature);
   if (lead) std::cout << decision.log_line() << "\n";
   if (decision.backend != Backend::kTide) {
@@ -279,19 +288,21 @@ int run_check(const fabric::LaunchedRank& me, const CheckArgs& args) {
     return 1;
   }
   if (lead) {
-    std::printf("tide-nccl check: %d ranks (%s launcher), %zu cases, %d runs each%s\n",
+    std::printf("tide-nccl check: %d ranks (%s launcher), %zu cases, %d runs each%s%s\n",
                 session.world(), me.launcher.c_str(), cases.size(), args.repeats,
-                args.fault.empty() ? "" : (", fault " + args.fault).c_str());
+                args.fault.empty() ? "" : (", fault " + args.fault).c_str(),
+                args.messages ? ", transfers between nodes as messages" : "");
     std::printf("%-48s %-10s %12s %12s\n", "case", "result", "enqueue us", "run us");
   }
   nlohmann::json rows = nlohmann::json::array();
   int failed = 0;
   for (std::size_t i = 0; i < cases.size(); ++i) {
-    const CollectiveCase& c = cases[i];
+    const CollectiveCase& c = cases[i].c;
     CaseResult r;
     try {
       const auto want = exec::reference_outputs(c);
-      r = run_one(session, c, want, args, !args.fault.empty() && i == 0);
+      r = run_one(session, c, cases[i].gpus_per_node, want, args,
+                  !args.fault.empty() && i == 0);
     } catch (const std::exception& e) {
       r.status = e.what();
     }
@@ -330,6 +341,7 @@ int run_check(const fabric::LaunchedRank& me, const CheckArgs& args) {
     if (!args.common.out.empty()) {
       std::ofstream(args.common.out) << nlohmann::json{{"world", session.world()},
                                                        {"fault", args.fault},
+                                                       {"messages", args.messages},
                                                        {"repeats", args.repeats},
                                                        {"cases", rows}}
                                             .dump(2)

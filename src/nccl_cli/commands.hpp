@@ -36,6 +36,9 @@ struct CheckArgs {
   int fault_rank = -1;    // -1: the last rank
   double stall_s = 0.0;   // "stall": how late (0: 3 x run_timeout_s)
   bool quick = false;     // fewer cases
+  // Transfers between the declared nodes of each split as messages (ncclSend / ncclRecv), as
+  // between hosts (NOTE [rail messages]).
+  bool messages = false;
 };
 int run_check(const fabric::LaunchedRank& me, const CheckArgs& args);
 
@@ -55,6 +58,7 @@ struct BenchArgs {
   int rs_landing_ctas = 4;
   std::int64_t rs_chunk_elems = 0;  // RsOptions::staging_chunk_elems (0: a whole pass part)
   bool rs_slot_reuse = false;
+  bool messages = false;  // as CheckArgs::messages
 };
 int run_bench(const fabric::LaunchedRank& me, const BenchArgs& args);
 

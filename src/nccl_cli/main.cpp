@@ -61,6 +61,8 @@ int main(int argc, char** argv) {
   check_cmd->add_option("--stall", check.stall_s, "stall: seconds late (default 3 x run timeout)")
       ->check(CLI::NonNegativeNumber);
   check_cmd->add_flag("--quick", check.quick, "fewer cases");
+  check_cmd->add_flag("--messages", check.messages,
+                      "send transfers between declared nodes as messages (as between hosts)");
 
   tide::nccl_cli::BenchArgs bench;
   CLI::App* bench_cmd = app.add_subcommand(
@@ -82,6 +84,8 @@ int main(int argc, char** argv) {
                         "Level 1 staging chunk, columns per staged row (0: a whole pass part)")
       ->check(CLI::NonNegativeNumber);
   bench_cmd->add_flag("--rs-slot-reuse", bench.rs_slot_reuse, "TIDE-RS in Slot-Reuse mode");
+  bench_cmd->add_flag("--messages", bench.messages,
+                      "send transfers between declared nodes as messages (as between hosts)");
 
   CLI11_PARSE(app, argc, argv);
 

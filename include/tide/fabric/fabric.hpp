@@ -16,10 +16,18 @@
 // - Contents start undefined; the executor zeroes its local ranks' signal words when it is
 //   built. Across processes, every rank must have built its executor before any rank runs
 //   (a barrier; the multi-GPU runner does it), or a fast peer's additions could be zeroed.
+// - Messages. load_store(from, to) says whether rank `from` can write rank `to`'s arena and
+//   signal words directly (load/store or copy engine through a peer mapping). It is the same
+//   answer on every process. Where it is false, the executor sends puts and signals as
+//   two-sided messages with send()/recv() (NOTE [rail messages] in src/exec/cuda/messages.hpp);
+//   fabrics without messages throw tide::Unsupported.
 // - release() gives up every allocation without freeing it (device work that could not be
 //   drained may still use it).
 #pragma once
 
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
 #include <cstdint>
 
 #include "tide/program/program.hpp"
@@ -40,6 +48,16 @@ class Fabric {
 
   virtual std::uint64_t* signals(int owner) const = 0;
   virtual std::int64_t signal_words() const = 0;
+
+  virtual bool load_store(int from, int to) const {
+    (void)from;
+    (void)to;
+    return true;
+  }
+  // Enqueue one message of `bytes` to / from rank `peer` on `stream`; matched in issue order
+  // per pair of ranks. Only called where load_store is false.
+  virtual void send(const void* data, std::size_t bytes, int peer, cudaStream_t stream);
+  virtual void recv(void* data, std::size_t bytes, int peer, cudaStream_t stream);
 
   virtual void release() noexcept = 0;
 

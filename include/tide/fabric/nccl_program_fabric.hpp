@@ -14,6 +14,12 @@
 //   transfer, local or rail, is a load/store or copy-engine access to an LSA peer.
 // - Tensors and outputs of this rank: cudaMalloc'ed at construction (FSDP2's gradients and
 //   masters live in PyTorch's allocator, not in the window); other ranks' are not addressable.
+// - Messages (NOTE [rail messages]). load_store(from, to) is true when both ranks are in one
+//   LSA team (LSA teams are contiguous runs of world ranks) and, with
+//   NcclProgramOptions::messages_between_nodes, on one node of the program's M x L split.
+//   Otherwise puts and signals travel as ncclSend / ncclRecv on the main communicator (world
+//   ranks): the path for rail peers on other hosts, which a single host reproduces when asked
+//   to treat its declared nodes as separate.
 // - Not collective: every rank builds its own from the same program. The executor built on it
 //   zeroes this rank's words, so a barrier must follow every rank's executor construction.
 #pragma once
@@ -27,6 +33,13 @@
 
 namespace tide::fabric {
 
+struct NcclProgramOptions {
+  int gpus_per_node = 0;  // L of the program's split (needed by messages_between_nodes)
+  // Treat ranks on different nodes of the program's split as not load/store reachable, so
+  // that every transfer between nodes goes through messages (as between hosts).
+  bool messages_between_nodes = false;
+};
+
 class NcclProgramFabric final : public Fabric {
  public:
   // Window bytes a program needs: its largest arena (4 KiB rounded) plus its signal words.
@@ -34,7 +47,8 @@ class NcclProgramFabric final : public Fabric {
 
   // Throws tide::InvalidArgument when the program's world differs from the fabric's or the
   // window is too small (naming required_window_bytes), tide::CudaError on allocation.
-  NcclProgramFabric(NcclFabric& nccl, const program::Program& program);
+  NcclProgramFabric(NcclFabric& nccl, const program::Program& program,
+                    const NcclProgramOptions& options = {});
   ~NcclProgramFabric() override;
   NcclProgramFabric(const NcclProgramFabric&) = delete;
   NcclProgramFabric& operator=(const NcclProgramFabric&) = delete;
@@ -46,6 +60,9 @@ class NcclProgramFabric final : public Fabric {
   std::int64_t bytes(const program::Buffer& buffer) const override;
   std::uint64_t* signals(int owner) const override;
   std::int64_t signal_words() const override;
+  bool load_store(int from, int to) const override;
+  void send(const void* data, std::size_t bytes, int peer, cudaStream_t stream) override;
+  void recv(void* data, std::size_t bytes, int peer, cudaStream_t stream) override;
   void release() noexcept override;
 
   std::int64_t signal_offset() const;

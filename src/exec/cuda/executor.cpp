@@ -29,6 +29,7 @@
 
 #include "../../fabric/cuda_driver.hpp"
 #include "counter_add.hpp"
+#include "messages.hpp"
 #include "program_checks.hpp"
 #include "tide/core/dtype.hpp"
 #include "tide/core/error.hpp"
@@ -103,6 +104,17 @@ struct Mapped {
   // kZero.
   void* zero_ptr = nullptr;
   std::size_t zero_width = 0, zero_rows = 0, zero_pitch = 0;
+  // A put or signal to an unreachable rank (NOTE [rail messages]): the message and the
+  // rank's rail stream (index into State::streams).
+  std::unique_ptr<cuda_detail::Message> message;
+  int rail = -1;
+
+  Mapped() = default;
+  Mapped(Mapped&&) = default;
+  Mapped& operator=(Mapped&&) = default;
+  ~Mapped() {
+    if (message) cuda_detail::release_message(*message);
+  }
 };
 
 std::string cuda_status(cudaError_t s) {
@@ -176,7 +188,10 @@ struct CudaExecutor::State {
   std::vector<Mapped> ops;
   // Streams: one per used (rank, stream name).
   std::vector<cudaStream_t> streams;
-  std::vector<std::pair<int, int>> stream_owner;  // (rank, stream name index)
+  std::vector<std::pair<int, int>> stream_owner;  // (rank, stream name index; -1: rail)
+  std::map<int, int> rail_stream;                 // rank -> its rail stream (messages)
+  std::vector<Mapped> receives;  // the receiving side of messages to local ranks
+  void* token = nullptr;         // 8 device bytes: the payload of signal messages
   std::vector<cudaEvent_t> done;                  // completion event per stream
   cudaStream_t control = nullptr;                 // counter resets and read-backs
   // Events: one per recorded (rank, id); slot = rank * program.events + id.
@@ -197,7 +212,7 @@ struct CudaExecutor::State {
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> stream_events;
   bool stuck = false;  // streams could not be drained: resources are kept, runs refused
   // The enqueue order: a legal serial schedule (NOTE [enqueue order]), then any ops it could
-  // not place, in program order.
+  // not place, in program order. An entry -(k + 1) is receives[k].
   std::vector<int> order;
 
   State(const Program& p, fabric::Fabric& f, const CudaExecutorOptions& o)
@@ -206,8 +221,12 @@ struct CudaExecutor::State {
   ~State() {
     if (stuck) {
       // Freeing memory that stuck streams still use would wait forever: keep everything.
-      for (Mapped& m : ops)
-        (void)m.table.release();
+      for (auto* list : {&ops, &receives}) {
+        for (Mapped& m : *list) {
+          (void)m.table.release();
+          (void)m.message.release();
+        }
+      }
       return;
     }
     (void)cudaSetDevice(fabric.device());
@@ -226,6 +245,33 @@ struct CudaExecutor::State {
     for (cudaStream_t s : streams)
       (void)cudaStreamDestroy(s);
     if (control != nullptr) (void)cudaStreamDestroy(control);
+    if (token != nullptr) (void)cudaFree(token);
+  }
+
+  // The rank's rail stream (messages), created on first use.
+  int rail_of(int rank) {
+    const auto it = rail_stream.find(rank);
+    if (it != rail_stream.end()) return it->second;
+    cudaStream_t s = nullptr;
+    TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const int index = static_cast<int>(streams.size());
+    streams.push_back(s);
+    stream_owner.emplace_back(rank, -1);
+    cudaEvent_t e = nullptr;
+    TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    done.push_back(e);
+    rail_stream.emplace(rank, index);
+    if (token == nullptr) {
+      TIDE_CUDA_CHECK(cudaMalloc(&token, sizeof(std::uint64_t)));
+      TIDE_CUDA_CHECK(cudaMemset(token, 0x5A, sizeof(std::uint64_t)));
+    }
+    return index;
+  }
+
+  std::string stream_name(std::size_t i) const {
+    const int name = stream_owner[i].second;
+    return name < 0 ? std::string("rail messages")
+                    : program.stream_names[static_cast<std::size_t>(name)];
   }
 
   std::byte* at(const Region& r) const {
@@ -356,9 +402,15 @@ struct CudaExecutor::State {
     m.tuning = kernels::recommended_level1_tuning(a.ctas);
   }
 
-  void map_op(const Op& op, Mapped& m, int stream) const {
+  void map_op(const Op& op, Mapped& m, int stream) {
     m.kind = op.kind;
     m.stream = stream;
+    if (cuda_detail::is_message(op, fabric)) {
+      m.message = std::make_unique<cuda_detail::Message>(
+          cuda_detail::map_message(program, op, /*sender=*/true, fabric));
+      m.rail = rail_of(op.rank);
+      return;
+    }
     switch (op.kind) {
       case OpKind::kCopy:
         map_copies(op, m);
@@ -436,6 +488,13 @@ struct CudaExecutor::State {
 
   // Enqueues one op on its stream. Throws with the CUDA error; the caller adds the op.
   void enqueue(const Mapped& m, CudaRunResult& stats) {
+    if (m.message) {
+      cudaStream_t rail = streams[static_cast<std::size_t>(m.rail)];
+      cudaStream_t own = m.stream >= 0 ? streams[static_cast<std::size_t>(m.stream)] : rail;
+      cuda_detail::enqueue_message(*m.message, fabric, rail, own, token);
+      stats.copies += static_cast<std::int64_t>(m.message->parts.size());
+      return;
+    }
     if (m.empty && m.kind != OpKind::kRailPut) return;
     cudaStream_t s = streams[static_cast<std::size_t>(m.stream)];
     const auto& d = fabric::detail::driver();
@@ -548,9 +607,7 @@ struct CudaExecutor::State {
           --remaining;
         } else if (st != cudaErrorNotReady) {
           throw CudaError("CudaExecutor: stream of rank " + std::to_string(stream_owner[i].first) +
-                          " '" +
-                          program.stream_names[static_cast<std::size_t>(stream_owner[i].second)] +
-                          "' failed: " + cuda_status(st));
+                          " '" + stream_name(i) + "' failed: " + cuda_status(st));
         }
       }
       if (remaining == 0) break;
@@ -619,14 +676,14 @@ struct CudaExecutor::State {
             total[counter_index(op.counter)] += op.value;
           if (op.kind == OpKind::kEventRecord) recorded[event_slot(op)] = true;
           placed[static_cast<std::size_t>(q.front())] = true;
-          if (fabric.local(op.rank)) order.push_back(q.front());
+          place(q.front());
           q.pop_front();
           moved = true;
         }
       }
     }
     for (std::size_t i = 0; i < n; ++i) {
-      if (!placed[i] && fabric.local(program.ops[i].rank)) order.push_back(static_cast<int>(i));
+      if (!placed[i]) place(static_cast<int>(i));
     }
     // What one run adds to every counter, placed or not (the epochs of NOTE [CUDA executor op
     // mapping]).
@@ -636,6 +693,32 @@ struct CudaExecutor::State {
         totals[counter_index(op.counter)] += static_cast<std::uint64_t>(op.value);
     }
   }
+
+  // Appends op i to `order` where this process runs it: the op itself on its local rank, and
+  // the receiving side of a message to a local rank (NOTE [rail messages]).
+  void place(int i) {
+    const Op& op = program.ops[static_cast<std::size_t>(i)];
+    if (fabric.local(op.rank)) order.push_back(i);
+    if (!cuda_detail::is_message(op, fabric) || !fabric.local(op.counter.rank)) return;
+    if (fabric.local(op.rank)) {
+      throw InternalError(cuda_detail::op_where(program, i) +
+                          "a message between two ranks of one process");
+    }
+    Mapped r;
+    r.kind = op.kind;
+    r.rail = rail_of(op.counter.rank);
+    r.stream = -1;
+    try {
+      r.message = std::make_unique<cuda_detail::Message>(
+          cuda_detail::map_message(program, op, /*sender=*/false, fabric));
+    } catch (...) {
+      rethrow_with_op(i);
+    }
+    receives.push_back(std::move(r));
+    order.push_back(-static_cast<int>(receives.size()));
+  }
+
+  [[noreturn]] void rethrow_with_op(int i) const;
 
   std::size_t totals_size() const {
     return std::max<std::size_t>(1, static_cast<std::size_t>(program.ranks) * counter_words);
@@ -697,8 +780,7 @@ struct CudaExecutor::State {
       if (complete[i]) continue;
       if (++streams_left <= 16) {
         stream_list += " (rank " + std::to_string(stream_owner[i].first) + ", '" +
-                       program.stream_names[static_cast<std::size_t>(stream_owner[i].second)] +
-                       "')";
+                       stream_name(i) + "')";
       }
     }
     text += " Incomplete streams: " + std::to_string(streams_left) + ":" + stream_list + ".";
@@ -742,6 +824,10 @@ namespace {
 }
 
 }  // namespace
+
+void CudaExecutor::State::rethrow_with_op(int i) const {
+  rethrow_with(op_where(program, i));
+}
 
 CudaExecutor::CudaExecutor(const Program& program, fabric::Fabric& fabric,
                            const CudaExecutorOptions& options)
@@ -972,7 +1058,23 @@ CudaRunResult CudaExecutor::run(const CudaRunOptions& options) {
     }
   };
   for (const int index : st.order) {
+    if (index < 0) {  // the receiving side of a message, on its rail stream
+      try {
+        st.enqueue(st.receives[static_cast<std::size_t>(-index - 1)], stats);
+      } catch (...) {
+        st.release_and_drain();
+        rethrow_with("CudaExecutor: a message receive: ");
+      }
+      continue;
+    }
     auto& q = pending[static_cast<std::size_t>(st.ops[static_cast<std::size_t>(index)].stream)];
+    if ((!q.empty() || blocked(index)) && st.ops[static_cast<std::size_t>(index)].message) {
+      // Messages must keep the global order (NOTE [rail messages]); a legal schedule never
+      // defers an op, so this is a program the schedule could not place.
+      st.release_and_drain();
+      throw InvalidArgument(op_where(program, index) +
+                            "a message op behind an unrecorded event: the program deadlocks");
+    }
     if (!q.empty() || blocked(index)) {
       q.push_back(index);
       continue;

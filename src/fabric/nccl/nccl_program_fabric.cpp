@@ -8,6 +8,7 @@
 
 #include "tide/core/error.hpp"
 #include "tide/kernels/cuda_check.hpp"
+#include "tide/version_gates.hpp"
 
 namespace tide::fabric {
 
@@ -31,6 +32,8 @@ struct NcclProgramFabric::State {
   NcclFabric* nccl = nullptr;
   const program::Program* program = nullptr;
   int rank = 0;
+  NcclProgramOptions options;
+  int lsa_size = 1;
   std::int64_t signal_offset = 0;
   std::vector<void*> tensors;
   std::vector<void*> outputs;
@@ -50,8 +53,15 @@ struct NcclProgramFabric::State {
     return program->buffers[static_cast<std::size_t>(rank)];
   }
 
-  // This process's address of rank `r`'s window base (nullptr: not an LSA peer).
+  bool load_store(int from, int to) const {
+    if (from / lsa_size != to / lsa_size) return false;
+    const int l = options.gpus_per_node;
+    return !options.messages_between_nodes || from / l == to / l;
+  }
+
+  // This process's address of rank `r`'s window base (nullptr: not load/store reachable).
   std::byte* window(int r) const {
+    if (r != rank && !load_store(rank, r)) return nullptr;
     return static_cast<std::byte*>(r == rank ? nccl->arena() : nccl->peer_arena(r));
   }
 };
@@ -61,8 +71,15 @@ std::int64_t NcclProgramFabric::required_window_bytes(const program::Program& pr
          std::max<std::int64_t>(1, program.counters) * static_cast<std::int64_t>(sizeof(std::uint64_t));
 }
 
-NcclProgramFabric::NcclProgramFabric(NcclFabric& nccl, const program::Program& program)
+NcclProgramFabric::NcclProgramFabric(NcclFabric& nccl, const program::Program& program,
+                                     const NcclProgramOptions& options)
     : state_(std::make_unique<State>()) {
+  if (options.messages_between_nodes &&
+      (options.gpus_per_node < 1 || program.ranks % options.gpus_per_node != 0)) {
+    throw InvalidArgument("NcclProgramFabric: messages_between_nodes needs the program's L (" +
+                          std::to_string(options.gpus_per_node) + " does not divide " +
+                          std::to_string(program.ranks) + " ranks)");
+  }
   if (program.ranks != nccl.world() ||
       static_cast<int>(program.buffers.size()) != program.ranks) {
     throw InvalidArgument("NcclProgramFabric: the program has " + std::to_string(program.ranks) +
@@ -81,6 +98,8 @@ NcclProgramFabric::NcclProgramFabric(NcclFabric& nccl, const program::Program& p
   s.program = &program;
   s.rank = nccl.rank();
   s.signal_offset = largest_arena(program);
+  s.options = options;
+  s.lsa_size = std::max(1, nccl.view().lsa_size);
   TIDE_CUDA_CHECK(cudaSetDevice(nccl.device()));
   const program::BufferSizes& own = s.sizes();
   for (auto [list, bytes] :
@@ -163,6 +182,20 @@ std::int64_t NcclProgramFabric::signal_words() const {
 void NcclProgramFabric::release() noexcept {
   state_->released = true;
   state_->nccl->release();
+}
+
+bool NcclProgramFabric::load_store(int from, int to) const {
+  return state_->load_store(from, to);
+}
+
+void NcclProgramFabric::send(const void* data, std::size_t bytes, int peer, cudaStream_t stream) {
+  NcclFabric& f = *state_->nccl;
+  f.settle(ncclSend(data, bytes, ncclUint8, peer, f.main_comm(), stream), "ncclSend (message)");
+}
+
+void NcclProgramFabric::recv(void* data, std::size_t bytes, int peer, cudaStream_t stream) {
+  NcclFabric& f = *state_->nccl;
+  f.settle(ncclRecv(data, bytes, ncclUint8, peer, f.main_comm(), stream), "ncclRecv (message)");
 }
 
 std::int64_t NcclProgramFabric::signal_offset() const {

@@ -1,0 +1,120 @@
+// Puts and signals as two-sided messages: NOTE [rail messages] in messages.hpp.
+#include "messages.hpp"
+
+#include <string>
+
+#include "counter_add.hpp"
+#include "program_checks.hpp"
+#include "tide/core/error.hpp"
+#include "tide/kernels/cuda_check.hpp"
+
+namespace tide::exec::cuda_detail {
+
+using program::OpKind;
+using program::Region;
+
+bool is_message(const program::Op& op, const fabric::Fabric& fabric) {
+  if (op.kind != OpKind::kRailPut && op.kind != OpKind::kSignal) return false;
+  return op.counter.rank != op.rank && !fabric.load_store(op.rank, op.counter.rank);
+}
+
+namespace {
+
+// One side of a descriptor: `r` is the source (sender) or the destination (receiver).
+MessagePart part_of(const Region& r, const fabric::Fabric& fabric, Message& m) {
+  MessagePart p;
+  p.bytes = static_cast<std::size_t>(r.bytes());
+  auto* base = static_cast<std::byte*>(fabric.pointer(r.buffer));
+  if (base == nullptr) {
+    throw Unsupported("a message " + std::string(m.sender ? "source" : "destination") +
+                      " of rank " + std::to_string(r.buffer.rank) +
+                      " is not addressable by this process");
+  }
+  if (contiguous(r)) {
+    p.data = base + r.offset;
+    return p;
+  }
+  p.strided = true;
+  p.region = base + r.offset;
+  p.width = static_cast<std::size_t>(r.width);
+  p.rows = static_cast<std::size_t>(r.rows);
+  p.pitch = static_cast<std::size_t>(r.pitch);
+  TIDE_CUDA_CHECK(cudaMalloc(&p.data, p.bytes));
+  m.staging.push_back(p.data);
+  return p;
+}
+
+}  // namespace
+
+Message map_message(const program::Program& program, const program::Op& op, bool sender,
+                    const fabric::Fabric& fabric) {
+  (void)program;
+  Message m;
+  m.sender = sender;
+  m.peer = sender ? op.counter.rank : op.rank;
+  m.value = static_cast<std::uint64_t>(op.value);
+  try {
+    if (op.kind == OpKind::kRailPut) {
+      for (const program::CopyDescriptor& c : op.copies) {
+        if (c.src.bytes() == 0) continue;
+        if (c.dst.buffer.rank != op.counter.rank) {
+          throw Unsupported("a put whose destination (rank " + std::to_string(c.dst.buffer.rank) +
+                            ") is not its counter's rank (" + std::to_string(op.counter.rank) +
+                            ") cannot travel as a message");
+        }
+        m.parts.push_back(part_of(sender ? c.src : c.dst, fabric, m));
+      }
+    }
+    if (sender) {
+      TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&m.ready, cudaEventDisableTiming));
+      TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&m.sent, cudaEventDisableTiming));
+    } else {
+      m.counter = fabric.signals(op.counter.rank);
+      if (m.counter == nullptr) throw InternalError("a message receiver without its counters");
+      m.counter += op.counter.id;
+    }
+  } catch (...) {
+    release_message(m);
+    throw;
+  }
+  return m;
+}
+
+void enqueue_message(const Message& m, fabric::Fabric& fabric, cudaStream_t rail,
+                     cudaStream_t op_stream, void* token) {
+  if (m.sender) {
+    TIDE_CUDA_CHECK(cudaEventRecord(m.ready, op_stream));
+    TIDE_CUDA_CHECK(cudaStreamWaitEvent(rail, m.ready, 0));
+    for (const MessagePart& p : m.parts) {
+      if (p.strided) {
+        TIDE_CUDA_CHECK(cudaMemcpy2DAsync(p.data, p.width, p.region, p.pitch, p.width, p.rows,
+                                          cudaMemcpyDeviceToDevice, rail));
+      }
+      fabric.send(p.data, p.bytes, m.peer, rail);
+    }
+    if (m.parts.empty()) fabric.send(token, sizeof(std::uint64_t), m.peer, rail);
+    TIDE_CUDA_CHECK(cudaEventRecord(m.sent, rail));
+    TIDE_CUDA_CHECK(cudaStreamWaitEvent(op_stream, m.sent, 0));
+    return;
+  }
+  for (const MessagePart& p : m.parts) {
+    fabric.recv(p.data, p.bytes, m.peer, rail);
+    if (p.strided) {
+      TIDE_CUDA_CHECK(cudaMemcpy2DAsync(p.region, p.pitch, p.data, p.width, p.width, p.rows,
+                                        cudaMemcpyDeviceToDevice, rail));
+    }
+  }
+  if (m.parts.empty()) fabric.recv(token, sizeof(std::uint64_t), m.peer, rail);
+  launch_counter_add(m.counter, m.value, rail);
+}
+
+void release_message(Message& m) noexcept {
+  for (void* p : m.staging)
+    (void)cudaFree(p);
+  m.staging.clear();
+  if (m.ready != nullptr) (void)cudaEventDestroy(m.ready);
+  if (m.sent != nullptr) (void)cudaEventDestroy(m.sent);
+  m.ready = m.sent = nullptr;
+}
+
+}  // namespace tide::exec::cuda_detail
