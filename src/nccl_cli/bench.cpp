@@ -194,10 +194,11 @@ class Bench {
   cudaStream_t stream_ = nullptr;
 
   // Run time and, in `enqueue`, the slowest rank's median host enqueue time (ms).
-  fabric::NcclProgramOptions program_options(int gpus_per_node) const {
+  fabric::NcclProgramOptions program_options(int gpus_per_node) {
     fabric::NcclProgramOptions o;
     o.gpus_per_node = gpus_per_node;
     o.messages_between_nodes = args_.messages;
+    if (args_.messages) o.message_comm = session_.message_comm();
     return o;
   }
 

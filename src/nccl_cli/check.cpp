@@ -215,6 +215,7 @@ CaseResult run_one(RankSession& session, const CollectiveCase& c, int gpus_per_n
     fabric::NcclProgramOptions po;
     po.gpus_per_node = gpus_per_node;
     po.messages_between_nodes = args.messages;
+    if (args.messages) po.message_comm = session.message_comm();
     pf = std::make_unique<fabric::NcclProgramFabric>(session.fabric(), program, po);
     ex = std::make_unique<exec::CudaExecutor>(program, *pf);
   } catch (const std::exception& e) {

@@ -48,6 +48,7 @@ RankSession::RankSession(const fabric::LaunchedRank& me, std::int64_t window_byt
 
 RankSession::~RankSession() {
   if (stock_ != nullptr) (void)ncclCommDestroy(stock_);
+  if (messages_ != nullptr) (void)ncclCommDestroy(messages_);
   if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
   if (scratch_ != nullptr) (void)cudaFree(scratch_);
 }
@@ -61,14 +62,23 @@ void* RankSession::scratch(std::size_t bytes) {
   return scratch_;
 }
 
+ncclComm_t RankSession::split_default(const char* name) {
+  ncclComm_t comm = nullptr;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.commName = name;
+  fabric_->settle(ncclCommSplit(fabric_->main_comm(), 0, me_.rank, &comm, &config),
+                  "ncclCommSplit (a communicator with NCCL's default channels)");
+  return comm;
+}
+
 ncclComm_t RankSession::stock_comm() {
-  if (stock_ == nullptr) {
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.commName = "tide.stock";
-    fabric_->settle(ncclCommSplit(fabric_->main_comm(), 0, me_.rank, &stock_, &config),
-                    "ncclCommSplit(stock communicator)");
-  }
+  if (stock_ == nullptr) stock_ = split_default("tide.stock");
   return stock_;
+}
+
+ncclComm_t RankSession::message_comm() {
+  if (messages_ == nullptr) messages_ = split_default("tide.messages");
+  return messages_;
 }
 
 void RankSession::barrier(const char* what) {

@@ -35,6 +35,9 @@ class RankSession {
   // A communicator over the same ranks with NCCL's default configuration (no channel cap,
   // blocking): what stock FSDP2 runs its collectives on. Made on first use.
   ncclComm_t stock_comm();
+  // Another such communicator for TIDE's messages (NOTE [rail messages]), apart from the
+  // stock collectives'.
+  ncclComm_t message_comm();
 
   void barrier(const char* what);
   double max_over_ranks(double value, const char* what);
@@ -52,6 +55,8 @@ class RankSession {
   std::unique_ptr<fabric::NcclFabric> fabric_;
   cudaStream_t stream_ = nullptr;
   ncclComm_t stock_ = nullptr;
+  ncclComm_t messages_ = nullptr;
+  ncclComm_t split_default(const char* name);
   void* scratch_ = nullptr;  // device bytes for the small collectives
   std::size_t scratch_bytes_ = 0;
 

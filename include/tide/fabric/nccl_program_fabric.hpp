@@ -17,9 +17,10 @@
 // - Messages (NOTE [rail messages]). load_store(from, to) is true when both ranks are in one
 //   LSA team (LSA teams are contiguous runs of world ranks) and, with
 //   NcclProgramOptions::messages_between_nodes, on one node of the program's M x L split.
-//   Otherwise puts and signals travel as ncclSend / ncclRecv on the main communicator (world
-//   ranks): the path for rail peers on other hosts, which a single host reproduces when asked
-//   to treat its declared nodes as separate.
+//   Otherwise puts and signals travel as ncclSend / ncclRecv on NcclProgramOptions::
+//   message_comm (world ranks; the main communicator by default): the path for rail peers on
+//   other hosts, which a single host reproduces when asked to treat its declared nodes as
+//   separate.
 // - Not collective: every rank builds its own from the same program. The executor built on it
 //   zeroes this rank's words, so a barrier must follow every rank's executor construction.
 #pragma once
@@ -38,6 +39,10 @@ struct NcclProgramOptions {
   // Treat ranks on different nodes of the program's split as not load/store reachable, so
   // that every transfer between nodes goes through messages (as between hosts).
   bool messages_between_nodes = false;
+  // The communicator messages travel on (world ranks). nullptr: the fabric's main
+  // communicator, whose channels are capped (Sec. 6.1); a message-heavy run wants one with
+  // NCCL's default channels (tide-nccl makes one by ncclCommSplit).
+  ncclComm_t message_comm = nullptr;
 };
 
 class NcclProgramFabric final : public Fabric {

@@ -190,12 +190,14 @@ bool NcclProgramFabric::load_store(int from, int to) const {
 
 void NcclProgramFabric::send(const void* data, std::size_t bytes, int peer, cudaStream_t stream) {
   NcclFabric& f = *state_->nccl;
-  f.settle(ncclSend(data, bytes, ncclUint8, peer, f.main_comm(), stream), "ncclSend (message)");
+  ncclComm_t comm = state_->options.message_comm ? state_->options.message_comm : f.main_comm();
+  f.settle(ncclSend(data, bytes, ncclUint8, peer, comm, stream), "ncclSend (message)");
 }
 
 void NcclProgramFabric::recv(void* data, std::size_t bytes, int peer, cudaStream_t stream) {
   NcclFabric& f = *state_->nccl;
-  f.settle(ncclRecv(data, bytes, ncclUint8, peer, f.main_comm(), stream), "ncclRecv (message)");
+  ncclComm_t comm = state_->options.message_comm ? state_->options.message_comm : f.main_comm();
+  f.settle(ncclRecv(data, bytes, ncclUint8, peer, comm, stream), "ncclRecv (message)");
 }
 
 std::int64_t NcclProgramFabric::signal_offset() const {
