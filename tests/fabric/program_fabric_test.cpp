@@ -1,0 +1,28 @@
+// The NCCL program fabric's sizing (NOTE [nccl program fabric]): the window a program needs is
+// its largest arena rounded to 4 KiB plus its signal words, the same on every rank. No GPU.
+#include <gtest/gtest.h>
+
+#include "tide/exec/collective_cases.hpp"
+#include "tide/fabric/nccl_program_fabric.hpp"
+
+namespace tide::fabric {
+namespace {
+
+TEST(NcclProgramFabricSizing, LargestArenaRoundedPlusSignalWords) {
+  for (auto [m, l] : {std::pair{1, 2}, std::pair{2, 1}, std::pair{2, 4}}) {
+    for (const exec::CollectiveCase& c :
+         {exec::ag_case(m, l, 11), exec::rs_case(m, l, 12), exec::step_case(m, l, 13)}) {
+      std::int64_t largest = 0;
+      for (const program::BufferSizes& b : c.program.buffers)
+        largest = std::max(largest, b.arena_bytes);
+      const std::int64_t rounded = (largest + 4095) / 4096 * 4096;
+      const std::int64_t words = std::max(1, c.program.counters);
+      EXPECT_EQ(NcclProgramFabric::required_window_bytes(c.program), rounded + 8 * words)
+          << c.name;
+      EXPECT_GT(c.program.counters, 0) << c.name << ": a collective signals";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tide::fabric
