@@ -100,7 +100,8 @@ int spawn_ranks(int world, const std::vector<std::string>& args, std::chrono::se
   argv_text.push_back("/proc/self/exe");
   argv_text.insert(argv_text.end(), args.begin(), args.end());
   std::vector<char*> argv;
-  for (std::string& a : argv_text) argv.push_back(a.data());
+  for (std::string& a : argv_text)
+    argv.push_back(a.data());
   argv.push_back(nullptr);
 
   std::vector<pid_t> pids;
@@ -119,12 +120,14 @@ int spawn_ranks(int world, const std::vector<std::string>& args, std::chrono::se
     env_text.push_back("TIDE_LOCAL_RANK=" + std::to_string(r));
     env_text.push_back("TIDE_RENDEZVOUS=" + dir);
     std::vector<char*> envp;
-    for (std::string& e : env_text) envp.push_back(e.data());
+    for (std::string& e : env_text)
+      envp.push_back(e.data());
     envp.push_back(nullptr);
     pid_t pid = 0;
     const int rc = posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data());
     if (rc != 0) {
-      for (pid_t p : pids) kill(p, SIGKILL);
+      for (pid_t p : pids)
+        kill(p, SIGKILL);
       throw std::runtime_error("spawn: cannot start rank " + std::to_string(r) + ": " +
                                std::strerror(rc));
     }
@@ -204,9 +207,9 @@ std::vector<std::byte> exchange_unique_id(const LaunchedRank& me, std::vector<st
       }
     }
     if (Clock::now() > deadline) {
-      throw std::runtime_error("tide: rank " + std::to_string(me.rank) + ": rank 0's NCCL unique id (" +
-                               file.string() + ") did not appear within " +
-                               std::to_string(timeout.count()) + " ms");
+      throw std::runtime_error(
+          "tide: rank " + std::to_string(me.rank) + ": rank 0's NCCL unique id (" + file.string() +
+          ") did not appear within " + std::to_string(timeout.count()) + " ms");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

@@ -17,8 +17,8 @@ __global__ void pack_fp32(PackParam p, bool bf16, int world, float* dst, std::in
   const std::int64_t chunk = p.rows_per_rank * p.cols;
   const std::int64_t valid = p.rows * p.cols;
   const std::int64_t total = chunk * world;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-       i < total; i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t u = i / chunk;
     const std::int64_t j = i - u * chunk;
     const std::int64_t src = u * chunk + j;

@@ -16,11 +16,11 @@ namespace tide::nccl_cli {
 // _chunk_cat of one parameter: rank u's chunk of a (rows x cols) gradient, rows [u R, u R + R)
 // (rows past `rows` are zero padding), converted to fp32 at dst + u * dst_stride + offset.
 struct PackParam {
-  const void* grad = nullptr;   // rows x cols elements of `dtype`
-  std::int64_t rows = 0;        // D_p
-  std::int64_t cols = 0;        // K_p
+  const void* grad = nullptr;      // rows x cols elements of `dtype`
+  std::int64_t rows = 0;           // D_p
+  std::int64_t cols = 0;           // K_p
   std::int64_t rows_per_rank = 0;  // R_p
-  std::int64_t offset = 0;      // e_p: elements into each rank's chunk
+  std::int64_t offset = 0;         // e_p: elements into each rank's chunk
 };
 void launch_pack_fp32(const PackParam& p, DType dtype, int world, float* dst,
                       std::int64_t dst_stride, cudaStream_t stream);

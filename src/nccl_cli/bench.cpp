@@ -25,9 +25,9 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
-#include <stdexcept>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -56,7 +56,9 @@ struct Stats {
 
 Stats stats_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  auto at = [&](double q) { return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))]; };
+  auto at = [&](double q) {
+    return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
+  };
   return {at(0.5), at(0.1), at(0.9)};
 }
 
@@ -90,8 +92,8 @@ double event_ms(cudaStream_t s, const std::function<void()>& enqueue) {
 
 void nccl_ok(ncclResult_t r, const char* call) {
   if (r != ncclSuccess) {
-    throw std::runtime_error(std::string("tide-nccl bench: ") + call + " failed: " +
-                             ncclGetErrorString(r));
+    throw std::runtime_error(std::string("tide-nccl bench: ") + call +
+                             " failed: " + ncclGetErrorString(r));
   }
 }
 
@@ -132,7 +134,8 @@ std::vector<BenchCase> bench_cases(const BenchArgs& args, int world) {
   if (args.cases.empty()) return all;
   std::vector<BenchCase> picked;
   for (const std::string& name : args.cases) {
-    const auto it = std::find_if(all.begin(), all.end(), [&](const BenchCase& c) { return c.name == name; });
+    const auto it =
+        std::find_if(all.begin(), all.end(), [&](const BenchCase& c) { return c.name == name; });
     if (it == all.end()) {
       throw InvalidArgument("tide-nccl bench: unknown case '" + name +
                             "'; known: flat32m flat128m llama3.1-70b qwen3-30b-a3b");
@@ -157,7 +160,9 @@ program::RsProgramOptions rs_program_options(const BenchArgs& args) {
 }
 
 nlohmann::json stats_json(const Stats& s, double bytes) {
-  return {{"median_ms", s.median}, {"p10_ms", s.p10}, {"p90_ms", s.p90},
+  return {{"median_ms", s.median},
+          {"p10_ms", s.p10},
+          {"p90_ms", s.p90},
           {"algbw_GBps", bytes / (s.median * 1e6)}};
 }
 
@@ -170,9 +175,9 @@ std::int64_t window_for(const std::vector<BenchCase>& cases, const BenchArgs& ar
       const GroupLayout layout(Topology(world / l, l), c.shapes, DType::kBf16, DType::kBf16);
       need = std::max(need, fabric::NcclProgramFabric::required_window_bytes(
                                 program::build_ag_program(AgPlan(layout, AgOptions{}))));
-      need = std::max(need, fabric::NcclProgramFabric::required_window_bytes(
-                                program::build_rs_program(RsPlan(layout, rs_options(args)),
-                                                          rs_program_options(args))));
+      need =
+          std::max(need, fabric::NcclProgramFabric::required_window_bytes(program::build_rs_program(
+                             RsPlan(layout, rs_options(args)), rs_program_options(args))));
     }
   }
   return need;
@@ -281,7 +286,8 @@ nlohmann::json Bench::all_gather(const BenchCase& c, int m, int l) {
   }
   const auto checks = session_.gather_text(check, "bench: all-gather check");
   bool ok = true;
-  for (const std::string& v : checks) ok = ok && v == "bitwise";
+  for (const std::string& v : checks)
+    ok = ok && v == "bitwise";
   const double bytes = static_cast<double>(layout.unsharded_bytes());
   return {{"collective", "all-gather"},
           {"shard_bytes", s_bytes},
@@ -309,13 +315,12 @@ nlohmann::json Bench::reduce_scatter(const BenchCase& c, int m, int l) {
   exec::CudaExecutor ex(program, pf);
   for (int p = 0; p < layout.param_count(); ++p) {
     const ParamLayout& pl = layout.param(p);
-    launch_fill_uniform(pf.pointer(Buffer{me, Space::kTensor, p}), pl.rows * pl.cols,
-                        DType::kBf16, args_.seed * 104729 + static_cast<std::uint64_t>(me * 1000 + p),
-                        stream_);
+    launch_fill_uniform(pf.pointer(Buffer{me, Space::kTensor, p}), pl.rows * pl.cols, DType::kBf16,
+                        args_.seed * 104729 + static_cast<std::uint64_t>(me * 1000 + p), stream_);
   }
   auto* out = static_cast<float*>(pf.pointer(Buffer{me, Space::kOutput, 0}));
-  TIDE_CUDA_CHECK(cudaMemsetAsync(out, 0xFF, static_cast<std::size_t>(layout.fp32_shard_bytes()),
-                                  stream_));
+  TIDE_CUDA_CHECK(
+      cudaMemsetAsync(out, 0xFF, static_cast<std::size_t>(layout.fp32_shard_bytes()), stream_));
   TIDE_CUDA_CHECK(cudaStreamSynchronize(stream_));
   session_.barrier("bench: every executor built");
   double enqueue_ms = 0;
@@ -373,7 +378,8 @@ nlohmann::json Bench::reduce_scatter(const BenchCase& c, int m, int l) {
   double worst = 0, scale = 1;
   bool identical = true;
   for (std::size_t i = 0; i < mine.size(); ++i) {
-    worst = std::max(worst, std::fabs(static_cast<double>(mine[i]) - static_cast<double>(theirs[i])));
+    worst =
+        std::max(worst, std::fabs(static_cast<double>(mine[i]) - static_cast<double>(theirs[i])));
     scale = std::max(scale, std::fabs(static_cast<double>(theirs[i])));
     identical = identical && std::memcmp(&mine[i], &theirs[i], 4) == 0;
   }
@@ -383,7 +389,8 @@ nlohmann::json Bench::reduce_scatter(const BenchCase& c, int m, int l) {
                                           : "within 1e-5";
   const auto checks = session_.gather_text(verdict, "bench: reduce-scatter check");
   bool ok = true;
-  for (const std::string& v : checks) ok = ok && !v.starts_with("DIFFERS");
+  for (const std::string& v : checks)
+    ok = ok && !v.starts_with("DIFFERS");
   const double bytes = static_cast<double>(layout.pack_buffer_bytes());
   return {{"collective", "reduce-scatter"},
           {"shard_bytes_fp32", layout.fp32_shard_bytes()},
@@ -415,21 +422,18 @@ void print_row(const std::string& name, int m, int l, const nlohmann::json& r) {
   const char* stock_key = ag ? "nccl_plus_copy" : "pack_plus_nccl";
   const char* copy_key = ag ? "copy_out" : "pack";
   const double t = r["tide"]["median_ms"], s = r[stock_key]["median_ms"];
-  std::printf("%-15s %dx%d %-3s %9.3f %9.3f %9.3f %9.3f %7.2fx %9.1f %9.1f %8.3f  %s\n",
-              name.c_str(), m, l, ag ? "AG" : "RS", t,
-              static_cast<double>(r["nccl"]["median_ms"]),
-              static_cast<double>(r[copy_key]["median_ms"]), s, s / t,
-              static_cast<double>(r["tide"]["algbw_GBps"]),
-              static_cast<double>(r[stock_key]["algbw_GBps"]),
-              static_cast<double>(r["tide_enqueue_ms"]),
-              std::string(r["check"]).substr(0, 24).c_str());
+  std::printf(
+      "%-15s %dx%d %-3s %9.3f %9.3f %9.3f %9.3f %7.2fx %9.1f %9.1f %8.3f  %s\n", name.c_str(), m, l,
+      ag ? "AG" : "RS", t, static_cast<double>(r["nccl"]["median_ms"]),
+      static_cast<double>(r[copy_key]["median_ms"]), s, s / t,
+      static_cast<double>(r["tide"]["algbw_GBps"]), static_cast<double>(r[stock_key]["algbw_GBps"]),
+      static_cast<double>(r["tide_enqueue_ms"]), std::string(r["check"]).substr(0, 24).c_str());
   if (!ag) {
-    std::printf("%22s sum %lld kernels %.3f ms, landing %lld kernels %.3f ms, SM %.1f CTA-ms\n", "",
-                static_cast<long long>(r["tide_sum_kernels"]),
-                static_cast<double>(r["tide_sum_ms"]),
-                static_cast<long long>(r["tide_landing_kernels"]),
-                static_cast<double>(r["tide_landing_ms"]),
-                static_cast<double>(r["tide_sm_cta_ms"]));
+    std::printf(
+        "%22s sum %lld kernels %.3f ms, landing %lld kernels %.3f ms, SM %.1f CTA-ms\n", "",
+        static_cast<long long>(r["tide_sum_kernels"]), static_cast<double>(r["tide_sum_ms"]),
+        static_cast<long long>(r["tide_landing_kernels"]),
+        static_cast<double>(r["tide_landing_ms"]), static_cast<double>(r["tide_sm_cta_ms"]));
   }
 }
 
@@ -437,8 +441,9 @@ void print_row(const std::string& name, int m, int l, const nlohmann::json& r) {
 
 int run_bench(const fabric::LaunchedRank& me, const BenchArgs& args) {
   const std::vector<BenchCase> cases = bench_cases(args, me.world);
-  RankSession session(me, window_for(cases, args, me.world),
-                      std::chrono::milliseconds(static_cast<std::int64_t>(args.common.fabric_timeout_s * 1000)));
+  RankSession session(
+      me, window_for(cases, args, me.world),
+      std::chrono::milliseconds(static_cast<std::int64_t>(args.common.fabric_timeout_s * 1000)));
   const bool lead = session.rank() == 0;
   Bench bench(session, args);
   if (lead) {
@@ -449,8 +454,8 @@ int run_bench(const fabric::LaunchedRank& me, const BenchArgs& args) {
                 args.rs_landing_ctas, static_cast<long long>(args.rs_chunk_elems),
                 args.messages ? "; transfers between nodes as messages" : "");
     std::printf("%-15s %-3s %-3s %9s %9s %9s %9s %8s %9s %9s %8s  %s\n", "case", "MxL", "op",
-                "TIDE", "NCCL", "copies", "stock", "speedup", "TIDE GB/s", "stock GB/s",
-                "enqueue", "check");
+                "TIDE", "NCCL", "copies", "stock", "speedup", "TIDE GB/s", "stock GB/s", "enqueue",
+                "check");
   }
   nlohmann::json rows = nlohmann::json::array();
   int failed = 0;

@@ -18,9 +18,9 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <memory>
-#include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -124,7 +124,8 @@ std::vector<CheckCase> make_cases(int world, std::uint64_t seed, bool quick) {
 }
 
 // Withholds one signal that rank `rank` owes a peer and that some wait of the peer needs: a
-// bare signal (a credit) becomes a no-op marker, a put keeps its copy but loses its signal. Returns its label, or "" when there is none.
+// bare signal (a credit) becomes a no-op marker, a put keeps its copy but loses its signal. Returns
+// its label, or "" when there is none.
 std::string withhold_one_credit(program::Program& p, int rank) {
   std::map<std::pair<int, int>, std::int64_t> total;  // (counter rank, id) -> one run's sum
   for (const program::Op& op : p.ops) {
@@ -203,8 +204,7 @@ CaseResult run_one(RankSession& session, const CollectiveCase& c, int gpus_per_n
   CaseResult result;
   const int me = session.rank();
   program::Program program = c.program;
-  const bool faulty =
-      inject && me == (args.fault_rank < 0 ? session.world() - 1 : args.fault_rank);
+  const bool faulty = inject && me == (args.fault_rank < 0 ? session.world() - 1 : args.fault_rank);
   if (faulty && args.fault == "withhold") {
     const std::string label = withhold_one_credit(program, me);
     std::fprintf(stderr, "tide-nccl: rank %d withholds its credit '%s'\n", me, label.c_str());
@@ -273,8 +273,9 @@ int run_check(const fabric::LaunchedRank& me, const CheckArgs& args) {
   std::int64_t window = 0;
   for (const CheckCase& k : cases)
     window = std::max(window, fabric::NcclProgramFabric::required_window_bytes(k.c.program));
-  RankSession session(me, window,
-                      std::chrono::milliseconds(static_cast<std::int64_t>(args.common.fabric_timeout_s * 1000)));
+  RankSession session(
+      me, window,
+      std::chrono::milliseconds(static_cast<std::int64_t>(args.common.fabric_timeout_s * 1000)));
   const bool lead = session.rank() == 0;
   GroupSignature signature;
   signature.name = "tide-nccl check";
@@ -302,8 +303,7 @@ int run_check(const fabric::LaunchedRank& me, const CheckArgs& args) {
     CaseResult r;
     try {
       const auto want = exec::reference_outputs(c);
-      r = run_one(session, c, cases[i].gpus_per_node, want, args,
-                  !args.fault.empty() && i == 0);
+      r = run_one(session, c, cases[i].gpus_per_node, want, args, !args.fault.empty() && i == 0);
     } catch (const std::exception& e) {
       r.status = e.what();
     }
@@ -331,8 +331,11 @@ int run_check(const fabric::LaunchedRank& me, const CheckArgs& args) {
         if (lines[static_cast<std::size_t>(k)] != "ok")
           std::printf("  rank %d: %s\n", k, lines[static_cast<std::size_t>(k)].c_str());
       }
-      rows.push_back({{"case", c.name}, {"ok", verdict == "ok"}, {"ranks", lines},
-                      {"enqueue_us_max_rank_median", enqueue}, {"run_us_max_rank_median", wall}});
+      rows.push_back({{"case", c.name},
+                      {"ok", verdict == "ok"},
+                      {"ranks", lines},
+                      {"enqueue_us_max_rank_median", enqueue},
+                      {"run_us_max_rank_median", wall}});
     }
     if (!args.fault.empty()) break;  // a fault leaves the executors drained: one case only
   }

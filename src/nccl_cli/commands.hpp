@@ -10,9 +10,9 @@
 namespace tide::nccl_cli {
 
 struct CommonArgs {
-  double run_timeout_s = 30.0;   // CudaRunOptions::timeout_s of every TIDE run
+  double run_timeout_s = 30.0;    // CudaRunOptions::timeout_s of every TIDE run
   double fabric_timeout_s = 120;  // NcclFabricOptions::timeout (TIDE_FABRIC_TIMEOUT_S wins)
-  std::string out;               // a JSON file rank 0 writes (empty: none)
+  std::string out;                // a JSON file rank 0 writes (empty: none)
 };
 
 // Fabric probe: peer pointers, copy-engine reads and writes to every peer's window, and the
@@ -32,10 +32,10 @@ struct CheckArgs {
   CommonArgs common;
   int repeats = 3;
   std::uint64_t seed = 1;
-  std::string fault;      // "", "stall", "withhold"
-  int fault_rank = -1;    // -1: the last rank
-  double stall_s = 0.0;   // "stall": how late (0: 3 x run_timeout_s)
-  bool quick = false;     // fewer cases
+  std::string fault;     // "", "stall", "withhold"
+  int fault_rank = -1;   // -1: the last rank
+  double stall_s = 0.0;  // "stall": how late (0: 3 x run_timeout_s)
+  bool quick = false;    // fewer cases
   // Transfers between the declared nodes of each split as messages (ncclSend / ncclRecv), as
   // between hosts (NOTE [rail messages]).
   bool messages = false;

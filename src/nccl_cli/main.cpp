@@ -65,8 +65,8 @@ int main(int argc, char** argv) {
                       "send transfers between declared nodes as messages (as between hosts)");
 
   tide::nccl_cli::BenchArgs bench;
-  CLI::App* bench_cmd = app.add_subcommand(
-      "bench", "TIDE against NCCL plus FSDP2's layout copies, nccl-tests style");
+  CLI::App* bench_cmd =
+      app.add_subcommand("bench", "TIDE against NCCL plus FSDP2's layout copies, nccl-tests style");
   add_common(bench_cmd, bench.common);
   bench_cmd->add_option("--cases", bench.cases,
                         "flat32m flat128m llama3.1-70b qwen3-30b-a3b (default: all)");
@@ -80,8 +80,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 132));
   bench_cmd->add_option("--rs-landing-ctas", bench.rs_landing_ctas, "landing CTA budget")
       ->check(CLI::Range(1, 132));
-  bench_cmd->add_option("--rs-chunk", bench.rs_chunk_elems,
-                        "Level 1 staging chunk, columns per staged row (0: a whole pass part)")
+  bench_cmd
+      ->add_option("--rs-chunk", bench.rs_chunk_elems,
+                   "Level 1 staging chunk, columns per staged row (0: a whole pass part)")
       ->check(CLI::NonNegativeNumber);
   bench_cmd->add_flag("--rs-slot-reuse", bench.rs_slot_reuse, "TIDE-RS in Slot-Reuse mode");
   bench_cmd->add_flag("--messages", bench.messages,

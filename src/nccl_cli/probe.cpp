@@ -54,8 +54,9 @@ double time_copy(RankSession& session, cudaStream_t s, int repeats, const auto& 
 
 int run_probe(const fabric::LaunchedRank& me, const ProbeArgs& args) {
   const std::int64_t bytes = args.bytes;
-  RankSession session(me, 2 * bytes + 64 * kMiB,
-                      std::chrono::milliseconds(static_cast<std::int64_t>(args.common.fabric_timeout_s * 1000)));
+  RankSession session(
+      me, 2 * bytes + 64 * kMiB,
+      std::chrono::milliseconds(static_cast<std::int64_t>(args.common.fabric_timeout_s * 1000)));
   fabric::NcclFabric& f = session.fabric();
   const int rank = session.rank(), world = session.world();
   const bool lead = rank == 0;
@@ -90,14 +91,14 @@ int run_probe(const fabric::LaunchedRank& me, const ProbeArgs& args) {
     TIDE_CUDA_CHECK(cudaMemcpy(host.data(), f.peer_arena(p), host.size(), cudaMemcpyDefault));
     if (std::any_of(host.begin(), host.end(), [&](unsigned char b) { return b != byte_of(p); }))
       problems += "read of rank " + std::to_string(p) + "'s window wrong; ";
-    TIDE_CUDA_CHECK(cudaMemsetAsync(static_cast<unsigned char*>(f.peer_arena(p)) + (1 + rank) * kMiB,
-                                    byte_of(rank), kMiB, s));
+    TIDE_CUDA_CHECK(cudaMemsetAsync(
+        static_cast<unsigned char*>(f.peer_arena(p)) + (1 + rank) * kMiB, byte_of(rank), kMiB, s));
     TIDE_CUDA_CHECK(cudaStreamSynchronize(s));
   }
   session.barrier("probe: peers wrote");
   for (int p = 0; p < world && reachable == world; ++p) {
-    TIDE_CUDA_CHECK(cudaMemcpy(host.data(), window + (1 + p) * kMiB, host.size(),
-                               cudaMemcpyDeviceToHost));
+    TIDE_CUDA_CHECK(
+        cudaMemcpy(host.data(), window + (1 + p) * kMiB, host.size(), cudaMemcpyDeviceToHost));
     if (std::any_of(host.begin(), host.end(), [&](unsigned char b) { return b != byte_of(p); }))
       problems += "rank " + std::to_string(p) + "'s write into this window wrong; ";
   }
@@ -115,8 +116,9 @@ int run_probe(const fabric::LaunchedRank& me, const ProbeArgs& args) {
     rates[what] = {{"bytes", bytes}, {"median_ms", ms}, {"GB_per_s", gbs}};
     if (lead) std::printf("  %-34s %10.3f ms %9.1f GB/s\n", what, ms, gbs);
   };
-  if (lead) std::printf("copy engine, %lld bytes, every rank at once, slowest rank, median of %d:\n",
-                        static_cast<long long>(bytes), args.repeats);
+  if (lead)
+    std::printf("copy engine, %lld bytes, every rank at once, slowest rank, median of %d:\n",
+                static_cast<long long>(bytes), args.repeats);
   if (peer != nullptr) {
     report("push to next rank's window", time_copy(session, s, args.repeats, [&] {
              TIDE_CUDA_CHECK(cudaMemcpyAsync(peer + 64 * kMiB, local, n, cudaMemcpyDefault, s));
@@ -126,8 +128,8 @@ int run_probe(const fabric::LaunchedRank& me, const ProbeArgs& args) {
            }));
   }
   report("local device to device", time_copy(session, s, args.repeats, [&] {
-           TIDE_CUDA_CHECK(cudaMemcpyAsync(window + 64 * kMiB + n, local, n,
-                                           cudaMemcpyDeviceToDevice, s));
+           TIDE_CUDA_CHECK(
+               cudaMemcpyAsync(window + 64 * kMiB + n, local, n, cudaMemcpyDeviceToDevice, s));
          }));
   TIDE_CUDA_CHECK(cudaFree(local));
   TIDE_CUDA_CHECK(cudaStreamDestroy(s));

@@ -107,7 +107,8 @@ std::int64_t RankSession::sum_over_ranks(std::int64_t value, const char* what) {
 
 std::vector<std::string> RankSession::gather_text(const std::string& line, const char* what) {
   // Blobs of any length: agree on the longest, then all-gather fixed slots with a length.
-  const auto longest = static_cast<std::size_t>(max_over_ranks(static_cast<double>(line.size()), what));
+  const auto longest =
+      static_cast<std::size_t>(max_over_ranks(static_cast<double>(line.size()), what));
   const std::size_t slot = sizeof(std::uint64_t) + longest;
   auto* d = static_cast<std::byte*>(scratch(slot * static_cast<std::size_t>(me_.world + 1)));
   std::vector<std::byte> mine(slot, std::byte{0});

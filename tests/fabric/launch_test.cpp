@@ -18,11 +18,11 @@ namespace {
 
 // Unsets every launcher variable for the test's duration and restores nothing (tests only).
 void clear_launcher_environment() {
-  for (const char* v : {"TIDE_RANK", "TIDE_WORLD", "TIDE_LOCAL_RANK", "TIDE_RENDEZVOUS", "RANK",
-                        "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-                        "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
-                        "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                        "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"})
+  for (const char* v :
+       {"TIDE_RANK", "TIDE_WORLD", "TIDE_LOCAL_RANK", "TIDE_RENDEZVOUS", "RANK", "WORLD_SIZE",
+        "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+        "TORCHELASTIC_RESTART_COUNT", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"})
     unsetenv(v);
 }
 

@@ -17,8 +17,7 @@ TEST(NcclProgramFabricSizing, LargestArenaRoundedPlusSignalWords) {
         largest = std::max(largest, b.arena_bytes);
       const std::int64_t rounded = (largest + 4095) / 4096 * 4096;
       const std::int64_t words = std::max(1, c.program.counters);
-      EXPECT_EQ(NcclProgramFabric::required_window_bytes(c.program), rounded + 8 * words)
-          << c.name;
+      EXPECT_EQ(NcclProgramFabric::required_window_bytes(c.program), rounded + 8 * words) << c.name;
       EXPECT_GT(c.program.counters, 0) << c.name << ": a collective signals";
     }
   }

@@ -190,8 +190,8 @@ struct CudaExecutor::State {
   std::vector<cudaStream_t> streams;
   std::vector<std::pair<int, int>> stream_owner;  // (rank, stream name index; -1: rail)
   std::map<int, int> rail_stream;                 // rank -> its rail stream (messages)
-  std::vector<Mapped> receives;  // the receiving side of messages to local ranks
-  void* token = nullptr;         // 8 device bytes: the payload of signal messages
+  std::vector<Mapped> receives;                   // the receiving side of messages to local ranks
+  void* token = nullptr;                          // 8 device bytes: the payload of signal messages
   std::vector<cudaEvent_t> done;                  // completion event per stream
   cudaStream_t control = nullptr;                 // counter resets and read-backs
   // Events: one per recorded (rank, id); slot = rank * program.events + id.
@@ -779,8 +779,8 @@ struct CudaExecutor::State {
     for (std::size_t i = 0; i < complete.size(); ++i) {
       if (complete[i]) continue;
       if (++streams_left <= 16) {
-        stream_list += " (rank " + std::to_string(stream_owner[i].first) + ", '" +
-                       stream_name(i) + "')";
+        stream_list +=
+            " (rank " + std::to_string(stream_owner[i].first) + ", '" + stream_name(i) + "')";
       }
     }
     text += " Incomplete streams: " + std::to_string(streams_left) + ":" + stream_list + ".";

@@ -46,8 +46,8 @@ struct MessagePart {
 
 struct Message {
   bool sender = true;
-  int peer = -1;                   // the other rank
-  std::vector<MessagePart> parts;  // empty: one 8-byte token
+  int peer = -1;                     // the other rank
+  std::vector<MessagePart> parts;    // empty: one 8-byte token
   std::uint64_t* counter = nullptr;  // receiver: its own counter word
   std::uint64_t value = 0;
   cudaEvent_t ready = nullptr;  // sender: the op's stream -> the rail stream

@@ -67,8 +67,8 @@ struct NcclProgramFabric::State {
 };
 
 std::int64_t NcclProgramFabric::required_window_bytes(const program::Program& program) {
-  return largest_arena(program) +
-         std::max<std::int64_t>(1, program.counters) * static_cast<std::int64_t>(sizeof(std::uint64_t));
+  return largest_arena(program) + std::max<std::int64_t>(1, program.counters) *
+                                      static_cast<std::int64_t>(sizeof(std::uint64_t));
 }
 
 NcclProgramFabric::NcclProgramFabric(NcclFabric& nccl, const program::Program& program,
@@ -80,8 +80,7 @@ NcclProgramFabric::NcclProgramFabric(NcclFabric& nccl, const program::Program& p
                           std::to_string(options.gpus_per_node) + " does not divide " +
                           std::to_string(program.ranks) + " ranks)");
   }
-  if (program.ranks != nccl.world() ||
-      static_cast<int>(program.buffers.size()) != program.ranks) {
+  if (program.ranks != nccl.world() || static_cast<int>(program.buffers.size()) != program.ranks) {
     throw InvalidArgument("NcclProgramFabric: the program has " + std::to_string(program.ranks) +
                           " ranks, the NCCL fabric's world " + std::to_string(nccl.world()) +
                           "; build the program for the launched world");
@@ -171,8 +170,7 @@ std::int64_t NcclProgramFabric::bytes(const Buffer& b) const {
 std::uint64_t* NcclProgramFabric::signals(int owner) const {
   if (owner < 0 || owner >= state_->program->ranks) return nullptr;
   std::byte* base = state_->window(owner);
-  return base == nullptr ? nullptr
-                         : reinterpret_cast<std::uint64_t*>(base + state_->signal_offset);
+  return base == nullptr ? nullptr : reinterpret_cast<std::uint64_t*>(base + state_->signal_offset);
 }
 
 std::int64_t NcclProgramFabric::signal_words() const {

@@ -217,9 +217,9 @@ VirtualFabric::VirtualFabric(const std::vector<program::BufferSizes>& sizes,
     }
   }
   s.signal_words = options.signal_words;
-  const std::size_t signal_bytes = sizeof(std::uint64_t) *
-                                   static_cast<std::size_t>(std::max<std::int64_t>(1, s.signal_words)) *
-                                   sizes.size();
+  const std::size_t signal_bytes =
+      sizeof(std::uint64_t) * static_cast<std::size_t>(std::max<std::int64_t>(1, s.signal_words)) *
+      sizes.size();
   TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.signals), signal_bytes));
 }
 
@@ -234,8 +234,9 @@ bool VirtualFabric::local(int rank) const {
 
 std::uint64_t* VirtualFabric::signals(int owner) const {
   if (!local(owner)) return nullptr;
-  return state_->signals + static_cast<std::size_t>(owner) *
-                               static_cast<std::size_t>(std::max<std::int64_t>(1, state_->signal_words));
+  return state_->signals +
+         static_cast<std::size_t>(owner) *
+             static_cast<std::size_t>(std::max<std::int64_t>(1, state_->signal_words));
 }
 
 std::int64_t VirtualFabric::signal_words() const {
