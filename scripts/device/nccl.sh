@@ -4,7 +4,8 @@
 #   device: run(kind="nvidia-h200-x2", command="bash scripts/device/nccl.sh", carry=[".deps"])
 # STEPS (default "build unit probe check faults bench torch") picks steps:
 #   build   tide-nccl, the NCCL fabric tests and the CUDA executor tests (Release, ninja)
-#   unit    the 1-rank NCCL fabric tests on GPU 0, and the CUDA executor's tests (one GPU)
+#   unit    the 1-rank NCCL fabric tests on GPU 0, and the CUDA executor's tests (the
+#           multi-GPU virtual fabric test uses every GPU)
 #   probe   tide-nccl probe: peer pointers, copy-engine push/pull bandwidth to a peer
 #   check   tide-nccl check: every split of the GPUs, bitwise against the CPU reference
 #   messages  the same with transfers between declared nodes as ncclSend/ncclRecv messages
@@ -60,10 +61,12 @@ if has unit; then
   rc=$?; step_rc $rc
   note "nccl fabric 1-rank tests rc=$rc $(stamp): $(grep -E '^\[  (PASSED|FAILED) ' "$LOG/unit-fabric.log" | tr '\n' ' ')"
   grep -E "^\[  FAILED|Failure|error" "$LOG/unit-fabric.log" | head -10 | tee -a "$summary"
-  CUDA_VISIBLE_DEVICES=0 timeout 300 "$BUILD/tests/exec/tide_cuda_executor_tests" > "$LOG/unit-executor.log" 2>&1
+  # Every GPU visible: the one-GPU tests use device 0, the multi-GPU virtual fabric all.
+  timeout 300 "$BUILD/tests/exec/tide_cuda_executor_tests" > "$LOG/unit-executor.log" 2>&1
   rc=$?; step_rc $rc
   note "cuda executor tests rc=$rc $(stamp): $(grep -E '^\[  (PASSED|FAILED) ' "$LOG/unit-executor.log" | tr '\n' ' ')"
   grep -E "^\[  FAILED|Failure" "$LOG/unit-executor.log" | head -10 | tee -a "$summary"
+  grep -E "^\[ +(OK|SKIPPED|FAILED) +\] CudaExecutor.SeveralGpus" "$LOG/unit-executor.log" | tee -a "$summary"
 fi
 
 if has probe; then

@@ -100,11 +100,13 @@ CudaExecutorOptions per_descriptor() {
 
 // Runs `c` on the reference and `runs` times on the GPU (one executor; counters carry over
 // between runs, NOTE [CUDA executor op mapping]); every checked byte equal every time.
-void run_case(const Case& c, int runs = 2, const CudaExecutorOptions& options = {}) {
-  SCOPED_TRACE(c.name + (options.batch_copies ? "" : " (per-descriptor copies)"));
+void run_case(const Case& c, int runs = 2, const CudaExecutorOptions& options = {},
+              const fabric::VirtualFabricOptions& fabric_options = {}) {
+  SCOPED_TRACE(c.name + (options.batch_copies ? "" : " (per-descriptor copies)") +
+               (fabric_options.devices.size() > 1 ? " (several GPUs)" : ""));
   std::vector<std::vector<std::byte>> want;
   reference_outputs(c, &want);
-  VirtualFabric fab(c.program);
+  VirtualFabric fab(c.program, fabric_options);
   CudaExecutor ex(c.program, fab, options);
   for (int i = 0; i < runs; ++i) {
     const auto got = cuda_outputs(c, ex);
@@ -624,6 +626,46 @@ TEST(CudaExecutor, UnsatisfiableWaitTimesOutNamingTheWait) {
       EXPECT_NE(what.find("holds 1 < 2"), std::string::npos) << what;
     }
   }
+}
+
+// Several GPUs of one host (issue 5, item 1): the ranks in consecutive blocks over every GPU,
+// arenas mapped for all of them, signals added through peer access; bitwise as on one GPU.
+TEST(CudaExecutor, SeveralGpusOfOneHostMatchReferenceBitwise) {
+  TIDE_REQUIRE_GPU();
+  int gpus = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&gpus), cudaSuccess);
+  if (gpus < 2) GTEST_SKIP() << "one GPU here: the multi-GPU virtual fabric needs two or more";
+  fabric::VirtualFabricOptions spread;
+  for (int d = 0; d < gpus; ++d)
+    spread.devices.push_back(d);
+  {
+    const Case c = rs_case(2, 4, RsMode::kSlotReuse, DType::kBf16, true, 7001);
+    VirtualFabric fab(c.program, spread);
+    EXPECT_EQ(fab.device_count(), gpus);
+    EXPECT_EQ(fab.device_of(0), 0);
+    EXPECT_EQ(fab.device_of(c.program.ranks - 1), gpus - 1);
+  }
+  std::uint64_t seed = 7100;
+  for (auto [m, l] : {std::pair{1, 2}, std::pair{2, 1}, std::pair{2, 4}, std::pair{4, 2},
+                      std::pair{3, 2}, std::pair{8, 8}}) {
+    run_case(ag_case(m, l, false, ++seed), 2, {}, spread);
+    run_case(ag_case(m, l, true, ++seed), 2, {}, spread);
+    run_case(rs_case(m, l, RsMode::kInPlace, DType::kBf16, false, ++seed), 2, {}, spread);
+    run_case(rs_case(m, l, RsMode::kSlotReuse, DType::kFp32, true, ++seed), 2, {}, spread);
+    if (HasFatalFailure()) return;
+  }
+  run_case(step_case(2, 4, RsMode::kSlotReuse, DType::kFp32, true, 2, 7201), 3, {}, spread);
+  run_case(step_case(4, 2, RsMode::kInPlace, DType::kBf16, false, 1, 7202), 3, {}, spread);
+  // A profiled run across devices: kernels timed, streams measured from their device's origin.
+  const Case c = rs_case(2, 2, RsMode::kInPlace, DType::kBf16, false, 7301);
+  VirtualFabric fab(c.program, spread);
+  CudaExecutor ex(c.program, fab);
+  CudaRunOptions profiled;
+  profiled.profile = true;
+  const exec::CudaRunResult r = ex.run(profiled);
+  EXPECT_FALSE(r.kernels_timed.empty());
+  for (const auto& span : r.streams)
+    EXPECT_GE(span.end_ms, span.begin_ms);
 }
 
 }  // namespace

@@ -40,7 +40,13 @@ class Fabric {
 
   virtual int ranks() const = 0;
   virtual bool local(int rank) const = 0;
-  virtual int device() const = 0;  // the CUDA device of the local ranks
+  virtual int device() const = 0;  // the CUDA device of the first local rank
+  // The CUDA device of a local rank (the virtual fabric can spread ranks over the GPUs of
+  // one host; its streams, events, kernels and buffers live there).
+  virtual int device_of(int rank) const {
+    (void)rank;
+    return device();
+  }
 
   virtual void* pointer(const program::Buffer& buffer) const = 0;
   // The size the program asked for (0 for buffers this process cannot address).

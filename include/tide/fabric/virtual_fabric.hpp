@@ -3,17 +3,22 @@
 // are no modelled delays, and timings between its ranks are not NVLink timings.
 //
 // NOTE [virtual fabric memory]
-// - Arenas. Every rank's symmetric arena is carved from ONE VMM allocation: cuMemCreate of
-//   ranks x stride bytes (stride = the largest arena of the program rounded up to the
-//   allocation granularity, at least 2 MiB), one cuMemAddressReserve, one cuMemMap, one
-//   cuMemSetAccess (read/write for the fabric's device). Rank r's arena starts at
-//   base + r x stride, so all arenas are symmetric (same size, same stride apart).
+// - Arenas. Every rank's symmetric arena is carved from ONE reserved VMM range of ranks x
+//   stride bytes (stride = the largest arena of the program rounded up to the allocation
+//   granularity, at least 2 MiB): one cuMemAddressReserve, then per device one cuMemCreate on
+//   that device for its block of consecutive ranks, mapped at the block's offset, and one
+//   cuMemSetAccess giving every device read/write access to the whole range. Rank r's arena
+//   starts at base + r x stride, so all arenas are symmetric (same size, same stride apart).
+// - Devices. One by default; with VirtualFabricOptions::devices the ranks are spread over the
+//   GPUs of one host in consecutive blocks (peer access enabled between every pair), and
+//   device_of(rank) says where a rank's streams, kernels and buffers live. Timings between
+//   ranks on different GPUs are NVLink timings; between ranks of one GPU they are not.
 // - Peer pointers. One process and one address space: rank r reaches peer p's arena at
 //   peer p's arena base (peer_arena(r, p) == arena(p)), as an LSA pointer would.
 // - Tensors and outputs. Per rank, per index: plain cudaMalloc buffers outside the arena
 //   (FSDP2's gradients and masters live in PyTorch's allocator, not in the arena).
-// - Signal words (NOTE [fabric interface]): one cudaMalloc of ranks x signal_words 64-bit
-//   words; rank r's words start at r x signal_words.
+// - Signal words (NOTE [fabric interface]): per device one cudaMalloc of its ranks x
+//   signal_words 64-bit words (peers add to them through peer access).
 // - Contents are not initialised. Destruction frees everything (cudaFree, cuMemUnmap,
 //   cuMemRelease, cuMemAddressFree) and therefore waits for work still using it; callers
 //   that could not drain their streams release() the fabric instead, which leaks on purpose.
@@ -32,6 +37,9 @@ namespace tide::fabric {
 
 struct VirtualFabricOptions {
   int device = -1;  // the CUDA device; -1: the current one
+  // Several GPUs of one host: the ranks in consecutive blocks, one block per device (sizes
+  // differ by at most one). Every pair needs peer access (NVLink or PCIe); empty: `device`.
+  std::vector<int> devices;
   // Lower bound on the arena stride's alignment (bytes, a power of two; the driver's
   // recommended granularity is used when larger).
   std::int64_t arena_alignment = std::int64_t{2} << 20;
@@ -58,7 +66,9 @@ class VirtualFabric final : public Fabric {
 
   int ranks() const override;
   bool local(int rank) const override;  // every rank runs in this process
-  int device() const override;
+  int device() const override;  // the first device
+  int device_of(int rank) const override;
+  int device_count() const;
 
   // Device pointers: rank r's arena, and peer p's arena as rank r sees it.
   void* arena(int rank) const;

@@ -71,6 +71,7 @@ struct CopyCall {
 // One op, resolved to device pointers and launch arguments at construction.
 struct Mapped {
   OpKind kind = OpKind::kRelease;
+  int rank = 0;     // the rank whose device runs it (a message receive: the receiver)
   int stream = -1;  // index into State::streams (-1: no stream work)
   bool empty = false;
   std::vector<CopyCall> copies;
@@ -189,6 +190,7 @@ struct CudaExecutor::State {
   // Streams: one per used (rank, stream name).
   std::vector<cudaStream_t> streams;
   std::vector<std::pair<int, int>> stream_owner;  // (rank, stream name index; -1: rail)
+  int current_device = -1;                        // the device last made current here
   std::map<int, int> rail_stream;                 // rank -> its rail stream (messages)
   std::vector<Mapped> receives;                   // the receiving side of messages to local ranks
   void* token = nullptr;                          // 8 device bytes: the payload of signal messages
@@ -229,9 +231,10 @@ struct CudaExecutor::State {
       }
       return;
     }
-    (void)cudaSetDevice(fabric.device());
-    for (cudaStream_t s : streams)
-      (void)cudaStreamSynchronize(s);
+    for (std::size_t i = 0; i < streams.size(); ++i) {
+      (void)cudaSetDevice(fabric.device_of(stream_owner[i].first));
+      (void)cudaStreamSynchronize(streams[i]);
+    }
     for (cudaEvent_t e : done)
       (void)cudaEventDestroy(e);
     for (cudaEvent_t e : events)
@@ -248,10 +251,19 @@ struct CudaExecutor::State {
     if (token != nullptr) (void)cudaFree(token);
   }
 
+  // Makes `rank`'s device current (kernels and stream calls must run on their stream's device).
+  void use_device_of(int rank) {
+    const int d = rank < 0 ? fabric.device() : fabric.device_of(rank);
+    if (d == current_device) return;
+    TIDE_CUDA_CHECK(cudaSetDevice(d));
+    current_device = d;
+  }
+
   // The rank's rail stream (messages), created on first use.
   int rail_of(int rank) {
     const auto it = rail_stream.find(rank);
     if (it != rail_stream.end()) return it->second;
+    use_device_of(rank);
     cudaStream_t s = nullptr;
     TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     const int index = static_cast<int>(streams.size());
@@ -298,13 +310,14 @@ struct CudaExecutor::State {
     return words + c.id;
   }
 
-  // Writes `byte` into every signal word of the local ranks (on the control stream).
-  void fill_local_signals(unsigned char byte) const {
+  // Writes `byte` into every signal word of the local ranks (synchronously, on each rank's
+  // device).
+  void fill_local_signals(unsigned char byte) {
     for (int r : local_ranks) {
-      TIDE_CUDA_CHECK(cudaMemsetAsync(fabric.signals(r), byte,
-                                      std::max<std::size_t>(1, counter_words) * 8, control));
+      use_device_of(r);
+      TIDE_CUDA_CHECK(
+          cudaMemset(fabric.signals(r), byte, std::max<std::size_t>(1, counter_words) * 8));
     }
-    TIDE_CUDA_CHECK(cudaStreamSynchronize(control));
   }
 
   std::size_t event_slot(const Op& op) const {
@@ -403,7 +416,9 @@ struct CudaExecutor::State {
   }
 
   void map_op(const Op& op, Mapped& m, int stream) {
+    use_device_of(op.rank);  // Level 1 tables and message staging live on the rank's device
     m.kind = op.kind;
+    m.rank = op.rank;
     m.stream = stream;
     if (cuda_detail::is_message(op, fabric)) {
       m.message = std::make_unique<cuda_detail::Message>(
@@ -480,14 +495,19 @@ struct CudaExecutor::State {
     };
     kernel_events.assign(ops.size(), {nullptr, nullptr});
     for (std::size_t i = 0; i < ops.size(); ++i) {
-      if (is_kernel(ops[i].kind) && !ops[i].empty) kernel_events[i] = {timing(), timing()};
+      if (!is_kernel(ops[i].kind) || ops[i].empty || ops[i].stream < 0) continue;
+      use_device_of(ops[i].rank);
+      kernel_events[i] = {timing(), timing()};
     }
-    for (std::size_t i = 0; i < streams.size(); ++i)
+    for (std::size_t i = 0; i < streams.size(); ++i) {
+      use_device_of(stream_owner[i].first);
       stream_events.emplace_back(timing(), timing());
+    }
   }
 
   // Enqueues one op on its stream. Throws with the CUDA error; the caller adds the op.
   void enqueue(const Mapped& m, CudaRunResult& stats) {
+    use_device_of(m.rank);
     if (m.message) {
       cudaStream_t rail = streams[static_cast<std::size_t>(m.rail)];
       cudaStream_t own = m.stream >= 0 ? streams[static_cast<std::size_t>(m.stream)] : rail;
@@ -706,7 +726,9 @@ struct CudaExecutor::State {
     }
     Mapped r;
     r.kind = op.kind;
+    r.rank = op.counter.rank;
     r.rail = rail_of(op.counter.rank);
+    use_device_of(r.rank);
     r.stream = -1;
     try {
       r.message = std::make_unique<cuda_detail::Message>(
@@ -726,20 +748,24 @@ struct CudaExecutor::State {
 
   // Reads the profiling events of a completed run into `stats`.
   void collect_profile(CudaRunResult& stats) const {
-    cudaEvent_t origin = stream_events.front().first;
-    for (std::size_t i = 1; i < stream_events.size(); ++i) {
-      float ms = 0;
-      TIDE_CUDA_CHECK(cudaEventElapsedTime(&ms, origin, stream_events[i].first));
-      if (ms < 0) origin = stream_events[i].first;
-    }
-    auto since = [&](cudaEvent_t e) {
-      float ms = 0;
-      TIDE_CUDA_CHECK(cudaEventElapsedTime(&ms, origin, e));
-      return static_cast<double>(ms);
-    };
+    // Times between events are only defined on one device: each stream's span is measured
+    // from the earliest stream head of its device.
+    std::map<int, cudaEvent_t> origin;  // device -> earliest head
     for (std::size_t i = 0; i < stream_events.size(); ++i) {
+      const int d = fabric.device_of(stream_owner[i].first);
+      const auto [it, fresh] = origin.emplace(d, stream_events[i].first);
+      if (fresh) continue;
+      float ms = 0;
+      TIDE_CUDA_CHECK(cudaEventElapsedTime(&ms, it->second, stream_events[i].first));
+      if (ms < 0) it->second = stream_events[i].first;
+    }
+    for (std::size_t i = 0; i < stream_events.size(); ++i) {
+      cudaEvent_t o = origin.at(fabric.device_of(stream_owner[i].first));
+      float begin = 0, end = 0;
+      TIDE_CUDA_CHECK(cudaEventElapsedTime(&begin, o, stream_events[i].first));
+      TIDE_CUDA_CHECK(cudaEventElapsedTime(&end, o, stream_events[i].second));
       stats.streams.push_back({stream_owner[i].first, stream_owner[i].second,
-                               since(stream_events[i].first), since(stream_events[i].second)});
+                               static_cast<double>(begin), static_cast<double>(end)});
     }
     for (std::size_t i = 0; i < kernel_events.size(); ++i) {
       const auto& [a, b] = kernel_events[i];
@@ -760,11 +786,12 @@ struct CudaExecutor::State {
     std::string read_error;
     for (int r : local_ranks) {
       const std::size_t first = static_cast<std::size_t>(r) * counter_words;
-      const cudaError_t st =
+      // Synchronous and stream-less: the executor's streams may be stuck, and the words may
+      // live on another device than the control stream.
+      const cudaError_t sync =
           counter_words == 0 ? cudaSuccess
-                             : cudaMemcpyAsync(values.data() + first, fabric.signals(r),
-                                               counter_words * 8, cudaMemcpyDeviceToHost, control);
-      const cudaError_t sync = st == cudaSuccess ? cudaStreamSynchronize(control) : st;
+                             : cudaMemcpy(values.data() + first, fabric.signals(r),
+                                          counter_words * 8, cudaMemcpyDeviceToHost);
       if (sync != cudaSuccess) {
         read_error = " (counters could not be read: " + cuda_status(sync) + ")";
         break;
@@ -865,7 +892,7 @@ CudaExecutor::CudaExecutor(const Program& program, fabric::Fabric& fabric,
   }
 
   State& st = *state_;
-  TIDE_CUDA_CHECK(cudaSetDevice(fabric.device()));
+  st.use_device_of(-1);  // (rank -1: the fabric's first device) the control stream lives there
   (void)fabric::detail::driver();  // fail early when an entry point is missing
   TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&st.control, cudaStreamNonBlocking));
 #if TIDE_HAS_CUDA_MEMCPY_BATCH
@@ -898,6 +925,7 @@ CudaExecutor::CudaExecutor(const Program& program, fabric::Fabric& fabric,
   std::map<std::pair<int, int>, int> stream_of;
   for (const Op& op : program.ops) {
     if (!fabric.local(op.rank)) continue;
+    st.use_device_of(op.rank);  // its events and streams live on its device
     if (op.kind == OpKind::kEventRecord && st.event_index[st.event_slot(op)] < 0) {
       cudaEvent_t e = nullptr;
       TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -962,7 +990,8 @@ void CudaExecutor::upload(const Buffer& buffer, std::span<const std::byte> bytes
   const auto n = static_cast<std::int64_t>(bytes.size());
   check_range(state_->fabric, buffer, offset, n, "upload");
   if (n == 0) return;
-  TIDE_CUDA_CHECK(cudaSetDevice(state_->fabric.device()));
+  TIDE_CUDA_CHECK(cudaSetDevice(state_->fabric.device_of(buffer.rank)));
+  state_->current_device = -1;
   TIDE_CUDA_CHECK(cudaMemcpy(static_cast<std::byte*>(state_->fabric.pointer(buffer)) + offset,
                              bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
 }
@@ -971,7 +1000,8 @@ void CudaExecutor::fill(const Buffer& buffer, std::byte value) {
   check_range(state_->fabric, buffer, 0, 0, "fill");
   const std::int64_t n = state_->fabric.bytes(buffer);
   if (n == 0) return;
-  TIDE_CUDA_CHECK(cudaSetDevice(state_->fabric.device()));
+  TIDE_CUDA_CHECK(cudaSetDevice(state_->fabric.device_of(buffer.rank)));
+  state_->current_device = -1;
   TIDE_CUDA_CHECK(cudaMemset(state_->fabric.pointer(buffer), std::to_integer<int>(value),
                              static_cast<std::size_t>(n)));
 }
@@ -981,7 +1011,8 @@ std::vector<std::byte> CudaExecutor::download(const Buffer& buffer) {
   const std::int64_t n = state_->fabric.bytes(buffer);
   std::vector<std::byte> out(static_cast<std::size_t>(n));
   if (n == 0) return out;
-  TIDE_CUDA_CHECK(cudaSetDevice(state_->fabric.device()));
+  TIDE_CUDA_CHECK(cudaSetDevice(state_->fabric.device_of(buffer.rank)));
+  state_->current_device = -1;
   TIDE_CUDA_CHECK(cudaMemcpy(out.data(), state_->fabric.pointer(buffer),
                              static_cast<std::size_t>(n), cudaMemcpyDeviceToHost));
   return out;
@@ -999,7 +1030,8 @@ CudaRunResult CudaExecutor::run(const CudaRunOptions& options) {
     throw InvalidArgument("CudaExecutor::run: timeout_s = " + std::to_string(options.timeout_s) +
                           " (need > 0)");
   }
-  TIDE_CUDA_CHECK(cudaSetDevice(st.fabric.device()));
+  st.current_device = -1;  // the caller may have made another device current
+  st.use_device_of(-1);
   CudaRunResult stats;
   // Every stream is idle here (the previous run completed or was drained). Counters hold
   // epoch x totals unless a timeout forced them high.
@@ -1024,6 +1056,7 @@ CudaRunResult CudaExecutor::run(const CudaRunOptions& options) {
     const Mapped& m = st.ops[static_cast<std::size_t>(i)];
     try {
       if (options.profile) {
+        st.use_device_of(m.rank);
         cudaStream_t s = st.streams[static_cast<std::size_t>(m.stream)];
         if (!started[static_cast<std::size_t>(m.stream)]) {
           started[static_cast<std::size_t>(m.stream)] = true;
@@ -1091,6 +1124,7 @@ CudaRunResult CudaExecutor::run(const CudaRunOptions& options) {
                           "event-wait cycle): the program deadlocks");
   }
   for (std::size_t i = 0; i < st.streams.size(); ++i) {
+    st.use_device_of(st.stream_owner[i].first);
     if (options.profile) {
       if (!started[i]) TIDE_CUDA_CHECK(cudaEventRecord(st.stream_events[i].first, st.streams[i]));
       TIDE_CUDA_CHECK(cudaEventRecord(st.stream_events[i].second, st.streams[i]));

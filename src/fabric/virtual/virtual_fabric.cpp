@@ -32,21 +32,27 @@ std::string where(int rank) {
 }  // namespace
 
 struct VirtualFabric::State {
-  int device = 0;
+  std::vector<int> devices;  // one block of consecutive ranks per device
   std::vector<program::BufferSizes> sizes;
-  // VMM arena.
-  CUmemGenericAllocationHandle handle = 0;
-  bool have_handle = false;
+  // VMM arena: one reserved range, one physical allocation per device block mapped into it.
+  struct Block {
+    int device = 0;
+    int first = 0;  // ranks [first, first + count)
+    int count = 0;
+    CUmemGenericAllocationHandle handle = 0;
+    bool created = false;
+    bool mapped = false;
+    std::uint64_t* signals = nullptr;  // count x signal_words (cudaMalloc on the device)
+  };
+  std::vector<Block> blocks;
   CUdeviceptr base = 0;
   bool reserved = false;
-  bool mapped = false;
   std::int64_t stride = 0;
   std::int64_t total = 0;
   // cudaMalloc buffers, [rank][index].
   std::vector<std::vector<void*>> tensors;
   std::vector<std::vector<void*>> outputs;
   std::int64_t malloc_bytes = 0;
-  std::uint64_t* signals = nullptr;  // ranks x signal_words
   std::int64_t signal_words = 0;
   bool released = false;
 
@@ -60,10 +66,25 @@ struct VirtualFabric::State {
         }
       }
     }
-    if (signals != nullptr) (void)cudaFree(signals);
-    if (mapped) (void)driver().mem_unmap(base, static_cast<std::size_t>(total));
-    if (have_handle) (void)driver().mem_release(handle);
+    for (Block& b : blocks) {
+      if (b.signals != nullptr) (void)cudaFree(b.signals);
+      if (b.mapped) {
+        (void)driver().mem_unmap(base + static_cast<CUdeviceptr>(b.first * stride),
+                                 static_cast<std::size_t>(b.count * stride));
+      }
+      if (b.created) (void)driver().mem_release(b.handle);
+    }
     if (reserved) (void)driver().mem_address_free(base, static_cast<std::size_t>(total));
+  }
+
+  int ranks() const { return static_cast<int>(sizes.size()); }
+
+  const Block& block_of(int rank) const {
+    for (const Block& b : blocks) {
+      if (rank >= b.first && rank < b.first + b.count) return b;
+    }
+    throw InvalidArgument("VirtualFabric: rank " + std::to_string(rank) + " is outside [0, " +
+                          std::to_string(ranks()) + ")");
   }
 
   void* buffer(const Buffer& b) const {
@@ -153,74 +174,134 @@ VirtualFabric::VirtualFabric(const std::vector<program::BufferSizes>& sizes,
   }
   State& s = *state_;
   s.sizes = sizes;
-  if (options.device >= 0) {
-    TIDE_CUDA_CHECK(cudaSetDevice(options.device));
-    s.device = options.device;
-  } else {
-    TIDE_CUDA_CHECK(cudaGetDevice(&s.device));
+  s.devices = options.devices;
+  if (s.devices.empty()) {
+    int current = 0;
+    if (options.device >= 0) {
+      current = options.device;
+    } else {
+      TIDE_CUDA_CHECK(cudaGetDevice(&current));
+    }
+    s.devices = {current};
   }
-  TIDE_CUDA_CHECK(cudaFree(nullptr));  // create the primary context before driver calls
+  const int ranks = s.ranks();
+  const auto device_count = static_cast<int>(s.devices.size());
+  if (device_count > ranks) {
+    throw InvalidArgument("VirtualFabric: " + std::to_string(device_count) + " devices for " +
+                          std::to_string(ranks) + " ranks; give at most one device per rank");
+  }
   const DriverApi& d = driver();
-
-  int vmm = 0;
-  check_driver(d.device_get_attribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
-                                      s.device),
-               "cuDeviceGetAttribute(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)");
-  if (vmm == 0) {
-    throw Unsupported("VirtualFabric: device " + std::to_string(s.device) +
-                      " does not support CUDA virtual memory management (cuMemCreate); the "
-                      "virtual fabric needs it (any Hopper or later GPU with a recent driver)");
+  for (int dev : s.devices) {
+    TIDE_CUDA_CHECK(cudaSetDevice(dev));
+    TIDE_CUDA_CHECK(cudaFree(nullptr));  // create the primary context before driver calls
+    int vmm = 0;
+    check_driver(
+        d.device_get_attribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev),
+        "cuDeviceGetAttribute(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)");
+    if (vmm == 0) {
+      throw Unsupported("VirtualFabric: device " + std::to_string(dev) +
+                        " does not support CUDA virtual memory management (cuMemCreate); the "
+                        "virtual fabric needs it (any Hopper or later GPU with a recent driver)");
+    }
+    for (int peer : s.devices) {
+      if (peer == dev) continue;
+      int can = 0;
+      TIDE_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, dev, peer));
+      if (can == 0) {
+        throw Unsupported("VirtualFabric: device " + std::to_string(dev) + " cannot access device " +
+                          std::to_string(peer) +
+                          " (no peer-to-peer path): spread the ranks only over GPUs that "
+                          "NVLink or PCIe peer access connects");
+      }
+      const cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
+      if (e == cudaErrorPeerAccessAlreadyEnabled) {
+        (void)cudaGetLastError();
+      } else {
+        TIDE_CUDA_CHECK(e);
+      }
+    }
+  }
+  // Consecutive ranks per device (a node's GPUs stay together when L divides the block).
+  for (int k = 0; k < device_count; ++k) {
+    State::Block b;
+    b.device = s.devices[static_cast<std::size_t>(k)];
+    b.first = k * ranks / device_count;
+    b.count = (k + 1) * ranks / device_count - b.first;
+    s.blocks.push_back(b);
   }
 
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = s.device;
-  std::size_t granularity = 0;
-  check_driver(
-      d.mem_get_allocation_granularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
-      "cuMemGetAllocationGranularity");
-  const std::int64_t grain = std::max<std::int64_t>(static_cast<std::int64_t>(granularity), align);
+  std::int64_t grain = options.arena_alignment;
+  for (const State::Block& b : s.blocks) {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = b.device;
+    std::size_t granularity = 0;
+    check_driver(
+        d.mem_get_allocation_granularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+        "cuMemGetAllocationGranularity");
+    grain = std::max<std::int64_t>(static_cast<std::int64_t>(granularity), grain);
+  }
   std::int64_t largest = 1;  // a rank with an empty arena still gets a symmetric granule
   for (const program::BufferSizes& b : sizes)
     largest = std::max(largest, b.arena_bytes);
   s.stride = (largest + grain - 1) / grain * grain;
-  s.total = s.stride * static_cast<std::int64_t>(sizes.size());
-  const auto total = static_cast<std::size_t>(s.total);
+  s.total = s.stride * static_cast<std::int64_t>(ranks);
 
-  const std::string what = "VirtualFabric (" + std::to_string(sizes.size()) + " ranks x " +
+  const std::string what = "VirtualFabric (" + std::to_string(ranks) + " ranks x " +
                            std::to_string(s.stride) + " bytes): ";
-  check_driver(d.mem_create(&s.handle, total, &prop, 0), what + "cuMemCreate");
-  s.have_handle = true;
-  check_driver(d.mem_address_reserve(&s.base, total, static_cast<std::size_t>(grain), 0, 0),
+  check_driver(d.mem_address_reserve(&s.base, static_cast<std::size_t>(s.total),
+                                     static_cast<std::size_t>(grain), 0, 0),
                what + "cuMemAddressReserve");
   s.reserved = true;
-  check_driver(d.mem_map(s.base, total, 0, s.handle, 0), what + "cuMemMap");
-  s.mapped = true;
-  CUmemAccessDesc access{};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = s.device;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  check_driver(d.mem_set_access(s.base, total, &access, 1), what + "cuMemSetAccess");
+  std::vector<CUmemAccessDesc> access;
+  for (State::Block& b : s.blocks) {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = b.device;
+    const auto bytes = static_cast<std::size_t>(b.count * s.stride);
+    check_driver(d.mem_create(&b.handle, bytes, &prop, 0), what + "cuMemCreate");
+    b.created = true;
+    check_driver(d.mem_map(s.base + static_cast<CUdeviceptr>(b.first * s.stride), bytes, 0,
+                           b.handle, 0),
+                 what + "cuMemMap");
+    b.mapped = true;
+    CUmemAccessDesc a{};
+    a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a.location.id = b.device;
+    a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    access.push_back(a);
+  }
+  // Every device reads and writes every rank's arena (peer arenas, as LSA pointers would).
+  check_driver(d.mem_set_access(s.base, static_cast<std::size_t>(s.total), access.data(),
+                                access.size()),
+               what + "cuMemSetAccess");
 
+  s.signal_words = options.signal_words;
   s.tensors.resize(sizes.size());
   s.outputs.resize(sizes.size());
-  for (std::size_t r = 0; r < sizes.size(); ++r) {
-    for (auto [list, bytes] : {std::pair{&s.tensors[r], &sizes[r].tensor_bytes},
-                               std::pair{&s.outputs[r], &sizes[r].output_bytes}}) {
-      list->assign(bytes->size(), nullptr);
-      for (std::size_t i = 0; i < bytes->size(); ++i) {
-        if ((*bytes)[i] == 0) continue;
-        TIDE_CUDA_CHECK(cudaMalloc(&(*list)[i], static_cast<std::size_t>((*bytes)[i])));
-        s.malloc_bytes += (*bytes)[i];
+  for (State::Block& b : s.blocks) {
+    TIDE_CUDA_CHECK(cudaSetDevice(b.device));
+    const std::size_t signal_bytes =
+        sizeof(std::uint64_t) *
+        static_cast<std::size_t>(std::max<std::int64_t>(1, s.signal_words)) *
+        static_cast<std::size_t>(b.count);
+    TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&b.signals), signal_bytes));
+    for (int r = b.first; r < b.first + b.count; ++r) {
+      const auto k = static_cast<std::size_t>(r);
+      for (auto [list, bytes] : {std::pair{&s.tensors[k], &sizes[k].tensor_bytes},
+                                 std::pair{&s.outputs[k], &sizes[k].output_bytes}}) {
+        list->assign(bytes->size(), nullptr);
+        for (std::size_t i = 0; i < bytes->size(); ++i) {
+          if ((*bytes)[i] == 0) continue;
+          TIDE_CUDA_CHECK(cudaMalloc(&(*list)[i], static_cast<std::size_t>((*bytes)[i])));
+          s.malloc_bytes += (*bytes)[i];
+        }
       }
     }
   }
-  s.signal_words = options.signal_words;
-  const std::size_t signal_bytes =
-      sizeof(std::uint64_t) * static_cast<std::size_t>(std::max<std::int64_t>(1, s.signal_words)) *
-      sizes.size();
-  TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.signals), signal_bytes));
+  TIDE_CUDA_CHECK(cudaSetDevice(s.devices.front()));
 }
 
 VirtualFabric::~VirtualFabric() = default;
@@ -234,9 +315,9 @@ bool VirtualFabric::local(int rank) const {
 
 std::uint64_t* VirtualFabric::signals(int owner) const {
   if (!local(owner)) return nullptr;
-  return state_->signals +
-         static_cast<std::size_t>(owner) *
-             static_cast<std::size_t>(std::max<std::int64_t>(1, state_->signal_words));
+  const State::Block& b = state_->block_of(owner);
+  return b.signals + static_cast<std::size_t>(owner - b.first) *
+                         static_cast<std::size_t>(std::max<std::int64_t>(1, state_->signal_words));
 }
 
 std::int64_t VirtualFabric::signal_words() const {
@@ -244,7 +325,15 @@ std::int64_t VirtualFabric::signal_words() const {
 }
 
 int VirtualFabric::device() const {
-  return state_->device;
+  return state_->devices.front();
+}
+
+int VirtualFabric::device_of(int rank) const {
+  return state_->block_of(rank).device;
+}
+
+int VirtualFabric::device_count() const {
+  return static_cast<int>(state_->devices.size());
 }
 
 void* VirtualFabric::arena(int rank) const {
