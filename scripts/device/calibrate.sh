@@ -16,23 +16,9 @@
 # The interference step alone: STEPS="build interference plot" (builds only its benchmark;
 # about 1-2 min of build plus at most ~150 s of benchmark, INTERFERENCE_BUDGET_S=140).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/tide-calibrate-out}
-LOG="$OUT/logs"
-mkdir -p "$OUT" "$LOG"
-STEPS=${STEPS:-"build calibrate interference plot"}
-export NCCL_NVLS_ENABLE=0            # NVLink multicast is forbidden on these machines
-unset TIDE_ENABLE_MULTIMEM
+NAME=calibrate DEFAULT_STEPS="build calibrate interference plot" source "$(dirname "$0")/common.sh"
 BUILD=${BUILD_DIR:-build-calibrate}
-QUICK_FLAG=""
-[ "${QUICK:-0}" = 1 ] && QUICK_FLAG="--quick"
-summary="$OUT/summary.md"
-: > "$summary"
-note() { echo "$*" | tee -a "$summary"; }
-has() { [[ " $STEPS " == *" $1 "* ]]; }
-t0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - t0 ))s]"; }
-finish() { tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOG"; }
+finish() { pack_logs; }
 
 nvidia-smi > "$LOG/nvidia-smi.txt" 2>&1
 note "## calibrate.sh on $(hostname) $(date -u +%FT%TZ): $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv,noheader 2>&1 | head -1)"

@@ -7,22 +7,9 @@
 # /tmp/tide-executor-out): summary.md (short), tests.log, sanitize.log, bench.txt (table),
 # bench.json (tide_executor_bench), logs.tgz.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/tide-executor-out}
-mkdir -p "$OUT"
-LOG="$OUT/logs"
-mkdir -p "$LOG"
-STEPS=${STEPS:-"build tests sanitize bench"}
-export NCCL_NVLS_ENABLE=0            # NVLink multicast is forbidden on these machines
-unset TIDE_ENABLE_MULTIMEM
+NAME=executor DEFAULT_STEPS="build tests sanitize bench" source "$(dirname "$0")/common.sh"
 BUILD=${BUILD_DIR:-build-executor}
-summary="$OUT/summary.md"
-: > "$summary"
-note() { echo "$*" | tee -a "$summary"; }
-has() { [[ " $STEPS " == *" $1 "* ]]; }
-t0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - t0 ))s]"; }
-finish() { tar czf "$OUT/logs.tgz" -C "$OUT" logs 2>/dev/null; rm -rf "$LOG"; exit "$1"; }
+finish() { pack_logs; exit "$1"; }
 
 nvidia-smi > "$LOG/nvidia-smi.txt" 2>&1
 note "## executor.sh on $(hostname) $(date -u +%FT%TZ): $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1)"

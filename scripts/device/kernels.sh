@@ -5,21 +5,8 @@
 # STEPS (default "build tests bench sanitize sass") picks steps. Writes under $OUT (or
 # /tmp/tide-kernels-out): summary.md (short), kernels_h200.json, sum_vs_ctas.png, logs.tgz.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/tide-kernels-out}
-mkdir -p "$OUT"
-LOG="$OUT/logs"
-mkdir -p "$LOG"
-STEPS=${STEPS:-"build tests bench probe sanitize sass"}
-export NCCL_NVLS_ENABLE=0            # NVLink multicast is forbidden on these machines
-unset TIDE_ENABLE_MULTIMEM
+NAME=kernels DEFAULT_STEPS="build tests bench probe sanitize sass" source "$(dirname "$0")/common.sh"
 BUILD=${BUILD_DIR:-build}
-summary="$OUT/summary.md"
-: > "$summary"
-note() { echo "$*" | tee -a "$summary"; }
-has() { [[ " $STEPS " == *" $1 "* ]]; }
-t0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - t0 ))s]"; }
 
 nvidia-smi > "$LOG/nvidia-smi.txt" 2>&1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.draw,temperature.gpu --format=csv >> "$LOG/nvidia-smi.txt" 2>&1
@@ -28,11 +15,11 @@ note "## kernels.sh on $(hostname) $(date -u +%FT%TZ): $(nvidia-smi --query-gpu=
 if has build; then
   if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release > "$LOG/build.log" 2>&1; then
     note "CONFIGURE FAILED $(stamp)"; tail -40 "$LOG/build.log"
-    tar czf "$OUT/logs.tgz" -C "$OUT" logs; rm -rf "$LOG"; exit 1
+    pack_logs; exit 1
   fi
   if ! cmake --build "$BUILD" --target tide_kernels_tests tide_kernels_bench tide_copy_probe -j 16 >> "$LOG/build.log" 2>&1; then
     note "BUILD FAILED $(stamp)"; tail -40 "$LOG/build.log"
-    tar czf "$OUT/logs.tgz" -C "$OUT" logs; rm -rf "$LOG"; exit 1
+    pack_logs; exit 1
   fi
   grep -E "Compiling entry|registers|stack frame" "$LOG/build.log" > "$LOG/resource-usage.txt" || true
   cp "$LOG/resource-usage.txt" "$OUT/resource-usage.txt"
@@ -112,4 +99,4 @@ if has sass; then
 fi
 
 note "done $(stamp)"
-tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOG"
+pack_logs

@@ -18,22 +18,9 @@
 # fsdp2_nccl_baseline.{json,md}, and logs.tgz (every log; $OUT returns at most 8 files).
 # NVLink multicast stays off: NCCL_NVLS_ENABLE=0 everywhere (architecture: hardware rules).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/tide-nccl-out}
-mkdir -p "$OUT"
-LOG="$OUT/logs"
-mkdir -p "$LOG"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-unset TIDE_ENABLE_MULTIMEM
-STEPS=${STEPS:-"build unit probe check messages torchrun faults bench torch"}
+NAME=nccl DEFAULT_STEPS="build unit probe check messages torchrun faults bench torch" source "$(dirname "$0")/common.sh"
 BUILD=${BUILD_DIR:-build-nccl}
 GPUS=${GPUS:-$(nvidia-smi -L | wc -l)}
-summary="$OUT/summary.md"
-: > "$summary"
-note() { echo "$*" | tee -a "$summary"; }
-has() { [[ " $STEPS " == *" $1 "* ]]; }
-t0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - t0 ))s]"; }
 rc_all=0
 step_rc() { [[ $1 -ne 0 ]] && rc_all=$1; }
 
@@ -44,13 +31,13 @@ note "$(head -4 "$LOG/topo.txt")"
 if has build; then
   if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDE_WERROR=OFF \
        > "$LOG/build.log" 2>&1; then
-    note "CONFIGURE FAILED $(stamp)"; tail -30 "$LOG/build.log" | tee -a "$summary"; tar czf "$OUT/logs.tgz" -C "$OUT" logs; exit 1
+    note "CONFIGURE FAILED $(stamp)"; tail -30 "$LOG/build.log" | tee -a "$summary"; pack_logs; exit 1
   fi
   grep -E "TIDE: (NCCL|CUDA)" "$LOG/build.log" | tee -a "$summary"
   if ! cmake --build "$BUILD" -j 32 --target tide-nccl tide_nccl_fabric_tests \
        tide_cuda_executor_tests >> "$LOG/build.log" 2>&1; then
     note "BUILD FAILED $(stamp)"; grep -E "error|FAILED" "$LOG/build.log" | head -30 | tee -a "$summary"
-    tar czf "$OUT/logs.tgz" -C "$OUT" logs; exit 1
+    pack_logs; exit 1
   fi
   note "build ok $(stamp)"
 fi
@@ -127,5 +114,5 @@ if has torch; then
   note "torch baseline rc=$rc $(stamp)"; tail -40 "$LOG/torch.log" | tee -a "$summary"
 fi
 note "done rc=$rc_all $(stamp)"
-tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOG"
+pack_logs
 exit $rc_all

@@ -42,6 +42,7 @@
 #include "tide/kernels/cuda_check.hpp"
 #include "tide/program/ag_builder.hpp"
 #include "tide/program/rs_builder.hpp"
+#include "timing.hpp"
 
 namespace tide::nccl_cli {
 namespace {
@@ -49,46 +50,6 @@ namespace {
 using program::Buffer;
 using program::OpKind;
 using program::Space;
-
-struct Stats {
-  double median = 0, p10 = 0, p90 = 0;
-};
-
-Stats stats_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  auto at = [&](double q) {
-    return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
-  };
-  return {at(0.5), at(0.1), at(0.9)};
-}
-
-// The slowest rank's `once()` (ms) per repeat, a barrier before each; warm-ups untimed.
-Stats measure(RankSession& session, const BenchArgs& args, const std::function<double()>& once) {
-  std::vector<double> ms;
-  for (int k = 0; k < args.warmup + args.repeats; ++k) {
-    session.barrier("bench: before a repeat");
-    const double t = once();
-    const double slowest = session.max_over_ranks(t, "bench: time of a repeat");
-    if (k >= args.warmup) ms.push_back(slowest);
-  }
-  return stats_of(ms);
-}
-
-// CUDA-event time (ms) of what `enqueue` puts on `s`.
-double event_ms(cudaStream_t s, const std::function<void()>& enqueue) {
-  cudaEvent_t a = nullptr, b = nullptr;
-  TIDE_CUDA_CHECK(cudaEventCreate(&a));
-  TIDE_CUDA_CHECK(cudaEventCreate(&b));
-  TIDE_CUDA_CHECK(cudaEventRecord(a, s));
-  enqueue();
-  TIDE_CUDA_CHECK(cudaEventRecord(b, s));
-  TIDE_CUDA_CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  TIDE_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-  (void)cudaEventDestroy(a);
-  (void)cudaEventDestroy(b);
-  return ms;
-}
 
 void nccl_ok(ncclResult_t r, const char* call) {
   if (r != ncclSuccess) {
@@ -211,7 +172,7 @@ class Bench {
     exec::CudaRunOptions run;
     run.timeout_s = args_.common.run_timeout_s;
     std::vector<double> enqueue_ms;
-    const Stats s = measure(session_, args_, [&] {
+    const Stats s = measure(session_, args_.warmup, args_.repeats, [&] {
       const exec::CudaRunResult r = ex.run(run);
       enqueue_ms.push_back(r.enqueue_us / 1000.0);
       return r.wall_us / 1000.0;
@@ -262,9 +223,11 @@ nlohmann::json Bench::all_gather(const BenchCase& c, int m, int l) {
       }
     }
   };
-  const Stats nccl = measure(session_, args_, [&] { return event_ms(stream_, gather); });
-  const Stats copy = measure(session_, args_, [&] { return event_ms(stream_, copy_out); });
-  const Stats both = measure(session_, args_, [&] {
+  const Stats nccl =
+      measure(session_, args_.warmup, args_.repeats, [&] { return event_ms(stream_, gather); });
+  const Stats copy =
+      measure(session_, args_.warmup, args_.repeats, [&] { return event_ms(stream_, copy_out); });
+  const Stats both = measure(session_, args_.warmup, args_.repeats, [&] {
     return event_ms(stream_, [&] {
       gather();
       copy_out();
@@ -363,9 +326,11 @@ nlohmann::json Bench::reduce_scatter(const BenchCase& c, int m, int l) {
             "ncclReduceScatter");
     launch_scale(reduced.as<float>(), shard, 1.0f / static_cast<float>(world), stream_);
   };
-  const Stats pack_t = measure(session_, args_, [&] { return event_ms(stream_, pack); });
-  const Stats nccl = measure(session_, args_, [&] { return event_ms(stream_, scatter); });
-  const Stats both = measure(session_, args_, [&] {
+  const Stats pack_t =
+      measure(session_, args_.warmup, args_.repeats, [&] { return event_ms(stream_, pack); });
+  const Stats nccl =
+      measure(session_, args_.warmup, args_.repeats, [&] { return event_ms(stream_, scatter); });
+  const Stats both = measure(session_, args_.warmup, args_.repeats, [&] {
     return event_ms(stream_, [&] {
       pack();
       scatter();

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "commands.hpp"
 #include "session.hpp"
 #include "tide/kernels/cuda_check.hpp"
+#include "timing.hpp"
 
 namespace tide::nccl_cli {
 namespace {
@@ -25,29 +27,6 @@ constexpr std::int64_t kMiB = std::int64_t{1} << 20;
 
 unsigned char byte_of(int rank) {
   return static_cast<unsigned char>(17 * (rank + 1) + 3);
-}
-
-// Slowest rank's median time of `copy` (ms), with a barrier before each repeat.
-double time_copy(RankSession& session, cudaStream_t s, int repeats, const auto& copy) {
-  cudaEvent_t a = nullptr, b = nullptr;
-  TIDE_CUDA_CHECK(cudaEventCreate(&a));
-  TIDE_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<double> ms;
-  for (int k = 0; k < repeats + 1; ++k) {  // the first is a warm-up
-    session.barrier("probe: before a timed copy");
-    TIDE_CUDA_CHECK(cudaEventRecord(a, s));
-    copy();
-    TIDE_CUDA_CHECK(cudaEventRecord(b, s));
-    TIDE_CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    TIDE_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    const double slowest = session.max_over_ranks(t, "probe: copy time");
-    if (k > 0) ms.push_back(slowest);
-  }
-  (void)cudaEventDestroy(a);
-  (void)cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
 }
 
 }  // namespace
@@ -119,15 +98,19 @@ int run_probe(const fabric::LaunchedRank& me, const ProbeArgs& args) {
   if (lead)
     std::printf("copy engine, %lld bytes, every rank at once, slowest rank, median of %d:\n",
                 static_cast<long long>(bytes), args.repeats);
+  // Slowest rank's median over repeats, one warm-up.
+  auto copy_ms = [&](const std::function<void()>& copy) {
+    return measure(session, 1, args.repeats, [&] { return event_ms(s, copy); }).median;
+  };
   if (peer != nullptr) {
-    report("push to next rank's window", time_copy(session, s, args.repeats, [&] {
+    report("push to next rank's window", copy_ms([&] {
              TIDE_CUDA_CHECK(cudaMemcpyAsync(peer + 64 * kMiB, local, n, cudaMemcpyDefault, s));
            }));
-    report("pull from next rank's window", time_copy(session, s, args.repeats, [&] {
+    report("pull from next rank's window", copy_ms([&] {
              TIDE_CUDA_CHECK(cudaMemcpyAsync(local, peer + 64 * kMiB, n, cudaMemcpyDefault, s));
            }));
   }
-  report("local device to device", time_copy(session, s, args.repeats, [&] {
+  report("local device to device", copy_ms([&] {
            TIDE_CUDA_CHECK(
                cudaMemcpyAsync(window + 64 * kMiB + n, local, n, cudaMemcpyDeviceToDevice, s));
          }));

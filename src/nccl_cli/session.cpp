@@ -85,24 +85,23 @@ void RankSession::barrier(const char* what) {
   (void)sum_over_ranks(1, what);
 }
 
-double RankSession::max_over_ranks(double value, const char* what) {
-  auto* d = static_cast<double*>(scratch(sizeof(double)));
+template <class T>
+T RankSession::all_reduce_one(T value, ncclDataType_t type, ncclRedOp_t op, const char* what) {
+  auto* d = static_cast<T*>(scratch(sizeof(T)));
   TIDE_CUDA_CHECK(cudaMemcpyAsync(d, &value, sizeof value, cudaMemcpyHostToDevice, stream_));
-  fabric_->settle(ncclAllReduce(d, d, 1, ncclFloat64, ncclMax, fabric_->main_comm(), stream_),
-                  "ncclAllReduce(max)");
+  fabric_->settle(ncclAllReduce(d, d, 1, type, op, fabric_->main_comm(), stream_),
+                  "ncclAllReduce (one value)");
   TIDE_CUDA_CHECK(cudaMemcpyAsync(&value, d, sizeof value, cudaMemcpyDeviceToHost, stream_));
   fabric_->wait(stream_, what);
   return value;
 }
 
+double RankSession::max_over_ranks(double value, const char* what) {
+  return all_reduce_one(value, ncclFloat64, ncclMax, what);
+}
+
 std::int64_t RankSession::sum_over_ranks(std::int64_t value, const char* what) {
-  auto* d = static_cast<std::int64_t*>(scratch(sizeof(std::int64_t)));
-  TIDE_CUDA_CHECK(cudaMemcpyAsync(d, &value, sizeof value, cudaMemcpyHostToDevice, stream_));
-  fabric_->settle(ncclAllReduce(d, d, 1, ncclInt64, ncclSum, fabric_->main_comm(), stream_),
-                  "ncclAllReduce(sum)");
-  TIDE_CUDA_CHECK(cudaMemcpyAsync(&value, d, sizeof value, cudaMemcpyDeviceToHost, stream_));
-  fabric_->wait(stream_, what);
-  return value;
+  return all_reduce_one(value, ncclInt64, ncclSum, what);
 }
 
 std::vector<std::string> RankSession::gather_text(const std::string& line, const char* what) {

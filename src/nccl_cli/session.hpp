@@ -61,6 +61,8 @@ class RankSession {
   std::size_t scratch_bytes_ = 0;
 
   void* scratch(std::size_t bytes);
+  template <class T>
+  T all_reduce_one(T value, ncclDataType_t type, ncclRedOp_t op, const char* what);
 };
 
 }  // namespace tide::nccl_cli

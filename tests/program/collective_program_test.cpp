@@ -11,6 +11,7 @@
 
 #include "tide/core/arithmetic.hpp"
 #include "tide/core/collective_reference.hpp"
+#include "tide/exec/collective_cases.hpp"
 #include "tide/exec/reference_executor.hpp"
 #include "tide/program/ag_builder.hpp"
 #include "tide/program/fsdp2_baseline.hpp"
@@ -25,14 +26,7 @@ using exec::RunResult;
 using program::Buffer;
 using program::Space;
 
-std::vector<ParamShape> random_shapes(std::mt19937_64& rng, int count) {
-  std::vector<ParamShape> shapes(static_cast<std::size_t>(count));
-  for (ParamShape& s : shapes) {
-    s.rows = static_cast<std::int64_t>(rng() % 37) + 1;
-    s.cols = static_cast<std::int64_t>(rng() % 6) + 1;
-  }
-  return shapes;
-}
+using exec::random_shapes;
 
 std::string first_errors(const RunResult& r) {
   std::string text;

@@ -66,7 +66,7 @@ class VirtualFabric final : public Fabric {
 
   int ranks() const override;
   bool local(int rank) const override;  // every rank runs in this process
-  int device() const override;  // the first device
+  int device() const override;          // the first device
   int device_of(int rank) const override;
   int device_count() const;
 

@@ -788,10 +788,10 @@ struct CudaExecutor::State {
       const std::size_t first = static_cast<std::size_t>(r) * counter_words;
       // Synchronous and stream-less: the executor's streams may be stuck, and the words may
       // live on another device than the control stream.
-      const cudaError_t sync =
-          counter_words == 0 ? cudaSuccess
-                             : cudaMemcpy(values.data() + first, fabric.signals(r),
-                                          counter_words * 8, cudaMemcpyDeviceToHost);
+      const cudaError_t sync = counter_words == 0
+                                   ? cudaSuccess
+                                   : cudaMemcpy(values.data() + first, fabric.signals(r),
+                                                counter_words * 8, cudaMemcpyDeviceToHost);
       if (sync != cudaSuccess) {
         read_error = " (counters could not be read: " + cuda_status(sync) + ")";
         break;

@@ -208,8 +208,8 @@ VirtualFabric::VirtualFabric(const std::vector<program::BufferSizes>& sizes,
       int can = 0;
       TIDE_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, dev, peer));
       if (can == 0) {
-        throw Unsupported("VirtualFabric: device " + std::to_string(dev) + " cannot access device " +
-                          std::to_string(peer) +
+        throw Unsupported("VirtualFabric: device " + std::to_string(dev) +
+                          " cannot access device " + std::to_string(peer) +
                           " (no peer-to-peer path): spread the ranks only over GPUs that "
                           "NVLink or PCIe peer access connects");
       }
@@ -263,9 +263,9 @@ VirtualFabric::VirtualFabric(const std::vector<program::BufferSizes>& sizes,
     const auto bytes = static_cast<std::size_t>(b.count * s.stride);
     check_driver(d.mem_create(&b.handle, bytes, &prop, 0), what + "cuMemCreate");
     b.created = true;
-    check_driver(d.mem_map(s.base + static_cast<CUdeviceptr>(b.first * s.stride), bytes, 0,
-                           b.handle, 0),
-                 what + "cuMemMap");
+    check_driver(
+        d.mem_map(s.base + static_cast<CUdeviceptr>(b.first * s.stride), bytes, 0, b.handle, 0),
+        what + "cuMemMap");
     b.mapped = true;
     CUmemAccessDesc a{};
     a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -274,9 +274,9 @@ VirtualFabric::VirtualFabric(const std::vector<program::BufferSizes>& sizes,
     access.push_back(a);
   }
   // Every device reads and writes every rank's arena (peer arenas, as LSA pointers would).
-  check_driver(d.mem_set_access(s.base, static_cast<std::size_t>(s.total), access.data(),
-                                access.size()),
-               what + "cuMemSetAccess");
+  check_driver(
+      d.mem_set_access(s.base, static_cast<std::size_t>(s.total), access.data(), access.size()),
+      what + "cuMemSetAccess");
 
   s.signal_words = options.signal_words;
   s.tensors.resize(sizes.size());

@@ -1,0 +1,19 @@
+# Shared preamble of the device scripts, sourced: the repository root as the working
+# directory; $OUT (returned files) and $LOG (logs, packed into logs.tgz by pack_logs: $OUT
+# returns at most 8 files); summary.md with note(); STEPS with has(); stamp() for elapsed
+# seconds; and the hardware rule: NVLink multicast off in NCCL, PyTorch and NVSHMEM.
+#   NAME=nccl DEFAULT_STEPS="build check" source "$(dirname "$0")/common.sh"
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+OUT=${OUT:-/tmp/tide-$NAME-out}
+LOG="$OUT/logs"
+mkdir -p "$OUT" "$LOG"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+unset TIDE_ENABLE_MULTIMEM
+STEPS=${STEPS:-$DEFAULT_STEPS}
+summary="$OUT/summary.md"
+: > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 ))s]"; }
+pack_logs() { tar czf "$OUT/logs.tgz" -C "$OUT" logs 2>/dev/null && rm -rf "$LOG"; }
