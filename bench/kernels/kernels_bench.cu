@@ -28,6 +28,7 @@
 #include "tide/core/arithmetic.hpp"
 #include "tide/kernels/cast.hpp"
 #include "tide/kernels/cuda_check.hpp"
+#include "tide/kernels/fill_random.hpp"
 #include "tide/kernels/landing.hpp"
 #include "tide/kernels/level1_sum.hpp"
 
@@ -37,30 +38,6 @@ using namespace tide::kernels;
 using nlohmann::json;
 
 // ---- device helpers -------------------------------------------------------------------
-
-__device__ __forceinline__ std::uint32_t hash32(std::uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return static_cast<std::uint32_t>(x);
-}
-
-// Random values in [-2, 2) with random low bits: never zeros.
-__global__ void fill_random(void* p, std::int64_t n, int esz, std::uint64_t seed) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += stride) {
-    const std::uint32_t h = hash32(static_cast<std::uint64_t>(i) * 0x9E3779B97F4A7C15ull + seed);
-    const float f = (static_cast<float>(h >> 8) * (1.0f / 16777216.0f)) * 4.0f - 2.0f;
-    if (esz == 2) {
-      static_cast<std::uint16_t*>(p)[i] = static_cast<std::uint16_t>(__float_as_uint(f) >> 16);
-    } else {
-      static_cast<float*>(p)[i] = f;
-    }
-  }
-}
 
 __global__ void sm_copy(uint4* __restrict__ dst, const uint4* __restrict__ src, std::int64_t n) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
@@ -75,7 +52,7 @@ __global__ void sm_copy(uint4* __restrict__ dst, const uint4* __restrict__ src, 
 }
 
 void fill(void* p, std::int64_t n, int esz, std::uint64_t seed) {
-  fill_random<<<1024, 256>>>(p, n, esz, seed);
+  tide::kernels::launch_fill_random(p, n, esz, seed, nullptr);
   TIDE_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,39 +1,10 @@
 // The Level 1 problem of level1_problem.hpp: buffers, the segment table, random inputs.
 #include "level1_problem.hpp"
+#include "tide/kernels/fill_random.hpp"
 
 namespace tide::calibrate {
-namespace {
-
-__device__ std::uint32_t mix32(std::uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return static_cast<std::uint32_t>(x);
-}
-
-// Steps: each thread writes elements i, i + stride, ...: a value in [-2, 2) from a hash of
-// (i, seed), as bf16 (the high half of the fp32) or fp32. No synchronisation.
-__global__ void fill_random_kernel(void* p, std::int64_t n, int esz, std::uint64_t seed) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += stride) {
-    const std::uint32_t h = mix32(static_cast<std::uint64_t>(i) * 0x9E3779B97F4A7C15ull + seed);
-    const float f = static_cast<float>(h >> 8) * (4.0f / 16777216.0f) - 2.0f;
-    if (esz == 2) {
-      static_cast<std::uint16_t*>(p)[i] = static_cast<std::uint16_t>(__float_as_uint(f) >> 16);
-    } else {
-      static_cast<float*>(p)[i] = f;
-    }
-  }
-}
-
-}  // namespace
-
 void fill_random(void* p, std::int64_t n, int esz, std::uint64_t seed, cudaStream_t stream) {
-  fill_random_kernel<<<1024, 256, 0, stream>>>(p, n, esz, seed);
-  TIDE_CUDA_CHECK_LAUNCH();
+  kernels::launch_fill_random(p, n, esz, seed, stream);
 }
 
 Level1Problem::Level1Problem(std::int64_t width, int sets) : width_(width) {

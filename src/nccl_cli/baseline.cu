@@ -32,23 +32,6 @@ __global__ void scale(float* dst, std::int64_t n, float alpha) {
     dst[i] *= alpha;
 }
 
-__global__ void fill_uniform(void* dst, std::int64_t n, bool bf16, std::uint64_t seed) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    // splitmix64 of (seed, i): 24 random mantissa bits -> [-1, 1).
-    std::uint64_t z = seed + 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(i + 1);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    const float v = static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
-    if (bf16) {
-      static_cast<unsigned short*>(dst)[i] = static_cast<unsigned short>(__float_as_uint(v) >> 16);
-    } else {
-      static_cast<float*>(dst)[i] = v;
-    }
-  }
-}
-
 int blocks_for(std::int64_t n) {
   return static_cast<int>(std::min<std::int64_t>((n + 255) / 256, 132 * 8));
 }
@@ -60,13 +43,6 @@ void launch_pack_fp32(const PackParam& p, DType dtype, int world, float* dst,
   const std::int64_t n = p.rows_per_rank * p.cols * world;
   if (n == 0) return;
   pack_fp32<<<blocks_for(n), 256, 0, stream>>>(p, dtype == DType::kBf16, world, dst, dst_stride);
-  TIDE_CUDA_CHECK_LAUNCH();
-}
-
-void launch_fill_uniform(void* dst, std::int64_t n, DType dtype, std::uint64_t seed,
-                         cudaStream_t stream) {
-  if (n == 0) return;
-  fill_uniform<<<blocks_for(n), 256, 0, stream>>>(dst, n, dtype == DType::kBf16, seed);
   TIDE_CUDA_CHECK_LAUNCH();
 }
 

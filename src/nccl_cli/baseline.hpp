@@ -25,11 +25,6 @@ struct PackParam {
 void launch_pack_fp32(const PackParam& p, DType dtype, int world, float* dst,
                       std::int64_t dst_stride, cudaStream_t stream);
 
-// n random values of `dtype`, uniform in [-1, 1), from a counter-based hash of (seed, i):
-// fresh inputs on the GPU without a host upload (never zeros, never NaN or inf).
-void launch_fill_uniform(void* dst, std::int64_t n, DType dtype, std::uint64_t seed,
-                         cudaStream_t stream);
-
 // dst[i] *= alpha for i < n.
 void launch_scale(float* dst, std::int64_t n, float alpha, cudaStream_t stream);
 

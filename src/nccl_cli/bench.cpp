@@ -10,7 +10,7 @@
 //   TIDE-RS    per-parameter bf16 gradients -> this rank's fp32 shard (In-Place, alpha = 1/N).
 //              Stock: pack into rank-major fp32 chunks (torch._chunk_cat's work, here one
 //              kernel per parameter), ncclReduceScatter (fp32, sum), scale by 1/N.
-// Inputs are fresh uniform values made on the GPU. TIDE's outputs are checked against the
+// Inputs are fresh random values made on the GPU. TIDE's outputs are checked against the
 // stock path's on every rank (all-gather bit for bit; reduce-scatter within 1e-5 relative).
 // Timing: a barrier before every repeat, the slowest rank's time per repeat, the median over
 // repeats (p10 and p90 too). TIDE's time is CudaExecutor::run's wall time (first enqueue to
@@ -40,6 +40,7 @@
 #include "tide/exec/cuda_executor.hpp"
 #include "tide/fabric/nccl_program_fabric.hpp"
 #include "tide/kernels/cuda_check.hpp"
+#include "tide/kernels/fill_random.hpp"
 #include "tide/program/ag_builder.hpp"
 #include "tide/program/rs_builder.hpp"
 #include "timing.hpp"
@@ -193,7 +194,7 @@ nlohmann::json Bench::all_gather(const BenchCase& c, int m, int l) {
   exec::CudaExecutor ex(program, pf);
   auto* window = static_cast<std::byte*>(pf.pointer(Buffer{me, Space::kArena, 0}));
   std::byte* shard = window + arena.resident;
-  launch_fill_uniform(shard, layout.shard_elems(), DType::kBf16, args_.seed * 7919 + me, stream_);
+  kernels::launch_fill_random(shard, layout.shard_elems(), 2, args_.seed * 7919 + me, stream_);
   TIDE_CUDA_CHECK(cudaMemsetAsync(window + arena.landing, 0xFF,
                                   static_cast<std::size_t>(layout.unsharded_bytes()), stream_));
   TIDE_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -278,8 +279,9 @@ nlohmann::json Bench::reduce_scatter(const BenchCase& c, int m, int l) {
   exec::CudaExecutor ex(program, pf);
   for (int p = 0; p < layout.param_count(); ++p) {
     const ParamLayout& pl = layout.param(p);
-    launch_fill_uniform(pf.pointer(Buffer{me, Space::kTensor, p}), pl.rows * pl.cols, DType::kBf16,
-                        args_.seed * 104729 + static_cast<std::uint64_t>(me * 1000 + p), stream_);
+    kernels::launch_fill_random(pf.pointer(Buffer{me, Space::kTensor, p}), pl.rows * pl.cols, 2,
+                                args_.seed * 104729 + static_cast<std::uint64_t>(me * 1000 + p),
+                                stream_);
   }
   auto* out = static_cast<float*>(pf.pointer(Buffer{me, Space::kOutput, 0}));
   TIDE_CUDA_CHECK(
