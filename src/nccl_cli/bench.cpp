@@ -169,6 +169,12 @@ class Bench {
     return o;
   }
 
+  exec::CudaExecutorOptions executor_options() const {
+    exec::CudaExecutorOptions o;
+    o.copy_streams = args_.copy_streams;
+    return o;
+  }
+
   Stats time_tide(exec::CudaExecutor& ex, double* enqueue) {
     exec::CudaRunOptions run;
     run.timeout_s = args_.common.run_timeout_s;
@@ -191,7 +197,7 @@ nlohmann::json Bench::all_gather(const BenchCase& c, int m, int l) {
   const program::Program program = program::build_ag_program(plan);
   const program::AgArenaLayout arena = program::ag_arena_layout(plan);
   fabric::NcclProgramFabric pf(session_.fabric(), program, program_options(l));
-  exec::CudaExecutor ex(program, pf);
+  exec::CudaExecutor ex(program, pf, executor_options());
   auto* window = static_cast<std::byte*>(pf.pointer(Buffer{me, Space::kArena, 0}));
   std::byte* shard = window + arena.resident;
   kernels::launch_fill_random(shard, layout.shard_elems(), 2, args_.seed * 7919 + me, stream_);
@@ -276,7 +282,7 @@ nlohmann::json Bench::reduce_scatter(const BenchCase& c, int m, int l) {
   po.alpha = 1.0f / static_cast<float>(world);
   const program::Program program = program::build_rs_program(plan, po);
   fabric::NcclProgramFabric pf(session_.fabric(), program, program_options(l));
-  exec::CudaExecutor ex(program, pf);
+  exec::CudaExecutor ex(program, pf, executor_options());
   for (int p = 0; p < layout.param_count(); ++p) {
     const ParamLayout& pl = layout.param(p);
     kernels::launch_fill_random(pf.pointer(Buffer{me, Space::kTensor, p}), pl.rows * pl.cols, 2,
@@ -416,10 +422,12 @@ int run_bench(const fabric::LaunchedRank& me, const BenchArgs& args) {
   if (lead) {
     std::printf("tide-nccl bench: %d ranks, median of %d repeats (slowest rank), ms\n",
                 session.world(), args.repeats);
-    std::printf("TIDE-RS: %s, sum %d CTAs, landing %d CTAs, staging chunk %lld%s\n",
-                args.rs_slot_reuse ? "slot-reuse" : "in-place", args.rs_sum_ctas,
-                args.rs_landing_ctas, static_cast<long long>(args.rs_chunk_elems),
-                args.messages ? "; transfers between nodes as messages" : "");
+    std::printf(
+        "TIDE-RS: %s, sum %d CTAs, landing %d CTAs, staging chunk %lld; %d copy "
+        "stream(s) per op%s\n",
+        args.rs_slot_reuse ? "slot-reuse" : "in-place", args.rs_sum_ctas, args.rs_landing_ctas,
+        static_cast<long long>(args.rs_chunk_elems), args.copy_streams,
+        args.messages ? "; transfers between nodes as messages" : "");
     std::printf("%-15s %-3s %-3s %9s %9s %9s %9s %8s %9s %9s %8s  %s\n", "case", "MxL", "op",
                 "TIDE", "NCCL", "copies", "stock", "speedup", "TIDE GB/s", "stock GB/s", "enqueue",
                 "check");
@@ -448,6 +456,7 @@ int run_bench(const fabric::LaunchedRank& me, const BenchArgs& args) {
   if (lead && !args.common.out.empty()) {
     std::ofstream(args.common.out) << nlohmann::json{{"world", session.world()},
                                                      {"messages", args.messages},
+                                                     {"copy_streams", args.copy_streams},
                                                      {"repeats", args.repeats},
                                                      {"warmup", args.warmup},
                                                      {"rows", rows}}

@@ -217,7 +217,9 @@ CaseResult run_one(RankSession& session, const CollectiveCase& c, int gpus_per_n
     po.messages_between_nodes = args.messages;
     if (args.messages) po.message_comm = session.message_comm();
     pf = std::make_unique<fabric::NcclProgramFabric>(session.fabric(), program, po);
-    ex = std::make_unique<exec::CudaExecutor>(program, *pf);
+    exec::CudaExecutorOptions eo;
+    eo.copy_streams = args.copy_streams;
+    ex = std::make_unique<exec::CudaExecutor>(program, *pf, eo);
   } catch (const std::exception& e) {
     result.status = std::string("setup: ") + e.what();
   }

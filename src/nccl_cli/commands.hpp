@@ -39,6 +39,7 @@ struct CheckArgs {
   // Transfers between the declared nodes of each split as messages (ncclSend / ncclRecv), as
   // between hosts (NOTE [rail messages]).
   bool messages = false;
+  int copy_streams = 1;  // CudaExecutorOptions::copy_streams
 };
 int run_check(const fabric::LaunchedRank& me, const CheckArgs& args);
 
@@ -59,6 +60,7 @@ struct BenchArgs {
   std::int64_t rs_chunk_elems = 0;  // RsOptions::staging_chunk_elems (0: a whole pass part)
   bool rs_slot_reuse = false;
   bool messages = false;  // as CheckArgs::messages
+  int copy_streams = 1;   // CudaExecutorOptions::copy_streams
 };
 int run_bench(const fabric::LaunchedRank& me, const BenchArgs& args);
 

@@ -61,6 +61,10 @@ int main(int argc, char** argv) {
   check_cmd->add_option("--stall", check.stall_s, "stall: seconds late (default 3 x run timeout)")
       ->check(CLI::NonNegativeNumber);
   check_cmd->add_flag("--quick", check.quick, "fewer cases");
+  check_cmd
+      ->add_option("--copy-streams", check.copy_streams,
+                   "streams a copy op's descriptors are dealt over (Sec. 6.2)")
+      ->check(CLI::Range(1, 16));
   check_cmd->add_flag("--messages", check.messages,
                       "send transfers between declared nodes as messages (as between hosts)");
 
@@ -85,6 +89,10 @@ int main(int argc, char** argv) {
                    "Level 1 staging chunk, columns per staged row (0: a whole pass part)")
       ->check(CLI::NonNegativeNumber);
   bench_cmd->add_flag("--rs-slot-reuse", bench.rs_slot_reuse, "TIDE-RS in Slot-Reuse mode");
+  bench_cmd
+      ->add_option("--copy-streams", bench.copy_streams,
+                   "streams a copy op's descriptors are dealt over (Sec. 6.2)")
+      ->check(CLI::Range(1, 16));
   bench_cmd->add_flag("--messages", bench.messages,
                       "send transfers between declared nodes as messages (as between hosts)");
 

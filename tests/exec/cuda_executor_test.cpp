@@ -668,5 +668,51 @@ TEST(CudaExecutor, SeveralGpusOfOneHostMatchReferenceBitwise) {
     EXPECT_GE(span.end_ms, span.begin_ms);
 }
 
+// The copy-engine pool (NOTE [copy-engine pool]): an op's descriptors dealt over several
+// streams joined by events; bitwise as with one stream, steps included.
+TEST(CudaExecutor, CopyEnginePoolMatchesReferenceBitwise) {
+  TIDE_REQUIRE_GPU();
+  for (int k : {2, 4}) {
+    CudaExecutorOptions pooled;
+    pooled.copy_streams = k;
+    std::uint64_t seed = 8000 + static_cast<std::uint64_t>(k) * 100;
+    for (auto [m, l] : {std::pair{1, 8}, std::pair{2, 4}, std::pair{4, 2}, std::pair{8, 8}}) {
+      run_case(ag_case(m, l, false, ++seed), 2, pooled);
+      run_case(ag_case(m, l, true, ++seed), 2, pooled);
+      run_case(rs_case(m, l, RsMode::kSlotReuse, DType::kBf16, true, ++seed), 2, pooled);
+      if (HasFatalFailure()) return;
+    }
+    run_case(step_case(2, 4, RsMode::kInPlace, DType::kBf16, false, 2, ++seed), 3, pooled);
+  }
+}
+
+// The executor's own options are checked before any GPU work (a fabric that is never touched).
+class UntouchedFabric final : public fabric::Fabric {
+ public:
+  int ranks() const override { return 2; }
+  bool local(int) const override { return true; }
+  int device() const override { return 0; }
+  void* pointer(const Buffer&) const override { return nullptr; }
+  std::int64_t bytes(const Buffer&) const override { return 0; }
+  std::uint64_t* signals(int) const override { return nullptr; }
+  std::int64_t signal_words() const override { return 0; }
+  void release() noexcept override {}
+};
+
+TEST(CudaExecutorCheck, RefusesCopyStreamsOutsideOneToSixteen) {
+  const Program p = handmade(true);
+  UntouchedFabric fab;
+  for (int k : {0, 17, -3}) {
+    CudaExecutorOptions o;
+    o.copy_streams = k;
+    try {
+      CudaExecutor ex(p, fab, o);
+      ADD_FAILURE() << "copy_streams = " << k << " was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("copy_streams"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tide

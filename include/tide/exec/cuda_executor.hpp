@@ -32,8 +32,9 @@
 //                conservatively on byte spans at construction) keeps the per-descriptor calls.
 //                Per-descriptor (the fallback, and batch_copies = false): each descriptor is
 //                one cudaMemcpyAsync (1-D) or cudaMemcpy2DAsync (2-D), in descriptor order.
-//                Both device to device, on copy engines; spreading batches over a stream pool
-//                (Sec. 6.2) comes later.
+//                Both device to device, on copy engines. With copy_streams > 1 the
+//                per-descriptor calls of one op are dealt over a small pool of streams
+//                (Sec. 6.2; NOTE [copy-engine pool] in src/exec/cuda/executor.cpp).
 //   kRailPut     its copies as kCopy, then the counter addition on the destination rank, both
 //                on the sender's stream (the addition follows the write in stream order).
 //   kSignal      counter += value by a 1-thread kernel (__threadfence(); atomicAdd), launched
@@ -98,6 +99,10 @@ struct CudaExecutorOptions {
   // A 2-D descriptor of at most this many rows joins the batch as one 1-D copy per row; one
   // of more rows stays a cudaMemcpy2DAsync. >= 1.
   int batch_max_rows = 64;
+  // Streams a copy op's descriptors are dealt over: its own and copy_streams - 1 pool streams
+  // per rank (Sec. 6.2; NOTE [copy-engine pool] in src/exec/cuda/executor.cpp). 1: every
+  // copy on its op's stream. 1..16; used on the per-descriptor path only.
+  int copy_streams = 1;
 };
 
 struct CudaRunOptions {

@@ -105,6 +105,14 @@ struct Mapped {
   // kZero.
   void* zero_ptr = nullptr;
   std::size_t zero_width = 0, zero_rows = 0, zero_pitch = 0;
+  // Copy-engine pool (CudaExecutorOptions::copy_streams, NOTE [copy-engine pool]): lane of
+  // each CopyCall (0: the op's own stream, j: pool stream j - 1 of the rank), the pool
+  // streams used (indices into State::streams), the fork event and one join event per pool
+  // stream used. Empty when the op's copies stay on its own stream.
+  std::vector<int> lane;
+  std::vector<int> pool;
+  cudaEvent_t fork = nullptr;
+  std::vector<cudaEvent_t> joins;
   // A put or signal to an unreachable rank (NOTE [rail messages]): the message and the
   // rank's rail stream (index into State::streams).
   std::unique_ptr<cuda_detail::Message> message;
@@ -115,6 +123,9 @@ struct Mapped {
   Mapped& operator=(Mapped&&) = default;
   ~Mapped() {
     if (message) cuda_detail::release_message(*message);
+    if (fork != nullptr) (void)cudaEventDestroy(fork);
+    for (cudaEvent_t e : joins)
+      (void)cudaEventDestroy(e);
   }
 };
 
@@ -192,10 +203,11 @@ struct CudaExecutor::State {
   std::vector<std::pair<int, int>> stream_owner;  // (rank, stream name index; -1: rail)
   int current_device = -1;                        // the device last made current here
   std::map<int, int> rail_stream;                 // rank -> its rail stream (messages)
-  std::vector<Mapped> receives;                   // the receiving side of messages to local ranks
-  void* token = nullptr;                          // 8 device bytes: the payload of signal messages
-  std::vector<cudaEvent_t> done;                  // completion event per stream
-  cudaStream_t control = nullptr;                 // counter resets and read-backs
+  std::map<int, std::vector<int>> copy_pool;  // rank -> its pool streams (NOTE [copy-engine pool])
+  std::vector<Mapped> receives;               // the receiving side of messages to local ranks
+  void* token = nullptr;                      // 8 device bytes: the payload of signal messages
+  std::vector<cudaEvent_t> done;              // completion event per stream
+  cudaStream_t control = nullptr;             // counter resets and read-backs
   // Events: one per recorded (rank, id); slot = rank * program.events + id.
   std::vector<cudaEvent_t> events;
   std::vector<int> event_index;  // slot -> index into events, or -1
@@ -282,8 +294,9 @@ struct CudaExecutor::State {
 
   std::string stream_name(std::size_t i) const {
     const int name = stream_owner[i].second;
-    return name < 0 ? std::string("rail messages")
-                    : program.stream_names[static_cast<std::size_t>(name)];
+    if (name == -1) return "rail messages";
+    if (name == -2) return "copy pool";
+    return program.stream_names[static_cast<std::size_t>(name)];
   }
 
   std::byte* at(const Region& r) const {
@@ -323,6 +336,60 @@ struct CudaExecutor::State {
   std::size_t event_slot(const Op& op) const {
     return static_cast<std::size_t>(op.rank) * static_cast<std::size_t>(program.events) +
            static_cast<std::size_t>(op.event);
+  }
+
+  // NOTE [copy-engine pool]
+  // With CudaExecutorOptions::copy_streams = k > 1, a copy op (kCopy, kRailPut) of two or more
+  // descriptors on the per-descriptor path deals its descriptors over its own stream and up
+  // to k - 1 pool streams of its rank (Sec. 6.2: descriptor batches over a small stream pool,
+  // so that several copy engines work on one op): largest first, each to the least-loaded
+  // lane by bytes. Synchronisation: the op's stream records `fork`; each pool stream used
+  // waits for it, issues its share and records its `join`; the op's stream waits for every
+  // join before anything that follows the op (a kRailPut's counter addition included). A
+  // rank's pool streams are shared by its program streams and fed in the one enqueue order
+  // (NOTE [enqueue order]), so a pool stream only ever waits for forks already enqueued.
+  std::vector<int>& pool_of(int rank) {
+    std::vector<int>& pool = copy_pool[rank];
+    while (static_cast<int>(pool.size()) < options.copy_streams - 1) {
+      use_device_of(rank);
+      cudaStream_t s = nullptr;
+      TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      pool.push_back(static_cast<int>(streams.size()));
+      streams.push_back(s);
+      stream_owner.emplace_back(rank, -2);
+      cudaEvent_t e = nullptr;
+      TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      done.push_back(e);
+    }
+    return pool;
+  }
+
+  void map_pool(const Op& op, Mapped& m) {
+    const int lanes = std::min<int>(options.copy_streams, static_cast<int>(m.copies.size()));
+    if (lanes < 2 || m.batched) return;
+    std::vector<std::size_t> order_by_size(m.copies.size());
+    for (std::size_t i = 0; i < order_by_size.size(); ++i)
+      order_by_size[i] = i;
+    auto bytes = [&](std::size_t i) { return m.copies[i].width * m.copies[i].rows; };
+    std::stable_sort(order_by_size.begin(), order_by_size.end(),
+                     [&](std::size_t a, std::size_t b) { return bytes(a) > bytes(b); });
+    std::vector<std::size_t> load(static_cast<std::size_t>(lanes), 0);
+    m.lane.assign(m.copies.size(), 0);
+    for (std::size_t i : order_by_size) {
+      const auto lightest =
+          static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+      m.lane[i] = static_cast<int>(lightest);
+      load[lightest] += bytes(i);
+    }
+    const std::vector<int>& pool = pool_of(op.rank);
+    use_device_of(op.rank);
+    TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&m.fork, cudaEventDisableTiming));
+    for (int j = 1; j < lanes; ++j) {
+      m.pool.push_back(pool[static_cast<std::size_t>(j - 1)]);
+      cudaEvent_t e = nullptr;
+      TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      m.joins.push_back(e);
+    }
   }
 
   void map_copies(const Op& op, Mapped& m) const {
@@ -429,10 +496,12 @@ struct CudaExecutor::State {
     switch (op.kind) {
       case OpKind::kCopy:
         map_copies(op, m);
+        map_pool(op, m);
         m.empty = m.copies.empty();
         break;
       case OpKind::kRailPut:
         map_copies(op, m);
+        map_pool(op, m);
         m.counter = counter(op.counter);
         m.counter_index = counter_index(op.counter);
         m.value = static_cast<std::uint64_t>(op.value);
@@ -524,18 +593,11 @@ struct CudaExecutor::State {
       case OpKind::kRailPut:
         if (m.batched) {
           enqueue_batch(m, s, stats);
+        } else if (!m.lane.empty()) {
+          enqueue_pooled(m, s, stats);
         } else {
-          for (const CopyCall& c : m.copies) {
-            if (c.flat) {
-              TIDE_CUDA_CHECK(
-                  cudaMemcpyAsync(c.dst, c.src, c.width * c.rows, cudaMemcpyDeviceToDevice, s));
-            } else {
-              TIDE_CUDA_CHECK(cudaMemcpy2DAsync(c.dst, c.dpitch, c.src, c.spitch, c.width, c.rows,
-                                                cudaMemcpyDeviceToDevice, s));
-            }
-            ++stats.copies;
-            ++stats.copy_calls;
-          }
+          for (const CopyCall& c : m.copies)
+            enqueue_copy(c, s, stats);
         }
         if (m.kind == OpKind::kRailPut) {
           cuda_detail::launch_counter_add(m.counter, m.value, s);
@@ -585,6 +647,36 @@ struct CudaExecutor::State {
         break;
       case OpKind::kRelease:
         break;
+    }
+  }
+
+  void enqueue_copy(const CopyCall& c, cudaStream_t s, CudaRunResult& stats) {
+    if (c.flat) {
+      TIDE_CUDA_CHECK(cudaMemcpyAsync(c.dst, c.src, c.width * c.rows, cudaMemcpyDeviceToDevice, s));
+    } else {
+      TIDE_CUDA_CHECK(cudaMemcpy2DAsync(c.dst, c.dpitch, c.src, c.spitch, c.width, c.rows,
+                                        cudaMemcpyDeviceToDevice, s));
+    }
+    ++stats.copies;
+    ++stats.copy_calls;
+  }
+
+  // An op's copies dealt over its stream and pool streams (NOTE [copy-engine pool]).
+  void enqueue_pooled(const Mapped& m, cudaStream_t own, CudaRunResult& stats) {
+    TIDE_CUDA_CHECK(cudaEventRecord(m.fork, own));
+    for (std::size_t j = 0; j < m.pool.size(); ++j) {
+      cudaStream_t p = streams[static_cast<std::size_t>(m.pool[j])];
+      TIDE_CUDA_CHECK(cudaStreamWaitEvent(p, m.fork, 0));
+    }
+    for (std::size_t i = 0; i < m.copies.size(); ++i) {
+      const int lane = m.lane[i];
+      cudaStream_t s = lane == 0 ? own : streams[static_cast<std::size_t>(m.pool[lane - 1])];
+      enqueue_copy(m.copies[i], s, stats);
+    }
+    for (std::size_t j = 0; j < m.pool.size(); ++j) {
+      cudaStream_t p = streams[static_cast<std::size_t>(m.pool[j])];
+      TIDE_CUDA_CHECK(cudaEventRecord(m.joins[j], p));
+      TIDE_CUDA_CHECK(cudaStreamWaitEvent(own, m.joins[j], 0));
     }
   }
 
@@ -863,6 +955,10 @@ CudaExecutor::CudaExecutor(const Program& program, fabric::Fabric& fabric,
   if (options.batch_max_rows < 1) {
     throw InvalidArgument("CudaExecutor: batch_max_rows = " +
                           std::to_string(options.batch_max_rows) + " (need >= 1)");
+  }
+  if (options.copy_streams < 1 || options.copy_streams > 16) {
+    throw InvalidArgument("CudaExecutor: copy_streams = " + std::to_string(options.copy_streams) +
+                          " (need 1..16)");
   }
   if (fabric.ranks() != program.ranks) {
     throw InvalidArgument("CudaExecutor: the fabric has " + std::to_string(fabric.ranks()) +
