@@ -1,0 +1,166 @@
+// The CUDA executor: one op onto its stream(s) (NOTE [CUDA executor op mapping]): copies
+// (per descriptor, batched or pooled), counter additions, stream waits, events, kernels.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "../../fabric/cuda_driver.hpp"
+#include "counter_add.hpp"
+#include "executor_state.hpp"
+#include "tide/core/error.hpp"
+#include "tide/kernels/cast.hpp"
+#include "tide/kernels/cuda_check.hpp"
+
+namespace tide::exec {
+
+namespace {
+
+#if TIDE_HAS_CUDA_MEMCPY_BATCH
+// One cudaMemcpyBatchAsync with one attribute set for every copy.
+cudaError_t memcpy_batch(const Mapped& m, cudaMemcpyAttributes* attrs, std::size_t* attr_index,
+                         cudaStream_t s) {
+#if TIDE_CUDA_MEMCPY_BATCH_FAIL_INDEX
+  std::size_t fail = 0;
+  return cudaMemcpyBatchAsync(const_cast<void**>(m.batch_dsts.data()),
+                              const_cast<void**>(m.batch_srcs.data()),
+                              const_cast<std::size_t*>(m.batch_sizes.data()), m.batch_dsts.size(),
+                              attrs, attr_index, 1, &fail, s);
+#else
+  return cudaMemcpyBatchAsync(m.batch_dsts.data(), m.batch_srcs.data(), m.batch_sizes.data(),
+                              m.batch_dsts.size(), attrs, attr_index, 1, s);
+#endif
+}
+#endif
+
+}  // namespace
+
+// Enqueues one op on its stream. Throws with the CUDA error; the caller adds the op.
+void CudaExecutor::State::enqueue(const Mapped& m, CudaRunResult& stats) {
+  use_device_of(m.rank);
+  if (m.message) {
+    cudaStream_t rail = streams[static_cast<std::size_t>(m.rail)];
+    cudaStream_t own = m.stream >= 0 ? streams[static_cast<std::size_t>(m.stream)] : rail;
+    cuda_detail::enqueue_message(*m.message, fabric, rail, own, token);
+    stats.copies += static_cast<std::int64_t>(m.message->parts.size());
+    return;
+  }
+  if (m.empty && m.kind != OpKind::kRailPut) return;
+  cudaStream_t s = streams[static_cast<std::size_t>(m.stream)];
+  const auto& d = fabric::detail::driver();
+  const std::uint64_t base = epoch * (m.counter != nullptr ? totals[m.counter_index] : 0);
+  switch (m.kind) {
+    case OpKind::kCopy:
+    case OpKind::kRailPut:
+      if (m.batched) {
+        enqueue_batch(m, s, stats);
+      } else if (!m.lane.empty()) {
+        enqueue_pooled(m, s, stats);
+      } else {
+        for (const CopyCall& c : m.copies)
+          enqueue_copy(c, s, stats);
+      }
+      if (m.kind == OpKind::kRailPut) {
+        cuda_detail::launch_counter_add(m.counter, m.value, s);
+        ++stats.kernels;
+      }
+      break;
+    case OpKind::kSignal:
+      cuda_detail::launch_counter_add(m.counter, m.value, s);
+      ++stats.kernels;
+      break;
+    case OpKind::kWait:
+      fabric::detail::check_driver(d.stream_wait_value64(reinterpret_cast<CUstream>(s),
+                                                         reinterpret_cast<CUdeviceptr>(m.counter),
+                                                         base + m.value, CU_STREAM_WAIT_VALUE_GEQ),
+                                   "cuStreamWaitValue64");
+      ++stats.memops;
+      break;
+    case OpKind::kEventRecord:
+      TIDE_CUDA_CHECK(cudaEventRecord(events[static_cast<std::size_t>(m.event)], s));
+      break;
+    case OpKind::kEventWait:
+      TIDE_CUDA_CHECK(cudaStreamWaitEvent(s, events[static_cast<std::size_t>(m.event)], 0));
+      break;
+    case OpKind::kSum: {
+      kernels::Level1SumArgs a = m.sum;
+      a.gradients = m.gradients.data();
+      kernels::launch_level1_sum(a, s, m.tuning);
+      ++stats.kernels;
+      break;
+    }
+    case OpKind::kLand:
+      kernels::launch_landing(m.land, s);
+      ++stats.kernels;
+      break;
+    case OpKind::kCast:
+      kernels::launch_cast_fp32_to_bf16(m.cast_dst, m.cast_src, m.cast_n, s, m.cast_ctas);
+      ++stats.kernels;
+      break;
+    case OpKind::kZero:
+      if (m.zero_rows <= 1 || m.zero_pitch == m.zero_width) {
+        TIDE_CUDA_CHECK(cudaMemsetAsync(m.zero_ptr, 0, m.zero_width * m.zero_rows, s));
+      } else {
+        TIDE_CUDA_CHECK(
+            cudaMemset2DAsync(m.zero_ptr, m.zero_pitch, 0, m.zero_width, m.zero_rows, s));
+      }
+      break;
+    case OpKind::kRelease:
+      break;
+  }
+}
+
+void CudaExecutor::State::enqueue_copy(const CopyCall& c, cudaStream_t s, CudaRunResult& stats) {
+  if (c.flat) {
+    TIDE_CUDA_CHECK(cudaMemcpyAsync(c.dst, c.src, c.width * c.rows, cudaMemcpyDeviceToDevice, s));
+  } else {
+    TIDE_CUDA_CHECK(cudaMemcpy2DAsync(c.dst, c.dpitch, c.src, c.spitch, c.width, c.rows,
+                                      cudaMemcpyDeviceToDevice, s));
+  }
+  ++stats.copies;
+  ++stats.copy_calls;
+}
+
+// An op's copies dealt over its stream and pool streams (NOTE [copy-engine pool]).
+void CudaExecutor::State::enqueue_pooled(const Mapped& m, cudaStream_t own, CudaRunResult& stats) {
+  TIDE_CUDA_CHECK(cudaEventRecord(m.fork, own));
+  for (std::size_t j = 0; j < m.pool.size(); ++j) {
+    cudaStream_t p = streams[static_cast<std::size_t>(m.pool[j])];
+    TIDE_CUDA_CHECK(cudaStreamWaitEvent(p, m.fork, 0));
+  }
+  for (std::size_t i = 0; i < m.copies.size(); ++i) {
+    const int lane = m.lane[i];
+    cudaStream_t s = lane == 0 ? own : streams[static_cast<std::size_t>(m.pool[lane - 1])];
+    enqueue_copy(m.copies[i], s, stats);
+  }
+  for (std::size_t j = 0; j < m.pool.size(); ++j) {
+    cudaStream_t p = streams[static_cast<std::size_t>(m.pool[j])];
+    TIDE_CUDA_CHECK(cudaEventRecord(m.joins[j], p));
+    TIDE_CUDA_CHECK(cudaStreamWaitEvent(own, m.joins[j], 0));
+  }
+}
+
+// A batched op's copies: one cudaMemcpyBatchAsync (a plain cudaMemcpyAsync for a single
+// 1-D copy), then its long 2-D descriptors.
+void CudaExecutor::State::enqueue_batch(const Mapped& m, cudaStream_t s, CudaRunResult& stats) {
+  const std::size_t n = m.batch_dsts.size();
+  if (n == 1) {
+    TIDE_CUDA_CHECK(cudaMemcpyAsync(m.batch_dsts[0], m.batch_srcs[0], m.batch_sizes[0],
+                                    cudaMemcpyDeviceToDevice, s));
+    ++stats.copy_calls;
+  } else if (n > 1) {
+#if TIDE_HAS_CUDA_MEMCPY_BATCH
+    TIDE_CUDA_CHECK(memcpy_batch(m, &batch_attrs, &batch_attr_index, s));
+    ++stats.copy_calls;
+#else
+    throw CudaError("CudaExecutor: cudaMemcpyBatchAsync is not available in this build");
+#endif
+  }
+  for (const CopyCall& c : m.batch_2d) {
+    TIDE_CUDA_CHECK(cudaMemcpy2DAsync(c.dst, c.dpitch, c.src, c.spitch, c.width, c.rows,
+                                      cudaMemcpyDeviceToDevice, s));
+    ++stats.copy_calls;
+  }
+  stats.copies += static_cast<std::int64_t>(m.copies.size());
+}
+
+}  // namespace tide::exec

@@ -1,0 +1,291 @@
+// The CUDA executor's internal state (NOTE [CUDA executor op mapping] in
+// include/tide/exec/cuda_executor.hpp), shared by the files of src/exec/cuda/:
+//   map_ops.cpp     every op resolved at construction: pointers, copies, pools, kernel args
+//   schedule.cpp    the enqueue order (NOTE [enqueue order]) and message receives
+//   enqueue.cpp     one op onto its stream(s)
+//   completion.cpp  waiting with a timeout, draining, profiles, teardown
+//   executor.cpp    the public CudaExecutor: construction, upload/download, run()
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "messages.hpp"
+#include "program_checks.hpp"
+#include "tide/exec/cuda_executor.hpp"
+#include "tide/fabric/fabric.hpp"
+#include "tide/kernels/cuda_check.hpp"
+#include "tide/kernels/landing.hpp"
+#include "tide/kernels/level1_sum.hpp"
+#include "tide/version_gates.hpp"  // after cuda_runtime_api.h: the CUDA runtime gates
+
+namespace tide::exec {
+
+namespace cuda_detail {
+
+using Clock = std::chrono::steady_clock;
+using program::OpKind;
+
+struct CopyCall {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  std::size_t width = 0, rows = 0, dpitch = 0, spitch = 0;
+  bool flat = true;  // one cudaMemcpyAsync of width * rows bytes
+};
+
+// One op, resolved to device pointers and launch arguments at construction.
+struct Mapped {
+  OpKind kind = OpKind::kRelease;
+  int rank = 0;     // the rank whose device runs it (a message receive: the receiver)
+  int stream = -1;  // index into State::streams (-1: no stream work)
+  bool empty = false;
+  std::vector<CopyCall> copies;
+  // The batched form of `copies` (State::batch): the 1-D copies (the flat descriptors and
+  // the rows of the short 2-D ones) of one cudaMemcpyBatchAsync, and the 2-D descriptors
+  // that stay cudaMemcpy2DAsync calls. Built at construction; empty when not batched.
+  bool batched = false;
+  std::vector<void*> batch_dsts;
+  std::vector<void*> batch_srcs;  // not const: CUDA 12.8's signature takes void**
+  std::vector<std::size_t> batch_sizes;
+  std::vector<CopyCall> batch_2d;
+  // Counters (kSignal, kWait, kRailPut): the device word, and its host index
+  // (rank * program.counters + id) into State::totals.
+  std::uint64_t* counter = nullptr;
+  std::size_t counter_index = 0;
+  std::uint64_t value = 0;
+  // Events (kEventRecord, kEventWait): index into State::events.
+  int event = -1;
+  // kSum.
+  kernels::Level1SumArgs sum{};
+  std::vector<const void*> gradients;
+  std::unique_ptr<kernels::Level1SegmentTable> table;
+  kernels::Level1Tuning tuning{};
+  // kLand.
+  kernels::LandingArgs land{};
+  // kCast.
+  std::uint16_t* cast_dst = nullptr;
+  const float* cast_src = nullptr;
+  std::int64_t cast_n = 0;
+  int cast_ctas = 0;
+  // kZero.
+  void* zero_ptr = nullptr;
+  std::size_t zero_width = 0, zero_rows = 0, zero_pitch = 0;
+  // Copy-engine pool (CudaExecutorOptions::copy_streams, NOTE [copy-engine pool]): lane of
+  // each CopyCall (0: the op's own stream, j: pool stream j - 1 of the rank), the pool
+  // streams used (indices into State::streams), the fork event and one join event per pool
+  // stream used. Empty when the op's copies stay on its own stream.
+  std::vector<int> lane;
+  std::vector<int> pool;
+  cudaEvent_t fork = nullptr;
+  std::vector<cudaEvent_t> joins;
+  // A put or signal to an unreachable rank (NOTE [rail messages]): the message and the
+  // rank's rail stream (index into State::streams).
+  std::unique_ptr<cuda_detail::Message> message;
+  int rail = -1;
+
+  Mapped() = default;
+  Mapped(Mapped&&) = default;
+  Mapped& operator=(Mapped&&) = default;
+  ~Mapped() {
+    if (message) cuda_detail::release_message(*message);
+    if (fork != nullptr) (void)cudaEventDestroy(fork);
+    for (cudaEvent_t e : joins)
+      (void)cudaEventDestroy(e);
+  }
+};
+
+inline std::string cuda_status(cudaError_t s) {
+  return std::string(cudaGetErrorName(s)) + " (" + cudaGetErrorString(s) + ")";
+}
+
+// Rethrows the exception in flight with `prefix` added to its message, keeping its type.
+[[noreturn]] void rethrow_with(const std::string& prefix);
+
+}  // namespace cuda_detail
+
+using cuda_detail::Clock;
+using cuda_detail::CopyCall;
+using cuda_detail::cuda_status;
+using cuda_detail::Mapped;
+using cuda_detail::op_where;
+using program::Buffer;
+using program::Op;
+using program::OpKind;
+using program::Program;
+using program::Region;
+
+struct CudaExecutor::State {
+  const Program& program;
+  fabric::Fabric& fabric;
+  CudaExecutorOptions options;
+  // Copy ops go through cudaMemcpyBatchAsync (options.batch_copies, the build and the driver
+  // have it); every batch shares one attribute set.
+  bool batch = false;
+#if TIDE_HAS_CUDA_MEMCPY_BATCH
+  cudaMemcpyAttributes batch_attrs{};
+  std::size_t batch_attr_index = 0;
+#endif
+  std::vector<Mapped> ops;
+  // Streams: one per used (rank, stream name).
+  std::vector<cudaStream_t> streams;
+  std::vector<std::pair<int, int>> stream_owner;  // (rank, stream name index; -1: rail)
+  int current_device = -1;                        // the device last made current here
+  std::map<int, int> rail_stream;                 // rank -> its rail stream (messages)
+  std::map<int, std::vector<int>> copy_pool;  // rank -> its pool streams (NOTE [copy-engine pool])
+  std::vector<Mapped> receives;               // the receiving side of messages to local ranks
+  void* token = nullptr;                      // 8 device bytes: the payload of signal messages
+  std::vector<cudaEvent_t> done;              // completion event per stream
+  cudaStream_t control = nullptr;             // counter resets and read-backs
+  // Events: one per recorded (rank, id); slot = rank * program.events + id.
+  std::vector<cudaEvent_t> events;
+  std::vector<int> event_index;  // slot -> index into events, or -1
+  // The ranks this process runs (Fabric::local), and their signal words (the counters of
+  // those ranks: program.counters words each, NOTE [fabric interface]).
+  std::vector<int> local_ranks;
+  std::size_t counter_words = 0;  // program.counters
+  // Epoch-based counters: every run adds totals[c] to counter c; `epoch` runs completed since
+  // the last reset, so the next run waits for epoch * totals[c] + value.
+  std::vector<std::uint64_t> totals;
+  std::uint64_t epoch = 0;
+  bool counters_dirty = false;  // forced high after a timeout: reset before the next run
+  // Profiling (created on the first profiled run): two timing events per kernel op (indexed
+  // like ops; null elsewhere) and per stream.
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> kernel_events;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> stream_events;
+  bool stuck = false;  // streams could not be drained: resources are kept, runs refused
+  // The enqueue order: a legal serial schedule (NOTE [enqueue order]), then any ops it could
+  // not place, in program order. An entry -(k + 1) is receives[k].
+  std::vector<int> order;
+
+  State(const Program& p, fabric::Fabric& f, const CudaExecutorOptions& o)
+      : program(p), fabric(f), options(o) {}
+
+  [[noreturn]] void rethrow_with_op(int i) const;
+
+  ~State();
+
+  // Makes `rank`'s device current (kernels and stream calls must run on their stream's device).
+  void use_device_of(int rank) {
+    const int d = rank < 0 ? fabric.device() : fabric.device_of(rank);
+    if (d == current_device) return;
+    TIDE_CUDA_CHECK(cudaSetDevice(d));
+    current_device = d;
+  }
+
+  // The rank's rail stream (messages), created on first use.
+  int rail_of(int rank);
+
+  std::string stream_name(std::size_t i) const {
+    const int name = stream_owner[i].second;
+    if (name == -1) return "rail messages";
+    if (name == -2) return "copy pool";
+    return program.stream_names[static_cast<std::size_t>(name)];
+  }
+
+  std::byte* at(const Region& r) const;
+
+  std::size_t counter_index(const program::Counter& c) const {
+    return static_cast<std::size_t>(c.rank) * counter_words + static_cast<std::size_t>(c.id);
+  }
+
+  std::uint64_t* counter(const program::Counter& c) const;
+
+  // Writes `byte` into every signal word of the local ranks (synchronously, on each rank's
+  // device).
+  void fill_local_signals(unsigned char byte);
+
+  std::size_t event_slot(const Op& op) const {
+    return static_cast<std::size_t>(op.rank) * static_cast<std::size_t>(program.events) +
+           static_cast<std::size_t>(op.event);
+  }
+
+  // NOTE [copy-engine pool]
+  // With CudaExecutorOptions::copy_streams = k > 1, a copy op (kCopy, kRailPut) of two or more
+  // descriptors on the per-descriptor path deals its descriptors over its own stream and up
+  // to k - 1 pool streams of its rank (Sec. 6.2: descriptor batches over a small stream pool,
+  // so that several copy engines work on one op): largest first, each to the least-loaded
+  // lane by bytes. Synchronisation: the op's stream records `fork`; each pool stream used
+  // waits for it, issues its share and records its `join`; the op's stream waits for every
+  // join before anything that follows the op (a kRailPut's counter addition included). A
+  // rank's pool streams are shared by its program streams and fed in the one enqueue order
+  // (NOTE [enqueue order]), so a pool stream only ever waits for forks already enqueued.
+  std::vector<int>& pool_of(int rank);
+
+  void map_pool(const Op& op, Mapped& m);
+
+  void map_copies(const Op& op, Mapped& m) const;
+
+  // The batched form of an op's copies (Mapped::batched). One copy stays one plain call;
+  // copies that meet (checked row by row; a long 2-D copy by its whole extent) keep the
+  // per-descriptor calls, in descriptor order.
+  void map_batch(Mapped& m) const;
+
+  void map_sum(const Op& op, Mapped& m) const;
+
+  void map_op(const Op& op, Mapped& m, int stream);
+
+  static bool is_kernel(OpKind k) {
+    return k == OpKind::kSum || k == OpKind::kLand || k == OpKind::kCast;
+  }
+
+  // Creates the profiling events once.
+  void make_profile_events();
+
+  // Enqueues one op on its stream. Throws with the CUDA error; the caller adds the op.
+  void enqueue(const Mapped& m, CudaRunResult& stats);
+
+  void enqueue_copy(const CopyCall& c, cudaStream_t s, CudaRunResult& stats);
+
+  // An op's copies dealt over its stream and pool streams (NOTE [copy-engine pool]).
+  void enqueue_pooled(const Mapped& m, cudaStream_t own, CudaRunResult& stats);
+
+  // A batched op's copies: one cudaMemcpyBatchAsync (a plain cudaMemcpyAsync for a single
+  // 1-D copy), then its long 2-D descriptors.
+  void enqueue_batch(const Mapped& m, cudaStream_t s, CudaRunResult& stats);
+
+  // Polls every stream's completion event until all completed or `timeout_s` passed. Returns
+  // whether all completed; throws CudaError on an asynchronous fault.
+  bool wait_all(double timeout_s, std::vector<bool>* complete) const;
+
+  // Sets every counter to a huge value so every stream waiting on one proceeds, then waits
+  // for the streams; marks the executor stuck (and releases the fabric) if they do not drain.
+  void release_and_drain();
+
+  // NOTE [enqueue order]
+  // Streams share a few hardware queues (CUDA_DEVICE_MAX_CONNECTIONS), each executed in
+  // submission order, and a cuStreamWaitValue64 stalls its whole queue. Enqueuing a wait
+  // before the signal it needs could then deadlock two aliased streams. So the executor
+  // enqueues in a legal serial schedule, computed once here by simulating counters and
+  // events on the host: repeatedly take the head op of any (rank, stream) whose wait is
+  // already satisfied by the ops taken before it. Every op's dependencies are then submitted
+  // before it, and no aliasing can block it. Ops the simulation cannot place (a wait that can
+  // never be satisfied) follow in program order, so the run-time timeout names them.
+  // Every rank's ops are simulated (a local wait may need a remote rank's signal); only the
+  // local ranks' ops enter `order`. Each process's order is the global schedule filtered to
+  // its ranks, so no process submits a wait before the local signals it needs.
+  void schedule();
+
+  // Appends op i to `order` where this process runs it: the op itself on its local rank, and
+  // the receiving side of a message to a local rank (NOTE [rail messages]).
+  void place(int i);
+
+  std::size_t totals_size() const {
+    return std::max<std::size_t>(1, static_cast<std::size_t>(program.ranks) * counter_words);
+  }
+
+  // Reads the profiling events of a completed run into `stats`.
+  void collect_profile(CudaRunResult& stats) const;
+
+  std::string describe_timeout(double timeout_s, const std::vector<bool>& complete) const;
+};
+
+}  // namespace tide::exec
