@@ -202,6 +202,10 @@ TIDE's window holds more than the stock flat buffer here because, with N = 2, th
 all-gather's landing zone is the whole unsharded group and TIDE-RS In-Place keeps its Level 1
 staging, inbox and spares for the whole shard (a single wave: `tide plan` shows the areas).
 The stock path's buffers are PyTorch allocations that FSDP2 frees and re-allocates per call.
+TIDE-RS Slot-Reuse (`slot-reuse-bench.json`, `--rs-slot-reuse`, 32/32 CTAs, 10 repeats)
+needs the same window as In-Place at N = 2 and takes the same time (Llama layer 1 x 2:
+8.02 ms, 7.97 GiB; 2 x 1: 10.31 ms, 9.56 GiB): with M <= 2 there is one wave and no outbox
+for Slot-Reuse to save.
 
 ## TIDE-RS knobs (`scripts/device/nccl_rs_sweep.sh`, 10 repeats)
 
