@@ -164,14 +164,14 @@ class Bench {
   fabric::NcclProgramOptions program_options(int gpus_per_node) {
     fabric::NcclProgramOptions o;
     o.gpus_per_node = gpus_per_node;
-    o.messages_between_nodes = args_.messages;
-    if (args_.messages) o.message_comm = session_.message_comm();
+    o.messages_between_nodes = args_.common.messages;
+    if (args_.common.messages) o.message_comm = session_.message_comm();
     return o;
   }
 
   exec::CudaExecutorOptions executor_options() const {
     exec::CudaExecutorOptions o;
-    o.copy_streams = args_.copy_streams;
+    o.copy_streams = args_.common.copy_streams;
     return o;
   }
 
@@ -426,8 +426,8 @@ int run_bench(const fabric::LaunchedRank& me, const BenchArgs& args) {
         "TIDE-RS: %s, sum %d CTAs, landing %d CTAs, staging chunk %lld; %d copy "
         "stream(s) per op%s\n",
         args.rs_slot_reuse ? "slot-reuse" : "in-place", args.rs_sum_ctas, args.rs_landing_ctas,
-        static_cast<long long>(args.rs_chunk_elems), args.copy_streams,
-        args.messages ? "; transfers between nodes as messages" : "");
+        static_cast<long long>(args.rs_chunk_elems), args.common.copy_streams,
+        args.common.messages ? "; transfers between nodes as messages" : "");
     std::printf("%-15s %-3s %-3s %9s %9s %9s %9s %8s %9s %9s %8s  %s\n", "case", "MxL", "op",
                 "TIDE", "NCCL", "copies", "stock", "speedup", "TIDE GB/s", "stock GB/s", "enqueue",
                 "check");
@@ -455,8 +455,8 @@ int run_bench(const fabric::LaunchedRank& me, const BenchArgs& args) {
   }
   if (lead && !args.common.out.empty()) {
     std::ofstream(args.common.out) << nlohmann::json{{"world", session.world()},
-                                                     {"messages", args.messages},
-                                                     {"copy_streams", args.copy_streams},
+                                                     {"messages", args.common.messages},
+                                                     {"copy_streams", args.common.copy_streams},
                                                      {"repeats", args.repeats},
                                                      {"warmup", args.warmup},
                                                      {"rows", rows}}

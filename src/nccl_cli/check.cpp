@@ -214,11 +214,11 @@ CaseResult run_one(RankSession& session, const CollectiveCase& c, int gpus_per_n
   try {
     fabric::NcclProgramOptions po;
     po.gpus_per_node = gpus_per_node;
-    po.messages_between_nodes = args.messages;
-    if (args.messages) po.message_comm = session.message_comm();
+    po.messages_between_nodes = args.common.messages;
+    if (args.common.messages) po.message_comm = session.message_comm();
     pf = std::make_unique<fabric::NcclProgramFabric>(session.fabric(), program, po);
     exec::CudaExecutorOptions eo;
-    eo.copy_streams = args.copy_streams;
+    eo.copy_streams = args.common.copy_streams;
     ex = std::make_unique<exec::CudaExecutor>(program, *pf, eo);
   } catch (const std::exception& e) {
     result.status = std::string("setup: ") + e.what();
@@ -295,7 +295,7 @@ int run_check(const fabric::LaunchedRank& me, const CheckArgs& args) {
     std::printf("tide-nccl check: %d ranks (%s launcher), %zu cases, %d runs each%s%s\n",
                 session.world(), me.launcher.c_str(), cases.size(), args.repeats,
                 args.fault.empty() ? "" : (", fault " + args.fault).c_str(),
-                args.messages ? ", transfers between nodes as messages" : "");
+                args.common.messages ? ", transfers between nodes as messages" : "");
     std::printf("%-48s %-10s %12s %12s\n", "case", "result", "enqueue us", "run us");
   }
   nlohmann::json rows = nlohmann::json::array();
@@ -347,7 +347,7 @@ int run_check(const fabric::LaunchedRank& me, const CheckArgs& args) {
     if (!args.common.out.empty()) {
       std::ofstream(args.common.out) << nlohmann::json{{"world", session.world()},
                                                        {"fault", args.fault},
-                                                       {"messages", args.messages},
+                                                       {"messages", args.common.messages},
                                                        {"repeats", args.repeats},
                                                        {"cases", rows}}
                                             .dump(2)

@@ -13,6 +13,11 @@ struct CommonArgs {
   double run_timeout_s = 30.0;    // CudaRunOptions::timeout_s of every TIDE run
   double fabric_timeout_s = 120;  // NcclFabricOptions::timeout (TIDE_FABRIC_TIMEOUT_S wins)
   std::string out;                // a JSON file rank 0 writes (empty: none)
+  // Executor and fabric choices of check and bench: transfers between the declared nodes of
+  // each split as messages (ncclSend / ncclRecv), as between hosts (NOTE [rail messages]);
+  // CudaExecutorOptions::copy_streams (NOTE [copy-engine pool]).
+  bool messages = false;
+  int copy_streams = 1;
 };
 
 // Fabric probe: peer pointers, copy-engine reads and writes to every peer's window, and the
@@ -36,10 +41,6 @@ struct CheckArgs {
   int fault_rank = -1;   // -1: the last rank
   double stall_s = 0.0;  // "stall": how late (0: 3 x run_timeout_s)
   bool quick = false;    // fewer cases
-  // Transfers between the declared nodes of each split as messages (ncclSend / ncclRecv), as
-  // between hosts (NOTE [rail messages]).
-  bool messages = false;
-  int copy_streams = 1;  // CudaExecutorOptions::copy_streams
 };
 int run_check(const fabric::LaunchedRank& me, const CheckArgs& args);
 
@@ -59,8 +60,6 @@ struct BenchArgs {
   int rs_landing_ctas = 4;
   std::int64_t rs_chunk_elems = 0;  // RsOptions::staging_chunk_elems (0: a whole pass part)
   bool rs_slot_reuse = false;
-  bool messages = false;  // as CheckArgs::messages
-  int copy_streams = 1;   // CudaExecutorOptions::copy_streams
 };
 int run_bench(const fabric::LaunchedRank& me, const BenchArgs& args);
 

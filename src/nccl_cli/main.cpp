@@ -30,6 +30,15 @@ void add_common(CLI::App* app, CommonArgs& c) {
   app->add_option("--json", c.out, "rank 0 writes the results as JSON to this file");
 }
 
+// check and bench: how the executor moves data (CommonArgs::messages, copy_streams).
+void add_executor_options(CLI::App* app, CommonArgs& c) {
+  app->add_option("--copy-streams", c.copy_streams,
+                  "streams a copy op's descriptors are dealt over (Sec. 6.2)")
+      ->check(CLI::Range(1, 16));
+  app->add_flag("--messages", c.messages,
+                "send transfers between declared nodes as messages (as between hosts)");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -61,12 +70,7 @@ int main(int argc, char** argv) {
   check_cmd->add_option("--stall", check.stall_s, "stall: seconds late (default 3 x run timeout)")
       ->check(CLI::NonNegativeNumber);
   check_cmd->add_flag("--quick", check.quick, "fewer cases");
-  check_cmd
-      ->add_option("--copy-streams", check.copy_streams,
-                   "streams a copy op's descriptors are dealt over (Sec. 6.2)")
-      ->check(CLI::Range(1, 16));
-  check_cmd->add_flag("--messages", check.messages,
-                      "send transfers between declared nodes as messages (as between hosts)");
+  add_executor_options(check_cmd, check.common);
 
   tide::nccl_cli::BenchArgs bench;
   CLI::App* bench_cmd =
@@ -89,12 +93,7 @@ int main(int argc, char** argv) {
                    "Level 1 staging chunk, columns per staged row (0: a whole pass part)")
       ->check(CLI::NonNegativeNumber);
   bench_cmd->add_flag("--rs-slot-reuse", bench.rs_slot_reuse, "TIDE-RS in Slot-Reuse mode");
-  bench_cmd
-      ->add_option("--copy-streams", bench.copy_streams,
-                   "streams a copy op's descriptors are dealt over (Sec. 6.2)")
-      ->check(CLI::Range(1, 16));
-  bench_cmd->add_flag("--messages", bench.messages,
-                      "send transfers between declared nodes as messages (as between hosts)");
+  add_executor_options(bench_cmd, bench.common);
 
   CLI11_PARSE(app, argc, argv);
 
