@@ -242,7 +242,7 @@ void CudaExecutor::State::map_op(const Op& op, Mapped& m, int stream) {
   m.stream = stream;
   if (cuda_detail::is_message(op, fabric)) {
     m.message = std::make_unique<cuda_detail::Message>(
-        cuda_detail::map_message(program, op, /*sender=*/true, fabric));
+        cuda_detail::map_message(op, /*sender=*/true, fabric));
     m.rail = rail_of(op.rank);
     return;
   }

@@ -46,9 +46,7 @@ MessagePart part_of(const Region& r, const fabric::Fabric& fabric, Message& m) {
 
 }  // namespace
 
-Message map_message(const program::Program& program, const program::Op& op, bool sender,
-                    const fabric::Fabric& fabric) {
-  (void)program;
+Message map_message(const program::Op& op, bool sender, const fabric::Fabric& fabric) {
   Message m;
   m.sender = sender;
   m.peer = sender ? op.counter.rank : op.rank;

@@ -61,8 +61,7 @@ bool is_message(const program::Op& op, const fabric::Fabric& fabric);
 // The sender's or the receiver's side of a message op (device pointers resolved, staging
 // allocated, events created). Throws tide::Unsupported for a put whose destinations are not
 // all on the counter's rank.
-Message map_message(const program::Program& program, const program::Op& op, bool sender,
-                    const fabric::Fabric& fabric);
+Message map_message(const program::Op& op, bool sender, const fabric::Fabric& fabric);
 
 // Enqueues one side (NOTE [rail messages]); `token` is an 8-byte device word.
 void enqueue_message(const Message& m, fabric::Fabric& fabric, cudaStream_t rail,

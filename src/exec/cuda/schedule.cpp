@@ -86,7 +86,7 @@ void CudaExecutor::State::place(int i) {
   r.stream = -1;
   try {
     r.message = std::make_unique<cuda_detail::Message>(
-        cuda_detail::map_message(program, op, /*sender=*/false, fabric));
+        cuda_detail::map_message(op, /*sender=*/false, fabric));
   } catch (...) {
     rethrow_with_op(i);
   }
