@@ -226,7 +226,8 @@ The same bench with the library's defaults (run-2026-11-29-x2):
 Puts and signals between the two declared nodes of the 2 x 1 split as ncclSend/ncclRecv on a
 communicator with NCCL's default channels (1 x 2 has no transfer between nodes, so it is the
 copy-engine path in both columns). On the channel-capped main communicator (maxCTAs = 1) the
-same messages moved about 40 GB/s (Llama layer 2 x 1: AG 41.7 ms, RS 87.4 ms).
+same messages moved about 40 GB/s (Llama layer 2 x 1: AG 41.7 ms, RS 87.4 ms;
+`run-2026-11-29-x2-messages/bench-messages-capped.json` and `.log`).
 
 {chr(10).join(messages_table(messages, final))}
 
