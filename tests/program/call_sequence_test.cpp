@@ -132,7 +132,9 @@ TEST_P(AgSequence, ManyCallsLandEveryShard) {
   const AgPlan plan(layout, options);
   const program::AgSequenceAreas areas = program::ag_sequence_areas(plan);
   const program::CallSequence seq = program::ag_call_sequence(plan, areas);
-  ASSERT_EQ(seq.period % 2, 0) << "receive stages alternate: call a uses stage a mod 2";
+  if (topo.nodes > 1 || cast) {  // otherwise nothing is staged
+    ASSERT_EQ(seq.period % 2, 0) << "receive stages alternate: call a uses stage a mod 2";
+  }
   const int kCalls = std::max(5, 2 * seq.period + 1);
   const program::Program flat = program::expand_calls(seq, kCalls);
   ReferenceExecutor ex(flat);
