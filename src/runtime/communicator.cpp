@@ -113,7 +113,7 @@ class HostCommunicator final : public Communicator {
                     static_cast<std::size_t>(pl.shard_bytes));
       }
     }
-    run(g, g.all_gathers, bindings);
+    run(g, g.all_gathers, bindings, 0, "all_gather");
     ++g.stats.all_gathers;
     g.stats.copy_bytes_avoided += detail::all_gather_copy_bytes(g.layout);
   }
@@ -137,7 +137,7 @@ class HostCommunicator final : public Communicator {
     bindings.output = reinterpret_cast<std::byte*>(out);
     bindings.alpha = alpha;
     bindings.accumulate = accumulate;
-    run(g, g.reduce_scatters, bindings);
+    run(g, g.reduce_scatters, bindings, 1, "reduce_scatter");
     ++g.stats.reduce_scatters;
     g.stats.copy_bytes_avoided += detail::reduce_scatter_copy_bytes(g.layout);
   }
@@ -179,12 +179,19 @@ class HostCommunicator final : public Communicator {
     }
   }
 
-  void run(Group& g, detail::SequenceState& s, const exec::HostCallBindings& bindings) {
+  void run(Group& g, detail::SequenceState& s, const exec::HostCallBindings& bindings,
+           int collective, const char* name) {
     exec::HostSequencePlace place;
     place.region_offset = g.region_offset;
     place.first_counter = s.first_counter;
-    exec::run_host_call(s.next(), *fabric_, place, s.counter_base, bindings, options_.timeout);
+    exec::HostCallTag tag;
+    tag.index = calls_;
+    tag.tag = (g.region_offset << 1) | collective;  // distinct per (group, collective)
+    tag.what = std::string(name) + " of group '" + g.spec.name + "'";
+    exec::run_host_call(s.next(), *fabric_, place, s.counter_base, bindings, tag,
+                        options_.timeout);
     s.advance(options_.rank);
+    ++calls_;
   }
 
   CommunicatorOptions options_;
@@ -194,6 +201,7 @@ class HostCommunicator final : public Communicator {
   std::vector<std::unique_ptr<Group>> groups_;
   std::int64_t next_region_ = 0;
   int next_counter_ = 0;
+  std::int64_t calls_ = 0;  // calls of every group so far
   mutable std::unique_ptr<fabric::HostFabric> fabric_;
 };
 

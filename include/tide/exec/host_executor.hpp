@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "tide/fabric/host_fabric.hpp"
@@ -36,6 +37,13 @@ struct HostCallBindings {
   bool accumulate = false;          // the landing adds into the output
 };
 
+// Which call this is among all of the communicator's calls (NOTE [host fabric] 4).
+struct HostCallTag {
+  std::int64_t index = 0;  // calls of the communicator before this one
+  std::int64_t tag = 0;    // the group and collective, the same on every rank for this call
+  std::string what;        // "reduce_scatter of group 'layers.3'", for messages
+};
+
 // Where a group's sequence lives on the fabric.
 struct HostSequencePlace {
   std::int64_t region_offset = 0;  // the group's region in every rank's arena
@@ -46,6 +54,7 @@ struct HostSequencePlace {
 // added to this rank's counter id (the caller advances it by the template's additions).
 void run_host_call(const program::CallTemplate& call, fabric::HostFabric& fabric,
                    const HostSequencePlace& place, std::span<const std::int64_t> counter_base,
-                   const HostCallBindings& bindings, std::chrono::milliseconds timeout);
+                   const HostCallBindings& bindings, const HostCallTag& tag,
+                   std::chrono::milliseconds timeout);
 
 }  // namespace tide::exec

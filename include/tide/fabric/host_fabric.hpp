@@ -11,9 +11,13 @@
 // 3. Signal words are std::atomic_ref<int64_t> on the shared mapping: a peer adds with
 //    release order after its data writes; the owner waits with acquire loads, so the data
 //    is visible once the wait completes.
-// 4. Fail-stop (Sec. 7.5): abort() sets the flag and reason in every rank's header, so each
+// 4. Call order: before each call a rank announces the call's index and a tag (group and
+//    collective) in its header. A rank that waits long compares the peers' announcements
+//    with its own: the same index with another tag is a call-order mismatch (the paper's
+//    step-call-order fault), reported as such rather than as a timeout.
+// 5. Fail-stop (Sec. 7.5): abort() sets the flag and reason in every rank's header, so each
 //    rank's waits see it at once. A dead peer is found from its pid (/proc/<pid>/stat: gone,
-//    zombie or dead) by any rank that waits for it.
+//    zombie or dead, and not closed) by any rank that waits for it.
 #pragma once
 
 #include <chrono>
@@ -55,6 +59,14 @@ class HostFabric {
   std::string aborted() const;
   // Marks every rank's header aborted with `reason` (the first reason wins).
   void abort(const std::string& reason);
+
+  // NOTE [host fabric] 4.
+  struct CallAnnouncement {
+    std::int64_t index = -1;  // -1: no call yet
+    std::int64_t tag = 0;
+  };
+  void announce(const CallAnnouncement& call);
+  CallAnnouncement announced(int rank) const;
 
  private:
   struct Mapping {

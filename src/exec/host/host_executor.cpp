@@ -46,8 +46,23 @@ class HostBytes final : public ByteSpace {
   throw CommunicationError(reason);
 }
 
+// A peer that announced this call's index with another tag issued its calls in another order.
+void check_call_order(fabric::HostFabric& fabric, const HostCallTag& tag) {
+  for (int r = 0; r < fabric.world(); ++r) {
+    if (r == fabric.rank()) continue;
+    const fabric::HostFabric::CallAnnouncement peer = fabric.announced(r);
+    if (peer.index == tag.index && peer.tag != tag.tag) {
+      fail(fabric, "call-order mismatch: rank " + std::to_string(r) + " and rank " +
+                       std::to_string(fabric.rank()) + " issued different collectives as call " +
+                       std::to_string(tag.index) + " (rank " + std::to_string(fabric.rank()) +
+                       ": " + tag.what +
+                       "); every rank must issue the same calls in the same order");
+    }
+  }
+}
+
 void wait_for(fabric::HostFabric& fabric, std::int64_t* word, std::int64_t threshold, const Op& op,
-              std::chrono::milliseconds timeout) {
+              const HostCallTag& tag, std::chrono::milliseconds timeout) {
   std::atomic_ref<std::int64_t> value(*word);
   if (value.load(std::memory_order_acquire) >= threshold) return;
   const auto start = std::chrono::steady_clock::now();
@@ -60,16 +75,17 @@ void wait_for(fabric::HostFabric& fabric, std::int64_t* word, std::int64_t thres
         throw CommunicationError("rank " + std::to_string(fabric.rank()) +
                                  ": communicator aborted: " + why);
       }
+      check_call_order(fabric, tag);
       if (const int dead = fabric.dead_peer(); dead >= 0) {
         fail(fabric, "rank " + std::to_string(dead) + " died; rank " +
                          std::to_string(fabric.rank()) + " was waiting in '" + op.label + "'");
       }
       const auto waited = std::chrono::steady_clock::now() - start;
       if (waited > timeout) {
-        fail(fabric, "rank " + std::to_string(fabric.rank()) + " timed out after " +
-                         std::to_string(timeout.count()) + " ms in '" + op.label + "': counter " +
-                         std::to_string(op.counter.id) + " holds " + std::to_string(value.load()) +
-                         " < " + std::to_string(threshold) +
+        fail(fabric, "rank " + std::to_string(fabric.rank()) + " timed out in " + tag.what +
+                         " after " + std::to_string(timeout.count()) + " ms in '" + op.label +
+                         "': counter " + std::to_string(op.counter.id) + " holds " +
+                         std::to_string(value.load()) + " < " + std::to_string(threshold) +
                          " (a peer stalled or issued its calls in another order)");
       }
     }
@@ -86,12 +102,14 @@ void wait_for(fabric::HostFabric& fabric, std::int64_t* word, std::int64_t thres
 
 void run_host_call(const program::CallTemplate& call, fabric::HostFabric& fabric,
                    const HostSequencePlace& place, std::span<const std::int64_t> counter_base,
-                   const HostCallBindings& bindings, std::chrono::milliseconds timeout) {
+                   const HostCallBindings& bindings, const HostCallTag& tag,
+                   std::chrono::milliseconds timeout) {
   if (std::string why = fabric.aborted(); !why.empty()) {
     throw CommunicationError("rank " + std::to_string(fabric.rank()) +
                              ": communicator aborted earlier: " + why);
   }
   const int me = fabric.rank();
+  fabric.announce({tag.index, tag.tag});
   HostBytes bytes(fabric, place, bindings);
   for (const int index : call.order.order) {
     const Op& op = call.program.ops[static_cast<std::size_t>(index)];
@@ -99,7 +117,8 @@ void run_host_call(const program::CallTemplate& call, fabric::HostFabric& fabric
     switch (op.kind) {
       case OpKind::kWait:
         wait_for(fabric, fabric.counter(me, place.first_counter + op.counter.id),
-                 counter_base[static_cast<std::size_t>(op.counter.id)] + op.value, op, timeout);
+                 counter_base[static_cast<std::size_t>(op.counter.id)] + op.value, op, tag,
+                 timeout);
         break;
       case OpKind::kSignal:
         std::atomic_ref<std::int64_t>(

@@ -20,12 +20,15 @@ namespace {
 constexpr std::uint64_t kMagic = 0x54494445'484f5354ULL;  // "TIDEHOST"
 constexpr std::size_t kReasonBytes = 448;
 
-// The head of every segment. `state`: 0 running, 1 an abort is being written, 2 aborted.
+// The head of every segment. `state`: 0 running, 1 an abort is being written, 2 aborted,
+// 3 closed (the rank finished and destroyed its fabric: gone, but not dead).
 struct SegmentHeader {
   std::uint64_t magic;
   std::int32_t rank;
   std::int32_t pid;
   std::int32_t state;
+  std::int64_t call_index;  // NOTE [host fabric] 4; written by the owner only
+  std::int64_t call_tag;
   char reason[kReasonBytes];
 };
 
@@ -109,6 +112,8 @@ HostFabric::HostFabric(runtime::Store& store, const HostFabricOptions& options)
   h->rank = options.rank;
   h->pid = static_cast<std::int32_t>(getpid());
   h->state = 0;
+  h->call_index = -1;
+  h->call_tag = 0;
   maps_.assign(static_cast<std::size_t>(options.world), Mapping{});
   maps_[static_cast<std::size_t>(options.rank)] = Mapping{base, bytes};
 
@@ -151,6 +156,12 @@ HostFabric::HostFabric(runtime::Store& store, const HostFabricOptions& options)
 }
 
 HostFabric::~HostFabric() {
+  if (!maps_.empty()) {
+    std::int32_t running = 0;
+    std::atomic_ref<std::int32_t>(
+        header_of(maps_[static_cast<std::size_t>(options_.rank)].base)->state)
+        .compare_exchange_strong(running, 3, std::memory_order_acq_rel);
+  }
   for (Mapping& m : maps_) {
     if (m.base) munmap(m.base, m.bytes);
   }
@@ -174,15 +185,18 @@ std::int64_t* HostFabric::counter(int rank, int id) const {
 int HostFabric::dead_peer() const {
   for (int r = 0; r < options_.world; ++r) {
     if (r == options_.rank) continue;
-    if (!process_alive(header_of(maps_[static_cast<std::size_t>(r)].base)->pid)) return r;
+    SegmentHeader* h = header_of(maps_[static_cast<std::size_t>(r)].base);
+    if (std::atomic_ref<std::int32_t>(h->state).load(std::memory_order_acquire) == 3) continue;
+    if (!process_alive(h->pid)) return r;
   }
   return -1;
 }
 
 std::string HostFabric::aborted() const {
   const SegmentHeader* h = header_of(maps_[static_cast<std::size_t>(options_.rank)].base);
-  const int state = std::atomic_ref<const std::int32_t>(h->state).load(std::memory_order_acquire);
-  if (state == 0) return {};
+  const int state = std::atomic_ref<std::int32_t>(const_cast<SegmentHeader*>(h)->state)
+                        .load(std::memory_order_acquire);
+  if (state == 0 || state == 3) return {};
   if (state == 1) return "a rank is aborting the communicator";
   return std::string(h->reason, strnlen(h->reason, kReasonBytes));
 }
@@ -198,6 +212,30 @@ void HostFabric::abort(const std::string& reason) {
     h->reason[n] = '\0';
     state.store(2, std::memory_order_release);
   }
+}
+
+}  // namespace tide::fabric
+
+namespace tide::fabric {
+
+void HostFabric::announce(const CallAnnouncement& call) {
+  SegmentHeader* h = header_of(maps_[static_cast<std::size_t>(options_.rank)].base);
+  std::atomic_ref<std::int64_t>(h->call_index).store(-1, std::memory_order_release);
+  std::atomic_ref<std::int64_t>(h->call_tag).store(call.tag, std::memory_order_release);
+  std::atomic_ref<std::int64_t>(h->call_index).store(call.index, std::memory_order_release);
+}
+
+HostFabric::CallAnnouncement HostFabric::announced(int rank) const {
+  SegmentHeader* h = header_of(maps_.at(static_cast<std::size_t>(rank)).base);
+  CallAnnouncement a;
+  // Index, tag, index again: a torn read (the owner moved on in between) reads as "no call".
+  const std::int64_t before =
+      std::atomic_ref<std::int64_t>(h->call_index).load(std::memory_order_acquire);
+  a.tag = std::atomic_ref<std::int64_t>(h->call_tag).load(std::memory_order_acquire);
+  const std::int64_t after =
+      std::atomic_ref<std::int64_t>(h->call_index).load(std::memory_order_acquire);
+  a.index = before == after ? after : -1;
+  return a;
 }
 
 }  // namespace tide::fabric
