@@ -66,6 +66,11 @@ def install(layout: Layout) -> None:
         setattr(param_group, name, replacement)
 
 
+def replaced() -> dict:
+    """The stock functions replaced so far in this process, by name."""
+    return dict(_installed)
+
+
 def _bind(name: str, args, kwargs) -> dict:
     bound = inspect.signature(_installed[name]).bind(*args, **kwargs)
     bound.apply_defaults()

@@ -129,8 +129,11 @@ def _refuse(what: str, found, expected) -> typing.NoReturn:
     )
 
 
-def check() -> Layout:
-    """Checks torch's FSDP2 internals; returns the layout or raises UnsupportedTorch."""
+def check(replaced: dict | None = None) -> Layout:
+    """Checks torch's FSDP2 internals; returns the layout or raises UnsupportedTorch.
+
+    ``replaced``: the stock functions already replaced in this process, by name (they are
+    checked in place of the replacements)."""
     try:
         from torch.distributed.fsdp._fully_shard import (  # noqa: PLC0415
             _fsdp_collectives as collectives,
@@ -139,12 +142,14 @@ def check() -> Layout:
         )
     except ImportError as error:  # pragma: no cover - depends on torch
         _refuse("module layout", error, "torch.distributed.fsdp._fully_shard")
+    stock = {}
     for name in ("foreach_all_gather", "foreach_all_gather_copy_out", "foreach_reduce"):
-        if not hasattr(param_group, name):
+        stock[name] = (replaced or {}).get(name) or getattr(param_group, name, None)
+        if stock[name] is None:
             _refuse("parameter-group module", f"no {name} in _fsdp_param_group", name)
-    if _names(param_group.foreach_all_gather) != ALL_GATHER_PARAMS:
-        _refuse("foreach_all_gather", _names(param_group.foreach_all_gather), ALL_GATHER_PARAMS)
-    copy_out = inspect.signature(param_group.foreach_all_gather_copy_out).parameters
+    if _names(stock["foreach_all_gather"]) != ALL_GATHER_PARAMS:
+        _refuse("foreach_all_gather", _names(stock["foreach_all_gather"]), ALL_GATHER_PARAMS)
+    copy_out = inspect.signature(stock["foreach_all_gather_copy_out"]).parameters
     head = tuple(copy_out)[: len(COPY_OUT_PARAMS)]
     extra = list(copy_out.values())[len(COPY_OUT_PARAMS) :]
     if head != COPY_OUT_PARAMS or any(p.default is inspect.Parameter.empty for p in extra):
@@ -158,10 +163,10 @@ def check() -> Layout:
     for method in FSDP_PARAM_METHODS:
         if not callable(getattr(fsdp_param.FSDPParam, method, None)):
             _refuse("FSDPParam", f"no method {method}", FSDP_PARAM_METHODS)
-    reduce_names = _names(param_group.foreach_reduce)
+    reduce_names = _names(stock["foreach_reduce"])
     for layout in LAYOUTS:
         if reduce_names == layout.reduce_params:
-            arity = _return_arity(param_group.foreach_reduce)
+            arity = _return_arity(stock["foreach_reduce"])
             expected = 7 if layout.reduce_returns_post_stream else 6
             if arity not in (None, expected):
                 _refuse("foreach_reduce return", f"{arity} values", f"{expected} values")

@@ -81,7 +81,7 @@ def enable(
         raise RuntimeError("tide.fsdp.enable: torch.distributed is not initialized")
     if getattr(module, _ATTRIBUTE, None) is not None:
         raise RuntimeError("tide.fsdp.enable: already enabled on this module")
-    layout = _fsdp_compat.check()
+    layout = _fsdp_compat.check(_fsdp_calls.replaced())
     groups = [_fsdp_group.TideGroup(g, name) for name, g in _fsdp_groups(module)]
     if not groups:
         raise ValueError("tide.fsdp.enable: no FSDP parameter groups (call fully_shard first)")
