@@ -29,6 +29,8 @@ def communicator_class() -> Any:
         return _communicator_class
     from . import _C  # noqa: PLC0415 (the binding loads only when a communicator is needed)
 
+    if not hasattr(_C, "Communicator"):
+        raise RuntimeError("tide._C of this build has no runtime binding (Communicator)")
     return _C.Communicator
 
 
@@ -53,7 +55,10 @@ def create(group: dist.ProcessGroup, device: torch.device, timeout_s: float, gen
     prefix = f"tide/{generation}/{'-'.join(map(str, ranks))}/"
     store = dist.PrefixStore(prefix, dist.distributed_c10d._get_default_store())
     backend = "host" if device.type == "cpu" else "nccl"
-    device_index = -1 if device.type == "cpu" else (device.index or 0)
+    if device.type == "cpu":
+        device_index = -1
+    else:
+        device_index = device.index if device.index is not None else torch.cuda.current_device()
     return communicator_class()(
         group.rank(),
         group.size(),
