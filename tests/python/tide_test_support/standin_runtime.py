@@ -9,6 +9,7 @@ copies. The adapter never imports it; tests install it with ``install()``.
 from __future__ import annotations
 
 import datetime
+import os
 
 import torch
 import torch.distributed as dist
@@ -17,6 +18,9 @@ from tide._memory import dtype_from_name, tensor_at
 
 _MAX_PARAMS = 256
 _ALIGN = 256
+# Fault injection, to show the parity checks catch what they claim to: "ag-order" lands the
+# ranks' shards in the wrong order, "rs-scale" scales the reduction by (1 + 2^-16).
+_FAULT = os.environ.get("TIDE_STANDIN_FAULT", "")
 
 
 class _Group:
@@ -97,6 +101,8 @@ class Communicator:
         gathered = torch.empty(self.world * g.shard_elems, dtype=g.ag_dtype)
         dist.all_gather_into_tensor(gathered, packed, group=self.pg)
         gathered = gathered.view(self.world, g.shard_elems)
+        if _FAULT == "ag-order":
+            gathered = gathered.flip(0)
         base = g.landing.data_ptr()
         for off, n, loff in zip(g.offsets, g.numels, g.landing_offsets):
             dst = tensor_at(base + loff, self.world * n, g.ag_dtype, cpu).view(self.world, n)
@@ -117,6 +123,8 @@ class Communicator:
             packed[:, off : off + r * k].copy_(padded.view(self.world, r * k))
         reduced = torch.empty(g.shard_elems, dtype=torch.float32)
         dist.reduce_scatter_tensor(reduced, packed.view(-1), group=self.pg)
+        if _FAULT == "rs-scale":
+            alpha *= 1.0 + 2.0**-16
         result = tensor_at(out, g.shard_elems, torch.float32, cpu)
         if accumulate:
             result.add_(reduced, alpha=alpha)
