@@ -66,6 +66,10 @@ def _plot(stock: dict, tide: dict, path: Path) -> bool:
     ax_time.plot(steps, [t * 1e3 for t in tide["step_times_s"]], "x--", label="FSDP2 + TIDE")
     ax_time.set(xlabel="step", ylabel="ms", title="Step time")
     ax_time.legend()
+    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415
+
+    for ax in (ax_loss, ax_time):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.suptitle(f"{tide['world']} ranks, {tide['backend']} backend, torch {tide['torch']}")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -75,7 +79,7 @@ def _plot(stock: dict, tide: dict, path: Path) -> bool:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default="tide-demo", help="where summary.json and loss.png go")
-    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--procs", type=int, default=0, help="ranks (default: GPUs, else 4)")
     args = parser.parse_args(argv)
     out = Path(args.out)

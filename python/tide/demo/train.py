@@ -21,13 +21,13 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from .model import Config, Decoder, batch
 
-DEMO = Config(vocab=1024, dim=192, layers=4, heads=6, hidden=517, seq=64)
+DEMO = Config(vocab=512, dim=128, layers=4, heads=4, hidden=347, seq=64)
 
 
 def _args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tide", action="store_true", help="enable TIDE (else stock FSDP2)")
-    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--batch", type=int, default=4, help="sequences per rank per step")
     parser.add_argument("--out", default="tide-demo")
     parser.add_argument("--seed", type=int, default=0)
