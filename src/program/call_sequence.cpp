@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "tide/core/error.hpp"
+#include "tide/program/validate.hpp"
 
 namespace tide::program {
 namespace {
@@ -145,6 +146,13 @@ CallTemplate make_template(NormalCall&& call, const BufferSizes& sizes) {
   t.program = std::move(call.program);
   t.program.buffers.assign(static_cast<std::size_t>(t.program.ranks), sizes);
   t.event_age = std::move(call.event_age);
+  // NOTE [program validity]: earlier calls' additions and records are not in a template.
+  ValidateOptions checks;
+  checks.whole_program = false;
+  if (const std::vector<Defect> defects = validate(t.program, checks); !defects.empty()) {
+    throw InternalError("call template: " + describe_op(t.program, defects.front().op) + ": " +
+                        defects.front().what);
+  }
   t.additions = counter_additions(t.program);
   // The legal order, with earlier calls' events as recorded and their additions as made: an
   // event wait of age a > 0 gets id events_per_call * a + local (recorded from the start), and
