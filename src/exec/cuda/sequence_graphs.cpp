@@ -52,7 +52,7 @@ void CudaSequenceRunner::State::capture_slot(SlotGraph& g,
                                              std::span<const CudaCallBindings> bindings,
                                              float alpha, bool accumulate) {
   use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
-  TIDE_CUDA_CHECK(cudaStreamBeginCapture(origin, cudaStreamCaptureModeThreadLocal));
+  TIDE_CUDA_CHECK(cudaStreamBeginCapture(origin, cudaStreamCaptureModeRelaxed));
   sequence_detail::Capture capture{call, 0, &g.waits};
   try {
     enqueue_call(call, bindings, alpha, accumulate, origin, totals, &capture);

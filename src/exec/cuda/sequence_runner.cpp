@@ -43,6 +43,14 @@ void resolve_entry(Fn& fn, const char* name) {
 
 }  // namespace
 
+program::Program checkable_template(const program::Program& t) {
+  program::Program p = t;
+  for (program::Op& op : p.ops) {
+    if (op.kind == program::OpKind::kWait && op.value < 0) op.value = 0;
+  }
+  return p;
+}
+
 const GraphDriver& graph_driver() {
   static const GraphDriver d = [] {
     GraphDriver g;
@@ -285,7 +293,7 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
     }
   }
   for (const program::CallTemplate& t : sequence.templates)
-    cuda_detail::check_program(t.program);
+    cuda_detail::check_program(sequence_detail::checkable_template(t.program));
   // Event slots: a multiple of P above the oldest age, so e mod Q fixes the template.
   const int p = sequence.period;
   s.q = p * ((sequence.max_event_age + 1 + p - 1) / p);

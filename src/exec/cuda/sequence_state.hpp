@@ -85,6 +85,10 @@ struct GraphDriver {
 };
 const GraphDriver& graph_driver();
 
+// A template as CudaExecutor::check() can take it: relative wait thresholds <= 0 (credits
+// earlier calls already paid, NOTE [call sequences]) are met at once, so they check as 0.
+program::Program checkable_template(const program::Program& t);
+
 // Where a call being captured records its waits (NOTE [CUDA call sequences] 3-4).
 struct Capture {
   std::int64_t first_call = 0;  // earlier calls are outside the graph
