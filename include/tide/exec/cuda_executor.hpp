@@ -37,8 +37,8 @@
 //                (Sec. 6.2; NOTE [copy-engine pool] in src/exec/cuda/executor.cpp).
 //   kRailPut     its copies as kCopy, then the counter addition on the destination rank, both
 //                on the sender's stream (the addition follows the write in stream order).
-//   kSignal      counter += value by a 1-thread kernel (__threadfence(); atomicAdd), launched
-//                on the signalling stream. Why a kernel: cuStreamWriteValue64 writes a value,
+//   kSignal      counter += value by a 1-thread kernel (__threadfence_system();
+//                atomicAdd_system), launched on the signalling stream. Why a kernel: cuStreamWriteValue64 writes a value,
 //                it cannot add, and several streams and ranks add to one counter in an order
 //                fixed only at run time, so no enqueue-time cumulative value is valid.
 //   kWait        cuStreamWaitValue64(counter, value, CU_STREAM_WAIT_VALUE_GEQ): the stream's

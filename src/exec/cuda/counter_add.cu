@@ -7,10 +7,11 @@ namespace {
 
 __global__ void counter_add_kernel(unsigned long long* counter, unsigned long long add) {
   // Stream order already put every earlier op of this stream before this kernel; the fence
-  // orders this thread's view before the addition a waiting stream observes. System scope:
-  // the counter and the data it guards may live on a peer GPU (NOTE [fabric interface]).
+  // orders this thread's view before the addition a waiting stream observes. System scope,
+  // fence and addition: the counter and the data it guards may live on a peer GPU, written
+  // and watched through a peer mapping (NOTE [fabric interface]).
   __threadfence_system();
-  atomicAdd(counter, add);
+  atomicAdd_system(counter, add);
 }
 
 }  // namespace

@@ -1,0 +1,369 @@
+// The CUDA sequence runner, step 1 of NOTE [CUDA call sequences]: every template resolved once
+// to pointer slots, counter words, tables and kernel arguments; streams and event slots.
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+
+#include "program_checks.hpp"
+#include "sequence_state.hpp"
+#include "tide/core/dtype.hpp"
+#include "tide/core/error.hpp"
+#include "tide/kernels/cuda_check.hpp"
+#include "tide/version_gates.hpp"
+
+namespace tide::exec {
+
+using program::Buffer;
+using program::Op;
+using program::OpKind;
+using program::Region;
+using program::Space;
+using sequence_detail::Copy;
+using sequence_detail::Ptr;
+using sequence_detail::SeqOp;
+
+namespace sequence_detail {
+namespace {
+
+template <typename Fn>
+void resolve_entry(Fn& fn, const char* name) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if TIDE_HAS_DRIVER_ENTRY_POINT_BY_VERSION
+  TIDE_CUDA_CHECK(cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found));
+#else
+  TIDE_CUDA_CHECK(cudaGetDriverEntryPoint(name, &p, cudaEnableDefault, &found));
+#endif
+  if (found != cudaDriverEntryPointSuccess || p == nullptr) {
+    throw CudaError(std::string("CUDA driver entry point ") + name + " not found");
+  }
+  fn = reinterpret_cast<Fn>(p);
+}
+
+}  // namespace
+
+program::Program checkable_template(const program::Program& t) {
+  program::Program p = t;
+  for (program::Op& op : p.ops) {
+    if (op.kind == program::OpKind::kWait && op.value < 0) op.value = 0;
+  }
+  return p;
+}
+
+const GraphDriver& graph_driver() {
+  static const GraphDriver d = [] {
+    GraphDriver g;
+    resolve_entry(g.ctx_get_current, "cuCtxGetCurrent");
+    resolve_entry(g.add_batch_mem_op_node, "cuGraphAddBatchMemOpNode");
+    resolve_entry(g.exec_batch_mem_op_node_set_params, "cuGraphExecBatchMemOpNodeSetParams");
+    return g;
+  }();
+  return d;
+}
+
+}  // namespace sequence_detail
+
+void CudaSequenceRunner::State::use_device_of(int rank) {
+  const int d = fabric.device_of(rank);
+  if (d == current_device) return;
+  TIDE_CUDA_CHECK(cudaSetDevice(d));
+  current_device = d;
+}
+
+int CudaSequenceRunner::State::stream(int rank, int name) {
+  const auto it = stream_of.find({rank, name});
+  if (it != stream_of.end()) return it->second;
+  use_device_of(rank);
+  cudaStream_t s = nullptr;
+  TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  streams.push_back(s);
+  stream_rank.push_back(rank);
+  cudaEvent_t e = nullptr;
+  TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  done.push_back(e);
+  const int index = static_cast<int>(streams.size()) - 1;
+  stream_of.emplace(std::make_pair(rank, name), index);
+  return index;
+}
+
+Ptr CudaSequenceRunner::State::resolve(const Region& r) const {
+  Ptr p;
+  p.offset = r.offset;
+  switch (r.buffer.space) {
+    case Space::kArena: {
+      auto* base = static_cast<std::byte*>(fabric.pointer(Buffer{r.buffer.rank, Space::kArena, 0}));
+      if (base == nullptr) {
+        throw Unsupported("CudaSequenceRunner: the arena of rank " + std::to_string(r.buffer.rank) +
+                          " is not load/store reachable from this process (messages are not "
+                          "built for call sequences)");
+      }
+      p.fixed = base + place.region_offset + r.offset;
+      break;
+    }
+    case Space::kTensor:
+      p.slot = r.buffer.index;
+      break;
+    case Space::kOutput:
+      if (r.buffer.index != 0) throw InvalidArgument("CudaSequenceRunner: a call has one output");
+      p.slot = sequence_detail::kOutputSlot;
+      break;
+  }
+  return p;
+}
+
+std::uint64_t* CudaSequenceRunner::State::word(const program::Counter& c) const {
+  std::uint64_t* words = fabric.signals(c.rank);
+  if (words == nullptr) {
+    throw Unsupported("CudaSequenceRunner: the signal words of rank " + std::to_string(c.rank) +
+                      " are not load/store reachable from this process");
+  }
+  return words + place.first_signal_word + c.id;
+}
+
+cudaEvent_t CudaSequenceRunner::State::event(std::int64_t e, int rank, int id) const {
+  const auto slot = static_cast<std::size_t>(e % q);
+  return events[(slot * static_cast<std::size_t>(ranks) + static_cast<std::size_t>(rank)) *
+                    static_cast<std::size_t>(sequence.events_per_call) +
+                static_cast<std::size_t>(id)];
+}
+
+void CudaSequenceRunner::State::map_op(const Op& op, int age, SeqOp& m) {
+  use_device_of(op.rank);  // Level 1 tables live on the rank's device
+  m.kind = op.kind;
+  m.rank = op.rank;
+  m.stream = stream(op.rank, op.stream);
+  switch (op.kind) {
+    case OpKind::kCopy:
+    case OpKind::kRailPut:
+      for (const program::CopyDescriptor& c : op.copies) {
+        if (c.src.bytes() == 0) continue;
+        Copy copy;
+        copy.dst = resolve(c.dst);
+        copy.src = resolve(c.src);
+        copy.width = static_cast<std::size_t>(c.src.width);
+        copy.rows = static_cast<std::size_t>(c.src.rows);
+        copy.dpitch = static_cast<std::size_t>(c.dst.pitch);
+        copy.spitch = static_cast<std::size_t>(c.src.pitch);
+        copy.flat = cuda_detail::contiguous(c.src) && cuda_detail::contiguous(c.dst);
+        m.copies.push_back(copy);
+      }
+      m.empty = m.copies.empty();
+      if (op.kind == OpKind::kCopy) break;
+      [[fallthrough]];
+    case OpKind::kSignal:
+    case OpKind::kWait:
+      m.word = word(op.counter);
+      m.total = static_cast<std::size_t>(op.counter.rank) * static_cast<std::size_t>(counters) +
+                static_cast<std::size_t>(op.counter.id);
+      m.value = op.value;
+      break;
+    case OpKind::kEventRecord:
+    case OpKind::kEventWait:
+      m.event = op.event;
+      m.age = age;
+      break;
+    case OpKind::kSum: {
+      const std::int64_t width = op.dst.width / 4;
+      if (width == 0 || op.dst.rows == 0) {
+        m.empty = true;
+        break;
+      }
+      const std::int64_t item = item_bytes(op.in_dtype);
+      std::map<int, int> compact;  // tensor index -> kernel gradient slot
+      for (const program::SumSegment& s : op.segments)
+        compact.emplace(s.param, 0);
+      for (auto& [param, index] : compact) {
+        index = static_cast<int>(m.gradient_slots.size());
+        m.gradient_slots.push_back(param);
+      }
+      std::vector<kernels::Level1RunSpec> runs;
+      for (const program::SumSegment& s : op.segments)
+        runs.push_back({s.row, s.out_elem, s.elems, compact.at(s.param), s.src_elem});
+      m.table =
+          std::make_unique<kernels::Level1SegmentTable>(static_cast<int>(op.dst.rows), width, runs);
+      m.out = resolve(op.dst);
+      kernels::Level1SumArgs& a = m.sum;
+      a.out_pitch = op.dst.rows > 1 ? op.dst.pitch / 4 : width;
+      a.dtype = op.in_dtype;
+      a.num_staged = static_cast<int>(op.staged.size());
+      if (!op.staged.empty()) {
+        m.in = resolve(op.staged[0]);
+        a.staged_stride = cuda_detail::staged_stride(op) / item;
+        a.staged_pitch = op.dst.rows > 1 ? op.staged[0].pitch / item : width;
+      }
+      a.num_gradients = static_cast<int>(m.gradient_slots.size());
+      a.table = m.table->view();
+      a.ctas = std::max(1, op.ctas);
+      m.tuning = kernels::recommended_level1_tuning(a.ctas);
+      break;
+    }
+    case OpKind::kLand:
+      m.out = resolve(op.dst);
+      m.land.n = op.dst.bytes() / 4;
+      m.land.num_partials = static_cast<int>(op.sources.size());
+      for (std::size_t k = 0; k < op.sources.size(); ++k) {
+        const Ptr src = resolve(op.sources[k]);
+        if (src.slot != sequence_detail::kFixed) {
+          throw Unsupported("CudaSequenceRunner: a landing reads only arenas");
+        }
+        m.land.partials[k] = reinterpret_cast<const float*>(src.fixed);
+      }
+      m.land.wave_index = op.wave_index;
+      m.land.ctas = std::max(1, op.ctas);
+      m.empty = m.land.n == 0;
+      break;
+    case OpKind::kCast:
+      m.out = resolve(op.dst);
+      m.in = resolve(op.sources[0]);
+      m.elems = op.dst.bytes() / 2;
+      m.ctas = op.ctas;
+      m.empty = m.elems == 0;
+      break;
+    case OpKind::kZero:
+      m.out = resolve(op.dst);
+      m.zero_width = static_cast<std::size_t>(op.dst.width);
+      m.zero_rows = static_cast<std::size_t>(op.dst.rows);
+      m.zero_pitch = static_cast<std::size_t>(op.dst.pitch);
+      m.empty = op.dst.bytes() == 0;
+      break;
+    case OpKind::kRelease:
+      m.empty = true;
+      break;
+  }
+}
+
+void CudaSequenceRunner::State::map_template(const program::CallTemplate& t,
+                                             sequence_detail::Template& out) {
+  const program::Program& p = t.program;
+  if (!t.order.unplaced.empty()) {
+    throw InvalidArgument("CudaSequenceRunner: a template has ops no legal order reaches");
+  }
+  std::set<int> used;
+  for (const int i : t.order.order) {
+    const Op& op = p.ops[static_cast<std::size_t>(i)];
+    if (!fabric.local(op.rank)) continue;
+    SeqOp m;
+    map_op(op, t.event_age.empty() ? 0 : t.event_age[static_cast<std::size_t>(i)], m);
+    used.insert(m.stream);
+    out.ops.push_back(std::move(m));
+  }
+  out.streams.assign(used.begin(), used.end());
+  out.additions = t.additions;
+  out.tensors.assign(static_cast<std::size_t>(ranks), 0);
+  for (int r = 0; r < ranks; ++r)
+    out.tensors[static_cast<std::size_t>(r)] =
+        static_cast<int>(p.buffers[static_cast<std::size_t>(r)].tensor_bytes.size());
+}
+
+CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
+                                       fabric::Fabric& fabric, const CudaSequencePlace& place,
+                                       const CudaSequenceOptions& options)
+    : state_(std::make_unique<State>(sequence, fabric, place, options)) {
+  State& s = *state_;
+  if (sequence.period < 1 ||
+      sequence.templates.size() != static_cast<std::size_t>(sequence.period)) {
+    throw InvalidArgument("CudaSequenceRunner: a sequence needs period >= 1 templates");
+  }
+  s.ranks = sequence.templates[0].program.ranks;
+  s.counters = sequence.counters;
+  if (s.ranks != fabric.ranks()) {
+    throw InvalidArgument("CudaSequenceRunner: the fabric serves " +
+                          std::to_string(fabric.ranks()) + " ranks, the sequence " +
+                          std::to_string(s.ranks));
+  }
+  if (place.first_signal_word < 0 ||
+      place.first_signal_word + sequence.counters > fabric.signal_words()) {
+    throw InvalidArgument("CudaSequenceRunner: the fabric has " +
+                          std::to_string(fabric.signal_words()) +
+                          " signal words per rank; the sequence needs words " +
+                          std::to_string(place.first_signal_word) + " .. " +
+                          std::to_string(place.first_signal_word + sequence.counters - 1));
+  }
+  for (int r = 0; r < s.ranks; ++r) {
+    if (!fabric.local(r)) continue;
+    s.local_ranks.push_back(r);
+    const std::int64_t need =
+        place.region_offset +
+        sequence.templates[0].program.buffers[static_cast<std::size_t>(r)].arena_bytes;
+    if (need > fabric.bytes(Buffer{r, Space::kArena, 0})) {
+      throw InvalidArgument("CudaSequenceRunner: rank " + std::to_string(r) +
+                            "'s arena is smaller than the region needs (" + std::to_string(need) +
+                            " bytes)");
+    }
+  }
+  for (const program::CallTemplate& t : sequence.templates)
+    cuda_detail::check_program(sequence_detail::checkable_template(t.program));
+  // Event slots: a multiple of P above the oldest age, so e mod Q fixes the template.
+  const int p = sequence.period;
+  s.q = p * ((sequence.max_event_age + 1 + p - 1) / p);
+  s.context.assign(static_cast<std::size_t>(s.ranks), nullptr);
+  for (const int r : s.local_ranks) {
+    s.use_device_of(r);
+    TIDE_CUDA_CHECK(cudaFree(nullptr));  // the primary context
+    CUcontext ctx = nullptr;
+    const CUresult got = sequence_detail::graph_driver().ctx_get_current(&ctx);
+    if (got != CUDA_SUCCESS) throw CudaError("cuCtxGetCurrent failed");
+    s.context[static_cast<std::size_t>(r)] = ctx;
+    TIDE_CUDA_CHECK(cudaMemset(fabric.signals(r) + place.first_signal_word, 0,
+                               static_cast<std::size_t>(sequence.counters) * 8));
+  }
+  s.events.assign(static_cast<std::size_t>(s.q) * static_cast<std::size_t>(s.ranks) *
+                      static_cast<std::size_t>(sequence.events_per_call),
+                  nullptr);
+  for (int slot = 0; slot < s.q; ++slot) {
+    for (const int r : s.local_ranks) {
+      s.use_device_of(r);
+      for (int id = 0; id < sequence.events_per_call; ++id) {
+        cudaEvent_t& e =
+            s.events[(static_cast<std::size_t>(slot) * static_cast<std::size_t>(s.ranks) +
+                      static_cast<std::size_t>(r)) *
+                         static_cast<std::size_t>(sequence.events_per_call) +
+                     static_cast<std::size_t>(id)];
+        TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      }
+    }
+  }
+  s.use_device_of(s.local_ranks.empty() ? 0 : s.local_ranks[0]);
+  TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&s.entry, cudaEventDisableTiming));
+  TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&s.origin, cudaStreamNonBlocking));
+  s.templates.resize(sequence.templates.size());
+  for (std::size_t t = 0; t < sequence.templates.size(); ++t)
+    s.map_template(sequence.templates[t], s.templates[t]);
+  s.totals.assign(static_cast<std::size_t>(s.ranks) * static_cast<std::size_t>(s.counters), 0);
+  s.graphs.resize(static_cast<std::size_t>(s.q));
+  TIDE_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+CudaSequenceRunner::State::~State() {
+  for (cudaStream_t st : streams)
+    (void)cudaStreamSynchronize(st);
+  for (sequence_detail::SlotGraph& g : graphs)
+    drop(g);
+  templates.clear();  // Level 1 tables
+  for (cudaEvent_t e : events)
+    if (e != nullptr) (void)cudaEventDestroy(e);
+  for (cudaEvent_t e : done)
+    (void)cudaEventDestroy(e);
+  if (entry != nullptr) (void)cudaEventDestroy(entry);
+  for (cudaStream_t st : streams)
+    (void)cudaStreamDestroy(st);
+  if (origin != nullptr) (void)cudaStreamDestroy(origin);
+}
+
+CudaSequenceRunner::~CudaSequenceRunner() = default;
+
+std::int64_t CudaSequenceRunner::calls() const {
+  return state_->call;
+}
+int CudaSequenceRunner::event_slots() const {
+  return state_->q;
+}
+std::int64_t CudaSequenceRunner::graph_launches() const {
+  return state_->graph_launches;
+}
+std::int64_t CudaSequenceRunner::waits_patched() const {
+  return state_->waits_patched;
+}
+
+}  // namespace tide::exec

@@ -1,0 +1,182 @@
+// The CUDA sequence runner's internal state (NOTE [CUDA call sequences] in
+// include/tide/exec/cuda_sequence.hpp), shared by:
+//   sequence_runner.cpp  construction: templates resolved to pointer slots, streams, events
+//   sequence_enqueue.cpp one call onto the streams (stream path and under capture)
+//   sequence_graphs.cpp  the replay graphs and the caller's captured calls
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "tide/exec/cuda_sequence.hpp"
+#include "tide/kernels/landing.hpp"
+#include "tide/kernels/level1_sum.hpp"
+#include "tide/program/program.hpp"
+
+namespace tide::exec::sequence_detail {
+
+inline constexpr int kFixed = -1;       // Ptr::slot: resolved at construction
+inline constexpr int kOutputSlot = -2;  // Ptr::slot: the call's output
+inline constexpr std::size_t kConstantWait = ~std::size_t{0};  // a wait not on a counter total
+
+// A device address: fixed (arena) or a slot filled per call (a tensor index, the output).
+struct Ptr {
+  std::byte* fixed = nullptr;
+  int slot = kFixed;
+  std::int64_t offset = 0;
+};
+
+struct Copy {
+  Ptr dst, src;
+  std::size_t width = 0, rows = 0, dpitch = 0, spitch = 0;
+  bool flat = true;
+};
+
+// One op of a template, resolved at construction.
+struct SeqOp {
+  program::OpKind kind = program::OpKind::kRelease;
+  int rank = 0;
+  int stream = -1;  // index into State::streams
+  bool empty = false;
+  std::vector<Copy> copies;
+  // Counters: the word, its index into the totals, the template's value.
+  std::uint64_t* word = nullptr;
+  std::size_t total = 0;
+  std::int64_t value = 0;
+  // Events: local id and age (NOTE [call sequences]).
+  int event = 0;
+  int age = 0;
+  // kSum: the kernel arguments less gradients, alpha, accumulate; the kTensor index of each
+  // kernel gradient slot.
+  kernels::Level1SumArgs sum{};
+  std::vector<int> gradient_slots;
+  std::unique_ptr<kernels::Level1SegmentTable> table;
+  kernels::Level1Tuning tuning{};
+  // kLand (out from `out`), kCast (dst `out`, src `in`), kZero (`out`).
+  kernels::LandingArgs land{};
+  Ptr out, in;
+  std::int64_t elems = 0;
+  int ctas = 0;
+  std::size_t zero_width = 0, zero_rows = 0, zero_pitch = 0;
+};
+
+struct Template {
+  std::vector<SeqOp> ops;               // local ranks' ops, in the template's legal order
+  std::vector<int> streams;             // streams with ops (indices into State::streams)
+  std::vector<std::int64_t> additions;  // per (rank, counter), rank-major
+  std::vector<int> tensors;             // per rank: kTensor slots the call must bind
+};
+
+// The driver entry points of graph waits (resolved at run time: no libcuda link).
+struct GraphDriver {
+  CUresult (*ctx_get_current)(CUcontext*) = nullptr;
+  CUresult (*add_batch_mem_op_node)(CUgraphNode*, CUgraph, const CUgraphNode*, std::size_t,
+                                    const CUDA_BATCH_MEM_OP_NODE_PARAMS*) = nullptr;
+  CUresult (*exec_batch_mem_op_node_set_params)(CUgraphExec, CUgraphNode,
+                                                const CUDA_BATCH_MEM_OP_NODE_PARAMS*) = nullptr;
+};
+const GraphDriver& graph_driver();
+
+// A template as CudaExecutor::check() can take it: relative wait thresholds <= 0 (credits
+// earlier calls already paid, NOTE [call sequences]) are met at once, so they check as 0.
+program::Program checkable_template(const program::Program& t);
+
+// Where a call being captured records its waits (NOTE [CUDA call sequences] 3-4).
+struct Capture {
+  std::int64_t first_call = 0;  // earlier calls are outside the graph
+  int call = 0;                 // the captured call's position in the graph
+  std::vector<CudaCapturedCalls::Wait>* waits = nullptr;
+};
+
+// A replay graph of one event slot (NOTE [CUDA call sequences] 3).
+struct SlotGraph {
+  bool seen = false;  // `bindings` hold the slot's last call's
+  std::vector<std::vector<const void*>> tensors;
+  std::vector<void*> outputs;
+  float alpha = 1.0f;
+  bool accumulate = false;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  std::vector<CudaCapturedCalls::Wait> waits;
+};
+
+}  // namespace tide::exec::sequence_detail
+
+namespace tide::exec {
+
+struct CudaSequenceRunner::State {
+  const program::CallSequence& sequence;
+  fabric::Fabric& fabric;
+  CudaSequencePlace place;
+  CudaSequenceOptions options;
+  int ranks = 0;
+  int counters = 0;
+  int q = 1;  // event slots
+  std::vector<int> local_ranks;
+  std::vector<CUcontext> context;  // per rank (local ones set)
+  std::vector<cudaStream_t> streams;
+  std::vector<int> stream_rank;
+  std::vector<cudaEvent_t> done;  // per stream
+  std::map<std::pair<int, int>, int> stream_of;
+  cudaEvent_t entry = nullptr;
+  std::vector<cudaEvent_t> events;  // (slot * ranks + rank) * events_per_call + id
+  std::vector<sequence_detail::Template> templates;
+  std::vector<std::int64_t> totals;  // what every call so far added, rank * counters + id
+  std::int64_t call = 0;
+  int current_device = -1;
+  // Caller capture (NOTE [CUDA call sequences] 4): the calls captured so far and the shadow
+  // cursor and totals they were built with.
+  CudaCapturedCalls captured;
+  std::vector<std::int64_t> capture_totals;
+  // Replay graphs, per event slot, and the stream they are captured from.
+  std::vector<sequence_detail::SlotGraph> graphs;
+  cudaStream_t origin = nullptr;
+  std::int64_t graph_launches = 0;
+  std::int64_t waits_patched = 0;
+
+  State(const program::CallSequence& s, fabric::Fabric& f, const CudaSequencePlace& p,
+        const CudaSequenceOptions& o)
+      : sequence(s), fabric(f), place(p), options(o) {}
+  ~State();
+
+  void use_device_of(int rank);
+  int stream(int rank, int name);
+  sequence_detail::Ptr resolve(const program::Region& r) const;
+  std::uint64_t* word(const program::Counter& c) const;
+  void map_template(const program::CallTemplate& t, sequence_detail::Template& out);
+  void map_op(const program::Op& op, int age, sequence_detail::SeqOp& m);
+  cudaEvent_t event(std::int64_t call, int rank, int id) const;
+
+  // One call, template e mod P, onto the streams (NOTE [CUDA call sequences] 2), with
+  // `totals` as what earlier calls added; under capture when `capture` is set.
+  void enqueue_call(std::int64_t e, std::span<const CudaCallBindings> bindings, float alpha,
+                    bool accumulate, cudaStream_t caller, const std::vector<std::int64_t>& base,
+                    sequence_detail::Capture* capture);
+  void enqueue_op(const sequence_detail::SeqOp& op, std::int64_t e, const CudaCallBindings& binding,
+                  float alpha, bool accumulate, const std::vector<std::int64_t>& base,
+                  sequence_detail::Capture* capture);
+  void wait_value(cudaStream_t s, int rank, std::uint64_t* word, std::int64_t threshold,
+                  std::size_t total, std::int64_t value, sequence_detail::Capture* capture);
+  void advance(std::vector<std::int64_t>& base, std::int64_t e) const;
+  void check_bindings(std::span<const CudaCallBindings> bindings) const;
+
+  // Replay graphs.
+  bool same_as_last(const sequence_detail::SlotGraph& g, std::span<const CudaCallBindings> bindings,
+                    float alpha, bool accumulate) const;
+  void remember(sequence_detail::SlotGraph& g, std::span<const CudaCallBindings> bindings,
+                float alpha, bool accumulate) const;
+  void capture_slot(sequence_detail::SlotGraph& g, std::span<const CudaCallBindings> bindings,
+                    float alpha, bool accumulate);
+  void patch(cudaGraphExec_t exec, const CudaCapturedCalls::Wait& w, std::int64_t threshold);
+  static void drop(sequence_detail::SlotGraph& g);
+};
+
+}  // namespace tide::exec

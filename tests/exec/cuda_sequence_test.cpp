@@ -1,0 +1,602 @@
+// The CUDA sequence runner (NOTE [CUDA call sequences]) on the virtual fabric: many calls of a
+// group on one caller stream, interleaved with the caller's compute kernels (which write each
+// call's gradients just before it and read its output just after), fresh pointers per call,
+// bitwise against the CPU definitions (rs_expected; the all-gather's inputs). Then the replay
+// graphs and a caller's own captured graph, replayed with new data, and a peer held back by a
+// gate while a replayed call runs: no consumer may run before the peer's signals arrive.
+// GPU cases skip without a device; the template checks run anywhere.
+#include "tide/exec/cuda_sequence.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "kernels/gpu_test_util.hpp"
+#include "sequence_test_kernels.hpp"
+#include "tide/core/arithmetic.hpp"
+#include "tide/core/collective_reference.hpp"
+#include "tide/core/error.hpp"
+#include "tide/exec/cuda_executor.hpp"
+#include "tide/fabric/virtual_fabric.hpp"
+#include "tide/kernels/cuda_check.hpp"
+
+namespace tide {
+namespace {
+
+using exec::CudaCallBindings;
+using exec::CudaSequenceOptions;
+using exec::CudaSequenceRunner;
+using exec::testing::launch_compute_copy;
+using program::CallSequence;
+
+constexpr std::int64_t kRegionOffset = 8192;  // the group's region is not at the arena's start
+constexpr int kFirstWord = 3;                 // nor its counters at word 0
+
+std::uint64_t test_seed() {
+  if (const char* s = std::getenv("TIDE_TEST_SEED")) return std::strtoull(s, nullptr, 10);
+  return std::random_device{}();
+}
+
+std::vector<ParamShape> odd_shapes(std::mt19937_64& rng, int count) {
+  std::vector<ParamShape> shapes;
+  for (int p = 0; p < count; ++p) {
+    shapes.push_back(ParamShape{"p" + std::to_string(p), 1 + static_cast<std::int64_t>(rng() % 29),
+                                1 + static_cast<std::int64_t>(rng() % 41)});
+  }
+  return shapes;
+}
+
+struct Topo {
+  int nodes, gpus;
+};
+
+// A device allocation, or with `mapped` pinned host memory the GPU reaches through its
+// mapping (the gate tests read it while GPU queues are held, without any GPU work).
+class Dev {
+ public:
+  explicit Dev(std::size_t bytes, bool mapped = false) : bytes_(bytes), mapped_(mapped) {
+    const std::size_t n = bytes == 0 ? 16 : bytes;
+    if (mapped) {
+      TIDE_CUDA_CHECK(cudaHostAlloc(&p_, n, cudaHostAllocMapped));
+    } else {
+      TIDE_CUDA_CHECK(cudaMalloc(&p_, n));
+    }
+  }
+  ~Dev() { (void)(mapped_ ? cudaFreeHost(p_) : cudaFree(p_)); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  void* get() const { return p_; }
+  std::size_t bytes() const { return bytes_; }
+  void upload(const void* host) {
+    TIDE_CUDA_CHECK(cudaMemcpy(p_, host, bytes_, cudaMemcpyDefault));
+  }
+  void fill(unsigned char byte) {
+    if (mapped_) {
+      std::memset(p_, byte, bytes_);
+    } else {
+      TIDE_CUDA_CHECK(cudaMemset(p_, byte, bytes_));
+    }
+  }
+  std::vector<std::byte> download() const {
+    std::vector<std::byte> out(bytes_);
+    TIDE_CUDA_CHECK(cudaMemcpy(out.data(), p_, bytes_, cudaMemcpyDefault));
+    return out;
+  }
+  // Whether the bytes equal `want`, read by the host from mapped memory (no GPU work).
+  bool equals(const std::vector<std::byte>& want) const {
+    const auto* v = static_cast<const volatile std::byte*>(p_);
+    if (want.size() != bytes_) return false;
+    for (std::size_t i = 0; i < bytes_; ++i)
+      if (v[i] != want[i]) return false;
+    return true;
+  }
+  // Bytes other than `byte`, read by the host from mapped memory (no GPU work).
+  std::size_t count_other_than(unsigned char byte) const {
+    std::size_t n = 0;
+    const auto* v = static_cast<const volatile unsigned char*>(p_);
+    for (std::size_t i = 0; i < bytes_; ++i)
+      n += v[i] != byte;
+    return n;
+  }
+
+ private:
+  void* p_ = nullptr;
+  std::size_t bytes_ = 0;
+  bool mapped_ = false;
+};
+
+std::unique_ptr<fabric::VirtualFabric> fabric_for(const CallSequence& seq) {
+  std::vector<program::BufferSizes> sizes;
+  for (const program::BufferSizes& b : seq.templates[0].program.buffers) {
+    program::BufferSizes s;
+    s.arena_bytes = kRegionOffset + b.arena_bytes;  // tensors and outputs are the caller's
+    sizes.push_back(s);
+  }
+  fabric::VirtualFabricOptions o;
+  o.signal_words = seq.counters + kFirstWord + 2;
+  return std::make_unique<fabric::VirtualFabric>(sizes, o);
+}
+
+class Stream {
+ public:
+  Stream() { TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  ~Stream() { (void)cudaStreamDestroy(s_); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+// ---- Reduce-scatter -----------------------------------------------------------------------
+
+// One call's data: pristine gradient sources and initial outputs (uploaded), the expected
+// outputs and the snapshot the caller's consumer kernel takes right after the call.
+struct RsCallData {
+  std::vector<std::vector<std::unique_ptr<Dev>>> sources;  // [rank][param]
+  std::vector<std::unique_ptr<Dev>> initial;               // [rank]
+  std::vector<std::unique_ptr<Dev>> snapshot;              // [rank]
+  std::vector<std::vector<float>> expected;
+};
+
+// The buffers a call binds: gradients per (rank, param) and an output per rank.
+struct RsBuffers {
+  std::vector<std::vector<std::unique_ptr<Dev>>> grads;
+  std::vector<std::unique_ptr<Dev>> outputs;
+  std::vector<CudaCallBindings> bindings;
+};
+
+class RsHarness {
+ public:
+  RsHarness(Topo topo, std::uint64_t seed, const CudaSequenceOptions& options, bool accumulate,
+            bool mapped = false)
+      : rng_(seed),
+        layout_(Topology(topo.nodes, topo.gpus), odd_shapes(rng_, 1 + static_cast<int>(rng_() % 4)),
+                DType::kBf16, DType::kBf16),
+        plan_(layout_, rs_options(topo)),
+        seq_(program::rs_call_sequence(plan_, {}, program::rs_arena_layout(plan_))),
+        fabric_(fabric_for(seq_)),
+        runner_(seq_, *fabric_, {kRegionOffset, kFirstWord}, options),
+        accumulate_(accumulate),
+        mapped_(mapped),
+        poison_(out_bytes()) {
+    poison_.fill(0xFF);
+  }
+
+  static RsOptions rs_options(Topo topo) {
+    RsOptions o;
+    o.wave_width = topo.nodes > 2 ? std::min(2, topo.gpus) : 0;
+    o.round_width = 2;
+    o.staging_chunk_elems = 8;  // several fills per call: staging credits cross calls
+    return o;
+  }
+
+  int world() const { return layout_.topology().world(); }
+  CudaSequenceRunner& runner() { return runner_; }
+  const CallSequence& sequence() const { return seq_; }
+  std::size_t out_bytes() const { return static_cast<std::size_t>(layout_.shard_elems()) * 4; }
+
+  std::unique_ptr<RsBuffers> buffers() {
+    auto b = std::make_unique<RsBuffers>();
+    b->grads.resize(static_cast<std::size_t>(world()));
+    for (int r = 0; r < world(); ++r) {
+      CudaCallBindings bind;
+      for (int p = 0; p < layout_.param_count(); ++p) {
+        const ParamLayout& s = layout_.param(p);
+        auto g = std::make_unique<Dev>(static_cast<std::size_t>(s.rows * s.cols * 2));
+        TIDE_CUDA_CHECK(cudaMemset(g->get(), 0xFF, g->bytes()));  // poison: NaN
+        bind.tensors.push_back(g->get());
+        b->grads[static_cast<std::size_t>(r)].push_back(std::move(g));
+      }
+      b->outputs.push_back(std::make_unique<Dev>(out_bytes(), mapped_));
+      bind.output = b->outputs.back()->get();
+      b->bindings.push_back(bind);
+    }
+    return b;
+  }
+
+  // Fresh random gradients and initial outputs, their device copies and the expected result.
+  std::unique_ptr<RsCallData> data(float alpha) {
+    auto d = std::make_unique<RsCallData>();
+    const std::vector<RankGrads> grads = random_grads(rng_, layout_);
+    std::vector<std::vector<float>> initial(static_cast<std::size_t>(world()));
+    d->sources.resize(static_cast<std::size_t>(world()));
+    for (int r = 0; r < world(); ++r) {
+      for (int p = 0; p < layout_.param_count(); ++p) {
+        const auto& g = grads[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)];
+        std::vector<std::byte> bytes(g.size() * 2);
+        store_values(g, DType::kBf16, bytes);
+        auto dev = std::make_unique<Dev>(bytes.size());
+        dev->upload(bytes.data());
+        d->sources[static_cast<std::size_t>(r)].push_back(std::move(dev));
+      }
+      auto& init = initial[static_cast<std::size_t>(r)];
+      init.resize(static_cast<std::size_t>(layout_.shard_elems()));
+      for (float& v : init)
+        v = random_value(rng_, DType::kFp32);
+      d->initial.push_back(std::make_unique<Dev>(out_bytes()));
+      d->initial.back()->upload(init.data());
+      d->snapshot.push_back(std::make_unique<Dev>(out_bytes(), mapped_));
+      d->snapshot.back()->fill(0xEE);
+    }
+    d->expected = rs_expected(plan_, grads, alpha, accumulate_, initial);
+    return d;
+  }
+
+  // The caller's step around one call: produce gradients (and the initial output, or poison
+  // it), the call, consume the output.
+  void step(const RsBuffers& b, const RsCallData& d, float alpha, cudaStream_t caller) {
+    for (int r = 0; r < world(); ++r) {
+      const auto ur = static_cast<std::size_t>(r);
+      for (std::size_t p = 0; p < b.grads[ur].size(); ++p)
+        launch_compute_copy(b.grads[ur][p]->get(), d.sources[ur][p]->get(), b.grads[ur][p]->bytes(),
+                            caller);
+      if (accumulate_) {
+        launch_compute_copy(b.outputs[ur]->get(), d.initial[ur]->get(), out_bytes(), caller);
+      } else {
+        launch_compute_copy(b.outputs[ur]->get(), poison_.get(), out_bytes(), caller);
+      }
+    }
+    runner_.enqueue(b.bindings, alpha, accumulate_, caller);
+    for (int r = 0; r < world(); ++r) {
+      const auto ur = static_cast<std::size_t>(r);
+      launch_compute_copy(d.snapshot[ur]->get(), b.outputs[ur]->get(), out_bytes(), caller);
+    }
+  }
+
+  void expect_equal(const RsCallData& d, const std::string& what) const {
+    for (int r = 0; r < world(); ++r) {
+      const auto got = d.snapshot[static_cast<std::size_t>(r)]->download();
+      const auto& want = d.expected[static_cast<std::size_t>(r)];
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0)
+          << what << ": rank " << r << " period " << seq_.period << " Q "
+          << runner_.event_slots();
+    }
+  }
+
+ private:
+  std::mt19937_64 rng_;
+  GroupLayout layout_;
+  RsPlan plan_;
+  CallSequence seq_;
+  std::unique_ptr<fabric::VirtualFabric> fabric_;
+  CudaSequenceRunner runner_;
+  bool accumulate_;
+  bool mapped_;
+  Dev poison_;
+};
+
+// A template with its relative wait thresholds <= 0 (already met) as 0.
+program::Program checkable(const program::Program& t) {
+  program::Program p = t;
+  for (program::Op& op : p.ops)
+    if (op.kind == program::OpKind::kWait && op.value < 0) op.value = 0;
+  return p;
+}
+
+TEST(CudaSequence, TemplatesPassTheExecutorChecks) {
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  std::mt19937_64 rng(seed);
+  for (const Topo topo : {Topo{1, 4}, Topo{2, 2}, Topo{3, 2}}) {
+    const GroupLayout layout(Topology(topo.nodes, topo.gpus), odd_shapes(rng, 3), DType::kBf16,
+                             DType::kBf16);
+    const RsPlan rs(layout, RsHarness::rs_options(topo));
+    const CallSequence rs_seq = program::rs_call_sequence(rs, {}, program::rs_arena_layout(rs));
+    for (const program::CallTemplate& t : rs_seq.templates) {
+      EXPECT_NO_THROW(exec::CudaExecutor::check(checkable(t.program)));
+      EXPECT_TRUE(t.order.unplaced.empty());
+    }
+    AgOptions ag_options;
+    ag_options.mixed_precision_cast = true;
+    const AgPlan ag(layout, ag_options);
+    const CallSequence ag_seq = program::ag_call_sequence(ag, program::ag_sequence_areas(ag));
+    for (const program::CallTemplate& t : ag_seq.templates) {
+      EXPECT_NO_THROW(exec::CudaExecutor::check(checkable(t.program)));
+      EXPECT_TRUE(t.order.unplaced.empty());
+    }
+  }
+}
+
+class RsStream : public ::testing::TestWithParam<std::tuple<Topo, bool>> {};
+
+// Stream path: fresh buffers (pointers) every call, no host wait between calls.
+TEST_P(RsStream, ManyCallsWithFreshPointersMatchTheDefinition) {
+  TIDE_REQUIRE_GPU();
+  const auto [topo, accumulate] = GetParam();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  CudaSequenceOptions options;
+  options.replay_graphs = false;
+  RsHarness h(topo, seed, options, accumulate);
+  const int calls = std::max(7, 2 * h.runner().event_slots() + 1);
+  const float alpha = 0.5f;
+  Stream caller;
+  std::vector<std::unique_ptr<RsBuffers>> buffers;
+  std::vector<std::unique_ptr<RsCallData>> data;
+  for (int e = 0; e < calls; ++e) {
+    buffers.push_back(h.buffers());
+    data.push_back(h.data(alpha));
+  }
+  for (int e = 0; e < calls; ++e)
+    h.step(*buffers[static_cast<std::size_t>(e)], *data[static_cast<std::size_t>(e)], alpha,
+           caller.get());
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
+  EXPECT_EQ(h.runner().calls(), calls);
+  EXPECT_EQ(h.runner().graph_launches(), 0);
+  for (int e = 0; e < calls; ++e)
+    h.expect_equal(*data[static_cast<std::size_t>(e)], "call " + std::to_string(e));
+}
+
+INSTANTIATE_TEST_SUITE_P(Topologies, RsStream,
+                         ::testing::Combine(::testing::Values(Topo{1, 4}, Topo{2, 2}, Topo{3, 2},
+                                                              Topo{2, 4}),
+                                            ::testing::Bool()));
+
+// Holds a rank back at the start of its calls while the word is 0. The word is mapped host
+// memory: the host opens the gate with a store, through no GPU queue (streams aliased onto
+// the held queues could not run a copy).
+class Gate {
+ public:
+  Gate() : word_(8, true) { set(1); }
+  const std::uint64_t* word() const { return static_cast<const std::uint64_t*>(word_.get()); }
+  void set(std::uint64_t v) {
+    *static_cast<volatile std::uint64_t*>(word_.get()) = v;
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+
+ private:
+  Dev word_;
+};
+
+// While the gated rank has not started its call, every other rank's output must still hold
+// the caller's poison: each of its elements needs the gated rank's contribution, so a
+// consumer (Level 1 sum, landing) that ran anyway would have written stale bytes.
+void expect_held(const RsBuffers& b, cudaStream_t caller) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(cudaStreamQuery(caller), cudaErrorNotReady) << "the call finished without its peer";
+  for (std::size_t r = 0; r < b.outputs.size(); ++r) {
+    EXPECT_EQ(b.outputs[r]->count_other_than(0xFF), 0u)
+        << "rank " << r << " wrote its output before the gated peer signalled";
+  }
+}
+
+// Replay graphs: the same buffers every call (new data written into them by the caller), so
+// from the second visit of each event slot on, calls run as patched graphs.
+TEST(CudaSequence, ReplayGraphsMatchAndStillWaitForPeers) {
+  TIDE_REQUIRE_GPU();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  Gate gate;
+  CudaSequenceOptions options;
+  options.gate_rank = 1;
+  options.gate_word = gate.word();
+  RsHarness h(Topo{1, 4}, seed, options, false, /*mapped=*/true);
+  const int q = h.runner().event_slots();
+  const int calls = 3 * q + 1;
+  const float alpha = 1.0f;
+  Stream caller;
+  const auto buffers = h.buffers();
+  std::vector<std::unique_ptr<RsCallData>> data;
+  for (int e = 0; e < calls + 1; ++e)
+    data.push_back(h.data(alpha));
+  for (int e = 0; e < calls; ++e)
+    h.step(*buffers, *data[static_cast<std::size_t>(e)], alpha, caller.get());
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
+  EXPECT_GE(h.runner().graph_launches(), 2 * q);  // calls q .. calls - 1 are replays
+  EXPECT_GT(h.runner().waits_patched(), 0);
+  for (int e = 0; e < calls; ++e)
+    h.expect_equal(*data[static_cast<std::size_t>(e)], "call " + std::to_string(e));
+
+  // A replayed call with rank 1 held back.
+  const std::int64_t launches = h.runner().graph_launches();
+  gate.set(0);
+  h.step(*buffers, *data.back(), alpha, caller.get());
+  ASSERT_EQ(h.runner().graph_launches(), launches + 1) << "the gated call was not a replay";
+  expect_held(*buffers, caller.get());
+  gate.set(1);
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
+  h.expect_equal(*data.back(), "the gated call");
+}
+
+// The caller captures its own step (compute kernels and Q calls) into a graph and replays it
+// with new data; prepare_replay re-targets the captured waits before every launch.
+TEST(CudaSequence, CallsCapturedInTheCallersGraphReplayAndWait) {
+  TIDE_REQUIRE_GPU();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  Gate gate;
+  CudaSequenceOptions options;
+  options.gate_rank = 2;
+  options.gate_word = gate.word();
+  options.replay_graphs = false;
+  RsHarness h(Topo{1, 4}, seed, options, true, /*mapped=*/true);
+  const int q = h.runner().event_slots();
+  const float alpha = 0.25f;
+  Stream caller;
+  // One ordinary call first, so the graph's calls start at index 1.
+  const auto first_buffers = h.buffers();
+  const auto first = h.data(alpha);
+  h.step(*first_buffers, *first, alpha, caller.get());
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
+  h.expect_equal(*first, "call 0");
+
+  std::vector<std::unique_ptr<RsBuffers>> buffers;
+  std::vector<std::unique_ptr<RsCallData>> data;
+  for (int k = 0; k < q; ++k) {
+    buffers.push_back(h.buffers());
+    data.push_back(h.data(alpha));
+  }
+  TIDE_CUDA_CHECK(cudaStreamBeginCapture(caller.get(), cudaStreamCaptureModeRelaxed));
+  for (int k = 0; k < q; ++k)
+    h.step(*buffers[static_cast<std::size_t>(k)], *data[static_cast<std::size_t>(k)], alpha,
+           caller.get());
+  cudaGraph_t graph = nullptr;
+  TIDE_CUDA_CHECK(cudaStreamEndCapture(caller.get(), &graph));
+  cudaGraphExec_t exec = nullptr;
+  TIDE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const exec::CudaCapturedCalls captured = h.runner().take_captured();
+  EXPECT_EQ(captured.calls, q);
+  EXPECT_EQ(captured.first_call, 1);
+  EXPECT_EQ(h.runner().calls(), 1) << "capture does not advance the runner";
+  EXPECT_FALSE(captured.waits.empty());
+
+  for (int replay = 0; replay < 3; ++replay) {
+    // New data in the same source buffers: the expected outputs change every replay.
+    std::vector<std::unique_ptr<RsCallData>> fresh;
+    for (int k = 0; k < q; ++k) {
+      fresh.push_back(h.data(alpha));
+      RsCallData& d = *data[static_cast<std::size_t>(k)];
+      for (std::size_t r = 0; r < d.sources.size(); ++r) {
+        for (std::size_t p = 0; p < d.sources[r].size(); ++p)
+          TIDE_CUDA_CHECK(cudaMemcpy(d.sources[r][p]->get(), fresh.back()->sources[r][p]->get(),
+                                     d.sources[r][p]->bytes(), cudaMemcpyDeviceToDevice));
+        TIDE_CUDA_CHECK(cudaMemcpy(d.initial[r]->get(), fresh.back()->initial[r]->get(),
+                                   h.out_bytes(), cudaMemcpyDeviceToDevice));
+        d.snapshot[r]->fill(0xEE);
+      }
+      d.expected = fresh.back()->expected;
+    }
+    const bool gated = replay == 2;
+    std::vector<std::vector<std::byte>> initial;  // call 0's outputs before it lands
+    for (const auto& i : data[0]->initial)
+      initial.push_back(i->download());
+    if (gated) gate.set(0);
+    h.runner().prepare_replay(captured, exec);
+    TIDE_CUDA_CHECK(cudaGraphLaunch(exec, caller.get()));
+    if (gated) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      EXPECT_EQ(cudaStreamQuery(caller.get()), cudaErrorNotReady);
+      // Call 0's landings need the gated rank's contribution: every output still holds the
+      // initial value the caller copied in, and no consumer took its snapshot.
+      for (std::size_t r = 0; r < initial.size(); ++r) {
+        EXPECT_TRUE(buffers[0]->outputs[r]->equals(initial[r]))
+            << "rank " << r << " landed before the gated peer signalled";
+        EXPECT_EQ(data[0]->snapshot[r]->count_other_than(0xEE), 0u)
+            << "rank " << r << "'s consumer ran before the gated peer signalled";
+      }
+      gate.set(1);
+    }
+    TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
+    for (int k = 0; k < q; ++k)
+      h.expect_equal(*data[static_cast<std::size_t>(k)],
+                     "replay " + std::to_string(replay) + " call " + std::to_string(k));
+  }
+  EXPECT_EQ(h.runner().calls(), 1 + 3 * q);
+  // Misaligned: one more ordinary call, then the graph's calls no longer fit.
+  h.step(*first_buffers, *first, alpha, caller.get());
+  EXPECT_THROW(h.runner().prepare_replay(captured, exec), InvalidArgument);
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
+  (void)cudaGraphExecDestroy(exec);
+  (void)cudaGraphDestroy(graph);
+}
+
+// ---- All-gather ---------------------------------------------------------------------------
+
+class AgStream : public ::testing::TestWithParam<std::tuple<Topo, bool>> {};
+
+// Every call lands every rank's shard in every rank's landing; with a cast each call reads
+// fresh fp32 masters (fresh pointers), without it the resident shard. The caller's consumer
+// copies each rank's landing right after each call.
+TEST_P(AgStream, ManyCallsLandEveryShard) {
+  TIDE_REQUIRE_GPU();
+  const auto [topo, cast] = GetParam();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  std::mt19937_64 rng(seed);
+  const GroupLayout layout(Topology(topo.nodes, topo.gpus), odd_shapes(rng, 1 + rng() % 4),
+                           DType::kBf16, DType::kBf16);
+  AgOptions ag_options;
+  ag_options.mixed_precision_cast = cast;
+  ag_options.head_bytes = 64;
+  const AgPlan plan(layout, ag_options);
+  const program::AgSequenceAreas areas = program::ag_sequence_areas(plan);
+  const CallSequence seq = program::ag_call_sequence(plan, areas);
+  const auto fab = fabric_for(seq);
+  CudaSequenceOptions options;
+  options.replay_graphs = false;
+  CudaSequenceRunner runner(seq, *fab, {kRegionOffset, kFirstWord}, options);
+  const int world = layout.topology().world();
+  const int calls = std::max(7, 2 * runner.event_slots() + 1);
+  Stream caller;
+  // shards[e][r]: rank r's packed bf16 shard in call e.
+  std::vector<std::vector<std::vector<std::uint16_t>>> shards(static_cast<std::size_t>(calls));
+  std::vector<std::vector<std::unique_ptr<Dev>>> masters(static_cast<std::size_t>(calls));
+  std::vector<std::vector<CudaCallBindings>> bindings(static_cast<std::size_t>(calls));
+  std::vector<std::vector<std::unique_ptr<Dev>>> snapshots(static_cast<std::size_t>(calls));
+  const auto landing_bytes = static_cast<std::size_t>(layout.unsharded_bytes());
+  for (int e = 0; e < calls; ++e) {
+    const auto ue = static_cast<std::size_t>(e);
+    for (int r = 0; r < world; ++r) {
+      std::vector<std::uint16_t> shard(static_cast<std::size_t>(layout.shard_bytes() / 2), 0);
+      CudaCallBindings b;
+      for (int p = 0; p < layout.param_count(); ++p) {
+        const ParamLayout& pl = layout.param(p);
+        std::vector<float> master(static_cast<std::size_t>(pl.shard_elems()));
+        for (std::size_t i = 0; i < master.size(); ++i) {
+          master[i] = random_value(rng, DType::kFp32);
+          shard[static_cast<std::size_t>(pl.offset / 2) + i] = arith::float_to_bf16(master[i]);
+        }
+        if (cast) {
+          masters[ue].push_back(std::make_unique<Dev>(master.size() * 4));
+          masters[ue].back()->upload(master.data());
+          b.tensors.push_back(masters[ue].back()->get());
+        }
+      }
+      if (!cast && e > 0) shard = shards[0][static_cast<std::size_t>(r)];
+      if (!cast && e == 0) {
+        auto* resident =
+            static_cast<std::byte*>(fab->arena(r)) + kRegionOffset + areas.resident;
+        TIDE_CUDA_CHECK(cudaMemcpy(resident, shard.data(), shard.size() * 2, cudaMemcpyHostToDevice));
+      }
+      shards[ue].push_back(std::move(shard));
+      bindings[ue].push_back(std::move(b));
+      snapshots[ue].push_back(std::make_unique<Dev>(landing_bytes));
+    }
+  }
+  for (int r = 0; r < world; ++r)  // poison every landing
+    TIDE_CUDA_CHECK(cudaMemset(static_cast<std::byte*>(fab->arena(r)) + kRegionOffset + areas.landing,
+                               0xFF, landing_bytes));
+  for (int e = 0; e < calls; ++e) {
+    const auto ue = static_cast<std::size_t>(e);
+    runner.enqueue(bindings[ue], 1.0f, false, caller.get());
+    for (int r = 0; r < world; ++r)
+      launch_compute_copy(snapshots[ue][static_cast<std::size_t>(r)]->get(),
+                          static_cast<std::byte*>(fab->arena(r)) + kRegionOffset + areas.landing,
+                          landing_bytes, caller.get());
+  }
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
+  for (int e = 0; e < calls; ++e) {
+    for (int r = 0; r < world; ++r) {
+      const auto got = snapshots[static_cast<std::size_t>(e)][static_cast<std::size_t>(r)]->download();
+      for (int p = 0; p < layout.param_count(); ++p) {
+        const ParamLayout& pl = layout.param(p);
+        for (int src = 0; src < world; ++src) {
+          const std::int64_t bytes = layout.valid_rows(p, src) * pl.cols * 2;
+          const auto& shard = shards[static_cast<std::size_t>(e)][static_cast<std::size_t>(src)];
+          ASSERT_EQ(std::memcmp(got.data() + layout.landing_offset(p, src),
+                                shard.data() + pl.offset / 2, static_cast<std::size_t>(bytes)),
+                    0)
+              << "call " << e << " rank " << r << " param " << p << " from rank " << src
+              << " period " << seq.period;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Topologies, AgStream,
+                         ::testing::Combine(::testing::Values(Topo{1, 4}, Topo{2, 2}, Topo{3, 2},
+                                                              Topo{2, 4}),
+                                            ::testing::Bool()));
+
+}  // namespace
+}  // namespace tide
