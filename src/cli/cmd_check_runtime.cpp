@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "call_memory.hpp"
 #include "commands.hpp"
 #include "shapes.hpp"
 #include "tide/core/arithmetic.hpp"
@@ -111,6 +112,19 @@ std::vector<NamedGroup> parse_groups(const CheckRuntimeArgs& a) {
   return groups;
 }
 
+// Swaps the first two reduce-scatters of different groups (the step-call-order fault).
+void misorder(std::vector<CallSpec>& order) {
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    if (order[i].all_gather) continue;
+    for (std::size_t j = i + 1; j < order.size(); ++j) {
+      if (!order[j].all_gather && order[j].group != order[i].group) {
+        std::swap(order[i], order[j]);
+        return;
+      }
+    }
+  }
+}
+
 // Every rank's inputs of call `call` are drawn from (seed, call), so every process knows
 // every rank's data and can compute the expected outputs itself.
 std::mt19937_64 call_rng(std::uint64_t seed, int call) {
@@ -146,6 +160,35 @@ struct WorkerResult {
   std::string error;
 };
 
+// A call's buffers in the backend's memory, freed when the next call's are made (so every
+// call sees fresh addresses) or when the worker ends.
+class Buffers {
+ public:
+  explicit Buffers(CallMemory& memory) : memory_(memory) {}
+  ~Buffers() {
+    for (auto* list : {&previous_, &current_}) {
+      for (std::byte* p : *list)
+        memory_.release(p);
+    }
+  }
+  std::byte* make(const void* data, std::size_t bytes) {
+    std::byte* p = memory_.allocate(bytes);
+    current_.push_back(p);
+    if (data != nullptr) memory_.write(p, data, bytes);
+    return p;
+  }
+  void next_call() {
+    for (std::byte* p : previous_)
+      memory_.release(p);
+    previous_.swap(current_);
+    current_.clear();
+  }
+
+ private:
+  CallMemory& memory_;
+  std::vector<std::byte*> previous_, current_;
+};
+
 WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>& groups, int rank,
                         const std::filesystem::path& store_dir) {
   WorkerResult result;
@@ -156,6 +199,13 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
   o.backend = runtime::parse_backend(a.backend);
   o.store = std::make_shared<runtime::FileStore>(store_dir);
   o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(a.timeout_s * 1000));
+  const bool gpu = o.backend == runtime::BackendKind::kNccl;
+  if (gpu) {
+    const int devices = visible_devices();
+    if (devices < 1) throw Unsupported("no CUDA device is visible to rank " + std::to_string(rank));
+    o.device = rank % devices;
+  }
+  std::unique_ptr<CallMemory> memory = gpu ? device_call_memory(o.device) : host_call_memory();
   auto comm = runtime::Communicator::create(o);
   const RsMode mode = a.mode == "slot-reuse" ? RsMode::kSlotReuse : RsMode::kInPlace;
   const Topology topo(a.nodes, a.gpus_per_node);
@@ -177,27 +227,8 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
     plans.emplace_back(layouts.back(), rs);
   }
   std::vector<CallSpec> order = fsdp2_order(static_cast<int>(groups.size()), a.calls);
-  if (rank == a.misorder_rank) {
-    // Swap the first two consecutive reduce-scatters of different groups.
-    for (std::size_t i = 0; i + 1 < order.size(); ++i) {
-      if (!order[i].all_gather && !order[i + 1].all_gather) {
-        std::swap(order[i], order[i + 1]);
-        break;
-      }
-      if (!order[i].all_gather) {
-        for (std::size_t j = i + 1; j < order.size(); ++j) {
-          if (!order[j].all_gather && order[j].group != order[i].group) {
-            std::swap(order[i], order[j]);
-            i = order.size();
-            break;
-          }
-        }
-      }
-    }
-  }
-  // Inputs of the previous call stay alive while the next ones are allocated, so every call
-  // sees fresh addresses.
-  std::vector<std::vector<std::byte>> previous, current;
+  if (rank == a.misorder_rank) misorder(order);
+  Buffers buffers(*memory);
   for (int call = 0; call < a.calls; ++call) {
     const CallSpec c = order[static_cast<std::size_t>(call)];
     if (rank == a.kill_rank && call == a.kill_at_call) raise(SIGKILL);
@@ -205,37 +236,34 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
     const GroupLayout& layout = layouts[static_cast<std::size_t>(g)];
     const runtime::GroupInfo& info = comm->info(ids[static_cast<std::size_t>(g)]);
     std::mt19937_64 rng = call_rng(a.seed, call);
-    current.clear();
+    buffers.next_call();
     if (c.all_gather) {
       const AgInputs in = ag_inputs(rng, layout, a.cast);
+      const auto& packed = in.packed[static_cast<std::size_t>(rank)];
       std::vector<const void*> shards;
       const bool by_pointer = a.cast || call % 2 == 1;  // odd calls copy in from pointers
       for (int p = 0; p < layout.param_count() && by_pointer; ++p) {
         const ParamLayout& pl = layout.param(p);
-        const std::size_t item = a.cast ? 4 : 2;
-        std::vector<std::byte> bytes(static_cast<std::size_t>(pl.shard_elems()) * item);
         const std::size_t first = static_cast<std::size_t>(pl.offset / 2);
-        if (a.cast) {
-          std::memcpy(bytes.data(), in.masters[static_cast<std::size_t>(rank)].data() + first,
-                      bytes.size());
-        } else {
-          std::memcpy(bytes.data(), in.packed[static_cast<std::size_t>(rank)].data() + first,
-                      bytes.size());
-        }
-        current.push_back(std::move(bytes));
-        shards.push_back(current.back().data());
+        const void* src = a.cast ? static_cast<const void*>(
+                                       in.masters[static_cast<std::size_t>(rank)].data() + first)
+                                 : static_cast<const void*>(packed.data() + first);
+        shards.push_back(
+            buffers.make(src, static_cast<std::size_t>(pl.shard_elems()) * (a.cast ? 4 : 2)));
       }
       if (!by_pointer) {
-        std::memcpy(info.resident, in.packed[static_cast<std::size_t>(rank)].data(),
-                    static_cast<std::size_t>(layout.shard_bytes()));
+        memory->write(info.resident, packed.data(), static_cast<std::size_t>(layout.shard_bytes()));
       }
-      std::memset(info.landing, 0xFF, static_cast<std::size_t>(info.landing_bytes));  // poison
-      comm->all_gather(ids[static_cast<std::size_t>(g)], 0, shards);
+      memory->fill(info.landing, 0xFF, static_cast<std::size_t>(info.landing_bytes));  // poison
+      comm->all_gather(ids[static_cast<std::size_t>(g)], memory->stream(), shards);
+      memory->finish();
+      std::vector<std::byte> landing(static_cast<std::size_t>(info.landing_bytes));
+      memory->read(landing.data(), info.landing, landing.size());
       for (int p = 0; p < layout.param_count(); ++p) {
         const ParamLayout& pl = layout.param(p);
         for (int src = 0; src < layout.topology().world(); ++src) {
           const std::int64_t bytes = layout.valid_rows(p, src) * pl.cols * 2;
-          const std::byte* got = info.landing + layout.landing_offset(p, src);
+          const std::byte* got = landing.data() + layout.landing_offset(p, src);
           if (std::memcmp(got, in.packed[static_cast<std::size_t>(src)].data() + pl.offset / 2,
                           static_cast<std::size_t>(bytes)) != 0) {
             ++result.mismatches;
@@ -257,25 +285,27 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
         const auto& values = grads[static_cast<std::size_t>(rank)][static_cast<std::size_t>(p)];
         std::vector<std::byte> bytes(values.size() * 2);
         store_values(values, DType::kBf16, bytes);
-        current.push_back(std::move(bytes));
-        ptrs.push_back(current.back().data());
+        ptrs.push_back(buffers.make(bytes.data(), bytes.size()));
       }
-      std::vector<float> out(static_cast<std::size_t>(layout.shard_elems()));
+      const std::size_t out_bytes = static_cast<std::size_t>(layout.shard_elems()) * 4;
+      std::byte* out = buffers.make(nullptr, out_bytes);
       if (accumulate) {
-        out = initial[static_cast<std::size_t>(rank)];
+        memory->write(out, initial[static_cast<std::size_t>(rank)].data(), out_bytes);
       } else {
-        std::memset(out.data(), 0xFF, out.size() * 4);  // poison
+        memory->fill(out, 0xFF, out_bytes);  // poison
       }
-      comm->reduce_scatter(ids[static_cast<std::size_t>(g)], 0, ptrs, out.data(), alpha,
-                           accumulate);
+      comm->reduce_scatter(ids[static_cast<std::size_t>(g)], memory->stream(), ptrs,
+                           reinterpret_cast<float*>(out), alpha, accumulate);
+      memory->finish();
+      std::vector<float> got(static_cast<std::size_t>(layout.shard_elems()));
+      memory->read(got.data(), out, out_bytes);
       const auto expected =
           rs_expected(plans[static_cast<std::size_t>(g)], grads, alpha, accumulate, initial);
       const auto& want = expected[static_cast<std::size_t>(rank)];
-      for (std::size_t i = 0; i < out.size(); ++i) {
-        if (std::memcmp(&out[i], &want[i], 4) != 0) ++result.mismatches;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        if (std::memcmp(&got[i], &want[i], 4) != 0) ++result.mismatches;
       }
     }
-    previous.swap(current);
     ++result.calls;
   }
   return result;
@@ -316,8 +346,14 @@ void check_args(CheckRuntimeArgs& a) {
     throw InvalidArgument("--kill-at-call must be below --calls");
   }
   if (a.backend == "nccl") {
-    throw Unsupported(
-        "the runtime's nccl backend is not built in this version (use --backend host)");
+    if (!runtime::backend_built(runtime::BackendKind::kNccl)) {
+      throw Unsupported("this tide was built without CUDA and NCCL (use --backend host)");
+    }
+    // No CUDA call here: the ranks are forked from this process, and CUDA must not be
+    // initialised before a fork.
+    if (!std::filesystem::exists("/dev/nvidiactl")) {
+      throw Unsupported("--backend nccl needs GPUs; this machine has no NVIDIA device");
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include "../fabric/cuda_driver.hpp"
 #include "tide/core/error.hpp"
+#include "tide/fabric/device_capabilities.hpp"
 #include "tide/kernels/cuda_check.hpp"
 #include "tide/version_gates.hpp"
 
@@ -133,32 +134,7 @@ std::vector<std::string> RankSession::gather_text(const std::string& line, const
 }
 
 RankCapabilities RankSession::capabilities() const {
-  RankCapabilities c;
-  c.cuda_runtime_version = CUDART_VERSION;
-  int nccl = 0;
-  if (ncclGetVersion(&nccl) == ncclSuccess) c.nccl_version = nccl;
-  const int dev = fabric_->device();
-  cudaDeviceProp prop{};
-  TIDE_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-  c.compute_capability = prop.major * 10 + prop.minor;
-  int optin = 0;
-  TIDE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  c.shared_memory_per_block = optin;
-  const auto& d = fabric::detail::driver();
-  auto attribute = [&](CUdevice_attribute a) {
-    int v = 0;
-    return d.device_get_attribute(&v, a, dev) == CUDA_SUCCESS && v != 0;
-  };
-  c.vmm = attribute(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED);
-  c.stream_memops = attribute(CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS);
-  c.multicast_capable = attribute(CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED);
-  int driver_version = 0;
-  TIDE_CUDA_CHECK(cudaDriverGetVersion(&driver_version));
-  c.copy_engine_batch = TIDE_HAS_CUDA_MEMCPY_BATCH && driver_version >= 12080;
-  c.symmetric_windows = TIDE_HAS_NCCL_SYMMETRIC_WINDOWS && nccl >= 22700;
-  c.nccl_device_api = TIDE_HAS_NCCL_DEVICE_API && nccl >= 22800;
-  c.nccl_host_rma = TIDE_HAS_NCCL_HOST_RMA && nccl >= 22900;
-  return c;
+  return fabric::device_capabilities(fabric_->device());
 }
 
 Decision RankSession::agree_on(const GroupSignature& group) {

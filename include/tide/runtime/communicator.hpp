@@ -31,6 +31,9 @@
 //    call or wait raises.
 // Backends: kHost runs calls on the calling thread over shared memory (exec/host), so a call
 // has completed when it returns; CPU tensors have no streams, and `stream` is ignored.
+// kNccl (one process per GPU, the ranks of one host) enqueues each call on the caller's
+// stream (a cudaStream_t as an integer) through the CUDA sequence runner (NOTE [CUDA call
+// sequences]) and returns at once; pointers are device pointers.
 #pragma once
 
 #include <chrono>
@@ -52,6 +55,8 @@ enum class BackendKind : std::uint8_t { kHost, kNccl };
 
 BackendKind parse_backend(std::string_view text);
 std::string_view backend_name(BackendKind backend);
+// Whether this build has the backend (nccl: built with CUDA and NCCL).
+bool backend_built(BackendKind backend);
 
 struct CommunicatorOptions {
   int rank = 0;

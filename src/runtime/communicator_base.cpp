@@ -1,0 +1,114 @@
+// NOTE [runtime] 1-4: registration, regions and call checks, for every backend.
+#include "communicator_base.hpp"
+
+#include <unistd.h>
+
+#include <functional>
+
+#include "tide/core/error.hpp"
+
+namespace tide::runtime::detail {
+namespace {
+
+std::uint64_t host_id() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return std::hash<std::string>{}(name);
+}
+
+}  // namespace
+
+CommunicatorBase::CommunicatorBase(const CommunicatorOptions& options)
+    : options_(options), topology_(options.world / options.gpus_per_node, options.gpus_per_node) {}
+
+Registration CommunicatorBase::register_group(const GroupSpec& spec) {
+  const int index = registrations_++;
+  const std::string key = options_.key_prefix + "/group/" + std::to_string(index);
+  RankDescription d;
+  d.rank = options_.rank;
+  d.world = options_.world;
+  d.host_id = host_id();
+  GroupSignature& g = d.group;
+  g.name = spec.name;
+  g.nodes = topology_.nodes();
+  g.gpus_per_node = topology_.gpus_per_node();
+  g.virtual_nodes = true;  // one host for now: every rank must share it
+  g.params = spec.params;
+  g.ag_dtype = spec.ag_dtype;
+  g.grad_dtype = spec.grad_dtype;
+  g.rs = rs_options_;
+  g.rs.mode = spec.mode;
+  g.ag.mixed_precision_cast = spec.cast;
+  g.host_transport = host_transport();
+  d.caps = capabilities();
+  Decision decision;
+  try {
+    const std::vector<std::string> blobs = all_gather_values(
+        *options_.store, key, options_.rank, options_.world, serialize(d), options_.timeout);
+    decision = agree_serialized(blobs);
+  } catch (const InconsistentGroup& e) {
+    return Registration{-1, e.what()};
+  } catch (const InvalidArgument& e) {
+    return Registration{-1, std::string("the group cannot be described: ") + e.what()};
+  }
+  if (decision.backend != Backend::kTide) return Registration{-1, decision.reason};
+  if (committed_) {
+    return Registration{-1,
+                        "registered after the communicator's first call; register every "
+                        "group before the first all-gather or reduce-scatter"};
+  }
+  try {
+    auto group = make_group(spec, topology_, rs_options_, regions_bytes_, signal_words_);
+    regions_bytes_ += group->region_bytes;
+    signal_words_ += sequence_counters(*group);
+    groups_.push_back(std::move(group));
+  } catch (const Unsupported& e) {
+    return Registration{-1, e.what()};
+  } catch (const InvalidArgument& e) {
+    return Registration{-1, e.what()};
+  }
+  return Registration{static_cast<int>(groups_.size()) - 1, {}};
+}
+
+const GroupInfo& CommunicatorBase::info(int group) const {
+  Group& g = group_at(group);
+  commit();
+  return g.info;
+}
+
+Group& CommunicatorBase::group_at(int group) const {
+  if (group < 0 || group >= static_cast<int>(groups_.size())) {
+    throw InvalidArgument("group id " + std::to_string(group) + " was not registered (" +
+                          std::to_string(groups_.size()) + " groups)");
+  }
+  return *groups_[static_cast<std::size_t>(group)];
+}
+
+void CommunicatorBase::check_all_gather(const Group& g, std::size_t shards) const {
+  const std::size_t params = static_cast<std::size_t>(g.layout.param_count());
+  if (g.spec.cast && shards != params) {
+    throw InvalidArgument("all_gather of group '" + g.spec.name + "': " + std::to_string(shards) +
+                          " shard pointers for " + std::to_string(params) +
+                          " parameters (a cast group reads every fp32 master shard)");
+  }
+  if (shards != 0 && shards != params) {
+    throw InvalidArgument("all_gather of group '" + g.spec.name + "': " + std::to_string(shards) +
+                          " shard pointers for " + std::to_string(params) +
+                          " parameters (pass none or all)");
+  }
+}
+
+void CommunicatorBase::check_reduce_scatter(const Group& g, std::size_t grads,
+                                            const float* out) const {
+  const std::size_t params = static_cast<std::size_t>(g.layout.param_count());
+  if (grads != params) {
+    throw InvalidArgument("reduce_scatter of group '" + g.spec.name +
+                          "': " + std::to_string(grads) + " gradient pointers for " +
+                          std::to_string(params) + " parameters");
+  }
+  if (out == nullptr) {
+    throw InvalidArgument("reduce_scatter of group '" + g.spec.name + "': no output shard");
+  }
+}
+
+}  // namespace tide::runtime::detail

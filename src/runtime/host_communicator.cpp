@@ -1,0 +1,105 @@
+// The host backend's communicator: the shared-memory arena and calls on the calling thread
+// (NOTE [host fabric], NOTE [host execution]).
+#include <cstring>
+
+#include "backends.hpp"
+#include "communicator_base.hpp"
+#include "tide/exec/host_executor.hpp"
+#include "tide/fabric/host_fabric.hpp"
+
+namespace tide::runtime::detail {
+namespace {
+
+class HostCommunicator final : public CommunicatorBase {
+ public:
+  using CommunicatorBase::CommunicatorBase;
+
+  void all_gather(int group, std::uintptr_t, std::span<const void* const> shards) override {
+    Group& g = group_at(group);
+    check_all_gather(g, shards.size());
+    commit();
+    exec::HostCallBindings bindings;
+    if (g.spec.cast) {
+      for (const void* s : shards)
+        bindings.tensors.push_back(static_cast<std::byte*>(const_cast<void*>(s)));
+    } else {
+      for (std::size_t p = 0; p < shards.size(); ++p) {  // copy-in: a local copy of S bytes
+        const ParamLayout& pl = g.layout.param(static_cast<int>(p));
+        std::memcpy(g.info.resident + pl.offset, shards[p],
+                    static_cast<std::size_t>(pl.shard_bytes));
+      }
+    }
+    run(g, g.all_gathers, bindings, 0, "all_gather");
+    ++g.stats.all_gathers;
+    g.stats.copy_bytes_avoided += all_gather_copy_bytes(g.layout);
+  }
+
+  void reduce_scatter(int group, std::uintptr_t, std::span<const void* const> grads, float* out,
+                      float alpha, bool accumulate) override {
+    Group& g = group_at(group);
+    check_reduce_scatter(g, grads.size(), out);
+    commit();
+    exec::HostCallBindings bindings;
+    for (const void* p : grads)
+      bindings.tensors.push_back(static_cast<std::byte*>(const_cast<void*>(p)));
+    bindings.output = reinterpret_cast<std::byte*>(out);
+    bindings.alpha = alpha;
+    bindings.accumulate = accumulate;
+    run(g, g.reduce_scatters, bindings, 1, "reduce_scatter");
+    ++g.stats.reduce_scatters;
+    g.stats.copy_bytes_avoided += reduce_scatter_copy_bytes(g.layout);
+  }
+
+  std::int64_t arena_bytes() const override { return fabric_ ? fabric_->arena_bytes() : 0; }
+
+  void abort(const std::string& reason) override {
+    commit();
+    fabric_->abort("rank " + std::to_string(options_.rank) + " aborted: " + reason);
+  }
+
+ protected:
+  RankCapabilities capabilities() const override { return {}; }  // needs no device
+  bool host_transport() const override { return true; }
+
+  void commit() const override {
+    if (committed()) return;
+    fabric::HostFabricOptions o;
+    o.rank = options_.rank;
+    o.world = options_.world;
+    o.arena_bytes = regions_bytes_;
+    o.counters = signal_words_;
+    o.key_prefix = options_.key_prefix;
+    o.timeout = options_.timeout;
+    fabric_ = std::make_unique<fabric::HostFabric>(*options_.store, o);
+    for (auto& g : groups_) {
+      std::byte* region = fabric_->arena(options_.rank) + g->region_offset;
+      g->info.landing = region + g->ag_areas.landing;
+      g->info.resident = g->spec.cast ? nullptr : region + g->ag_areas.resident;
+    }
+    mark_committed();
+  }
+
+ private:
+  void run(Group& g, SequenceState& s, const exec::HostCallBindings& bindings, int collective,
+           const char* name) {
+    exec::HostSequencePlace place;
+    place.region_offset = g.region_offset;
+    place.first_counter = s.first_counter;
+    exec::HostCallTag tag;
+    tag.index = next_call_index();
+    tag.tag = call_tag(g, collective);
+    tag.what = std::string(name) + " of group '" + g.spec.name + "'";
+    exec::run_host_call(s.next(), *fabric_, place, s.counter_base, bindings, tag, options_.timeout);
+    s.advance(options_.rank);
+  }
+
+  mutable std::unique_ptr<fabric::HostFabric> fabric_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_host_communicator(const CommunicatorOptions& options) {
+  return std::make_unique<HostCommunicator>(options);
+}
+
+}  // namespace tide::runtime::detail
