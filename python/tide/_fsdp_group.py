@@ -110,6 +110,7 @@ class TideGroup:
         self.grad_dtype = torch.float32
         self.world = 1
         self.stock_calls = 0
+        self.views_installed = False
 
     @property
     def on_tide(self) -> bool:
@@ -154,21 +155,32 @@ class TideGroup:
         self.comm, self.gid, self.pg, self.info, self.world = comm, gid, pg, info, world
         return ""
 
-    def activate(self, device: torch.device) -> None:
-        """Points each parameter's all-gather output at its landing matrix (see NOTE above)."""
+    def bind(self) -> None:
+        """Routes the group's FSDP2 calls to TIDE (views follow at the first all-gather)."""
+        for p, fp in enumerate(self.fsdp_group.fsdp_params):
+            self.index[fp] = p
+            GROUP_OF_PARAM[fp] = self
+
+    def install_views(self, device: torch.device) -> None:
+        """Points each parameter's all-gather output at its landing matrix (see NOTE above).
+
+        The runtime places its arena at the first call, so this runs after the group's first
+        all-gather; the addresses are stable from then on."""
+        self.info = self.comm.group_info(self.gid)
         base = int(self.info["landing_ptr"])
+        if base == 0:
+            raise RuntimeError(f"tide.fsdp: {self.name}: the runtime reports no landing zone")
         for p, fp in enumerate(self.fsdp_group.fsdp_params):
             numel = self.world * int(fp.padded_sharded_param_size.numel())
             view = _memory.tensor_at(
                 base + int(self.info["landing_offsets"][p]), numel, self.ag_dtype, device
             )
             if hasattr(fp, "_unsharded_param"):
-                del fp._unsharded_param  # rebuilt over the landing by the next all-gather
+                del fp._unsharded_param  # rebuilt over the landing by FSDP2's copy-out step
             fp.all_gather_outputs = [view]
             fp.alloc_all_gather_outputs = _no_op
             fp.free_all_gather_outputs = _no_op
-            self.index[fp] = p
-            GROUP_OF_PARAM[fp] = self
+        self.views_installed = True
 
     def landing_view(self, p: int) -> torch.Tensor:
         return self.fsdp_group.fsdp_params[p].all_gather_outputs[0]

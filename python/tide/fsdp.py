@@ -114,7 +114,7 @@ def enable(
         if reason:
             group.gid, group.reason = -1, reason
         else:
-            group.activate(group.fsdp_group.device)
+            group.bind()
 
     _fsdp_calls.install(layout)
     setattr(module, _ATTRIBUTE, (groups, list(communicators.values())))
