@@ -18,12 +18,10 @@
 #include "tide/core/dtype.hpp"
 #include "tide/core/layout.hpp"
 #include "tide/core/rs_plan.hpp"
+#include "tide/exec/data_effects.hpp"  // kPoison: the byte every buffer holds before a run
 #include "tide/program/program.hpp"
 
 namespace tide::exec {
-
-// The byte every buffer holds before a run (the reference executor's initial bytes).
-inline constexpr std::byte kPoison{0xFF};
 
 // Bytes written into a buffer at an offset before the run.
 struct CaseInput {
