@@ -132,7 +132,10 @@ class TideGroup:
         self.grad_dtype = torch.float32 if reduce == torch.float32 or not self.cast else torch.bfloat16
 
     def register(self, comm, pg, mode: str) -> str:
-        """Registers the group with the communicator; returns the runtime's refusal or ''."""
+        """Registers the group with the communicator; returns the runtime's refusal or ''.
+
+        Collective over ``pg``; every group of a communicator registers before any
+        ``describe()``, since the runtime places its arena at the first use of a group."""
         self.plan_dtypes()
         gid, reason = comm.register_group(
             self.name,
@@ -144,15 +147,18 @@ class TideGroup:
         )
         if gid < 0:
             return reason or "refused by the TIDE runtime"
-        info = comm.group_info(gid)
-        world = pg.size()
-        for fp, rows in zip(self.fsdp_group.fsdp_params, info["rows_per_rank"]):
+        self.comm, self.gid, self.pg, self.world = comm, gid, pg, pg.size()
+        return ""
+
+    def describe(self) -> str:
+        """Reads the group's layout from the runtime; '' when it matches FSDP2's padding."""
+        self.info = self.comm.group_info(self.gid)
+        for fp, rows in zip(self.fsdp_group.fsdp_params, self.info["rows_per_rank"]):
             if int(fp.padded_sharded_param_size[0]) != int(rows):
                 return (
                     f"TIDE pads {rows} rows per rank where FSDP2 pads "
                     f"{fp.padded_sharded_param_size[0]}"
                 )
-        self.comm, self.gid, self.pg, self.info, self.world = comm, gid, pg, info, world
         return ""
 
     def bind(self) -> None:

@@ -108,6 +108,9 @@ def enable(
         if id(pg) not in communicators:
             communicators[id(pg)] = _runtime.create(pg, device, timeout_s, generation)
         group.reason = group.register(communicators[id(pg)], pg, mode)
+    for group in groups:  # after every registration: the first description places the arena
+        if group.gid >= 0:
+            group.reason = group.describe()
     # The runtime's answers are agreed too: a group runs on TIDE only where every rank registered it.
     final = _agree([g.reason for g in groups])
     for group, reason in zip(groups, final):
