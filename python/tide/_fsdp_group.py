@@ -3,7 +3,8 @@
 NOTE [zero-offset landing views]
 FSDP2 builds each unsharded parameter with ``torch.as_strided(all_gather_outputs[0], ...,
 storage_offset=0)`` and, for every all-gather, resizes that output's storage up and (at
-reshard) down to zero. For a TIDE group, ``all_gather_outputs[0]`` of parameter p is instead
+reshard) down to zero. For a TIDE group, from its first all-gather on (the runtime places its
+arena at the first call), ``all_gather_outputs[0]`` of parameter p is instead
 a tensor whose storage is rooted at p's matrix in the group's landing zone (TIDE's arena):
 ``storage_offset() == 0``, a version counter of its own, and a size of exactly
 ``N * R_p * K_p`` elements, FSDP2's padded unsharded size. TIDE-AG writes that memory behind
