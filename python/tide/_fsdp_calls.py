@@ -7,8 +7,9 @@ put on TIDE and hands every other call, unchanged, to the stock function it repl
 All-gather (paper Sec. 3, App. F):
   1. ``foreach_all_gather``: on FSDP2's all-gather stream, after its copy-in stream, one
      ``comm.all_gather`` with the per-parameter padded shard pointers. TIDE lands every
-     parameter in its landing matrix, which is already the parameter's all-gather output
-     (NOTE [zero-offset landing views]). No flat buffer, no copy-in by FSDP2.
+     parameter in its landing matrix, which is the parameter's all-gather output from the
+     group's first all-gather on (NOTE [zero-offset landing views]). No flat buffer, no
+     copy-in by FSDP2.
   2. ``foreach_all_gather_copy_out``: the caller's stream waits for the all-gather's event;
      there is nothing to copy out.
 Reduce-scatter (paper Sec. 4):
@@ -108,6 +109,8 @@ def _all_gather(*args, **kwargs):
         for shard in shards:
             if shard.device.type == "cuda":
                 shard.record_stream(ag_stream)
+        if not group.views_installed:
+            group.install_views(device)
         event = ag_stream.record_event()
     marker = torch.empty(0, dtype=group.ag_dtype, device=device).as_subclass(_TideAllGatherOutput)
     return AllGatherResult(

@@ -3,7 +3,8 @@
 NOTE [zero-offset landing views]
 FSDP2 builds each unsharded parameter with ``torch.as_strided(all_gather_outputs[0], ...,
 storage_offset=0)`` and, for every all-gather, resizes that output's storage up and (at
-reshard) down to zero. For a TIDE group, ``all_gather_outputs[0]`` of parameter p is instead
+reshard) down to zero. For a TIDE group, from its first all-gather on (the runtime places its
+arena at the first call), ``all_gather_outputs[0]`` of parameter p is instead
 a tensor whose storage is rooted at p's matrix in the group's landing zone (TIDE's arena):
 ``storage_offset() == 0``, a version counter of its own, and a size of exactly
 ``N * R_p * K_p`` elements, FSDP2's padded unsharded size. TIDE-AG writes that memory behind
@@ -110,6 +111,7 @@ class TideGroup:
         self.grad_dtype = torch.float32
         self.world = 1
         self.stock_calls = 0
+        self.views_installed = False
 
     @property
     def on_tide(self) -> bool:
@@ -131,7 +133,10 @@ class TideGroup:
         self.grad_dtype = torch.float32 if reduce == torch.float32 or not self.cast else torch.bfloat16
 
     def register(self, comm, pg, mode: str) -> str:
-        """Registers the group with the communicator; returns the runtime's refusal or ''."""
+        """Registers the group with the communicator; returns the runtime's refusal or ''.
+
+        Collective over ``pg``; every group of a communicator registers before any
+        ``describe()``, since the runtime places its arena at the first use of a group."""
         self.plan_dtypes()
         gid, reason = comm.register_group(
             self.name,
@@ -143,32 +148,46 @@ class TideGroup:
         )
         if gid < 0:
             return reason or "refused by the TIDE runtime"
-        info = comm.group_info(gid)
-        world = pg.size()
-        for fp, rows in zip(self.fsdp_group.fsdp_params, info["rows_per_rank"]):
+        self.comm, self.gid, self.pg, self.world = comm, gid, pg, pg.size()
+        return ""
+
+    def describe(self) -> str:
+        """Reads the group's layout from the runtime; '' when it matches FSDP2's padding."""
+        self.info = self.comm.group_info(self.gid)
+        for fp, rows in zip(self.fsdp_group.fsdp_params, self.info["rows_per_rank"]):
             if int(fp.padded_sharded_param_size[0]) != int(rows):
                 return (
                     f"TIDE pads {rows} rows per rank where FSDP2 pads "
                     f"{fp.padded_sharded_param_size[0]}"
                 )
-        self.comm, self.gid, self.pg, self.info, self.world = comm, gid, pg, info, world
         return ""
 
-    def activate(self, device: torch.device) -> None:
-        """Points each parameter's all-gather output at its landing matrix (see NOTE above)."""
+    def bind(self) -> None:
+        """Routes the group's FSDP2 calls to TIDE (views follow at the first all-gather)."""
+        for p, fp in enumerate(self.fsdp_group.fsdp_params):
+            self.index[fp] = p
+            GROUP_OF_PARAM[fp] = self
+
+    def install_views(self, device: torch.device) -> None:
+        """Points each parameter's all-gather output at its landing matrix (see NOTE above).
+
+        The runtime places its arena at the first call, so this runs after the group's first
+        all-gather; the addresses are stable from then on."""
+        self.info = self.comm.group_info(self.gid)
         base = int(self.info["landing_ptr"])
+        if base == 0:
+            raise RuntimeError(f"tide.fsdp: {self.name}: the runtime reports no landing zone")
         for p, fp in enumerate(self.fsdp_group.fsdp_params):
             numel = self.world * int(fp.padded_sharded_param_size.numel())
             view = _memory.tensor_at(
                 base + int(self.info["landing_offsets"][p]), numel, self.ag_dtype, device
             )
             if hasattr(fp, "_unsharded_param"):
-                del fp._unsharded_param  # rebuilt over the landing by the next all-gather
+                del fp._unsharded_param  # rebuilt over the landing by FSDP2's copy-out step
             fp.all_gather_outputs = [view]
             fp.alloc_all_gather_outputs = _no_op
             fp.free_all_gather_outputs = _no_op
-            self.index[fp] = p
-            GROUP_OF_PARAM[fp] = self
+        self.views_installed = True
 
     def landing_view(self, p: int) -> torch.Tensor:
         return self.fsdp_group.fsdp_params[p].all_gather_outputs[0]

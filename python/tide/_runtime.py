@@ -14,19 +14,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-_communicator_class: Any = None
 _generation = 0
 
 
-def set_communicator_class(cls: Any) -> None:
-    """Replaces the communicator class (tests use this for a stand-in); None restores the binding."""
-    global _communicator_class
-    _communicator_class = cls
-
-
 def communicator_class() -> Any:
-    if _communicator_class is not None:
-        return _communicator_class
     from . import _C  # noqa: PLC0415 (the binding loads only when a communicator is needed)
 
     if not hasattr(_C, "Communicator"):

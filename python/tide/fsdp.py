@@ -108,13 +108,16 @@ def enable(
         if id(pg) not in communicators:
             communicators[id(pg)] = _runtime.create(pg, device, timeout_s, generation)
         group.reason = group.register(communicators[id(pg)], pg, mode)
+    for group in groups:  # after every registration: the first description places the arena
+        if group.gid >= 0:
+            group.reason = group.describe()
     # The runtime's answers are agreed too: a group runs on TIDE only where every rank registered it.
     final = _agree([g.reason for g in groups])
     for group, reason in zip(groups, final):
         if reason:
             group.gid, group.reason = -1, reason
         else:
-            group.activate(group.fsdp_group.device)
+            group.bind()
 
     _fsdp_calls.install(layout)
     setattr(module, _ATTRIBUTE, (groups, list(communicators.values())))

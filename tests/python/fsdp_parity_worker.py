@@ -271,10 +271,6 @@ def main():
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     seed = int(os.environ.get("TIDE_TEST_SEED", "1234"))
     cases = os.environ.get("TIDE_PARITY_CASES", "abcdef")
-    if os.environ.get("TIDE_TEST_STANDIN") == "1":
-        from tide_test_support import standin_runtime
-
-        standin_runtime.install()
     global DEVICE
     if os.environ.get("TIDE_PARITY_DEVICE", "cpu") == "cuda":
         DEVICE = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))

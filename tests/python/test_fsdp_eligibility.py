@@ -3,7 +3,6 @@ version checks refusing an FSDP2 whose internals differ, and report() before ena
 
 from __future__ import annotations
 
-import os
 import socket
 
 import pytest
@@ -19,10 +18,6 @@ from tide import _fsdp_compat
 
 @pytest.fixture(scope="module", autouse=True)
 def world_of_one():
-    if os.environ.get("TIDE_TEST_STANDIN") == "1":
-        from tide_test_support import standin_runtime
-
-        standin_runtime.install()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
