@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The runtime and the Python package on the device machine, in one call.
+#   here:   scripts/stage-deps.sh            (once: GoogleTest and headers into .deps/)
+#   device: run(command="bash scripts/device/runtime.sh", carry=[".deps"])
+# STEPS (default "build gputests nccl package fsdp") picks steps:
+#   build     the C++ tree with CUDA and NCCL (tests, tide, the module)
+#   gputests  every GPU test binary (kernels, executor, sequence runner, golden vectors)
+#   nccl      tide check-runtime --backend nccl on every GPU of the machine, bitwise
+#   package   pip install . against the image's torch; import tide; the tide CLI
+#   fsdp      the FSDP2 parity suite on GPUs (tests/python/test_fsdp_gpu.py)
+# Writes under $OUT: summary.md, gputests.log, nccl.json, package.log, fsdp.log, logs.tgz.
+set -uo pipefail
+NAME=runtime DEFAULT_STEPS="build gputests nccl package fsdp" source "$(dirname "$0")/common.sh"
+BUILD=${BUILD_DIR:-build-runtime}
+finish() { pack_logs; exit "$1"; }
+export PYTHONUNBUFFERED=1
+
+nvidia-smi > "$LOG/nvidia-smi.txt" 2>&1
+gpus=$(nvidia-smi -L | wc -l)
+note "## runtime.sh on $(hostname) $(date -u +%FT%TZ): $gpus x $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+note "torch $(python3 -c 'import torch; print(torch.__version__, torch.cuda.nccl.version())' 2>&1)"
+
+rc_all=0
+if has build; then
+  if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDE_CUDA=ON \
+       > "$LOG/build.log" 2>&1; then
+    note "CONFIGURE FAILED $(stamp)"; tail -40 "$LOG/build.log" | tee -a "$summary"; finish 1
+  fi
+  if ! cmake --build "$BUILD" -j 16 >> "$LOG/build.log" 2>&1; then
+    note "BUILD FAILED $(stamp)"; grep -E "error|FAILED" "$LOG/build.log" | head -40 | tee -a "$summary"
+    finish 1
+  fi
+  note "build ok $(stamp)"
+fi
+
+if has gputests; then
+  : > "$OUT/gputests.log"
+  for t in $(find "$BUILD/tests" -type f -executable -name 'tide_*tests' | sort); do
+    case "$t" in *kernel*|*cuda*|*sequence*|*golden*|*fabric*) ;; *) continue ;; esac
+    timeout 300 "$t" >> "$OUT/gputests.log" 2>&1
+    rc=$?
+    [[ $rc -ne 0 ]] && rc_all=$rc
+    note "$(basename "$t") rc=$rc $(stamp): $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/gputests.log" | tail -3 | tr '\n' ' ')"
+  done
+  grep -E "^\[  FAILED|Failure" "$OUT/gputests.log" | head -30 | tee -a "$summary"
+fi
+
+if has nccl; then
+  tide="$BUILD/src/cli/tide"
+  for mode in in-place slot-reuse; do
+    timeout 300 "$tide" check-runtime --backend nccl -M 1 -L "$gpus" \
+      --groups "37x5,16,1000x33;20x7,9x11;4096x1024,4096" --calls 18 --seed 11 --mode "$mode" \
+      --timeout-s 60 --json > "$LOG/nccl-$mode.json" 2> "$LOG/nccl-$mode.err"
+    rc=$?
+    [[ $rc -ne 0 ]] && rc_all=$rc
+    note "check-runtime nccl 1x$gpus $mode rc=$rc $(stamp): $(python3 -c "import json,sys; d=json.load(open('$LOG/nccl-$mode.json')); print('passed' if d['passed'] else 'FAILED', d['mismatches'], 'mismatches;', [r.get('error','') for r in d['per_rank'] if 'error' in r])" 2>&1) $(head -c 300 "$LOG/nccl-$mode.err")"
+  done
+  cp "$LOG/nccl-in-place.json" "$OUT/nccl.json" 2>/dev/null
+fi
+
+if has package; then
+  python=python3
+  {
+    CMAKE_ARGS="-DTIDE_CUDA=ON" CMAKE_BUILD_PARALLEL_LEVEL=16 \
+      $python -m pip install --no-build-isolation --no-deps -v . &&
+      $python -c "import tide, torch; print('tide', tide.__version__, 'torch', torch.__version__); import tide._C as C; print('backends: host', C.Communicator is not None)" &&
+      tide --version
+  } > "$OUT/package.log" 2>&1
+  rc=$?
+  [[ $rc -ne 0 ]] && rc_all=$rc
+  note "package rc=$rc $(stamp): $(tail -3 "$OUT/package.log" | tr '\n' ' ')"
+fi
+
+if has fsdp; then
+  timeout 400 python3 -m pytest tests/python/test_fsdp_gpu.py -q -rs -p no:cacheprovider \
+    > "$OUT/fsdp.log" 2>&1
+  rc=$?
+  [[ $rc -ne 0 ]] && rc_all=$rc
+  note "fsdp gpu parity rc=$rc $(stamp): $(tail -2 "$OUT/fsdp.log" | tr '\n' ' ')"
+fi
+
+note "done rc=$rc_all $(stamp)"
+finish "$rc_all"
