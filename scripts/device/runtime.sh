@@ -22,7 +22,8 @@ note "torch $(python3 -c 'import torch; print(torch.__version__, torch.cuda.nccl
 
 rc_all=0
 if has build; then
-  if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDE_CUDA=ON \
+  # g++ 13 there warns falsely at -O3 (stringop-overflow, array-bounds): no -Werror there.
+  if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDE_CUDA=ON -DTIDE_WERROR=OFF \
        > "$LOG/build.log" 2>&1; then
     note "CONFIGURE FAILED $(stamp)"; tail -40 "$LOG/build.log" | tee -a "$summary"; finish 1
   fi
@@ -61,7 +62,7 @@ fi
 if has package; then
   python=python3
   {
-    CMAKE_ARGS="-DTIDE_CUDA=ON" CMAKE_BUILD_PARALLEL_LEVEL=16 \
+    CMAKE_ARGS="-DTIDE_CUDA=ON -DTIDE_WERROR=OFF" CMAKE_BUILD_PARALLEL_LEVEL=16 \
       $python -m pip install --no-build-isolation --no-deps -v . &&
       $python -c "import tide, torch; print('tide', tide.__version__, 'torch', torch.__version__); import tide._C as C; print('backends: host', C.Communicator is not None)" &&
       tide --version
