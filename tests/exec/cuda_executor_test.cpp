@@ -268,7 +268,7 @@ TEST(CudaExecutorCheck, RefusesMalformedProgramsNamingTheOp) {
     w.rank = 0;
     w.label = "wait for an event nobody records";
     p.ops.push_back(w);
-    expect_refusal<InvalidArgument>(p, "no op of its rank records");
+    expect_refusal<InvalidArgument>(p, "is never recorded on rank");
   }
   {
     Program p = handmade(true);
@@ -283,7 +283,7 @@ TEST(CudaExecutorCheck, RefusesMalformedProgramsNamingTheOp) {
   {
     Program p = handmade(true);
     p.buffers.pop_back();
-    expect_refusal<InvalidArgument>(p, "BufferSizes");
+    expect_refusal<InvalidArgument>(p, "sizes buffers for");
   }
 }
 
