@@ -1,5 +1,5 @@
 // tide-nccl check: the CUDA executor over the NCCL fabric, one rank per process, every output
-// bitwise equal to the CPU reference executor's on the same inputs (issue 7, correctness).
+// bitwise equal to the CPU reference executor's on the same inputs.
 //
 // Steps, per case and per M x L split of the world (every rank builds the same case from the
 // same seed, and computes the reference outputs itself):
@@ -235,8 +235,8 @@ CaseResult run_one(RankSession& session, const CollectiveCase& c, int gpus_per_n
         result.status = std::string("setup: ") + e.what();
       }
     }
-    // NOTE [fabric interface]: no rank may signal or write a peer before the peer's executor
-    // exists and its buffers are prepared.
+    // No rank may signal or write a peer before the peer's executor exists and its buffers
+    // are prepared (NOTE [fabric interface]).
     if (session.sum_over_ranks(result.status != "ok", "every rank prepared") > 0) {
       if (result.status == "ok") result.status = "not run: a peer failed its setup";
       break;
