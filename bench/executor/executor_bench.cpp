@@ -270,7 +270,8 @@ int main(int argc, char** argv) {
     } else if (a == "--quick") {
       quick = true;
     } else {
-      std::fprintf(stderr, "usage: tide_executor_bench [--out FILE.json] [--repeats N] [--quick]\n");
+      std::fprintf(stderr,
+                   "usage: tide_executor_bench [--out FILE.json] [--repeats N] [--quick]\n");
       return 2;
     }
   }

@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "level1_problem.hpp"
 #include "measure_parts.hpp"
+#include "tide/calibrate/level1_problem.hpp"
+#include "tide/calibrate/timing.hpp"
 #include "tide/kernels/cast.hpp"
 #include "tide/kernels/landing.hpp"
 #include "tide/kernels/level1_sum.hpp"
-#include "timing.hpp"
 
 namespace tide::calibrate::detail {
 namespace {

@@ -405,7 +405,8 @@ __global__ void __launch_bounds__(32 * (1 + kMaxConsumerWarps), 1)
     for (int j = 0, t = tiles.first; j < tiles.count; ++j, ++t) {
       const int s = j % stages;
       const std::uint32_t use = static_cast<std::uint32_t>(j / stages);
-      if (use > 0) ptx::mbar_wait(ptx::smem_addr(&empty_bar[s]), (use - 1) & 1u, "level1 stage release");
+      if (use > 0)
+        ptx::mbar_wait(ptx::smem_addr(&empty_bar[s]), (use - 1) & 1u, "level1 stage release");
       // NOTE [proxy fence]: the bulk copy engine (async proxy) may overwrite bytes that this
       // warp last wrote with plain stores (generic proxy) only after a proxy fence
       // (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S in SASS), so it is issued after fills that used
@@ -1109,9 +1110,8 @@ void launch_level1_sum(const Level1SumArgs& a, cudaStream_t stream, const Level1
   p.stages = tu.stages;
   p.stage_bytes = stage_bytes(tile);
   p.consumer_warps = tu.consumer_warps;
-  const int direct_warps = deep_direct_applies(a.dtype, a.num_staged, a.accumulate)
-                               ? kDeepDirectWarps
-                               : kDirectWarps;
+  const int direct_warps =
+      deep_direct_applies(a.dtype, a.num_staged, a.accumulate) ? kDeepDirectWarps : kDirectWarps;
   const int smem = tu.warp_direct ? 0 : tu.stages * p.stage_bytes;
 
   const int grid = static_cast<int>(std::min<std::int64_t>(a.ctas, tiles));

@@ -17,12 +17,12 @@
 #include "tide/core/collective_reference.hpp"
 #include "tide/core/error.hpp"
 #include "tide/core/models.hpp"
-#include "tide/exec/collective_cases.hpp"
 #include "tide/exec/reference_executor.hpp"
 #include "tide/fabric/virtual_fabric.hpp"
 #include "tide/program/ag_builder.hpp"
 #include "tide/program/rs_builder.hpp"
 #include "tide/program/step.hpp"
+#include "tide/testing/cases.hpp"
 
 namespace tide {
 namespace {
@@ -39,15 +39,15 @@ using program::Program;
 using program::Region;
 using program::Space;
 
-using Case = exec::CollectiveCase;
-using Input = exec::CaseInput;
-using Check = exec::CaseCheck;
-using exec::bytes_of;
-using exec::kPoison;
-using exec::random_shapes;
+using Case = testing::CollectiveCase;
+using Input = testing::CaseInput;
+using Check = testing::CaseCheck;
+using testing::bytes_of;
+using testing::kPoison;
+using testing::random_shapes;
 
 void reference_outputs(const Case& c, std::vector<std::vector<std::byte>>* out) {
-  *out = exec::reference_outputs(c);
+  *out = testing::reference_outputs(c);
 }
 
 // Poisons every buffer, uploads the inputs, runs, and returns the checked regions.
@@ -111,25 +111,25 @@ void run_case(const Case& c, int runs = 2, const CudaExecutorOptions& options = 
 
 Case ag_case(int m, int l, bool cast, std::uint64_t seed, DType dtype = DType::kBf16,
              std::vector<ParamShape> shapes = {}, const std::string& what = "") {
-  exec::AgCaseOptions o;
+  testing::AgCaseOptions o;
   o.cast = cast;
   o.dtype = dtype;
   o.shapes = std::move(shapes);
   o.what = what;
-  return exec::ag_case(m, l, seed, o);
+  return testing::ag_case(m, l, seed, o);
 }
 
 Case rs_case(int m, int l, RsMode mode, DType grad, bool accumulate, std::uint64_t seed,
              std::vector<ParamShape> shapes = {}, const std::string& what = "",
              float alpha = 0.0f) {
-  exec::RsCaseOptions o;
+  testing::RsCaseOptions o;
   o.mode = mode;
   o.grad = grad;
   o.accumulate = accumulate;
   o.shapes = std::move(shapes);
   o.what = what;
   o.alpha = alpha;
-  return exec::rs_case(m, l, seed, o);
+  return testing::rs_case(m, l, seed, o);
 }
 
 // Every (M, L) with M in 1..16, L in {1, 2, 4, 8}, N = M L <= 16, and 8 x 8.
@@ -512,12 +512,12 @@ TEST(CudaExecutor, ModelPresetGroupsShrunk) {
 // bitwise equal to the reference executor's; three runs of one executor identical.
 Case step_case(int m, int l, RsMode mode, DType grad, bool accumulate, int ag_stages,
                std::uint64_t seed) {
-  exec::StepCaseOptions o;
+  testing::StepCaseOptions o;
   o.mode = mode;
   o.grad = grad;
   o.accumulate = accumulate;
   o.ag_stages = ag_stages;
-  return exec::step_case(m, l, seed, o);
+  return testing::step_case(m, l, seed, o);
 }
 
 TEST(CudaExecutorCheck, AcceptsStepPrograms) {

@@ -15,7 +15,7 @@ namespace tide::calibrate {
 // Rates one host cannot measure, recorded with source "given", and the measurement knobs.
 struct MeasureOptions {
   int device = 0;
-  bool quick = false;            // fewer repeats and smaller buffers (a smoke run, ~5 s)
+  bool quick = false;                      // fewer repeats and smaller buffers (a smoke run, ~5 s)
   int sum_ctas = kDefaultSumCtas;          // BW_sum is the per-CTA rate at this Level 1 budget
   int landing_ctas = kDefaultLandingCtas;  // BW_land is the per-CTA rate at this landing budget
   double nic_gbps = 47.5;        // rail NIC per GPU (App. G BW_NIC); never measurable here

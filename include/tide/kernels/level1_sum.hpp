@@ -104,9 +104,9 @@ struct Level1SumArgs {
 // copy ceiling against 88 %); warp_direct is the faster one at 1..32 CTAs. The variants that
 // were measured and lost are recorded in docs/kernels.md and bench/results/kernels/.
 struct Level1Tuning {
-  int stages = 3;            // pipeline: shared-memory stages (2..4)
-  int tile_bytes = 8192;     // pipeline: bytes per input slot and stage (a power of two, 512..65536)
-  int consumer_warps = 8;    // pipeline: warps that convert, add and store (1..12)
+  int stages = 3;          // pipeline: shared-memory stages (2..4)
+  int tile_bytes = 8192;   // pipeline: bytes per input slot and stage (a power of two, 512..65536)
+  int consumer_warps = 8;  // pipeline: warps that convert, add and store (1..12)
   bool warp_direct = false;  // no pipeline: every warp loads its inputs directly (the warp
                              // count is the kernel's: 8 for bf16, L = 8, no accumulate; else 16)
 };

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "../../fabric/cuda_driver.hpp"
 #include "counter_add.hpp"
+#include "cuda_driver.hpp"
 #include "executor_state.hpp"
 #include "tide/core/error.hpp"
 #include "tide/kernels/cast.hpp"

@@ -25,7 +25,7 @@
 #include <string>
 #include <utility>
 
-#include "../../fabric/cuda_driver.hpp"
+#include "cuda_driver.hpp"
 #include "executor_state.hpp"
 #include "tide/core/error.hpp"
 #include "tide/kernels/cuda_check.hpp"

@@ -57,11 +57,12 @@ std::uint64_t* CudaExecutor::State::counter(const program::Counter& c) const {
 // With CudaExecutorOptions::copy_streams = k > 1, a copy op (kCopy, kRailPut) of two or more
 // descriptors deals its descriptors over its own stream and up to k - 1 pool streams of its
 // rank (Sec. 6.2: descriptor batches over a small stream pool, so that several copy engines
-// work on one op): largest first, each to the least-loaded lane by bytes. Synchronisation: the op's stream records `fork`; each pool stream used
-// waits for it, issues its share and records its `join`; the op's stream waits for every
-// join before anything that follows the op (a kRailPut's counter addition included). A
-// rank's pool streams are shared by its program streams and fed in the one enqueue order
-// (NOTE [enqueue order]), so a pool stream only ever waits for forks already enqueued.
+// work on one op): largest first, each to the least-loaded lane by bytes. Synchronisation:
+// the op's stream records `fork`; each pool stream used waits for it, issues its share and
+// records its `join`; the op's stream waits for every join before anything that follows the
+// op (a kRailPut's counter addition included). A rank's pool streams are shared by its
+// program streams and fed in the one enqueue order (NOTE [enqueue order]), so a pool stream
+// only ever waits for forks already enqueued.
 std::vector<int>& CudaExecutor::State::pool_of(int rank) {
   std::vector<int>& pool = copy_pool[rank];
   while (static_cast<int>(pool.size()) < options.copy_streams - 1) {

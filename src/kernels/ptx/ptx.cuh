@@ -1,6 +1,7 @@
 // Thin wrappers over the Hopper PTX that TIDE's kernels use: mbarriers with transaction
 // counts, the bulk copy engine (cp.async.bulk), proxy fences and bounded waits.
-// Private to src/kernels; include only from .cu files.
+// Private to the kernels (and the copy probe, through the tide_ptx target); include only from
+// .cu files.
 #pragma once
 
 #include <cstdint>
