@@ -2,6 +2,15 @@
 # build; GPU code builds where nvcc is found (it compiles on CPU-only machines too).
 set(TIDE_HAVE_CUDA OFF)
 set(TIDE_HAVE_NCCL OFF)
+if(TIDE_CUDA STREQUAL "IF_GPU")
+  # What the machine can run: CUDA parts only where a GPU is visible (the package's default).
+  execute_process(COMMAND nvidia-smi -L RESULT_VARIABLE _tide_smi_rc OUTPUT_VARIABLE _tide_smi
+                  ERROR_QUIET)
+  if(NOT _tide_smi_rc EQUAL 0 OR NOT _tide_smi MATCHES "GPU")
+    set(TIDE_CUDA "OFF")
+    message(STATUS "TIDE: no GPU visible, building without CUDA (TIDE_CUDA=ON builds it)")
+  endif()
+endif()
 if(NOT TIDE_CUDA STREQUAL "OFF")
   include(CheckLanguage)
   check_language(CUDA)

@@ -5,5 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 build_dir="${TIDE_BUILD_DIR:-build}"
-cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="${TIDE_BUILD_TYPE:-RelWithDebInfo}" "$@" >/dev/null
+launcher=()
+if command -v ccache >/dev/null; then  # the package build (pip install .) reuses these objects
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="${TIDE_BUILD_TYPE:-RelWithDebInfo}" "${launcher[@]}" \
+  "$@" >/dev/null
 cmake --build "$build_dir" -j "$(nproc)"

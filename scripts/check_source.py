@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Source checks that no compiler makes (run by CTest as tide_source_checks, so by CI):
 
-1. NOTE [name] comments: each name is defined exactly once (a comment line that starts with
-   `NOTE [name]`, alone or followed by `:`), every other mention refers to a defined name, and
+1. NOTE [name] comments: each name is defined exactly once (a comment or docstring line holding
+   `NOTE [name]` alone, the heading of its block), every other mention (`NOTE [name]: ...` a citation)
+   refers to a defined name, and
    a mention that names a file (`NOTE [x] in path`, `NOTE [x] (path`) names the defining one.
 2. No tracker references ("issue 7", "Issue 3's") in code, scripts or build files: the code
    explains itself, history lives in git.
@@ -27,7 +28,7 @@ ENV_HEADER = "include/tide/core/env.hpp"
 ENV_DOC = "docs/environment.md"
 
 NOTE = re.compile(r"NOTE \[([^\]]+)\]")
-NOTE_DEF = re.compile(r"^\s*(?://|#|\*)\s*NOTE \[([^\]]+)\]\s*(?::|$)")
+NOTE_DEF = re.compile(r"^\s*(?:(?://|#|\*)\s*)?NOTE \[([^\]]+)\]\s*$")
 NOTE_FILE = re.compile(r"NOTE \[([^\]]+)\]\s*(?:in |\()\s*([\w./-]+\.(?:hpp|cpp|cu|cuh|md|py|sh))")
 TRACKER = re.compile(r"\b[Ii]ssues? #?\d+")
 KNOB_LINE = re.compile(r'^\s*\{"(TIDE_[A-Z0-9_]+)", "((?:[^"\\]|\\.)*)", "((?:[^"\\]|\\.)*)"\},\s*$')

@@ -3,7 +3,7 @@
 # already present are left alone, so repeated runs cost a dpkg query.
 set -euo pipefail
 
-packages=(build-essential cmake git python3 clang-format
+packages=(build-essential cmake ninja-build ccache git python3 python3-dev python3-pip python3-venv clang-format
           libgtest-dev libgmock-dev libbenchmark-dev
           nlohmann-json3-dev libcli11-dev libfmt-dev libssl-dev)
 

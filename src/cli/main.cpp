@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   tide::cli::add_solve_command(app);
   tide::cli::add_simulate_command(app);
   tide::cli::add_calibrate_command(app);
+  tide::cli::add_check_runtime_command(app);
 
   // Every error is one line on stderr. Bad or unsupported input exits with status 2, a
   // failed internal check (a bug in TIDE) with 1.

@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "tide/core/error.hpp"
+#include "tide/core/plan_validator.hpp"
 
 namespace tide {
 namespace {
@@ -147,6 +148,7 @@ void write_group(Writer& w, const GroupSignature& g) {
   w.i64(g.ag.head_bytes);
   w.i32(g.ag_stages);
   w.boolean(g.multicast_opt_in);
+  w.boolean(g.host_transport);
 }
 
 GroupSignature read_group(Reader& r) {
@@ -192,6 +194,7 @@ GroupSignature read_group(Reader& r) {
   g.ag.head_bytes = r.i64("group.ag.head_bytes");
   g.ag_stages = r.i32("group.ag_stages");
   g.multicast_opt_in = r.boolean("group.multicast_opt_in");
+  g.host_transport = r.boolean("group.host_transport");
   return g;
 }
 
@@ -350,9 +353,16 @@ std::optional<Fallback> check_support(const std::vector<RankDescription>& ds,
     }
     const RsPlan rs(*layout, g.rs);
     const AgPlan ag(*layout, g.ag);
+    if (const ValidationResult v = validate_rs_plan(rs); !v.accepted) {
+      return Fallback{FallbackReason::kPlanOptions,
+                      "the plan validator rejects the "
+                      "reduce-scatter plan: " +
+                          v.reason};
+    }
   } catch (const std::exception& e) {
     return Fallback{FallbackReason::kPlanOptions, std::string("plan options: ") + e.what()};
   }
+  if (g.host_transport) return std::nullopt;  // shared memory: no device feature needed
   if (caps.compute_capability < kMinComputeCapability) {
     const int r =
         argmin_rank(ds, [](const RankDescription& d) { return d.caps.compute_capability; });
@@ -481,6 +491,7 @@ std::vector<std::pair<std::string, std::string>> agreed_fields(const RankDescrip
   add("group.ag.head_bytes", std::to_string(g.ag.head_bytes));
   add("group.ag_stages", std::to_string(g.ag_stages));
   add("group.multicast_opt_in", flag(g.multicast_opt_in));
+  add("group.host_transport", flag(g.host_transport));
   add("caps.cuda_runtime_version", std::to_string(d.caps.cuda_runtime_version));
   add("caps.nccl_version", nccl_text(d.caps.nccl_version));
   return f;

@@ -407,11 +407,12 @@ __global__ void __launch_bounds__(32 * (1 + kMaxConsumerWarps), 1)
       const std::uint32_t use = static_cast<std::uint32_t>(j / stages);
       if (use > 0)
         ptx::mbar_wait(ptx::smem_addr(&empty_bar[s]), (use - 1) & 1u, "level1 stage release");
-      // NOTE [proxy fence]: the bulk copy engine (async proxy) may overwrite bytes that this
-      // warp last wrote with plain stores (generic proxy) only after a proxy fence
-      // (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S in SASS), so it is issued after fills that used
-      // plain stores, and only then. Consumers' reads need none: the empty barrier (every
-      // consumer thread arrives) orders them before the refill.
+      // NOTE [proxy fence]
+      // The bulk copy engine (async proxy) may overwrite bytes that this warp last wrote with
+      // plain stores (generic proxy) only after a proxy fence (MEMBAR.ALL.CTA +
+      // FENCE.VIEW.ASYNC.S in SASS), so it is issued after fills that used plain stores, and
+      // only then. Consumers' reads need none: the empty barrier (every consumer thread
+      // arrives) orders them before the refill.
       if (generic_written & (1u << s)) {
         ptx::fence_proxy_async_smem();
         generic_written &= ~(1u << s);

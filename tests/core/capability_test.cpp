@@ -57,6 +57,32 @@ std::vector<RankDescription> cluster(int nodes, int gpus) {
   return ds;
 }
 
+// Plans the validator rejects (App. D) fall back with the collision named, on every path that
+// agrees on a group, before any program is built.
+TEST(Capability, RejectedPlanFallsBack) {
+  auto ds = cluster(9, 8);
+  for (RankDescription& d : ds)
+    d.group.rs.wave_width = 3;  // the App. D colliding plan
+  const Decision d = agree(ds);
+  EXPECT_EQ(d.backend, Backend::kStock);
+  EXPECT_EQ(d.reason_code, FallbackReason::kPlanOptions);
+  EXPECT_NE(d.reason.find("plan validator"), std::string::npos) << d.reason;
+}
+
+// The host transport needs no GPU feature: a CPU-only world runs TIDE; a GPU world's
+// capabilities are still required without it.
+TEST(Capability, HostTransportNeedsNoDevice) {
+  auto ds = cluster(1, 4);
+  for (RankDescription& d : ds) {
+    d.caps = RankCapabilities{};
+    d.group.host_transport = true;
+  }
+  EXPECT_EQ(agree(ds).backend, Backend::kTide);
+  for (RankDescription& d : ds)
+    d.group.host_transport = false;
+  EXPECT_EQ(agree(ds).reason_code, FallbackReason::kComputeCapability);
+}
+
 TEST(Capability, AgreementSelectsTide) {
   std::vector<std::string> logged;
   const Decision d = agree(cluster(2, 4), [&](std::string_view s) { logged.emplace_back(s); });
@@ -254,7 +280,7 @@ TEST(CapabilityInconsistent, EachAgreedField) {
     std::string fragment;
   };
   const std::vector<Case> cases = {
-      {"format_version", [](RankDescription& d) { d.format_version = 2; }, "rank 0 has 1"},
+      {"format_version", [](RankDescription& d) { d.format_version = 3; }, "rank 0 has 2"},
       {"group.name", [](RankDescription& d) { d.group.name = "other"; }, "'other'"},
       {"group.nodes", [](RankDescription& d) { d.group.nodes = 4; }, ""},
       {"group.gpus_per_node", [](RankDescription& d) { d.group.gpus_per_node = 2; }, ""},
@@ -283,6 +309,7 @@ TEST(CapabilityInconsistent, EachAgreedField) {
       {"group.ag.head_bytes", [](RankDescription& d) { d.group.ag.head_bytes = 1; }, ""},
       {"group.ag_stages", [](RankDescription& d) { d.group.ag_stages = 1; }, ""},
       {"group.multicast_opt_in", [](RankDescription& d) { d.group.multicast_opt_in = true; }, ""},
+      {"group.host_transport", [](RankDescription& d) { d.group.host_transport = true; }, ""},
       {"caps.cuda_runtime_version", [](RankDescription& d) { d.caps.cuda_runtime_version = 12090; },
        "12090"},
       {"caps.nccl_version", [](RankDescription& d) { d.caps.nccl_version = 22903; },
@@ -392,7 +419,7 @@ TEST(Capability, MalformedBlobsAreRejected) {
   }
   EXPECT_THROW(deserialize(blob + "x"), InvalidArgument);
   std::string version = blob;
-  version[8] = 2;  // format version 2
+  version[8] = static_cast<char>(kCapabilityFormatVersion + 1);  // a newer format
   EXPECT_THROW(deserialize(version), InvalidArgument);
   // In an exchange, an unreadable description is an inconsistency naming its rank.
   try {

@@ -45,7 +45,7 @@
 namespace tide {
 
 // The serialised format's version; a rank running another TIDE build disagrees on it.
-inline constexpr std::uint32_t kCapabilityFormatVersion = 1;
+inline constexpr std::uint32_t kCapabilityFormatVersion = 2;
 // What TIDE needs from every rank (Sec. 2.5): sm_90+, NCCL 2.28 (symmetric windows, LSA).
 inline constexpr int kMinComputeCapability = 90;  // major * 10 + minor
 inline constexpr int kMinNcclVersion = 22800;     // NCCL_VERSION(2, 28, 0)
@@ -63,6 +63,9 @@ struct GroupSignature {
   AgOptions ag;  // cast, strided runs, last-round groups, head bytes
   int ag_stages = 2;
   bool multicast_opt_in = false;  // NVLink multicast: off unless the user asks for it
+  // The group runs on the host backend (CPU processes of one host, shared memory): no GPU,
+  // NCCL or device feature is needed, only a plan TIDE accepts.
+  bool host_transport = false;
 };
 
 // What one rank's process can do. Versions are agreed; the rest is reduced.
@@ -124,7 +127,8 @@ enum class FallbackReason : std::uint8_t {
   kWorldMismatch,      // M x L != the launcher's world
   kNodeSpansHosts,     // a declared node's ranks are on different hosts
   kLayout,             // empty group, non-positive extent, byte overflow
-  kPlanOptions,        // an RsPlan / AgPlan / ag_stages option out of range
+  kPlanOptions,        // an RsPlan / AgPlan / ag_stages option out of range, or a plan the
+                       // plan validator rejects (Prop. 4.1, App. D)
   kComputeCapability,  // some rank below sm_90 or without enough shared memory
   kNccl,               // some rank without NCCL >= 2.28, symmetric windows or the device API
   kDeviceFeatures,     // some rank without VMM or stream memory operations

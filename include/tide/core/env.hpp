@@ -34,6 +34,11 @@ inline constexpr EnvKnob kEnvKnobs[] = {
   {"TIDE_FABRIC_TIMEOUT_S", "NcclFabricOptions::timeout (tide-nccl --fabric-timeout)", "seconds (> 0) any wait of the NCCL fabric may take; overrides the option"},
   {"TIDE_ENABLE_MULTIMEM", "0", "1 allows the multimem (NVSwitch reduction) landing where the caller also opts in; never on machines where NVLink multicast is off limits"},
   {"TIDE_KERNEL_TEST_QUICK", "0", "1 keeps the GPU kernel tests to their small cases (compute-sanitizer runs)"},
+  {"TIDE_TEST_SEED", "a fresh random seed, printed", "the seed of the randomised tests that print theirs (call sequences, the host runtime, the FSDP2 parity run)"},
+  {"TIDE_TEST_STANDIN", "unset (set to 1 by tests/python/conftest.py when tide._C has no runtime binding)", "1 runs the Python adapter's tests on the test-support stand-in runtime"},
+  {"TIDE_STANDIN_FAULT", "empty", "a fault the test-support stand-in runtime injects, ag-order or rs-scale (tests/python/tide_test_support/standin_runtime.py)"},
+  {"TIDE_PARITY_CASES", "abcdef", "the FSDP2 parity cases fsdp_parity_worker.py runs, one letter each"},
+  {"TIDE_PARITY_DEVICE", "cpu", "cuda runs the FSDP2 parity run on GPUs (NCCL) instead of the CPU (gloo)"},
   {"TIDE_BUILD_DIR", "build", "scripts/build.sh, scripts/test.sh: the CMake build directory"},
   {"TIDE_BUILD_TYPE", "RelWithDebInfo", "scripts/build.sh: the CMake build type"},
 };

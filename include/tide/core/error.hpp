@@ -1,4 +1,4 @@
-// Errors raised by TIDE's planning layer.
+// Errors raised by TIDE.
 //
 // Every message is one line that names the offending value, the limit it broke and, where
 // there is one, what to do instead. Front ends (the `tide` CLI, the future Python binding)
@@ -19,6 +19,14 @@ class InvalidArgument : public std::invalid_argument {
 // The input is well formed but lies outside TIDE's contract (Sec. 2.5, 6.3): FSDP2 keeps
 // its stock collectives for such a group. The message says why.
 class Unsupported : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A collective could not complete: a peer died or stalled past the timeout, or the
+// communicator was aborted (fail-stop, Sec. 7.5). Every later call on that communicator
+// raises it too. The message names the rank and the wait that failed.
+class CommunicationError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tide/exec/reference_executor.hpp"
+#include "tide/program/validate.hpp"
 
 namespace tide::exec::detail {
 
@@ -25,7 +26,7 @@ class ErrorSink {
   std::vector<ExecError> errors_;
 };
 
-// "'label' (rank 1, stream 'comm', op #12)"
-std::string describe_op(const program::Program& program, int op);
+// "'label' (kind, rank 1, stream 'comm', op #12)"
+using program::describe_op;
 
 }  // namespace tide::exec::detail

@@ -8,11 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "tide/exec/data_effects.hpp"
 #include "tide/program/program.hpp"
 
 namespace tide::exec::detail {
 
-inline constexpr std::byte kPoison{0xFF};
+using exec::for_each_run;
+using exec::kPoison;
 
 // Numbers each (rank, space, index) of a Program's buffers 0..count()-1.
 class BufferTable {
@@ -40,18 +42,6 @@ bool region_in_bounds(const BufferTable& table, const program::Region& region);
 
 // "rank 2 arena bytes [0, 64)"
 std::string describe_bytes(const program::Buffer& buffer, std::int64_t begin, std::int64_t end);
-
-// Calls f(offset, bytes) for each contiguous run of `region`, rows merged when contiguous.
-template <class F>
-void for_each_run(const program::Region& region, F&& f) {
-  if (region.width <= 0) return;
-  if (region.rows <= 1 || region.pitch == region.width) {
-    f(region.offset, region.width * region.rows);
-    return;
-  }
-  for (std::int64_t r = 0; r < region.rows; ++r)
-    f(region.offset + r * region.pitch, region.width);
-}
 
 // The bytes of every buffer, poisoned (0xFF) at allocation.
 class Memory {

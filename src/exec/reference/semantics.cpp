@@ -1,167 +1,26 @@
-// The reference data semantics of each op kind, in the exact arithmetic of NOTE [arithmetic
-// order] (tide::arith). bf16 values are 16-bit words, fp32 values binary32, little-endian.
+// The reference executor's memory as a ByteSpace for the shared data effects.
 #include "semantics.hpp"
-
-#include <algorithm>
-#include <cstring>
-#include <vector>
-
-#include "tide/core/arithmetic.hpp"
 
 namespace tide::exec::detail {
 namespace {
 
-using program::Op;
-using program::OpKind;
-using program::Region;
-
-float load(const std::byte* p, DType dtype) {
-  if (dtype == DType::kBf16) {
-    std::uint16_t w;
-    std::memcpy(&w, p, sizeof w);
-    return arith::bf16_to_float(w);
+class SimulatedBytes final : public ByteSpace {
+ public:
+  SimulatedBytes(const BufferTable& table, Memory& memory) : table_(table), memory_(memory) {}
+  std::byte* at(const program::Buffer& buffer, std::int64_t offset) override {
+    return memory_.at(table_.index(buffer), offset);
   }
-  float f;
-  std::memcpy(&f, p, sizeof f);
-  return f;
-}
 
-// The bytes of `region`, rows concatenated.
-std::vector<std::byte> gather(const Region& region, const BufferTable& table, Memory& memory) {
-  std::vector<std::byte> out;
-  out.reserve(static_cast<std::size_t>(region.bytes()));
-  const int index = table.index(region.buffer);
-  for_each_run(region, [&](std::int64_t offset, std::int64_t bytes) {
-    const std::byte* p = memory.at(index, offset);
-    out.insert(out.end(), p, p + bytes);
-  });
-  return out;
-}
-
-// Writes `data` (rows concatenated) into `region`.
-void scatter(const Region& region, const std::byte* data, const BufferTable& table,
-             Memory& memory) {
-  const int index = table.index(region.buffer);
-  for_each_run(region, [&](std::int64_t offset, std::int64_t bytes) {
-    std::memmove(memory.at(index, offset), data, static_cast<std::size_t>(bytes));
-    data += bytes;
-  });
-}
-
-void fill(const Region& region, std::byte value, const BufferTable& table, Memory& memory) {
-  const int index = table.index(region.buffer);
-  for_each_run(region, [&](std::int64_t offset, std::int64_t bytes) {
-    std::memset(memory.at(index, offset), std::to_integer<int>(value),
-                static_cast<std::size_t>(bytes));
-  });
-}
-
-std::vector<float> gather_fp32(const Region& region, const BufferTable& table, Memory& memory) {
-  const std::vector<std::byte> bytes = gather(region, table, memory);
-  std::vector<float> out(bytes.size() / sizeof(float));
-  if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
-  return out;
-}
-
-void copy(const program::CopyDescriptor& c, const BufferTable& table, Memory& memory) {
-  // Gathering first keeps overlapping source and destination well defined (memmove).
-  const std::vector<std::byte> data = gather(c.src, table, memory);
-  scatter(c.dst, data.data(), table, memory);
-}
-
-// Level 1 (Sec. 4.1): per element in a segment, level1_partial(staged in list order, own,
-// alpha); +0 elsewhere in dst.
-void sum(const Op& op, const BufferTable& table, Memory& memory) {
-  const Region& dst = op.dst;
-  const std::int64_t row_elems = dst.width / 4;
-  const std::int64_t item = item_bytes(op.in_dtype);
-  const int dst_index = table.index(dst.buffer);
-  std::vector<int> staged_index;
-  for (const Region& s : op.staged)
-    staged_index.push_back(table.index(s.buffer));
-  std::vector<const program::SumSegment*> segments;
-  for (const program::SumSegment& s : op.segments)
-    segments.push_back(&s);
-  std::stable_sort(segments.begin(), segments.end(),
-                   [](const auto* a, const auto* b) { return a->row < b->row; });
-
-  std::vector<float> row(static_cast<std::size_t>(row_elems));
-  std::vector<float> staged(op.staged.size());
-  auto seg = segments.begin();
-  for (std::int64_t r = 0; r < dst.rows; ++r) {
-    std::fill(row.begin(), row.end(), 0.0f);
-    for (; seg != segments.end() && (*seg)->row == r; ++seg) {
-      const program::SumSegment& s = **seg;
-      const int own_index = table.index(program::Buffer{op.rank, program::Space::kTensor, s.param});
-      for (std::int64_t e = 0; e < s.elems; ++e) {
-        const std::int64_t col = s.out_elem + e;
-        for (std::size_t i = 0; i < op.staged.size(); ++i) {
-          const Region& st = op.staged[i];
-          staged[i] =
-              load(memory.at(staged_index[i], st.offset + r * st.pitch + col * item), op.in_dtype);
-        }
-        const float own = load(memory.at(own_index, (s.src_elem + e) * item), op.in_dtype);
-        row[static_cast<std::size_t>(col)] = arith::level1_partial(staged, own, op.alpha);
-      }
-    }
-    if (dst.width > 0) {  // an empty sub-slice part writes nothing (and row.data() is null)
-      std::memcpy(memory.at(dst_index, dst.offset + r * dst.pitch), row.data(),
-                  static_cast<std::size_t>(dst.width));
-    }
-  }
-}
-
-// Level 2 (Sec. 4.2): out = land(out, wave_sum(sources in order), wave_index, accumulate).
-void land(const Op& op, const BufferTable& table, Memory& memory) {
-  std::vector<float> out = gather_fp32(op.dst, table, memory);
-  std::vector<std::vector<float>> parts;
-  for (const Region& s : op.sources)
-    parts.push_back(gather_fp32(s, table, memory));
-  std::vector<float> wave(parts.size());
-  for (std::size_t k = 0; k < out.size(); ++k) {
-    for (std::size_t j = 0; j < parts.size(); ++j)
-      wave[j] = parts[j][k];
-    out[k] = arith::land(out[k], arith::wave_sum(wave), op.wave_index, op.accumulate);
-  }
-  scatter(op.dst, reinterpret_cast<const std::byte*>(out.data()), table, memory);
-}
-
-// Sec. 3.1: bf16 = round-to-nearest-even(fp32), NaN -> canonical.
-void cast(const Op& op, const BufferTable& table, Memory& memory) {
-  const std::vector<float> in = gather_fp32(op.sources[0], table, memory);
-  std::vector<std::uint16_t> out(in.size());
-  for (std::size_t k = 0; k < in.size(); ++k)
-    out[k] = arith::float_to_bf16(in[k]);
-  scatter(op.dst, reinterpret_cast<const std::byte*>(out.data()), table, memory);
-}
+ private:
+  const BufferTable& table_;
+  Memory& memory_;
+};
 
 }  // namespace
 
-void apply_data(const Op& op, const BufferTable& table, Memory& memory) {
-  switch (op.kind) {
-    case OpKind::kCopy:
-    case OpKind::kRailPut:
-      for (const program::CopyDescriptor& c : op.copies)
-        copy(c, table, memory);
-      break;
-    case OpKind::kSum:
-      sum(op, table, memory);
-      break;
-    case OpKind::kLand:
-      land(op, table, memory);
-      break;
-    case OpKind::kCast:
-      cast(op, table, memory);
-      break;
-    case OpKind::kZero:
-      fill(op.dst, std::byte{0}, table, memory);
-      break;
-    case OpKind::kRelease:
-      fill(op.dst, kPoison, table, memory);
-      break;
-    default:
-      break;
-  }
+void apply_data(const program::Op& op, const BufferTable& table, Memory& memory) {
+  SimulatedBytes space(table, memory);
+  exec::apply_data(op, space);
 }
 
 }  // namespace tide::exec::detail

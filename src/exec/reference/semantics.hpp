@@ -1,8 +1,9 @@
-// Data effects of ops (NOTE [reference execution semantics] 2, 5): copies, the Level 1 sum,
-// landings, casts, zero fills and releases, applied to Memory at an op's completion.
+// Data effects of ops on the reference executor's memory (NOTE [reference execution
+// semantics] 2, 5): tide::exec::apply_data over the simulated buffers.
 #pragma once
 
 #include "memory.hpp"
+#include "tide/exec/data_effects.hpp"
 
 namespace tide::exec::detail {
 

@@ -19,13 +19,13 @@
 #include "tide/core/dtype.hpp"
 #include "tide/core/layout.hpp"
 #include "tide/core/rs_plan.hpp"
+#include "tide/exec/data_effects.hpp"  // kPoison: the byte every buffer holds before a run
 #include "tide/program/program.hpp"
 #include "tide/testing/random.hpp"
 
 namespace tide::testing {
 
-// The byte every buffer holds before a run (the reference executor's initial bytes).
-inline constexpr std::byte kPoison{0xFF};
+using exec::kPoison;
 
 // Bytes written into a buffer at an offset before the run.
 struct CaseInput {

@@ -1,0 +1,82 @@
+// The host fabric: the CPU processes of one host share their arenas and signal words through
+// POSIX shared memory (architecture: fabric/host). One rank per process.
+//
+// NOTE [host fabric]
+// 1. Each rank creates one segment: a header (pid, abort flag and reason), `counters` 64-bit
+//    signal words, then the arena. Names come from a job id that rank 0 draws and publishes
+//    through the store, so two jobs on one host never collide.
+// 2. Every rank maps every peer's segment, says so through the store, waits until all have,
+//    and unlinks its own name. From then on the kernel frees the memory when the last process
+//    unmaps it: a job that dies, even by kill -9, leaves no segment behind.
+// 3. Signal words are std::atomic_ref<int64_t> on the shared mapping: a peer adds with
+//    release order after its data writes; the owner waits with acquire loads, so the data
+//    is visible once the wait completes.
+// 4. Call order: before each call a rank announces the call's index and a tag (group and
+//    collective) in its header. A rank that waits long compares the peers' announcements
+//    with its own: the same index with another tag is a call-order mismatch (the paper's
+//    step-call-order fault), reported as such rather than as a timeout.
+// 5. Fail-stop (Sec. 7.5): abort() sets the flag and reason in every rank's header, so each
+//    rank's waits see it at once. A dead peer is found from its pid (/proc/<pid>/stat: gone,
+//    zombie or dead, and not closed) by any rank that waits for it.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tide/runtime/store.hpp"
+
+namespace tide::fabric {
+
+struct HostFabricOptions {
+  int rank = 0;
+  int world = 1;
+  std::int64_t arena_bytes = 0;
+  int counters = 0;
+  std::string key_prefix = "tide";  // store keys of this fabric
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+};
+
+class HostFabric {
+ public:
+  // Collective: every rank of the world constructs it with the same sizes and prefix.
+  HostFabric(runtime::Store& store, const HostFabricOptions& options);
+  ~HostFabric();
+  HostFabric(const HostFabric&) = delete;
+  HostFabric& operator=(const HostFabric&) = delete;
+
+  int rank() const { return options_.rank; }
+  int world() const { return options_.world; }
+  std::int64_t arena_bytes() const { return options_.arena_bytes; }
+  std::byte* arena(int rank) const;
+  std::int64_t* counter(int rank, int id) const;  // use through std::atomic_ref
+
+  // The first peer found dead, or -1.
+  int dead_peer() const;
+  // The reason some rank aborted, or empty.
+  std::string aborted() const;
+  // Marks every rank's header aborted with `reason` (the first reason wins).
+  void abort(const std::string& reason);
+
+  // NOTE [host fabric] 4.
+  struct CallAnnouncement {
+    std::int64_t index = -1;  // -1: no call yet
+    std::int64_t tag = 0;
+  };
+  void announce(const CallAnnouncement& call);
+  CallAnnouncement announced(int rank) const;
+
+ private:
+  struct Mapping {
+    void* base = nullptr;
+    std::size_t bytes = 0;
+  };
+  HostFabricOptions options_;
+  std::size_t counters_offset_ = 0;
+  std::size_t arena_offset_ = 0;
+  std::vector<Mapping> maps_;
+};
+
+}  // namespace tide::fabric

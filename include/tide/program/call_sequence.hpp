@@ -1,0 +1,101 @@
+// One group's open-ended sequence of calls of one collective, as a few call templates
+// (NOTE [call sequences]). The runtime registers a group once and then runs any number of
+// all-gathers and reduce-scatters of it, with no host barrier between calls.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tide/core/ag_plan.hpp"
+#include "tide/core/rs_plan.hpp"
+#include "tide/program/ag_builder.hpp"
+#include "tide/program/legal_order.hpp"
+#include "tide/program/program.hpp"
+#include "tide/program/rs_builder.hpp"
+
+namespace tide::program {
+
+// NOTE [call sequences]
+// The step builders (step.hpp) already express how consecutive calls share storage: bank
+// e mod 2, inbox generations and staging slots with cumulative FREE / INBOX_FREE credits, two
+// all-gather receive stages with per-area STAGE_CREDIT counters. A training job makes an
+// unbounded number of calls, so the runtime cannot build them all. It builds the first calls
+// of one group's sequence with those builders and finds that, past a warm-up, the sequence is
+// periodic: call e + P has the ops of call e, except that every wait's threshold has grown by
+// what one period of calls adds to its counter, and event references point P calls later.
+// Normalised that way, P calls are the templates, and call e runs template e mod P:
+//   - Counters. Ids below `first_private_counter` are shared by every call (credits); the
+//     private counters of call e live in slot e mod P (each call adds to them afresh). A
+//     template's wait thresholds are relative: the wait completes once its counter holds the
+//     total that every earlier call of the sequence added to it, plus `value` (which may be
+//     <= 0: a credit owed by calls that do not exist yet is already paid). Totals are known
+//     on the host without communication, since every rank issues the same calls.
+//   - Events. Template event ids are local (0 .. events_per_call - 1) plus an age per op:
+//     a wait of age a refers to the event recorded by call e - a (none when e < a).
+// Starting with template 0 at call 0 makes the whole sequence exactly periodic, so the
+// dependency structure of every call is the steady state's, minus references to calls
+// before the first (which would only have ordered against nothing). Tests expand templates
+// into one flat program of many calls and run it through the reference executor, which
+// checks every read and reuse (App. E, I1-I4) and the bits of every output.
+struct CallTemplate {
+  // One call on every rank: physical counter ids, relative wait thresholds, local event ids.
+  // Tensors are kTensor 0..P-1 (per-parameter gradients, or fp32 master shards with a cast)
+  // and the output kOutput 0; buffer sizes are set (the arena is the group's region).
+  Program program;
+  std::vector<int> event_age;           // per op: for kEventWait, how many calls back
+  std::vector<std::int64_t> additions;  // per (rank, counter), rank-major: what the call adds
+  LegalOrder order;                     // NOTE [legal order], earlier calls taken as done
+};
+
+struct CallSequence {
+  std::vector<CallTemplate> templates;  // call e runs templates[e % period]
+  int period = 0;
+  int counters = 0;         // physical counters per rank
+  int events_per_call = 0;  // local event ids per call
+  int max_event_age = 0;    // the oldest call an event wait refers to
+  const CallTemplate& for_call(std::int64_t e) const {
+    return templates[static_cast<std::size_t>(e % period)];
+  }
+};
+
+// Builds call e of a sequence at `placement` (counter and event bases chosen by
+// make_call_sequence); called for e = 0, 1, 2, ... in order, so it may keep shared state.
+using CallBuilder = std::function<Program(int call, const CallPlacement& placement)>;
+
+struct SequenceOptions {
+  int max_period = 8;  // periods tried: 1 .. max_period
+  int warmup = 8;      // calls built before the first template (rounded up to a period)
+};
+
+// Finds the period and the templates. `first_private_counter`: counter ids below it are
+// shared by every call. `sizes`: the buffer sizes of one call (arena = the region). Throws
+// Unsupported when no period up to max_period fits (the caller falls back and says why).
+CallSequence make_call_sequence(const CallBuilder& build, int first_private_counter,
+                                const BufferSizes& sizes, const SequenceOptions& options = {});
+
+// Where a group keeps its all-gather bytes in its region: the resident shard (absent with a
+// cast), two receive stages (call a uses stage a mod 2, so consecutive calls overlap), and
+// the landing, where every call leaves the parameters (stable for the group's life).
+struct AgSequenceAreas {
+  std::int64_t resident = 0;
+  std::int64_t stage[2] = {0, 0};
+  std::int64_t landing = 0;
+  std::int64_t bytes = 0;
+};
+AgSequenceAreas ag_sequence_areas(const AgPlan& plan, std::int64_t at = 0);
+
+// The all-gather calls of one group (Sec. 3.1-3.2).
+CallSequence ag_call_sequence(const AgPlan& plan, const AgSequenceAreas& areas,
+                              const SequenceOptions& options = {});
+// The reduce-scatter calls of one group (Sec. 5.2-5.3): `areas` offsets inside the region.
+CallSequence rs_call_sequence(const RsPlan& plan, const RsProgramOptions& rs,
+                              const RsArenaLayout& areas, const SequenceOptions& options = {});
+
+// Calls 0 .. calls - 1 of `sequence` as one flat program (absolute thresholds, events of
+// distinct calls distinct): call e's tensors are kTensor e * tensors + p and its output is
+// kOutput e. For tests and checks: the reference executor runs it.
+Program expand_calls(const CallSequence& sequence, int calls);
+
+}  // namespace tide::program

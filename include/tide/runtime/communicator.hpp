@@ -1,0 +1,137 @@
+// The TIDE runtime (architecture: runtime/): what a training loop calls. One Communicator per
+// process group; groups registered once; all-gathers and reduce-scatters bound per call.
+//
+// Use (every rank, the same calls in the same order):
+//   runtime::CommunicatorOptions o;  o.rank = r;  o.world = n;  o.gpus_per_node = l;
+//   o.backend = runtime::BackendKind::kHost;  o.store = std::make_shared<FileStore>(dir);
+//   auto comm = runtime::Communicator::create(o);
+//   runtime::Registration g = comm->register_group(spec);     // g.group < 0: stock, g.reason
+//   comm->all_gather(g.group, stream, shards);                  // landing: comm->info(g).landing
+//   comm->reduce_scatter(g.group, stream, grads, out, alpha, accumulate);
+//
+// NOTE [runtime]
+// 1. Registration is collective. Each rank describes the group (shapes, dtypes, mode, plan
+//    options) and the store gathers every rank's description; the capability agreement
+//    (NOTE [capability agreement]) decides, the same on every rank. Plans are validated
+//    there (App. D); a group TIDE cannot run returns a reason and no id, never an internal
+//    error, so the caller keeps its stock collectives for it.
+// 2. An accepted group gets its own region of the arena (resident shard, two all-gather
+//    receive stages, the landing, TIDE-RS's staging, outbox, spares and inbox) at its own
+//    offset, and its own signal words; no two groups alias. Its all-gather and reduce-scatter
+//    calls are call sequences (NOTE [call sequences]): templates built here, once.
+// 3. The arena is created at the first call, sized by the sum of the regions (the memory
+//    model, Sec. 5.4, per group), and reported by arena_bytes(). Groups registered after
+//    the first call are refused with a reason.
+// 4. A call binds what changes (the caller's gradient, shard and output pointers, alpha,
+//    accumulate) into the group's next template and runs or enqueues it. Calls of different
+//    groups interleave in any order that every rank shares (FSDP2's); a rank that issues
+//    another order is caught by the wait that cannot complete (timeout, naming it).
+// 5. Failure is fail-stop (Sec. 7.5): a timeout, a dead peer or an abort raises
+//    CommunicationError on this rank and aborts the communicator on every rank, whose next
+//    call or wait raises.
+// Backends: kHost runs calls on the calling thread over shared memory (exec/host), so a call
+// has completed when it returns; CPU tensors have no streams, and `stream` is ignored.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tide/core/dtype.hpp"
+#include "tide/core/layout.hpp"
+#include "tide/core/rs_plan.hpp"
+#include "tide/runtime/store.hpp"
+
+namespace tide::runtime {
+
+enum class BackendKind : std::uint8_t { kHost, kNccl };
+
+BackendKind parse_backend(std::string_view text);
+std::string_view backend_name(BackendKind backend);
+
+struct CommunicatorOptions {
+  int rank = 0;
+  int world = 1;
+  int gpus_per_node = 1;  // L; M = world / L
+  BackendKind backend = BackendKind::kHost;
+  std::shared_ptr<Store> store;
+  std::string key_prefix = "tide";  // store keys of this communicator
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  int device = -1;  // the CUDA device (nccl backend)
+};
+
+struct GroupSpec {
+  std::string name;  // the FSDP2 group (module path), for messages
+  std::vector<ParamShape> params;
+  DType ag_dtype = DType::kBf16;
+  DType grad_dtype = DType::kBf16;
+  RsMode mode = RsMode::kInPlace;
+  // fp32 master shards all-gathered in ag_dtype (mixed precision, Sec. 3.2): the all-gather
+  // reads per-parameter fp32 shards instead of the resident packed shard.
+  bool cast = false;
+};
+
+struct Registration {
+  int group = -1;      // >= 0: TIDE runs this group's collectives
+  std::string reason;  // why not, when group < 0 (one line, the same on every rank)
+};
+
+// Where a group's bytes are on this rank, for the caller's views.
+struct GroupInfo {
+  std::string name;
+  std::int64_t shard_elems = 0;               // sum_p R_p K_p
+  std::vector<std::int64_t> rows_per_rank;    // R_p
+  std::vector<std::int64_t> shard_offsets;    // o_p in elements of the all-gather dtype
+  std::vector<std::int64_t> out_offsets;      // e_p in fp32 elements of the reduce-scatter output
+  std::vector<std::int64_t> landing_offsets;  // bytes from landing: p's (N R_p, K_p) matrix
+  std::byte* landing = nullptr;               // the parameters after an all-gather (stable)
+  std::int64_t landing_bytes = 0;             // N S
+  std::byte* resident = nullptr;              // this rank's packed shard (nullptr with a cast)
+  std::int64_t region_bytes = 0;
+  int ag_period = 0;  // calls per template cycle (NOTE [call sequences])
+  int rs_period = 0;
+};
+
+struct GroupStats {
+  std::int64_t all_gathers = 0;
+  std::int64_t reduce_scatters = 0;
+  // Bytes FSDP2's layout copies would have moved on this rank for these calls: copy-in and
+  // copy-out per all-gather, the bf16 -> fp32 pack per reduce-scatter (Sec. 1, Eq. 3).
+  std::int64_t copy_bytes_avoided = 0;
+};
+
+class Communicator {
+ public:
+  // Collective over the world: every rank calls it with the same world, L, backend and
+  // prefix. Throws InvalidArgument for inconsistent options.
+  static std::unique_ptr<Communicator> create(const CommunicatorOptions& options);
+  virtual ~Communicator() = default;
+
+  virtual Registration register_group(const GroupSpec& spec) = 0;
+  virtual const GroupInfo& info(int group) const = 0;
+  virtual GroupStats stats(int group) const = 0;
+
+  // TIDE-AG (Sec. 3): afterwards the landing holds every rank's shard of every parameter.
+  // `shards`: empty when the packed shard is already at info().resident; otherwise one
+  // pointer per parameter (R_p K_p elements: fp32 masters with a cast, else the all-gather
+  // dtype, copied into the resident shard first).
+  virtual void all_gather(int group, std::uintptr_t stream,
+                          std::span<const void* const> shards) = 0;
+  // TIDE-RS (Sec. 4-5): out (fp32, shard_elems) = alpha * sum over ranks of the gradients'
+  // rows of this rank (+ out when accumulating). `grads`: one pointer per parameter, D_p K_p
+  // elements of the gradient dtype, read in place.
+  virtual void reduce_scatter(int group, std::uintptr_t stream, std::span<const void* const> grads,
+                              float* out, float alpha, bool accumulate) = 0;
+
+  virtual std::int64_t arena_bytes() const = 0;  // 0 before the first call
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  // Fail-stop by hand: every rank's next wait raises with `reason`.
+  virtual void abort(const std::string& reason) = 0;
+};
+
+}  // namespace tide::runtime

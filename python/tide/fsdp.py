@@ -1,0 +1,175 @@
+"""TIDE for FSDP2: ``enable(model)`` after ``fully_shard``, ``report(model)`` to see it ran.
+
+    import tide.fsdp
+    fully_shard(block) for each block; fully_shard(model)
+    tide.fsdp.enable(model)            # before the first forward
+
+``enable`` checks every FSDP parameter group against what TIDE supports, agrees the
+decision with every rank, registers the eligible groups with one TIDE communicator per
+process group (``host`` backend for CPU processes, ``nccl`` for GPUs), and replaces, for
+those groups only, FSDP2's all-gather with its copy-in and copy-out, the unsharded
+parameter allocation, and the reduce-scatter with its ``_chunk_cat`` packing. Other groups
+keep stock FSDP2 and the report says why. See docs/fsdp.md.
+"""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+import torch.nn as nn
+
+from . import _fsdp_calls, _fsdp_compat, _fsdp_group, _runtime
+
+__all__ = ["enable", "report", "UnsupportedTorch"]
+
+UnsupportedTorch = _fsdp_compat.UnsupportedTorch
+
+_MODES = ("in-place", "slot-reuse")
+_ATTRIBUTE = "_tide_groups"
+
+
+def _fsdp_groups(module: nn.Module) -> list[tuple[str, object]]:
+    """(module path, FSDPParamGroup) for every FSDP parameter group under ``module``."""
+    from torch.distributed.fsdp import FSDPModule  # noqa: PLC0415
+
+    found, seen = [], set()
+    for path, sub in module.named_modules():
+        if not isinstance(sub, FSDPModule):
+            continue
+        state = sub._get_fsdp_state()
+        groups = list(getattr(state, "_fsdp_param_groups", None) or [])
+        if not groups and getattr(state, "_fsdp_param_group", None) is not None:
+            groups = [state._fsdp_param_group]
+        for index, group in enumerate(groups):
+            if id(group) in seen:
+                continue
+            seen.add(id(group))
+            name = path or "<root>"
+            found.append((name if len(groups) == 1 else f"{name}[{index}]", group))
+    return found
+
+
+def _agree(reasons: list[str]) -> list[str]:
+    """Every rank's reasons, merged: a group runs on TIDE only where no rank refuses it."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return reasons
+    everyone: list = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, reasons)
+    merged = []
+    for index in range(len(reasons)):
+        mine = [(rank, r[index]) for rank, r in enumerate(everyone) if r[index]]
+        merged.append(f"rank {mine[0][0]}: {mine[0][1]}" if mine else "")
+    return merged
+
+
+def enable(
+    module: nn.Module,
+    *,
+    mode: str = "in-place",
+    timeout_s: float = 600.0,
+    strict: bool = False,
+) -> list[dict]:
+    """Puts ``module``'s eligible FSDP2 parameter groups on TIDE; returns ``report(module)``.
+
+    Call after ``fully_shard`` and before the first forward, on every rank, with the same
+    model. ``mode``: "in-place" (the default) or "slot-reuse" (paper Sec. 5). ``strict``:
+    raise instead of falling back when a group cannot run on TIDE. Raises UnsupportedTorch
+    when this torch's FSDP2 internals differ from those TIDE knows.
+    """
+    if mode not in _MODES:
+        raise ValueError(f"tide.fsdp.enable: mode must be one of {_MODES}, got {mode!r}")
+    if not dist.is_initialized():
+        raise RuntimeError("tide.fsdp.enable: torch.distributed is not initialized")
+    if getattr(module, _ATTRIBUTE, None) is not None:
+        raise RuntimeError("tide.fsdp.enable: already enabled on this module")
+    layout = _fsdp_compat.check(_fsdp_calls.replaced())
+    groups = [_fsdp_group.TideGroup(g, name) for name, g in _fsdp_groups(module)]
+    if not groups:
+        raise ValueError("tide.fsdp.enable: no FSDP parameter groups (call fully_shard first)")
+
+    reasons = []
+    for group in groups:
+        params = group.fsdp_group.fsdp_params
+        layout_reason = next(
+            (r for r in (_fsdp_compat.check_fsdp_param(p) for p in params) if r), ""
+        )
+        reasons.append(_fsdp_group.local_reason(group.fsdp_group, layout_reason))
+    reasons = _agree(reasons)
+
+    # One communicator per shard process group, created and used in module order on every
+    # rank of that group (a collective over the group's store prefix).
+    generation = _runtime.next_generation()
+    communicators: dict[int, object] = {}
+    for group, reason in zip(groups, reasons):
+        group.reason = reason
+        if reason:
+            continue
+        pg = group.fsdp_group.mesh_info.shard_process_group
+        device = group.fsdp_group.device
+        if id(pg) not in communicators:
+            communicators[id(pg)] = _runtime.create(pg, device, timeout_s, generation)
+        group.reason = group.register(communicators[id(pg)], pg, mode)
+    # The runtime's answers are agreed too: a group runs on TIDE only where every rank registered it.
+    final = _agree([g.reason for g in groups])
+    for group, reason in zip(groups, final):
+        if reason:
+            group.gid, group.reason = -1, reason
+        else:
+            group.activate(group.fsdp_group.device)
+
+    _fsdp_calls.install(layout)
+    setattr(module, _ATTRIBUTE, (groups, list(communicators.values())))
+    result = report(module)
+    if strict and any(r["backend"] != "tide" for r in result):
+        refused = [f"{r['group']}: {r['reason']}" for r in result if r["backend"] != "tide"]
+        raise RuntimeError("tide.fsdp.enable(strict=True): " + "; ".join(refused))
+    return result
+
+
+def report(module: nn.Module) -> list[dict]:
+    """One dict per FSDP parameter group: group, backend ("tide" or "stock"), reason,
+    all_gathers, reduce_scatters, copy_bytes_avoided (TIDE calls so far), and
+    stock_calls, params, arena_bytes."""
+    state = getattr(module, _ATTRIBUTE, None)
+    if state is None:
+        return [
+            {
+                "group": name,
+                "backend": "stock",
+                "reason": "tide.fsdp.enable was not called",
+                "all_gathers": 0,
+                "reduce_scatters": 0,
+                "copy_bytes_avoided": 0,
+                "stock_calls": 0,
+                "params": len(g.fsdp_params),
+                "arena_bytes": 0,
+            }
+            for name, g in _fsdp_groups(module)
+        ]
+    groups, _ = state
+    rows = []
+    for group in groups:
+        stats = group.stats()
+        rows.append(
+            {
+                "group": group.name,
+                "backend": "tide" if group.on_tide else "stock",
+                "reason": group.reason,
+                "all_gathers": int(stats["all_gathers"]),
+                "reduce_scatters": int(stats["reduce_scatters"]),
+                "copy_bytes_avoided": int(stats["copy_bytes_avoided"]),
+                "stock_calls": group.stock_calls,
+                "params": len(group.fsdp_group.fsdp_params),
+                "arena_bytes": int(group.info.get("region_bytes", 0)) if group.on_tide else 0,
+            }
+        )
+    return rows
+
+
+def close(module: nn.Module) -> None:
+    """Closes the module's TIDE communicators; its TIDE groups must not run afterwards."""
+    state = getattr(module, _ATTRIBUTE, None)
+    if state is None:
+        return
+    for comm in state[1]:
+        comm.close()
+

@@ -1,0 +1,485 @@
+// `tide check-runtime`: the runtime end to end across processes. It launches one process per
+// rank; each registers the groups, then makes K calls in FSDP2's order (forward all-gathers,
+// then per group in reverse its backward all-gather and reduce-scatter, step after step) with
+// fresh inputs at fresh addresses on every call, and checks every output on every rank
+// against the definition in TIDE's arithmetic order (all-gathers bit for bit against Eq. 2,
+// reduce-scatters bit for bit against collective_reference). Faults: a rank killed at a call,
+// or a rank issuing two calls in the other order; every other rank must then fail within the
+// timeout with one line naming the cause.
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "commands.hpp"
+#include "shapes.hpp"
+#include "tide/core/arithmetic.hpp"
+#include "tide/core/collective_reference.hpp"
+#include "tide/core/error.hpp"
+#include "tide/core/models.hpp"
+#include "tide/runtime/communicator.hpp"
+
+namespace tide::cli {
+namespace {
+
+using nlohmann::json;
+
+struct CheckRuntimeArgs {
+  std::string backend = "host";
+  int procs = 0;
+  int nodes = 0;
+  int gpus_per_node = 0;
+  std::string groups;
+  std::string model;
+  int calls = 12;
+  std::uint64_t seed = 1;
+  std::string mode = "in-place";
+  bool cast = false;
+  int kill_rank = -1;
+  int kill_at_call = -1;
+  int misorder_rank = -1;
+  double timeout_s = 30.0;
+  double max_gib = 4.0;
+  bool json = false;
+};
+
+struct CallSpec {
+  bool all_gather = true;
+  int group = 0;
+};
+
+// FSDP2's order: forward all-gathers, then per group in reverse its re-gather and its
+// reduce-scatter; repeated step after step up to `calls`.
+std::vector<CallSpec> fsdp2_order(int groups, int calls) {
+  std::vector<CallSpec> step;
+  for (int g = 0; g < groups; ++g)
+    step.push_back({true, g});
+  for (int g = groups - 1; g >= 0; --g) {
+    step.push_back({true, g});
+    step.push_back({false, g});
+  }
+  std::vector<CallSpec> out;
+  for (int i = 0; i < calls; ++i)
+    out.push_back(step[static_cast<std::size_t>(i) % step.size()]);
+  return out;
+}
+
+std::vector<NamedGroup> parse_groups(const CheckRuntimeArgs& a) {
+  std::vector<NamedGroup> groups;
+  if (a.groups.empty() == a.model.empty()) {
+    throw InvalidArgument("give exactly one of --groups and --model");
+  }
+  if (!a.model.empty()) {
+    if (a.model.find(':') != std::string::npos) return {resolve_group("", a.model)};
+    for (const ModelPreset& m : model_presets()) {
+      if (m.name != a.model) continue;
+      for (const ModelGroup& g : m.groups)
+        groups.push_back({a.model + ":" + g.name, g.params});
+      return groups;
+    }
+    find_model_group(a.model);  // throws, listing the known names
+  }
+  std::size_t start = 0;
+  while (start <= a.groups.size()) {
+    const std::size_t end = a.groups.find(';', start);
+    const std::string text = a.groups.substr(start, end == std::string::npos ? end : end - start);
+    if (text.empty()) {
+      throw InvalidArgument("--groups entry " + std::to_string(groups.size()) +
+                            " is empty (groups are separated by ';')");
+    }
+    try {
+      groups.push_back({"group" + std::to_string(groups.size()), parse_shapes(text)});
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument("--groups entry " + std::to_string(groups.size()) + ": " + e.what());
+    }
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return groups;
+}
+
+// Every rank's inputs of call `call` are drawn from (seed, call), so every process knows
+// every rank's data and can compute the expected outputs itself.
+std::mt19937_64 call_rng(std::uint64_t seed, int call) {
+  std::seed_seq seq{seed, static_cast<std::uint64_t>(call), std::uint64_t{0x7469646521}};
+  return std::mt19937_64(seq);
+}
+
+// Packed bf16 (or fp32 master) shards of every rank for an all-gather call.
+struct AgInputs {
+  std::vector<std::vector<std::uint16_t>> packed;  // [rank]: the bf16 shard as landed
+  std::vector<std::vector<float>> masters;         // [rank]: fp32 masters (with a cast)
+};
+
+AgInputs ag_inputs(std::mt19937_64& rng, const GroupLayout& layout, bool cast) {
+  AgInputs in;
+  const int world = layout.topology().world();
+  for (int r = 0; r < world; ++r) {
+    std::vector<std::uint16_t> shard(static_cast<std::size_t>(layout.shard_elems()));
+    std::vector<float> master(static_cast<std::size_t>(layout.shard_elems()));
+    for (std::size_t i = 0; i < shard.size(); ++i) {
+      master[i] = random_value(rng, cast ? DType::kFp32 : DType::kBf16);
+      shard[i] = arith::float_to_bf16(master[i]);
+    }
+    in.packed.push_back(std::move(shard));
+    if (cast) in.masters.push_back(std::move(master));
+  }
+  return in;
+}
+
+struct WorkerResult {
+  int calls = 0;
+  std::int64_t mismatches = 0;
+  std::string error;
+};
+
+WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>& groups, int rank,
+                        const std::filesystem::path& store_dir) {
+  WorkerResult result;
+  runtime::CommunicatorOptions o;
+  o.rank = rank;
+  o.world = a.procs;
+  o.gpus_per_node = a.gpus_per_node;
+  o.backend = runtime::parse_backend(a.backend);
+  o.store = std::make_shared<runtime::FileStore>(store_dir);
+  o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(a.timeout_s * 1000));
+  auto comm = runtime::Communicator::create(o);
+  const RsMode mode = a.mode == "slot-reuse" ? RsMode::kSlotReuse : RsMode::kInPlace;
+  const Topology topo(a.nodes, a.gpus_per_node);
+  std::vector<int> ids;
+  std::vector<GroupLayout> layouts;
+  std::vector<RsPlan> plans;
+  for (const NamedGroup& g : groups) {
+    runtime::GroupSpec spec;
+    spec.name = g.name;
+    spec.params = g.params;
+    spec.mode = mode;
+    spec.cast = a.cast;
+    const runtime::Registration reg = comm->register_group(spec);
+    if (reg.group < 0) throw Unsupported("group '" + g.name + "' refused: " + reg.reason);
+    ids.push_back(reg.group);
+    layouts.emplace_back(topo, g.params, DType::kBf16, DType::kBf16);
+    RsOptions rs;
+    rs.mode = mode;
+    plans.emplace_back(layouts.back(), rs);
+  }
+  std::vector<CallSpec> order = fsdp2_order(static_cast<int>(groups.size()), a.calls);
+  if (rank == a.misorder_rank) {
+    // Swap the first two consecutive reduce-scatters of different groups.
+    for (std::size_t i = 0; i + 1 < order.size(); ++i) {
+      if (!order[i].all_gather && !order[i + 1].all_gather) {
+        std::swap(order[i], order[i + 1]);
+        break;
+      }
+      if (!order[i].all_gather) {
+        for (std::size_t j = i + 1; j < order.size(); ++j) {
+          if (!order[j].all_gather && order[j].group != order[i].group) {
+            std::swap(order[i], order[j]);
+            i = order.size();
+            break;
+          }
+        }
+      }
+    }
+  }
+  // Inputs of the previous call stay alive while the next ones are allocated, so every call
+  // sees fresh addresses.
+  std::vector<std::vector<std::byte>> previous, current;
+  for (int call = 0; call < a.calls; ++call) {
+    const CallSpec c = order[static_cast<std::size_t>(call)];
+    if (rank == a.kill_rank && call == a.kill_at_call) raise(SIGKILL);
+    const int g = c.group;
+    const GroupLayout& layout = layouts[static_cast<std::size_t>(g)];
+    const runtime::GroupInfo& info = comm->info(ids[static_cast<std::size_t>(g)]);
+    std::mt19937_64 rng = call_rng(a.seed, call);
+    current.clear();
+    if (c.all_gather) {
+      const AgInputs in = ag_inputs(rng, layout, a.cast);
+      std::vector<const void*> shards;
+      const bool by_pointer = a.cast || call % 2 == 1;  // odd calls copy in from pointers
+      for (int p = 0; p < layout.param_count() && by_pointer; ++p) {
+        const ParamLayout& pl = layout.param(p);
+        const std::size_t item = a.cast ? 4 : 2;
+        std::vector<std::byte> bytes(static_cast<std::size_t>(pl.shard_elems()) * item);
+        const std::size_t first = static_cast<std::size_t>(pl.offset / 2);
+        if (a.cast) {
+          std::memcpy(bytes.data(), in.masters[static_cast<std::size_t>(rank)].data() + first,
+                      bytes.size());
+        } else {
+          std::memcpy(bytes.data(), in.packed[static_cast<std::size_t>(rank)].data() + first,
+                      bytes.size());
+        }
+        current.push_back(std::move(bytes));
+        shards.push_back(current.back().data());
+      }
+      if (!by_pointer) {
+        std::memcpy(info.resident, in.packed[static_cast<std::size_t>(rank)].data(),
+                    static_cast<std::size_t>(layout.shard_bytes()));
+      }
+      std::memset(info.landing, 0xFF, static_cast<std::size_t>(info.landing_bytes));  // poison
+      comm->all_gather(ids[static_cast<std::size_t>(g)], 0, shards);
+      for (int p = 0; p < layout.param_count(); ++p) {
+        const ParamLayout& pl = layout.param(p);
+        for (int src = 0; src < layout.topology().world(); ++src) {
+          const std::int64_t bytes = layout.valid_rows(p, src) * pl.cols * 2;
+          const std::byte* got = info.landing + layout.landing_offset(p, src);
+          if (std::memcmp(got, in.packed[static_cast<std::size_t>(src)].data() + pl.offset / 2,
+                          static_cast<std::size_t>(bytes)) != 0) {
+            ++result.mismatches;
+          }
+        }
+      }
+    } else {
+      const std::vector<RankGrads> grads = random_grads(rng, layout);
+      const float alpha = (call % 3 == 0) ? 1.0f : 1.0f / static_cast<float>(a.procs);
+      const bool accumulate = call % 4 == 3;
+      std::vector<std::vector<float>> initial(static_cast<std::size_t>(a.procs));
+      for (auto& v : initial) {
+        v.resize(static_cast<std::size_t>(layout.shard_elems()));
+        for (float& x : v)
+          x = random_value(rng, DType::kFp32);
+      }
+      std::vector<const void*> ptrs;
+      for (int p = 0; p < layout.param_count(); ++p) {
+        const auto& values = grads[static_cast<std::size_t>(rank)][static_cast<std::size_t>(p)];
+        std::vector<std::byte> bytes(values.size() * 2);
+        store_values(values, DType::kBf16, bytes);
+        current.push_back(std::move(bytes));
+        ptrs.push_back(current.back().data());
+      }
+      std::vector<float> out(static_cast<std::size_t>(layout.shard_elems()));
+      if (accumulate) {
+        out = initial[static_cast<std::size_t>(rank)];
+      } else {
+        std::memset(out.data(), 0xFF, out.size() * 4);  // poison
+      }
+      comm->reduce_scatter(ids[static_cast<std::size_t>(g)], 0, ptrs, out.data(), alpha,
+                           accumulate);
+      const auto expected =
+          rs_expected(plans[static_cast<std::size_t>(g)], grads, alpha, accumulate, initial);
+      const auto& want = expected[static_cast<std::size_t>(rank)];
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        if (std::memcmp(&out[i], &want[i], 4) != 0) ++result.mismatches;
+      }
+    }
+    previous.swap(current);
+    ++result.calls;
+  }
+  return result;
+}
+
+std::string one_line(std::string s) {
+  for (char& c : s) {
+    if (c == '\n') c = ' ';
+  }
+  return s;
+}
+
+void check_args(CheckRuntimeArgs& a) {
+  if (a.backend != "host" && a.backend != "nccl") {
+    throw InvalidArgument("--backend must be host or nccl (got '" + a.backend + "')");
+  }
+  if (a.mode != "in-place" && a.mode != "slot-reuse") {
+    throw InvalidArgument("--mode must be in-place or slot-reuse (got '" + a.mode + "')");
+  }
+  if (a.nodes < 1 || a.gpus_per_node < 1) throw InvalidArgument("-M and -L must be at least 1");
+  if (a.procs == 0) a.procs = a.nodes * a.gpus_per_node;
+  if (a.procs != a.nodes * a.gpus_per_node) {
+    throw InvalidArgument("--procs " + std::to_string(a.procs) + " must equal M x L = " +
+                          std::to_string(a.nodes * a.gpus_per_node) + " (one process per rank)");
+  }
+  if (a.procs > 64) throw InvalidArgument("--procs " + std::to_string(a.procs) + " exceeds 64");
+  if (a.calls < 1 || a.calls > 100000) throw InvalidArgument("--calls must be in 1..100000");
+  if (!(a.timeout_s > 0 && a.timeout_s <= 3600)) {
+    throw InvalidArgument("--timeout-s must be in (0, 3600]");
+  }
+  if ((a.kill_rank >= 0) != (a.kill_at_call >= 0)) {
+    throw InvalidArgument("--kill-rank and --kill-at-call go together");
+  }
+  if (a.kill_rank >= a.procs || a.misorder_rank >= a.procs) {
+    throw InvalidArgument("--kill-rank / --misorder-rank must name a rank below --procs");
+  }
+  if (a.kill_at_call >= a.calls) {
+    throw InvalidArgument("--kill-at-call must be below --calls");
+  }
+  if (a.backend == "nccl") {
+    throw Unsupported(
+        "the runtime's nccl backend is not built in this version (use --backend host)");
+  }
+}
+
+// The largest arena and input bytes one process would hold, to refuse runs that do not fit.
+double estimate_gib(const CheckRuntimeArgs& a, const std::vector<NamedGroup>& groups) {
+  double bytes = 0;
+  const Topology topo(a.nodes, a.gpus_per_node);
+  for (const NamedGroup& g : groups) {
+    const GroupLayout layout(topo, g.params, DType::kBf16, DType::kBf16);
+    // Region (landing N S, stages, RS areas) plus every rank's inputs, generated per process.
+    bytes += 8.0 * static_cast<double>(layout.unsharded_bytes()) +
+             4.0 * static_cast<double>(layout.pack_buffer_bytes());
+  }
+  return bytes / (1u << 30);
+}
+
+void run_check_runtime(CheckRuntimeArgs a) {
+  check_args(a);
+  const std::vector<NamedGroup> groups = parse_groups(a);
+  if (a.misorder_rank >= 0 && groups.size() < 2) {
+    throw InvalidArgument("--misorder-rank needs at least two groups (--groups A;B)");
+  }
+  const double gib = estimate_gib(a, groups);
+  if (gib > a.max_gib) {
+    throw InvalidArgument(fmt::format(
+        "these groups need about {:.1f} GiB per process (limit --max-gib {:.1f}); use smaller "
+        "shapes (--groups) or fewer ranks",
+        gib, a.max_gib));
+  }
+  // Validate the groups once here, so bad shapes are one line and exit 2, not P failures.
+  for (const NamedGroup& g : groups)
+    GroupLayout(Topology(a.nodes, a.gpus_per_node), g.params, DType::kBf16, DType::kBf16);
+
+  char pattern[] = "/tmp/tide-check-runtime-XXXXXX";
+  if (mkdtemp(pattern) == nullptr) throw InvalidArgument("cannot create a temporary directory");
+  const std::filesystem::path dir(pattern);
+  std::cout.flush();
+  std::cerr.flush();
+  std::vector<pid_t> pids;
+  const auto start = std::chrono::steady_clock::now();
+  for (int rank = 0; rank < a.procs; ++rank) {
+    const pid_t pid = fork();
+    if (pid < 0) throw InvalidArgument("fork failed: " + std::string(std::strerror(errno)));
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the launcher
+      json out;
+      int status = 0;
+      try {
+        const WorkerResult r = run_worker(a, groups, rank, dir / "store");
+        out = {{"rank", rank}, {"calls", r.calls}, {"mismatches", r.mismatches}};
+        status = r.mismatches == 0 ? 0 : 1;
+      } catch (const std::exception& e) {
+        out = {{"rank", rank}, {"error", one_line(e.what())}};
+        status = 1;
+      }
+      std::ofstream(dir / ("rank" + std::to_string(rank) + ".json")) << out.dump() << '\n';
+      std::_Exit(status);
+    }
+    pids.push_back(pid);
+  }
+  // Wait for every rank, within the timeout plus a margin for set-up and checks.
+  const auto deadline =
+      start + std::chrono::milliseconds(static_cast<std::int64_t>(a.timeout_s * 1000 * 2 + 60000));
+  std::vector<int> status(pids.size(), -1);
+  std::vector<double> seconds(pids.size(), 0.0);
+  std::size_t left = pids.size();
+  while (left > 0) {
+    int st = 0;
+    const pid_t done = waitpid(-1, &st, WNOHANG);
+    if (done > 0) {
+      for (std::size_t r = 0; r < pids.size(); ++r) {
+        if (pids[r] != done) continue;
+        status[r] = st;
+        seconds[r] =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        --left;
+      }
+      continue;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (std::size_t r = 0; r < pids.size(); ++r) {
+        if (status[r] == -1) kill(pids[r], SIGKILL);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  json ranks = json::array();
+  std::int64_t mismatches = 0, calls_done = 0;
+  bool passed = true;
+  for (int r = 0; r < a.procs; ++r) {
+    json row;
+    std::ifstream in(dir / ("rank" + std::to_string(r) + ".json"));
+    if (in) {
+      in >> row;
+    } else {
+      const int st = status[static_cast<std::size_t>(r)];
+      row = {{"rank", r},
+             {"error", WIFSIGNALED(st) ? "killed by signal " + std::to_string(WTERMSIG(st))
+                                       : "exited without a result"}};
+    }
+    row["seconds"] = seconds[static_cast<std::size_t>(r)];
+    mismatches += row.value("mismatches", std::int64_t{0});
+    calls_done += row.value("calls", 0);
+    if (row.contains("error") || row.value("mismatches", std::int64_t{0}) != 0) passed = false;
+    ranks.push_back(row);
+  }
+  std::filesystem::remove_all(dir);
+  const json summary = {{"calls", a.calls},         {"ranks", a.procs}, {"groups", groups.size()},
+                        {"backend", a.backend},     {"mode", a.mode},   {"seed", a.seed},
+                        {"mismatches", mismatches}, {"passed", passed}, {"per_rank", ranks}};
+  if (a.json) {
+    std::cout << summary.dump(2) << '\n';
+  } else {
+    std::cout << fmt::format(
+        "check-runtime: {} ranks ({} x {}), {} groups, {} calls each, "
+        "backend {}, mode {}, seed {}\n",
+        a.procs, a.nodes, a.gpus_per_node, groups.size(), a.calls, a.backend, a.mode, a.seed);
+    for (const json& row : ranks) {
+      if (row.contains("error")) {
+        std::cout << fmt::format("  rank {}: FAILED after {:.2f} s: {}\n", row["rank"].get<int>(),
+                                 row["seconds"].get<double>(), row["error"].get<std::string>());
+      } else {
+        std::cout << fmt::format("  rank {}: {} calls, {} mismatching elements\n",
+                                 row["rank"].get<int>(), row["calls"].get<int>(),
+                                 row["mismatches"].get<std::int64_t>());
+      }
+    }
+    std::cout << (passed ? "passed: every output equal to the reference\n" : "FAILED\n");
+  }
+  std::cout.flush();
+  if (!std::cout) throw InvalidArgument("cannot write the output (stdout)");
+  if (!passed) std::exit(1);
+}
+
+}  // namespace
+
+void add_check_runtime_command(CLI::App& app) {
+  auto args = std::make_shared<CheckRuntimeArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "check-runtime",
+      "Run the runtime across processes (one per rank) and check every output against the "
+      "reference");
+  cmd->add_option("--backend", args->backend, "host (CPU processes) or nccl (GPUs)")
+      ->capture_default_str();
+  cmd->add_option("--procs", args->procs, "Processes (default M x L)");
+  cmd->add_option("--nodes,-M", args->nodes, "Nodes M")->required();
+  cmd->add_option("--gpus-per-node,-L", args->gpus_per_node, "GPUs per node L")->required();
+  cmd->add_option("--groups", args->groups, "Groups: \"D0xK0,D1xK1;D2xK2,...\" (';' between)");
+  cmd->add_option("--model", args->model, "A model preset (tide plan --list-models)");
+  cmd->add_option("--calls", args->calls, "Calls per rank, FSDP2 order")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Seed of every input")->capture_default_str();
+  cmd->add_option("--mode", args->mode, "in-place or slot-reuse")->capture_default_str();
+  cmd->add_flag("--cast", args->cast, "All-gather fp32 master shards as bf16");
+  cmd->add_option("--kill-rank", args->kill_rank, "Kill this rank (SIGKILL) at --kill-at-call");
+  cmd->add_option("--kill-at-call", args->kill_at_call, "The call at which --kill-rank dies");
+  cmd->add_option("--misorder-rank", args->misorder_rank,
+                  "This rank issues two reduce-scatters in the other order");
+  cmd->add_option("--timeout-s", args->timeout_s, "Per-call timeout")->capture_default_str();
+  cmd->add_option("--max-gib", args->max_gib, "Refuse runs needing more per process")
+      ->capture_default_str();
+  cmd->add_flag("--json", args->json, "Print JSON");
+  cmd->callback([args] { run_check_runtime(*args); });
+}
+
+}  // namespace tide::cli

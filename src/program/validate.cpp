@@ -1,0 +1,258 @@
+// NOTE [program validity]: the one check of a program's ops that every executor relies on.
+#include "tide/program/validate.hpp"
+
+#include <string>
+
+namespace tide::program {
+namespace {
+
+std::string space_name(Space s) {
+  return s == Space::kArena ? "arena" : s == Space::kTensor ? "tensor" : "output";
+}
+
+std::string describe(const Region& r) {
+  return "rank " + std::to_string(r.buffer.rank) + " " + space_name(r.buffer.space) + " " +
+         std::to_string(r.buffer.index) + " [offset " + std::to_string(r.offset) + ", " +
+         std::to_string(r.rows) + " x " + std::to_string(r.width) + " bytes, pitch " +
+         std::to_string(r.pitch) + "]";
+}
+
+class Checker {
+ public:
+  Checker(const Program& p, std::vector<Defect>& out) : p_(p), out_(out) {}
+
+  // Why `op` is malformed, or "".
+  std::string malformed(const Op& op) const {
+    if (op.rank < 0 || op.rank >= p_.ranks) return "its rank is outside [0, ranks)";
+    if (op.stream < 0 || op.stream >= static_cast<int>(p_.stream_names.size()))
+      return "its stream is not one of the program's stream names";
+    switch (op.kind) {
+      case OpKind::kCopy:
+        return copies(op);
+      case OpKind::kRailPut:
+        if (std::string why = copies(op); !why.empty()) return why;
+        return counter(op);
+      case OpKind::kSignal:
+        return counter(op);
+      case OpKind::kWait:
+        if (std::string why = counter(op); !why.empty()) return why;
+        if (op.counter.rank != op.rank) return "it waits on another rank's counter";
+        return "";
+      case OpKind::kEventRecord:
+      case OpKind::kEventWait:
+        if (op.event < 0 || op.event >= p_.events)
+          return "event id " + std::to_string(op.event) + " outside [0, " +
+                 std::to_string(p_.events) + ")";
+        return "";
+      case OpKind::kSum:
+        return sum(op);
+      case OpKind::kLand:
+        return land(op);
+      case OpKind::kCast:
+        return cast(op);
+      case OpKind::kZero:
+      case OpKind::kRelease:
+        return region(op.dst, "dst");
+    }
+    return "unknown op kind";
+  }
+
+ private:
+  std::string region(const Region& r, const std::string& what) const {
+    const std::int64_t size = buffer_size(p_, r.buffer);
+    if (size < 0) return what + " names a buffer the program does not have: " + describe(r);
+    if (r.offset < 0 || r.width < 0 || r.rows < 1)
+      return what + " has a negative offset or width, or no rows: " + describe(r);
+    if (r.rows > 1 && r.pitch < r.width) return what + " has pitch < width: " + describe(r);
+    const std::int64_t end = r.offset + (r.rows - 1) * r.pitch + r.width;
+    if (end > size) {
+      return what + " ends at byte " + std::to_string(end) + " past the buffer's " +
+             std::to_string(size) + " bytes: " + describe(r);
+    }
+    return "";
+  }
+
+  std::string counter(const Op& op) const {
+    if (op.counter.rank < 0 || op.counter.rank >= p_.ranks)
+      return "counter rank " + std::to_string(op.counter.rank) + " outside [0, ranks)";
+    if (op.counter.id < 0 || op.counter.id >= p_.counters)
+      return "counter id " + std::to_string(op.counter.id) + " outside [0, " +
+             std::to_string(p_.counters) + ")";
+    if (op.kind != OpKind::kWait && op.value < 0)
+      return "negative counter addition " + std::to_string(op.value);
+    return "";
+  }
+
+  std::string copies(const Op& op) const {
+    for (std::size_t k = 0; k < op.copies.size(); ++k) {
+      const CopyDescriptor& c = op.copies[k];
+      const std::string what = "copy " + std::to_string(k);
+      if (std::string why = region(c.src, what + " source"); !why.empty()) return why;
+      if (std::string why = region(c.dst, what + " destination"); !why.empty()) return why;
+      if (c.src.width != c.dst.width || c.src.rows != c.dst.rows) {
+        return what + ": source and destination differ in shape: " + describe(c.src) + " vs " +
+               describe(c.dst);
+      }
+    }
+    return "";
+  }
+
+  std::string sum(const Op& op) const {
+    if (std::string why = region(op.dst, "dst"); !why.empty()) return why;
+    if (op.dst.width % 4 != 0) return "dst is not fp32 rows: " + describe(op.dst);
+    const std::int64_t width = op.dst.width / 4;
+    const std::int64_t item = item_bytes(op.in_dtype);
+    for (std::size_t k = 0; k < op.staged.size(); ++k) {
+      const Region& s = op.staged[k];
+      if (std::string why = region(s, "staged " + std::to_string(k)); !why.empty()) return why;
+      if (s.rows != op.dst.rows || s.width != width * item)
+        return "staged " + std::to_string(k) +
+               " does not have dst's rows x elements: " + describe(s);
+    }
+    for (std::size_t k = 0; k < op.segments.size(); ++k) {
+      const SumSegment& s = op.segments[k];
+      const std::string what = "segment " + std::to_string(k);
+      if (s.row < 0 || s.row >= op.dst.rows || s.out_elem < 0 || s.elems < 0 ||
+          s.out_elem + s.elems > width)
+        return what + " lies outside dst";
+      const std::int64_t size = buffer_size(p_, Buffer{op.rank, Space::kTensor, s.param});
+      if (size < 0) return what + ": tensor " + std::to_string(s.param) + " does not exist";
+      if (s.src_elem < 0 || (s.src_elem + s.elems) * item > size)
+        return what + ": elements outside tensor " + std::to_string(s.param);
+    }
+    return "";
+  }
+
+  std::string land(const Op& op) const {
+    if (std::string why = region(op.dst, "dst"); !why.empty()) return why;
+    if (op.dst.width % 4 != 0) return "dst is not fp32: " + describe(op.dst);
+    if (op.sources.empty()) return "a landing needs at least one source";
+    for (std::size_t k = 0; k < op.sources.size(); ++k) {
+      const Region& s = op.sources[k];
+      if (std::string why = region(s, "source " + std::to_string(k)); !why.empty()) return why;
+      if (s.bytes() != op.dst.bytes() || s.width % 4 != 0)
+        return "source " + std::to_string(k) +
+               " is not an fp32 range of dst's length: " + describe(s);
+    }
+    if (op.wave_index < 0) return "negative wave index";
+    return "";
+  }
+
+  std::string cast(const Op& op) const {
+    if (std::string why = region(op.dst, "dst"); !why.empty()) return why;
+    if (op.sources.size() != 1) return "a cast has exactly one source";
+    const Region& s = op.sources[0];
+    if (std::string why = region(s, "source"); !why.empty()) return why;
+    if (op.dst.width % 2 != 0 || s.width % 4 != 0 || s.bytes() != 2 * op.dst.bytes())
+      return "needs an fp32 source of twice the bytes of its bf16 dst: " + describe(s) + " -> " +
+             describe(op.dst);
+    return "";
+  }
+
+  const Program& p_;
+  std::vector<Defect>& out_;
+};
+
+}  // namespace
+
+std::int64_t buffer_size(const Program& program, const Buffer& b) {
+  if (b.rank < 0 || b.rank >= program.ranks ||
+      static_cast<std::size_t>(b.rank) >= program.buffers.size()) {
+    return -1;
+  }
+  const BufferSizes& s = program.buffers[static_cast<std::size_t>(b.rank)];
+  switch (b.space) {
+    case Space::kArena:
+      return b.index == 0 ? s.arena_bytes : -1;
+    case Space::kTensor:
+      return b.index >= 0 && b.index < static_cast<int>(s.tensor_bytes.size())
+                 ? s.tensor_bytes[static_cast<std::size_t>(b.index)]
+                 : -1;
+    case Space::kOutput:
+      if (b.index == 0 && s.output_bytes.empty()) return 0;
+      return b.index >= 0 && b.index < static_cast<int>(s.output_bytes.size())
+                 ? s.output_bytes[static_cast<std::size_t>(b.index)]
+                 : -1;
+  }
+  return -1;
+}
+
+std::string describe_op(const Program& program, int op) {
+  if (op < 0 || op >= static_cast<int>(program.ops.size())) return "the caller's input";
+  const Op& o = program.ops[static_cast<std::size_t>(op)];
+  std::string stream = std::to_string(o.stream);
+  if (o.stream >= 0 && o.stream < static_cast<int>(program.stream_names.size()))
+    stream = "'" + program.stream_names[static_cast<std::size_t>(o.stream)] + "'";
+  return "'" + o.label + "' (" + std::string(op_kind_name(o.kind)) + ", rank " +
+         std::to_string(o.rank) + ", stream " + stream + ", op #" + std::to_string(op) + ")";
+}
+
+std::vector<Defect> validate(const Program& program, const ValidateOptions& options) {
+  std::vector<Defect> out;
+  if (program.ranks < 1) {
+    out.push_back({DefectKind::kMalformed, -1, "the program has no ranks"});
+    return out;
+  }
+  if (static_cast<int>(program.buffers.size()) != program.ranks) {
+    out.push_back({DefectKind::kMalformed, -1,
+                   "the program sizes buffers for " + std::to_string(program.buffers.size()) +
+                       " ranks, not " + std::to_string(program.ranks)});
+    return out;
+  }
+  if (program.counters < 0 || program.events < 0) {
+    out.push_back({DefectKind::kMalformed, -1, "negative counter or event count"});
+    return out;
+  }
+  const Checker checker(program, out);
+  const auto slot = [&](int rank, int id, int per_rank) {
+    return static_cast<std::size_t>(rank) * static_cast<std::size_t>(per_rank) +
+           static_cast<std::size_t>(id);
+  };
+  std::vector<int> recorded(slot(program.ranks, 0, program.events), -1);
+  std::vector<std::int64_t> total(slot(program.ranks, 0, program.counters), 0);
+  std::vector<bool> valid(program.ops.size(), false);
+  for (std::size_t i = 0; i < program.ops.size(); ++i) {
+    const Op& op = program.ops[i];
+    std::string why = checker.malformed(op);
+    if (why.empty() && op.kind == OpKind::kEventRecord) {
+      int& at = recorded[slot(op.rank, op.event, program.events)];
+      if (at >= 0) {
+        why = "event " + std::to_string(op.event) + " of rank " + std::to_string(op.rank) +
+              " is already recorded by " + describe_op(program, at) + "; record it once";
+      } else {
+        at = static_cast<int>(i);
+      }
+    }
+    if (!why.empty()) {
+      out.push_back({DefectKind::kMalformed, static_cast<int>(i), std::move(why)});
+      continue;
+    }
+    valid[i] = true;
+    if (op.kind == OpKind::kSignal || op.kind == OpKind::kRailPut)
+      total[slot(op.counter.rank, op.counter.id, program.counters)] += op.value;
+  }
+  if (!options.whole_program && !options.event_records) return out;
+  for (std::size_t i = 0; i < program.ops.size(); ++i) {
+    if (!valid[i]) continue;
+    const Op& op = program.ops[i];
+    if (op.kind == OpKind::kWait && options.whole_program) {
+      const std::int64_t adds = total[slot(op.counter.rank, op.counter.id, program.counters)];
+      if (op.value > adds) {
+        out.push_back({DefectKind::kUnsatisfiableWait, static_cast<int>(i),
+                       "a wait that can never be satisfied: counter " +
+                           std::to_string(op.counter.id) + " on rank " +
+                           std::to_string(op.counter.rank) + " must reach " +
+                           std::to_string(op.value) + " but the program adds only " +
+                           std::to_string(adds) + " to it"});
+      }
+    } else if (op.kind == OpKind::kEventWait &&
+               recorded[slot(op.rank, op.event, program.events)] < 0) {
+      out.push_back({DefectKind::kUnsatisfiableWait, static_cast<int>(i),
+                     "a wait that can never be satisfied: event " + std::to_string(op.event) +
+                         " is never recorded on rank " + std::to_string(op.rank)});
+    }
+  }
+  return out;
+}
+
+}  // namespace tide::program

@@ -1,0 +1,207 @@
+// The runtime's Communicator for Python (tide._C.Communicator). Tensors cross as integer data
+// pointers and streams as integer handles (architecture invariant 4); the store is any Python
+// object with set(key, value) and a blocking get(key) -> bytes, such as torch's Store.
+// Calls release the GIL while they run: a host-backend call waits for its peers.
+#include "runtime_binding.hpp"
+
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tide/core/error.hpp"
+#include "tide/runtime/communicator.hpp"
+
+namespace nb = nanobind;
+
+namespace tide::python {
+namespace {
+
+// A Python store as the runtime's Store. Its get blocks in Python until the key exists (with
+// the store's own timeout), so `timeout` is the store's to enforce.
+class PythonStore final : public runtime::Store {
+ public:
+  explicit PythonStore(nb::object store) : store_(std::move(store)) {}
+  ~PythonStore() override {
+    nb::gil_scoped_acquire gil;
+    store_.reset();
+  }
+
+  void set(const std::string& key, const std::string& value) override {
+    nb::gil_scoped_acquire gil;
+    store_.attr("set")(key, nb::bytes(value.data(), value.size()));
+  }
+
+  std::string get(const std::string& key, std::chrono::milliseconds) override {
+    nb::gil_scoped_acquire gil;
+    try {
+      nb::object value = store_.attr("get")(key);
+      if (nb::isinstance<nb::bytes>(value)) {
+        nb::bytes b = nb::cast<nb::bytes>(value);
+        return std::string(b.c_str(), b.size());
+      }
+      return nb::cast<std::string>(value);
+    } catch (const nb::python_error& e) {
+      throw CommunicationError("store: key '" + key + "': " + e.what());
+    }
+  }
+
+ private:
+  nb::object store_;
+};
+
+RsMode parse_mode(const std::string& mode) {
+  if (mode == "in-place") return RsMode::kInPlace;
+  if (mode == "slot-reuse") return RsMode::kSlotReuse;
+  throw InvalidArgument("mode '" + mode + "' is not one of: in-place, slot-reuse");
+}
+
+std::vector<const void*> pointers(const std::vector<std::uintptr_t>& addresses) {
+  std::vector<const void*> out;
+  out.reserve(addresses.size());
+  for (std::uintptr_t a : addresses)
+    out.push_back(reinterpret_cast<const void*>(a));
+  return out;
+}
+
+// Holds the communicator; close() destroys it, and every later use raises.
+class PyCommunicator {
+ public:
+  PyCommunicator(int rank, int world, int gpus_per_node, const std::string& backend,
+                 nb::object store, double timeout_s, int device) {
+    runtime::CommunicatorOptions o;
+    o.rank = rank;
+    o.world = world;
+    o.gpus_per_node = gpus_per_node;
+    o.backend = runtime::parse_backend(backend);
+    o.store = std::make_shared<PythonStore>(std::move(store));
+    if (!(timeout_s > 0)) throw InvalidArgument("timeout_s must be positive");
+    o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000.0));
+    o.device = device;
+    comm_ = runtime::Communicator::create(o);
+  }
+
+  std::pair<int, std::string> register_group(
+      const std::string& name, const std::vector<std::pair<std::int64_t, std::int64_t>>& shapes,
+      const std::string& ag_dtype, const std::string& grad_dtype, const std::string& mode,
+      bool cast) {
+    runtime::GroupSpec spec;
+    spec.name = name;
+    for (std::size_t p = 0; p < shapes.size(); ++p)
+      spec.params.push_back(ParamShape{"p" + std::to_string(p), shapes[p].first, shapes[p].second});
+    spec.ag_dtype = parse_dtype(ag_dtype, "ag_dtype");
+    spec.grad_dtype = parse_dtype(grad_dtype, "grad_dtype");
+    spec.mode = parse_mode(mode);
+    spec.cast = cast;
+    runtime::Registration r;
+    {
+      nb::gil_scoped_release release;
+      r = get().register_group(spec);
+    }
+    return {r.group, r.reason};
+  }
+
+  nb::dict group_info(int group) {
+    const runtime::GroupInfo* info = nullptr;
+    {
+      nb::gil_scoped_release release;  // the first use creates the arena (collective)
+      info = &get().info(group);
+    }
+    nb::dict d;
+    d["name"] = info->name;
+    d["shard_elems"] = info->shard_elems;
+    d["rows_per_rank"] = info->rows_per_rank;
+    d["shard_offsets"] = info->shard_offsets;
+    d["out_offsets"] = info->out_offsets;
+    d["landing_offsets"] = info->landing_offsets;
+    d["landing_ptr"] = reinterpret_cast<std::uintptr_t>(info->landing);
+    d["landing_bytes"] = info->landing_bytes;
+    d["resident_ptr"] = reinterpret_cast<std::uintptr_t>(info->resident);
+    d["region_bytes"] = info->region_bytes;
+    d["ag_period"] = info->ag_period;
+    d["rs_period"] = info->rs_period;
+    return d;
+  }
+
+  void all_gather(int group, std::uintptr_t stream,
+                  const std::optional<std::vector<std::uintptr_t>>& shards) {
+    const std::vector<const void*> ptrs = shards ? pointers(*shards) : std::vector<const void*>{};
+    nb::gil_scoped_release release;
+    get().all_gather(group, stream, ptrs);
+  }
+
+  void reduce_scatter(int group, std::uintptr_t stream, const std::vector<std::uintptr_t>& grads,
+                      std::uintptr_t out, float alpha, bool accumulate) {
+    const std::vector<const void*> ptrs = pointers(grads);
+    nb::gil_scoped_release release;
+    get().reduce_scatter(group, stream, ptrs, reinterpret_cast<float*>(out), alpha, accumulate);
+  }
+
+  nb::dict stats(int group) {
+    const runtime::GroupStats s = get().stats(group);
+    nb::dict d;
+    d["all_gathers"] = s.all_gathers;
+    d["reduce_scatters"] = s.reduce_scatters;
+    d["copy_bytes_avoided"] = s.copy_bytes_avoided;
+    return d;
+  }
+
+  std::int64_t arena_bytes() { return get().arena_bytes(); }
+  int rank() { return get().rank(); }
+  int world() { return get().world(); }
+
+  void abort(const std::string& reason) {
+    nb::gil_scoped_release release;
+    get().abort(reason);
+  }
+
+  void close() {
+    nb::gil_scoped_release release;
+    comm_.reset();
+  }
+
+ private:
+  runtime::Communicator& get() {
+    if (!comm_) throw CommunicationError("this TIDE communicator was closed");
+    return *comm_;
+  }
+  std::unique_ptr<runtime::Communicator> comm_;
+};
+
+}  // namespace
+
+void bind_runtime(nb::module_& m) {
+  nb::exception<CommunicationError>(m, "CommunicationError", PyExc_RuntimeError);
+  nb::class_<PyCommunicator>(m, "Communicator",
+                             "One TIDE communicator per process group (NOTE [runtime])")
+      .def(nb::init<int, int, int, const std::string&, nb::object, double, int>(), nb::arg("rank"),
+           nb::arg("world"), nb::arg("gpus_per_node"), nb::arg("backend"), nb::arg("store"),
+           nb::arg("timeout_s") = 300.0, nb::arg("device") = -1)
+      .def("register_group", &PyCommunicator::register_group, nb::arg("name"), nb::arg("shapes"),
+           nb::arg("ag_dtype") = "bf16", nb::arg("grad_dtype") = "bf16",
+           nb::arg("mode") = "in-place", nb::arg("cast") = false,
+           "(group id, reason): id -1 when TIDE cannot run the group (reason says why)")
+      .def("group_info", &PyCommunicator::group_info, nb::arg("group"))
+      .def("all_gather", &PyCommunicator::all_gather, nb::arg("group"), nb::arg("stream"),
+           nb::arg("shards").none())
+      .def("reduce_scatter", &PyCommunicator::reduce_scatter, nb::arg("group"), nb::arg("stream"),
+           nb::arg("grads"), nb::arg("out"), nb::arg("alpha") = 1.0f, nb::arg("accumulate") = false)
+      .def("stats", &PyCommunicator::stats, nb::arg("group"))
+      .def("arena_bytes", &PyCommunicator::arena_bytes)
+      .def("rank", &PyCommunicator::rank)
+      .def("world", &PyCommunicator::world)
+      .def("abort", &PyCommunicator::abort, nb::arg("reason"))
+      .def("close", &PyCommunicator::close);
+}
+
+}  // namespace tide::python

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""The runtime's host backend across processes, through `tide check-runtime`.
+
+Every case runs one process per rank with fresh inputs at fresh addresses on every call and
+no barrier between calls; the tool checks every output on every rank bit for bit against the
+definition (TIDE's arithmetic order). Faults: a rank killed mid-run and a rank issuing its
+calls in another order must make every other rank fail within the timeout, naming the cause,
+with no process or shared-memory segment left behind.
+
+Usage: test_runtime.py PATH_TO_TIDE   (seed: TIDE_TEST_SEED, printed on failure)
+"""
+import glob
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+TIDE = sys.argv[1] if len(sys.argv) > 1 else "build/src/cli/tide"
+SEED = int(os.environ.get("TIDE_TEST_SEED", random.randrange(1 << 31)))
+FAILURES = []
+
+
+def run(args, timeout=300):
+    start = time.monotonic()
+    p = subprocess.run([TIDE, "check-runtime", *args], capture_output=True, text=True,
+                       timeout=timeout)
+    return p, time.monotonic() - start
+
+
+def check(name, cond, detail=""):
+    if not cond:
+        FAILURES.append(f"{name}: {detail}")
+        print(f"FAIL {name}: {detail}", flush=True)
+    else:
+        print(f"ok   {name}", flush=True)
+
+
+def shm_segments():
+    return sorted(glob.glob("/dev/shm/tide-*"))
+
+
+def odd_groups(rng):
+    groups = []
+    for _ in range(3):
+        shapes = [f"{rng.randint(1, 41)}x{rng.randint(1, 13)}" for _ in range(rng.randint(1, 4))]
+        if rng.random() < 0.5:
+            shapes.append(str(rng.randint(1, 29)))  # a 1-D bias or norm weight
+        groups.append(",".join(shapes))
+    return ";".join(groups)
+
+
+def main():
+    rng = random.Random(SEED)
+    print(f"seed {SEED} (rerun with TIDE_TEST_SEED={SEED})", flush=True)
+    before = shm_segments()
+
+    # Bitwise equality over many calls, 2 to 8 processes, both modes, with and without a cast.
+    cases = [(1, 2, "in-place", False), (2, 1, "slot-reuse", False), (2, 2, "in-place", True),
+             (3, 1, "slot-reuse", False), (1, 4, "in-place", False), (2, 4, "slot-reuse", False),
+             (4, 2, "in-place", False)]
+    for m, l, mode, cast in cases:
+        groups = odd_groups(rng)
+        seed = rng.randrange(1 << 30)
+        args = ["-M", str(m), "-L", str(l), "--groups", groups, "--calls", "14", "--seed",
+                str(seed), "--mode", mode, "--timeout-s", "60", "--json"]
+        if cast:
+            args.append("--cast")
+        p, _ = run(args)
+        name = f"{m}x{l} {mode}{' cast' if cast else ''} groups {groups} seed {seed}"
+        try:
+            summary = json.loads(p.stdout)
+        except json.JSONDecodeError:
+            check(name, False, f"exit {p.returncode}, no JSON: {p.stdout[-400:]} {p.stderr[-400:]}")
+            continue
+        check(name, p.returncode == 0 and summary["passed"] and summary["mismatches"] == 0
+              and summary["ranks"] == m * l and summary["calls"] == 14,
+              f"exit {p.returncode}: {json.dumps(summary)[:600]}")
+
+    # A rank killed mid-run: every other rank fails within the timeout, naming it.
+    timeout_s = 5
+    p, elapsed = run(["-M", "1", "-L", "4", "--groups", "33x7,5;17x3", "--calls", "20",
+                      "--kill-rank", "2", "--kill-at-call", "5", "--timeout-s",
+                      str(timeout_s), "--json"], timeout=120)
+    summary = json.loads(p.stdout)
+    others = [r for r in summary["per_rank"] if r["rank"] != 2]
+    check("kill: exit status 1", p.returncode == 1, f"exit {p.returncode}")
+    check("kill: every other rank names the dead rank",
+          all("rank 2 died" in r.get("error", "") for r in others), json.dumps(others))
+    check("kill: every other rank failed within the timeout",
+          all(r["seconds"] < timeout_s + 5 for r in others), json.dumps(others))
+    check("kill: the killed rank is reported", "signal 9" in summary["per_rank"][2].get("error", ""),
+          json.dumps(summary["per_rank"][2]))
+
+    # Another call order on one rank: a call-order mismatch, not a hang or corruption.
+    p, elapsed = run(["-M", "1", "-L", "2", "--groups", "9x5;7x3,11", "--calls", "8",
+                      "--misorder-rank", "1", "--timeout-s", "10", "--json"], timeout=120)
+    summary = json.loads(p.stdout)
+    check("misorder: exit status 1", p.returncode == 1, f"exit {p.returncode}")
+    check("misorder: every rank reports a call-order mismatch",
+          all("call-order mismatch" in r.get("error", "") for r in summary["per_rank"]),
+          json.dumps(summary["per_rank"]))
+    check("misorder: found well before the timeout", elapsed < 10, f"{elapsed:.1f} s")
+
+    # Nothing left behind: no segment, no process.
+    time.sleep(0.2)
+    check("no shared-memory segment left", shm_segments() == before,
+          f"{set(shm_segments()) - set(before)}")
+    ps = subprocess.run(["pgrep", "-f", "tide check-runtime"], capture_output=True, text=True)
+    check("no process left", ps.stdout.strip() == "", ps.stdout)
+
+    # Bad input: one line, exit 2.
+    for bad in (["-M", "1", "-L", "2", "--groups", "9x5", "--procs", "3"],
+                ["-M", "1", "-L", "2", "--groups", "9x5;;3"],
+                ["-M", "1", "-L", "2", "--groups", "9x0"],
+                ["-M", "1", "-L", "2", "--groups", "9x5", "--mode", "fast"],
+                ["-M", "1", "-L", "2", "--groups", "9x5", "--kill-rank", "1"],
+                ["-M", "1", "-L", "2", "--groups", "9x5", "--backend", "tcp"],
+                ["-M", "1", "-L", "2", "--groups", "9x5", "--misorder-rank", "0"],
+                ["-M", "1", "-L", "2", "--groups", "100000x100000"]):
+        p, _ = run(bad)
+        lines = p.stderr.strip().splitlines()
+        check(f"bad input {' '.join(bad[4:])}", p.returncode == 2 and len(lines) == 1
+              and "internal error" not in p.stderr, f"exit {p.returncode}: {p.stderr!r}")
+
+    if FAILURES:
+        print(f"{len(FAILURES)} failures (seed {SEED})")
+        sys.exit(1)
+    print("all runtime checks passed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+// Call sequences (NOTE [call sequences]): a group's templates expanded into many consecutive
+// calls, run on the CPU reference executor with fresh data per call. Every read and buffer
+// reuse across calls must be ordered (App. E, I1-I4) and every output bitwise equal to the
+// definition in TIDE's arithmetic order.
+#include "tide/program/call_sequence.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "tide/core/arithmetic.hpp"
+#include "tide/core/collective_reference.hpp"
+#include "tide/core/env.hpp"
+#include "tide/exec/reference_executor.hpp"
+
+namespace tide {
+namespace {
+
+using exec::ReferenceExecutor;
+using program::Buffer;
+using program::Space;
+
+std::uint64_t test_seed() {
+  if (const auto s = env::value("TIDE_TEST_SEED")) return std::strtoull(s->c_str(), nullptr, 10);
+  return std::random_device{}();
+}
+
+std::vector<ParamShape> odd_shapes(std::mt19937_64& rng, int count) {
+  std::vector<ParamShape> shapes;
+  for (int p = 0; p < count; ++p) {
+    shapes.push_back(ParamShape{"p" + std::to_string(p), 1 + static_cast<std::int64_t>(rng() % 23),
+                                1 + static_cast<std::int64_t>(rng() % 9)});
+  }
+  return shapes;
+}
+
+std::string errors_of(const exec::RunResult& r) {
+  std::string text;
+  for (std::size_t i = 0; i < r.errors.size() && i < 4; ++i)
+    text += r.errors[i].message + "\n";
+  return text;
+}
+
+struct Topo {
+  int nodes, gpus;
+};
+
+class RsSequence : public ::testing::TestWithParam<std::tuple<Topo, RsMode, bool>> {};
+
+TEST_P(RsSequence, ManyCallsMatchTheDefinitionBitwise) {
+  const auto [topo, mode, accumulate] = GetParam();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  std::mt19937_64 rng(seed);
+  const GroupLayout layout(Topology(topo.nodes, topo.gpus), odd_shapes(rng, 1 + rng() % 4),
+                           DType::kBf16, DType::kBf16);
+  RsOptions options;
+  options.mode = mode;
+  options.wave_width = topo.nodes > 2 ? std::min(2, topo.gpus) : 0;
+  options.round_width = 2;
+  options.staging_chunk_elems = 8;  // several fills per call: staging credits cross calls
+  const RsPlan plan(layout, options);
+  program::RsProgramOptions rs;
+  rs.alpha = 0.5f;
+  rs.accumulate = accumulate;
+  const program::CallSequence seq =
+      program::rs_call_sequence(plan, rs, program::rs_arena_layout(plan));
+  ASSERT_EQ(seq.period % 2, 0) << "banks alternate: call e uses bank e mod 2 (Sec. 5.2)";
+  const int kCalls = std::max(5, 2 * seq.period + 1);  // every template twice, one more call
+  const program::Program flat = program::expand_calls(seq, kCalls);
+
+  ReferenceExecutor ex(flat);
+  const int world = layout.topology().world();
+  std::vector<std::vector<std::vector<float>>> expected(static_cast<std::size_t>(kCalls));
+  std::vector<std::vector<float>> initial(static_cast<std::size_t>(world));
+  for (int e = 0; e < kCalls; ++e) {
+    const std::vector<RankGrads> grads = random_grads(rng, layout);
+    for (int r = 0; r < world; ++r) {
+      for (int p = 0; p < layout.param_count(); ++p) {
+        const auto& g = grads[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)];
+        store_values(g, DType::kBf16,
+                     ex.input(Buffer{r, Space::kTensor, e * layout.param_count() + p}));
+      }
+      auto& init = initial[static_cast<std::size_t>(r)];
+      init.resize(static_cast<std::size_t>(layout.shard_elems()));
+      for (float& v : init)
+        v = random_value(rng, DType::kFp32);
+      if (accumulate) store_values(init, DType::kFp32, ex.input(Buffer{r, Space::kOutput, e}));
+    }
+    expected[static_cast<std::size_t>(e)] = rs_expected(plan, grads, rs.alpha, accumulate, initial);
+  }
+  exec::RunOptions run;
+  run.seed = seed;
+  run.jitter = 0.5;
+  const exec::RunResult result = ex.run(run);
+  ASSERT_TRUE(result.clean()) << errors_of(result);
+  for (int e = 0; e < kCalls; ++e) {
+    for (int r = 0; r < world; ++r) {
+      const auto out = ex.memory(Buffer{r, Space::kOutput, e});
+      const auto& want = expected[static_cast<std::size_t>(e)][static_cast<std::size_t>(r)];
+      ASSERT_EQ(out.size(), want.size() * 4);
+      ASSERT_EQ(std::memcmp(out.data(), want.data(), out.size()), 0)
+          << "call " << e << " rank " << r << " period " << seq.period;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Topologies, RsSequence,
+                         ::testing::Combine(::testing::Values(Topo{1, 2}, Topo{2, 1}, Topo{2, 2},
+                                                              Topo{3, 2}, Topo{4, 1}, Topo{5, 2}),
+                                            ::testing::Values(RsMode::kInPlace, RsMode::kSlotReuse),
+                                            ::testing::Bool()));
+
+class AgSequence : public ::testing::TestWithParam<std::tuple<Topo, bool>> {};
+
+// With a cast every call reads fresh fp32 master shards (tensors), so each call's landing
+// differs; the last call's must hold its parameters. Without a cast the resident shard is
+// rewritten by no one, and every call must land it again intact.
+TEST_P(AgSequence, ManyCallsLandEveryShard) {
+  const auto [topo, cast] = GetParam();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  std::mt19937_64 rng(seed);
+  const GroupLayout layout(Topology(topo.nodes, topo.gpus), odd_shapes(rng, 1 + rng() % 4),
+                           DType::kBf16, DType::kBf16);
+  AgOptions options;
+  options.mixed_precision_cast = cast;
+  options.head_bytes = 64;
+  const AgPlan plan(layout, options);
+  const program::AgSequenceAreas areas = program::ag_sequence_areas(plan);
+  const program::CallSequence seq = program::ag_call_sequence(plan, areas);
+  if (topo.nodes > 1 || cast) {  // otherwise nothing is staged
+    ASSERT_EQ(seq.period % 2, 0) << "receive stages alternate: call a uses stage a mod 2";
+  }
+  const int kCalls = std::max(5, 2 * seq.period + 1);
+  const program::Program flat = program::expand_calls(seq, kCalls);
+  ReferenceExecutor ex(flat);
+  const int world = layout.topology().world();
+  // shards[r]: rank r's packed bf16 shard as the last call sees it.
+  std::vector<std::vector<std::uint16_t>> shards(static_cast<std::size_t>(world));
+  for (int e = 0; e < (cast ? kCalls : 1); ++e) {
+    for (int r = 0; r < world; ++r) {
+      auto& shard = shards[static_cast<std::size_t>(r)];
+      shard.assign(static_cast<std::size_t>(layout.shard_bytes() / 2), 0);
+      for (int p = 0; p < layout.param_count(); ++p) {
+        const ParamLayout& pl = layout.param(p);
+        std::vector<float> master(static_cast<std::size_t>(pl.shard_elems()));
+        for (std::size_t i = 0; i < master.size(); ++i) {
+          master[i] = random_value(rng, DType::kFp32);
+          shard[static_cast<std::size_t>(pl.offset / 2) + i] = arith::float_to_bf16(master[i]);
+        }
+        if (cast) {
+          store_values(master, DType::kFp32,
+                       ex.input(Buffer{r, Space::kTensor, e * layout.param_count() + p}));
+        }
+      }
+      if (!cast) {
+        auto bytes = ex.input(Buffer{r, Space::kArena, 0}, areas.resident, layout.shard_bytes());
+        std::memcpy(bytes.data(), shard.data(), bytes.size());
+      }
+    }
+  }
+  exec::RunOptions run;
+  run.seed = seed;
+  run.jitter = 0.5;
+  const exec::RunResult result = ex.run(run);
+  ASSERT_TRUE(result.clean()) << errors_of(result);
+  for (int r = 0; r < world; ++r) {
+    const auto arena = ex.memory(Buffer{r, Space::kArena, 0});
+    for (int p = 0; p < layout.param_count(); ++p) {
+      for (int src = 0; src < world; ++src) {
+        const ParamLayout& pl = layout.param(p);
+        const std::int64_t bytes = layout.valid_rows(p, src) * pl.cols * 2;
+        const std::byte* got = arena.data() + areas.landing + layout.landing_offset(p, src);
+        const auto& shard = shards[static_cast<std::size_t>(src)];
+        ASSERT_EQ(std::memcmp(got, shard.data() + pl.offset / 2, static_cast<std::size_t>(bytes)),
+                  0)
+            << "rank " << r << " param " << p << " from rank " << src;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Topologies, AgSequence,
+                         ::testing::Combine(::testing::Values(Topo{1, 2}, Topo{2, 1}, Topo{2, 2},
+                                                              Topo{3, 2}, Topo{5, 1}),
+                                            ::testing::Bool()));
+
+}  // namespace
+}  // namespace tide
