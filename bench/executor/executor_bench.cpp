@@ -1,10 +1,9 @@
 // tide_executor_bench: TIDE-AG and TIDE-RS (In-Place, Slot-Reuse) run by the CUDA executor on
-// the virtual fabric (issue 5, Measurements). Per configuration (topology, P, collective):
+// the virtual fabric (docs/executor.md, Measurements). Per configuration (topology, P, collective):
 //   - host enqueue latency of one call (CudaRunResult::enqueue_us; median and p99 over
 //     repeats). One host thread enqueues every virtual rank's ops, so the time per rank is the
-//     total divided by N; a real rank's thread enqueues only its own ops. Measured with copy
-//     ops batched (one cudaMemcpyBatchAsync per op, CudaExecutorOptions::batch_copies) and
-//     per descriptor (one cudaMemcpyAsync / cudaMemcpy2DAsync each), per --batch.
+//     total divided by N; a real rank's thread enqueues only its own ops. Copy ops issue one
+//     cudaMemcpyAsync / cudaMemcpy2DAsync per descriptor.
 //   - copy descriptors issued per call and rank against the core's counts (TIDE-RS Level 1:
 //     RsPlan::level1_descriptors(r).coalesced; TIDE-AG scatter: AgPlan::descriptor_counts(n)
 //     .unicast).
@@ -16,9 +15,7 @@
 // Timings between virtual ranks on one GPU are NOT NVLink timings: all ranks share one GPU's
 // SMs and copy engines, and "remote" copies are local device-to-device copies.
 //
-// Usage: tide_executor_bench [--out FILE.json] [--repeats N] [--quick] [--batch on|off|both]
-//   --batch: which copy paths to time (default both; the first listed, batched for "both",
-//   also runs the profiled and descriptor measurements).
+// Usage: tide_executor_bench [--out FILE.json] [--repeats N] [--quick]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -103,14 +100,12 @@ void fill_all(tide::exec::CudaExecutor& ex, const Program& p) {
 struct Timing {
   std::vector<double> enqueue, wall;
   std::int64_t copies = 0, copy_calls = 0, kernels = 0, memops = 0;
-  bool batching = false;
 };
 
 Timing time_calls(const Program& program, tide::fabric::VirtualFabric& fab,
                   const tide::exec::CudaExecutorOptions& options, int repeats) {
   tide::exec::CudaExecutor ex(program, fab, options);
   Timing t;
-  t.batching = ex.batching();
   for (int i = 0; i < 3; ++i)
     (void)ex.run();  // warm-up
   for (int i = 0; i < repeats; ++i) {
@@ -125,20 +120,7 @@ Timing time_calls(const Program& program, tide::fabric::VirtualFabric& fab,
   return t;
 }
 
-json timing_json(const Timing& t, int n) {
-  return {{"batching", t.batching},
-          {"repeats", t.enqueue.size()},
-          {"enqueue_us_median", percentile(t.enqueue, 0.5)},
-          {"enqueue_us_p99", percentile(t.enqueue, 0.99)},
-          {"enqueue_us_per_rank_median", percentile(t.enqueue, 0.5) / n},
-          {"enqueue_us_per_rank_p99", percentile(t.enqueue, 0.99) / n},
-          {"wall_us_median", percentile(t.wall, 0.5)},
-          {"copies_per_call", t.copies},
-          {"copy_calls_per_call", t.copy_calls}};
-}
-
-// `modes`: batch_copies per timed path, the first also used for the profiled runs.
-json run_config(const Config& c, int repeats, std::int64_t elems, const std::vector<bool>& modes) {
+json run_config(const Config& c, int repeats, std::int64_t elems) {
   const Topology topo(c.m, c.l);
   const int n = topo.world();
   const bool ag = c.collective == "AG";
@@ -149,26 +131,14 @@ json run_config(const Config& c, int repeats, std::int64_t elems, const std::vec
   ro.mode = c.collective == "RS slot-reuse" ? tide::RsMode::kSlotReuse : tide::RsMode::kInPlace;
   const tide::RsPlan rs_plan(layout, ro);
   tide::program::RsProgramOptions po;
-  po.alpha = 1.0f / static_cast<float>(n);
-  po.sum_ctas = 16;
+  po.alpha = 1.0f / static_cast<float>(n);  // the library's CTA budgets (RsProgramOptions)
   const Program program =
       ag ? tide::program::build_ag_program(ag_plan) : tide::program::build_rs_program(rs_plan, po);
 
   tide::fabric::VirtualFabric fab(program);
-  tide::exec::CudaExecutorOptions primary;
-  primary.batch_copies = modes.front();
-  tide::exec::CudaExecutor ex(program, fab, primary);
+  tide::exec::CudaExecutor ex(program, fab);
   fill_all(ex, program);
-  std::map<bool, Timing> timed;
-  for (bool batch : modes) {
-    tide::exec::CudaExecutorOptions o;
-    o.batch_copies = batch;
-    // The second path with at most 20 calls: the per-descriptor 8 x 8 calls take ~0.2-0.5 s
-    // each, and the whole bench must fit scripts/device/executor.sh's 240 s.
-    timed[batch] =
-        time_calls(program, fab, o, batch == modes.front() ? repeats : std::min(repeats, 20));
-  }
-  const Timing& first = timed.at(modes.front());
+  const Timing first = time_calls(program, fab, {}, repeats);
   const std::vector<double>& enqueue = first.enqueue;
   const std::vector<double>& wall = first.wall;
   const std::int64_t copies = first.copies, kernels = first.kernels, memops = first.memops;
@@ -190,11 +160,8 @@ json run_config(const Config& c, int repeats, std::int64_t elems, const std::vec
             {"wall_us_median", percentile(wall, 0.5)},
             {"copies_per_call", copies},
             {"copy_calls_per_call", first.copy_calls},
-            {"batching", first.batching},
             {"kernels_per_call", kernels},
             {"memops_per_call", memops}};
-  for (const auto& [batch, t] : timed)
-    j[batch ? "enqueue_batched" : "enqueue_per_descriptor"] = timing_json(t, n);
   for (const ParamShape& s : shapes(c.p, elems))
     j["shapes"].push_back({s.rows, s.cols});
 
@@ -294,7 +261,6 @@ int main(int argc, char** argv) {
   std::string out_path = "executor_bench.json";
   int repeats = 50;
   bool quick = false;
-  std::vector<bool> modes = {true, false};  // batched, then per descriptor
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--out" && i + 1 < argc) {
@@ -303,19 +269,9 @@ int main(int argc, char** argv) {
       repeats = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--quick") {
       quick = true;
-    } else if (a == "--batch" && i + 1 < argc && std::strcmp(argv[i + 1], "on") == 0) {
-      modes = {true};
-      ++i;
-    } else if (a == "--batch" && i + 1 < argc && std::strcmp(argv[i + 1], "off") == 0) {
-      modes = {false};
-      ++i;
-    } else if (a == "--batch" && i + 1 < argc && std::strcmp(argv[i + 1], "both") == 0) {
-      modes = {true, false};
-      ++i;
     } else {
       std::fprintf(stderr,
-                   "usage: tide_executor_bench [--out FILE.json] [--repeats N] [--quick] "
-                   "[--batch on|off|both]\n");
+                   "usage: tide_executor_bench [--out FILE.json] [--repeats N] [--quick]\n");
       return 2;
     }
   }
@@ -339,16 +295,15 @@ int main(int argc, char** argv) {
       "one GPU are not NVLink timings (shared SMs and copy engines; 'remote' copies are local).\n"
       "enqueue: one host thread enqueues all N ranks' ops; /rank = total / N.\n\n",
       prop.name);
-  std::printf(
-      "%-5s %-3s %-14s %5s %10s %10s %9s %9s %8s %8s %9s %8s %8s %6s %10s %10s %10s %9s %9s\n",
-      "MxL", "P", "collective", "ops", "enq_med", "enq_p99", "enq/rk B", "enq/rk D", "calls B",
-      "calls D", "wall_med", "desc/rk", "core/rk", "match", "SM cta*ms", "pers13", "pers16",
-      "arena MiB", "model MiB");
+  std::printf("%-5s %-3s %-14s %5s %10s %10s %9s %8s %9s %8s %8s %6s %10s %10s %10s %9s %9s\n",
+              "MxL", "P", "collective", "ops", "enq_med", "enq_p99", "enq/rk", "calls", "wall_med",
+              "desc/rk", "core/rk", "match", "SM cta*ms", "pers13", "pers16", "arena MiB",
+              "model MiB");
   json results = json::array();
   for (const Config& c : configs) {
     json j;
     try {
-      j = run_config(c, repeats, elems, modes);
+      j = run_config(c, repeats, elems);
     } catch (const std::exception& e) {
       std::printf("%dx%d P=%d %s: FAILED: %s\n", c.m, c.l, c.p, c.collective.c_str(), e.what());
       results.push_back({{"topology", std::to_string(c.m) + "x" + std::to_string(c.l)},
@@ -358,30 +313,14 @@ int main(int argc, char** argv) {
       continue;
     }
     const bool rs = c.collective != "AG";
-    // Per rank enqueue and copy calls per call of one path; "-" when not timed ("B*": the
-    // batch path was asked for but the API is missing, so it ran per descriptor).
-    auto path = [&](const char* key, bool calls) -> std::string {
-      if (!j.contains(key)) return "-";
-      const json& t = j[key];
-      char buf[32];
-      if (calls) {
-        std::snprintf(
-            buf, sizeof buf, "%lld%s",
-            static_cast<long long>(t["copy_calls_per_call"].get<std::int64_t>()),
-            std::string(key) == "enqueue_batched" && !t["batching"].get<bool>() ? "*" : "");
-      } else {
-        std::snprintf(buf, sizeof buf, "%.1f", t["enqueue_us_per_rank_median"].get<double>());
-      }
-      return buf;
-    };
     std::printf(
-        "%-5s %-3d %-14s %5lld %10.1f %10.1f %9s %9s %8s %8s %9.1f %8lld %8lld %6s %10s %10s %10s "
+        "%-5s %-3d %-14s %5lld %10.1f %10.1f %9.1f %8lld %9.1f %8lld %8lld %6s %10s %10s %10s "
         "%9s %9s\n",
         j["topology"].get<std::string>().c_str(), c.p, c.collective.c_str(),
         static_cast<long long>(j["ops"].get<std::int64_t>()), j["enqueue_us_median"].get<double>(),
-        j["enqueue_us_p99"].get<double>(), path("enqueue_batched", false).c_str(),
-        path("enqueue_per_descriptor", false).c_str(), path("enqueue_batched", true).c_str(),
-        path("enqueue_per_descriptor", true).c_str(), j["wall_us_median"].get<double>(),
+        j["enqueue_us_p99"].get<double>(), j["enqueue_us_per_rank_median"].get<double>(),
+        static_cast<long long>(j["copy_calls_per_call"].get<std::int64_t>()),
+        j["wall_us_median"].get<double>(),
         static_cast<long long>(j["descriptors_issued_max_per_rank"].get<std::int64_t>()),
         static_cast<long long>(j["descriptors_core_max_per_rank"].get<std::int64_t>()),
         j["descriptors_match_core"].get<bool>() ? "yes" : "NO",
@@ -397,9 +336,8 @@ int main(int argc, char** argv) {
     results.push_back(j);
   }
   std::printf(
-      "\nenq_med/p99: host us per call (all N ranks), first timed path; enq/rk B / D: host us "
-      "per call and rank, copy ops batched (cudaMemcpyBatchAsync per op) / per descriptor; "
-      "calls B / D: copy API calls per call (all ranks; '*': no batch API, per descriptor); "
+      "\nenq_med/p99: host us per call (all N ranks); enq/rk: host us per call and rank; "
+      "calls: copy API calls per call (all ranks); "
       "desc/rk: copy descriptors on the Level 1 push "
       "(RS) or scatter (AG) streams, max over ranks, vs the core's count; SM cta*ms: per rank, "
       "sum of CTA budget x kernel time of Level 1 sums and landings; pers13/16: a persistent "

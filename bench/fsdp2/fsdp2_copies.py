@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What stock FSDP2 pays in layout copies that TIDE removes, measured on one GPU (issue 5).
+"""What stock FSDP2 pays in layout copies that TIDE removes, measured on one GPU.
 
 For each parameter group (one Llama-3.1-70B decoder layer, one Qwen3-30B-A3B decoder layer with
 fused experts; shapes from `tide plan --json`, kept in bench/fsdp2/shapes.json) and each world

@@ -58,11 +58,11 @@
 
 #include "interference.hpp"
 #include "interference_model.hpp"
-#include "level1_problem.hpp"
-#include "stream_memops.hpp"
+#include "tide/calibrate/level1_problem.hpp"
+#include "tide/calibrate/stream_memops.hpp"
+#include "tide/calibrate/timing.hpp"
 #include "tide/kernels/cuda_check.hpp"
 #include "tide/kernels/level1_sum.hpp"
-#include "timing.hpp"
 
 namespace {
 

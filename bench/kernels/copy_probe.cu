@@ -28,7 +28,7 @@
 #include <cstring>
 #include <vector>
 
-#include "../../src/kernels/ptx.cuh"
+#include "ptx.cuh"
 #include "tide/kernels/cuda_check.hpp"
 
 namespace {

@@ -150,7 +150,7 @@ def main():
     default_lines, _ = main_table(default, torch_ops(torch))
     rates = probe["rates"]
     env = torch["env"]
-    text = f"""# TIDE over NCCL on the GPUs of one host (issue 7)
+    text = f"""# TIDE over NCCL on the GPUs of one host
 
 Made by `python3 bench/nccl/report.py` from the run directories beside this file. Machine:
 `nvidia-h200-x2` (2 x H200, NV18 NVLink, driver 580.159.04, NCCL 2.28.3 for TIDE, PyTorch

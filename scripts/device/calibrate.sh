@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `tide calibrate` and the interference benchmark on the device machine, in one call (issue 6;
-# docs/cli.md "tide calibrate", docs/interference.md).
+# `tide calibrate` and the interference benchmark on the device machine, in one call
+# (docs/cli.md "tide calibrate", docs/interference.md).
 #   here:   scripts/stage-deps.sh            (once: GoogleTest and headers into .deps/)
 #   device: run(command="bash scripts/device/calibrate.sh", carry=[".deps"])
 # Writes under $OUT (or /tmp/tide-calibrate-out):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds and runs the CUDA executor's tests (issue 5: virtual fabric + CUDA executor, bitwise
-# against the CPU reference executor) on the device machine, in one call.
+# Builds and runs the CUDA executor's tests (virtual fabric + CUDA executor, bitwise against
+# the CPU reference executor) on the device machine, in one call.
 #   here:   scripts/stage-deps.sh            (once: GoogleTest and headers into .deps/)
 #   device: run(command="bash scripts/device/executor.sh", carry=[".deps"])
 # STEPS (default "build tests sanitize bench") picks steps. Writes under $OUT (or

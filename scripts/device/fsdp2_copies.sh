@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# FSDP2's layout copies that TIDE removes, measured with the device's PyTorch (issue 5; see
+# FSDP2's layout copies that TIDE removes, measured with the device's PyTorch (see
 # bench/fsdp2/README.md): split_with_sizes_copy copy-out and _chunk_cat bf16->fp32 packing for a
 # Llama-3.1-70B layer and a Qwen3-30B-A3B layer at N = 8, 16, 64, on one GPU, no communication.
 #   device: run(command="bash scripts/device/fsdp2_copies.sh")      (no build, no carry)

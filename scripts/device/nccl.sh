@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# TIDE across the GPUs of one host over NCCL (issue 7), in one device call:
+# TIDE across the GPUs of one host over NCCL, in one device call:
 #   here:   scripts/stage-deps.sh            (once: GoogleTest and headers into .deps/)
 #   device: run(kind="nvidia-h200-x2", command="bash scripts/device/nccl.sh", carry=[".deps"])
 # STEPS (default "build unit probe check faults bench torch") picks steps:

@@ -1,5 +1,5 @@
 // The Level 1 problem of level1_problem.hpp: buffers, the segment table, random inputs.
-#include "level1_problem.hpp"
+#include "tide/calibrate/level1_problem.hpp"
 #include "tide/kernels/fill_random.hpp"
 
 namespace tide::calibrate {

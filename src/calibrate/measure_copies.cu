@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "measure_parts.hpp"
+#include "tide/calibrate/timing.hpp"
 #include "tide/version_gates.hpp"
-#include "timing.hpp"
 
 namespace tide::calibrate::detail {
 namespace {

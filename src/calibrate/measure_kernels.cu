@@ -10,12 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "level1_problem.hpp"
 #include "measure_parts.hpp"
+#include "tide/calibrate/level1_problem.hpp"
+#include "tide/calibrate/timing.hpp"
+#include "tide/core/cta_budgets.hpp"
 #include "tide/kernels/cast.hpp"
 #include "tide/kernels/landing.hpp"
 #include "tide/kernels/level1_sum.hpp"
-#include "timing.hpp"
 
 namespace tide::calibrate::detail {
 namespace {
@@ -144,7 +145,7 @@ void measure_cast(Context& c, Stream& s) {
                          DeviceBuffer(static_cast<std::size_t>(n) * 2)};
   for (auto& b : src)
     fill_random(b.get(), n, 4, 5, nullptr);
-  constexpr int kCtas = 4;  // TIDE-AG's cast budget (program/ag_builder.cpp)
+  constexpr int kCtas = kDefaultCastCtas;  // TIDE-AG's cast budget
   const double ms = median_ms(s, 1, c.reps(8), [&](int i) {
     kernels::launch_cast_fp32_to_bf16(dst[i % 2].as<std::uint16_t>(), src[i % 2].as<float>(), n, s,
                                       kCtas);

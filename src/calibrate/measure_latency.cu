@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "measure_parts.hpp"
-#include "stream_memops.hpp"
-#include "timing.hpp"
+#include "tide/calibrate/stream_memops.hpp"
+#include "tide/calibrate/timing.hpp"
 
 namespace tide::calibrate::detail {
 namespace {

@@ -12,7 +12,6 @@
 #include <random>
 #include <string>
 
-#include "collective_data.hpp"
 #include "commands.hpp"
 #include "digest.hpp"
 #include "npy.hpp"
@@ -28,6 +27,7 @@
 #include "tide/program/ag_builder.hpp"
 #include "tide/program/fsdp2_baseline.hpp"
 #include "tide/program/rs_builder.hpp"
+#include "tide/testing/checks.hpp"
 
 namespace tide::cli {
 
@@ -81,6 +81,11 @@ namespace {
 using nlohmann::json;
 using program::Buffer;
 using program::Space;
+using testing::AgShard;
+using testing::check_landing;
+using testing::check_reduce_scatter;
+using testing::CheckResult;
+using testing::random_shards;
 
 // What every simulation reports.
 struct Outcome {
@@ -181,7 +186,7 @@ Outcome simulate_all_gather(const SimulateArgs& a, const GroupLayout& layout,
       [&](int r) {
         return ex.memory(Buffer{r, Space::kOutput, 0});
       },
-      digest, check);
+      [&](std::span<const std::byte> bytes) { digest.update(bytes); }, check);
   o.bitwise = check.bitwise;
   o.max_abs_error = check.max_abs_error;
   o.sha256 = digest.hex();
@@ -265,7 +270,7 @@ Outcome simulate_reduce_scatter(const SimulateArgs& a, const GroupLayout& layout
       [&](int r) {
         return ex.memory(Buffer{r, Space::kOutput, 0});
       },
-      digest, check);
+      [&](std::span<const std::byte> bytes) { digest.update(bytes); }, check);
   o.bitwise = check.bitwise;
   o.max_abs_error = check.max_abs_error;
   o.tolerance = check.tolerance;

@@ -11,13 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "collective_data.hpp"
+#include "digest.hpp"
 #include "shapes.hpp"
 #include "simulate.hpp"
 #include "table.hpp"
 #include "tide/core/error.hpp"
 #include "tide/core/models.hpp"
 #include "tide/program/step.hpp"
+#include "tide/testing/checks.hpp"
 
 namespace tide::cli {
 namespace {
@@ -25,6 +26,11 @@ namespace {
 using nlohmann::json;
 using program::Buffer;
 using program::Space;
+using testing::AgShard;
+using testing::check_landing;
+using testing::check_reduce_scatter;
+using testing::CheckResult;
+using testing::random_shards;
 
 // The step's groups: `--groups A;B;...` (shape sets), or `--shapes`/`--model NAME:GROUP`
 // repeated `--layers` times, or `--model NAME`: its embedding group (when it has one), its
@@ -207,12 +213,13 @@ void simulate_step(const SimulateArgs& a) {
       const program::StepCall& call = step.calls[i];
       const std::size_t g = static_cast<std::size_t>(call.group);
       auto output = [&](int r) { return ex.memory(Buffer{r, Space::kOutput, call.output}); };
+      const auto record = [&](std::span<const std::byte> bytes) { digest.update(bytes); };
       CheckResult check;
       if (call.kind == program::StepCallKind::kAllGather) {
-        check_landing(layouts[g], shards[g], output, digest, check);
+        check_landing(layouts[g], shards[g], output, record, check);
       } else {
         check_reduce_scatter(rs_plans[g], grads[g], rs.alpha, a.accumulate, initial[i], output,
-                             digest, check);
+                             record, check);
         if (check.max_abs_error > check.tolerance) passed = false;
         if (!check.bitwise && rs.landing == program::LandingStyle::kPull && !a.baseline) {
           passed = false;

@@ -4,12 +4,25 @@
 #include <iostream>
 
 #include "commands.hpp"
+#include "tide/core/env.hpp"
 #include "tide/core/error.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"TIDE: layout-aware, zero-copy collectives for PyTorch FSDP2 (planning tools)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "tide 0.1.0");
+  app.add_flag_callback(
+         "--help-env",
+         [] {
+           std::cout << "TIDE's environment variables (NOTE [environment knobs]):\n";
+           for (const tide::env::EnvKnob& k : tide::env::kEnvKnobs) {
+             std::cout << "  " << k.name << "\n      default: " << k.default_value << "\n      "
+                       << k.meaning << '\n';
+           }
+           throw CLI::Success();
+         },
+         "Print every TIDE_* environment variable (name, default, meaning) and exit")
+      ->trigger_on_parse();
   tide::cli::add_plan_command(app);
   tide::cli::add_check_plans_command(app);
   tide::cli::add_memory_command(app);

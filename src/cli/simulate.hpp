@@ -5,6 +5,7 @@
 #include <string>
 
 #include "rs_args.hpp"
+#include "tide/core/cta_budgets.hpp"
 #include "tide/exec/reference_executor.hpp"
 #include "tide/program/program.hpp"
 #include "tide/program/rs_builder.hpp"
@@ -19,7 +20,7 @@ struct SimulateArgs {
   std::string ag_dtype = "bf16", grad_dtype = "bf16";
   bool cast = false;
   RsArgs rs;
-  int sum_ctas = 16, landing_ctas = 4;
+  int sum_ctas = kDefaultSumCtas, landing_ctas = kDefaultLandingCtas;
   std::string landing = "pull";
   bool accumulate = false;
   float alpha = 0;  // 0: 1 / N, FSDP2's average

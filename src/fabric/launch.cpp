@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "tide/core/env.hpp"
 #include "tide/core/error.hpp"
 
 extern char** environ;
@@ -28,10 +29,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr const char* kIdFile = "nccl-unique-id";
 
+// The launchers' variables (NOTE [environment knobs] declares the TIDE_* ones).
 std::optional<std::string> env(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  return std::string(v);
+  return ::tide::env::value(name);
 }
 
 int parse_int(const std::string& text, const char* name) {

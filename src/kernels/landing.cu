@@ -28,6 +28,7 @@
 #include <string>
 
 #include "ptx.cuh"
+#include "tide/core/env.hpp"
 #include "tide/core/error.hpp"
 #include "tide/kernels/cuda_check.hpp"
 #include "tide/kernels/landing.hpp"
@@ -218,10 +219,9 @@ bool multimem_supported(int device) {
   return value != 0;
 }
 
-// Knob: TIDE_ENABLE_MULTIMEM (default 0). Read here and nowhere else.
+// TIDE_ENABLE_MULTIMEM (NOTE [environment knobs]).
 bool multimem_enabled_by_environment() {
-  const char* v = std::getenv("TIDE_ENABLE_MULTIMEM");
-  return v != nullptr && std::strcmp(v, "1") == 0;
+  return env::flag("TIDE_ENABLE_MULTIMEM");
 }
 
 void launch_landing_multimem(const MultimemLandingArgs& a, cudaStream_t stream, bool opt_in) {

@@ -3,19 +3,18 @@
 //
 // Work: one outbox block of `rows` x `width` fp32 node partials. The block is cut into tiles of
 // `tile_elems` columns of one row; CTA b takes the contiguous tile range
-// [b*T/grid, (b+1)*T/grid) (or every grid-th tile, Level1Tuning::interleaved) and retires
-// when it is done (no persistent polling: Sec. 4.1).
+// [b*T/grid, (b+1)*T/grid) and retires when it is done (no persistent polling: Sec. 4.1).
 //
 // Two kernels compute the same bits (tests/kernels/level1_sum_test.cpp checks both):
 //   level1_sum_kernel         the warp-specialised bulk-copy (TMA) pipeline below, the design
-//                             of Sec. 4.1; the default Level1Tuning;
+//                             of Sec. 4.1; the default Level1Tuning, the faster kernel on a
+//                             full grid;
 //   level1_sum_direct_kernel  no shared memory: each warp loads its inputs straight into
 //                             registers (Level1Tuning::warp_direct), with a lean fast path for
-//                             whole, covered, aligned tiles. Measured 1.75x faster per CTA
-//                             than the pipeline at 1..32 CTAs on the H200 before the fast path
-//                             (docs/kernels.md), because one CTA's bulk copies into different
-//                             stages did not overlap there. recommended_level1_tuning() picks
-//                             between them.
+//                             whole, covered, aligned tiles; 3x faster per CTA than the
+//                             pipeline at 1..32 CTAs on the H200 (docs/kernels.md), because
+//                             one CTA's bulk copies into different stages did not overlap
+//                             there. recommended_level1_tuning() picks between them.
 //
 // Steps, per tile, in a warp-specialised pipeline of `stages` shared-memory stages:
 //   1. Producer warp (warp 0) waits until the consumers released the stage (empty barrier),
@@ -114,12 +113,9 @@ __device__ __forceinline__ void plain_copy(unsigned char* dst, const unsigned ch
 // Copies `nbytes` from global `src` to shared `dst`: the 16-byte-aligned middle by the bulk
 // copy engine (lane 0 registers its bytes on `full` first), the rest by plain loads.
 // Returns true when it wrote shared memory through the generic proxy (plain stores).
-// With `lsu`, the middle goes through cp.async 16-byte copies of all lanes instead of the bulk
-// copy engine (their completion reaches `full` through cp.async.mbarrier.arrive).
 template <typename E>
 __device__ __forceinline__ bool copy_piece(unsigned char* dst, const unsigned char* src,
-                                           std::uint32_t nbytes, std::uint32_t full, int lane,
-                                           bool lsu) {
+                                           std::uint32_t nbytes, std::uint32_t full, int lane) {
   const std::uint32_t d = ptx::smem_addr(dst);
   const auto a = reinterpret_cast<std::uintptr_t>(src);
   std::uint32_t head = nbytes;
@@ -129,11 +125,7 @@ __device__ __forceinline__ bool copy_piece(unsigned char* dst, const unsigned ch
     mid = (nbytes - head) & ~15u;
   }
   const std::uint32_t tail = head + mid;
-  if (lsu) {
-    for (std::uint32_t o = head + 16u * static_cast<std::uint32_t>(lane); o < tail; o += 512u) {
-      ptx::cp_async_16(d + o, src + o);
-    }
-  } else if (mid != 0 && lane == 0) {
+  if (mid != 0 && lane == 0) {
     ptx::mbar_expect_tx(full, mid);
     ptx::bulk_g2s(d + head, src + head, mid, full);
   }
@@ -347,31 +339,13 @@ __device__ __forceinline__ void level1_combine(const Vec<In> (&staged)[kMaxLevel
     v[e] = kScale ? __fmul_rn(alpha, acc[e]) : acc[e];
 }
 
-__device__ __forceinline__ void stage_wait(bool spin, std::uint32_t bar, std::uint32_t parity,
-                                           const char* what) {
-  if (spin) {
-    ptx::mbar_spin(bar, parity, what);
-  } else {
-    ptx::mbar_wait(bar, parity, what);
-  }
-}
-
-// The tiles a worker (CTA, or warp in the warp-direct kernel) processes, in increasing order:
-// a contiguous range, or (interleaved) every n-th tile from its index, so that all workers
-// together sweep the block front to back (DRAM page locality).
+// The tiles a worker (CTA, or warp in the warp-direct kernel) processes: a contiguous range
+// [first, first + count).
 struct TileRange {
-  int first, count, step;
-  __device__ __forceinline__ TileRange(std::int64_t worker, std::int64_t workers, int total,
-                                       bool interleaved) {
-    if (interleaved) {
-      first = static_cast<int>(worker);
-      step = static_cast<int>(workers);
-      count = worker < total ? static_cast<int>((total - worker + workers - 1) / workers) : 0;
-    } else {
-      first = static_cast<int>(worker * total / workers);
-      step = 1;
-      count = static_cast<int>((worker + 1) * total / workers) - first;
-    }
+  int first, count;
+  __device__ __forceinline__ TileRange(std::int64_t worker, std::int64_t workers, int total) {
+    first = static_cast<int>(worker * total / workers);
+    count = static_cast<int>((worker + 1) * total / workers) - first;
   }
 };
 
@@ -402,9 +376,8 @@ __global__ void __launch_bounds__(32 * (1 + kMaxConsumerWarps), 1)
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int stages = p.stages;
   const std::uint32_t slot_bytes = static_cast<std::uint32_t>(p.tile_elems) * esz;
-  // Slots: staged 0..S-1 (unless the consumers read staged data directly), then own.
-  const bool direct = p.direct_staged != 0;
-  const int own_slot_index = direct ? 0 : p.num_staged;
+  // Slots: staged 0..S-1, then own.
+  const int own_slot_index = p.num_staged;
   const int nslots_in = own_slot_index + 1;
   const std::uint32_t out_slot_off = static_cast<std::uint32_t>(nslots_in) * slot_bytes;
   const std::uint32_t mask_off =
@@ -412,7 +385,7 @@ __global__ void __launch_bounds__(32 * (1 + kMaxConsumerWarps), 1)
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) {
-      ptx::mbar_init(ptx::smem_addr(&full_bar[s]), p.lsu_copies ? 64 : 32);
+      ptx::mbar_init(ptx::smem_addr(&full_bar[s]), 32);
       ptx::mbar_init(ptx::smem_addr(&empty_bar[s]),
                      static_cast<std::uint32_t>(p.consumer_warps) * 32u);
     }
@@ -420,7 +393,7 @@ __global__ void __launch_bounds__(32 * (1 + kMaxConsumerWarps), 1)
   }
   __syncthreads();
 
-  const TileRange tiles(blockIdx.x, gridDim.x, p.total_tiles, p.interleaved != 0);
+  const TileRange tiles(blockIdx.x, gridDim.x, p.total_tiles);
 
   if (warp == 0) {
     // ------------------------------- producer -------------------------------
@@ -429,18 +402,17 @@ __global__ void __launch_bounds__(32 * (1 + kMaxConsumerWarps), 1)
     std::uint32_t seg = 0;
     std::uint32_t seg_end = 0;
     std::uint32_t generic_written = 0;  // bit s: stage s's last fill used plain stores
-    const bool lsu = p.lsu_copies != 0;
-    for (int j = 0, t = tiles.first; j < tiles.count; ++j, t += tiles.step) {
+    for (int j = 0, t = tiles.first; j < tiles.count; ++j, ++t) {
       const int s = j % stages;
       const std::uint32_t use = static_cast<std::uint32_t>(j / stages);
       if (use > 0)
-        stage_wait(p.spin_wait != 0, ptx::smem_addr(&empty_bar[s]), (use - 1) & 1u,
-                   "level1 stage release");
-      // NOTE [proxy fence]: the bulk copy engine (async proxy) may overwrite bytes that this
-      // warp last wrote with plain stores (generic proxy) only after a proxy fence
-      // (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S in SASS), so it is issued after fills that used
-      // plain stores, and only then. Consumers' reads need none: the empty barrier (every
-      // consumer thread arrives) orders them before the refill.
+        ptx::mbar_wait(ptx::smem_addr(&empty_bar[s]), (use - 1) & 1u, "level1 stage release");
+      // NOTE [proxy fence]
+      // The bulk copy engine (async proxy) may overwrite bytes that this warp last wrote with
+      // plain stores (generic proxy) only after a proxy fence (MEMBAR.ALL.CTA +
+      // FENCE.VIEW.ASYNC.S in SASS), so it is issued after fills that used plain stores, and
+      // only then. Consumers' reads need none: the empty barrier (every consumer thread
+      // arrives) orders them before the refill.
       if (generic_written & (1u << s)) {
         ptx::fence_proxy_async_smem();
         generic_written &= ~(1u << s);
@@ -456,16 +428,16 @@ __global__ void __launch_bounds__(32 * (1 + kMaxConsumerWarps), 1)
       __syncwarp();
 
       // Staged contributions, in local-rank order (slot k).
-      for (int k = 0; k < (direct ? 0 : p.num_staged); ++k) {
+      for (int k = 0; k < p.num_staged; ++k) {
         const unsigned char* src = p.staged + k * p.staged_stride_bytes +
                                    g.row * p.staged_pitch_bytes +
                                    static_cast<std::int64_t>(g.c0) * esz;
-        plain |= copy_piece<In>(st + k * slot_bytes, src, g.ncols * esz, full, lane, lsu);
+        plain |= copy_piece<In>(st + k * slot_bytes, src, g.ncols * esz, full, lane);
       }
       if constexpr (kAccumulate) {
         const auto* src = reinterpret_cast<const unsigned char*>(p.out + g.row * p.out_pitch +
                                                                  static_cast<std::int64_t>(g.c0));
-        plain |= copy_piece<float>(st + out_slot_off, src, g.ncols * 4u, full, lane, lsu);
+        plain |= copy_piece<float>(st + out_slot_off, src, g.ncols * 4u, full, lane);
       }
 
       // Own contribution: the runs of this row that meet [c0, c0 + ncols).
@@ -492,11 +464,10 @@ __global__ void __launch_bounds__(32 * (1 + kMaxConsumerWarps), 1)
         if (a >= b) continue;
         const auto* src = static_cast<const unsigned char*>(p.grads[r.param]) +
                           (r.src_offset + (a - r.dst_col)) * static_cast<std::int64_t>(esz);
-        plain |= copy_piece<In>(own_slot + (a - g.c0) * esz, src, (b - a) * esz, full, lane, lsu);
+        plain |= copy_piece<In>(own_slot + (a - g.c0) * esz, src, (b - a) * esz, full, lane);
         set_mask(mask, a - g.c0, b - g.c0, lane);
       }
       if (plain) generic_written |= 1u << s;
-      if (lsu) ptx::cp_async_arrive_noinc(full);
       ptx::mbar_arrive(full);
     }
   } else if (warp <= p.consumer_warps) {
@@ -505,10 +476,10 @@ __global__ void __launch_bounds__(32 * (1 + kMaxConsumerWarps), 1)
     const int nct = p.consumer_warps * 32;
     const int ns = p.num_staged;
     const float alpha = p.alpha;
-    for (int j = 0, t = tiles.first; j < tiles.count; ++j, t += tiles.step) {
+    for (int j = 0, t = tiles.first; j < tiles.count; ++j, ++t) {
       const int s = j % stages;
       const std::uint32_t use = static_cast<std::uint32_t>(j / stages);
-      stage_wait(p.spin_wait != 0, ptx::smem_addr(&full_bar[s]), use & 1u, "level1 stage fill");
+      ptx::mbar_wait(ptx::smem_addr(&full_bar[s]), use & 1u, "level1 stage fill");
       const unsigned char* st =
           smem + static_cast<std::size_t>(s) * static_cast<std::uint32_t>(p.stage_bytes);
       const TileGeom g = tile_geom(p, t);
@@ -516,12 +487,6 @@ __global__ void __launch_bounds__(32 * (1 + kMaxConsumerWarps), 1)
       float* orow = p.out + g.row * p.out_pitch + static_cast<std::int64_t>(g.c0);
       const bool vec_out = (reinterpret_cast<std::uintptr_t>(orow) & 15u) == 0;
       const int nchunks = static_cast<int>((g.ncols + kChunk - 1) / kChunk);
-      // Direct mode: this tile's staged rows, read straight from global memory.
-      const unsigned char* srow =
-          p.staged + g.row * p.staged_pitch_bytes + static_cast<std::int64_t>(g.c0) * esz;
-      const bool svec = ((reinterpret_cast<std::uintptr_t>(srow) |
-                          static_cast<std::uintptr_t>(p.staged_stride_bytes)) &
-                         15u) == 0;
       // kU chunks per thread and trip (2 for bf16, 1 for fp32, whose vectors are twice as
       // wide): all their loads are issued before any arithmetic.
       constexpr int kU = sizeof(In) == 2 ? 2 : 1;
@@ -532,26 +497,10 @@ __global__ void __launch_bounds__(32 * (1 + kMaxConsumerWarps), 1)
         for (int u = 0; u < kU; ++u) {
           const int q = q0 + u * nct;
           if (q < nchunks) {
-            const std::uint32_t c = static_cast<std::uint32_t>(q) * kChunk;
-            const std::uint32_t off = c * esz;
-            if (direct) {
-              const bool whole = svec && c + kChunk <= g.ncols;
+            const std::uint32_t off = static_cast<std::uint32_t>(q) * kChunk * esz;
 #pragma unroll
-              for (int k = 0; k < kMaxLevel1Staged; ++k) {
-                if (k < ns) {
-                  const unsigned char* src = srow + k * p.staged_stride_bytes + off;
-                  if (whole) {
-                    x[u][k].load_global(src);
-                  } else {
-                    x[u][k].load_global_partial(src, umin(g.ncols - c, kChunk));
-                  }
-                }
-              }
-            } else {
-#pragma unroll
-              for (int k = 0; k < kMaxLevel1Staged; ++k) {
-                if (k < ns) x[u][k].load(st + k * slot_bytes + off);
-              }
+            for (int k = 0; k < kMaxLevel1Staged; ++k) {
+              if (k < ns) x[u][k].load(st + k * slot_bytes + off);
             }
             own[u].load(st + static_cast<std::uint32_t>(own_slot_index) * slot_bytes + off);
           }
@@ -611,18 +560,16 @@ constexpr bool kArithNanIsCanonical = true;
 // its registers for the chunk kD ahead. No coverage masks, padding selects, tile geometry or
 // 64-bit index arithmetic per element; three pointers advance once per kD chunks. kNs is the
 // staged count when known at compile time (7: L = 8), else -1; kScale = false for alpha == 1.
-// kDepth (Level1Tuning::direct_depth; bf16, L = 8 only) overrides kD: 3 or 4 chunks of 8 x 16 B
-// per thread, for kernels launched with <= 12 or <= 8 warps (more registers per thread).
+// kDepth is kD: 4 chunks of 8 x 16 B per thread for bf16, L = 8, no accumulate (a kernel of
+// 8 warps: up to 255 registers per thread); 1 elsewhere (fp32's chunk is 64 registers; accumulate
+// and a staged count known only at run time spill with 2).
 // Synchronisation: none inside (each lane reads and writes its own columns); the kernel's
 // stream-order contract covers the rest.
 template <typename In, bool kAccumulate, int kNs, bool kScale, int kDepth>
 __device__ __forceinline__ void direct_fast_stretch(const unsigned char* s0, std::uint32_t stride,
                                                     const unsigned char* own, float* out,
                                                     int nchunks, int ns_rt, float alpha) {
-  // Chunks in flight per thread: 2 x 8 x 16 B for bf16 with L = 8 (64 registers; 3 spill under
-  // the 128 that 16 warps allow); 1 for fp32 (64 registers per chunk), with accumulate, and
-  // for a staged count known only at run time (those spill with 2).
-  constexpr int kD = kDepth > 0 ? kDepth : (sizeof(In) == 2 && !kAccumulate && kNs >= 0) ? 2 : 1;
+  constexpr int kD = kDepth;
   constexpr std::uint32_t kInBytes = 32 * kChunk * sizeof(In);  // one warp chunk, one input
   constexpr int kOutElems = 32 * kChunk;
   const int ns = kNs >= 0 ? kNs : ns_rt;
@@ -677,106 +624,31 @@ __device__ __forceinline__ void direct_fast_stretch(const unsigned char* s0, std
   }
 }
 
-// Fast path through a per-warp shared-memory ring (Level1Tuning::direct_async = kStages; bf16,
-// L = 8, no accumulate): the same stretch as direct_fast_stretch, but the 8 x 16-byte inputs of
-// a chunk travel by cp.async (LSU, .cg) into stage (chunk % kStages) of this warp's ring, so the
-// bytes in flight live in shared memory instead of registers (more warps per SM, and the next
-// chunk's copies are issued before this chunk's arithmetic, not after it). `ring` is the shared
-// address of this lane's 16 bytes in stage 0 of its warp's ring: stage s, input k at
-// ring + s * 4096 + k * 512 (a warp's 16-byte accesses cover 512 contiguous bytes: no bank
-// conflicts). Steps per chunk i: wait for group i (cp.async.wait_group kStages - 2), issue
-// chunk i + kStages - 1 into the stage chunk i - 1 used (whose shared loads the previous
-// arithmetic already consumed: no write-after-read hazard) and commit it (an empty group past
-// the end keeps the count uniform), read chunk i's 8 x 16 bytes into registers, then the
-// arithmetic and two 16-byte stores. Synchronisation: none across lanes; each lane reads back only
-// the bytes its own cp.async wrote, which wait_group makes visible to it.
-template <bool kScale, int kStages>
-__device__ __forceinline__ void direct_async_stretch(const unsigned char* s0, std::uint32_t stride,
-                                                     const unsigned char* own, float* out,
-                                                     int nchunks, float alpha, std::uint32_t ring) {
-  static_assert(kStages >= 2 && kStages <= 4);
-  constexpr int kNs = kMaxLevel1Staged;
-  constexpr std::uint32_t kInBytes = 32 * kChunk * 2;  // one warp chunk of one bf16 input
-  constexpr std::uint32_t kStageBytes = (kNs + 1) * kInBytes;
-  constexpr int kOutElems = 32 * kChunk;
-  const unsigned char* is0 = s0;  // the next chunk to issue
-  const unsigned char* iown = own;
-  int issued = 0;
-  std::uint32_t istage = 0;
-  auto issue = [&]() {
-    if (issued < nchunks) {
-      const std::uint32_t d = ring + istage * kStageBytes;
-#pragma unroll
-      for (int k = 0; k < kNs; ++k)
-        ptx::cp_async_16(d + k * kInBytes, is0 + static_cast<std::uint64_t>(stride) * k);
-      ptx::cp_async_16(d + kNs * kInBytes, iown);
-    }
-    ptx::cp_async_commit();
-    ++issued;
-    is0 += kInBytes;
-    iown += kInBytes;
-    istage = istage + 1 == kStages ? 0 : istage + 1;
-  };
-#pragma unroll
-  for (int b = 0; b < kStages - 1; ++b)
-    issue();
-  std::uint32_t stage = 0;
-  for (int i = 0; i < nchunks; ++i) {
-    ptx::cp_async_wait_group<kStages - 2>();
-    // Chunk i + kStages - 1 into the stage of chunk i - 1, before this chunk's shared loads:
-    // issued after them, the copies waited for the arithmetic that consumes them (ptxas keeps
-    // shared-memory accesses in order).
-    issue();
-    Vec<std::uint16_t> x[kMaxLevel1Staged];
-    Vec<std::uint16_t> ow;
-    const std::uint32_t d = ring + stage * kStageBytes;
-#pragma unroll
-    for (int k = 0; k < kNs; ++k)
-      x[k].v = ptx::lds128(d + k * kInBytes);
-    ow.v = ptx::lds128(d + kNs * kInBytes);
-    float v[kChunk];
-    level1_combine<kScale>(x, ow, kNs, alpha, v);
-    float4* o = reinterpret_cast<float4*>(out);
-    o[0] = make_float4(v[0], v[1], v[2], v[3]);
-    o[1] = make_float4(v[4], v[5], v[6], v[7]);
-    out += kOutElems;
-    stage = stage + 1 == kStages ? 0 : stage + 1;
-  }
-  ptx::cp_async_wait_group<0>();  // nothing of this stretch in flight when the ring is reused
-}
-
 // The warp-direct kernel (Sec. 4.1; App. G BW_sum at small CTA budgets). Each warp streams its own
-// contiguous range of warp tiles (32 lanes x kU chunks x 8 columns of one row; or every n-th tile,
-// Level1Tuning::interleaved), keeps its own cursor into the segment table, and loads every input
-// straight from global memory into registers. Steps, per tile:
+// contiguous range of warp tiles (32 lanes x kU chunks x 8 columns of one row), keeps its own
+// cursor into the segment table, and loads every input straight from global memory into
+// registers. Steps, per tile:
 //   1. tile geometry and the segment-table cursor (warp-wide search at a row start);
 //   2. fast path: when the run under the cursor covers this tile and the following ones, and
 //      every source and the output are 16-byte aligned, direct_fast_stretch() does all those
 //      tiles (as many as the run, the row and the warp's range allow) at once;
 //   3. otherwise (padding, run boundaries inside the tile, misaligned data, partial tiles):
-//      the general path, one chunk per lane at a time (all kU without a fast path): 7 + 1
-//      loads per chunk (16-byte where aligned, else element by element), the own columns run
-//      by run with a coverage mask, then the arithmetic, +0.0f on padding, NaN canonicalised
-//      on every element, vector or element stores.
+//      the general path, one chunk per lane at a time: 7 + 1 loads per chunk (16-byte where
+//      aligned, else element by element), the own columns run by run with a coverage mask,
+//      then the arithmetic, +0.0f on padding, NaN canonicalised on every element, vector or
+//      element stores.
 // Same arithmetic, padding and NaN rules as the pipeline above (NOTE [arithmetic order]); the
 // fast path is a pure specialisation (the tests compare both with the reference). The host
-// picks kNs = 7 when num_staged is 7 (L = 8; else -1, read at run time) and kScale = false when
-// alpha == 1: one fast loop per kernel keeps every bf16 variant free of spills. kFast = false
-// (Level1Tuning::direct_fast = false) is the kernel without a fast path, for comparisons.
-// bf16, L = 8, no accumulate only: kDepth = 3 or 4 keeps that many chunks in flight per thread
-// in the fast path (Level1Tuning::direct_depth), kAsync = S > 0 uses direct_async_stretch()
-// with an S-stage cp.async ring per warp in dynamic shared memory (Level1Tuning::direct_async);
+// picks kNs = 7 when num_staged is 7 (L = 8; else -1, read at run time), kScale = false when
+// alpha == 1, and kDepth, the fast path's chunks in flight per thread (4 for bf16, L = 8, no
+// accumulate, else 1): one fast loop per kernel keeps every bf16 kernel free of spills.
 // kMaxThreads is the launch bound that sets the registers per thread (65536 / kMaxThreads).
-// Synchronisation contract: as the pipeline's, without any inside the CTA (no barriers; with
-// kAsync each lane reads back only its own cp.async bytes).
-template <typename In, bool kAccumulate, int kNs, bool kScale, bool kFast, int kDepth, int kAsync,
-          int kMaxThreads>
+// Synchronisation contract: as the pipeline's, without any inside the CTA (no barriers).
+template <typename In, bool kAccumulate, int kNs, bool kScale, int kDepth, int kMaxThreads>
 __global__ void __launch_bounds__(kMaxThreads)
     level1_sum_direct_kernel(const __grid_constant__ Level1SumParams p) {
-  static_assert(kDepth == 0 && kAsync == 0 ||
-                    (sizeof(In) == 2 && !kAccumulate && kNs == kMaxLevel1Staged && kFast),
-                "the deeper and the cp.async fast paths are for bf16, L = 8, no accumulate");
-  extern __shared__ __align__(128) unsigned char direct_ring[];
+  static_assert(kDepth == 1 || (sizeof(In) == 2 && !kAccumulate && kNs == kMaxLevel1Staged),
+                "the deeper fast path is for bf16, L = 8, no accumulate");
   constexpr std::uint32_t esz = sizeof(In);
   constexpr int kU = sizeof(In) == 2 ? 2 : 1;
   constexpr std::uint32_t kTile = kU * 32 * kChunk;  // columns per warp tile (p.tile_elems)
@@ -784,11 +656,10 @@ __global__ void __launch_bounds__(kMaxThreads)
   const int wpb = static_cast<int>(blockDim.x) / 32;
   const std::int64_t gw = static_cast<std::int64_t>(blockIdx.x) * wpb + threadIdx.x / 32;
   const std::int64_t nw = static_cast<std::int64_t>(gridDim.x) * wpb;
-  const TileRange tiles(gw, nw, p.total_tiles, p.interleaved != 0);
+  const TileRange tiles(gw, nw, p.total_tiles);
   const int ns = p.num_staged;
   const float alpha = p.alpha;
-  const bool fast_ok =
-      kFast && (p.staged_stride_bytes & 15) == 0 && p.staged_stride_bytes <= 0xFFFFFFFFll;
+  const bool fast_ok = (p.staged_stride_bytes & 15) == 0 && p.staged_stride_bytes <= 0xFFFFFFFFll;
   RunCache cache;
   int cur_row = -1;
   std::uint32_t seg = 0;
@@ -823,33 +694,23 @@ __global__ void __launch_bounds__(kMaxThreads)
       if (own != nullptr && (reinterpret_cast<std::uintptr_t>(own) & 15u) == 0) {
         const std::uint32_t in_run = (r.dst_col + r.length - g.c0) / kTile;
         const std::uint32_t in_row = static_cast<std::uint32_t>((p.width - g.c0) / kTile);
-        const std::uint32_t in_range = tiles.step == 1 ? tiles.count - j : 1;
+        const std::uint32_t in_range = static_cast<std::uint32_t>(tiles.count - j);
         const int n = static_cast<int>(umin(umin(in_run, in_row), in_range));
         if (n > 0) {
           const std::uint32_t lo = static_cast<std::uint32_t>(lane) * kChunk;
           const unsigned char* s0 = srow + lo * esz;
           const auto sd = static_cast<std::uint32_t>(p.staged_stride_bytes);
-          const int nch = n * kU;
-          if constexpr (kAsync > 0) {
-            const std::uint32_t ring =
-                ptx::smem_addr(direct_ring) +
-                static_cast<std::uint32_t>(threadIdx.x / 32) * (kAsync * 4096u) + lo * esz;
-            direct_async_stretch<kScale, kAsync>(s0, sd, own + lo * esz, orow + lo, nch, alpha,
-                                                 ring);
-          } else if constexpr (kFast) {
-            direct_fast_stretch<In, kAccumulate, kNs, kScale, kDepth>(s0, sd, own + lo * esz,
-                                                                      orow + lo, nch, ns, alpha);
-          }
+          direct_fast_stretch<In, kAccumulate, kNs, kScale, kDepth>(s0, sd, own + lo * esz,
+                                                                    orow + lo, n * kU, ns, alpha);
           j += n;
-          t += n * tiles.step;
+          t += n;
           continue;
         }
       }
     }
-    // 3. General path for this one tile, kG chunks per lane at a time: 1 in the kernels with a
-    //    fast path (it keeps registers for the fast loop), kU (all loads of the tile in
-    //    flight) in the kernel without one (direct_fast = false, the kernel as it was before).
-    constexpr int kG = kFast ? 1 : kU;
+    // 3. General path for this one tile, kG = 1 chunk per lane at a time (two would spill
+    //    next to the fast loop).
+    constexpr int kG = 1;
     const bool svec = ((reinterpret_cast<std::uintptr_t>(srow) |
                         static_cast<std::uintptr_t>(p.staged_stride_bytes)) &
                        15u) == 0;
@@ -954,7 +815,7 @@ __global__ void __launch_bounds__(kMaxThreads)
       }
     }
     ++j;
-    t += tiles.step;
+    ++t;
   }
 }
 
@@ -965,59 +826,34 @@ __global__ void __launch_bounds__(kMaxThreads)
   throw InvalidArgument("launch_level1_sum: " + what);
 }
 
-// The warp-direct kernel variants of bf16, L = 8, no accumulate (Level1Tuning::direct_depth,
-// direct_async), with their launch bounds, and the limits the launcher checks.
-constexpr int direct_max_warps(int depth, int async_stages) {
-  return async_stages == 2   ? 24
-         : async_stages == 3 ? 18
-         : async_stages == 4 ? 12
-         : depth == 3        ? 12
-         : depth == 4        ? 8
-                             : 16;
+// The warp-direct kernel's warps per CTA: 8 for its deeper fast path (bf16, L = 8, no
+// accumulate; 4 chunks in flight per thread), 16 elsewhere (their launch bounds).
+constexpr int kDeepDirectWarps = 8;
+constexpr int kDirectWarps = 16;
+
+bool deep_direct_applies(DType dt, int num_staged, bool accumulate) {
+  return dt == DType::kBf16 && num_staged == kMaxLevel1Staged && !accumulate;
 }
 
-// The warp-direct kernel for these parameters: the fast path's specialisations (L = 8 with
-// 2, 3 or 4 chunks in flight or a cp.async ring of 2, 3 or 4 stages; alpha == 1), or the kernel
-// without a fast path.
+// The warp-direct kernel for these parameters: L = 8 (kNs = 7) or a run-time staged count,
+// alpha == 1 (no multiply) or not, and the deeper fast path for bf16, L = 8, no accumulate.
 template <typename In, bool kAccumulate>
 auto pick_direct_kernel(const Level1SumParams& p) {
+  constexpr int kThreads = 32 * kDirectWarps;
   const bool scale = p.alpha != 1.0f;
-  if (p.direct_fast == 0) {
-    return &level1_sum_direct_kernel<In, kAccumulate, -1, true, false, 0, 0, 512>;
-  }
   if (p.num_staged != kMaxLevel1Staged) {
-    return scale ? &level1_sum_direct_kernel<In, kAccumulate, -1, true, true, 0, 0, 512>
-                 : &level1_sum_direct_kernel<In, kAccumulate, -1, false, true, 0, 0, 512>;
+    return scale ? &level1_sum_direct_kernel<In, kAccumulate, -1, true, 1, kThreads>
+                 : &level1_sum_direct_kernel<In, kAccumulate, -1, false, 1, kThreads>;
   }
   constexpr int k7 = kMaxLevel1Staged;
   if constexpr (sizeof(In) == 2 && !kAccumulate) {
-#define TIDE_DIRECT_VARIANT(depth, stages)                                            \
-  return scale ? &level1_sum_direct_kernel<In, false, k7, true, true, depth, stages,  \
-                                           32 * direct_max_warps(depth, stages)>      \
-               : &level1_sum_direct_kernel<In, false, k7, false, true, depth, stages, \
-                                           32 * direct_max_warps(depth, stages)>
-    switch (p.direct_async) {
-      case 2:
-        TIDE_DIRECT_VARIANT(0, 2);
-      case 3:
-        TIDE_DIRECT_VARIANT(0, 3);
-      case 4:
-        TIDE_DIRECT_VARIANT(0, 4);
-      default:
-        break;
-    }
-    if (p.direct_depth == 3) TIDE_DIRECT_VARIANT(3, 0);
-    if (p.direct_depth == 4) TIDE_DIRECT_VARIANT(4, 0);
-#undef TIDE_DIRECT_VARIANT
+    constexpr int kDeepThreads = 32 * kDeepDirectWarps;
+    return scale ? &level1_sum_direct_kernel<In, false, k7, true, 4, kDeepThreads>
+                 : &level1_sum_direct_kernel<In, false, k7, false, 4, kDeepThreads>;
+  } else {
+    return scale ? &level1_sum_direct_kernel<In, kAccumulate, k7, true, 1, kThreads>
+                 : &level1_sum_direct_kernel<In, kAccumulate, k7, false, 1, kThreads>;
   }
-  return scale ? &level1_sum_direct_kernel<In, kAccumulate, k7, true, true, 0, 0, 512>
-               : &level1_sum_direct_kernel<In, kAccumulate, k7, false, true, 0, 0, 512>;
-}
-
-// Whether the deeper or cp.async fast paths apply (bf16, L = 8, no accumulate); elsewhere the
-// launcher runs the default warp-direct kernel with at most 16 warps.
-bool direct_variant_applies(DType dt, int num_staged, bool accumulate) {
-  return dt == DType::kBf16 && num_staged == kMaxLevel1Staged && !accumulate;
 }
 
 // Host-side caches of the launcher (per-launch driver queries are off the enqueue path):
@@ -1067,8 +903,7 @@ void launch_typed(const Level1SumParams& p, int grid, int threads, int smem_byte
                   cudaStream_t stream, bool warp_direct) {
   if (warp_direct) {
     auto kernel = pick_direct_kernel<In, kAccumulate>(p);
-    if (smem_bytes > 0) allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem_bytes);
-    kernel<<<grid, threads, static_cast<std::size_t>(smem_bytes), stream>>>(p);
+    kernel<<<grid, threads, 0, stream>>>(p);
     TIDE_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -1211,18 +1046,11 @@ void launch_level1_sum(const Level1SumArgs& a, cudaStream_t stream, const Level1
   }
   const bool tile_pow2 = tu.tile_bytes > 0 && (tu.tile_bytes & (tu.tile_bytes - 1)) == 0;
   if (tu.stages < 2 || tu.stages > kMaxStages || tu.tile_bytes < 512 || tu.tile_bytes > 65536 ||
-      !tile_pow2 || tu.consumer_warps < 1 ||
-      tu.consumer_warps > (tu.warp_direct ? direct_max_warps(tu.direct_depth, tu.direct_async)
-                                          : kMaxConsumerWarps)) {
+      !tile_pow2 ||
+      (!tu.warp_direct && (tu.consumer_warps < 1 || tu.consumer_warps > kMaxConsumerWarps))) {
     invalid("tuning (stages " + std::to_string(tu.stages) + ", tile_bytes " +
             std::to_string(tu.tile_bytes) + ", consumer_warps " +
             std::to_string(tu.consumer_warps) + ") is outside [2,4] x 2^[9,16] x [1,12]");
-  }
-  if ((tu.direct_depth != 0 && (tu.direct_depth < 2 || tu.direct_depth > 4)) ||
-      (tu.direct_async != 0 && (tu.direct_async < 2 || tu.direct_async > 4)) ||
-      (tu.direct_depth > 2 && tu.direct_async != 0)) {
-    invalid("tuning (direct_depth " + std::to_string(tu.direct_depth) + ", direct_async " +
-            std::to_string(tu.direct_async) + ") is outside {0, 2, 3, 4}, or both are set");
   }
 
   Level1SumParams p;
@@ -1246,7 +1074,7 @@ void launch_level1_sum(const Level1SumArgs& a, cudaStream_t stream, const Level1
     return static_cast<std::int64_t>(rows) * ((width + te - 1) / te);
   };
   auto stage_bytes = [&](int te) {
-    const int in_slots = tu.direct_staged ? 1 : a.num_staged + 1;
+    const int in_slots = a.num_staged + 1;
     std::int64_t b =
         in_slots * static_cast<std::int64_t>(te) * esz + (a.accumulate ? te * 4 : 0) + te / 8;
     return static_cast<int>((b + 127) / 128 * 128);
@@ -1283,30 +1111,9 @@ void launch_level1_sum(const Level1SumArgs& a, cudaStream_t stream, const Level1
   p.stages = tu.stages;
   p.stage_bytes = stage_bytes(tile);
   p.consumer_warps = tu.consumer_warps;
-  p.lsu_copies = tu.lsu_copies ? 1 : 0;
-  p.direct_staged = tu.direct_staged ? 1 : 0;
-  p.spin_wait = tu.spin_wait ? 1 : 0;
-  p.interleaved = tu.interleaved ? 1 : 0;
-  p.direct_fast = tu.direct_fast ? 1 : 0;
-  // The deeper and cp.async fast paths exist for bf16, L = 8, no accumulate; elsewhere the
-  // default warp-direct kernel runs, with 16 warps when a variant was asked for (its warp
-  // count belongs to the variant) and at most 16 otherwise (the result is the same).
-  const bool asked = tu.direct_depth > 2 || tu.direct_async > 0;
-  const bool variant = tu.warp_direct && tu.direct_fast &&
-                       direct_variant_applies(a.dtype, a.num_staged, a.accumulate);
-  p.direct_depth = variant && tu.direct_depth > 2 ? tu.direct_depth : 0;
-  p.direct_async = variant ? tu.direct_async : 0;
   const int direct_warps =
-      variant ? tu.consumer_warps : (asked ? 16 : std::min(tu.consumer_warps, 16));
-  int smem = tu.stages * p.stage_bytes;
-  if (tu.warp_direct) {
-    smem = direct_warps * p.direct_async * 4096;  // one ring of 8 x 512 B stages per warp
-    if (smem > max_smem) {
-      invalid("direct_async = " + std::to_string(p.direct_async) + " with " +
-              std::to_string(direct_warps) + " warps needs " + std::to_string(smem) +
-              " bytes of shared memory (at most " + std::to_string(max_smem) + ")");
-    }
-  }
+      deep_direct_applies(a.dtype, a.num_staged, a.accumulate) ? kDeepDirectWarps : kDirectWarps;
+  const int smem = tu.warp_direct ? 0 : tu.stages * p.stage_bytes;
 
   const int grid = static_cast<int>(std::min<std::int64_t>(a.ctas, tiles));
   const int threads = 32 * (tu.warp_direct ? direct_warps : 1 + tu.consumer_warps);

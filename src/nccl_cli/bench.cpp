@@ -1,5 +1,5 @@
 // tide-nccl bench: TIDE-AG and TIDE-RS over the NCCL fabric against stock FSDP2's path on the
-// same GPUs and data (issue 7, item 4), in the style of nccl-tests.
+// same GPUs and data, in the style of nccl-tests.
 //
 // Per case (a flat parameter whose shard is 32 or 128 MiB of bf16, or a model preset's layer
 // group) and per M x L split of the world:

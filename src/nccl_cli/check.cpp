@@ -1,5 +1,5 @@
 // tide-nccl check: the CUDA executor over the NCCL fabric, one rank per process, every output
-// bitwise equal to the CPU reference executor's on the same inputs (issue 7, correctness).
+// bitwise equal to the CPU reference executor's on the same inputs.
 //
 // Steps, per case and per M x L split of the world (every rank builds the same case from the
 // same seed, and computes the reference outputs itself):
@@ -30,17 +30,17 @@
 #include "session.hpp"
 #include "tide/core/error.hpp"
 #include "tide/core/models.hpp"
-#include "tide/exec/collective_cases.hpp"
 #include "tide/exec/cuda_executor.hpp"
 #include "tide/fabric/nccl_program_fabric.hpp"
+#include "tide/testing/cases.hpp"
 
 namespace tide::nccl_cli {
 namespace {
 
-using exec::CollectiveCase;
 using program::Buffer;
 using program::OpKind;
 using program::Space;
+using testing::CollectiveCase;
 
 // Every (M, L) with M L = world and L in {1, 2, 4, 8} (TIDE's node sizes).
 std::vector<std::pair<int, int>> splits(int world) {
@@ -60,9 +60,9 @@ std::vector<ParamShape> shrunk_preset(const char* name, std::int64_t factor) {
   return out;
 }
 
-exec::AgCaseOptions ag(bool cast, DType dtype, std::vector<ParamShape> shapes = {},
-                       std::string what = "") {
-  exec::AgCaseOptions o;
+testing::AgCaseOptions ag(bool cast, DType dtype, std::vector<ParamShape> shapes = {},
+                          std::string what = "") {
+  testing::AgCaseOptions o;
   o.cast = cast;
   o.dtype = dtype;
   o.shapes = std::move(shapes);
@@ -70,9 +70,9 @@ exec::AgCaseOptions ag(bool cast, DType dtype, std::vector<ParamShape> shapes = 
   return o;
 }
 
-exec::RsCaseOptions rs(RsMode mode, DType grad, bool accumulate, float alpha = 0.0f,
-                       std::vector<ParamShape> shapes = {}, std::string what = "") {
-  exec::RsCaseOptions o;
+testing::RsCaseOptions rs(RsMode mode, DType grad, bool accumulate, float alpha = 0.0f,
+                          std::vector<ParamShape> shapes = {}, std::string what = "") {
+  testing::RsCaseOptions o;
   o.mode = mode;
   o.grad = grad;
   o.accumulate = accumulate;
@@ -93,31 +93,31 @@ std::vector<CheckCase> make_cases(int world, std::uint64_t seed, bool quick) {
   for (auto [m, l] : splits(world)) {
     std::uint64_t s = seed * 1000 + static_cast<std::uint64_t>(m * 16 + l) * 37;
     const auto add = [&cases, l = l](CollectiveCase c) { cases.push_back({std::move(c), l}); };
-    add(exec::ag_case(m, l, ++s));
-    add(exec::rs_case(m, l, ++s));
-    add(exec::step_case(m, l, ++s));
+    add(testing::ag_case(m, l, ++s));
+    add(testing::rs_case(m, l, ++s));
+    add(testing::step_case(m, l, ++s));
     if (quick) continue;
-    add(exec::ag_case(m, l, ++s, ag(true, bf16)));
-    add(exec::ag_case(m, l, ++s, ag(false, fp32)));
-    add(exec::rs_case(m, l, ++s, rs(RsMode::kSlotReuse, bf16, false)));
-    add(exec::rs_case(m, l, ++s, rs(RsMode::kInPlace, fp32, true, 0.3f)));
-    add(exec::rs_case(m, l, ++s, rs(RsMode::kSlotReuse, fp32, true)));
-    exec::StepCaseOptions step;
+    add(testing::ag_case(m, l, ++s, ag(true, bf16)));
+    add(testing::ag_case(m, l, ++s, ag(false, fp32)));
+    add(testing::rs_case(m, l, ++s, rs(RsMode::kSlotReuse, bf16, false)));
+    add(testing::rs_case(m, l, ++s, rs(RsMode::kInPlace, fp32, true, 0.3f)));
+    add(testing::rs_case(m, l, ++s, rs(RsMode::kSlotReuse, fp32, true)));
+    testing::StepCaseOptions step;
     step.mode = RsMode::kSlotReuse;
     step.grad = fp32;
     step.accumulate = true;
     step.ag_stages = 1;
-    add(exec::step_case(m, l, ++s, step));
+    add(testing::step_case(m, l, ++s, step));
     // Many odd parameters, and the model presets shrunk to fit the CPU reference.
     std::mt19937_64 rng(++s);
-    const auto many = exec::random_shapes(rng, 200);
-    add(exec::ag_case(m, l, ++s, ag(false, bf16, many, " 200 params")));
-    add(exec::rs_case(m, l, ++s, rs(RsMode::kInPlace, bf16, false, 0, many, " 200 params")));
+    const auto many = testing::random_shapes(rng, 200);
+    add(testing::ag_case(m, l, ++s, ag(false, bf16, many, " 200 params")));
+    add(testing::rs_case(m, l, ++s, rs(RsMode::kInPlace, bf16, false, 0, many, " 200 params")));
     for (const char* preset : {"llama3.1-70b", "qwen3-30b-a3b"}) {
       const auto shapes = shrunk_preset(preset, 32);
       const std::string what = std::string(" ") + preset + "/32";
-      add(exec::ag_case(m, l, ++s, ag(false, bf16, shapes, what)));
-      add(exec::rs_case(m, l, ++s, rs(RsMode::kInPlace, bf16, false, 0, shapes, what)));
+      add(testing::ag_case(m, l, ++s, ag(false, bf16, shapes, what)));
+      add(testing::rs_case(m, l, ++s, rs(RsMode::kInPlace, bf16, false, 0, shapes, what)));
     }
   }
   return cases;
@@ -166,7 +166,7 @@ double median(std::vector<double> v) {
 std::string compare_own(exec::CudaExecutor& ex, const CollectiveCase& c, int me,
                         const std::vector<std::vector<std::byte>>& want) {
   for (std::size_t i = 0; i < c.checks.size(); ++i) {
-    const exec::CaseCheck& k = c.checks[i];
+    const testing::CaseCheck& k = c.checks[i];
     if (k.buffer.rank != me) continue;
     const std::vector<std::byte> all = ex.download(k.buffer);
     const auto n =
@@ -186,12 +186,12 @@ std::string compare_own(exec::CudaExecutor& ex, const CollectiveCase& c, int me,
 void prepare(exec::CudaExecutor& ex, const CollectiveCase& c, const program::Program& program,
              int me) {
   const program::BufferSizes& own = program.buffers[static_cast<std::size_t>(me)];
-  ex.fill(Buffer{me, Space::kArena, 0}, exec::kPoison);
+  ex.fill(Buffer{me, Space::kArena, 0}, testing::kPoison);
   for (std::size_t i = 0; i < own.tensor_bytes.size(); ++i)
-    ex.fill(Buffer{me, Space::kTensor, static_cast<int>(i)}, exec::kPoison);
+    ex.fill(Buffer{me, Space::kTensor, static_cast<int>(i)}, testing::kPoison);
   for (std::size_t i = 0; i < own.output_bytes.size(); ++i)
-    ex.fill(Buffer{me, Space::kOutput, static_cast<int>(i)}, exec::kPoison);
-  for (const exec::CaseInput& in : c.inputs) {
+    ex.fill(Buffer{me, Space::kOutput, static_cast<int>(i)}, testing::kPoison);
+  for (const testing::CaseInput& in : c.inputs) {
     if (in.buffer.rank == me) ex.upload(in.buffer, in.bytes, in.offset);
   }
 }
@@ -235,8 +235,8 @@ CaseResult run_one(RankSession& session, const CollectiveCase& c, int gpus_per_n
         result.status = std::string("setup: ") + e.what();
       }
     }
-    // NOTE [fabric interface]: no rank may signal or write a peer before the peer's executor
-    // exists and its buffers are prepared.
+    // No rank may signal or write a peer before the peer's executor exists and its buffers
+    // are prepared (NOTE [fabric interface]).
     if (session.sum_over_ranks(result.status != "ok", "every rank prepared") > 0) {
       if (result.status == "ok") result.status = "not run: a peer failed its setup";
       break;
@@ -304,7 +304,7 @@ int run_check(const fabric::LaunchedRank& me, const CheckArgs& args) {
     const CollectiveCase& c = cases[i].c;
     CaseResult r;
     try {
-      const auto want = exec::reference_outputs(c);
+      const auto want = testing::reference_outputs(c);
       r = run_one(session, c, cases[i].gpus_per_node, want, args, !args.fault.empty() && i == 0);
     } catch (const std::exception& e) {
       r.status = e.what();

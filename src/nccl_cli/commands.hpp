@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "tide/core/cta_budgets.hpp"
 #include "tide/fabric/launch.hpp"
 
 namespace tide::nccl_cli {
@@ -56,8 +57,8 @@ struct BenchArgs {
   bool all_gather = true;
   bool reduce_scatter = true;
   // TIDE-RS knobs (RsProgramOptions / RsOptions; the defaults are the library's).
-  int rs_sum_ctas = 16;
-  int rs_landing_ctas = 4;
+  int rs_sum_ctas = kDefaultSumCtas;
+  int rs_landing_ctas = kDefaultLandingCtas;
   std::int64_t rs_chunk_elems = 0;  // RsOptions::staging_chunk_elems (0: a whole pass part)
   bool rs_slot_reuse = false;
 };

@@ -1,4 +1,4 @@
-// tide-nccl: TIDE across GPUs over the NCCL fabric, one process per GPU (issue 7).
+// tide-nccl: TIDE across GPUs over the NCCL fabric, one process per GPU.
 //
 //   tide-nccl --spawn 2 check            # starts 2 ranks on this host (mpirun-style)
 //   torchrun --nproc-per-node 8 $(which tide-nccl) bench      # or under torchrun / mpirun

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <functional>
 
-#include "../fabric/cuda_driver.hpp"
+#include "cuda_driver.hpp"
 #include "tide/core/error.hpp"
 #include "tide/fabric/device_capabilities.hpp"
 #include "tide/kernels/cuda_check.hpp"

@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <string>
 
+#include "tide/core/cta_budgets.hpp"
 #include "tide/core/error.hpp"
 #include "tide/program/emitter.hpp"
 
@@ -144,7 +145,7 @@ struct Builder : Emitter {
         op.sources = {Region{Buffer{rank, Space::kTensor, at.tensor_base + p}, 0,
                              pl.shard_elems() * 4, pl.shard_elems() * 4, 1}};
         op.dst = arena_region(rank, slot_offset(0) + pl.offset, pl.shard_bytes);
-        op.ctas = 4;
+        op.ctas = kDefaultCastCtas;
       }
     }
     if (!injected(Fault::kAgNoLandingReadiness)) {

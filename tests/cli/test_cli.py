@@ -190,7 +190,7 @@ class Simulate(unittest.TestCase):
         self.assertLess(time.time() - start, 60)
 
     def test_data_at_64x8(self):
-        # Issue 3's scale point: every rank of 64 x 8 with real data, small shapes.
+        # The scale point: every rank of 64 x 8 with real data, small shapes.
         for collective in ("all-gather", "reduce-scatter"):
             out = run_json("simulate", collective, "-M", "64", "-L", "8", "--shapes",
                            "1024x3,517,9x2")
@@ -274,7 +274,7 @@ class BadInput(unittest.TestCase):
         self.assert_rejected("frobnicate")
 
 
-# ---- tide calibrate and the calibration file (issue 6) ----------------------------------
+# ---- tide calibrate and the calibration file -----------------------------------------
 
 import math  # noqa: E402
 import os  # noqa: E402

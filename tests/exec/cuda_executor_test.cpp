@@ -1,4 +1,4 @@
-// The CUDA executor and the virtual fabric (issue 5): TIDE-AG and TIDE-RS programs run on one
+// The CUDA executor and the virtual fabric: TIDE-AG and TIDE-RS programs run on one
 // GPU with N virtual ranks, every output compared bit for bit with the CPU reference executor
 // on the same random inputs; repeated runs identical; a wait that can never be satisfied
 // fails with a timeout naming it. GPU cases skip with a reason without a GPU; the checks a
@@ -17,13 +17,12 @@
 #include "tide/core/collective_reference.hpp"
 #include "tide/core/error.hpp"
 #include "tide/core/models.hpp"
-#include "tide/exec/collective_cases.hpp"
 #include "tide/exec/reference_executor.hpp"
 #include "tide/fabric/virtual_fabric.hpp"
 #include "tide/program/ag_builder.hpp"
 #include "tide/program/rs_builder.hpp"
 #include "tide/program/step.hpp"
-#include "tide/version_gates.hpp"
+#include "tide/testing/cases.hpp"
 
 namespace tide {
 namespace {
@@ -40,15 +39,15 @@ using program::Program;
 using program::Region;
 using program::Space;
 
-using Case = exec::CollectiveCase;
-using Input = exec::CaseInput;
-using Check = exec::CaseCheck;
-using exec::bytes_of;
-using exec::kPoison;
-using exec::random_shapes;
+using Case = testing::CollectiveCase;
+using Input = testing::CaseInput;
+using Check = testing::CaseCheck;
+using testing::bytes_of;
+using testing::kPoison;
+using testing::random_shapes;
 
 void reference_outputs(const Case& c, std::vector<std::vector<std::byte>>* out) {
-  *out = exec::reference_outputs(c);
+  *out = testing::reference_outputs(c);
 }
 
 // Poisons every buffer, uploads the inputs, runs, and returns the checked regions.
@@ -91,18 +90,11 @@ void expect_same(const Case& c, const std::vector<std::vector<std::byte>>& want,
   }
 }
 
-// Copy ops through the per-descriptor calls (the fallback of cudaMemcpyBatchAsync).
-CudaExecutorOptions per_descriptor() {
-  CudaExecutorOptions o;
-  o.batch_copies = false;
-  return o;
-}
-
 // Runs `c` on the reference and `runs` times on the GPU (one executor; counters carry over
 // between runs, NOTE [CUDA executor op mapping]); every checked byte equal every time.
 void run_case(const Case& c, int runs = 2, const CudaExecutorOptions& options = {},
               const fabric::VirtualFabricOptions& fabric_options = {}) {
-  SCOPED_TRACE(c.name + (options.batch_copies ? "" : " (per-descriptor copies)") +
+  SCOPED_TRACE(c.name + (options.copy_streams > 1 ? " (copy-engine pool)" : "") +
                (fabric_options.devices.size() > 1 ? " (several GPUs)" : ""));
   std::vector<std::vector<std::byte>> want;
   reference_outputs(c, &want);
@@ -119,28 +111,28 @@ void run_case(const Case& c, int runs = 2, const CudaExecutorOptions& options = 
 
 Case ag_case(int m, int l, bool cast, std::uint64_t seed, DType dtype = DType::kBf16,
              std::vector<ParamShape> shapes = {}, const std::string& what = "") {
-  exec::AgCaseOptions o;
+  testing::AgCaseOptions o;
   o.cast = cast;
   o.dtype = dtype;
   o.shapes = std::move(shapes);
   o.what = what;
-  return exec::ag_case(m, l, seed, o);
+  return testing::ag_case(m, l, seed, o);
 }
 
 Case rs_case(int m, int l, RsMode mode, DType grad, bool accumulate, std::uint64_t seed,
              std::vector<ParamShape> shapes = {}, const std::string& what = "",
              float alpha = 0.0f) {
-  exec::RsCaseOptions o;
+  testing::RsCaseOptions o;
   o.mode = mode;
   o.grad = grad;
   o.accumulate = accumulate;
   o.shapes = std::move(shapes);
   o.what = what;
   o.alpha = alpha;
-  return exec::rs_case(m, l, seed, o);
+  return testing::rs_case(m, l, seed, o);
 }
 
-// Every (M, L) with M in 1..16, L in {1, 2, 4, 8}, N = M L <= 16, and 8 x 8 (issue 5).
+// Every (M, L) with M in 1..16, L in {1, 2, 4, 8}, N = M L <= 16, and 8 x 8.
 const std::vector<std::pair<int, int>>& all_topologies() {
   static const std::vector<std::pair<int, int>> t = [] {
     std::vector<std::pair<int, int>> v;
@@ -346,13 +338,11 @@ TEST(CudaExecutor, HandmadeRailPutWaitCopyMatchesReference) {
   c.inputs.push_back({Buffer{0, Space::kArena, 0}, 0, bytes});
   c.checks.push_back({Buffer{1, Space::kOutput, 0}, 0, -1});
   run_case(c);
-  run_case(c, 2, per_descriptor());
 }
 
-// One rank, one copy op of four descriptors, one of each batch form: a 1-D copy, a short
-// 2-D copy (split into its rows), a long 2-D copy (kept as cudaMemcpy2DAsync), and a 1-D copy
-// reading the first one's source again (shared sources do not stop the batch).
-Case batch_forms_case() {
+// One rank, one copy op of four descriptors: a 1-D copy, a short 2-D copy, a long 2-D copy,
+// and a 1-D copy reading the first one's source again.
+Case copy_forms_case() {
   Program p;
   p.ranks = 1;
   const int s = p.stream("main");
@@ -371,7 +361,7 @@ Case batch_forms_case() {
   copy.copies.push_back({Region{arena, 0, 100, 100, 1}, Region{out, 4400, 100, 100, 1}});
   p.ops.push_back(copy);
   Case c;
-  c.name = "batch forms";
+  c.name = "copy forms";
   c.program = p;
   std::vector<std::byte> bytes(4096);
   for (std::size_t i = 0; i < bytes.size(); ++i)
@@ -381,39 +371,23 @@ Case batch_forms_case() {
   return c;
 }
 
-TEST(CudaExecutorCheck, AcceptsTheBatchFormsProgram) {
-  const Case c = batch_forms_case();
+TEST(CudaExecutorCheck, AcceptsTheCopyFormsProgram) {
+  const Case c = copy_forms_case();
   EXPECT_NO_THROW(CudaExecutor::check(c.program));
   std::vector<std::vector<std::byte>> want;
   reference_outputs(c, &want);  // the reference runs it clean
 }
 
-TEST(CudaExecutor, BatchedAndPerDescriptorCopiesMatchReference) {
+// Each descriptor is one copy call: cudaMemcpyAsync (1-D) or cudaMemcpy2DAsync (2-D).
+TEST(CudaExecutor, CopyFormsMatchReference) {
   TIDE_REQUIRE_GPU();
-  const Case c = batch_forms_case();
-  CudaExecutorOptions batched_options;
-  batched_options.batch_copies = true;
-  run_case(c, 2, batched_options);
-  run_case(c, 2, per_descriptor());
-  int driver = 0;
-  ASSERT_EQ(cudaDriverGetVersion(&driver), cudaSuccess);
+  const Case c = copy_forms_case();
+  run_case(c, 2);
   VirtualFabric fab(c.program);
-  CudaExecutorOptions batch;
-  batch.batch_copies = true;  // off by default (slower enqueue on the H200)
-  CudaExecutor batched(c.program, fab, batch);
-  EXPECT_EQ(batched.batching(), TIDE_HAS_CUDA_MEMCPY_BATCH && driver >= 12080);
-  const exec::CudaRunResult rb = batched.run();
-  EXPECT_EQ(rb.copies, 4);
-  // Batched: one cudaMemcpyBatchAsync (1 + 10 + 1 copies) and one cudaMemcpy2DAsync.
-  EXPECT_EQ(rb.copy_calls, batched.batching() ? 2 : 4);
-  CudaExecutor plain(c.program, fab, per_descriptor());
-  EXPECT_FALSE(plain.batching());
-  const exec::CudaRunResult rp = plain.run();
-  EXPECT_EQ(rp.copies, 4);
-  EXPECT_EQ(rp.copy_calls, 4);
-  CudaExecutorOptions bad;
-  bad.batch_max_rows = 0;
-  EXPECT_THROW(CudaExecutor(c.program, fab, bad), InvalidArgument);
+  CudaExecutor ex(c.program, fab);
+  const exec::CudaRunResult r = ex.run();
+  EXPECT_EQ(r.copies, 4);
+  EXPECT_EQ(r.copy_calls, 4);
 }
 
 TEST(CudaExecutor, AgMatchesReferenceBitwise) {
@@ -434,19 +408,6 @@ TEST(CudaExecutor, RsInPlaceAndSlotReuseMatchReferenceBitwise) {
   }
 }
 
-// The per-descriptor copy path (the fallback where cudaMemcpyBatchAsync is missing) on the
-// small topologies: TIDE-AG with the cast, TIDE-RS in both modes, one run each.
-TEST(CudaExecutor, PerDescriptorCopiesMatchReferenceBitwise) {
-  TIDE_REQUIRE_GPU();
-  std::uint64_t seed = 700;
-  for (auto [m, l] : topologies()) {
-    run_case(ag_case(m, l, true, ++seed), 1, per_descriptor());
-    for (RsMode mode : {RsMode::kInPlace, RsMode::kSlotReuse})
-      run_case(rs_case(m, l, mode, DType::kBf16, false, ++seed), 1, per_descriptor());
-    if (HasFatalFailure()) return;
-  }
-}
-
 TEST(CudaExecutor, RsFp32GradientsAndAccumulate) {
   TIDE_REQUIRE_GPU();
   run_case(rs_case(2, 4, RsMode::kInPlace, DType::kFp32, false, 301));
@@ -454,7 +415,7 @@ TEST(CudaExecutor, RsFp32GradientsAndAccumulate) {
   run_case(rs_case(2, 8, RsMode::kSlotReuse, DType::kFp32, true, 303));
 }
 
-// --- Coverage (issue 5, Correctness) ----------------------------------------------------------
+// --- Coverage -----------------------------------------------------------------------------------
 
 TEST(CudaExecutorCheck, AcceptsEveryTopologyUpTo16And8x8) {
   for (auto [m, l] : all_topologies()) {
@@ -551,12 +512,12 @@ TEST(CudaExecutor, ModelPresetGroupsShrunk) {
 // bitwise equal to the reference executor's; three runs of one executor identical.
 Case step_case(int m, int l, RsMode mode, DType grad, bool accumulate, int ag_stages,
                std::uint64_t seed) {
-  exec::StepCaseOptions o;
+  testing::StepCaseOptions o;
   o.mode = mode;
   o.grad = grad;
   o.accumulate = accumulate;
   o.ag_stages = ag_stages;
-  return exec::step_case(m, l, seed, o);
+  return testing::step_case(m, l, seed, o);
 }
 
 TEST(CudaExecutorCheck, AcceptsStepPrograms) {
@@ -572,8 +533,7 @@ TEST(CudaExecutor, StepProgramThreeGroupsEveryCallBitwise) {
   run_case(step_case(1, 8, RsMode::kInPlace, DType::kFp32, false, 2, 5004), 3);
   run_case(step_case(4, 1, RsMode::kInPlace, DType::kBf16, true, 1, 5005), 3);
   run_case(step_case(8, 8, RsMode::kSlotReuse, DType::kBf16, false, 2, 5006), 2);
-  // The per-descriptor copy path on one step program.
-  run_case(step_case(2, 4, RsMode::kSlotReuse, DType::kFp32, true, 2, 5007), 2, per_descriptor());
+  run_case(step_case(2, 4, RsMode::kSlotReuse, DType::kFp32, true, 2, 5007), 2);
 }
 
 // Many runs of one executor without re-poisoning between runs (counter epochs carry over):
@@ -628,7 +588,7 @@ TEST(CudaExecutor, UnsatisfiableWaitTimesOutNamingTheWait) {
   }
 }
 
-// Several GPUs of one host (issue 5, item 1): the ranks in consecutive blocks over every GPU,
+// Several GPUs of one host: the ranks in consecutive blocks over every GPU,
 // arenas mapped for all of them, signals added through peer access; bitwise as on one GPU.
 TEST(CudaExecutor, SeveralGpusOfOneHostMatchReferenceBitwise) {
   TIDE_REQUIRE_GPU();

@@ -2,16 +2,16 @@
 // its largest arena rounded to 4 KiB plus its signal words, the same on every rank. No GPU.
 #include <gtest/gtest.h>
 
-#include "tide/exec/collective_cases.hpp"
 #include "tide/fabric/nccl_program_fabric.hpp"
+#include "tide/testing/cases.hpp"
 
 namespace tide::fabric {
 namespace {
 
 TEST(NcclProgramFabricSizing, LargestArenaRoundedPlusSignalWords) {
   for (auto [m, l] : {std::pair{1, 2}, std::pair{2, 1}, std::pair{2, 4}}) {
-    for (const exec::CollectiveCase& c :
-         {exec::ag_case(m, l, 11), exec::rs_case(m, l, 12), exec::step_case(m, l, 13)}) {
+    for (const testing::CollectiveCase& c :
+         {testing::ag_case(m, l, 11), testing::rs_case(m, l, 12), testing::step_case(m, l, 13)}) {
       std::int64_t largest = 0;
       for (const program::BufferSizes& b : c.program.buffers)
         largest = std::max(largest, b.arena_bytes);

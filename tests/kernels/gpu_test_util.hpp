@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tide/core/arithmetic.hpp"
+#include "tide/core/env.hpp"
 #include "tide/kernels/cuda_check.hpp"
 
 namespace tide::kernels::testing {
@@ -42,8 +43,7 @@ inline std::string gpu_absent_reason() {
 // TIDE_KERNEL_TEST_QUICK=1 (set by scripts/device/kernels.sh under compute-sanitizer) keeps
 // the small cases only.
 inline bool quick_mode() {
-  const char* v = std::getenv("TIDE_KERNEL_TEST_QUICK");
-  return v != nullptr && std::strcmp(v, "1") == 0;
+  return env::flag("TIDE_KERNEL_TEST_QUICK");
 }
 
 // A device allocation of `bytes` bytes (freed on destruction).

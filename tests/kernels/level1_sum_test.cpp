@@ -399,46 +399,6 @@ std::vector<Level1Case> level1_cases() {
     }
   }
   for (DType dt : {DType::kBf16, DType::kFp32}) {
-    Level1Case c;  // producer copies through cp.async instead of the bulk copy engine
-    c.name = std::string("lsu_odd") + (dt == DType::kBf16 ? "_bf16" : "_fp32");
-    c.dtype = dt;
-    c.rows = 4;
-    c.width = 7001;
-    c.num_staged = 7;
-    c.staged_pitch_pad = 8;
-    c.staged_misalign = dt == DType::kBf16 ? 8 : 4;
-    c.layout = Layout::kRandom;
-    c.accumulate = dt == DType::kFp32;
-    c.tuning.lsu_copies = true;
-    cases.push_back(c);
-  }
-  for (DType dt : {DType::kBf16, DType::kFp32}) {
-    for (bool acc : {false, true}) {
-      Level1Case c;  // consumers read staged data straight from global memory
-      c.name = std::string("direct_odd") + (dt == DType::kBf16 ? "_bf16" : "_fp32") +
-               (acc ? "_acc" : "");
-      c.dtype = dt;
-      c.rows = 5;
-      c.width = 5003;
-      c.num_staged = acc ? 7 : 4;
-      c.staged_pitch_pad = acc ? 0 : 3;
-      c.staged_misalign = acc ? 0 : 1;
-      c.layout = Layout::kRandom;
-      c.accumulate = acc;
-      c.tuning.direct_staged = true;
-      cases.push_back(c);
-      Level1Case d = c;  // aligned, so the 16-byte path is taken
-      d.name = std::string("direct_aligned") + (dt == DType::kBf16 ? "_bf16" : "_fp32") +
-               (acc ? "_acc" : "");
-      d.width = 20000;
-      d.layout = Layout::kAligned;
-      d.staged_pitch_pad = 0;
-      d.staged_misalign = 0;
-      d.num_staged = 7;
-      cases.push_back(d);
-    }
-  }
-  for (DType dt : {DType::kBf16, DType::kFp32}) {
     for (bool acc : {false, true}) {
       for (Layout lay : {Layout::kRandom, Layout::kAligned, Layout::kTiny}) {
         Level1Case c;  // warp-direct kernel: no shared memory, every input loaded directly
@@ -459,7 +419,6 @@ std::vector<Level1Case> level1_cases() {
         c.num_params = lay == Layout::kTiny ? 256 : 6;
         c.ctas = 3;
         c.tuning.warp_direct = true;
-        c.tuning.consumer_warps = 16;
         cases.push_back(c);
       }
     }
@@ -467,40 +426,25 @@ std::vector<Level1Case> level1_cases() {
   // The warp-direct fast path (whole tiles inside one run, 16-byte aligned; its specialised
   // kernels for L = 8 and alpha == 1, and a value no arithmetic touched at L = 1, alpha == 1,
   // whose NaN payloads must still be canonicalised), next to its general path at run ends;
-  // at L = 8 also its deeper register pipelines (direct_depth 3, 4) and its cp.async rings
-  // (direct_async 2, 3, 4) with the most warps each allows (bf16 without accumulate: those
-  // kernels; fp32 and accumulate: the fallback to the default kernel with <= 16 warps).
-  struct FastVariant {
-    const char* name;
-    int warps, depth, async;
-  };
-  const FastVariant fast_variants[] = {{"", 16, 0, 0},        {"_depth3", 12, 3, 0},
-                                       {"_depth4", 8, 4, 0},  {"_async2", 24, 0, 2},
-                                       {"_async3", 18, 0, 3}, {"_async4", 12, 0, 4}};
+  // at L = 8 in bf16 without accumulate its deeper kernel (8 warps, 4 chunks in flight).
   for (DType dt : {DType::kBf16, DType::kFp32}) {
     for (bool acc : {false, true}) {
       for (int ns : {0, 3, 7}) {
-        for (const FastVariant& fv : fast_variants) {
-          if (ns != 7 && fv.name[0] != '\0') continue;
-          for (float alpha : {1.0f, 0.375f}) {
-            Level1Case c;
-            c.name = "warp_fast_L" + std::to_string(ns + 1) + (alpha == 1.0f ? "_alpha1" : "") +
-                     fv.name + (dt == DType::kBf16 ? "_bf16" : "_fp32") + (acc ? "_acc" : "");
-            c.dtype = dt;
-            c.rows = 4;
-            c.width = 40000;
-            c.num_staged = ns;
-            c.alpha = alpha;
-            c.accumulate = acc;
-            c.layout = Layout::kAligned;
-            c.aligned_grads = true;
-            c.ctas = 2;
-            c.tuning.warp_direct = true;
-            c.tuning.consumer_warps = fv.warps;
-            c.tuning.direct_depth = fv.depth;
-            c.tuning.direct_async = fv.async;
-            cases.push_back(c);
-          }
+        for (float alpha : {1.0f, 0.375f}) {
+          Level1Case c;
+          c.name = "warp_fast_L" + std::to_string(ns + 1) + (alpha == 1.0f ? "_alpha1" : "") +
+                   (dt == DType::kBf16 ? "_bf16" : "_fp32") + (acc ? "_acc" : "");
+          c.dtype = dt;
+          c.rows = 4;
+          c.width = 40000;
+          c.num_staged = ns;
+          c.alpha = alpha;
+          c.accumulate = acc;
+          c.layout = Layout::kAligned;
+          c.aligned_grads = true;
+          c.ctas = 2;
+          c.tuning.warp_direct = true;
+          cases.push_back(c);
         }
       }
     }
@@ -537,6 +481,7 @@ TEST(Level1Sum, CtaCountAndTuningInvariance) {
     int ctas;
     Level1Tuning t;
   };
+  // {ctas, {stages, tile_bytes, consumer_warps, warp_direct}}
   std::vector<Variant> variants = {{1, {}},
                                    {2, {}},
                                    {5, {}},
@@ -547,26 +492,10 @@ TEST(Level1Sum, CtaCountAndTuningInvariance) {
                                    {4, {4, 4096, 12}},
                                    {7, {3, 512, 1}},
                                    {4, {3, 8192, 8, true}},
-                                   {3, {2, 1024, 4, true}},
-                                   {4, {3, 8192, 8, false, true}},
-                                   {2, {4, 16384, 12, false, true}},
-                                   {4, {3, 8192, 8, false, false, true}},
-                                   {5, {3, 8192, 12, false, true, true}},
-                                   {4, {3, 8192, 16, false, false, false, true}},
-                                   {1, {3, 8192, 3, false, false, false, true}},
-                                   {200, {3, 8192, 8, false, false, false, true}},
-                                   {4, {3, 8192, 16, false, false, false, true, true}},
-                                   {33, {3, 8192, 5, false, false, false, true, true}},
-                                   {4, {3, 8192, 8, false, false, false, false, true}},
-                                   {4, {3, 8192, 16, false, false, false, true, false, false}},
-                                   {33, {3, 8192, 7, false, false, false, true, true, false}},
-                                   {4, {3, 8192, 12, false, false, false, true, false, true, 3}},
-                                   {9, {3, 8192, 8, false, false, false, true, true, true, 4}},
-                                   {4, {3, 8192, 18, false, false, false, true, false, true, 0, 3}},
-                                   {33, {3, 8192, 24, false, false, false, true, true, true, 0, 2}},
-                                   {5, {3, 8192, 12, false, false, false, true, false, true, 0, 4}},
-                                   {1, {3, 8192, 5, false, false, false, true, false, true, 0, 3}},
-                                   {9, {2, 2048, 4, false, true, false, false, true}}};
+                                   {1, {3, 8192, 8, true}},
+                                   {9, {3, 8192, 8, true}},
+                                   {33, {3, 8192, 8, true}},
+                                   {200, {3, 8192, 8, true}}};
   for (const Variant& v : variants) {
     const std::vector<float> got = prob.run(v.ctas, v.t);
     expect_bitwise(got, want, prob.out_pitch(),
@@ -624,23 +553,15 @@ TEST(Level1SumArgs, RejectsBadArguments) {
   a.ctas = 0;
   EXPECT_THROW(launch_level1_sum(a, nullptr), InvalidArgument);
   a.ctas = 4;
-  // Warp-direct variants: warps over the variant's launch bound, unknown depths or stages,
-  // both at once (checked before any CUDA call).
-  Level1Tuning t = recommended_level1_tuning(4);
+  // Pipeline shapes outside its limits (checked before any CUDA call).
+  Level1Tuning t;
   t.consumer_warps = 13;
-  t.direct_depth = 3;
   EXPECT_THROW(launch_level1_sum(a, nullptr, t), InvalidArgument);
   t.consumer_warps = 8;
-  t.direct_depth = 5;
+  t.stages = 5;
   EXPECT_THROW(launch_level1_sum(a, nullptr, t), InvalidArgument);
-  t.direct_depth = 3;
-  t.direct_async = 3;
-  EXPECT_THROW(launch_level1_sum(a, nullptr, t), InvalidArgument);
-  t.direct_depth = 0;
-  t.consumer_warps = 19;
-  EXPECT_THROW(launch_level1_sum(a, nullptr, t), InvalidArgument);
-  t.consumer_warps = 8;
-  t.direct_async = 1;
+  t.stages = 3;
+  t.tile_bytes = 3000;
   EXPECT_THROW(launch_level1_sum(a, nullptr, t), InvalidArgument);
   a.table.rows = 9;
   EXPECT_THROW(launch_level1_sum(a, nullptr), InvalidArgument);

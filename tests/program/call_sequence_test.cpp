@@ -14,6 +14,7 @@
 
 #include "tide/core/arithmetic.hpp"
 #include "tide/core/collective_reference.hpp"
+#include "tide/core/env.hpp"
 #include "tide/exec/reference_executor.hpp"
 
 namespace tide {
@@ -24,7 +25,7 @@ using program::Buffer;
 using program::Space;
 
 std::uint64_t test_seed() {
-  if (const char* s = std::getenv("TIDE_TEST_SEED")) return std::strtoull(s, nullptr, 10);
+  if (const auto s = env::value("TIDE_TEST_SEED")) return std::strtoull(s->c_str(), nullptr, 10);
   return std::random_device{}();
 }
 

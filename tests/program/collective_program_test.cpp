@@ -11,11 +11,11 @@
 
 #include "tide/core/arithmetic.hpp"
 #include "tide/core/collective_reference.hpp"
-#include "tide/exec/collective_cases.hpp"
 #include "tide/exec/reference_executor.hpp"
 #include "tide/program/ag_builder.hpp"
 #include "tide/program/fsdp2_baseline.hpp"
 #include "tide/program/rs_builder.hpp"
+#include "tide/testing/cases.hpp"
 
 namespace tide {
 namespace {
@@ -26,7 +26,7 @@ using exec::RunResult;
 using program::Buffer;
 using program::Space;
 
-using exec::random_shapes;
+using testing::random_shapes;
 
 std::string first_errors(const RunResult& r) {
   std::string text;

@@ -7,7 +7,9 @@ at every step:
   - the loss within LOSS_BOUND (it is bitwise equal when the parameters are);
   - every sharded fp32 gradient within the reassociation bound below;
   - report(): every group on TIDE, its call counters moving.
-Bound (NOTE [reassociation bound]): a sum of n fp32 terms in any order has an error of at
+
+NOTE [reassociation bound]
+A sum of n fp32 terms in any order has an error of at
 most (n - 1) u sum|x_i| (u = 2^-24), so two orders differ by at most 2(n - 1) u sum|x_i|; the
 scaling by alpha and an accumulation add a few roundings of the result. Per element:
     |g_tide - g_stock| <= (2 n + 4) u alpha S,   S = sum over ranks and micro-batches of |g|,

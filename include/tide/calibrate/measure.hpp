@@ -8,15 +8,16 @@
 #include <string>
 
 #include "tide/calibrate/calibration.hpp"
+#include "tide/core/cta_budgets.hpp"
 
 namespace tide::calibrate {
 
 // Rates one host cannot measure, recorded with source "given", and the measurement knobs.
 struct MeasureOptions {
   int device = 0;
-  bool quick = false;            // fewer repeats and smaller buffers (a smoke run, ~5 s)
-  int sum_ctas = 4;              // BW_sum is the per-CTA rate at this Level 1 CTA budget
-  int landing_ctas = 4;          // BW_land is the per-CTA rate at this landing CTA budget
+  bool quick = false;                      // fewer repeats and smaller buffers (a smoke run, ~5 s)
+  int sum_ctas = kDefaultSumCtas;          // BW_sum is the per-CTA rate at this Level 1 budget
+  int landing_ctas = kDefaultLandingCtas;  // BW_land is the per-CTA rate at this landing budget
   double nic_gbps = 47.5;        // rail NIC per GPU (App. G BW_NIC); never measurable here
   double t_round_ms = 1.3;       // per-round wait overhead (App. G t_rnd); needs a rail peer
   double rail_latency_us = 5.0;  // RDMA put + signal latency (cost-model default)

@@ -1,4 +1,4 @@
-// The reference executor's cost model (issue 3, item 5): how long each op of a Program takes
+// The reference executor's cost model: how long each op of a Program takes
 // on one H200 of the paper's evaluation platform, from named bandwidths and fixed costs.
 //
 // NOTE [cost model]

@@ -1,4 +1,4 @@
-// The CUDA executor (architecture: exec/cuda; issue 5, item 2): runs a Program on a GPU
+// The CUDA executor (architecture: exec/cuda): runs a Program on a GPU
 // through a fabric, with copy engines, stream memory operations, events and TIDE's kernels.
 // It runs the ops of the ranks the fabric calls local: all N on the virtual fabric (N ranks
 // on one GPU), this process's rank on the NCCL fabric (one process per GPU; the other
@@ -16,25 +16,18 @@
 // Streams: one non-blocking cudaStream_t per (rank, stream name) that has ops. One host thread
 // enqueues every op of every stream; CUDA stream order and device-side waits give NOTE
 // [reference execution semantics]'s order. The enqueue order is a legal serial schedule
-// computed at construction (NOTE [enqueue order] in src/exec/cuda/executor.cpp: streams alias
+// computed at construction (NOTE [enqueue order] in src/exec/cuda/schedule.cpp: streams alias
 // onto a few in-order hardware queues, so a wait must never be submitted before the signal it
 // needs), followed by any op it could not place, in program order. A kEventWait is never
 // enqueued before its kEventRecord (cudaStreamWaitEvent on a not-yet-recorded event would not
 // wait at all): such ops and those behind them on their stream are deferred until the record
 // is enqueued; a wait whose record can never be enqueued is a program error.
-//   kCopy        batched (CudaExecutorOptions::batch_copies, where TIDE_HAS_CUDA_MEMCPY_BATCH
-//                and the driver provide cudaMemcpyBatchAsync): the op's 1-D copies, and the
-//                rows of every 2-D descriptor of at most batch_max_rows rows as 1-D copies, in
-//                ONE cudaMemcpyBatchAsync (arrays built at construction; attributes: source
-//                in stream order, prefer overlap with compute); a 2-D descriptor of more rows
-//                stays one cudaMemcpy2DAsync. A batch's copies run in no fixed order, so an op
-//                whose descriptors overlap (a write meets another's read or write; checked
-//                conservatively on byte spans at construction) keeps the per-descriptor calls.
-//                Per-descriptor (the fallback, and batch_copies = false): each descriptor is
-//                one cudaMemcpyAsync (1-D) or cudaMemcpy2DAsync (2-D), in descriptor order.
-//                Both device to device, on copy engines. With copy_streams > 1 the
+//   kCopy        each descriptor is one cudaMemcpyAsync (1-D) or cudaMemcpy2DAsync (2-D), in
+//                descriptor order, device to device, on copy engines. (One
+//                cudaMemcpyBatchAsync per op measured slower to enqueue on the H200:
+//                bench/results/executor/README.md.) With copy_streams > 1 the
 //                per-descriptor calls of one op are dealt over a small pool of streams
-//                (Sec. 6.2; NOTE [copy-engine pool] in src/exec/cuda/executor.cpp).
+//                (Sec. 6.2; NOTE [copy-engine pool] in src/exec/cuda/map_ops.cpp).
 //   kRailPut     its copies as kCopy, then the counter addition on the destination rank, both
 //                on the sender's stream (the addition follows the write in stream order).
 //   kSignal      counter += value by a 1-thread kernel (__threadfence_system();
@@ -90,18 +83,9 @@ class ExecutionTimeout : public std::runtime_error {
 };
 
 struct CudaExecutorOptions {
-  // Issue each copy op's descriptors as one cudaMemcpyBatchAsync (NOTE [CUDA executor op
-  // mapping]). Ignored (per-descriptor calls) where the CUDA build or the driver lacks it;
-  // CudaExecutor::batching() says which path runs. Off by default: on the H200 (driver 580,
-  // CUDA 13.0) the batched enqueue measured slower than per-descriptor calls, e.g. 1.6 vs 0.5
-  // ms per rank for an RS call at 2x8, P = 16 (bench/results/executor/README.md).
-  bool batch_copies = false;
-  // A 2-D descriptor of at most this many rows joins the batch as one 1-D copy per row; one
-  // of more rows stays a cudaMemcpy2DAsync. >= 1.
-  int batch_max_rows = 64;
   // Streams a copy op's descriptors are dealt over: its own and copy_streams - 1 pool streams
-  // per rank (Sec. 6.2; NOTE [copy-engine pool] in src/exec/cuda/executor.cpp). 1: every
-  // copy on its op's stream. 1..16; used on the per-descriptor path only.
+  // per rank (Sec. 6.2; NOTE [copy-engine pool] in src/exec/cuda/map_ops.cpp). 1: every
+  // copy on its op's stream. 1..16.
   int copy_streams = 1;
 };
 
@@ -134,9 +118,8 @@ struct CudaStreamSpan {
 struct CudaRunResult {
   double enqueue_us = 0.0;        // host time to enqueue every op (and the completion events)
   double wall_us = 0.0;           // first enqueue to observed completion (polling granularity)
-  std::int64_t copies = 0;        // non-empty copy descriptors issued (either path)
-  std::int64_t copy_calls = 0;    // copy API calls: cudaMemcpyBatchAsync, cudaMemcpyAsync,
-                                  // cudaMemcpy2DAsync (== copies on the per-descriptor path)
+  std::int64_t copies = 0;        // non-empty copy descriptors issued
+  std::int64_t copy_calls = 0;    // copy API calls: cudaMemcpyAsync, cudaMemcpy2DAsync
   std::int64_t kernels = 0;       // kernel launches (sum, land, cast, counter additions)
   std::int64_t memops = 0;        // stream memory operations (waits)
   std::int64_t deferred_ops = 0;  // ops enqueued after a later op (behind an event wait)
@@ -179,9 +162,6 @@ class CudaExecutor {
   CudaRunResult run(const CudaRunOptions& options = {});
 
   const program::Program& program() const;
-  // Whether copy ops go through cudaMemcpyBatchAsync (options.batch_copies and the API is
-  // there: TIDE_HAS_CUDA_MEMCPY_BATCH and a driver of CUDA 12.8 or later).
-  bool batching() const;
   // Device bytes the executor itself holds (Level 1 segment tables; the counters are the
   // fabric's signal words).
   std::int64_t device_bytes() const;

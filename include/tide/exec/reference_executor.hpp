@@ -1,4 +1,4 @@
-// The CPU reference executor (architecture: exec/reference; issue 3, item 3): runs every
+// The CPU reference executor (architecture: exec/reference): runs every
 // rank's ops of a Program in one process as a deterministic discrete-event simulation, with
 // real data, seeded interleavings, race and deadlock detection, and the cost model's times.
 //

@@ -1,4 +1,4 @@
-// Launcher glue for one process per GPU (issue 7, item 1): who am I, start the ranks on one
+// Launcher glue for one process per GPU: who am I, start the ranks on one
 // host, and hand rank 0's NCCL unique id to every rank.
 //
 // NOTE [launch]

@@ -1,4 +1,4 @@
-// The NCCL fabric (architecture: fabric/nccl; issue 7, item 1): one process per GPU, peers and
+// The NCCL fabric (architecture: fabric/nccl): one process per GPU, peers and
 // memory from NCCL communicators. Built only where CUDA and NCCL >= 2.28 are found.
 //
 // NOTE [nccl fabric]

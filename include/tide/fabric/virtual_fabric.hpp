@@ -1,4 +1,4 @@
-// The virtual fabric (architecture: fabric/virtual; issue 5, item 1): N virtual ranks of one
+// The virtual fabric (architecture: fabric/virtual): N virtual ranks of one
 // process on one GPU, for tests and kernel-level measurements. It is not a transport: there
 // are no modelled delays, and timings between its ranks are not NVLink timings.
 //

@@ -18,6 +18,8 @@
 
 #include <cstdint>
 
+#include "tide/core/cta_budgets.hpp"
+
 namespace tide::kernels {
 
 inline constexpr int kMaxWave = 8;
@@ -30,7 +32,7 @@ struct LandingArgs {
   int num_partials = 0;                  // W in [1, 8]
   int wave_index = 0;                    // 0 for the first wave of a call
   bool accumulate = false;               // fold into the existing output
-  int ctas = 2;                          // landing CTA budget (App. G, Eq. 14)
+  int ctas = kDefaultLandingCtas;        // landing CTA budget (App. G, Eq. 14)
 };
 
 // Validates (throws InvalidArgument) and enqueues the pull landing on `stream`.
@@ -46,7 +48,7 @@ struct MultimemLandingArgs {
   const float* multicast = nullptr;  // the wave's blocks through the multicast mapping
   int wave_index = 0;
   bool accumulate = false;
-  int ctas = 2;
+  int ctas = kDefaultLandingCtas;
 };
 
 // True when the device reports NVSwitch multicast and reduction support.

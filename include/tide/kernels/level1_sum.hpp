@@ -18,6 +18,7 @@
 #include <span>
 #include <vector>
 
+#include "tide/core/cta_budgets.hpp"
 #include "tide/core/dtype.hpp"
 
 namespace tide::kernels {
@@ -95,44 +96,30 @@ struct Level1SumArgs {
   Level1TableView table{};
   float alpha = 1.0f;
   bool accumulate = false;
-  int ctas = 4;  // the CTA budget; CTAs retire when their tiles are done
+  int ctas = kDefaultSumCtas;  // the CTA budget; CTAs retire when their tiles are done
 };
 
-// Kernel choice and pipeline shape. Results do not depend on any of it (invariant 2); the
-// defaults are the bulk-copy pipeline of Sec. 4.1. The flags are measured alternatives kept
-// for the record (docs/kernels.md): warp_direct is the fastest at 1..32 CTAs; direct_staged
-// helped less; lsu_copies, spin_wait and interleaved did not help.
+// Kernel choice and pipeline shape. Results do not depend on any of it (invariant 2). The
+// default is the bulk-copy pipeline of Sec. 4.1, the faster kernel on a full grid (94 % of the
+// copy ceiling against 88 %); warp_direct is the faster one at 1..32 CTAs. The variants that
+// were measured and lost are recorded in docs/kernels.md and bench/results/kernels/.
 struct Level1Tuning {
-  int stages = 3;              // shared-memory stages (2..4)
-  int tile_bytes = 8192;       // bytes per input slot and stage (a power of two, 512..65536)
-  int consumer_warps = 8;      // warps that convert, add and store (1..12)
-  bool lsu_copies = false;     // producer copies with cp.async (LSU) instead of the bulk engine
-  bool direct_staged = false;  // consumers load staged data from global memory themselves
-  bool spin_wait = false;      // poll barriers with test_wait instead of try_wait
-  bool warp_direct = false;    // no pipeline: consumer_warps (<= 16) warps load everything directly
-  bool interleaved = false;    // workers take every n-th tile instead of a contiguous range
-  bool direct_fast = true;     // warp-direct: lean path for whole, covered, aligned tiles
-  // Warp-direct fast path, bf16, L = 8, no accumulate only (elsewhere ignored, and at most 16
-  // warps run): chunks of 8 x 16-byte loads in flight per thread (0 or 2: 2, <= 16 warps;
-  // 3: <= 12 warps; 4: <= 8 warps), or, with direct_async = S (2, 3, 4), a cp.async ring of S
-  // stages of 4 KB per warp in shared memory instead (<= 24, 18, 12 warps).
-  int direct_depth = 0;
-  int direct_async = 0;
+  int stages = 3;          // pipeline: shared-memory stages (2..4)
+  int tile_bytes = 8192;   // pipeline: bytes per input slot and stage (a power of two, 512..65536)
+  int consumer_warps = 8;  // pipeline: warps that convert, add and store (1..12)
+  bool warp_direct = false;  // no pipeline: every warp loads its inputs directly (the warp
+                             // count is the kernel's: 8 for bf16, L = 8, no accumulate; else 16)
 };
 
 // The tuning TIDE uses for a CTA budget, from the H200 measurements in docs/kernels.md
 // (bench/results/kernels/run-2026-11-29c): up to 32 CTAs the warp-direct kernel, whose bf16
 // L = 8 fast path runs 8 warps with 4 chunks of loads in flight per thread (102.4 GB/s per CTA
-// at 4 CTAs, 86.4 at 32; 16 warps with 2 chunks: 85.8, 77.6; the bulk-copy pipeline: 32.6,
-// 31.1); other inputs fall back to the 16-warp warp-direct kernel. The pipeline on larger grids.
-// All compute the same bits.
+// at 4 CTAs, 86.4 at 32; the bulk-copy pipeline: 32.6, 31.1); the pipeline on larger grids
+// (a full grid: `tide calibrate`'s full-grid rate, or a program given more sum CTAs). All
+// compute the same bits.
 inline Level1Tuning recommended_level1_tuning(int ctas) {
   Level1Tuning t;
-  if (ctas <= 32) {
-    t.warp_direct = true;
-    t.consumer_warps = 8;
-    t.direct_depth = 4;
-  }
+  t.warp_direct = ctas <= 32;
   return t;
 }
 
@@ -162,13 +149,6 @@ struct Level1SumParams {
   int stages;
   int stage_bytes;  // shared-memory bytes per stage
   int consumer_warps;
-  int lsu_copies;
-  int direct_staged;
-  int spin_wait;
-  int interleaved;
-  int direct_fast;
-  int direct_depth;  // 0, 3, 4: chunks in flight in the bf16 L = 8 fast path (0: 2)
-  int direct_async;  // 0 or the cp.async ring's stages (bf16 L = 8 fast path)
 };
 
 }  // namespace detail

@@ -1,4 +1,4 @@
-// Fault injection (issue 3; App. E invariants I1-I4, Sec. 3.2 safety rules): each fault
+// Fault injection (App. E invariants I1-I4, Sec. 3.2 safety rules): each fault
 // removes or breaks one piece of the protocol on every rank. A correct executor must catch
 // every one: a reported race, a deadlock, or corrupted output. Never silent.
 #pragma once

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "tide/core/cta_budgets.hpp"
 #include "tide/core/rs_plan.hpp"
 #include "tide/program/faults.hpp"
 #include "tide/program/program.hpp"
@@ -20,8 +21,8 @@ enum class LandingStyle : std::uint8_t { kPull, kSwitchReduce };
 struct RsProgramOptions {
   float alpha = 1.0f;
   bool accumulate = false;
-  int sum_ctas = 16;  // Level 1 CTA budget (training configuration, Sec. 7.1)
-  int landing_ctas = 4;
+  int sum_ctas = kDefaultSumCtas;  // Level 1 CTA budget
+  int landing_ctas = kDefaultLandingCtas;
   LandingStyle landing = LandingStyle::kPull;
   Fault fault = Fault::kNone;  // a reduce-scatter fault to inject on every rank
 };

@@ -1,38 +1,17 @@
 // The CUDA executor: one op onto its stream(s) (NOTE [CUDA executor op mapping]): copies
-// (per descriptor, batched or pooled), counter additions, stream waits, events, kernels.
+// (per descriptor or pooled), counter additions, stream waits, events, kernels.
 #include <algorithm>
 #include <string>
 #include <vector>
 
-#include "../../fabric/cuda_driver.hpp"
 #include "counter_add.hpp"
+#include "cuda_driver.hpp"
 #include "executor_state.hpp"
 #include "tide/core/error.hpp"
 #include "tide/kernels/cast.hpp"
 #include "tide/kernels/cuda_check.hpp"
 
 namespace tide::exec {
-
-namespace {
-
-#if TIDE_HAS_CUDA_MEMCPY_BATCH
-// One cudaMemcpyBatchAsync with one attribute set for every copy.
-cudaError_t memcpy_batch(const Mapped& m, cudaMemcpyAttributes* attrs, std::size_t* attr_index,
-                         cudaStream_t s) {
-#if TIDE_CUDA_MEMCPY_BATCH_FAIL_INDEX
-  std::size_t fail = 0;
-  return cudaMemcpyBatchAsync(const_cast<void**>(m.batch_dsts.data()),
-                              const_cast<void**>(m.batch_srcs.data()),
-                              const_cast<std::size_t*>(m.batch_sizes.data()), m.batch_dsts.size(),
-                              attrs, attr_index, 1, &fail, s);
-#else
-  return cudaMemcpyBatchAsync(m.batch_dsts.data(), m.batch_srcs.data(), m.batch_sizes.data(),
-                              m.batch_dsts.size(), attrs, attr_index, 1, s);
-#endif
-}
-#endif
-
-}  // namespace
 
 // Enqueues one op on its stream. Throws with the CUDA error; the caller adds the op.
 void CudaExecutor::State::enqueue(const Mapped& m, CudaRunResult& stats) {
@@ -51,9 +30,7 @@ void CudaExecutor::State::enqueue(const Mapped& m, CudaRunResult& stats) {
   switch (m.kind) {
     case OpKind::kCopy:
     case OpKind::kRailPut:
-      if (m.batched) {
-        enqueue_batch(m, s, stats);
-      } else if (!m.lane.empty()) {
+      if (!m.lane.empty()) {
         enqueue_pooled(m, s, stats);
       } else {
         for (const CopyCall& c : m.copies)
@@ -137,30 +114,6 @@ void CudaExecutor::State::enqueue_pooled(const Mapped& m, cudaStream_t own, Cuda
     TIDE_CUDA_CHECK(cudaEventRecord(m.joins[j], p));
     TIDE_CUDA_CHECK(cudaStreamWaitEvent(own, m.joins[j], 0));
   }
-}
-
-// A batched op's copies: one cudaMemcpyBatchAsync (a plain cudaMemcpyAsync for a single
-// 1-D copy), then its long 2-D descriptors.
-void CudaExecutor::State::enqueue_batch(const Mapped& m, cudaStream_t s, CudaRunResult& stats) {
-  const std::size_t n = m.batch_dsts.size();
-  if (n == 1) {
-    TIDE_CUDA_CHECK(cudaMemcpyAsync(m.batch_dsts[0], m.batch_srcs[0], m.batch_sizes[0],
-                                    cudaMemcpyDeviceToDevice, s));
-    ++stats.copy_calls;
-  } else if (n > 1) {
-#if TIDE_HAS_CUDA_MEMCPY_BATCH
-    TIDE_CUDA_CHECK(memcpy_batch(m, &batch_attrs, &batch_attr_index, s));
-    ++stats.copy_calls;
-#else
-    throw CudaError("CudaExecutor: cudaMemcpyBatchAsync is not available in this build");
-#endif
-  }
-  for (const CopyCall& c : m.batch_2d) {
-    TIDE_CUDA_CHECK(cudaMemcpy2DAsync(c.dst, c.dpitch, c.src, c.spitch, c.width, c.rows,
-                                      cudaMemcpyDeviceToDevice, s));
-    ++stats.copy_calls;
-  }
-  stats.copies += static_cast<std::int64_t>(m.copies.size());
 }
 
 }  // namespace tide::exec

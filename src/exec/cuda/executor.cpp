@@ -5,8 +5,7 @@
 // Steps:
 //   1. Construction: check_program(); resolve every region to device pointers on the fabric;
 //      one non-blocking stream per used (rank, stream), one event per recorded (rank, event),
-//      one counter array; a Level1SegmentTable per kSum (one synchronous upload each); per
-//      copy op, the pointer and size arrays of its cudaMemcpyBatchAsync (when batching).
+//      one counter array; a Level1SegmentTable per kSum (one synchronous upload each).
 //   2. run(): enqueue every op in the order of NOTE [enqueue order] (event waits deferred
 //      until their record is enqueued), waits offset by the run's counter epoch (no counter
 //      reset on the hot path; NOTE [CUDA executor op mapping]); record one completion event
@@ -26,7 +25,7 @@
 #include <string>
 #include <utility>
 
-#include "../../fabric/cuda_driver.hpp"
+#include "cuda_driver.hpp"
 #include "executor_state.hpp"
 #include "tide/core/error.hpp"
 #include "tide/kernels/cuda_check.hpp"
@@ -58,10 +57,6 @@ CudaExecutor::CudaExecutor(const Program& program, fabric::Fabric& fabric,
                            const CudaExecutorOptions& options)
     : state_(std::make_unique<State>(program, fabric, options)) {
   cuda_detail::check_program(program);
-  if (options.batch_max_rows < 1) {
-    throw InvalidArgument("CudaExecutor: batch_max_rows = " +
-                          std::to_string(options.batch_max_rows) + " (need >= 1)");
-  }
   if (options.copy_streams < 1 || options.copy_streams > 16) {
     throw InvalidArgument("CudaExecutor: copy_streams = " + std::to_string(options.copy_streams) +
                           " (need 1..16)");
@@ -97,21 +92,6 @@ CudaExecutor::CudaExecutor(const Program& program, fabric::Fabric& fabric,
   st.use_device_of(-1);  // (rank -1: the fabric's first device) the control stream lives there
   (void)fabric::detail::driver();  // fail early when an entry point is missing
   TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&st.control, cudaStreamNonBlocking));
-#if TIDE_HAS_CUDA_MEMCPY_BATCH
-  if (options.batch_copies) {
-    int driver = 0;
-    TIDE_CUDA_CHECK(cudaDriverGetVersion(&driver));
-    st.batch = driver >= 12080;  // the driver of CUDA 12.8 introduced the batch entry point
-    // Device memory on both sides; the sources are read in stream order (after the ops
-    // before the batch), and the copies may overlap with kernels (a hint). The location
-    // hints only matter for managed memory; they name this device.
-    st.batch_attrs.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-    st.batch_attrs.flags = cudaMemcpyFlagPreferOverlapWithCompute;
-    st.batch_attrs.srcLocHint.type = cudaMemLocationTypeDevice;
-    st.batch_attrs.srcLocHint.id = fabric.device();
-    st.batch_attrs.dstLocHint = st.batch_attrs.srcLocHint;
-  }
-#endif
 
   st.counter_words = static_cast<std::size_t>(program.counters);
   for (int r = 0; r < program.ranks; ++r) {
@@ -163,10 +143,6 @@ CudaExecutor::~CudaExecutor() = default;
 
 const Program& CudaExecutor::program() const {
   return state_->program;
-}
-
-bool CudaExecutor::batching() const {
-  return state_->batch;
 }
 
 namespace {

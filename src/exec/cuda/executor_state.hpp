@@ -26,7 +26,6 @@
 #include "tide/kernels/cuda_check.hpp"
 #include "tide/kernels/landing.hpp"
 #include "tide/kernels/level1_sum.hpp"
-#include "tide/version_gates.hpp"  // after cuda_runtime_api.h: the CUDA runtime gates
 
 namespace tide::exec {
 
@@ -49,14 +48,6 @@ struct Mapped {
   int stream = -1;  // index into State::streams (-1: no stream work)
   bool empty = false;
   std::vector<CopyCall> copies;
-  // The batched form of `copies` (State::batch): the 1-D copies (the flat descriptors and
-  // the rows of the short 2-D ones) of one cudaMemcpyBatchAsync, and the 2-D descriptors
-  // that stay cudaMemcpy2DAsync calls. Built at construction; empty when not batched.
-  bool batched = false;
-  std::vector<void*> batch_dsts;
-  std::vector<void*> batch_srcs;  // not const: CUDA 12.8's signature takes void**
-  std::vector<std::size_t> batch_sizes;
-  std::vector<CopyCall> batch_2d;
   // Counters (kSignal, kWait, kRailPut): the device word, and its host index
   // (rank * program.counters + id) into State::totals.
   std::uint64_t* counter = nullptr;
@@ -127,13 +118,6 @@ struct CudaExecutor::State {
   const Program& program;
   fabric::Fabric& fabric;
   CudaExecutorOptions options;
-  // Copy ops go through cudaMemcpyBatchAsync (options.batch_copies, the build and the driver
-  // have it); every batch shares one attribute set.
-  bool batch = false;
-#if TIDE_HAS_CUDA_MEMCPY_BATCH
-  cudaMemcpyAttributes batch_attrs{};
-  std::size_t batch_attr_index = 0;
-#endif
   std::vector<Mapped> ops;
   // Streams: one per used (rank, stream name).
   std::vector<cudaStream_t> streams;
@@ -208,26 +192,13 @@ struct CudaExecutor::State {
            static_cast<std::size_t>(op.event);
   }
 
-  // NOTE [copy-engine pool]
-  // With CudaExecutorOptions::copy_streams = k > 1, a copy op (kCopy, kRailPut) of two or more
-  // descriptors on the per-descriptor path deals its descriptors over its own stream and up
-  // to k - 1 pool streams of its rank (Sec. 6.2: descriptor batches over a small stream pool,
-  // so that several copy engines work on one op): largest first, each to the least-loaded
-  // lane by bytes. Synchronisation: the op's stream records `fork`; each pool stream used
-  // waits for it, issues its share and records its `join`; the op's stream waits for every
-  // join before anything that follows the op (a kRailPut's counter addition included). A
-  // rank's pool streams are shared by its program streams and fed in the one enqueue order
-  // (NOTE [enqueue order]), so a pool stream only ever waits for forks already enqueued.
+  // The rank's copy-engine pool streams, made on first use (see NOTE [copy-engine pool] in
+  // map_ops.cpp).
   std::vector<int>& pool_of(int rank);
 
   void map_pool(const Op& op, Mapped& m);
 
   void map_copies(const Op& op, Mapped& m) const;
-
-  // The batched form of an op's copies (Mapped::batched). One copy stays one plain call;
-  // copies that meet (checked row by row; a long 2-D copy by its whole extent) keep the
-  // per-descriptor calls, in descriptor order.
-  void map_batch(Mapped& m) const;
 
   void map_sum(const Op& op, Mapped& m) const;
 
@@ -248,10 +219,6 @@ struct CudaExecutor::State {
   // An op's copies dealt over its stream and pool streams (NOTE [copy-engine pool]).
   void enqueue_pooled(const Mapped& m, cudaStream_t own, CudaRunResult& stats);
 
-  // A batched op's copies: one cudaMemcpyBatchAsync (a plain cudaMemcpyAsync for a single
-  // 1-D copy), then its long 2-D descriptors.
-  void enqueue_batch(const Mapped& m, cudaStream_t s, CudaRunResult& stats);
-
   // Polls every stream's completion event until all completed or `timeout_s` passed. Returns
   // whether all completed; throws CudaError on an asynchronous fault.
   bool wait_all(double timeout_s, std::vector<bool>* complete) const;
@@ -260,18 +227,7 @@ struct CudaExecutor::State {
   // for the streams; marks the executor stuck (and releases the fabric) if they do not drain.
   void release_and_drain();
 
-  // NOTE [enqueue order]
-  // Streams share a few hardware queues (CUDA_DEVICE_MAX_CONNECTIONS), each executed in
-  // submission order, and a cuStreamWaitValue64 stalls its whole queue. Enqueuing a wait
-  // before the signal it needs could then deadlock two aliased streams. So the executor
-  // enqueues in a legal serial schedule, computed once here by simulating counters and
-  // events on the host: repeatedly take the head op of any (rank, stream) whose wait is
-  // already satisfied by the ops taken before it. Every op's dependencies are then submitted
-  // before it, and no aliasing can block it. Ops the simulation cannot place (a wait that can
-  // never be satisfied) follow in program order, so the run-time timeout names them.
-  // Every rank's ops are simulated (a local wait may need a remote rank's signal); only the
-  // local ranks' ops enter `order`. Each process's order is the global schedule filtered to
-  // its ranks, so no process submits a wait before the local signals it needs.
+  // Computes `order`, a legal serial schedule (see NOTE [enqueue order] in schedule.cpp).
   void schedule();
 
   // Appends op i to `order` where this process runs it: the op itself on its local rank, and

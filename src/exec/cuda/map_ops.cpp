@@ -1,5 +1,5 @@
 // The CUDA executor, step 1 of NOTE [CUDA executor op mapping]: every op resolved at
-// construction to device pointers, copy calls (batched, pooled), counters and kernel
+// construction to device pointers, copy calls (per descriptor, pooled), counters and kernel
 // arguments; the rank's rail and copy-pool streams made on first use.
 #include <algorithm>
 #include <string>
@@ -11,44 +11,6 @@
 #include "tide/kernels/cuda_check.hpp"
 
 namespace tide::exec {
-
-namespace {
-
-// A byte span [lo, hi) a batched op writes (dst) or reads.
-struct Span {
-  std::uintptr_t lo = 0, hi = 0;
-  bool dst = false;
-};
-
-// Adds the span of a copy's rows at `p`: one span per row, or the whole extent (gaps between
-// rows included, conservative) when `whole`.
-void add_spans(std::vector<Span>& spans, const void* p, std::size_t width, std::size_t rows,
-               std::size_t pitch, bool whole, bool dst) {
-  const auto base = reinterpret_cast<std::uintptr_t>(p);
-  if (whole) {
-    spans.push_back({base, base + (rows - 1) * pitch + width, dst});
-    return;
-  }
-  for (std::size_t r = 0; r < rows; ++r)
-    spans.push_back({base + r * pitch, base + r * pitch + width, dst});
-}
-
-// True when a destination span meets another span (a source or destination). Copies of one
-// cudaMemcpyBatchAsync run in no fixed order, so such an op is not batched. Sorts `spans`.
-bool spans_overlap(std::vector<Span>& spans) {
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.lo < b.lo; });
-  // Sweep in start order: a span meets an earlier one iff it starts before that one's end.
-  // A destination conflicts with any earlier span, a source only with earlier destinations.
-  std::uintptr_t dst_end = 0, any_end = 0;
-  for (const Span& x : spans) {
-    if (x.lo < (x.dst ? any_end : dst_end)) return true;
-    any_end = std::max(any_end, x.hi);
-    if (x.dst) dst_end = std::max(dst_end, x.hi);
-  }
-  return false;
-}
-
-}  // namespace
 
 // The rank's rail stream (messages), created on first use.
 int CudaExecutor::State::rail_of(int rank) {
@@ -93,14 +55,14 @@ std::uint64_t* CudaExecutor::State::counter(const program::Counter& c) const {
 
 // NOTE [copy-engine pool]
 // With CudaExecutorOptions::copy_streams = k > 1, a copy op (kCopy, kRailPut) of two or more
-// descriptors on the per-descriptor path deals its descriptors over its own stream and up
-// to k - 1 pool streams of its rank (Sec. 6.2: descriptor batches over a small stream pool,
-// so that several copy engines work on one op): largest first, each to the least-loaded
-// lane by bytes. Synchronisation: the op's stream records `fork`; each pool stream used
-// waits for it, issues its share and records its `join`; the op's stream waits for every
-// join before anything that follows the op (a kRailPut's counter addition included). A
-// rank's pool streams are shared by its program streams and fed in the one enqueue order
-// (NOTE [enqueue order]), so a pool stream only ever waits for forks already enqueued.
+// descriptors deals its descriptors over its own stream and up to k - 1 pool streams of its
+// rank (Sec. 6.2: descriptor batches over a small stream pool, so that several copy engines
+// work on one op): largest first, each to the least-loaded lane by bytes. Synchronisation:
+// the op's stream records `fork`; each pool stream used waits for it, issues its share and
+// records its `join`; the op's stream waits for every join before anything that follows the
+// op (a kRailPut's counter addition included). A rank's pool streams are shared by its
+// program streams and fed in the one enqueue order (NOTE [enqueue order]), so a pool stream
+// only ever waits for forks already enqueued.
 std::vector<int>& CudaExecutor::State::pool_of(int rank) {
   std::vector<int>& pool = copy_pool[rank];
   while (static_cast<int>(pool.size()) < options.copy_streams - 1) {
@@ -119,7 +81,7 @@ std::vector<int>& CudaExecutor::State::pool_of(int rank) {
 
 void CudaExecutor::State::map_pool(const Op& op, Mapped& m) {
   const int lanes = std::min<int>(options.copy_streams, static_cast<int>(m.copies.size()));
-  if (lanes < 2 || m.batched) return;
+  if (lanes < 2) return;
   std::vector<std::size_t> order_by_size(m.copies.size());
   for (std::size_t i = 0; i < order_by_size.size(); ++i)
     order_by_size[i] = i;
@@ -158,42 +120,6 @@ void CudaExecutor::State::map_copies(const Op& op, Mapped& m) const {
     call.flat = cuda_detail::contiguous(c.src) && cuda_detail::contiguous(c.dst);
     m.copies.push_back(call);
   }
-  if (batch) map_batch(m);
-}
-
-// The batched form of an op's copies (Mapped::batched). One copy stays one plain call;
-// copies that meet (checked row by row; a long 2-D copy by its whole extent) keep the
-// per-descriptor calls, in descriptor order.
-void CudaExecutor::State::map_batch(Mapped& m) const {
-  if (m.copies.size() < 2) return;
-  const auto max_rows = static_cast<std::size_t>(options.batch_max_rows);
-  std::vector<Span> spans;
-  for (const CopyCall& c : m.copies) {
-    if (!c.flat && c.rows > max_rows) {
-      m.batch_2d.push_back(c);
-      add_spans(spans, c.dst, c.width, c.rows, c.dpitch, true, true);
-      add_spans(spans, c.src, c.width, c.rows, c.spitch, true, false);
-      continue;
-    }
-    const std::size_t rows = c.flat ? 1 : c.rows;
-    const std::size_t bytes = c.flat ? c.width * c.rows : c.width;
-    for (std::size_t r = 0; r < rows; ++r) {
-      m.batch_dsts.push_back(static_cast<std::byte*>(c.dst) + r * c.dpitch);
-      m.batch_srcs.push_back(const_cast<std::byte*>(static_cast<const std::byte*>(c.src)) +
-                             r * c.spitch);
-      m.batch_sizes.push_back(bytes);
-    }
-    add_spans(spans, c.dst, bytes, rows, c.dpitch, false, true);
-    add_spans(spans, c.src, bytes, rows, c.spitch, false, false);
-  }
-  if (spans_overlap(spans)) {
-    m.batch_dsts = {};
-    m.batch_srcs = {};
-    m.batch_sizes = {};
-    m.batch_2d = {};
-    return;
-  }
-  m.batched = true;
 }
 
 void CudaExecutor::State::map_sum(const Op& op, Mapped& m) const {

@@ -1,5 +1,5 @@
 // Puts and signals between ranks that cannot address each other, as two-sided messages
-// (the rail path to other hosts; issue 7, item 1; paper Sec. 6.1-6.2).
+// (the rail path to other hosts; paper Sec. 6.1-6.2).
 //
 // NOTE [rail messages]
 // A kRailPut or kSignal from rank s to rank d where Fabric::load_store(s, d) is false becomes:

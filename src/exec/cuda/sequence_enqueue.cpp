@@ -4,8 +4,8 @@
 #include <array>
 #include <string>
 
-#include "../../fabric/cuda_driver.hpp"
 #include "counter_add.hpp"
+#include "cuda_driver.hpp"
 #include "sequence_state.hpp"
 #include "tide/core/error.hpp"
 #include "tide/kernels/cast.hpp"

@@ -3,7 +3,7 @@
 // every launch.
 #include <string>
 
-#include "../../fabric/cuda_driver.hpp"
+#include "cuda_driver.hpp"
 #include "sequence_state.hpp"
 #include "tide/core/error.hpp"
 #include "tide/kernels/cuda_check.hpp"

@@ -5,7 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include "../cuda_driver.hpp"
+#include "cuda_driver.hpp"
 #include "tide/kernels/cuda_check.hpp"
 #include "tide/version_gates.hpp"
 

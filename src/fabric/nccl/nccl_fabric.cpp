@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "lsa_peers.hpp"
+#include "tide/core/env.hpp"
 #include "tide/core/error.hpp"
 #include "tide/kernels/cuda_check.hpp"
 #include "tide/version_gates.hpp"
@@ -20,17 +21,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Knob, read here only: TIDE_FABRIC_TIMEOUT_S (seconds, > 0) overrides options.timeout.
+// TIDE_FABRIC_TIMEOUT_S (NOTE [environment knobs]) overrides options.timeout.
 std::chrono::milliseconds effective_timeout(const NcclFabricOptions& options) {
-  const char* env = std::getenv("TIDE_FABRIC_TIMEOUT_S");
-  if (env == nullptr || *env == '\0') return options.timeout;
-  char* end = nullptr;
-  const double seconds = std::strtod(env, &end);
-  if (end == env || *end != '\0' || !(seconds > 0.0) || seconds > 1e7) {
-    throw InvalidArgument(std::string("TIDE_FABRIC_TIMEOUT_S='") + env +
-                          "' is not a positive number of seconds");
-  }
-  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
+  const std::optional<double> seconds = env::positive_seconds("TIDE_FABRIC_TIMEOUT_S");
+  if (!seconds) return options.timeout;
+  return std::chrono::milliseconds(static_cast<std::int64_t>(*seconds * 1000.0));
 }
 
 std::string nccl_message(int rank, const char* call, ncclResult_t r, ncclComm_t comm) {

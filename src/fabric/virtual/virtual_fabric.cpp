@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <string>
 
-#include "../cuda_driver.hpp"
+#include "cuda_driver.hpp"
 #include "tide/core/error.hpp"
 #include "tide/kernels/cuda_check.hpp"
 

@@ -1,5 +1,5 @@
-// Runnable collectives with data (include/tide/exec/collective_cases.hpp).
-#include "tide/exec/collective_cases.hpp"
+// Runnable collectives with data (tide/testing/cases.hpp).
+#include "tide/testing/cases.hpp"
 
 #include <cstring>
 
@@ -11,34 +11,12 @@
 #include "tide/program/rs_builder.hpp"
 #include "tide/program/step.hpp"
 
-namespace tide::exec {
+namespace tide::testing {
 
 using program::Buffer;
 using program::Space;
 
-std::vector<ParamShape> random_shapes(std::mt19937_64& rng, int count) {
-  std::vector<ParamShape> shapes(static_cast<std::size_t>(count));
-  for (ParamShape& s : shapes) {
-    s.rows = static_cast<std::int64_t>(rng() % 37) + 1;
-    s.cols = static_cast<std::int64_t>(rng() % 6) + 1;
-  }
-  return shapes;
-}
-
-std::vector<std::byte> bytes_of(std::span<const float> values, DType dtype) {
-  std::vector<std::byte> out(values.size() * static_cast<std::size_t>(item_bytes(dtype)));
-  store_values(values, dtype, out);
-  return out;
-}
-
 namespace {
-
-std::vector<float> random_values(std::mt19937_64& rng, std::int64_t n, DType dtype) {
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (float& x : v)
-    x = random_value(rng, dtype);
-  return v;
-}
 
 std::string topology_name(int m, int l) {
   return "M=" + std::to_string(m) + " L=" + std::to_string(l);
@@ -181,14 +159,14 @@ CollectiveCase step_case(int m, int l, std::uint64_t seed, const StepCaseOptions
 }
 
 std::vector<std::vector<std::byte>> reference_outputs(const CollectiveCase& c) {
-  ReferenceExecutor ex(c.program);
+  exec::ReferenceExecutor ex(c.program);
   for (const CaseInput& in : c.inputs) {
     auto span = ex.input(in.buffer, in.offset, static_cast<std::int64_t>(in.bytes.size()));
     std::memcpy(span.data(), in.bytes.data(), in.bytes.size());
   }
-  RunOptions run;
+  exec::RunOptions run;
   run.seed = 3;
-  const RunResult r = ex.run(run);
+  const exec::RunResult r = ex.run(run);
   if (!r.clean()) {
     std::string text = c.name + ": the reference run is not clean:";
     for (std::size_t i = 0; i < r.errors.size() && i < 5; ++i)
@@ -206,4 +184,4 @@ std::vector<std::vector<std::byte>> reference_outputs(const CollectiveCase& c) {
   return out;
 }
 
-}  // namespace tide::exec
+}  // namespace tide::testing

@@ -10,8 +10,8 @@
 #include <memory>
 #include <vector>
 
+#include "tide/calibrate/timing.hpp"
 #include "tide/kernels/level1_sum.hpp"
-#include "timing.hpp"
 
 namespace tide::calibrate {
 

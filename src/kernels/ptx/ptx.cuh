@@ -1,6 +1,7 @@
 // Thin wrappers over the Hopper PTX that TIDE's kernels use: mbarriers with transaction
 // counts, the bulk copy engine (cp.async.bulk), proxy fences and bounded waits.
-// Private to src/kernels; include only from .cu files.
+// Private to the kernels (and the copy probe, through the tide_ptx target); include only from
+// .cu files.
 #pragma once
 
 #include <cstdint>
@@ -64,7 +65,8 @@ __device__ __forceinline__ bool mbar_try_wait(std::uint32_t bar, std::uint32_t p
   return done != 0;
 }
 
-// Non-blocking test (acquire, CTA scope): never suspends the thread.
+// Non-blocking test (acquire, CTA scope): never suspends the thread (the copy probe's spin
+// mode, bench/kernels/copy_probe.cu).
 __device__ __forceinline__ bool mbar_test_wait(std::uint32_t bar, std::uint32_t parity) {
   std::uint32_t done;
   asm volatile(
@@ -97,25 +99,6 @@ __device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parit
   }
 }
 
-// Like mbar_wait, but polls with test_wait (never suspends the thread).
-__device__ __forceinline__ void mbar_spin(std::uint32_t bar, std::uint32_t parity,
-                                          const char* what) {
-  std::uint32_t spins = 0;
-  unsigned long long start = 0;
-  while (!mbar_test_wait(bar, parity)) {
-    if ((++spins & 65535u) == 0) {
-      const unsigned long long now = globaltimer();
-      if (start == 0) {
-        start = now;
-      } else if (now - start > kWaitTimeoutNs) {
-        printf("tide: timed out after 20 s waiting for %s (block %d, thread %d, parity %u)\n", what,
-               static_cast<int>(blockIdx.x), static_cast<int>(threadIdx.x), parity);
-        __trap();
-      }
-    }
-  }
-}
-
 // Bulk copy global -> shared through the copy engine; completes `bytes` transactions on
 // `bar`. dst, src and bytes must be multiples of 16.
 __device__ __forceinline__ void bulk_g2s(std::uint32_t dst, const void* src, std::uint32_t bytes,
@@ -125,42 +108,6 @@ __device__ __forceinline__ void bulk_g2s(std::uint32_t dst, const void* src, std
           "r"(dst),
       "l"(src), "r"(bytes), "r"(bar)
       : "memory");
-}
-
-// Ampere-style asynchronous 16-byte copy global -> shared through the load/store unit
-// (L2 only: .cg); dst and src 16-byte aligned.
-__device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-
-// Closes this thread's current group of cp.async copies (cp.async.commit_group; an empty
-// group is allowed and completes at once).
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-// Waits until at most N of this thread's committed cp.async groups are still pending; the
-// completed groups' bytes are then visible to this thread (only: no other thread may read them
-// without a barrier).
-template <int N>
-__device__ __forceinline__ void cp_async_wait_group() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
-// 16-byte shared-memory load (ld.shared.v4.b32) at the shared address `a`.
-__device__ __forceinline__ uint4 lds128(std::uint32_t a) {
-  uint4 v;
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(a)
-               : "memory");
-  return v;
-}
-
-// Arrives on `bar` once all of this thread's earlier cp.async copies have completed; the
-// barrier's expected count must include this arrival (.noinc).
-__device__ __forceinline__ void cp_async_arrive_noinc(std::uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
 
 #endif

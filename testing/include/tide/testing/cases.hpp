@@ -1,7 +1,8 @@
 // Runnable collectives with data: a program, the inputs every rank starts from, and the
 // regions whose bytes must come out equal on every executor (invariant 1 of the architecture
-// note). Shared by the CUDA executor's tests (one process, the virtual fabric) and the
-// multi-GPU runner (one process per GPU, the NCCL fabric), so both check the same cases.
+// note). Shared by the program and executor tests (the reference; one process on the virtual
+// fabric) and `tide-nccl check` (one process per GPU, the NCCL fabric), so all check the same
+// cases. Not part of TIDE's public headers: the tide_testing library (testing/).
 //
 // Every builder draws fresh random inputs from its seed (never zeros; NaN-free finite values
 // of the input dtype) and poisons nothing itself: executors start from poisoned buffers
@@ -20,8 +21,11 @@
 #include "tide/core/rs_plan.hpp"
 #include "tide/exec/data_effects.hpp"  // kPoison: the byte every buffer holds before a run
 #include "tide/program/program.hpp"
+#include "tide/testing/random.hpp"
 
-namespace tide::exec {
+namespace tide::testing {
+
+using exec::kPoison;
 
 // Bytes written into a buffer at an offset before the run.
 struct CaseInput {
@@ -43,11 +47,6 @@ struct CollectiveCase {
   std::vector<CaseInput> inputs;
   std::vector<CaseCheck> checks;
 };
-
-// 1..count random small shapes (rows 1..37, cols 1..6).
-std::vector<ParamShape> random_shapes(std::mt19937_64& rng, int count);
-// `values` stored in `dtype` (bf16 rounding as the reference does).
-std::vector<std::byte> bytes_of(std::span<const float> values, DType dtype);
 
 // TIDE-AG over M x L: random shards (or, with `cast`, random fp32 masters); checks every
 // rank's landing zone. Random shapes when `shapes` is empty. head_bytes = 64 unless given.
@@ -91,4 +90,4 @@ CollectiveCase step_case(int m, int l, std::uint64_t seed, const StepCaseOptions
 // Throws tide::InternalError naming the first errors when the run is not clean.
 std::vector<std::vector<std::byte>> reference_outputs(const CollectiveCase& c);
 
-}  // namespace tide::exec
+}  // namespace tide::testing

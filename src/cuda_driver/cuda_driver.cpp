@@ -44,6 +44,8 @@ DriverApi load() {
   resolve(d.mem_set_access, "cuMemSetAccess");
   resolve(d.stream_wait_value64, "cuStreamWaitValue64");
   resolve(d.stream_write_value64, "cuStreamWriteValue64");
+  resolve(d.stream_wait_value32, "cuStreamWaitValue32");
+  resolve(d.stream_write_value32, "cuStreamWriteValue32");
   return d;
 }
 

@@ -1,7 +1,7 @@
-// The CUDA driver entry points TIDE's fabrics and CUDA executor use (VMM: cuMemCreate,
-// cuMemMap ...; 64-bit stream memory operations), resolved at run time through the runtime's
-// driver entry points (as src/calibrate/stream_memops.cpp does), so nothing links libcuda and
-// a binary built with them still starts, and skips its GPU work, on a machine without a driver.
+// The CUDA driver entry points TIDE uses (VMM: cuMemCreate, cuMemMap ...; stream memory
+// operations), resolved once at run time through the runtime's driver entry points, so nothing
+// links libcuda and a binary built with them still starts, and skips its GPU work, on a machine
+// without a driver. The one table of the fabrics, the CUDA executor and `tide calibrate`.
 #pragma once
 
 #include <cuda.h>
@@ -28,6 +28,8 @@ struct DriverApi {
                              std::size_t) = nullptr;
   CUresult (*stream_wait_value64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int) = nullptr;
   CUresult (*stream_write_value64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int) = nullptr;
+  CUresult (*stream_wait_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
+  CUresult (*stream_write_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
 };
 
 // The table, resolved once (thread-safe). Throws tide::CudaError naming the entry point that

@@ -1,4 +1,4 @@
-#include "collective_data.hpp"
+#include "tide/testing/checks.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,8 +7,9 @@
 
 #include "tide/core/arithmetic.hpp"
 #include "tide/core/error.hpp"
+#include "tide/testing/random.hpp"
 
-namespace tide::cli {
+namespace tide::testing {
 namespace {
 
 double element(const std::byte* base, std::int64_t i, std::int64_t item) {
@@ -34,9 +35,8 @@ std::vector<AgShard> random_shards(std::mt19937_64& rng, const GroupLayout& layo
   for (AgShard& shard : shards) {
     shard.packed.resize(static_cast<std::size_t>(layout.shard_bytes()));
     for (const ParamLayout& pl : layout.params()) {
-      std::vector<float> master(static_cast<std::size_t>(pl.shard_elems()));
-      for (float& v : master)
-        v = random_value(rng, cast ? DType::kFp32 : layout.ag_dtype());
+      std::vector<float> master =
+          random_values(rng, pl.shard_elems(), cast ? DType::kFp32 : layout.ag_dtype());
       store_values(master, layout.ag_dtype(),
                    std::span<std::byte>(shard.packed)
                        .subspan(static_cast<std::size_t>(pl.offset),
@@ -48,15 +48,15 @@ std::vector<AgShard> random_shards(std::mt19937_64& rng, const GroupLayout& layo
 }
 
 void check_landing(const GroupLayout& layout, const std::vector<AgShard>& shards,
-                   const std::function<std::span<const std::byte>(int)>& seen, Sha256& digest,
-                   CheckResult& result) {
+                   const std::function<std::span<const std::byte>(int)>& seen,
+                   const OutputSink& record, CheckResult& result) {
   const std::int64_t item = item_bytes(layout.ag_dtype());
   for (int r = 0; r < layout.topology().world(); ++r) {
     const std::span<const std::byte> view = seen(r);
     if (static_cast<std::int64_t>(view.size()) != layout.unsharded_bytes()) {
       throw InternalError("the all-gather program has no consumer output to check");
     }
-    digest.update(view);
+    record(view);
     for (int u = 0; u < layout.topology().world(); ++u) {
       for (int p = 0; p < layout.param_count(); ++p) {
         const ParamLayout& pl = layout.param(p);
@@ -76,8 +76,8 @@ void check_landing(const GroupLayout& layout, const std::vector<AgShard>& shards
 
 void check_reduce_scatter(const RsPlan& plan, const std::vector<RankGrads>& grads, float alpha,
                           bool accumulate, const std::vector<std::vector<float>>& initial,
-                          const std::function<std::span<const std::byte>(int)>& out, Sha256& digest,
-                          CheckResult& result) {
+                          const std::function<std::span<const std::byte>(int)>& out,
+                          const OutputSink& record, CheckResult& result) {
   const GroupLayout& layout = plan.layout();
   const auto exact = rs_expected(plan, grads, alpha, accumulate, initial);
   const auto ref = rs_float64(layout, grads, static_cast<double>(alpha), accumulate, initial);
@@ -89,7 +89,7 @@ void check_reduce_scatter(const RsPlan& plan, const std::vector<RankGrads>& grad
   result.tolerance = std::max(result.tolerance, 1e-5 * norm);
   for (int r = 0; r < layout.topology().world(); ++r) {
     const std::span<const std::byte> bytes = out(r);
-    digest.update(bytes);
+    record(bytes);
     const auto& want = exact[static_cast<std::size_t>(r)];
     const auto& ref_r = ref[static_cast<std::size_t>(r)];
     if (bytes.size() != want.size() * 4) {
@@ -105,4 +105,4 @@ void check_reduce_scatter(const RsPlan& plan, const std::vector<RankGrads>& grad
   }
 }
 
-}  // namespace tide::cli
+}  // namespace tide::testing

@@ -1,7 +1,8 @@
-// Inputs and output checks shared by `tide simulate` (one call) and `tide simulate step`
-// (a sequence of calls): random shards and gradients, and the comparisons against Eq. 2
-// (all-gather placement, bit for bit) and Eq. 5 (reduce-scatter: TIDE's arithmetic order bit
-// for bit, and float64 within 1e-5 x max(1, ||y||_inf)).
+// Collective data checked against the paper's equations rather than an executor: random
+// shards for an all-gather and the comparisons against Eq. 2 (all-gather placement, bit for
+// bit) and Eq. 5 (reduce-scatter: TIDE's arithmetic order bit for bit, and float64 within
+// 1e-5 x max(1, ||y||_inf)). Used by `tide simulate` (one call and a step); cases.hpp holds the
+// runnable cases compared across executors.
 #pragma once
 
 #include <cstddef>
@@ -11,12 +12,11 @@
 #include <span>
 #include <vector>
 
-#include "digest.hpp"
 #include "tide/core/collective_reference.hpp"
 #include "tide/core/layout.hpp"
 #include "tide/core/rs_plan.hpp"
 
-namespace tide::cli {
+namespace tide::testing {
 
 // One rank's all-gather input: the packed shard (P shards in the all-gather dtype) and the
 // values it holds as floats (per parameter; for a mixed-precision cast, the fp32 masters the
@@ -29,6 +29,9 @@ struct AgShard {
 // Fresh random shards for every rank; with `cast`, from random fp32 masters.
 std::vector<AgShard> random_shards(std::mt19937_64& rng, const GroupLayout& layout, bool cast);
 
+// Receives every output a check reads, in order (the CLI fingerprints them).
+using OutputSink = std::function<void(std::span<const std::byte>)>;
+
 struct CheckResult {
   bool bitwise = true;
   double max_abs_error = 0;
@@ -37,14 +40,14 @@ struct CheckResult {
 
 // Eq. 2: rank u's shard of parameter p at Landing(p, u) in what rank r saw (`seen(r)`).
 void check_landing(const GroupLayout& layout, const std::vector<AgShard>& shards,
-                   const std::function<std::span<const std::byte>(int)>& seen, Sha256& digest,
-                   CheckResult& result);
+                   const std::function<std::span<const std::byte>(int)>& seen,
+                   const OutputSink& record, CheckResult& result);
 
 // Eq. 5 on every rank's fp32 shard (`out(r)`): bitwise against the arithmetic order, max
 // error and tolerance against float64.
 void check_reduce_scatter(const RsPlan& plan, const std::vector<RankGrads>& grads, float alpha,
                           bool accumulate, const std::vector<std::vector<float>>& initial,
-                          const std::function<std::span<const std::byte>(int)>& out, Sha256& digest,
-                          CheckResult& result);
+                          const std::function<std::span<const std::byte>(int)>& out,
+                          const OutputSink& record, CheckResult& result);
 
-}  // namespace tide::cli
+}  // namespace tide::testing

@@ -1,0 +1,87 @@
+// TIDE's environment variables, declared once.
+//
+// NOTE [environment knobs]
+// Every TIDE_* environment variable is one line of kEnvKnobs below: its name, its default
+// (what holds when it is unset or empty) and its meaning, in the manner of NCCL_PARAM. Code
+// reads a TIDE_* variable only through env::value() / env::flag() / env::positive_seconds(),
+// which refuse a name the table does not declare; shell scripts read only declared names.
+// `tide --help-env` prints the table, docs/environment.md is generated from it
+// (scripts/check_source.py --write-env-doc), and scripts/check_source.py (a CTest) checks
+// that every TIDE_* variable named in the sources is declared and that the page matches.
+#pragma once
+
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "tide/core/error.hpp"
+
+namespace tide::env {
+
+struct EnvKnob {
+  std::string_view name;
+  std::string_view default_value;
+  std::string_view meaning;
+};
+
+// clang-format off
+inline constexpr EnvKnob kEnvKnobs[] = {
+  {"TIDE_RANK", "unset", "this process's rank, set by `tide-nccl --spawn` (else torchrun's or MPI's variables are read; NOTE [launch])"},
+  {"TIDE_WORLD", "unset", "the number of ranks, set by `tide-nccl --spawn`"},
+  {"TIDE_LOCAL_RANK", "TIDE_RANK", "this process's rank on its host (its GPU), set by `tide-nccl --spawn`"},
+  {"TIDE_RENDEZVOUS", "a fresh /tmp directory (--spawn); under torchrun /tmp/tide-rendezvous-<job>", "the directory where rank 0 publishes the NCCL unique id for the other ranks"},
+  {"TIDE_FABRIC_TIMEOUT_S", "NcclFabricOptions::timeout (tide-nccl --fabric-timeout)", "seconds (> 0) any wait of the NCCL fabric may take; overrides the option"},
+  {"TIDE_ENABLE_MULTIMEM", "0", "1 allows the multimem (NVSwitch reduction) landing where the caller also opts in; never on machines where NVLink multicast is off limits"},
+  {"TIDE_KERNEL_TEST_QUICK", "0", "1 keeps the GPU kernel tests to their small cases (compute-sanitizer runs)"},
+  {"TIDE_TEST_SEED", "a fresh random seed, printed", "the seed of the randomised tests that print theirs (call sequences, the host runtime, the FSDP2 parity run)"},
+  {"TIDE_TEST_STANDIN", "unset (set to 1 by tests/python/conftest.py when tide._C has no runtime binding)", "1 runs the Python adapter's tests on the test-support stand-in runtime"},
+  {"TIDE_STANDIN_FAULT", "empty", "a fault the test-support stand-in runtime injects, ag-order or rs-scale (tests/python/tide_test_support/standin_runtime.py)"},
+  {"TIDE_PARITY_CASES", "abcdef", "the FSDP2 parity cases fsdp_parity_worker.py runs, one letter each"},
+  {"TIDE_PARITY_DEVICE", "cpu", "cuda runs the FSDP2 parity run on GPUs (NCCL) instead of the CPU (gloo)"},
+  {"TIDE_BUILD_DIR", "build", "scripts/build.sh, scripts/test.sh: the CMake build directory"},
+  {"TIDE_BUILD_TYPE", "RelWithDebInfo", "scripts/build.sh: the CMake build type"},
+};
+// clang-format on
+
+// The declaration of `name`, or nullptr when kEnvKnobs has none.
+inline const EnvKnob* find_knob(std::string_view name) {
+  for (const EnvKnob& k : kEnvKnobs) {
+    if (k.name == name) return &k;
+  }
+  return nullptr;
+}
+
+// The variable's value, or nullopt when it is unset or empty. A TIDE_* name must be declared
+// in kEnvKnobs (InternalError otherwise); other names (the launchers' RANK, WORLD_SIZE, ...)
+// are read as they are.
+inline std::optional<std::string> value(std::string_view name) {
+  if (name.starts_with("TIDE_") && find_knob(name) == nullptr) {
+    throw InternalError("the environment variable " + std::string(name) +
+                        " is not declared in kEnvKnobs (include/tide/core/env.hpp)");
+  }
+  const char* v = std::getenv(std::string(name).c_str());
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+// True when the declared knob is exactly "1".
+inline bool flag(std::string_view name) {
+  return value(name) == std::optional<std::string>("1");
+}
+
+// The knob as a positive number of seconds (at most 1e7), or nullopt when unset. Throws
+// InvalidArgument naming the variable for anything else.
+inline std::optional<double> positive_seconds(std::string_view name) {
+  const std::optional<std::string> text = value(name);
+  if (!text) return std::nullopt;
+  char* end = nullptr;
+  const double seconds = std::strtod(text->c_str(), &end);
+  if (end == text->c_str() || *end != '\0' || !(seconds > 0.0) || seconds > 1e7) {
+    throw InvalidArgument(std::string(name) + "='" + *text +
+                          "' is not a positive number of seconds");
+  }
+  return seconds;
+}
+
+}  // namespace tide::env
