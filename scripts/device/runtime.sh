@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# The CUDA sequence runner (NOTE [CUDA call sequences]) on the device machine, in one call:
+# its GPU tests, compute-sanitizer on them, and the enqueue benchmark, whose numbers land in
+# $OUT/enqueue_h200.json (committed as bench/results/runtime/enqueue_h200.json).
+#   here:   scripts/stage-deps.sh            (once: GoogleTest and headers into .deps/)
+#   device: run(command="bash scripts/device/runtime.sh", carry=[".deps"])
+# STEPS (default "build tests sanitize bench"). Prebuilt binaries under $PREBUILT (a build
+# directory carried along) are used when they start there; otherwise the targets are built.
+set -uo pipefail
+NAME=runtime DEFAULT_STEPS="build tests sanitize bench" source "$(dirname "$0")/common.sh"
+BUILD=${BUILD_DIR:-build-runtime}
+ROWS_DIV=${ROWS_DIV:-2}
+finish() { pack_logs; exit "$1"; }
+
+nvidia-smi > "$LOG/nvidia-smi.txt" 2>&1
+machine="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
+note "## runtime.sh on $(hostname) $(date -u +%FT%TZ): $machine"
+
+TESTS="$BUILD/tests/exec/tide_cuda_sequence_tests"
+BENCH="$BUILD/bench/runtime/tide_runtime_enqueue_bench"
+if [[ -n "${PREBUILT:-}" && -x "$PREBUILT/tests/exec/tide_cuda_sequence_tests" ]] &&
+   "$PREBUILT/tests/exec/tide_cuda_sequence_tests" --gtest_list_tests > /dev/null 2>&1; then
+  TESTS="$PREBUILT/tests/exec/tide_cuda_sequence_tests"
+  BENCH="$PREBUILT/bench/runtime/tide_runtime_enqueue_bench"
+  note "using prebuilt binaries from $PREBUILT"
+elif has build; then
+  if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDE_WERROR=OFF \
+       > "$LOG/build.log" 2>&1; then
+    note "CONFIGURE FAILED $(stamp)"; tail -40 "$LOG/build.log" | tee -a "$summary"; finish 1
+  fi
+  if ! cmake --build "$BUILD" --target tide_cuda_sequence_tests tide_runtime_enqueue_bench -j 16 \
+       >> "$LOG/build.log" 2>&1; then
+    note "BUILD FAILED $(stamp)"; grep -E "error|FAILED" "$LOG/build.log" | head -40 | tee -a "$summary"
+    finish 1
+  fi
+  note "build ok $(stamp)"
+fi
+
+rc_all=0
+passed=0
+if has tests; then
+  # Stream-path tests first, then each graph test alone: a hang stops only its own group.
+  : > "$LOG/tests.log"
+  for filter in 'CudaSequence.Templates*:Topologies/*' 'CudaSequence.ReplayGraphs*' \
+                'CudaSequence.CallsCaptured*'; do
+    timeout 150 "$TESTS" --gtest_filter="$filter" >> "$LOG/tests.log" 2>&1
+    rc=$?
+    [[ $rc -ne 0 ]] && rc_all=$rc
+    [[ $rc -eq 124 ]] && note "TESTS TIMED OUT (150 s) in $filter"
+    note "tests $filter rc=$rc $(stamp)"
+  done
+  passed=$(grep -cE '^\[       OK \]' "$LOG/tests.log")
+  note "passed $passed: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOG/tests.log" | tr '\n' ' ')"
+  grep -E "^\[  FAILED|Failure|Actual|Expected|error" "$LOG/tests.log" | head -40 | tee -a "$summary"
+  cp "$LOG/tests.log" "$OUT/tests.log"
+fi
+
+if has bench; then
+  cmd="tide_runtime_enqueue_bench --out enqueue_raw.json --model llama3.1-70b --nodes 8 --gpus 8 --repeats 30 --rows-div $ROWS_DIV"
+  timeout 240 "$BENCH" --out "$OUT/enqueue_raw.json" --model llama3.1-70b --nodes 8 --gpus 8 \
+    --repeats 30 --rows-div "$ROWS_DIV" > "$LOG/bench.txt" 2>&1
+  rc=$?
+  [[ $rc -ne 0 ]] && rc_all=$rc
+  note "bench rc=$rc $(stamp)"; tail -6 "$LOG/bench.txt" | tee -a "$summary"
+  if [[ -f "$OUT/enqueue_raw.json" ]]; then
+    python3 - "$OUT/enqueue_raw.json" "$OUT/enqueue_h200.json" "$passed" "$machine" "$cmd" <<'PY'
+import json, sys, datetime
+raw = json.load(open(sys.argv[1]))
+out = {"machine": sys.argv[4], "date": datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
+       "command": "scripts/device/runtime.sh -> " + sys.argv[5],
+       "gpu_runtime_tests_passed": int(sys.argv[3])}
+def put(key, part):
+    out[key] = raw[part]["median"]
+    out[key + "_p10"] = raw[part]["p10"]
+    out[key + "_p90"] = raw[part]["p90"]
+put("ag_enqueue_ms_per_rank_8x8_p30", "ag_fresh")
+put("rs_enqueue_ms_per_rank_8x8_p30", "rs_fresh")
+put("ag_replay_enqueue_ms_per_rank_8x8_p30", "ag_replay")
+put("rs_replay_enqueue_ms_per_rank_8x8_p30", "rs_replay")
+worst = max(("ag_replay", "rs_replay"), key=lambda p: raw[p]["median"])
+put("replay_enqueue_ms_per_rank_8x8_p30", worst)
+out["replay_worst_of"] = worst
+out["raw"] = raw
+json.dump(out, open(sys.argv[2], "w"), indent=2)
+print(json.dumps({k: v for k, v in out.items() if k != "raw"}, indent=2))
+PY
+    cat "$OUT/enqueue_h200.json" | head -30 >> "$summary"
+  fi
+fi
+
+if has sanitize; then
+  if command -v compute-sanitizer > /dev/null; then
+    timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$TESTS" \
+      --gtest_filter='Topologies/RsStream.*/0:Topologies/RsStream.*/3:Topologies/AgStream.*/1:CudaSequence.ReplayGraphs*' \
+      > "$LOG/sanitize.log" 2>&1
+    rc=$?
+    [[ $rc -ne 0 ]] && rc_all=$rc
+    note "memcheck rc=$rc $(stamp): $(grep -E 'ERROR SUMMARY' "$LOG/sanitize.log" | tail -1)"
+    tail -5 "$LOG/sanitize.log" >> "$summary"
+    cp "$LOG/sanitize.log" "$OUT/sanitize.log"
+  else
+    note "memcheck skipped: compute-sanitizer not found"
+  fi
+fi
+
+note "done rc=$rc_all $(stamp)"
+finish "$rc_all"
