@@ -43,10 +43,10 @@ if has tests; then
   : > "$LOG/tests.log"
   for filter in 'CudaSequence.Templates*:Topologies/*' 'CudaSequence.ReplayGraphs*' \
                 'CudaSequence.CallsCaptured*'; do
-    timeout 150 "$TESTS" --gtest_filter="$filter" >> "$LOG/tests.log" 2>&1
+    timeout 90 "$TESTS" --gtest_filter="$filter" >> "$LOG/tests.log" 2>&1
     rc=$?
     [[ $rc -ne 0 ]] && rc_all=$rc
-    [[ $rc -eq 124 ]] && note "TESTS TIMED OUT (150 s) in $filter"
+    [[ $rc -eq 124 ]] && note "TESTS TIMED OUT (90 s) in $filter"
     note "tests $filter rc=$rc $(stamp)"
   done
   passed=$(grep -cE '^\[       OK \]' "$LOG/tests.log")
@@ -57,7 +57,7 @@ fi
 
 if has bench; then
   cmd="tide_runtime_enqueue_bench --out enqueue_raw.json --model llama3.1-70b --nodes 8 --gpus 8 --repeats 30 --rows-div $ROWS_DIV"
-  timeout 240 "$BENCH" --out "$OUT/enqueue_raw.json" --model llama3.1-70b --nodes 8 --gpus 8 \
+  timeout 150 "$BENCH" --out "$OUT/enqueue_raw.json" --model llama3.1-70b --nodes 8 --gpus 8 \
     --repeats 30 --rows-div "$ROWS_DIV" > "$LOG/bench.txt" 2>&1
   rc=$?
   [[ $rc -ne 0 ]] && rc_all=$rc
@@ -90,7 +90,7 @@ fi
 
 if has sanitize; then
   if command -v compute-sanitizer > /dev/null; then
-    timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$TESTS" \
+    timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$TESTS" \
       --gtest_filter='Topologies/RsStream.*/0:Topologies/RsStream.*/3:Topologies/AgStream.*/1:CudaSequence.ReplayGraphs*' \
       > "$LOG/sanitize.log" 2>&1
     rc=$?
