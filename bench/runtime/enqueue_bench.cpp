@@ -12,8 +12,12 @@
 // per call so the pointers still change. Parameter rows can be divided (--rows-div) where
 // the full model does not fit one GPU's memory as N virtual ranks; the JSON says which.
 //
-// Usage: tide_runtime_enqueue_bench --out FILE.json [--model NAME] [--nodes M] [--gpus L]
-//                                   [--repeats N] [--rows-div D]
+// Shapes: a model's layer group (--model), or --synthetic P: P parameters of about --elems
+// elements each, shaped as tide_executor_bench shapes them (norm-like columns of one, matrices
+// of 128..512 columns, odd rows), so the two benchmarks' "P = 30" numbers compare.
+//
+// Usage: tide_runtime_enqueue_bench --out FILE.json [--model NAME | --synthetic P [--elems E]]
+//                                   [--nodes M] [--gpus L] [--repeats N] [--rows-div D]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -62,6 +66,19 @@ struct DeviceBytes {
   DeviceBytes& operator=(const DeviceBytes&) = delete;
   std::byte* at(std::size_t offset) const { return static_cast<std::byte*>(p) + offset; }
 };
+
+// P parameters like tide_executor_bench's: every third one norm-like (one column, rows
+// elems / 64), the others matrices of 128 x (1 + i mod 4) columns; rows odd.
+std::vector<tide::ParamShape> synthetic_shapes(int p, std::int64_t elems) {
+  std::vector<tide::ParamShape> v;
+  for (int i = 0; i < p; ++i) {
+    const bool norm = i % 3 == 0;
+    const std::int64_t cols = norm ? 1 : 128 * (1 + i % 4);
+    const std::int64_t rows = std::max<std::int64_t>(1, elems / cols / (norm ? 64 : 1)) | 1;
+    v.push_back({"p" + std::to_string(i), rows, cols});
+  }
+  return v;
+}
 
 std::unique_ptr<tide::fabric::VirtualFabric> fabric_for(const tide::program::CallSequence& seq) {
   std::vector<tide::program::BufferSizes> sizes;
@@ -137,7 +154,8 @@ json time_calls(const tide::program::CallSequence& seq, std::int64_t input_bytes
 int main(int argc, char** argv) {
   std::string out, model = "llama3.1-70b";
   int nodes = 8, gpus = 8, repeats = 30;
-  std::int64_t rows_div = 1;
+  std::int64_t rows_div = 1, elems = 65536;
+  int synthetic = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -153,20 +171,27 @@ int main(int argc, char** argv) {
       repeats = std::stoi(next());
     else if (a == "--rows-div")
       rows_div = std::stoll(next());
+    else if (a == "--synthetic")
+      synthetic = std::stoi(next());
+    else if (a == "--elems")
+      elems = std::stoll(next());
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
     }
   }
   try {
-    std::vector<tide::ParamShape> shapes = tide::find_model_group(model).params;
+    std::vector<tide::ParamShape> shapes =
+        synthetic > 0 ? synthetic_shapes(synthetic, elems) : tide::find_model_group(model).params;
     for (tide::ParamShape& s : shapes)
       s.rows = std::max<std::int64_t>(1, s.rows / rows_div);
     const tide::GroupLayout layout(tide::Topology(nodes, gpus), shapes, tide::DType::kBf16,
                                    tide::DType::kBf16);
     const int n = layout.topology().world();
-    json j = {{"model", model},
-              {"group", "layer"},
+    json j = {{"model", synthetic > 0 ? "synthetic" : model},
+              {"group", synthetic > 0 ? "P parameters of about " + std::to_string(elems) +
+                                            " elements (as tide_executor_bench)"
+                                      : std::string("layer")},
               {"params", layout.param_count()},
               {"topology", std::to_string(nodes) + "x" + std::to_string(gpus)},
               {"rows_divided_by", rows_div},

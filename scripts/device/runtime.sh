@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The CUDA sequence runner (NOTE [CUDA call sequences]) on the device machine, in one call:
 # its GPU tests, compute-sanitizer on them, and the enqueue benchmark, whose numbers land in
-# $OUT/enqueue_h200.json (committed as bench/results/runtime/enqueue_h200.json).
+# $OUT/enqueue_h200.json (scripts/device/runtime_results.py; committed as
+# bench/results/runtime/enqueue_h200.json with the raw files beside it).
+# The device runs the session's main checkout: a branch's tree travels as an ignored folder
+# (e.g. build-<branch>/, with its prebuilt build-cuda binaries) named in carry, and the
+# command starts with cd into it.
 #   here:   scripts/stage-deps.sh            (once: GoogleTest and headers into .deps/)
 #   device: run(command="bash scripts/device/runtime.sh", carry=[".deps"])
 # STEPS (default "build tests sanitize bench"). Prebuilt binaries under $PREBUILT (a build
@@ -56,36 +60,17 @@ if has tests; then
 fi
 
 if has bench; then
-  cmd="tide_runtime_enqueue_bench --out enqueue_raw.json --model llama3.1-70b --nodes 8 --gpus 8 --repeats 30 --rows-div $ROWS_DIV"
-  timeout 150 "$BENCH" --out "$OUT/enqueue_raw.json" --model llama3.1-70b --nodes 8 --gpus 8 \
-    --repeats 30 --rows-div "$ROWS_DIV" > "$LOG/bench.txt" 2>&1
-  rc=$?
-  [[ $rc -ne 0 ]] && rc_all=$rc
-  note "bench rc=$rc $(stamp)"; tail -6 "$LOG/bench.txt" | tee -a "$summary"
-  if [[ -f "$OUT/enqueue_raw.json" ]]; then
-    python3 - "$OUT/enqueue_raw.json" "$OUT/enqueue_h200.json" "$passed" "$machine" "$cmd" <<'PY'
-import json, sys, datetime
-raw = json.load(open(sys.argv[1]))
-out = {"machine": sys.argv[4], "date": datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
-       "command": "scripts/device/runtime.sh -> " + sys.argv[5],
-       "gpu_runtime_tests_passed": int(sys.argv[3])}
-def put(key, part):
-    out[key] = raw[part]["median"]
-    out[key + "_p10"] = raw[part]["p10"]
-    out[key + "_p90"] = raw[part]["p90"]
-put("ag_enqueue_ms_per_rank_8x8_p30", "ag_fresh")
-put("rs_enqueue_ms_per_rank_8x8_p30", "rs_fresh")
-put("ag_replay_enqueue_ms_per_rank_8x8_p30", "ag_replay")
-put("rs_replay_enqueue_ms_per_rank_8x8_p30", "rs_replay")
-worst = max(("ag_replay", "rs_replay"), key=lambda p: raw[p]["median"])
-put("replay_enqueue_ms_per_rank_8x8_p30", worst)
-out["replay_worst_of"] = worst
-out["raw"] = raw
-json.dump(out, open(sys.argv[2], "w"), indent=2)
-print(json.dumps({k: v for k, v in out.items() if k != "raw"}, indent=2))
-PY
-    cat "$OUT/enqueue_h200.json" | head -30 >> "$summary"
-  fi
+  # The Llama-3.1-70B layer group (rows halved so 64 virtual ranks fit one GPU; the ops per
+  # call are those of the full shapes) and a 30-parameter group as tide_executor_bench builds it.
+  args="--nodes 8 --gpus 8 --repeats 30"
+  timeout 150 "$BENCH" --out "$OUT/enqueue_raw_llama70b.json" --model llama3.1-70b \
+    --rows-div "$ROWS_DIV" $args > "$LOG/bench_llama.txt" 2>&1
+  rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
+  note "bench llama rc=$rc $(stamp)"; tail -4 "$LOG/bench_llama.txt" | tee -a "$summary"
+  timeout 150 "$BENCH" --out "$OUT/enqueue_raw_p30.json" --synthetic 30 --elems 65536 $args \
+    > "$LOG/bench_p30.txt" 2>&1
+  rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
+  note "bench P=30 rc=$rc $(stamp)"; tail -4 "$LOG/bench_p30.txt" | tee -a "$summary"
 fi
 
 if has sanitize; then
@@ -101,6 +86,16 @@ if has sanitize; then
   else
     note "memcheck skipped: compute-sanitizer not found"
   fi
+fi
+
+if has bench && [[ -f "$OUT/enqueue_raw_llama70b.json" ]]; then
+  extra=()
+  [[ -f "$OUT/enqueue_raw_p30.json" ]] && extra+=(--synthetic30 "$OUT/enqueue_raw_p30.json")
+  [[ -f "$OUT/sanitize.log" ]] && extra+=(--sanitize "$OUT/sanitize.log")
+  python3 scripts/device/runtime_results.py "$OUT/enqueue_h200.json" --tests "$LOG/tests.log" \
+    --machine "$machine" --llama "$OUT/enqueue_raw_llama70b.json" "${extra[@]}" \
+    --command "scripts/device/runtime.sh (STEPS='$STEPS') -> tide_runtime_enqueue_bench $args, --model llama3.1-70b --rows-div $ROWS_DIV and --synthetic 30 --elems 65536" \
+    >> "$summary" 2>&1
 fi
 
 note "done rc=$rc_all $(stamp)"
