@@ -93,6 +93,7 @@ struct CudaCapturedCalls {
     std::size_t total = 0;   // index into the runner's counter totals (rank * counters + id)
     std::int64_t value = 0;  // the template's relative threshold
     std::uint64_t* word = nullptr;
+    void* context = nullptr;  // CUcontext of the waiting rank's device
   };
   std::int64_t first_call = 0;  // the call index the capture started at
   int calls = 0;
@@ -113,6 +114,8 @@ class CudaSequenceRunner {
 
   // Enqueues the next call on `caller` (NOTE [CUDA call sequences] 2-4). `bindings` is
   // indexed by rank; entries of ranks that are not local are ignored. Returns at once.
+  // Should a CUDA call fail part-way, the call is half enqueued and the runner refuses every
+  // later call (fail-stop): its counters no longer match what the host expects.
   void enqueue(std::span<const CudaCallBindings> bindings, float alpha, bool accumulate,
                cudaStream_t caller);
 
@@ -129,6 +132,8 @@ class CudaSequenceRunner {
   std::int64_t waits_patched() const;   // graph wait nodes patched so far
 
  private:
+  void enqueue_checked(std::span<const CudaCallBindings> bindings, float alpha, bool accumulate,
+                       cudaStream_t caller);
   struct State;
   std::unique_ptr<State> state_;
 };
