@@ -8,6 +8,9 @@
 //   for (...) ag.enqueue(bindings /* per rank */, 1.0f, false, stream);  // no host wait
 //
 // NOTE [CUDA call sequences]
+// Paper: Sec. 6 (gradient pointers as kernel parameters, tables uploaded at registration, no
+// per-call metadata copy), Sec. 6.2 (host submission), App. E (the credits that cross calls,
+// carried here by the wait thresholds).
 // 1. Built once per sequence: one non-blocking stream per (local rank, stream name) shared by
 //    every call, and per template every op resolved as the CUDA executor resolves it (NOTE
 //    [CUDA executor op mapping]): copy descriptors, Level 1 segment tables, kernel
