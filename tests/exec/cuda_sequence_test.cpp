@@ -257,8 +257,7 @@ class RsHarness {
       const auto got = d.snapshot[static_cast<std::size_t>(r)]->download();
       const auto& want = d.expected[static_cast<std::size_t>(r)];
       ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0)
-          << what << ": rank " << r << " period " << seq_.period << " Q "
-          << runner_.event_slots();
+          << what << ": rank " << r << " period " << seq_.period << " Q " << runner_.event_slots();
     }
   }
 
@@ -553,9 +552,9 @@ TEST_P(AgStream, ManyCallsLandEveryShard) {
       }
       if (!cast && e > 0) shard = shards[0][static_cast<std::size_t>(r)];
       if (!cast && e == 0) {
-        auto* resident =
-            static_cast<std::byte*>(fab->arena(r)) + kRegionOffset + areas.resident;
-        TIDE_CUDA_CHECK(cudaMemcpy(resident, shard.data(), shard.size() * 2, cudaMemcpyHostToDevice));
+        auto* resident = static_cast<std::byte*>(fab->arena(r)) + kRegionOffset + areas.resident;
+        TIDE_CUDA_CHECK(
+            cudaMemcpy(resident, shard.data(), shard.size() * 2, cudaMemcpyHostToDevice));
       }
       shards[ue].push_back(std::move(shard));
       bindings[ue].push_back(std::move(b));
@@ -563,8 +562,9 @@ TEST_P(AgStream, ManyCallsLandEveryShard) {
     }
   }
   for (int r = 0; r < world; ++r)  // poison every landing
-    TIDE_CUDA_CHECK(cudaMemset(static_cast<std::byte*>(fab->arena(r)) + kRegionOffset + areas.landing,
-                               0xFF, landing_bytes));
+    TIDE_CUDA_CHECK(
+        cudaMemset(static_cast<std::byte*>(fab->arena(r)) + kRegionOffset + areas.landing, 0xFF,
+                   landing_bytes));
   for (int e = 0; e < calls; ++e) {
     const auto ue = static_cast<std::size_t>(e);
     runner.enqueue(bindings[ue], 1.0f, false, caller.get());
@@ -576,7 +576,8 @@ TEST_P(AgStream, ManyCallsLandEveryShard) {
   TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
   for (int e = 0; e < calls; ++e) {
     for (int r = 0; r < world; ++r) {
-      const auto got = snapshots[static_cast<std::size_t>(e)][static_cast<std::size_t>(r)]->download();
+      const auto got =
+          snapshots[static_cast<std::size_t>(e)][static_cast<std::size_t>(r)]->download();
       for (int p = 0; p < layout.param_count(); ++p) {
         const ParamLayout& pl = layout.param(p);
         for (int src = 0; src < world; ++src) {

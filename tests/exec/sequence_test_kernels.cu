@@ -17,7 +17,7 @@ __global__ void copy_bytes_kernel(unsigned char* dst, const unsigned char* src, 
 void launch_compute_copy(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return;
   copy_bytes_kernel<<<8, 256, 0, stream>>>(static_cast<unsigned char*>(dst),
-                                          static_cast<const unsigned char*>(src), bytes);
+                                           static_cast<const unsigned char*>(src), bytes);
   TIDE_CUDA_CHECK_LAUNCH();
 }
 

@@ -31,9 +31,10 @@
 //   kRailPut     its copies as kCopy, then the counter addition on the destination rank, both
 //                on the sender's stream (the addition follows the write in stream order).
 //   kSignal      counter += value by a 1-thread kernel (__threadfence_system();
-//                atomicAdd_system), launched on the signalling stream. Why a kernel: cuStreamWriteValue64 writes a value,
-//                it cannot add, and several streams and ranks add to one counter in an order
-//                fixed only at run time, so no enqueue-time cumulative value is valid.
+//                atomicAdd_system), launched on the signalling stream. Why a kernel:
+//                cuStreamWriteValue64 writes a value, it cannot add, and several streams and
+//                ranks add to one counter in an order fixed only at run time, so no
+//                enqueue-time cumulative value is valid.
 //   kWait        cuStreamWaitValue64(counter, value, CU_STREAM_WAIT_VALUE_GEQ): the stream's
 //                front end waits on device memory (no SM, no host polling).
 //   Counters     64-bit, the fabric's signal words (NOTE [fabric interface]): counter id c of

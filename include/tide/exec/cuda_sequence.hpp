@@ -8,6 +8,9 @@
 //   for (...) ag.enqueue(bindings /* per rank */, 1.0f, false, stream);  // no host wait
 //
 // NOTE [CUDA call sequences]
+// Paper: Sec. 6 (gradient pointers as kernel parameters, tables uploaded at registration, no
+// per-call metadata copy), Sec. 6.2 (host submission), App. E (the credits that cross calls,
+// carried here by the wait thresholds).
 // 1. Built once per sequence: one non-blocking stream per (local rank, stream name) shared by
 //    every call, and per template every op resolved as the CUDA executor resolves it (NOTE
 //    [CUDA executor op mapping]): copy descriptors, Level 1 segment tables, kernel
@@ -93,6 +96,7 @@ struct CudaCapturedCalls {
     std::size_t total = 0;   // index into the runner's counter totals (rank * counters + id)
     std::int64_t value = 0;  // the template's relative threshold
     std::uint64_t* word = nullptr;
+    void* context = nullptr;  // CUcontext of the waiting rank's device
   };
   std::int64_t first_call = 0;  // the call index the capture started at
   int calls = 0;
@@ -113,6 +117,8 @@ class CudaSequenceRunner {
 
   // Enqueues the next call on `caller` (NOTE [CUDA call sequences] 2-4). `bindings` is
   // indexed by rank; entries of ranks that are not local are ignored. Returns at once.
+  // Should a CUDA call fail part-way, the call is half enqueued and the runner refuses every
+  // later call (fail-stop): its counters no longer match what the host expects.
   void enqueue(std::span<const CudaCallBindings> bindings, float alpha, bool accumulate,
                cudaStream_t caller);
 
@@ -129,6 +135,8 @@ class CudaSequenceRunner {
   std::int64_t waits_patched() const;   // graph wait nodes patched so far
 
  private:
+  void enqueue_checked(std::span<const CudaCallBindings> bindings, float alpha, bool accumulate,
+                       cudaStream_t caller);
   struct State;
   std::unique_ptr<State> state_;
 };

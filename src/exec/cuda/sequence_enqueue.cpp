@@ -99,7 +99,7 @@ void CudaSequenceRunner::State::wait_value(cudaStream_t s, int rank, std::uint64
   auto after = reinterpret_cast<cudaGraphNode_t>(node);
   TIDE_CUDA_CHECK(
       cudaStreamUpdateCaptureDependencies(s, &after, nullptr, 1, cudaStreamSetCaptureDependencies));
-  capture->waits->push_back({node, capture->call, total, value, w});
+  capture->waits->push_back({node, capture->call, total, value, w, params.ctx});
 }
 
 void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::int64_t e,
@@ -224,7 +224,23 @@ void CudaSequenceRunner::State::advance(std::vector<std::int64_t>& base, std::in
 void CudaSequenceRunner::enqueue(std::span<const CudaCallBindings> bindings, float alpha,
                                  bool accumulate, cudaStream_t caller) {
   State& s = *state_;
+  if (s.broken) {
+    throw CudaError(
+        "CudaSequenceRunner: an earlier call failed part-way through its enqueue; "
+        "the sequence cannot continue");
+  }
   s.check_bindings(bindings);
+  try {
+    enqueue_checked(bindings, alpha, accumulate, caller);
+  } catch (...) {
+    s.broken = true;
+    throw;
+  }
+}
+
+void CudaSequenceRunner::enqueue_checked(std::span<const CudaCallBindings> bindings, float alpha,
+                                         bool accumulate, cudaStream_t caller) {
+  State& s = *state_;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   TIDE_CUDA_CHECK(cudaStreamIsCapturing(caller, &status));
   if (status == cudaStreamCaptureStatusActive) {

@@ -37,6 +37,7 @@ void CudaSequenceRunner::State::remember(SlotGraph& g, std::span<const CudaCallB
   }
 }
 
+// An executable graph still in flight is freed by the driver when it completes.
 void CudaSequenceRunner::State::drop(SlotGraph& g) {
   if (g.exec != nullptr) (void)cudaGraphExecDestroy(g.exec);
   if (g.graph != nullptr) (void)cudaGraphDestroy(g.graph);
@@ -57,9 +58,9 @@ void CudaSequenceRunner::State::capture_slot(SlotGraph& g,
   try {
     enqueue_call(call, bindings, alpha, accumulate, origin, totals, &capture);
   } catch (...) {
-    cudaGraph_t broken = nullptr;
-    (void)cudaStreamEndCapture(origin, &broken);
-    if (broken != nullptr) (void)cudaGraphDestroy(broken);
+    cudaGraph_t partial = nullptr;
+    (void)cudaStreamEndCapture(origin, &partial);
+    if (partial != nullptr) (void)cudaGraphDestroy(partial);
     g.waits.clear();
     throw;
   }
@@ -75,7 +76,7 @@ void CudaSequenceRunner::State::patch(cudaGraphExec_t exec, const CudaCapturedCa
   op.waitValue.value64 = static_cast<cuuint64_t>(threshold > 0 ? threshold : 0);
   op.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
   CUDA_BATCH_MEM_OP_NODE_PARAMS params{};
-  params.ctx = context[static_cast<std::size_t>(local_ranks.empty() ? 0 : local_ranks[0])];
+  params.ctx = static_cast<CUcontext>(w.context);
   params.count = 1;
   params.paramArray = &op;
   fabric::detail::check_driver(
@@ -93,6 +94,9 @@ CudaCapturedCalls CudaSequenceRunner::take_captured() {
 
 void CudaSequenceRunner::prepare_replay(const CudaCapturedCalls& calls, cudaGraphExec_t exec) {
   State& s = *state_;
+  if (s.broken) {
+    throw CudaError("CudaSequenceRunner: an earlier call failed part-way through its enqueue");
+  }
   if (calls.calls == 0) return;
   if ((s.call - calls.first_call) % s.q != 0) {
     throw InvalidArgument("CudaSequenceRunner: a captured graph of calls from index " +

@@ -131,6 +131,7 @@ struct CudaSequenceRunner::State {
   std::vector<sequence_detail::Template> templates;
   std::vector<std::int64_t> totals;  // what every call so far added, rank * counters + id
   std::int64_t call = 0;
+  bool broken = false;  // a call failed part-way: every later call is refused
   int current_device = -1;
   // Caller capture (NOTE [CUDA call sequences] 4): the calls captured so far and the shadow
   // cursor and totals they were built with.

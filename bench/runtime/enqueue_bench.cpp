@@ -1,0 +1,238 @@
+// tide_runtime_enqueue_bench: host cost of enqueueing one call of a group's sequence with the
+// CUDA sequence runner (NOTE [CUDA call sequences]) on the virtual fabric: every rank of an
+// M x L topology is a virtual rank on one GPU, and one host thread enqueues all of them, so
+// the time per rank is the call's enqueue time divided by N (a real rank's thread enqueues
+// only its own ops). Per collective (TIDE-AG with the fp32 -> bf16 cast, TIDE-RS In-Place):
+//   - fresh pointers: every call binds pointers the previous call did not (the stream path);
+//   - unchanged pointers: the same bindings every call, so after two visits of each event
+//     slot a call is a graph launch with its wait nodes patched (the replay path).
+// Each repeat times enqueue() alone (host clock); the GPU then finishes the call before the
+// next repeat (not timed), so the host never blocks on full queues. Medians, p10 and p90.
+// Gradients and masters are read-only inputs: all ranks bind one shared allocation, offset
+// per call so the pointers still change. Parameter rows can be divided (--rows-div) where
+// the full model does not fit one GPU's memory as N virtual ranks; the JSON says which.
+//
+// Shapes: a model's layer group (--model), or --synthetic P: P parameters of about --elems
+// elements each, shaped as tide_executor_bench shapes them (norm-like columns of one, matrices
+// of 128..512 columns, odd rows), so the two benchmarks' "P = 30" numbers compare.
+//
+// Usage: tide_runtime_enqueue_bench --out FILE.json [--model NAME | --synthetic P [--elems E]]
+//                                   [--nodes M] [--gpus L] [--repeats N] [--rows-div D]
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tide/core/ag_plan.hpp"
+#include "tide/core/layout.hpp"
+#include "tide/core/models.hpp"
+#include "tide/core/rs_plan.hpp"
+#include "tide/exec/cuda_sequence.hpp"
+#include "tide/fabric/virtual_fabric.hpp"
+#include "tide/kernels/cuda_check.hpp"
+#include "tide/program/call_sequence.hpp"
+
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const auto i = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+json stats(const std::vector<double>& ms_per_rank) {
+  return {{"median", percentile(ms_per_rank, 0.5)},
+          {"p10", percentile(ms_per_rank, 0.1)},
+          {"p90", percentile(ms_per_rank, 0.9)},
+          {"repeats", ms_per_rank.size()}};
+}
+
+struct DeviceBytes {
+  void* p = nullptr;
+  explicit DeviceBytes(std::size_t n) { TIDE_CUDA_CHECK(cudaMalloc(&p, n)); }
+  ~DeviceBytes() { (void)cudaFree(p); }
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+  std::byte* at(std::size_t offset) const { return static_cast<std::byte*>(p) + offset; }
+};
+
+// P parameters like tide_executor_bench's: every third one norm-like (one column, rows
+// elems / 64), the others matrices of 128 x (1 + i mod 4) columns; rows odd.
+std::vector<tide::ParamShape> synthetic_shapes(int p, std::int64_t elems) {
+  std::vector<tide::ParamShape> v;
+  for (int i = 0; i < p; ++i) {
+    const bool norm = i % 3 == 0;
+    const std::int64_t cols = norm ? 1 : 128 * (1 + i % 4);
+    const std::int64_t rows = std::max<std::int64_t>(1, elems / cols / (norm ? 64 : 1)) | 1;
+    v.push_back({"p" + std::to_string(i), rows, cols});
+  }
+  return v;
+}
+
+std::unique_ptr<tide::fabric::VirtualFabric> fabric_for(const tide::program::CallSequence& seq) {
+  std::vector<tide::program::BufferSizes> sizes;
+  for (const tide::program::BufferSizes& b : seq.templates[0].program.buffers) {
+    tide::program::BufferSizes s;
+    s.arena_bytes = b.arena_bytes;
+    sizes.push_back(s);
+  }
+  tide::fabric::VirtualFabricOptions o;
+  o.signal_words = seq.counters;
+  return std::make_unique<tide::fabric::VirtualFabric>(sizes, o);
+}
+
+// Times `repeats` calls of `seq` after `warmup` untimed ones. `fresh`: every call shifts the
+// input pointers by 256 bytes (alternating), otherwise the same bindings every call.
+json time_calls(const tide::program::CallSequence& seq, std::int64_t input_bytes,
+                std::int64_t output_bytes, const std::vector<std::int64_t>& tensor_bytes,
+                bool fresh, int warmup, int repeats) {
+  const int n = seq.templates[0].program.ranks;
+  const auto fab = fabric_for(seq);
+  tide::exec::CudaSequenceOptions options;
+  options.replay_graphs = !fresh;
+  tide::exec::CudaSequenceRunner runner(seq, *fab, {0, 0}, options);
+  DeviceBytes inputs(static_cast<std::size_t>(input_bytes) + 512);
+  TIDE_CUDA_CHECK(cudaMemset(inputs.p, 0, static_cast<std::size_t>(input_bytes) + 512));
+  std::vector<std::unique_ptr<DeviceBytes>> outputs;
+  for (int r = 0; r < n && output_bytes > 0; ++r)
+    outputs.push_back(std::make_unique<DeviceBytes>(static_cast<std::size_t>(output_bytes)));
+  auto bindings_for = [&](int call) {
+    std::vector<tide::exec::CudaCallBindings> b(static_cast<std::size_t>(n));
+    const std::size_t shift = fresh ? static_cast<std::size_t>(call % 2) * 256 : 0;
+    for (int r = 0; r < n; ++r) {
+      std::size_t at = shift;
+      for (const std::int64_t bytes : tensor_bytes) {
+        b[static_cast<std::size_t>(r)].tensors.push_back(inputs.at(at));
+        at += static_cast<std::size_t>(bytes);
+      }
+      if (!outputs.empty())
+        b[static_cast<std::size_t>(r)].output = outputs[static_cast<std::size_t>(r)]->p;
+    }
+    return b;
+  };
+  cudaStream_t caller = nullptr;
+  TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&caller, cudaStreamNonBlocking));
+  std::vector<double> ms;
+  for (int call = 0; call < warmup + repeats; ++call) {
+    const auto b = bindings_for(call);
+    const auto t0 = Clock::now();
+    runner.enqueue(b, 1.0f, false, caller);
+    const auto t1 = Clock::now();
+    TIDE_CUDA_CHECK(cudaStreamSynchronize(caller));
+    if (call >= warmup)
+      ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count() / n);
+  }
+  TIDE_CUDA_CHECK(cudaStreamDestroy(caller));
+  json j = stats(ms);
+  j["graph_launches"] = runner.graph_launches();
+  j["waits_patched_per_call"] = runner.graph_launches() > 0
+                                    ? static_cast<double>(runner.waits_patched()) /
+                                          static_cast<double>(runner.graph_launches())
+                                    : 0.0;
+  j["event_slots"] = runner.event_slots();
+  j["period"] = seq.period;
+  std::size_t ops = 0;
+  for (const auto& t : seq.templates)
+    ops += t.program.ops.size();
+  j["ops_per_call"] = static_cast<double>(ops) / static_cast<double>(seq.templates.size());
+  return j;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string out, model = "llama3.1-70b";
+  int nodes = 8, gpus = 8, repeats = 30;
+  std::int64_t rows_div = 1, elems = 65536;
+  int synthetic = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--out")
+      out = next();
+    else if (a == "--model")
+      model = next();
+    else if (a == "--nodes")
+      nodes = std::stoi(next());
+    else if (a == "--gpus")
+      gpus = std::stoi(next());
+    else if (a == "--repeats")
+      repeats = std::stoi(next());
+    else if (a == "--rows-div")
+      rows_div = std::stoll(next());
+    else if (a == "--synthetic")
+      synthetic = std::stoi(next());
+    else if (a == "--elems")
+      elems = std::stoll(next());
+    else {
+      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  try {
+    std::vector<tide::ParamShape> shapes =
+        synthetic > 0 ? synthetic_shapes(synthetic, elems) : tide::find_model_group(model).params;
+    for (tide::ParamShape& s : shapes)
+      s.rows = std::max<std::int64_t>(1, s.rows / rows_div);
+    const tide::GroupLayout layout(tide::Topology(nodes, gpus), shapes, tide::DType::kBf16,
+                                   tide::DType::kBf16);
+    const int n = layout.topology().world();
+    json j = {{"model", synthetic > 0 ? "synthetic" : model},
+              {"group", synthetic > 0 ? "P parameters of about " + std::to_string(elems) +
+                                            " elements (as tide_executor_bench)"
+                                      : std::string("layer")},
+              {"params", layout.param_count()},
+              {"topology", std::to_string(nodes) + "x" + std::to_string(gpus)},
+              {"rows_divided_by", rows_div},
+              {"repeats", repeats}};
+
+    tide::AgOptions ag_options;
+    ag_options.mixed_precision_cast = true;
+    const tide::AgPlan ag(layout, ag_options);
+    const tide::program::CallSequence ag_seq =
+        tide::program::ag_call_sequence(ag, tide::program::ag_sequence_areas(ag));
+    std::vector<std::int64_t> masters;
+    std::int64_t master_bytes = 0;
+    for (const tide::ParamLayout& p : layout.params()) {
+      masters.push_back(p.shard_elems() * 4);
+      master_bytes += p.shard_elems() * 4;
+    }
+    const tide::RsPlan rs(layout, tide::RsOptions{});
+    const tide::program::CallSequence rs_seq =
+        tide::program::rs_call_sequence(rs, {}, tide::program::rs_arena_layout(rs));
+    std::vector<std::int64_t> grads;
+    std::int64_t grad_bytes = 0;
+    for (const tide::ParamLayout& p : layout.params()) {
+      grads.push_back(p.rows * p.cols * 2);
+      grad_bytes += p.rows * p.cols * 2;
+    }
+    const int ag_warm = 2 * ag_seq.period * 2 + 2, rs_warm = 2 * rs_seq.period * 2 + 2;
+    j["ag_fresh"] = time_calls(ag_seq, master_bytes, 0, masters, true, 2, repeats);
+    std::printf("AG fresh: %s\n", j["ag_fresh"].dump().c_str());
+    j["ag_replay"] = time_calls(ag_seq, master_bytes, 0, masters, false, ag_warm, repeats);
+    std::printf("AG replay: %s\n", j["ag_replay"].dump().c_str());
+    j["rs_fresh"] =
+        time_calls(rs_seq, grad_bytes, layout.fp32_shard_bytes(), grads, true, 2, repeats);
+    std::printf("RS fresh: %s\n", j["rs_fresh"].dump().c_str());
+    j["rs_replay"] =
+        time_calls(rs_seq, grad_bytes, layout.fp32_shard_bytes(), grads, false, rs_warm, repeats);
+    std::printf("RS replay: %s\n", j["rs_replay"].dump().c_str());
+    (void)n;
+    if (!out.empty()) std::ofstream(out) << j.dump(2) << "\n";
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tide_runtime_enqueue_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

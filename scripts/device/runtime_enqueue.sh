@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The CUDA sequence runner (NOTE [CUDA call sequences]) on the device machine, in one call:
+# its GPU tests, compute-sanitizer on them, and the enqueue benchmark, whose numbers land in
+# $OUT/enqueue_h200.json (scripts/device/runtime_results.py; committed as
+# bench/results/runtime/enqueue_h200.json with the raw files beside it).
+# The device runs the session's main checkout: a branch's tree travels as an ignored folder
+# (e.g. build-<branch>/, with its prebuilt build-cuda binaries) named in carry, and the
+# command starts with cd into it.
+#   here:   scripts/stage-deps.sh            (once: GoogleTest and headers into .deps/)
+#   device: run(command="bash scripts/device/runtime_enqueue.sh", carry=[".deps"])
+# STEPS (default "build tests sanitize bench"). Prebuilt binaries under $PREBUILT (a build
+# directory carried along) are used when they start there; otherwise the targets are built.
+set -uo pipefail
+NAME=runtime_enqueue DEFAULT_STEPS="build tests sanitize bench" source "$(dirname "$0")/common.sh"
+BUILD=${BUILD_DIR:-build-runtime}
+ROWS_DIV=${ROWS_DIV:-2}
+finish() { pack_logs; exit "$1"; }
+
+nvidia-smi > "$LOG/nvidia-smi.txt" 2>&1
+machine="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
+note "## runtime.sh on $(hostname) $(date -u +%FT%TZ): $machine"
+
+TESTS="$BUILD/tests/exec/tide_cuda_sequence_tests"
+BENCH="$BUILD/bench/runtime/tide_runtime_enqueue_bench"
+if [[ -n "${PREBUILT:-}" && -x "$PREBUILT/tests/exec/tide_cuda_sequence_tests" ]] &&
+   "$PREBUILT/tests/exec/tide_cuda_sequence_tests" --gtest_list_tests > /dev/null 2>&1; then
+  TESTS="$PREBUILT/tests/exec/tide_cuda_sequence_tests"
+  BENCH="$PREBUILT/bench/runtime/tide_runtime_enqueue_bench"
+  note "using prebuilt binaries from $PREBUILT"
+elif has build; then
+  if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDE_WERROR=OFF \
+       > "$LOG/build.log" 2>&1; then
+    note "CONFIGURE FAILED $(stamp)"; tail -40 "$LOG/build.log" | tee -a "$summary"; finish 1
+  fi
+  if ! cmake --build "$BUILD" --target tide_cuda_sequence_tests tide_runtime_enqueue_bench -j 16 \
+       >> "$LOG/build.log" 2>&1; then
+    note "BUILD FAILED $(stamp)"; grep -E "error|FAILED" "$LOG/build.log" | head -40 | tee -a "$summary"
+    finish 1
+  fi
+  note "build ok $(stamp)"
+fi
+
+rc_all=0
+passed=0
+if has tests; then
+  # Stream-path tests first, then each graph test alone: a hang stops only its own group.
+  : > "$LOG/tests.log"
+  for filter in 'CudaSequence.Templates*:Topologies/*' 'CudaSequence.ReplayGraphs*' \
+                'CudaSequence.CallsCaptured*'; do
+    timeout 90 "$TESTS" --gtest_filter="$filter" >> "$LOG/tests.log" 2>&1
+    rc=$?
+    [[ $rc -ne 0 ]] && rc_all=$rc
+    [[ $rc -eq 124 ]] && note "TESTS TIMED OUT (90 s) in $filter"
+    note "tests $filter rc=$rc $(stamp)"
+  done
+  passed=$(grep -cE '^\[       OK \]' "$LOG/tests.log")
+  note "passed $passed: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOG/tests.log" | tr '\n' ' ')"
+  grep -E "^\[  FAILED|Failure|Actual|Expected|error" "$LOG/tests.log" | head -40 | tee -a "$summary"
+  cp "$LOG/tests.log" "$OUT/tests.log"
+fi
+
+if has bench; then
+  # The Llama-3.1-70B layer group (rows halved so 64 virtual ranks fit one GPU; the ops per
+  # call are those of the full shapes) and a 30-parameter group as tide_executor_bench builds it.
+  args="--nodes 8 --gpus 8 --repeats 30"
+  timeout 150 "$BENCH" --out "$OUT/enqueue_raw_llama70b.json" --model llama3.1-70b \
+    --rows-div "$ROWS_DIV" $args > "$LOG/bench_llama.txt" 2>&1
+  rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
+  note "bench llama rc=$rc $(stamp)"; tail -4 "$LOG/bench_llama.txt" | tee -a "$summary"
+  timeout 150 "$BENCH" --out "$OUT/enqueue_raw_p30.json" --synthetic 30 --elems 65536 $args \
+    > "$LOG/bench_p30.txt" 2>&1
+  rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
+  note "bench P=30 rc=$rc $(stamp)"; tail -4 "$LOG/bench_p30.txt" | tee -a "$summary"
+fi
+
+if has sanitize; then
+  if command -v compute-sanitizer > /dev/null; then
+    timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$TESTS" \
+      --gtest_filter='Topologies/RsStream.*/0:Topologies/RsStream.*/3:Topologies/AgStream.*/1:CudaSequence.ReplayGraphs*' \
+      > "$LOG/sanitize.log" 2>&1
+    rc=$?
+    [[ $rc -ne 0 ]] && rc_all=$rc
+    note "memcheck rc=$rc $(stamp): $(grep -E 'ERROR SUMMARY' "$LOG/sanitize.log" | tail -1)"
+    tail -5 "$LOG/sanitize.log" >> "$summary"
+    cp "$LOG/sanitize.log" "$OUT/sanitize.log"
+  else
+    note "memcheck skipped: compute-sanitizer not found"
+  fi
+fi
+
+if has bench && [[ -f "$OUT/enqueue_raw_llama70b.json" ]]; then
+  extra=()
+  [[ -f "$OUT/enqueue_raw_p30.json" ]] && extra+=(--synthetic30 "$OUT/enqueue_raw_p30.json")
+  [[ -f "$OUT/sanitize.log" ]] && extra+=(--sanitize "$OUT/sanitize.log")
+  python3 scripts/device/runtime_results.py "$OUT/enqueue_h200.json" --tests "$LOG/tests.log" \
+    --machine "$machine" --llama "$OUT/enqueue_raw_llama70b.json" "${extra[@]}" \
+    --command "scripts/device/runtime_enqueue.sh (STEPS='$STEPS') -> tide_runtime_enqueue_bench $args, --model llama3.1-70b --rows-div $ROWS_DIV and --synthetic 30 --elems 65536" \
+    >> "$summary" 2>&1
+fi
+
+note "done rc=$rc_all $(stamp)"
+finish "$rc_all"
