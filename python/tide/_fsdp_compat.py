@@ -62,11 +62,14 @@ _REDUCE_COMMON_TAIL = (
 )
 FSDP_PARAM_METHODS = (
     "alloc_all_gather_outputs",
-    "free_all_gather_outputs",
     "init_all_gather_outputs",
     "init_unsharded_param",
+    "free_unsharded_param",
     "to_sharded_dtensor",
 )
+# torch 2.12+ frees the all-gather outputs in free_all_gather_outputs (called by
+# free_unsharded_param); torch 2.11 frees them inside free_unsharded_param itself
+# (_fsdp_group.py keeps TIDE's landing alive in both).
 FSDP_PARAM_ATTRIBUTES = (
     "_sharded_param_data",
     "all_gather_outputs",

@@ -186,7 +186,10 @@ class TideGroup:
                 del fp._unsharded_param  # rebuilt over the landing by FSDP2's copy-out step
             fp.all_gather_outputs = [view]
             fp.alloc_all_gather_outputs = _no_op
-            fp.free_all_gather_outputs = _no_op
+            if hasattr(fp, "free_all_gather_outputs"):  # torch 2.12+
+                fp.free_all_gather_outputs = _no_op
+            else:  # torch 2.11: free_unsharded_param would free the landing view itself
+                fp.free_unsharded_param = _free_inner_tensors_of(fp)
         self.views_installed = True
 
     def landing_view(self, p: int) -> torch.Tensor:
@@ -200,6 +203,18 @@ class TideGroup:
 
 def _no_op() -> None:
     return None
+
+
+def _free_inner_tensors_of(fp):
+    """free_unsharded_param for torch 2.11 without freeing the all-gather outputs (TIDE's
+    landing): only the tensors a tensor subclass's post-all-gather made are freed."""
+
+    def free_unsharded_param() -> None:
+        for tensor in getattr(fp, "_unsharded_inner_tensors", ()):
+            if tensor.untyped_storage().size() != 0:
+                tensor.untyped_storage().resize_(0)
+
+    return free_unsharded_param
 
 
 def group_of(fsdp_params) -> TideGroup | None:

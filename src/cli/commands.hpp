@@ -11,8 +11,8 @@ void add_plan_command(CLI::App& app);
 void add_check_plans_command(CLI::App& app);
 void add_memory_command(CLI::App& app);
 void add_solve_command(CLI::App& app);
-void add_simulate_command(CLI::App& app);   // needs the reference executor
-void add_calibrate_command(CLI::App& app);  // measures on a GPU; refuses without one
+void add_simulate_command(CLI::App& app);       // needs the reference executor
+void add_calibrate_command(CLI::App& app);      // measures on a GPU; refuses without one
 void add_check_runtime_command(CLI::App& app);  // the runtime across processes
 
 }  // namespace tide::cli
