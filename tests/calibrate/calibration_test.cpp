@@ -35,7 +35,7 @@ std::string error_of(const std::string& text) {
 
 TEST(Calibration, EveryCostModelParameterIsNamed) {
   const auto& names = parameter_names();
-  EXPECT_EQ(names.size(), 16u);
+  EXPECT_EQ(names.size(), 22u);
   EXPECT_EQ(names.front(), "ce_copy_gbps");
   EXPECT_EQ(unit_of("sum_cta_gbps"), "GB/s");
   EXPECT_EQ(unit_of("memop_us"), "us");

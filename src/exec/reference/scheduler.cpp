@@ -317,7 +317,8 @@ void Simulation::try_start(int si) {
   if (o.kind == OpKind::kRailPut) {
     link = kNic;
   } else if (o.kind == OpKind::kCopy) {
-    link = kCopyEngine;
+    // A copy kernel on one GPU (ctas > 0) runs on SMs, not on the copy engines.
+    link = o.ctas > 0 ? -1 : kCopyEngine;
     for (const program::CopyDescriptor& c : o.copies)
       if (c.src.buffer.rank != c.dst.buffer.rank) link = kNvlink;
   }
