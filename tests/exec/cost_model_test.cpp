@@ -14,6 +14,9 @@
 namespace tide::exec::testing {
 namespace {
 
+using program::CopyDescriptor;
+using program::SumSegment;
+
 CostModel distinct_model() {
   CostModel m;
   m.ce_copy_gbps = 1900;
