@@ -135,6 +135,41 @@ TEST(CostModelBaseline, CopyKernelsDoNotQueueOnTheCopyEngine) {
               1e-9);
 }
 
+// A network round's wait ends t_rnd after its arrivals: a stream that reaches it late pays only
+// what is left of t_rnd, one that waits for the arrivals pays all of it.
+TEST(CostModelRoundWait, RunsFromTheArrivalsNotFromTheStream) {
+  CostModel m = distinct_model();
+  m.host_enqueue_us = 0;
+  m.round_wait_us = 100;
+  m.memop_us = 0.5;
+  m.nic_gbps = 50;
+  m.rail_latency_us = 3;
+  m.ce_copy_gbps = 1;  // rank 1's work: 1 us per KB
+  // No work, work that ends inside t_rnd (67 us), work that ends after it (1050 us).
+  for (const double busy_mib : {0.0, 0.0625, 1.0}) {
+    Program p = make_program(2, 8 * kMiB, {}, 0, {"net", "work"});
+    p.counters = 1;
+    Op put = copy_op(0, 0, "put", bytes(arena(0), 0, kMiB), bytes(arena(1), 0, kMiB));
+    put.kind = OpKind::kRailPut;
+    put.counter = program::Counter{1, 0};
+    put.value = 1;
+    add(p, put);
+    if (busy_mib > 0) {
+      const auto n = static_cast<std::int64_t>(busy_mib * kMiB);
+      add(p, copy_op(1, 1, "work", bytes(arena(1), 2 * kMiB, n), bytes(arena(1), 4 * kMiB, n)));
+    }
+    add(p, sync_op(OpKind::kWait, 1, 1, "round arrivals", 1, 0, 1));
+    p.ops.back().network_round = true;
+    ReferenceExecutor ex(p, timing_only());
+    const RunResult r = ex.run(seeded(0, 0.0, 64, m));
+    ASSERT_TRUE(r.clean()) << error_list(r);
+    const double arrived = m.rail_latency_us + us(1.0 * kMiB, m.nic_gbps);
+    const double busy = busy_mib > 0 ? op_duration_us(m, p.ops[1]) : 0.0;
+    EXPECT_NEAR(r.makespan_us, std::max(busy, arrived + m.round_wait_us) + m.memop_us, 1e-9)
+        << busy_mib << " MiB of work";
+  }
+}
+
 TEST(CostModelBaseline, NewParametersRoundTripThroughJson) {
   const CostModel m = distinct_model();
   const CostModel back = parse_cost_model(cost_model_json(m));

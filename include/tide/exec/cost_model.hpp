@@ -23,8 +23,12 @@
 //   cast      kernel_launch_us + (source + dst bytes) / min(ctas * cast_cta_gbps,
 //             sm_stream_cap_gbps)
 //   zero      kernel_launch_us + bytes / memset_gbps
-//   signal    memop_us;  wait: memop_us after its condition holds, plus round_wait_us when
-//             the builder marked it Op::network_round (it closes a network round, App. G t_rnd)
+//   signal    memop_us;  wait: memop_us after its condition holds; a wait the builder marked
+//             Op::network_round (it closes a network round, App. G t_rnd) ends no earlier than
+//             round_wait_us after the moment its arrivals were complete: t_rnd is the latency
+//             from a round's last arrival to the wait observing it, so a wait reached after its
+//             arrivals pays only what is left of it (a lockstep round, whose stream waits for
+//             its own arrivals, pays all of it)
 //   event record / wait: event_us;  release: 0 (a host-side free). An event wait with
 //             ctas > 0 opens an NCCL collective's kernel on its stream: nccl_launch_us.
 // Steps of an NCCL kernel (Op::inside_kernel) pay no launch: no kernel_launch_us or
