@@ -82,6 +82,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 
 # Imported in import_torch() so that --help and --dry-run work without PyTorch.
@@ -312,7 +313,8 @@ def summarize_op(op, sizes, n, per_repeat_ms, per_rank_median_ms):
     }
 
 
-TABLE_HEAD = ("case", "op", "bytes", "median ms", "p10 ms", "p90 ms", "algbw GB/s", "busbw GB/s")
+TABLE_HEAD = ("case", "op", "bytes", "median ms", "p10 ms", "p90 ms", "algbw GB/s", "busbw GB/s",
+              "enqueue ms", "spin ms", "host-bound")
 
 
 def table_rows(results):
@@ -323,7 +325,9 @@ def table_rows(results):
             algbw = f"{o['algbw_GBps']:.1f}" + ("*" if o["kind"] == "copy" else "")
             busbw = "-" if o["busbw_GBps"] is None else f"{o['busbw_GBps']:.1f}"
             rows.append((r["case"], op, fmt_bytes(o["bytes"]), f"{o['median_ms']:.3f}",
-                         f"{o['p10_ms']:.3f}", f"{o['p90_ms']:.3f}", algbw, busbw))
+                         f"{o['p10_ms']:.3f}", f"{o['p90_ms']:.3f}", algbw, busbw,
+                         f"{o['host_enqueue_ms_median']:.3f}", f"{o['spin_ms_median']:.3f}",
+                         f"{o['host_bound_repeats']} of {len(o['times_ms_max_over_ranks'])}"))
     return rows
 
 
@@ -366,8 +370,10 @@ def markdown_report(doc):
         f"{args['repeats']} repeats (after {args['warmup']} warm-up iterations) of the slowest "
         "rank: per repeat, the maximum over ranks of the CUDA-event time; p10 / p90 likewise. "
         "Ranks are synchronized (all_reduce + cuda.synchronize) before every repeat, then a "
-        f"`torch.cuda._sleep({args['spin_cycles']})` spin is queued so the events time GPU "
-        "execution. Collectives: algbw = bytes / time with bytes = N x shard bytes (all-gather "
+        f"`torch.cuda._sleep` spin ({args['spin_cycles']}: per case, twice the warm-up host "
+        "enqueue and at least 1 ms) is queued so the events time GPU execution; `host-bound` "
+        "counts the repeats whose host enqueue outlasted the spin on some rank (their times "
+        "include host time). Collectives: algbw = bytes / time with bytes = N x shard bytes (all-gather "
         "output, reduce-scatter input), busbw = algbw x (N-1)/N, as in nccl-tests. Copies "
         "(marked *): bytes = read + written, GB/s = bytes / time. GB = 1e9 bytes.",
         "",
@@ -631,43 +637,105 @@ def check_reduce_scatter(rs, ctx):
 # Timing
 # ----------------------------------------------------------------------------------------------
 
+# NOTE [host enqueue inside event timing]
+# A CUDA-event interval times the GPU only if the GPU never waits for the host inside it. The
+# spin queued before the start event keeps the GPU busy while the host enqueues the timed
+# calls; if enqueueing takes longer than the spin, the GPU reaches the start event, idles until
+# the host has launched the call, and the interval includes host time. _chunk_cat builds a
+# block table on the host with one int64 per 2 KiB of one output chunk and copies it to the
+# GPU through pinned memory: its enqueue grows as 1/N (bench/results/fsdp2: 162 / 385 / 723 us
+# at N = 64 / 16 / 8 for a Llama-3.1-70B layer, so about 2.9 ms at N = 2), longer than a fixed
+# 2e6-cycle (about 1 ms) spin. So the spin is sized per pair from the enqueue measured in the
+# warm-up (--spin-cycles auto), every repeat records its host enqueue and the spin's GPU time,
+# and a repeat whose enqueue outlasted its spin is counted as host-bound (and reported).
+
+def spin_ms_per_cycle(ctx):
+    """GPU milliseconds per torch.cuda._sleep cycle, timed with events."""
+    cycles = 1_000_000
+    torch.cuda._sleep(cycles)  # warm
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    torch.cuda._sleep(cycles)
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) / cycles
+
+
 def time_pair(first, second, args, ctx):
-    """Per rank and repeat: ms of first, of second, and of both; returns (N, repeats, 3)."""
+    """Per rank and repeat: ms of first, of second, of both, host enqueue ms of first and of
+    both, and the spin's GPU ms; returns (N, repeats, 6). See NOTE [host enqueue inside event
+    timing]."""
+    enqueue_ms = 0.0
     for _ in range(args.warmup):
+        t0 = time.perf_counter()
         first()
         second()
+        enqueue_ms = max(enqueue_ms, (time.perf_counter() - t0) * 1e3)
     torch.cuda.synchronize()
-    spin = args.spin_cycles if hasattr(torch.cuda, "_sleep") else 0
+    has_sleep = hasattr(torch.cuda, "_sleep")
+    if not has_sleep or args.spin_cycles == 0:
+        spin = 0
+    elif args.spin_cycles == "auto":
+        # Twice the slowest warm-up enqueue of both calls, and at least 1 ms.
+        spin = int(max(1.0, 2.0 * enqueue_ms) / spin_ms_per_cycle(ctx))
+    else:
+        spin = args.spin_cycles
+    # The ranks agree on the largest spin so they still start together.
+    spin_t = torch.tensor([spin], dtype=torch.int64, device=ctx.device)
+    dist.all_reduce(spin_t, op=dist.ReduceOp.MAX)
+    spin = int(spin_t.item())
     token = torch.zeros(1, device=ctx.device)
-    events = []
+    events, host = [], []
     for _ in range(args.repeats):
         dist.all_reduce(token)       # every rank leaves this together ...
         torch.cuda.synchronize()     # ... and its GPU is idle
+        e = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        e[3].record()
         if spin:
             torch.cuda._sleep(spin)  # the GPU waits while the host enqueues the timed calls
-        e = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
         e[0].record()
+        t0 = time.perf_counter()
         first()
+        t1 = time.perf_counter()
         e[1].record()
         second()
+        t2 = time.perf_counter()
         e[2].record()
         e[2].synchronize()
         events.append(e)
-    mine = torch.tensor([[a.elapsed_time(b), b.elapsed_time(c), a.elapsed_time(c)]
-                         for a, b, c in events], dtype=torch.float64, device=ctx.device)
+        host.append(((t1 - t0) * 1e3, (t2 - t0) * 1e3))
+    mine = torch.tensor([[a.elapsed_time(b), b.elapsed_time(c), a.elapsed_time(c), h1, h2,
+                          pre.elapsed_time(a)]
+                         for (a, b, c, pre), (h1, h2) in zip(events, host)],
+                        dtype=torch.float64, device=ctx.device)
     every = torch.empty((ctx.world_size,) + tuple(mine.shape), dtype=torch.float64,
                         device=ctx.device)
     dist.all_gather_into_tensor(every, mine)
-    return every.cpu()
+    return every.cpu(), spin
 
 
-def summarize_pair(names, times, sizes, n):
-    """names: the three ops timed by time_pair; times: (N, repeats, 3) ms."""
-    slowest = times.max(dim=0).values  # (repeats, 3): per repeat, the slowest rank
-    return {name: summarize_op(name, sizes, n, slowest[:, k].tolist(),
-                               [statistics.median(times[r, :, k].tolist())
-                                for r in range(times.shape[0])])
-            for k, name in enumerate(names)}
+def summarize_pair(names, timed, sizes, n):
+    """names: the three ops timed by time_pair; timed: its (times (N, repeats, 6), spin)."""
+    times, spin = timed
+    slowest = times[:, :, :3].max(dim=0).values  # (repeats, 3): per repeat, the slowest rank
+    # Host enqueue of the first call, and of both, against the spin's GPU time, per rank and
+    # repeat (NOTE [host enqueue inside event timing]).
+    enq_first, enq_both, spin_ms = times[:, :, 3], times[:, :, 4], times[:, :, 5]
+    host_bound = [int((enq_first > spin_ms).any(dim=0).sum()),
+                  int((enq_both > spin_ms).any(dim=0).sum()),
+                  int((enq_both > spin_ms).any(dim=0).sum())]
+    enqueue = [enq_first, enq_both - enq_first, enq_both]
+    out = {}
+    for k, name in enumerate(names):
+        o = summarize_op(name, sizes, n, slowest[:, k].tolist(),
+                         [statistics.median(times[r, :, k].tolist())
+                          for r in range(times.shape[0])])
+        o["host_enqueue_ms_median"] = statistics.median(enqueue[k].flatten().tolist())
+        o["spin_cycles"] = spin
+        o["spin_ms_median"] = statistics.median(spin_ms.flatten().tolist())
+        o["host_bound_repeats"] = host_bound[k]
+        out[name] = o
+    return out
 
 
 def run_case(index, case, args, ctx):
@@ -735,6 +803,15 @@ def write_outputs(doc, out_dir):
 # Main
 # ----------------------------------------------------------------------------------------------
 
+def spin_cycles_arg(text):
+    if text == "auto":
+        return text
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 'auto' or >= 0")
+    return value
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(
         description="Stock FSDP2 all-gather / reduce-scatter path with NCCL on the GPUs of one "
@@ -745,10 +822,11 @@ def parse_args(argv=None):
     ap.add_argument("--warmup", type=int, default=5, help="untimed iterations (default 5)")
     ap.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES),
                     metavar="CASE", help=f"cases to run, of {', '.join(CASES)} (default all)")
-    ap.add_argument("--spin-cycles", type=int, default=2_000_000,
+    ap.add_argument("--spin-cycles", type=spin_cycles_arg, default="auto",
                     help="torch.cuda._sleep cycles queued before each timed repeat so the "
-                         "events time GPU execution, not host enqueue (default 2e6, about "
-                         "1 ms; 0 disables)")
+                         "events time GPU execution, not host enqueue; 'auto' (default) sizes "
+                         "the spin per case to twice the warm-up enqueue and at least 1 ms "
+                         "(NOTE [host enqueue inside event timing]); 0 disables")
     ap.add_argument("--seed", type=int, default=1234, help="base random seed (per rank offset)")
     ap.add_argument("--ag-out-of-place", action="store_true",
                     help="all-gather from a separate input tensor instead of in place from the "
@@ -757,8 +835,8 @@ def parse_args(argv=None):
                     help="print the layouts and byte counts for --world-size and exit (no torch)")
     ap.add_argument("--world-size", type=int, default=8, help="N for --dry-run (default 8)")
     args = ap.parse_args(argv)
-    if args.repeats < 1 or args.warmup < 0 or args.spin_cycles < 0:
-        ap.error("--repeats must be >= 1, --warmup and --spin-cycles >= 0")
+    if args.repeats < 1 or args.warmup < 1:
+        ap.error("--repeats and --warmup must be >= 1 (the warm-up sizes the spin)")
     if not args.dry_run and not args.out:
         ap.error("--out is required")
     return args

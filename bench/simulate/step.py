@@ -43,20 +43,26 @@ def main():
         "`tide simulate step --model llama3.1-70b:layer --layers 4 --nodes M --gpus-per-node 8 "
         "--timing-only [--baseline]`: forward all-gathers, then per layer in reverse its backward "
         "all-gather and reduce-scatter, in FSDP2's issue order (docs/cli.md). CPU reference "
-        "executor, default cost model (paper App. G calibration; NOTE [cost model]). Predictions "
-        "of a first-order model, not measurements. The layer is modelled as one read of its "
+        "executor, default cost model (NOTE [cost model]: the paper's App. G calibration for "
+        "TIDE and the network; stock FSDP2's copy-out, packing and NCCL ring calibrated from our "
+        "own H200 measurements, bench/results/simulate/validation.md). Predictions of a "
+        "first-order model, not measurements. The layer is modelled as one read of its "
         "parameters on the compute stream (no FLOPs), so these are collective times, not step "
-        "times. TIDE runs with two all-gather receive stages (--ag-stages 2, the default). Stock FSDP2 gets fresh buffers per call (its caching allocator); TIDE shares one "
-        "arena per GPU across the step. Stock FSDP2 at 64x8 is not simulated (about 10^8 ring "
-        "ops).",
+        "times. TIDE runs with two all-gather receive stages (--ag-stages 2, the default), "
+        "TIDE-RS In-Place. Memory is what each system holds at its peak per GPU (NOTE [step "
+        "memory] in include/tide/program/step.hpp): TIDE its arena plus, In-Place, the previous "
+        "layer's bf16 gradients; stock FSDP2 the sharded parameters plus the paper's Sec. 5.4 "
+        "accounting of its caching allocator (4 NS during a layer's backward: the layer's "
+        "parameters, the prefetched all-gather, the previous layer's fp32 reduce-scatter input). "
+        "Stock FSDP2 at 64x8 is not simulated (about 10^8 ring ops).",
         f"Produced by `bench/simulate/step.py` on {datetime.date.today()}.",
         "",
-        "| GPUs | system | all calls done (ms) | SM time per GPU (CTA-ms) | arena / buffers per GPU (GiB) |",
+        "| GPUs | system | all calls done (ms) | SM time per GPU (CTA-ms) | held at peak per GPU (GiB) |",
         "|---:|---|---:|---:|---:|",
     ]
     for gpus, system, out in rows:
         lines.append(f"| {gpus} | {system} | {out['step_ms']:.2f} | {out['sm_ms_per_gpu']:.1f} | "
-                     f"{out['arena_bytes'] / 2**30:.2f} |")
+                     f"{out['held_bytes'] / 2**30:.2f} |")
     lines += ["", "When each call finished (ms; latest rank):", ""]
     header = "| GPUs | system | " + " | ".join(
         ("AG f" if c["forward"] else ("AG b" if c["kind"] == "all-gather" else "RS")) +

@@ -267,6 +267,7 @@ void simulate_step(const SimulateArgs& a) {
               {"sm_ms", run.sm_time_us / 1000.0},
               {"sm_ms_per_gpu", run.sm_time_us / 1000.0 / world},
               {"arena_bytes", step.arena.arena_bytes},
+              {"held_bytes", step.held_bytes},
               {"peak_buffer_bytes", run.peak_buffer_bytes},
               {"calls", calls}};
   json errors = json::array();
@@ -299,6 +300,7 @@ void simulate_step(const SimulateArgs& a) {
     summary.row(
         {"SM time (CTA x time) per GPU", fixed(run.sm_time_us / 1000.0 / world, 3) + " CTA-ms"});
     summary.row({"arena bytes per GPU", bytes(step.arena.arena_bytes)});
+    summary.row({"held at peak per GPU (NOTE [step memory])", bytes(step.held_bytes)});
     summary.row({"races / protocol errors", num(run.error_count)});
     summary.row({"deadlock", run.deadlock ? "yes" : "no"});
     if (!a.timing_only) {

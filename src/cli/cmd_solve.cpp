@@ -58,6 +58,9 @@ void run_solve(SolveArgs& a) {
     nlohmann::json out = {{"sum_ctas", r.sum_ctas},
                           {"landing_ctas", r.landing_ctas},
                           {"round_width", r.round_width},
+                          {"rounds", r.rounds},
+                          {"rounds_in_flight", r.rounds_in_flight},
+                          {"round_transfer_ms", r.round_transfer_ms},
                           {"fp32_shard_bytes", r.fp32_shard_bytes},
                           {"t_nic_ms", r.t_nic_ms},
                           {"level1_rate_factor", r.level1_rate_factor},
@@ -96,6 +99,11 @@ void run_solve(SolveArgs& a) {
         s.widened ? fmt::format(" > {} ms, widen", fixed(r.round_wait_budget_ms, 2)) : "");
   }
   table.row({"round width k", std::to_string(r.round_width), how});
+  table.row({"rounds in flight d", std::to_string(r.rounds_in_flight),
+             r.rounds_in_flight == 1
+                 ? std::string("lockstep: the rounds' waits fit the budget")
+                 : fmt::format("1 + ceil({} / {}) (t_rnd over one round's transfer)",
+                               a.in.t_round_ms, fixed(r.round_transfer_ms, 3))});
   table.print(std::cout);
 }
 

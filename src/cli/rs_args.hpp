@@ -14,6 +14,7 @@ namespace tide::cli {
 struct RsArgs {
   int wave_width = 0;
   int round_width = 4;
+  int rounds_in_flight = 1;
   int passes = 1;
   int staging_slots = 2;
   std::int64_t chunk_bytes = 0;
@@ -22,6 +23,9 @@ struct RsArgs {
   void add_to(CLI::App& cmd) {
     cmd.add_option("--wave-width", wave_width, "Contributors per wave W_wave (default L)");
     cmd.add_option("--round-width", round_width, "Rail transfers per round k")
+        ->capture_default_str();
+    cmd.add_option("--rounds-in-flight", rounds_in_flight,
+                   "Network rounds in flight d (1: lockstep; tide solve suggests one)")
         ->capture_default_str();
     cmd.add_option("--passes", passes, "Sub-slice passes n_part")->capture_default_str();
     cmd.add_option("--staging-slots", staging_slots, "Level 1 staging slots n_stg")
@@ -38,6 +42,7 @@ struct RsArgs {
     RsOptions o;
     o.wave_width = wave_width;
     o.round_width = round_width;
+    o.rounds_in_flight = rounds_in_flight;
     o.passes = passes;
     o.staging_slots = staging_slots;
     o.mode = parse_mode(mode);

@@ -44,6 +44,7 @@ RsPlan::RsPlan(const GroupLayout& layout, RsOptions options)
   wave_width_ = options_.wave_width == 0 ? l : options_.wave_width;
   require_range(wave_width_, 1, l, "wave width W_wave", " (a wave holds at most L contributors)");
   require_range(options_.round_width, 1, kMaxRoundWidth, "round width k");
+  require_range(options_.rounds_in_flight, 1, kMaxRoundsInFlight, "rounds in flight");
   require_range(options_.passes, 1, kMaxPasses, "sub-slice passes n_part");
   require_range(options_.staging_slots, 1, 64, "staging slots n_stg");
   require_range(options_.vector_elems, 1, 1024, "vector width (elements)");

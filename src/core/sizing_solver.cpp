@@ -6,6 +6,7 @@
 #include <string>
 
 #include "tide/core/error.hpp"
+#include "tide/core/rs_plan.hpp"
 #include "tide/core/topology.hpp"
 
 namespace tide {
@@ -93,6 +94,19 @@ SolverResult solve_sizing(const SolverInput& in) {
     k = wider;
   }
   r.round_width = k;
+
+  // Rounds in flight: hide each round's wait behind the transfers of the next d - 1 rounds
+  // when lockstep rounds would spend more than the budget waiting.
+  r.rounds = network_rounds(m - 1, k, wave_width);
+  r.rounds_in_flight = 1;
+  if (r.rounds > 1 && r.rounds * in.t_round_ms > r.round_wait_budget_ms) {
+    r.round_transfer_ms = r.t_nic_ms / r.rounds;
+    const double hide = std::ceil(in.t_round_ms / r.round_transfer_ms - 1e-12);
+    r.rounds_in_flight = static_cast<int>(std::min<double>(
+        {1.0 + hide, static_cast<double>(r.rounds), static_cast<double>(kMaxRoundsInFlight)}));
+  } else if (r.rounds > 0) {
+    r.round_transfer_ms = r.t_nic_ms / r.rounds;
+  }
   return r;
 }
 

@@ -161,6 +161,7 @@ Program build_fsdp2_all_gather(const GroupLayout& layout, const Fsdp2Options& op
       if (end == begin) continue;  // a shard too small to give this channel a part
       e.event(OpKind::kEventWait, r, nccl[static_cast<std::size_t>(c)], kCopiedIn,
               who + "ring after copy-in");
+      e.program.ops.back().ctas = channel_ctas;  // the NCCL kernel starts here
       const int next = ring.at(ring.position(r) + 1);
       for (int k = 0; k < n - 1; ++k) {
         e.wait(
@@ -257,6 +258,7 @@ Program build_fsdp2_reduce_scatter(const GroupLayout& layout, const Fsdp2Options
       const std::int64_t bytes = end - begin;
       if (bytes == 0) continue;
       e.event(OpKind::kEventWait, r, stream, kPacked, who + "ring after packing");
+      e.program.ops.back().ctas = channel_ctas;  // the NCCL kernel starts here
       const int next = ring.at(ring.position(r) + 1);
       const int previous = ring.at(ring.position(r) - 1);
       const std::string ch = "ch" + std::to_string(c) + " ";

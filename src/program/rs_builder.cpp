@@ -18,7 +18,9 @@
 //              reuses a generation waits CREDIT[g] from all its targets; each k-way round
 //              waits SUMMED >= J, puts outbox block J over rail j into inbox block s of
 //              rank ((n + c) mod M, j) signalling ARRIVED[g] there, +1 SENT; then waits
-//              for the round's own arrivals (lockstep rounds).
+//              for the arrivals of the round d - 1 rounds back (d = RsOptions::
+//              rounds_in_flight; d = 1: lockstep rounds), and after the last round for the
+//              rounds still unobserved.
 //   relay   5. For each wave: wait ARRIVED[g] (all remote contributors) and OWN_DONE when
 //              the own node is in the wave; for a switch-reduce landing, zero the wave's
 //              stale blocks (after INBOX_FREE) and copy the own spare into inbox block j;
@@ -303,7 +305,22 @@ struct Builder : Emitter {
     event(OpKind::kEventRecord, rank, push, ev(kPushDone), who + "pushes done");
     event(OpKind::kEventRecord, rank, sum, ev(kSumDone), who + "sums done");
 
-    // 4. network phase
+    // 4. network phase. Round i's sends follow round i - d's arrivals (d rounds in flight;
+    // d = 1 is lockstep); the last d rounds' arrivals are awaited after the last sends.
+    struct RoundArrivals {
+      int counter = 0;
+      int value = 0;
+      int index = 0;
+    };
+    std::vector<RoundArrivals> unobserved;
+    const std::size_t in_flight =
+        static_cast<std::size_t>(std::max(1, plan.options().rounds_in_flight));
+    auto observe_oldest = [&] {
+      const RoundArrivals a = unobserved.front();
+      unobserved.erase(unobserved.begin());
+      wait(rank, net, a.counter, a.value, who + "round " + std::to_string(a.index) + " arrivals");
+      program.ops.back().network_round = true;
+    };
     for (const RsWave& wave : plan.waves()) {
       const int g = wave.index;
       const int remote = std::min(wave.last_contributor, m - 1) - wave.first_contributor + 1;
@@ -333,9 +350,8 @@ struct Builder : Emitter {
           signal(rank, net, rank, sent(), who + "sent J" + std::to_string(destination));
         }
         arrived_so_far += round.width;
-        wait(rank, net, arrived(g), arrived_so_far,
-             who + "round " + std::to_string(round.index) + " arrivals");
-        program.ops.back().network_round = true;
+        unobserved.push_back({arrived(g), arrived_so_far, round.index});
+        if (unobserved.size() >= in_flight) observe_oldest();
       }
 
       // 5. relay: this GPU's part of the wave is in place
@@ -403,6 +419,8 @@ struct Builder : Emitter {
                who + "landed wave " + std::to_string(g));
       }
     }
+    while (!unobserved.empty())
+      observe_oldest();
     event(OpKind::kEventRecord, rank, net, ev(kNetDone), who + "outbox bank sent");
     for (int k = 0; k < l; ++k) {
       signal(rank, land, topo.rank(n, k), shared.landings_done,

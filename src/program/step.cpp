@@ -228,6 +228,7 @@ StepProgram build_step_program(const std::vector<StepGroup>& groups, const StepO
     out.program.events = std::max(out.program.events, other.events);
   }
   out.program.buffers.assign(static_cast<std::size_t>(out.program.ranks), sizes);
+  out.held_bytes = tide_step_held_bytes(groups, out.arena.arena_bytes);
   return out;
 }
 
@@ -372,8 +373,9 @@ StepProgram build_fsdp2_step_program(const std::vector<StepGroup>& groups,
       call.done_event = ids.done_event + at.event_base;
     }
   }
-  sizes.arena_bytes = arena;
-  out.arena.arena_bytes = arena;
+  sizes.arena_bytes = arena;  // every call's own region: addresses, not memory held
+  out.held_bytes = fsdp2_step_held_bytes(groups);
+  out.arena.arena_bytes = out.held_bytes;
   step.buffers.assign(static_cast<std::size_t>(step.ranks), sizes);
   return out;
 }

@@ -65,6 +65,7 @@ CollectiveCase rs_case(int m, int l, std::uint64_t seed, const RsCaseOptions& o)
   RsOptions options;
   options.mode = o.mode;
   options.round_width = o.round_width > 0 ? o.round_width : round_width;
+  options.rounds_in_flight = o.rounds_in_flight;
   const RsPlan plan(layout, options);
   program::RsProgramOptions po;
   po.alpha = o.alpha != 0.0f ? o.alpha : 1.0f / static_cast<float>(layout.topology().world());

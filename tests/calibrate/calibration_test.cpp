@@ -35,7 +35,7 @@ std::string error_of(const std::string& text) {
 
 TEST(Calibration, EveryCostModelParameterIsNamed) {
   const auto& names = parameter_names();
-  EXPECT_EQ(names.size(), 16u);
+  EXPECT_EQ(names.size(), 22u);
   EXPECT_EQ(names.front(), "ce_copy_gbps");
   EXPECT_EQ(unit_of("sum_cta_gbps"), "GB/s");
   EXPECT_EQ(unit_of("memop_us"), "us");
@@ -55,6 +55,24 @@ TEST(Calibration, RoundTrip) {
   EXPECT_EQ(back.values.at("nic_gbps").source, Source::kGiven);
   EXPECT_EQ(back.values.at("nic_gbps").value, 47.5);
   EXPECT_NE(back.values.at("nic_gbps").method.find("--nic-gbps"), std::string::npos);
+}
+
+TEST(Calibration, FilesWithoutTheBaselineParametersGetTheirDefaults) {
+  // A file written before the stock baseline's parameters existed still loads: those come
+  // from FSDP2's and NCCL's runs, not from `tide calibrate`.
+  nlohmann::json j = nlohmann::json::parse(calibration_json(full_calibration()));
+  const char* later[] = {"sm_copy_gbps",   "sm_copy_2d_gbps", "sm_stream_cap_gbps",
+                         "nccl_link_gbps", "nccl_launch_us",  "nccl_fold_gbps"};
+  for (const char* name : later)
+    j["values"].erase(name);
+  const Calibration c = parse_calibration(j.dump(), "old.json");
+  const exec::CostModel m = to_cost_model(c);
+  const exec::CostModel defaults;
+  EXPECT_EQ(m.nccl_link_gbps, defaults.nccl_link_gbps);
+  EXPECT_EQ(m.sm_stream_cap_gbps, defaults.sm_stream_cap_gbps);
+  EXPECT_EQ(m.sum_cta_gbps, 33.0);  // what the file says is kept
+  for (const char* name : later)
+    EXPECT_EQ(c.values.at(name).source, Source::kGiven) << name;
 }
 
 TEST(Calibration, ConvertsToCostModelAndSolverRates) {

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "tide/core/error.hpp"
 
 namespace tide {
@@ -36,6 +38,35 @@ TEST(SizingSolver, PaperEightNodeSystemPicksKFourAndFourSumCtas) {
   EXPECT_EQ(r.round_width_steps[0].rounds, 4);
   EXPECT_TRUE(r.round_width_steps[0].widened);
   EXPECT_EQ(r.round_width_steps[1].rounds, 2);
+}
+
+TEST(SizingSolver, RoundsInFlightHideTheRoundWaitsBehindLaterTransfers) {
+  // 8 x 8, 32 MiB: k = 4 leaves 2 rounds whose 2.6 ms of waits exceed 10% of t_NIC, so a
+  // round's wait (1.3 ms) is hidden behind the next round's transfer (t_NIC / 2): d = 2.
+  SolverInput in = paper_calibration();
+  SolverResult r = solve_sizing(in);
+  EXPECT_EQ(r.rounds, 2);
+  EXPECT_NEAR(r.round_transfer_ms, r.t_nic_ms / 2, 1e-12);
+  EXPECT_EQ(r.rounds_in_flight, 1 + static_cast<int>(std::ceil(1.3 / (r.t_nic_ms / 2))));
+  EXPECT_EQ(r.rounds_in_flight, 2);
+  // 128 x 8 with a Llama layer's shard (3,342,336 bytes): 32 rounds of 0.56 ms each, so each
+  // wait needs 3 later rounds: d = 1 + ceil(1.3 / 0.5585) = 4.
+  in.nodes = 128;
+  in.shard_bytes = 3342336;
+  r = solve_sizing(in);
+  EXPECT_EQ(r.round_width, 4);
+  EXPECT_EQ(r.rounds, 32);
+  const double t_round = 127.0 * 2 * 3342336 / 47.5e6 / 32;
+  EXPECT_NEAR(r.round_transfer_ms, t_round, 1e-9);
+  EXPECT_EQ(r.rounds_in_flight, 1 + static_cast<int>(std::ceil(1.3 / t_round)));
+  EXPECT_EQ(r.rounds_in_flight, 4);
+  // Cheap waits stay lockstep.
+  in.t_round_ms = 0.001;
+  EXPECT_EQ(solve_sizing(in).rounds_in_flight, 1);
+  // Never more rounds in flight than rounds: a huge t_rnd at 8 x 8 caps d at 2.
+  in = paper_calibration();
+  in.t_round_ms = 500;
+  EXPECT_EQ(solve_sizing(in).rounds_in_flight, solve_sizing(in).rounds);
 }
 
 TEST(SizingSolver, NetworkRounds) {

@@ -83,8 +83,9 @@ TEST(ReferenceTiming, RoundWaitAppliesToNetworkRoundWaitsAndSmTimeCountsCtas) {
   const RunResult r = ex.run(seeded(0, 0.0, 64, cost));
   ASSERT_TRUE(r.clean()) << error_list(r);
   const double put_us = cost.rail_latency_us + (1 << 20) / (cost.nic_gbps * 1e3);
-  // A fold of local buffers streams at the sum rate (a pull from peers would not).
-  const double land_us = cost.kernel_launch_us + (1 << 20) / (3 * cost.sum_cta_gbps * 1e3);
+  // TIDE's landing kernel at its per-CTA rate (its partials are local: the HBM ceiling, far
+  // above 3 CTAs' rate, does not bind).
+  const double land_us = cost.kernel_launch_us + (1 << 20) / (3 * cost.land_cta_gbps * 1e3);
   EXPECT_NEAR(r.makespan_us, put_us + cost.memop_us + cost.round_wait_us + land_us, 1e-6);
   EXPECT_NEAR(r.sm_time_us, 3 * land_us, 1e-9);
   EXPECT_EQ(r.peak_buffer_bytes, 2 << 20);

@@ -40,6 +40,12 @@ RsMode parse_mode(std::string_view text);  // "in-place" | "slot-reuse"
 struct RsOptions {
   int wave_width = 0;   // W_wave; 0 selects L
   int round_width = 4;  // k: concurrent rail transfers per round
+  // Network rounds in flight: round i's sends start once round i - d's arrivals are in
+  // (d = 1: lockstep, each round waits for its own arrivals; App. G's t_rnd then adds up over
+  // the rounds). Deeper pacing overlaps a round's wait with the next rounds' transfers. It
+  // changes no placement, wave or generation: inbox reuse stays gated by CREDIT, outbox reuse
+  // by SENT (Sec. 5.2), so App. D's guarantees hold for every d.
+  int rounds_in_flight = 1;
   RsMode mode = RsMode::kInPlace;
   int passes = 1;         // n_part
   int staging_slots = 2;  // n_stg
@@ -50,6 +56,7 @@ struct RsOptions {
 };
 
 inline constexpr int kMaxRoundWidth = 64;
+inline constexpr int kMaxRoundsInFlight = 64;
 inline constexpr int kMaxPasses = 64;
 
 struct RsWave {

@@ -6,6 +6,10 @@
 //               ceil((S_fp32 / n_part) / (eta_tail * t_NIC * BW_land)))             (Eq. 14)
 //   k starts at min(2, M - 1) and doubles up to k_max = 4 while
 //   N_rounds(M - 1, k, W_wave) * t_rnd > 0.10 * t_NIC and doubling reduces the round count.
+//   Rounds in flight d (ours, not the paper's): when the rounds' waits still exceed that
+//   budget at the final k, d = 1 + ceil(t_rnd / t_round), t_round = t_NIC / N_rounds the
+//   transfer time of one round, so each round's wait hides behind the next d - 1 rounds'
+//   transfers (capped at N_rounds and kMaxRoundsInFlight); otherwise d = 1 (lockstep).
 #pragma once
 
 #include <cstdint>
@@ -41,7 +45,10 @@ struct SolverResult {
   int sum_ctas = 0;
   int landing_ctas = 0;
   int round_width = 0;
+  int rounds_in_flight = 1;  // d (RsOptions::rounds_in_flight)
   // Intermediate terms.
+  int rounds = 0;                // N_rounds at the chosen k
+  double round_transfer_ms = 0;  // t_round = t_NIC / N_rounds
   std::int64_t fp32_shard_bytes = 0;
   double t_nic_ms = 0;
   double level1_rate_factor = 0;    // L b_grad / 4 + 1

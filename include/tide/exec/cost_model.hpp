@@ -8,24 +8,41 @@
 //               ce_copy_gbps     same-GPU 1-D (rows = 1 or pitch = width)
 //               ce_copy_2d_gbps  same-GPU strided 2-D
 //               nvlink_gbps      peer GPU 1-D; min(nvlink_gbps, ce_copy_2d_gbps) for 2-D
+//             An SM-driven copy (ctas > 0) is a kernel: kernel_launch_us + sum of
+//               2 x bytes / sm_copy_gbps (1-D) or sm_copy_2d_gbps (2-D) on one GPU (rates in
+//               bytes read + written: FSDP2's copy-in and split_with_sizes_copy), or
+//               bytes / nccl_link_gbps to a peer (an NCCL ring hop inside a node).
 //   rail put  rail_latency_us + bytes / nic_gbps
-//   sum       kernel_launch_us + logical bytes / (ctas * sum_cta_gbps), logical bytes =
-//             elements in segments * (staged + 1) * in_dtype bytes + dst bytes (App. G: "L
-//             bf16 reads + 1 fp32 write per element")
-//   land      kernel_launch_us + dst bytes / min(ctas * land_cta_gbps, land_cap_gbps) when it
-//             pulls from peers; dst bytes / (ctas * sum_cta_gbps) for a fold of local buffers
-//   cast      kernel_launch_us + (source + dst bytes) / (ctas * cast_cta_gbps)
+//   sum       kernel_launch_us + logical bytes / min(ctas * sum_cta_gbps, sm_stream_cap_gbps),
+//             logical bytes = elements in segments * (staged + 1) * in_dtype bytes + dst
+//             bytes (App. G: "L bf16 reads + 1 fp32 write per element"); FSDP2's _chunk_cat
+//             pack is a sum with no staged inputs on a full grid, so it runs at the cap
+//   land      kernel_launch_us + dst bytes / min(ctas * land_cta_gbps, ceiling): TIDE's
+//             landing kernel; the ceiling is the fabric's, land_cap_gbps, when it pulls
+//             partials from peers, and sm_stream_cap_gbps when they are all local (L = 1)
+//   cast      kernel_launch_us + (source + dst bytes) / min(ctas * cast_cta_gbps,
+//             sm_stream_cap_gbps)
 //   zero      kernel_launch_us + bytes / memset_gbps
-//   signal    memop_us;  wait: memop_us after its condition holds, plus round_wait_us when
-//             the builder marked it Op::network_round (it closes a network round, App. G t_rnd)
-//   event record / wait: event_us;  release: 0 (a host-side free)
+//   signal    memop_us;  wait: memop_us after its condition holds; a wait the builder marked
+//             Op::network_round (it closes a network round, App. G t_rnd) ends no earlier than
+//             round_wait_us after the moment its arrivals were complete: t_rnd is the latency
+//             from a round's last arrival to the wait observing it, so a wait reached after its
+//             arrivals pays only what is left of it (a lockstep round, whose stream waits for
+//             its own arrivals, pays all of it)
+//   event record / wait: event_us;  release: 0 (a host-side free). An event wait with
+//             ctas > 0 opens an NCCL collective's kernel on its stream: nccl_launch_us.
+// Steps of an NCCL kernel (Op::inside_kernel) pay no launch: no kernel_launch_us or
+// copy_launch_us, and a ring reduction step (a fold of local buffers) costs only its exposed
+// part, dst bytes / nccl_fold_gbps: NCCL reduces slices as they arrive, overlapped with the
+// transfers of the next slices, so a step's reduction mostly hides behind its transfer.
 // A CTA count of 0 is taken as 1. Host enqueue: each rank's host thread issues its ops in
-// Program::ops order, host_enqueue_us apart (ops marked Op::inside_kernel, the steps of one
-// NCCL kernel, take no host time); no op starts before it is issued.
+// Program::ops order, host_enqueue_us apart (ops marked Op::inside_kernel take no host
+// time); no op starts before it is issued.
 // Shared links: with share_links, the copies of one GPU queue on its copy-engine (same-GPU)
 // or NVLink (peer) resource and its rail puts on its NIC, first come first served, so
 // concurrent transfers of one GPU add up to the per-GPU rate instead of each getting it.
-// SM ops (sum, land, cast, zero) run concurrently: TIDE's CTA budgets are far below 132 SMs.
+// SM ops (sum, land, cast, zero, SM copies) run concurrently: TIDE's CTA budgets are far
+// below 132 SMs, and a full-grid kernel is bound by sm_stream_cap_gbps instead.
 #pragma once
 
 #include <iosfwd>
@@ -71,6 +88,27 @@ struct CostModel {
   double event_us = 0.0;
   // Host time to issue one op (a launch, a copy, a memop call). Assumed.
   double host_enqueue_us = 2.0;
+  // SM copy kernels on one GPU (kCopy with ctas > 0, same rank), GB/s of bytes read +
+  // written. bench/results/fsdp2 (PyTorch 2.11, one H200, Llama-3.1-70B layer, N = 8):
+  // split_with_sizes_copy (the all-gather copy-out, 2-D) 0.870 ms for 3.42 GB = 3932 GB/s.
+  // 1-D (FSDP2's bf16 copy-in): not measured (fsdp2_copies' copy-in is the mixed-precision
+  // cast); taken equal to the copy-out's rate.
+  double sm_copy_2d_gbps = 3932.0;
+  double sm_copy_gbps = 3932.0;
+  // Ceiling of an SM streaming kernel (sum, local fold, cast) in its logical bytes: a full
+  // grid is HBM-bound. bench/results/fsdp2: _chunk_cat (bf16 -> fp32 pack, 132 SMs) 2.455 ms
+  // for 5.13 GB read + written = 2091 GB/s (the reference bf16 -> fp32 copy: 2166 GB/s).
+  double sm_stream_cap_gbps = 2091.0;
+  // NCCL's ring between GPUs of one node: its hops (kCopy with ctas > 0 across ranks), per GPU
+  // and direction; the start of a collective's kernel; and the exposed part of a ring
+  // reduction step, GB/s of fp32 output per channel. One fit, least squares in relative
+  // error, to the 8 NCCL-alone times on 2 x H200 (bench/results/nccl/run-2026-11-29-x2-final,
+  // all-gather and reduce-scatter of flat32m / flat128m / Llama / Qwen layers, 1 x 2):
+  // all-gather = launch + S / link, reduce-scatter = launch + S_fp32 / link + (S_fp32 / 2) /
+  // fold, every time within 10%.
+  double nccl_link_gbps = 279.0;
+  double nccl_launch_us = 60.0;
+  double nccl_fold_gbps = 724.0;
   // Whether concurrent transfers of one GPU share its per-GPU rates (see the NOTE).
   bool share_links = true;
 };

@@ -109,7 +109,9 @@ struct Op {
   bool accumulate = false;
   int wave_index = 0;  // kLand: 0 for the first wave of its elements
   // kSum, kLand, kCast: CTA budget. On kCopy / kRailPut, ctas > 0 marks an SM-driven
-  // transfer (a copy kernel, an NCCL kernel) rather than a copy engine or the NIC.
+  // transfer (a copy kernel, an NCCL kernel) rather than a copy engine or the NIC. On
+  // kEventWait, ctas > 0 marks the wait that opens an NCCL kernel on its stream (the cost
+  // model charges the kernel's start there; executors treat it as a plain event wait).
   int ctas = 0;
 
   Counter counter;             // kSignal, kWait, kRailPut

@@ -75,19 +75,44 @@ struct StepArenaLayout {
   std::int64_t arena_bytes = 0;
 };
 
+// NOTE [step memory]
+// What a step's collectives hold per GPU at their peak, as each system holds it. Both counts
+// leave out what both systems hold alike: the running layer's gradients, the reduce-scatter
+// outputs (the sharded gradients), optimizer state and activations.
+//   TIDE: its arena (resident shards, receive stages, the two ring slots, TIDE-RS's areas;
+//     StepArenaLayout) plus, In-Place, one more group's bf16 gradients: TIDE-RS reads the
+//     previous group's gradients in place until its reads complete, so two gradient groups
+//     are briefly live (Sec. 5.3); Slot-Reuse moves them into a vacated ring slot.
+//   Stock FSDP2: the sharded parameters (what TIDE keeps as resident shards) plus the peak
+//     over the step of the collective buffers its caching allocator holds (Sec. 5.4), with
+//     U_g = N S_g the unsharded (padded) parameters of group g and P_g = N S_fp32 its fp32
+//     reduce-scatter input:
+//       forward of g:   U_g + U_{g+1}            (the all-gather prefetched at depth 1)
+//       backward of g:  U_g + U_{g-1} + P_{g+1}  (the prefetched backward all-gather on its
+//                       own stream, which the reduce-scatter never reuses, and the previous
+//                       group's reduce-scatter input, kept until the next post_backward
+//                       observes its completion)
+//     With equal groups that is the paper's 4 NS during backward. The all-gather's rank-major
+//     flat buffer is freed after its copy-out and counts as the U of its group.
+// The stock program itself still gives every call its own arena region (fsdp2 step builder):
+// those are addresses for the executor, not memory FSDP2 holds.
+std::int64_t tide_step_held_bytes(const std::vector<StepGroup>& groups, std::int64_t arena_bytes);
+std::int64_t fsdp2_step_held_bytes(const std::vector<StepGroup>& groups);
+
 struct StepProgram {
   Program program;
   std::vector<StepCall> calls;
   StepArenaLayout arena;
+  std::int64_t held_bytes = 0;  // NOTE [step memory]
 };
 
 StepProgram build_step_program(const std::vector<StepGroup>& groups, const StepOptions& options);
 
 // Stock FSDP2's calls in the same order (fsdp2_baseline.hpp), for comparison: each call keeps
-// its own arena region (the caching allocator gives every call fresh buffers; memory is not
-// the point of this program, time is), the all-gather's copy-out and the layer's read run on
-// the compute stream, the reduce-scatter (packing and ring) on the reduce-scatter stream after
-// its layer's backward. Only `reduce_scatter.alpha` and `accumulate` of `options` apply.
+// its own arena region (addresses for the executor; what FSDP2 holds is `held_bytes`, also
+// given as `arena.arena_bytes`: NOTE [step memory]), the all-gather's copy-out and the layer's read
+// run on the compute stream, the reduce-scatter (packing and ring) on the reduce-scatter stream
+// after its layer's backward. Only `reduce_scatter.alpha` and `accumulate` of `options` apply.
 StepProgram build_fsdp2_step_program(const std::vector<StepGroup>& groups,
                                      const StepOptions& options);
 

@@ -38,6 +38,12 @@ constexpr Param kParams[] = {
     {"memop_us", &CostModel::memop_us, false},
     {"event_us", &CostModel::event_us, false},
     {"host_enqueue_us", &CostModel::host_enqueue_us, false},
+    {"sm_copy_2d_gbps", &CostModel::sm_copy_2d_gbps, true},
+    {"sm_copy_gbps", &CostModel::sm_copy_gbps, true},
+    {"sm_stream_cap_gbps", &CostModel::sm_stream_cap_gbps, true},
+    {"nccl_link_gbps", &CostModel::nccl_link_gbps, true},
+    {"nccl_launch_us", &CostModel::nccl_launch_us, false},
+    {"nccl_fold_gbps", &CostModel::nccl_fold_gbps, true},
 };
 constexpr const char* kShareLinks = "share_links";
 
@@ -110,15 +116,28 @@ std::string cost_model_json(const CostModel& model) {
 }
 
 double op_duration_us(const CostModel& m, const Op& op, bool network_round_wait) {
+  // A step inside an NCCL kernel pays no launch of its own.
+  const double kernel_launch = op.inside_kernel ? 0.0 : m.kernel_launch_us;
+  // An SM kernel streams at min(ctas * per-CTA rate, the full-grid HBM ceiling).
+  auto streaming = [&](double cta_gbps) {
+    return std::min(ctas(op) * cta_gbps, m.sm_stream_cap_gbps);
+  };
   switch (op.kind) {
     case OpKind::kCopy: {
-      double us = m.copy_launch_us;
+      const bool sm = op.ctas > 0;  // a copy kernel or an NCCL ring hop, not a copy engine
+      double us = op.inside_kernel ? 0.0 : (sm ? m.kernel_launch_us : m.copy_launch_us);
       for (const program::CopyDescriptor& c : op.copies) {
         const bool peer = c.src.buffer.rank != c.dst.buffer.rank;
         const bool two_d = is_2d(c.src) || is_2d(c.dst);
+        const double bytes = static_cast<double>(c.dst.bytes());
+        if (sm) {
+          us += peer ? transfer_us(bytes, m.nccl_link_gbps)
+                     : transfer_us(2.0 * bytes, two_d ? m.sm_copy_2d_gbps : m.sm_copy_gbps);
+          continue;
+        }
         double rate = peer ? m.nvlink_gbps : m.ce_copy_gbps;
         if (two_d) rate = peer ? std::min(m.nvlink_gbps, m.ce_copy_2d_gbps) : m.ce_copy_2d_gbps;
-        us += transfer_us(static_cast<double>(c.dst.bytes()), rate);
+        us += transfer_us(bytes, rate);
       }
       return us;
     }
@@ -135,32 +154,35 @@ double op_duration_us(const CostModel& m, const Op& op, bool network_round_wait)
       const double logical = in_elems * static_cast<double>(op.staged.size() + 1) *
                                  static_cast<double>(item_bytes(op.in_dtype)) +
                              static_cast<double>(op.dst.bytes());
-      return m.kernel_launch_us + transfer_us(logical, ctas(op) * m.sum_cta_gbps);
+      return kernel_launch + transfer_us(logical, streaming(m.sum_cta_gbps));
     }
     case OpKind::kLand: {
-      // Pulling partials from peers runs at the in-situ landing rate (App. G); a fold of
-      // local buffers (a ring reduction step) streams like the Level 1 sum.
+      // TIDE's landing kernel runs at the in-situ landing rate (App. G) under the fabric's
+      // ceiling when it pulls from peers, under HBM's when its partials are local; a step of
+      // an NCCL ring folds local buffers and costs only the part its pipelining does not hide.
+      const double bytes = static_cast<double>(op.dst.bytes());
+      if (op.inside_kernel) return transfer_us(bytes, m.nccl_fold_gbps);
       bool remote = false;
       for (const program::Region& s : op.sources)
         remote |= s.buffer.rank != op.rank;
-      const double rate = remote ? std::min(ctas(op) * m.land_cta_gbps, m.land_cap_gbps)
-                                 : ctas(op) * m.sum_cta_gbps;
-      return m.kernel_launch_us + transfer_us(static_cast<double>(op.dst.bytes()), rate);
+      const double ceiling = remote ? m.land_cap_gbps : m.sm_stream_cap_gbps;
+      return kernel_launch + transfer_us(bytes, std::min(ctas(op) * m.land_cta_gbps, ceiling));
     }
     case OpKind::kCast: {
       double bytes = static_cast<double>(op.dst.bytes());
       for (const program::Region& s : op.sources)
         bytes += static_cast<double>(s.bytes());
-      return m.kernel_launch_us + transfer_us(bytes, ctas(op) * m.cast_cta_gbps);
+      return kernel_launch + transfer_us(bytes, streaming(m.cast_cta_gbps));
     }
     case OpKind::kZero:
-      return m.kernel_launch_us + transfer_us(static_cast<double>(op.dst.bytes()), m.memset_gbps);
+      return kernel_launch + transfer_us(static_cast<double>(op.dst.bytes()), m.memset_gbps);
     case OpKind::kSignal:
       return m.memop_us;
     case OpKind::kWait:
       return m.memop_us + (network_round_wait ? m.round_wait_us : 0.0);
-    case OpKind::kEventRecord:
     case OpKind::kEventWait:
+      return op.ctas > 0 ? m.nccl_launch_us : m.event_us;
+    case OpKind::kEventRecord:
       return m.event_us;
     case OpKind::kRelease:
       return 0.0;

@@ -73,7 +73,11 @@ struct Threshold {
 
 struct CounterState {
   std::int64_t value = 0;
-  std::vector<int> waiters;  // streams blocked on this counter
+  // Counters that a network-round wait reads keep when each value was reached (NOTE [cost
+  // model]: a round's wait ends t_rnd after its arrivals, not t_rnd after the stream got there).
+  bool timed = false;
+  std::vector<std::pair<std::int64_t, double>> reached;  // (value, time), ascending
+  std::vector<int> waiters;                              // streams blocked on this counter
   // Data mode: see NOTE [counter clocks].
   std::vector<Threshold> thresholds;  // ascending
   std::size_t crossed = 0;
@@ -177,6 +181,12 @@ void Simulation::run(const std::vector<InputRange>& inputs) {
     ++placed_;  // ops without a valid (rank, stream) never run (reported as malformed)
   }
   counters_.resize(static_cast<std::size_t>(ranks) * static_cast<std::size_t>(p_.counters));
+  for (const Op& o : p_.ops) {
+    if (o.kind == OpKind::kWait && o.network_round && o.counter.rank >= 0 &&
+        o.counter.rank < ranks && o.counter.id >= 0 && o.counter.id < p_.counters) {
+      counters_[counter_of(o.counter)].timed = true;
+    }
+  }
   events_.resize(static_cast<std::size_t>(ranks) * static_cast<std::size_t>(p_.events));
   link_free_.assign(static_cast<std::size_t>(ranks) * kLinks, 0.0);
   live_.assign(static_cast<std::size_t>(table_.count()), 0);
@@ -310,14 +320,24 @@ void Simulation::try_start(int si) {
   ++s.seq;
   s.running = true;
   // Malformed geometry must not move time backwards.
-  double duration = std::max(0.0, op_duration_us(opt_.cost, o, round_wait));
+  double duration = std::max(0.0, op_duration_us(opt_.cost, o));
+  if (round_wait) {
+    // The round's wait overhead runs from the moment its arrivals were complete.
+    const CounterState& c = counters_[counter_of(o.counter)];
+    const auto at = std::lower_bound(
+        c.reached.begin(), c.reached.end(), o.value,
+        [](const std::pair<std::int64_t, double>& r, std::int64_t v) { return r.first < v; });
+    const double since = at == c.reached.end() ? now_ : at->second;
+    duration += std::max(0.0, since + opt_.cost.round_wait_us - now_);
+  }
   if (opt_.jitter > 0) duration *= 1.0 + opt_.jitter * (2.0 * rng_.uniform() - 1.0);
   double start = now_;
   int link = -1;
   if (o.kind == OpKind::kRailPut) {
     link = kNic;
   } else if (o.kind == OpKind::kCopy) {
-    link = kCopyEngine;
+    // A copy kernel on one GPU (ctas > 0) runs on SMs, not on the copy engines.
+    link = o.ctas > 0 ? -1 : kCopyEngine;
     for (const program::CopyDescriptor& c : o.copies)
       if (c.src.buffer.rank != c.dst.buffer.rank) link = kNvlink;
   }
@@ -358,6 +378,8 @@ void Simulation::complete(int i) {
   if (valid && (o.kind == OpKind::kSignal || o.kind == OpKind::kRailPut)) {
     CounterState& c = counters_[counter_of(o.counter)];
     c.value += o.value;
+    if (c.timed && (c.reached.empty() || c.value > c.reached.back().first))
+      c.reached.emplace_back(c.value, now_);
     if (data() && c.crossed < c.thresholds.size()) {
       if (c.running.empty()) c.running.assign(clock.base->size(), 0u);
       if (c.folded_version != clock.version) {

@@ -70,6 +70,7 @@ struct RsCaseOptions {
   std::string what;
   float alpha = 0.0f;
   int round_width = 0;
+  int rounds_in_flight = 1;  // RsOptions::rounds_in_flight
   int sum_ctas = 0;
   int landing_ctas = 0;
 };
