@@ -141,6 +141,7 @@ void write_group(Writer& w, const GroupSignature& g) {
   w.i32(g.rs.passes);
   w.i32(g.rs.staging_slots);
   w.i64(g.rs.staging_chunk_elems);
+  w.i32(g.rs.rounds_in_flight);
   w.i32(g.rs.vector_elems);
   w.boolean(g.ag.mixed_precision_cast);
   w.i32(g.ag.min_strided_run);
@@ -187,6 +188,7 @@ GroupSignature read_group(Reader& r) {
   g.rs.passes = r.i32("group.rs.passes");
   g.rs.staging_slots = r.i32("group.rs.staging_slots");
   g.rs.staging_chunk_elems = r.i64("group.rs.staging_chunk_elems");
+  g.rs.rounds_in_flight = r.i32("group.rs.rounds_in_flight");
   g.rs.vector_elems = r.i32("group.rs.vector_elems");
   g.ag.mixed_precision_cast = r.boolean("group.ag.mixed_precision_cast");
   g.ag.min_strided_run = r.i32("group.ag.min_strided_run");
@@ -484,6 +486,7 @@ std::vector<std::pair<std::string, std::string>> agreed_fields(const RankDescrip
   add("group.rs.passes", std::to_string(g.rs.passes));
   add("group.rs.staging_slots", std::to_string(g.rs.staging_slots));
   add("group.rs.staging_chunk_elems", std::to_string(g.rs.staging_chunk_elems));
+  add("group.rs.rounds_in_flight", std::to_string(g.rs.rounds_in_flight));
   add("group.rs.vector_elems", std::to_string(g.rs.vector_elems));
   add("group.ag.mixed_precision_cast", flag(g.ag.mixed_precision_cast));
   add("group.ag.min_strided_run", std::to_string(g.ag.min_strided_run));

@@ -310,6 +310,8 @@ TEST(CapabilityInconsistent, EachAgreedField) {
       {"group.ag_stages", [](RankDescription& d) { d.group.ag_stages = 1; }, ""},
       {"group.multicast_opt_in", [](RankDescription& d) { d.group.multicast_opt_in = true; }, ""},
       {"group.host_transport", [](RankDescription& d) { d.group.host_transport = true; }, ""},
+      {"group.rs.rounds_in_flight", [](RankDescription& d) { d.group.rs.rounds_in_flight = 2; },
+       ""},
       {"caps.cuda_runtime_version", [](RankDescription& d) { d.caps.cuda_runtime_version = 12090; },
        "12090"},
       {"caps.nccl_version", [](RankDescription& d) { d.caps.nccl_version = 22903; },
