@@ -38,10 +38,11 @@ if has gputests; then
   : > "$OUT/gputests.log"
   for t in $(find "$BUILD/tests" -type f -executable -name 'tide_*tests' | sort); do
     case "$t" in *kernel*|*cuda*|*sequence*|*golden*|*fabric*) ;; *) continue ;; esac
-    timeout 300 "$t" >> "$OUT/gputests.log" 2>&1
+    timeout 300 "$t" > "$LOG/one-test.log" 2>&1
     rc=$?
+    cat "$LOG/one-test.log" >> "$OUT/gputests.log"
     [[ $rc -ne 0 ]] && rc_all=$rc
-    note "$(basename "$t") rc=$rc $(stamp): $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/gputests.log" | tail -3 | tr '\n' ' ')"
+    note "$(basename "$t") rc=$rc $(stamp): $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOG/one-test.log" | tr '\n' ' ')"
   done
   grep -E "^\[  FAILED|Failure" "$OUT/gputests.log" | head -30 | tee -a "$summary"
 fi
