@@ -2,7 +2,7 @@
 #include "tide/program/call_sequence.hpp"
 
 #include <algorithm>
-#include <sstream>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -30,35 +30,66 @@ struct NormalCall {
   std::vector<int> event_age;
 };
 
-void append_region(std::ostringstream& out, const Region& r) {
-  out << r.buffer.rank << ':' << static_cast<int>(r.buffer.space) << ':' << r.buffer.index << '@'
-      << r.offset << '/' << r.width << '/' << r.pitch << '/' << r.rows << ';';
+// Keys are built with std::to_string rather than iostreams: this code also runs inside the
+// Python module, where the process's libstdc++ may be older than the one it was built with,
+// and iostream locale facets are where two libstdc++ versions disagree.
+void append(std::string& out, std::int64_t v, char sep) {
+  out += std::to_string(v);
+  out += sep;
+}
+
+void append_region(std::string& out, const Region& r) {
+  append(out, r.buffer.rank, ':');
+  append(out, static_cast<int>(r.buffer.space), ':');
+  append(out, r.buffer.index, '@');
+  append(out, r.offset, '/');
+  append(out, r.width, '/');
+  append(out, r.pitch, '/');
+  append(out, r.rows, ';');
 }
 
 // Everything about an op but its label (labels carry bank and wave numbers only for people).
 std::string op_key(const Op& op, int age) {
-  std::ostringstream out;
-  out << static_cast<int>(op.kind) << ' ' << op.rank << ' ' << op.stream << " c";
+  std::string out;
+  append(out, static_cast<int>(op.kind), ' ');
+  append(out, op.rank, ' ');
+  append(out, op.stream, 'c');
   for (const CopyDescriptor& c : op.copies) {
     append_region(out, c.src);
     append_region(out, c.dst);
   }
-  out << " d";
+  out += 'd';
   append_region(out, op.dst);
-  out << " s";
+  out += 's';
   for (const Region& r : op.staged)
     append_region(out, r);
-  out << " p";
+  out += 'p';
   for (const Region& r : op.sources)
     append_region(out, r);
-  out << " g";
-  for (const SumSegment& s : op.segments)
-    out << s.row << ',' << s.out_elem << ',' << s.param << ',' << s.src_elem << ',' << s.elems
-        << ';';
-  out << ' ' << static_cast<int>(op.in_dtype) << ' ' << op.alpha << ' ' << op.accumulate << ' '
-      << op.wave_index << ' ' << op.ctas << ' ' << op.counter.rank << ':' << op.counter.id << ' '
-      << op.value << ' ' << op.network_round << op.inside_kernel << ' ' << op.event << '/' << age;
-  return out.str();
+  out += 'g';
+  for (const SumSegment& s : op.segments) {
+    append(out, s.row, ',');
+    append(out, s.out_elem, ',');
+    append(out, s.param, ',');
+    append(out, s.src_elem, ',');
+    append(out, s.elems, ';');
+  }
+  std::uint32_t alpha_bits = 0;
+  static_assert(sizeof alpha_bits == sizeof op.alpha);
+  std::memcpy(&alpha_bits, &op.alpha, sizeof alpha_bits);
+  append(out, static_cast<int>(op.in_dtype), ' ');
+  append(out, alpha_bits, ' ');
+  append(out, op.accumulate, ' ');
+  append(out, op.wave_index, ' ');
+  append(out, op.ctas, ' ');
+  append(out, op.counter.rank, ':');
+  append(out, op.counter.id, ' ');
+  append(out, op.value, ' ');
+  append(out, op.network_round, ' ');
+  append(out, op.inside_kernel, ' ');
+  append(out, op.event, '/');
+  append(out, age, ';');
+  return out;
 }
 
 bool same_call(const NormalCall& a, const NormalCall& b) {

@@ -7,10 +7,10 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <random>
-#include <sstream>
 
 #include "tide/core/error.hpp"
 
@@ -81,9 +81,10 @@ HostFabric::HostFabric(runtime::Store& store, const HostFabricOptions& options)
   const std::string prefix = options.key_prefix + "/host_fabric";
   std::string job;
   if (options.rank == 0) {
-    std::ostringstream id;
-    id << std::hex << std::random_device{}() << std::random_device{}() << "-" << getpid();
-    job = id.str();
+    std::random_device random;
+    char id[64];
+    std::snprintf(id, sizeof id, "%08x%08x-%d", random(), random(), static_cast<int>(getpid()));
+    job = id;
     store.set(prefix + "/job", job);
   } else {
     job = store.get(prefix + "/job", options.timeout);
