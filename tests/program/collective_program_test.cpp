@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 
+#include "test_seed.hpp"
 #include "tide/core/arithmetic.hpp"
 #include "tide/core/collective_reference.hpp"
 #include "tide/exec/collective_cases.hpp"
@@ -43,7 +44,8 @@ struct AgCase {
 };
 
 void run_ag(const AgCase& c, std::uint64_t seed) {
-  std::mt19937_64 rng(std::random_device{}());
+  const tide::testing::TestSeed data_seed;
+  std::mt19937_64 rng = data_seed.engine();
   const GroupLayout layout(Topology(c.nodes, c.gpus), random_shapes(rng, 1 + rng() % 5),
                            DType::kBf16, DType::kBf16);
   AgOptions options;
@@ -168,7 +170,8 @@ RsRun run_rs(const RsPlan& plan, const std::vector<RankGrads>& grads,
 }
 
 void check_rs(const RsCase& c, std::uint64_t seed) {
-  std::mt19937_64 rng(std::random_device{}());
+  const tide::testing::TestSeed data_seed;
+  std::mt19937_64 rng = data_seed.engine();
   const GroupLayout layout(Topology(c.nodes, c.gpus), random_shapes(rng, 1 + rng() % 4),
                            DType::kBf16, c.grad);
   RsOptions options;
@@ -247,7 +250,8 @@ TEST(RsProgram, SwitchReduceLandingNeedsStaleBlockZeroing) {
 }
 
 TEST(RsProgram, BitwiseIdenticalAcrossSeedsCtasPassesAndModes) {
-  std::mt19937_64 rng(std::random_device{}());
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
   const GroupLayout layout(Topology(6, 4), random_shapes(rng, 3), DType::kBf16, DType::kBf16);
   const auto grads = random_grads(rng, layout);
   const std::vector<std::vector<float>> initial(
@@ -310,7 +314,8 @@ std::vector<std::vector<float>> run_rs_program(const program::Program& prog,
 }
 
 TEST(Fsdp2Baseline, AllGatherLandsParameterMajor) {
-  std::mt19937_64 rng(std::random_device{}());
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
   for (auto [m, l] : {std::pair{1, 1}, {1, 4}, {3, 2}, {2, 8}}) {
     const GroupLayout layout(Topology(m, l), random_shapes(rng, 3), DType::kBf16, DType::kBf16);
     const program::Program prog = program::build_fsdp2_all_gather(layout, {});
@@ -344,7 +349,8 @@ TEST(Fsdp2Baseline, AllGatherLandsParameterMajor) {
 }
 
 TEST(Fsdp2Baseline, ReduceScatterMatchesFloat64) {
-  std::mt19937_64 rng(std::random_device{}());
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
   for (auto [m, l] : {std::pair{1, 1}, {1, 8}, {3, 2}, {4, 4}}) {
     const GroupLayout layout(Topology(m, l), random_shapes(rng, 3), DType::kBf16, DType::kBf16);
     const auto grads = random_grads(rng, layout);
@@ -378,7 +384,8 @@ TEST(Fsdp2Baseline, ReduceScatterMatchesFloat64) {
 // Integer-valued inputs whose sums are exactly representable: TIDE and stock FSDP2 agree
 // bit for bit whatever their association (Sec. 4.3).
 TEST(Numerics, IntegerInputsMatchStockFsdp2BitForBit) {
-  std::mt19937_64 rng(std::random_device{}());
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
   for (auto [m, l] : {std::pair{2, 4}, {5, 2}, {3, 8}}) {
     const GroupLayout layout(Topology(m, l), random_shapes(rng, 3), DType::kBf16, DType::kBf16);
     auto grads = random_grads(rng, layout);
@@ -407,7 +414,8 @@ TEST(Numerics, IntegerInputsMatchStockFsdp2BitForBit) {
 
 // NaN and infinities produce the expected output classes (Sec. 4.3).
 TEST(Numerics, NonFiniteInputsGiveTheExpectedClasses) {
-  std::mt19937_64 rng(std::random_device{}());
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
   const GroupLayout layout(Topology(3, 4), {{"w", 24, 4}}, DType::kBf16, DType::kBf16);
   auto grads = random_grads(rng, layout);
   // Destination rank 5's first four elements: N = 12, R_p = 2, so its rows start at 5 * 2 * 4.
