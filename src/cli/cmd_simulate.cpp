@@ -73,8 +73,8 @@ exec::RunOptions run_options(const SimulateArgs& a) {
 
 program::RsProgramOptions rs_program_options(const SimulateArgs& a, int world) {
   if (!std::isfinite(a.alpha)) {
-    throw InvalidArgument("--alpha " + fmt::format("{}", a.alpha) +
-                          " is not a finite fp32 value (|alpha| < 3.4e38)");
+    throw InvalidArgument("--alpha must be a finite fp32 value, |alpha| < 3.4e38 (it reads as " +
+                          fmt::format("{}", a.alpha) + ")");
   }
   program::RsProgramOptions options;
   options.alpha = a.alpha != 0 ? a.alpha : 1.0f / static_cast<float>(world);

@@ -13,9 +13,18 @@ namespace {
 // The reference executor's state per op (the op itself, its schedule entry, vector clocks
 // and timing record), measured on `tide simulate step` runs with data: about 1 KB.
 constexpr double kBytesPerOp = 1024;
-// Ops the reference executor completes in about ten minutes on one core (it runs about
-// 0.2-0.5 M ops per second with data).
-constexpr double kMaxOps = 1.2e8;
+// The longest run accepted. An op costs about (20 + 0.1 N) us with data (vector clocks grow
+// with the N ranks) and (3 + 0.025 N) us timing only, measured on `tide simulate` runs at
+// N = 128 and 256 (e.g. 310 K ops of TIDE-RS at 32 x 8 with data in 13 s on an idle core).
+constexpr double kMaxSeconds = 20 * 60;
+
+double seconds_per_op(double world, bool data) {
+  return (data ? 20 + 0.1 * world : 3 + 0.025 * world) * 1e-6;
+}
+
+// Drawing the inputs, copying them in and checking the outputs: about 20 ns per byte of
+// buffers and references (16 Mi-element bf16 gradients on 2 ranks, 0.8 GB: 16 s).
+constexpr double kSecondsPerDataByte = 20e-9;
 
 double physical_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES);
@@ -34,13 +43,14 @@ ResourceEstimate& operator+=(ResourceEstimate& total, const ResourceEstimate& ca
   total.ops += call.ops;
   total.buffer_bytes += call.buffer_bytes;
   total.host_bytes += call.host_bytes;
+  total.seconds += call.seconds;
   return total;
 }
 
 // Upper estimates of the ops the builders emit (fitted to their counts on small topologies):
 // TIDE-RS issues per rank, per destination node, pass and staging chunk, its pushes to the
 // L - 1 owners and a sum, put and signals; TIDE-AG a few ops per round and per slot group;
-// stock FSDP2's rings N - 1 steps per rank and channel (about 4 N^2 L ops per call).
+// stock FSDP2's rings N - 1 steps per rank and channel (4 to 6 N^2 L ops per call).
 ResourceEstimate estimate_reduce_scatter(const RsPlan& plan, bool data, bool baseline) {
   const GroupLayout& layout = plan.layout();
   const Topology& topo = layout.topology();
@@ -52,14 +62,15 @@ ResourceEstimate estimate_reduce_scatter(const RsPlan& plan, bool data, bool bas
   const double shard = static_cast<double>(layout.shard_elems());
   ResourceEstimate e;
   if (baseline) {
-    e.ops = 4 * world * world * l + world * 16;
+    e.ops = 6 * world * world * l + world * 16;
   } else {
     const double chunks = plan.chunk_elems() > 0
                               ? std::ceil(static_cast<double>(plan.pass_elems()) /
                                           static_cast<double>(plan.chunk_elems()))
                               : 1;
-    e.ops = world * (m * plan.passes() * chunks * (3 * l + 8) + 32);
+    e.ops = world * (m * plan.passes() * chunks * (4 * l + 8) + 48);
   }
+  e.seconds = e.ops * seconds_per_op(world, data);
   if (!data) return e;
   const double arena = baseline ? static_cast<double>(layout.pack_buffer_bytes())
                                 : static_cast<double>(plan.memory().total());
@@ -67,6 +78,7 @@ ResourceEstimate estimate_reduce_scatter(const RsPlan& plan, bool data, bool bas
       world *
       (arena + grad_elems * static_cast<double>(item_bytes(layout.grad_dtype())) + 4 * shard);
   e.host_bytes = world * (4 * grad_elems + 24 * shard);  // inputs, and two references
+  e.seconds += (e.buffer_bytes + e.host_bytes) * kSecondsPerDataByte;
   return e;
 }
 
@@ -77,17 +89,19 @@ ResourceEstimate estimate_all_gather(const AgPlan& plan, bool data, bool baselin
   const double l = topo.gpus_per_node();
   ResourceEstimate e;
   if (baseline) {
-    e.ops = 4 * world * world * l + world * 16;
+    e.ops = 6 * world * world * l + world * 16;
   } else {
     e.ops = world * (8 * static_cast<double>(plan.rounds().size()) +
                      (static_cast<double>(plan.slot_groups().size()) + 2) * (l + 4) + 16);
   }
+  e.seconds = e.ops * seconds_per_op(world, data);
   if (!data) return e;
   const double shard = static_cast<double>(layout.shard_bytes());
   const double unsharded = static_cast<double>(layout.unsharded_bytes());
   const double stage = static_cast<double>(plan.stage_bytes());
   e.buffer_bytes = world * (shard + stage + 2 * unsharded + 2 * shard);
   e.host_bytes = world * 4 * shard;  // shards, fp32 masters
+  e.seconds += (e.buffer_bytes + e.host_bytes) * kSecondsPerDataByte;
   return e;
 }
 
@@ -96,16 +110,16 @@ void require_fits(const ResourceEstimate& estimate, const std::string& what,
   const double budget = physical_memory_bytes() / 2;
   if (estimate.bytes() > budget) {
     throw Unsupported(fmt::format(
-        "{} needs about {:.1f} GB of memory ({:.1f} M ops, {:.1f} GB of buffers), more than "
+        "{} needs about {:.1f} GB of memory ({:.3g} M ops, {:.1f} GB of buffers), more than "
         "half of this machine's {:.1f} GB; {}",
         what, estimate.bytes() / 1e9, estimate.ops / 1e6,
         (estimate.buffer_bytes + estimate.host_bytes) / 1e9, 2 * budget / 1e9, instead));
   }
-  if (estimate.ops > kMaxOps) {
+  if (estimate.seconds > kMaxSeconds) {
     throw Unsupported(
-        fmt::format("{} is about {:.0f} M ops, more than the {:.0f} M the simulator "
-                    "runs in about ten minutes; {}",
-                    what, estimate.ops / 1e6, kMaxOps / 1e6, instead));
+        fmt::format("{} would run about {:.0f} minutes ({:.3g} M ops), more than "
+                    "the {:.0f} minutes this simulator accepts; {}",
+                    what, estimate.seconds / 60, estimate.ops / 1e6, kMaxSeconds / 60, instead));
   }
 }
 

@@ -16,6 +16,7 @@ struct ResourceEstimate {
   double ops = 0;           // ops the reference executor runs
   double buffer_bytes = 0;  // simulated buffers of every rank (data runs only)
   double host_bytes = 0;    // inputs and references the CLI keeps beside them
+  double seconds = 0;       // the run's wall time on the reference executor
   double bytes() const;     // the total, with the executor's per-op state
 };
 
@@ -25,8 +26,8 @@ ResourceEstimate estimate_reduce_scatter(const RsPlan& plan, bool data, bool bas
 ResourceEstimate estimate_all_gather(const AgPlan& plan, bool data, bool baseline);
 ResourceEstimate& operator+=(ResourceEstimate& total, const ResourceEstimate& call);
 
-// Throws Unsupported when `estimate` needs more than half this machine's memory or more ops
-// than the simulator runs in about ten minutes: "<what> needs about X GB ... ; <instead>".
+// Throws Unsupported when `estimate` needs more than half this machine's memory or would run
+// for more than about twenty minutes: "<what> needs about X GB ... ; <instead>".
 void require_fits(const ResourceEstimate& estimate, const std::string& what,
                   const std::string& instead);
 

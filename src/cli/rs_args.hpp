@@ -21,7 +21,7 @@ struct RsArgs {
 
   void add_to(CLI::App& cmd) {
     cmd.add_option("--wave-width", wave_width, "Contributors per wave W_wave (default L)")
-        ->check(CLI::PositiveNumber);
+        ->check(CLI::Range(1, kMaxGpusPerNode));
     cmd.add_option("--round-width", round_width, "Rail transfers per round k")
         ->capture_default_str();
     cmd.add_option("--passes", passes, "Sub-slice passes n_part")->capture_default_str();

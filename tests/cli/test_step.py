@@ -14,6 +14,9 @@ TIDE = None
 # Three distinct groups (odd shapes, padding rows), so the shared arena is sized for the
 # largest and every call uses only its own geometry inside it.
 GROUPS = "37x5,16x3;20x7;9x11,5x3,3x1"
+# The same, with its last two groups alike: step-call-order swaps the first two reduce-scatters
+# (the last two groups), which must have the same shapes to stay well formed.
+GROUPS_LAST_TWO_ALIKE = "37x5,16x3;9x11,5x3,3x1;9x11,5x3,3x1"
 
 
 def run(*args):
@@ -116,7 +119,8 @@ class StepFaults(unittest.TestCase):
         for fault, expected in faults.items():
             for m, l in ((2, 2), (3, 2), (5, 1)):
                 for seed in ("1", "2", "3"):
-                    out = run_json("-M", str(m), "-L", str(l), "--groups", GROUPS, "--inject",
+                    groups = GROUPS_LAST_TWO_ALIKE if fault == "step-call-order" else GROUPS
+                    out = run_json("-M", str(m), "-L", str(l), "--groups", groups, "--inject",
                                    fault, "--schedule-seed", seed)
                     self.assertTrue(out["fault_detected"], (fault, m, l, seed))
                     self.assertEqual(out["detected_by"], expected, (fault, m, l, seed))
@@ -136,6 +140,9 @@ class StepFaults(unittest.TestCase):
         result = run("-M", "1", "-L", "4", "--shapes", "37x5", "--inject", "ag-no-stage-credit")
         self.assertEqual(result.returncode, 2)
         self.assertIn("--nodes 2", result.stderr)
+        result = run("-M", "2", "-L", "2", "--groups", GROUPS, "--inject", "step-call-order")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("same shapes", result.stderr)
 
     def test_step_fault_refused_by_single_call(self):
         result = subprocess.run([TIDE, "simulate", "reduce-scatter", "--shapes", "37x5",

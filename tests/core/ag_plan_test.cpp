@@ -10,6 +10,7 @@
 
 #include "test_seed.hpp"
 #include "tide/core/error.hpp"
+#include "tide/core/plan_validator.hpp"
 
 namespace tide {
 namespace {
@@ -138,6 +139,9 @@ TEST(AgPlan, PropertyEveryShardLandsExactlyOnce) {
     const GroupLayout g = make_group(m, l, shapes);
     const AgPlan plan(g, options);
     const Topology& t = g.topology();
+    const ValidationResult checked = validate_ag_plan(plan);
+    EXPECT_TRUE(checked.accepted) << "M=" << m << " L=" << l << ": " << checked.reason;
+    EXPECT_FALSE(ag_plan_fallback_reason(plan).has_value());
 
     // Bruck: slots[n][i] = which node's shard node n holds in slot i (-1: not yet).
     std::vector<std::vector<int>> slots(static_cast<std::size_t>(m), std::vector<int>(m, -1));

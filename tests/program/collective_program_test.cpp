@@ -12,11 +12,13 @@
 #include "test_seed.hpp"
 #include "tide/core/arithmetic.hpp"
 #include "tide/core/collective_reference.hpp"
+#include "tide/core/error.hpp"
 #include "tide/exec/collective_cases.hpp"
 #include "tide/exec/reference_executor.hpp"
 #include "tide/program/ag_builder.hpp"
 #include "tide/program/fsdp2_baseline.hpp"
 #include "tide/program/rs_builder.hpp"
+#include "tide/program/step.hpp"
 
 namespace tide {
 namespace {
@@ -437,6 +439,24 @@ TEST(Numerics, NonFiniteInputsGiveTheExpectedClasses) {
     EXPECT_TRUE(std::isnan(out[5][3])) << variant;
     EXPECT_TRUE(std::isfinite(out[4][0]) && std::isfinite(out[6][3])) << variant;
   }
+}
+
+// App. D's colliding plan (W_wave = 3 does not divide L = 8) never becomes a program, with
+// either landing, alone or as a call of a step.
+TEST(RsProgram, RejectedPlanIsNeverBuilt) {
+  const GroupLayout layout(Topology(9, 8), {{"w", 800, 8}}, DType::kBf16, DType::kBf16);
+  RsOptions options;
+  options.wave_width = 3;
+  const RsPlan plan(layout, options);
+  for (program::LandingStyle landing :
+       {program::LandingStyle::kPull, program::LandingStyle::kSwitchReduce}) {
+    program::RsProgramOptions po;
+    po.landing = landing;
+    EXPECT_THROW(program::build_rs_program(plan, po), InvalidArgument);
+  }
+  const AgPlan ag(layout, AgOptions{});
+  const std::vector<program::StepGroup> groups = {{"a", &ag, &plan}, {"b", &ag, &plan}};
+  EXPECT_THROW(program::build_step_program(groups, program::StepOptions{}), InvalidArgument);
 }
 
 }  // namespace

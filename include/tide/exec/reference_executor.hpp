@@ -103,7 +103,7 @@ struct RunOptions {
   // When set, called after every `progress_every` completed ops with (ops run so far, ops in
   // the program), so front ends can show how far a long run is.
   std::function<void(std::int64_t done, std::int64_t total)> progress;
-  std::int64_t progress_every = std::int64_t{1} << 18;
+  std::int64_t progress_every = std::int64_t{1} << 14;
 };
 
 struct OpTime {
