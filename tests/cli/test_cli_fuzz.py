@@ -7,7 +7,7 @@ refused at once), not from the legal-but-long middle (a 64 x 8 simulation, a che
 sweep to 1024 nodes), which may take minutes by design.
 
 The seed is printed and taken from TIDE_TEST_SEED when set. TIDE_FUZZ_RUNS sets the number
-of runs (default 60, about a minute).
+of runs (default 200, under a minute).
 
 Run through CTest, or directly: python3 tests/cli/test_cli_fuzz.py path/to/tide
 """
@@ -80,8 +80,9 @@ def random_arguments(rng):
 
 class Fuzz(unittest.TestCase):
     def test_random_arguments(self):
-        seed = int(os.environ.get("TIDE_TEST_SEED") or random.SystemRandom().getrandbits(32), 0)
-        runs = int(os.environ.get("TIDE_FUZZ_RUNS", "60"))
+        given = os.environ.get("TIDE_TEST_SEED")
+        seed = int(given, 0) if given else random.SystemRandom().getrandbits(32)
+        runs = int(os.environ.get("TIDE_FUZZ_RUNS", "200"))
         print(f"fuzz seed {seed} (replay with TIDE_TEST_SEED={seed})", flush=True)
         rng = random.Random(seed)
         start = time.time()
