@@ -35,8 +35,8 @@ inline std::uint64_t pick_test_seed() {
 }
 
 inline std::string seed_trace(std::uint64_t seed) {
-  return "random seed " + std::to_string(seed) + " (replay with TIDE_TEST_SEED=" +
-         std::to_string(seed) + ")";
+  return "random seed " + std::to_string(seed) +
+         " (replay with TIDE_TEST_SEED=" + std::to_string(seed) + ")";
 }
 
 class TestSeed {
