@@ -176,12 +176,13 @@ void write_manifest(const SimulateArgs& a, const GroupLayout& layout, json files
 
 // Refuses a call that would not fit, before its program is built.
 void require_call_fits(const SimulateArgs& a, const ResourceEstimate& estimate) {
-  require_fits(estimate,
-               fmt::format("tide simulate {}{} on M = {} x L = {}{}", a.collective,
-                           a.baseline ? " --baseline" : "", a.nodes, a.gpus_per_node,
-                           a.timing_only ? " (timing only)" : " with data"),
+  const std::string what = fmt::format("tide simulate {}{} on M = {} x L = {}{}", a.collective,
+                                       a.baseline ? " --baseline" : "", a.nodes, a.gpus_per_node,
+                                       a.timing_only ? " (timing only)" : " with data");
+  require_fits(estimate, what,
                a.timing_only ? "use fewer nodes or smaller shapes"
                              : "use --timing-only, fewer nodes or smaller shapes");
+  announce_long_run(estimate, what);
 }
 
 // Creates the --dump directory and proves it writable before anything runs.

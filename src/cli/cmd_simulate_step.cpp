@@ -110,12 +110,13 @@ void require_step_fits(const SimulateArgs& a, const Topology& topo,
     for (int i = 0; i < entry.second; ++i)
       total += entry.first;
   }
-  require_fits(
-      total,
+  const std::string what =
       fmt::format("tide simulate step of {} groups on M = {} x L = {}{}", named.size(), a.nodes,
-                  a.gpus_per_node, a.timing_only ? " (timing only)" : " with data"),
-      a.timing_only ? "use fewer --layers or nodes"
-                    : "use fewer --layers or nodes, or --timing-only");
+                  a.gpus_per_node, a.timing_only ? " (timing only)" : " with data");
+  require_fits(total, what,
+               a.timing_only ? "use fewer --layers or nodes"
+                             : "use fewer --layers or nodes, or --timing-only");
+  announce_long_run(total, what);
 }
 
 std::string call_name(const program::StepCall& call) {

@@ -4,15 +4,19 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <iostream>
 
 #include "tide/core/error.hpp"
 
 namespace tide::cli {
 namespace {
 
-// The reference executor's state per op (the op itself, its schedule entry, vector clocks
-// and timing record), measured on `tide simulate step` runs with data: about 1 KB.
-constexpr double kBytesPerOp = 1024;
+// The reference executor's state per op (the op itself, its schedule entry, timing record
+// and, with data, vector clocks and shadow state), measured as peak RSS over ops on
+// `tide simulate` runs at 16 x 8: 410-530 bytes timing only, about 1 KB with data.
+double bytes_per_op(bool data) {
+  return data ? 1100 : 550;
+}
 // The longest run accepted. An op costs about (20 + 0.1 N) us with data (vector clocks grow
 // with the N ranks) and (3 + 0.025 N) us timing only, measured on `tide simulate` runs at
 // N = 128 and 256 (e.g. 310 K ops of TIDE-RS at 32 x 8 with data in 13 s on an idle core).
@@ -35,12 +39,9 @@ double physical_memory_bytes() {
 
 }  // namespace
 
-double ResourceEstimate::bytes() const {
-  return ops * kBytesPerOp + buffer_bytes + host_bytes;
-}
-
 ResourceEstimate& operator+=(ResourceEstimate& total, const ResourceEstimate& call) {
   total.ops += call.ops;
+  total.op_bytes += call.op_bytes;
   total.buffer_bytes += call.buffer_bytes;
   total.host_bytes += call.host_bytes;
   total.seconds += call.seconds;
@@ -50,7 +51,8 @@ ResourceEstimate& operator+=(ResourceEstimate& total, const ResourceEstimate& ca
 // Upper estimates of the ops the builders emit (fitted to their counts on small topologies):
 // TIDE-RS issues per rank, per destination node, pass and staging chunk, its pushes to the
 // L - 1 owners and a sum, put and signals; TIDE-AG a few ops per round and per slot group;
-// stock FSDP2's rings N - 1 steps per rank and channel (4 to 6 N^2 L ops per call).
+// stock FSDP2's rings N - 1 steps per rank and channel (about 6 N^2 L ops per reduce-scatter
+// and 3 N^2 L per all-gather at 16 x 8).
 ResourceEstimate estimate_reduce_scatter(const RsPlan& plan, bool data, bool baseline) {
   const GroupLayout& layout = plan.layout();
   const Topology& topo = layout.topology();
@@ -71,6 +73,7 @@ ResourceEstimate estimate_reduce_scatter(const RsPlan& plan, bool data, bool bas
     e.ops = world * (m * plan.passes() * chunks * (4 * l + 8) + 48);
   }
   e.seconds = e.ops * seconds_per_op(world, data);
+  e.op_bytes = e.ops * bytes_per_op(data);
   if (!data) return e;
   const double arena = baseline ? static_cast<double>(layout.pack_buffer_bytes())
                                 : static_cast<double>(plan.memory().total());
@@ -89,12 +92,13 @@ ResourceEstimate estimate_all_gather(const AgPlan& plan, bool data, bool baselin
   const double l = topo.gpus_per_node();
   ResourceEstimate e;
   if (baseline) {
-    e.ops = 6 * world * world * l + world * 16;
+    e.ops = 3 * world * world * l + world * 16;
   } else {
     e.ops = world * (8 * static_cast<double>(plan.rounds().size()) +
                      (static_cast<double>(plan.slot_groups().size()) + 2) * (l + 4) + 16);
   }
   e.seconds = e.ops * seconds_per_op(world, data);
+  e.op_bytes = e.ops * bytes_per_op(data);
   if (!data) return e;
   const double shard = static_cast<double>(layout.shard_bytes());
   const double unsharded = static_cast<double>(layout.unsharded_bytes());
@@ -121,6 +125,13 @@ void require_fits(const ResourceEstimate& estimate, const std::string& what,
                     "the {:.0f} minutes this simulator accepts; {}",
                     what, estimate.seconds / 60, estimate.ops / 1e6, kMaxSeconds / 60, instead));
   }
+}
+
+void announce_long_run(const ResourceEstimate& estimate, const std::string& what) {
+  if (estimate.seconds < 5) return;
+  std::cerr << fmt::format(
+      "tide: estimate for {}: {:.3g} M ops, {:.0f} s, {:.1f} GB; building the program\n", what,
+      estimate.ops / 1e6, estimate.seconds, estimate.bytes() / 1e9);
 }
 
 }  // namespace tide::cli

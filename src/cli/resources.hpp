@@ -14,10 +14,11 @@ namespace tide::cli {
 
 struct ResourceEstimate {
   double ops = 0;           // ops the reference executor runs
+  double op_bytes = 0;      // the executor's state for them (program, schedule, clocks)
   double buffer_bytes = 0;  // simulated buffers of every rank (data runs only)
   double host_bytes = 0;    // inputs and references the CLI keeps beside them
   double seconds = 0;       // the run's wall time on the reference executor
-  double bytes() const;     // the total, with the executor's per-op state
+  double bytes() const { return op_bytes + buffer_bytes + host_bytes; }
 };
 
 // One call, before its program is built (ops from the plan's shape; buffers of every rank
@@ -30,5 +31,9 @@ ResourceEstimate& operator+=(ResourceEstimate& total, const ResourceEstimate& ca
 // for more than about twenty minutes: "<what> needs about X GB ... ; <instead>".
 void require_fits(const ResourceEstimate& estimate, const std::string& what,
                   const std::string& instead);
+
+// For a run estimated to take more than a few seconds: one line on stderr with the estimate,
+// before the program is built (the executor then reports its progress).
+void announce_long_run(const ResourceEstimate& estimate, const std::string& what);
 
 }  // namespace tide::cli
