@@ -3,8 +3,8 @@ Every run must end within a bound with status 0, 1 or 2, never print "internal e
 never more than one line on stderr when it fails (progress lines aside).
 
 Sizes are drawn from small values and from values far past every limit (which must be
-refused at once), not from the legal-but-long middle (a 64 x 8 simulation, a check-plans
-sweep to 1024 nodes), which may take minutes by design.
+refused at once), not from the legal-but-long middle (a 64 x 8 simulation, a model's layer
+with data, a check-plans sweep to 1024 nodes), which may take minutes by design.
 
 The seed is printed and taken from TIDE_TEST_SEED when set. TIDE_FUZZ_RUNS sets the number
 of runs (default 200, under a minute).
@@ -75,6 +75,8 @@ def random_arguments(rng):
         args.append(flag)
         if pool is not None:
             args.append(rng.choice(pool))
+    if args[0] == "simulate" and "--model" in args:
+        args.append("--timing-only")  # a model's layer with data is legal but takes minutes
     return args
 
 
