@@ -2,12 +2,14 @@
 // real data (checked against the definition) or timing only, optionally with a fault.
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -15,6 +17,7 @@
 #include "commands.hpp"
 #include "digest.hpp"
 #include "npy.hpp"
+#include "resources.hpp"
 #include "rs_args.hpp"
 #include "shapes.hpp"
 #include "simulate.hpp"
@@ -23,6 +26,7 @@
 #include "tide/core/arithmetic.hpp"
 #include "tide/core/collective_reference.hpp"
 #include "tide/core/error.hpp"
+#include "tide/exec/fault_detection.hpp"
 #include "tide/exec/reference_executor.hpp"
 #include "tide/program/ag_builder.hpp"
 #include "tide/program/fsdp2_baseline.hpp"
@@ -52,10 +56,26 @@ exec::RunOptions run_options(const SimulateArgs& a) {
   options.seed = a.schedule_seed;
   options.jitter = a.jitter;
   if (!a.cost_model.empty()) options.cost = calibrate::load_cost_model_file(a.cost_model);
+  // Long runs say how far they are on stderr, at most every 5 seconds.
+  const auto start = std::chrono::steady_clock::now();
+  auto last = std::make_shared<std::chrono::steady_clock::time_point>(start);
+  options.progress = [start, last](std::int64_t done, std::int64_t total) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - *last < std::chrono::seconds(5)) return;
+    *last = now;
+    std::cerr << fmt::format("tide: simulated {:.1f} M of {:.1f} M ops ({:.0f}%) in {:.0f} s\n",
+                             static_cast<double>(done) / 1e6, static_cast<double>(total) / 1e6,
+                             100.0 * static_cast<double>(done) / static_cast<double>(total),
+                             std::chrono::duration<double>(now - start).count());
+  };
   return options;
 }
 
 program::RsProgramOptions rs_program_options(const SimulateArgs& a, int world) {
+  if (!std::isfinite(a.alpha)) {
+    throw InvalidArgument("--alpha must be a finite fp32 value, |alpha| < 3.4e38 (it reads as " +
+                          fmt::format("{}", a.alpha) + ")");
+  }
   program::RsProgramOptions options;
   options.alpha = a.alpha != 0 ? a.alpha : 1.0f / static_cast<float>(world);
   options.accumulate = a.accumulate;
@@ -69,11 +89,47 @@ program::RsProgramOptions rs_program_options(const SimulateArgs& a, int world) {
   return options;
 }
 
-std::string detection(const exec::RunResult& run, bool data, bool passed) {
-  if (run.deadlock) return "deadlock";
-  if (run.error_count > 0) return "race";
-  if (data && !passed) return "corruption";
-  return "";
+FaultOutcome fault_outcome(const SimulateArgs& a, program::Fault fault, const exec::RunResult& run,
+                           bool data, bool passed) {
+  FaultOutcome o;
+  o.fault = fault;
+  o.detected = exec::classify_run(run, data, passed);
+  o.expected = fault == program::Fault::kNone ? program::Detection::kNone
+                                              : program::fault_info(fault).expected;
+  if (!a.expect_detection.empty()) o.expected = program::parse_detection(a.expect_detection);
+  o.evidence = exec::detection_evidence(run, o.detected);
+  return o;
+}
+
+void add_fault_fields(nlohmann::json& out, const FaultOutcome& o) {
+  const program::FaultInfo& info = program::fault_info(o.fault);
+  out["fault"] = info.name;
+  out["fault_detected"] = o.detected != program::Detection::kNone;
+  out["detected_by"] = program::detection_name(o.detected);
+  out["expected_detection"] = program::detection_name(o.expected);
+  out["detected_as_expected"] = o.as_expected();
+  out["mechanism"] = info.mechanism;
+  out["evidence"] = o.evidence;
+}
+
+std::string fault_summary(const FaultOutcome& o) {
+  const std::string expected(program::detection_name(o.expected));
+  if (o.detected == program::Detection::kNone) return "NOT DETECTED (expected " + expected + ")";
+  const std::string detected(program::detection_name(o.detected));
+  return "detected: " + detected +
+         (o.as_expected() ? " (as expected)" : " (EXPECTED " + expected + ")");
+}
+
+void require_expected_detection(const FaultOutcome& o) {
+  if (o.as_expected()) return;
+  const std::string name(program::fault_info(o.fault).name);
+  const std::string expected(program::detection_name(o.expected));
+  if (o.detected == program::Detection::kNone) {
+    throw CheckFailed("the injected fault " + name + " went undetected (expected " + expected +
+                      ")");
+  }
+  throw CheckFailed("the injected fault " + name + " showed as " +
+                    std::string(program::detection_name(o.detected)) + ", expected " + expected);
 }
 
 namespace {
@@ -118,7 +174,30 @@ void write_manifest(const SimulateArgs& a, const GroupLayout& layout, json files
                          {"files", files}};
   json merged = manifest;
   merged.update(extra);
-  std::ofstream(a.dump + "/manifest.json") << merged.dump(2) << '\n';
+  std::ofstream out(a.dump + "/manifest.json");
+  out << merged.dump(2) << '\n';
+  if (!out) throw InvalidArgument("--dump " + a.dump + ": cannot write manifest.json");
+}
+
+// Refuses a call that would not fit, before its program is built.
+void require_call_fits(const SimulateArgs& a, const ResourceEstimate& estimate) {
+  const std::string what = fmt::format("tide simulate {}{} on M = {} x L = {}{}", a.collective,
+                                       a.baseline ? " --baseline" : "", a.nodes, a.gpus_per_node,
+                                       a.timing_only ? " (timing only)" : " with data");
+  require_fits(estimate, what,
+               a.timing_only ? "use fewer nodes or smaller shapes"
+                             : "use --timing-only, fewer nodes or smaller shapes");
+  announce_long_run(estimate, what);
+}
+
+// Creates the --dump directory and proves it writable before anything runs.
+void prepare_dump_directory(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    throw InvalidArgument("--dump " + dir + ": cannot create the directory (" + ec.message() + ")");
+  const std::string probe = dir + "/manifest.json";
+  if (!std::ofstream(probe)) throw InvalidArgument("--dump " + dir + ": cannot write " + probe);
 }
 
 Outcome simulate_all_gather(const SimulateArgs& a, const GroupLayout& layout,
@@ -129,6 +208,7 @@ Outcome simulate_all_gather(const SimulateArgs& a, const GroupLayout& layout,
   if (const std::string why = program::ag_fault_inapplicable(fault, plan); !why.empty()) {
     throw InvalidArgument("--inject " + a.inject + " cannot show here: " + why);
   }
+  require_call_fits(a, estimate_all_gather(plan, !a.timing_only, a.baseline));
   program::AgProgramOptions options;
   options.consumer = !a.timing_only;  // the compute stream's reads matter for checks only
   options.fault = fault;
@@ -192,7 +272,6 @@ Outcome simulate_all_gather(const SimulateArgs& a, const GroupLayout& layout,
   o.sha256 = digest.hex();
   o.passed = o.bitwise && o.run.clean();
   if (!a.dump.empty()) {
-    std::filesystem::create_directories(a.dump);
     json files = json::object();
     const std::string type = item == 2 ? "<u2" : "<f4";
     for (int r = 0; r < t.world(); ++r) {
@@ -226,6 +305,7 @@ Outcome simulate_reduce_scatter(const SimulateArgs& a, const GroupLayout& layout
   if (const std::string why = program::rs_fault_inapplicable(fault, plan, options); !why.empty()) {
     throw InvalidArgument("--inject " + a.inject + " cannot show here: " + why);
   }
+  require_call_fits(a, estimate_reduce_scatter(plan, !a.timing_only, a.baseline));
   program::RsProgramIds ids;
   program::Fsdp2Ids stock_ids;
   program::Fsdp2Options stock;
@@ -278,7 +358,6 @@ Outcome simulate_reduce_scatter(const SimulateArgs& a, const GroupLayout& layout
   const bool exact_required = options.landing == program::LandingStyle::kPull && !a.baseline;
   o.passed = o.run.clean() && o.max_abs_error <= o.tolerance && (o.bitwise || !exact_required);
   if (!a.dump.empty()) {
-    std::filesystem::create_directories(a.dump);
     json files = json::object();
     for (int r = 0; r < t.world(); ++r) {
       for (int p = 0; p < layout.param_count(); ++p) {
@@ -308,21 +387,19 @@ Outcome simulate_reduce_scatter(const SimulateArgs& a, const GroupLayout& layout
   return o;
 }
 
-std::string detection(const Outcome& o) {
-  return cli::detection(o.run, o.data, o.passed);
-}
-
 void run_simulate(const SimulateArgs& a) {
   if (a.list_faults) {
-    Table table({"fault", "collective", "breaks", "what it does"});
+    Table table({"fault", "collective", "breaks", "detected as", "what it does"});
     json out = json::array();
     for (const program::FaultInfo& f : program::fault_catalog()) {
       table.row({std::string(f.name), std::string(f.collective), std::string(f.rule),
-                 std::string(f.description)});
+                 std::string(program::detection_name(f.expected)), std::string(f.description)});
       out.push_back({{"name", f.name},
                      {"collective", f.collective},
                      {"rule", f.rule},
-                     {"description", f.description}});
+                     {"description", f.description},
+                     {"expected_detection", program::detection_name(f.expected)},
+                     {"mechanism", f.mechanism}});
     }
     if (a.json) {
       std::cout << json{{"faults", out}}.dump(2) << '\n';
@@ -331,12 +408,20 @@ void run_simulate(const SimulateArgs& a) {
     }
     return;
   }
+  if (!a.expect_detection.empty()) {
+    if (a.inject.empty()) throw InvalidArgument("--expect-detection needs --inject");
+    program::parse_detection(a.expect_detection);  // names the classes when unknown
+  }
   if (a.collective == "step") return simulate_step(a);
   if (a.collective != "all-gather" && a.collective != "reduce-scatter") {
     throw InvalidArgument("tide simulate needs all-gather, reduce-scatter or step (got '" +
                           a.collective + "')");
   }
   if (!a.groups.empty()) throw InvalidArgument("--groups is for tide simulate step");
+  if (a.step_options_given) {
+    throw InvalidArgument("--layers and --ag-stages are for tide simulate step, not " +
+                          a.collective);
+  }
   const program::Fault fault =
       a.inject.empty() ? program::Fault::kNone : program::parse_fault(a.inject);
   if (const std::string why = program::fault_collective_mismatch(fault, a.collective);
@@ -352,13 +437,14 @@ void run_simulate(const SimulateArgs& a) {
   if (!a.dump.empty() && a.timing_only) {
     throw InvalidArgument("--dump needs data; drop --timing-only");
   }
+  if (!a.dump.empty()) prepare_dump_directory(a.dump);
   NamedGroup group = resolve_group(a.shapes, a.model);
   const DType ag = a.cast ? DType::kBf16 : parse_dtype(a.ag_dtype, "--ag-dtype");
   const GroupLayout layout(Topology(a.nodes, a.gpus_per_node), std::move(group.params), ag,
                            parse_dtype(a.grad_dtype, "--grad-dtype"));
   const Outcome o = a.collective == "all-gather" ? simulate_all_gather(a, layout, fault)
                                                  : simulate_reduce_scatter(a, layout, fault);
-  const std::string how = detection(o);
+  const FaultOutcome how = fault_outcome(a, fault, o.run, o.data, o.passed);
   json out = {{"collective", a.collective},
               {"system", a.baseline ? "fsdp2" : "tide"},
               {"group", group.name},
@@ -387,11 +473,7 @@ void run_simulate(const SimulateArgs& a) {
     out["passed"] = o.passed;
     out["output_sha256"] = o.sha256 ? json(*o.sha256) : json(nullptr);
   }
-  if (fault != program::Fault::kNone) {
-    out["fault"] = a.inject;
-    out["fault_detected"] = !how.empty();
-    out["detected_by"] = how;
-  }
+  if (fault != program::Fault::kNone) add_fault_fields(out, how);
   if (a.json) {
     std::cout << out.dump(2) << '\n';
   } else {
@@ -416,19 +498,16 @@ void run_simulate(const SimulateArgs& a) {
       if (o.sha256) table.row({"output sha256", *o.sha256});
     }
     if (fault != program::Fault::kNone) {
-      table.row({"fault " + a.inject, how.empty() ? "NOT DETECTED" : "detected: " + how});
+      table.row({"fault " + a.inject, fault_summary(how)});
     }
     table.print(std::cout);
     for (std::size_t i = 0; i < o.run.errors.size() && i < 3; ++i) {
       std::cout << "  error: " << o.run.errors[i].message << '\n';
     }
   }
-  const bool ok =
-      fault != program::Fault::kNone ? !how.empty() : (o.run.clean() && (!o.data || o.passed));
-  if (!ok) {
-    throw InternalError(fault != program::Fault::kNone
-                            ? "the injected fault went undetected"
-                            : "the simulation failed its checks (see above)");
+  if (fault != program::Fault::kNone) return require_expected_detection(how);
+  if (!o.run.clean() || (o.data && !o.passed)) {
+    throw CheckFailed("the simulation failed its checks (see above)");
   }
 }
 
@@ -459,6 +538,9 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--data-seed", a->data_seed, "Picks the random inputs")->capture_default_str();
   cmd->add_option("--jitter", a->jitter, "Duration jitter in [0, 1)")->capture_default_str();
   cmd->add_option("--inject", a->inject, "A fault to inject (see --list-faults)");
+  cmd->add_option("--expect-detection", a->expect_detection,
+                  "With --inject: the detection to require instead of the fault's own (race, "
+                  "deadlock, corruption, malformed, uninitialised-read)");
   cmd->add_flag("--baseline", a->baseline, "Run stock FSDP2's program instead of TIDE's");
   cmd->add_flag("--list-faults", a->list_faults, "List the injectable faults");
   cmd->add_flag("--timing-only", a->timing_only, "No data: schedule and times only");
@@ -472,7 +554,10 @@ void add_simulate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--groups", a->groups, "step: distinct groups' shapes, 'D0xK0,...;D0xK0,...'");
   cmd->add_flag("--json", a->json, "Print JSON");
-  cmd->callback([a] { run_simulate(*a); });
+  cmd->callback([a, cmd] {
+    a->step_options_given = cmd->count("--layers") > 0 || cmd->count("--ag-stages") > 0;
+    run_simulate(*a);
+  });
 }
 
 }  // namespace tide::cli

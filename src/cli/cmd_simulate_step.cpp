@@ -6,12 +6,15 @@
 
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "commands.hpp"
 #include "digest.hpp"
+#include "resources.hpp"
 #include "shapes.hpp"
 #include "simulate.hpp"
 #include "table.hpp"
@@ -32,11 +35,18 @@ using testing::check_reduce_scatter;
 using testing::CheckResult;
 using testing::random_shards;
 
+constexpr int kMaxLayers = 100000;
+
 // The step's groups: `--groups A;B;...` (shape sets), or `--shapes`/`--model NAME:GROUP`
 // repeated `--layers` times, or `--model NAME`: its embedding group (when it has one), its
 // layer group `--layers` times, then its other groups, in forward order.
 std::vector<NamedGroup> step_groups(const SimulateArgs& a) {
   if (a.layers < 1) throw InvalidArgument("--layers must be at least 1");
+  if (a.layers > kMaxLayers) {
+    throw InvalidArgument("--layers " + std::to_string(a.layers) + " is more than " +
+                          std::to_string(kMaxLayers) +
+                          " (steps that long do not fit the simulator)");
+  }
   std::vector<NamedGroup> groups;
   if (!a.groups.empty()) {
     if (!a.shapes.empty() || !a.model.empty()) {
@@ -46,7 +56,8 @@ std::vector<NamedGroup> step_groups(const SimulateArgs& a) {
     while (start <= a.groups.size()) {
       const std::size_t end = a.groups.find(';', start);
       const std::string text = a.groups.substr(start, end == std::string::npos ? end : end - start);
-      groups.push_back({"group " + std::to_string(groups.size()), parse_shapes(text)});
+      const std::string name = "group " + std::to_string(groups.size());
+      groups.push_back({name, parse_shapes(text, "--groups " + name)});
       if (end == std::string::npos) break;
       start = end + 1;
     }
@@ -77,6 +88,43 @@ std::vector<NamedGroup> step_groups(const SimulateArgs& a) {
   return groups;
 }
 
+// Refuses a step that would not fit before building anything per group: the estimate of
+// each distinct group (a model's layers repeat) times its count.
+void require_step_fits(const SimulateArgs& a, const Topology& topo,
+                       const std::vector<NamedGroup>& named, DType ag_dtype, DType grad_dtype) {
+  std::map<std::string, std::pair<ResourceEstimate, int>> distinct;
+  for (const NamedGroup& g : named) {
+    std::string key;
+    for (const ParamShape& p : g.params)
+      key += std::to_string(p.rows) + "x" + std::to_string(p.cols) + ",";
+    auto [it, fresh] = distinct.try_emplace(key);
+    ++it->second.second;
+    if (!fresh) continue;
+    const GroupLayout layout(topo, g.params, ag_dtype, grad_dtype);
+    AgOptions ag_options;
+    ag_options.mixed_precision_cast = a.cast;
+    const ResourceEstimate all_gather =
+        estimate_all_gather(AgPlan(layout, ag_options), !a.timing_only, false);
+    ResourceEstimate& per_group = it->second.first;
+    per_group += all_gather;
+    per_group += all_gather;  // forward and backward
+    per_group +=
+        estimate_reduce_scatter(RsPlan(layout, a.rs.options(layout)), !a.timing_only, false);
+  }
+  ResourceEstimate total;
+  for (const auto& [key, entry] : distinct) {
+    for (int i = 0; i < entry.second; ++i)
+      total += entry.first;
+  }
+  const std::string what =
+      fmt::format("tide simulate step of {} groups on M = {} x L = {}{}", named.size(), a.nodes,
+                  a.gpus_per_node, a.timing_only ? " (timing only)" : " with data");
+  require_fits(total, what,
+               a.timing_only ? "use fewer --layers or nodes"
+                             : "use fewer --layers or nodes, or --timing-only");
+  announce_long_run(total, what);
+}
+
 std::string call_name(const program::StepCall& call) {
   if (call.kind == program::StepCallKind::kReduceScatter) return "reduce-scatter";
   return call.forward ? "all-gather (forward)" : "all-gather (backward)";
@@ -102,6 +150,8 @@ void simulate_step(const SimulateArgs& a) {
   const DType ag_dtype = a.cast ? DType::kBf16 : parse_dtype(a.ag_dtype, "--ag-dtype");
   const DType grad_dtype = parse_dtype(a.grad_dtype, "--grad-dtype");
   const std::vector<NamedGroup> named = step_groups(a);
+  // A stock FSDP2 step has its own limit (its ring ops), below.
+  if (!a.baseline) require_step_fits(a, topo, named, ag_dtype, grad_dtype);
   std::vector<GroupLayout> layouts;
   layouts.reserve(named.size());
   for (const NamedGroup& g : named)
@@ -232,7 +282,7 @@ void simulate_step(const SimulateArgs& a) {
     }
     sha256 = digest.hex();
   }
-  const std::string how = detection(run, !a.timing_only, passed);
+  const FaultOutcome how = fault_outcome(a, fault, run, !a.timing_only, passed);
 
   json calls = json::array();
   Table table({"#", "call", "group", "done at (ms)"});
@@ -281,11 +331,7 @@ void simulate_step(const SimulateArgs& a) {
     out["passed"] = passed;
     out["output_sha256"] = sha256 ? json(*sha256) : json(nullptr);
   }
-  if (fault != program::Fault::kNone) {
-    out["fault"] = a.inject;
-    out["fault_detected"] = !how.empty();
-    out["detected_by"] = how;
-  }
+  if (fault != program::Fault::kNone) add_fault_fields(out, how);
   if (a.json) {
     std::cout << out.dump(2) << '\n';
   } else {
@@ -311,18 +357,15 @@ void simulate_step(const SimulateArgs& a) {
       if (sha256) summary.row({"outputs sha256", *sha256});
     }
     if (fault != program::Fault::kNone) {
-      summary.row({"fault " + a.inject, how.empty() ? "NOT DETECTED" : "detected: " + how});
+      summary.row({"fault " + a.inject, fault_summary(how)});
     }
     summary.print(std::cout);
     for (std::size_t i = 0; i < run.errors.size() && i < 3; ++i) {
       std::cout << "  error: " << run.errors[i].message << '\n';
     }
   }
-  const bool ok = fault != program::Fault::kNone ? !how.empty() : passed;
-  if (!ok) {
-    throw InternalError(fault != program::Fault::kNone ? "the injected fault went undetected"
-                                                       : "the step failed its checks (see above)");
-  }
+  if (fault != program::Fault::kNone) return require_expected_detection(how);
+  if (!passed) throw CheckFailed("the step failed its checks (see above)");
 }
 
 }  // namespace tide::cli

@@ -4,8 +4,16 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <stdexcept>
 
 namespace tide::cli {
+
+// A check the user asked for failed: a simulation's output or races, or an injected fault
+// that showed other than expected. main() prints it as one line and exits with status 1.
+class CheckFailed : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 void add_plan_command(CLI::App& app);
 void add_check_plans_command(CLI::App& app);

@@ -31,10 +31,19 @@ int main(int argc, char** argv) {
   tide::cli::add_calibrate_command(app);
   tide::cli::add_check_runtime_command(app);
 
-  // Every error is one line on stderr. Bad or unsupported input exits with status 2, a
-  // failed internal check (a bug in TIDE) with 1.
+  // Every error is one line on stderr. Bad or unsupported input (or output that cannot be
+  // written) exits with status 2; a failed check (CheckFailed) or a bug in TIDE with 1.
   auto fail = [](const std::string& kind, const std::string& what, int status = 2) {
     std::cerr << "tide: " << kind << what << '\n';
+    return status;
+  };
+  // Output that cannot be written (a full disk, /dev/full, a closed pipe) fails a command
+  // that otherwise succeeded; a failed command has already said why.
+  auto flushed = [&](int status) {
+    std::cout.flush();
+    if (status == 0 && !std::cout) {
+      return fail("", "cannot write the output to stdout (disk full or pipe closed?)");
+    }
     return status;
   };
   try {
@@ -44,11 +53,15 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return fail("", std::string(e.what()) + " (run with --help for usage)");
   } catch (const tide::InvalidArgument& e) {
-    return fail("", e.what());
+    return flushed(fail("", e.what()));
   } catch (const tide::Unsupported& e) {
-    return fail("unsupported: ", e.what());
+    return flushed(fail("unsupported: ", e.what()));
+  } catch (const tide::cli::CheckFailed& e) {
+    return flushed(fail("check failed: ", e.what(), 1));
+  } catch (const std::bad_alloc&) {
+    return flushed(fail("", "out of memory (use smaller shapes, fewer nodes or --timing-only)"));
   } catch (const std::exception& e) {
-    return fail("internal error (please report): ", e.what(), 1);
+    return flushed(fail("internal error (please report): ", e.what(), 1));
   }
-  return 0;
+  return flushed(0);
 }

@@ -1,7 +1,9 @@
 #include "npy.hpp"
 
 #include <fstream>
-#include <stdexcept>
+#include <string>
+
+#include "tide/core/error.hpp"
 
 namespace tide::cli {
 
@@ -19,14 +21,14 @@ void write_npy(const std::string& path, const std::string& descr,
   header.append((64 - unpadded % 64) % 64, ' ');
   header.push_back('\n');
   std::ofstream out(path, std::ios::binary);
-  if (!out) throw std::runtime_error("cannot write " + path);
+  if (!out) throw InvalidArgument("cannot write " + path);
   const auto length = static_cast<std::uint16_t>(header.size());
   out.write("\x93NUMPY\x01\x00", 8);
   const char length_bytes[2] = {static_cast<char>(length & 0xFF), static_cast<char>(length >> 8)};
   out.write(length_bytes, 2);
   out.write(header.data(), static_cast<std::streamsize>(header.size()));
   out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
-  if (!out) throw std::runtime_error("cannot write " + path);
+  if (!out) throw InvalidArgument("cannot write " + path);
 }
 
 }  // namespace tide::cli

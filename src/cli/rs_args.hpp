@@ -21,7 +21,8 @@ struct RsArgs {
   std::string mode = "in-place";
 
   void add_to(CLI::App& cmd) {
-    cmd.add_option("--wave-width", wave_width, "Contributors per wave W_wave (default L)");
+    cmd.add_option("--wave-width", wave_width, "Contributors per wave W_wave (default L)")
+        ->check(CLI::Range(1, kMaxGpusPerNode));
     cmd.add_option("--round-width", round_width, "Rail transfers per round k")
         ->capture_default_str();
     cmd.add_option("--rounds-in-flight", rounds_in_flight,

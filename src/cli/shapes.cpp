@@ -10,26 +10,30 @@
 namespace tide::cli {
 namespace {
 
-std::int64_t parse_extent(std::string_view token, std::string_view entry, std::size_t index) {
+std::int64_t parse_extent(std::string_view token, std::string_view entry, std::size_t index,
+                          std::string_view option) {
   std::int64_t value = 0;
   const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
   if (token.empty() || ec != std::errc{} || end != token.data() + token.size()) {
-    throw InvalidArgument("--shapes entry " + std::to_string(index) + " '" + std::string(entry) +
-                          "': '" + std::string(token) +
+    throw InvalidArgument(std::string(option) + " entry " + std::to_string(index) + " '" +
+                          std::string(entry) + "': '" + std::string(token) +
                           "' is not an integer extent (expected DxK, e.g. 8192x8192)");
   }
   if (value < 1) {
-    throw InvalidArgument("--shapes entry " + std::to_string(index) + " '" + std::string(entry) +
-                          "': extent " + std::to_string(value) + " must be at least 1");
+    throw InvalidArgument(std::string(option) + " entry " + std::to_string(index) + " '" +
+                          std::string(entry) + "': extent " + std::to_string(value) +
+                          " must be at least 1");
   }
   return value;
 }
 
 }  // namespace
 
-std::vector<ParamShape> parse_shapes(std::string_view text) {
+std::vector<ParamShape> parse_shapes(std::string_view text, std::string_view option) {
   std::vector<ParamShape> params;
-  if (text.empty()) throw InvalidArgument("--shapes is empty; expected D0xK0,D1xK1,...");
+  if (text.empty()) {
+    throw InvalidArgument(std::string(option) + " is empty; expected D0xK0,D1xK1,...");
+  }
   std::size_t start = 0;
   while (start <= text.size()) {
     const std::size_t comma = text.find(',', start);
@@ -45,13 +49,13 @@ std::vector<ParamShape> parse_shapes(std::string_view text) {
       const std::size_t x = entry.find('x', cursor);
       const std::string_view token =
           entry.substr(cursor, x == std::string_view::npos ? std::string_view::npos : x - cursor);
-      const std::int64_t extent = parse_extent(token, entry, index);
+      const std::int64_t extent = parse_extent(token, entry, index, option);
       if (first) {
         shape.rows = extent;
         first = false;
       } else {
         if (shape.cols > std::numeric_limits<std::int64_t>::max() / extent) {
-          throw InvalidArgument("--shapes entry " + std::to_string(index) + " '" +
+          throw InvalidArgument(std::string(option) + " entry " + std::to_string(index) + " '" +
                                 std::string(entry) + "' has more elements than 2^63");
         }
         shape.cols *= extent;

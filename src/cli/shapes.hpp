@@ -11,7 +11,8 @@
 namespace tide::cli {
 
 // Throws InvalidArgument naming the bad entry and its position.
-std::vector<ParamShape> parse_shapes(std::string_view text);
+// `option` names the flag (or the --groups entry) in error messages.
+std::vector<ParamShape> parse_shapes(std::string_view text, std::string_view option = "--shapes");
 
 struct NamedGroup {
   std::string name;  // "--shapes" or "NAME:GROUP"

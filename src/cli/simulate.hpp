@@ -2,11 +2,13 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "rs_args.hpp"
 #include "tide/core/cta_budgets.hpp"
 #include "tide/exec/reference_executor.hpp"
+#include "tide/program/faults.hpp"
 #include "tide/program/program.hpp"
 #include "tide/program/rs_builder.hpp"
 
@@ -27,10 +29,12 @@ struct SimulateArgs {
   std::uint64_t schedule_seed = 0, data_seed = 1;
   double jitter = 0.25;
   std::string inject, trace, timeline, cost_model, dump;
+  std::string expect_detection;  // overrides the injected fault's expected detection
   bool timing_only = false, json = false, list_faults = false, baseline = false;
-  int layers = 2;      // step: how many times the layer group repeats
-  int ag_stages = 2;   // step: all-gather receive stages (1 or 2)
-  std::string groups;  // step: shape sets of distinct groups, "D0xK0,...;D0xK0,..."
+  int layers = 2;                   // step: how many times the layer group repeats
+  int ag_stages = 2;                // step: all-gather receive stages (1 or 2)
+  std::string groups;               // step: shape sets of distinct groups, "D0xK0,...;D0xK0,..."
+  bool step_options_given = false;  // --layers or --ag-stages on the command line
 };
 
 // When the last record of `event` completed, over every rank (0 when none ran).
@@ -41,8 +45,23 @@ void write_traces(const SimulateArgs& a, const program::Program& prog, const exe
 exec::RunOptions run_options(const SimulateArgs& a);
 // alpha (default 1/N), accumulate, CTA budgets and landing style from the options.
 program::RsProgramOptions rs_program_options(const SimulateArgs& a, int world);
-// How an injected fault showed ("deadlock", "race", "corruption"), empty when it did not.
-std::string detection(const exec::RunResult& run, bool data, bool passed);
+// How an injected fault showed (NOTE [fault detection]) against how it must show.
+struct FaultOutcome {
+  program::Fault fault = program::Fault::kNone;
+  program::Detection detected = program::Detection::kNone;
+  program::Detection expected = program::Detection::kNone;
+  std::string evidence;  // the first finding of the detected class
+  bool as_expected() const { return detected == expected; }
+};
+FaultOutcome fault_outcome(const SimulateArgs& a, program::Fault fault, const exec::RunResult& run,
+                           bool data, bool passed);
+// fault, fault_detected, detected_by, expected_detection, detected_as_expected, mechanism,
+// evidence.
+void add_fault_fields(nlohmann::json& out, const FaultOutcome& outcome);
+// One line for the table: "race (as expected)" or "NOT DETECTED (expected race)".
+std::string fault_summary(const FaultOutcome& outcome);
+// Throws CheckFailed when the fault showed other than expected.
+void require_expected_detection(const FaultOutcome& outcome);
 
 // `tide simulate step` (cmd_simulate_step.cpp).
 void simulate_step(const SimulateArgs& a);

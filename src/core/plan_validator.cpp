@@ -7,6 +7,7 @@
 #include <chrono>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -268,6 +269,46 @@ ValidationResult validate_rs_plan(const RsPlan& plan) {
     if (!result.accepted) return result;
   }
   return {};
+}
+
+namespace {
+
+template <typename Plan>
+std::optional<std::string> fallback_reason(const Plan& plan,
+                                           ValidationResult (*validate)(const Plan&)) noexcept {
+  try {
+    ValidationResult result = validate(plan);
+    if (result.accepted) return std::nullopt;
+    return std::move(result.reason);
+  } catch (const std::exception& e) {  // tables too broken to walk (or out of memory)
+    try {
+      return std::string("the plan's tables cannot be checked: ") + e.what();
+    } catch (...) {
+      return std::string("out of memory");  // short enough for the small-string buffer
+    }
+  }
+}
+
+}  // namespace
+
+std::optional<std::string> rs_plan_fallback_reason(const RsPlan& plan) noexcept {
+  return fallback_reason(plan, &validate_rs_plan);
+}
+
+std::optional<std::string> ag_plan_fallback_reason(const AgPlan& plan) noexcept {
+  return fallback_reason(plan, &validate_ag_plan);
+}
+
+void require_valid_plan(const RsPlan& plan) {
+  if (std::optional<std::string> why = rs_plan_fallback_reason(plan)) {
+    throw InvalidArgument("TIDE-RS plan rejected (App. D): " + *why);
+  }
+}
+
+void require_valid_plan(const AgPlan& plan) {
+  if (std::optional<std::string> why = ag_plan_fallback_reason(plan)) {
+    throw InvalidArgument("TIDE-AG plan rejected (Sec. 3.1): " + *why);
+  }
 }
 
 SweepResult sweep_plans(const SweepRanges& ranges) {

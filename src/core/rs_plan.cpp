@@ -232,26 +232,48 @@ RsDescriptorCounts RsPlan::max_level1_descriptors() const {
   const Topology& topo = layout_.topology();
   const int m = topo.nodes();
   const int l = topo.gpus_per_node();
-  // descriptors_to depends only on (t, s): tabulate it once, then sum per sender.
+  const auto at = [l](int t, int s) {
+    return static_cast<std::size_t>(t) * static_cast<std::size_t>(l) + static_cast<std::size_t>(s);
+  };
+  // descriptors_to depends only on (t, s): tabulate it once.
   std::vector<RsDescriptorCounts> table(static_cast<std::size_t>(m) * static_cast<std::size_t>(l));
+  RsDescriptorCounts everything;  // over all (t, s)
   for (int t = 0; t < m; ++t) {
-    for (int s = 0; s < l; ++s)
-      table[static_cast<std::size_t>(t * l + s)] = descriptors_to(t, s);
+    for (int s = 0; s < l; ++s) {
+      const RsDescriptorCounts d = descriptors_to(t, s);
+      table[at(t, s)] = d;
+      everything.coalesced += d.coalesced;
+      everything.flat += d.flat;
+      everything.tails += d.tails;
+    }
+  }
+  // Sender (n, me) sends to every (t, s) but the sub-slice it owns itself for node t: s =
+  // sub_slice(me, c(t, n)) = (me + t - n) mod L for t > n, (me + t - n + M) mod L for t < n
+  // (c mod L = c for remote contributors), and me for its own node. So its total is
+  // everything minus those M entries. skipped[d][k] sums table[t][(t + d) mod L] over t < k,
+  // which makes every sender O(1) rather than O(M L).
+  const std::size_t width = static_cast<std::size_t>(m) + 1;
+  std::vector<RsDescriptorCounts> skipped(static_cast<std::size_t>(l) * width);
+  for (int d = 0; d < l; ++d) {
+    RsDescriptorCounts* row = &skipped[static_cast<std::size_t>(d) * width];
+    for (int t = 0; t < m; ++t) {
+      const RsDescriptorCounts& e = table[at(t, (t + d) % l)];
+      row[t + 1] = {row[t].coalesced + e.coalesced, row[t].flat + e.flat, row[t].tails + e.tails};
+    }
   }
   RsDescriptorCounts best;
   for (int n = 0; n < m; ++n) {
     for (int me = 0; me < l; ++me) {
+      const int after = mod(me - n, l);       // shift for destinations t > n
+      const int before = mod(me - n + m, l);  // and t < n (the contributor index wraps by M)
+      const RsDescriptorCounts* a = &skipped[static_cast<std::size_t>(after) * width];
+      const RsDescriptorCounts* b = &skipped[static_cast<std::size_t>(before) * width];
+      const RsDescriptorCounts& own = table[at(n, me)];
       RsDescriptorCounts sum;
-      for (int t = 0; t < m; ++t) {
-        const int c = contributor_index(t, n);
-        for (int j = 0; j < l; ++j) {
-          if (j == me) continue;
-          const RsDescriptorCounts& d = table[static_cast<std::size_t>(t * l + sub_slice(j, c))];
-          sum.coalesced += d.coalesced;
-          sum.flat += d.flat;
-          sum.tails += d.tails;
-        }
-      }
+      sum.coalesced = everything.coalesced - (a[m].coalesced - a[n + 1].coalesced) -
+                      b[n].coalesced - own.coalesced;
+      sum.flat = everything.flat - (a[m].flat - a[n + 1].flat) - b[n].flat - own.flat;
+      sum.tails = everything.tails - (a[m].tails - a[n + 1].tails) - b[n].tails - own.tails;
       if (sum.coalesced > best.coalesced) best = sum;
     }
   }

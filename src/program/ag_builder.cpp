@@ -29,6 +29,7 @@
 
 #include "tide/core/cta_budgets.hpp"
 #include "tide/core/error.hpp"
+#include "tide/core/plan_validator.hpp"
 #include "tide/program/emitter.hpp"
 
 namespace tide::program {
@@ -280,6 +281,7 @@ AgArenaLayout ag_arena_layout(const AgPlan& plan) {
 Program build_ag_call(const AgPlan& plan, const AgProgramOptions& options,
                       const CallPlacement& placement, const AgArenaLayout& areas, AgShared& shared,
                       AgProgramIds* ids) {
+  require_valid_plan(plan);  // Sec. 3.1: a rejected plan never becomes a program
   const GroupLayout& layout = plan.layout();
   Builder b{{}, plan, options, layout, layout.topology(), placement, shared, areas, {}};
   b.counters.base = placement.counter_base;

@@ -9,39 +9,102 @@ namespace tide::program {
 const std::vector<FaultInfo>& fault_catalog() {
   static const std::vector<FaultInfo> catalog = {
       {Fault::kAgScatterBeforeArrival, "ag-scatter-before-arrival", "all-gather", "I4",
-       "scatter stage slots without waiting for their round's DATA signal"},
+       "scatter stage slots without waiting for their round's DATA signal", Detection::kRace,
+       "no edge from the round's DATA signal to the scatter: it reads stage slots while the peer's "
+       "rail put writes them"},
       {Fault::kAgForwardBeforeArrival, "ag-forward-before-arrival", "all-gather", "I4",
-       "forward slots in round d before the earlier rounds that carried them arrived"},
+       "forward slots in round d before the earlier rounds that carried them arrived",
+       Detection::kRace,
+       "no edge from round d-1's arrival to round d's put: it forwards stage slots the earlier "
+       "round's put is still writing"},
       {Fault::kAgNoCompletionFence, "ag-no-completion-fence", "all-gather",
        "Sec. 3.2 completion before consumption",
-       "record 'parameters ready' without waiting for every local GPU's scatters"},
+       "record 'parameters ready' without waiting for every local GPU's scatters", Detection::kRace,
+       "no edge from the local GPUs' scatters to 'parameters ready': the layer reads landing bytes "
+       "a peer's scatter writes"},
       {Fault::kAgNoLandingReadiness, "ag-no-landing-readiness", "all-gather",
        "Sec. 3.2 landing free before overwrite",
-       "scatter into the local landings without waiting for them to be published free"},
+       "scatter into the local landings without waiting for them to be published free",
+       Detection::kRace,
+       "no edge from the landing's previous user to the scatter: it overwrites landing bytes that "
+       "layer still reads"},
       {Fault::kRsNoStaleZeroing, "rs-no-stale-zeroing", "reduce-scatter", "I1",
-       "skip stale-block zeroing before a switch-reduce landing"},
+       "skip stale-block zeroing before a switch-reduce landing", Detection::kUninitialisedRead,
+       "the switch-reduce landing reads inbox blocks that no contributor of the wave wrote and "
+       "nothing zeroed"},
       {Fault::kRsLandTwice, "rs-land-twice", "reduce-scatter", "I1",
-       "land the first contributor of every wave twice"},
+       "land the first contributor of every wave twice", Detection::kCorruption,
+       "every access is ordered, but the first contributor's partial is summed twice into the "
+       "output"},
       {Fault::kRsReleaseBeforeRead, "rs-release-before-read", "reduce-scatter", "I2",
-       "release the gradients without waiting for read completion"},
+       "release the gradients without waiting for read completion", Detection::kRace,
+       "no edge from the Level 1 reads to the release: it frees gradient bytes the pushes and sums "
+       "still read"},
       {Fault::kRsStagingReuse, "rs-staging-reuse", "reduce-scatter", "I3",
-       "refill a staging slot without waiting for its owner to free it"},
+       "refill a staging slot without waiting for its owner to free it", Detection::kRace,
+       "no edge from the owner's FREE signal to the refill: the push overwrites staging bytes the "
+       "owner's sum still reads"},
       {Fault::kRsOutboxReuse, "rs-outbox-reuse", "reduce-scatter", "I3",
-       "sum into an outbox block before its previous send finished (Slot-Reuse)"},
+       "sum into an outbox block before its previous send finished (Slot-Reuse)", Detection::kRace,
+       "no edge from the block's send to the next sum into it: the sum overwrites outbox bytes the "
+       "rail put still reads"},
       {Fault::kRsInboxReuse, "rs-inbox-reuse", "reduce-scatter", "I3",
-       "put into an inbox generation without waiting for its credit"},
+       "put into an inbox generation without waiting for its credit", Detection::kRace,
+       "no edge from the generation's INBOX_FREE credit to the put: it overwrites inbox bytes the "
+       "previous wave's landing still reads"},
       {Fault::kRsSendBeforeSum, "rs-send-before-sum", "reduce-scatter", "I4",
-       "put an outbox block without waiting for its Level 1 sum"},
+       "put an outbox block without waiting for its Level 1 sum", Detection::kRace,
+       "no edge from the Level 1 sum to the rail put: it sends outbox bytes the sum is still "
+       "writing"},
       {Fault::kRsLandBeforeArrival, "rs-land-before-arrival", "reduce-scatter", "I4",
-       "land a wave without waiting until every partial of it arrived"},
+       "land a wave without waiting until every partial of it arrived", Detection::kRace,
+       "no edge from the wave's arrivals to the landing: it reads inbox bytes the contributors' "
+       "rail puts write"},
       {Fault::kAgNoStageCredit, "ag-no-stage-credit", "step", "Sec. 3.1 per-area credits (I3)",
-       "put a round into a receive stage without the target's credit from the previous call"},
+       "put a round into a receive stage without the target's credit from the previous call",
+       Detection::kRace,
+       "no edge from the target's scatter of the previous call to the put: it overwrites "
+       "receive-stage bytes that scatter still reads"},
       {Fault::kRsBankReuse, "rs-bank-reuse", "step", "Sec. 5.2 bank alternation (I3)",
-       "sum into bank e mod 2 before call e - 2 sent its outbox and landed its spares"},
+       "sum into bank e mod 2 before call e - 2 sent its outbox and landed its spares",
+       Detection::kRace,
+       "no edge from call e-2's send and landing to call e's sum: it overwrites bank e mod 2 while "
+       "call e-2 still reads it"},
       {Fault::kStepCallOrder, "step-call-order", "step", "Sec. 3.2 same call order (I4)",
-       "the last rank issues two consecutive reduce-scatter calls in the other order"},
+       "the last rank issues two consecutive reduce-scatter calls in the other order",
+       Detection::kCorruption,
+       "every rank's ops are well formed and ordered, but the last rank's gradients of one group "
+       "are reduced into the other group's call"},
   };
   return catalog;
+}
+
+std::string_view detection_name(Detection detection) {
+  switch (detection) {
+    case Detection::kNone:
+      return "";
+    case Detection::kMalformed:
+      return "malformed";
+    case Detection::kDeadlock:
+      return "deadlock";
+    case Detection::kRace:
+      return "race";
+    case Detection::kUninitialisedRead:
+      return "uninitialised-read";
+    case Detection::kCorruption:
+      return "corruption";
+  }
+  return "";
+}
+
+Detection parse_detection(std::string_view name) {
+  for (Detection d : {Detection::kMalformed, Detection::kDeadlock, Detection::kRace,
+                      Detection::kUninitialisedRead, Detection::kCorruption}) {
+    if (detection_name(d) == name) return d;
+  }
+  throw InvalidArgument("'" + std::string(name) +
+                        "' is not a detection class (race, deadlock, corruption, malformed, "
+                        "uninitialised-read)");
 }
 
 const FaultInfo& fault_info(Fault fault) {

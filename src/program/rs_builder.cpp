@@ -43,6 +43,7 @@
 #include <string>
 
 #include "tide/core/error.hpp"
+#include "tide/core/plan_validator.hpp"
 #include "tide/program/emitter.hpp"
 
 namespace tide::program {
@@ -494,6 +495,7 @@ int rs_call_event_count(const RsPlan& plan) {
 
 Program build_rs_call(const RsPlan& plan, const RsProgramOptions& options,
                       const CallPlacement& placement, RsShared& shared, RsProgramIds* ids) {
+  require_valid_plan(plan);  // App. D: a rejected plan never becomes a program
   const GroupLayout& layout = plan.layout();
   if (options.sum_ctas < 1 || options.landing_ctas < 1) {
     throw InvalidArgument("sum and landing CTA budgets must be at least 1");

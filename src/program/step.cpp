@@ -218,6 +218,7 @@ StepProgram build_step_program(const std::vector<StepGroup>& groups, const StepO
     StepCall& second = swapped[rs_positions[1]];
     std::swap(first.group, second.group);
     std::swap(first.tensor_base, second.tensor_base);
+    std::swap(first.output, second.output);  // each call writes its own group's output
     const Program other = build_calls(swapped, groups, built, out.arena);
     const int faulty = topo.world() - 1;
     std::erase_if(out.program.ops, [&](const Op& op) { return op.rank == faulty; });
@@ -396,10 +397,25 @@ std::string step_fault_inapplicable(Fault fault, const std::vector<StepGroup>& g
       return count >= 3 ? ""
                         : "bank e mod 2 is reused from the third reduce-scatter on (use "
                           "--layers 3 or more)";
-    case Fault::kStepCallOrder:
-      return count >= 2 && topo.world() > 1
-                 ? ""
-                 : "needs two reduce-scatters and two ranks (use --layers 2 or more)";
+    case Fault::kStepCallOrder: {
+      if (count < 2 || topo.world() < 2) {
+        return "needs two reduce-scatters and two ranks (use --layers 2 or more)";
+      }
+      // The first two reduce-scatters are of the last two groups. Swapped calls of different
+      // shapes would give ops outside their buffers (malformed) before any data could mix:
+      // they must be interchangeable for the swap to show by its own mechanism.
+      const RsPlan& last = *groups[count - 1].reduce_scatter;
+      const RsPlan& other = *groups[count - 2].reduce_scatter;
+      const auto& a = last.layout().params();
+      const auto& b = other.layout().params();
+      const bool same = std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                                   [](const ParamLayout& x, const ParamLayout& y) {
+                                     return x.rows == y.rows && x.cols == y.cols;
+                                   });
+      return same ? ""
+                  : "the first two reduce-scatters (the last two groups) must have the same "
+                    "shapes (use --shapes or --model NAME:GROUP with --layers 2 or more)";
+    }
     default:
       break;
   }

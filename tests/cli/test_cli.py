@@ -158,20 +158,52 @@ class Simulate(unittest.TestCase):
                        "--cast")
         self.assertTrue(out["passed"])
 
-    def test_every_fault_is_caught(self):
+    def test_every_fault_shows_as_expected(self):
+        # Each fault on three schedule seeds and two topologies must show by its own mechanism
+        # (the catalog's expected_detection), with the evidence; tide exits 1 otherwise.
         faults = run_json("simulate", "--list-faults")["faults"]
-        self.assertGreaterEqual(len(faults), 11)
+        self.assertGreaterEqual(len(faults), 15)
+        classes = {"race", "deadlock", "corruption", "malformed", "uninitialised-read"}
         for fault in faults:
+            self.assertIn(fault["expected_detection"], classes, fault["name"])
+            self.assertTrue(fault["mechanism"], fault["name"])
             if fault["collective"] == "step":
                 continue  # sequences of calls: tests/cli/test_step.py
             if fault["collective"] == "all-gather":
-                args = ["all-gather", "-M", "5", "-L", "2"]
+                topologies = [["all-gather", "-M", "5", "-L", "2"],
+                              ["all-gather", "-M", "4", "-L", "4"]]
             else:
-                args = ["reduce-scatter", "-M", "9", "-L", "4", "--wave-width", "2", "--mode",
-                        "slot-reuse", "--round-width", "1", "--landing", "switch-reduce"]
-            out = run_json("simulate", *args, "--shapes", self.SHAPES, "--inject", fault["name"])
-            self.assertTrue(out["fault_detected"], fault["name"])
-            self.assertIn(out["detected_by"], ("race", "deadlock", "corruption"))
+                topologies = [["reduce-scatter", "-M", "9", "-L", "4", "--wave-width", "2"],
+                              ["reduce-scatter", "-M", "7", "-L", "2", "--wave-width", "1"]]
+            for args in topologies:
+                if fault["collective"] == "reduce-scatter":
+                    args = args + ["--mode", "slot-reuse", "--round-width", "1", "--landing",
+                                   "switch-reduce"]
+                for seed in ("1", "2", "3"):
+                    out = run_json("simulate", *args, "--shapes", self.SHAPES, "--inject",
+                                   fault["name"], "--schedule-seed", seed)
+                    what = (fault["name"], args[1:5], seed)
+                    self.assertTrue(out["fault_detected"], what)
+                    self.assertEqual(out["detected_by"], fault["expected_detection"], what)
+                    self.assertTrue(out["detected_as_expected"], what)
+                    if out["detected_by"] != "corruption":
+                        self.assertTrue(out["evidence"], what)
+
+    def test_unexpected_detection_exits_1(self):
+        # rs-land-twice shows as corruption; requiring a race instead must fail with status 1,
+        # one line naming both, and the JSON still reporting how it showed.
+        args = ("simulate", "reduce-scatter", "-M", "3", "-L", "2", "--shapes", self.SHAPES,
+                "--inject", "rs-land-twice")
+        self.assertEqual(run_json(*args)["detected_by"], "corruption")
+        result = run(*args, "--expect-detection", "race", "--json")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertEqual(json.loads(result.stdout)["detected_as_expected"], False)
+        lines = result.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, result.stderr)
+        self.assertIn("showed as corruption, expected race", lines[0])
+        self.assertNotIn("internal error", lines[0])
+        bad = run(*args, "--expect-detection", "bogus")
+        self.assertEqual(bad.returncode, 2, bad.stderr)
 
     def test_inapplicable_fault_is_refused(self):
         result = run("simulate", "reduce-scatter", "-M", "3", "-L", "4", "--shapes", self.SHAPES,
@@ -262,6 +294,64 @@ class BadInput(unittest.TestCase):
         self.assert_rejected("plan", "--shapes", "800x8", "--round-width", "0")
         self.assert_rejected("plan", "--shapes", "800x8", "--mode", "fast")
         self.assert_rejected("plan", "--shapes", "800x8", "--ag-dtype", "fp16")
+
+    def test_rejected_plans_are_bad_input(self):
+        # App. D's colliding plan: W_wave = 3 does not divide L = 8. No program is built from it,
+        # with either landing, as a single call or in a step.
+        for landing in ("pull", "switch-reduce"):
+            self.assert_rejected("simulate", "reduce-scatter", "-M", "9", "-L", "8",
+                                 "--wave-width", "3", "--shapes", "800x8", "--landing", landing,
+                                 mentions=("plan rejected", "places contributors",
+                                           "does not divide L = 8"))
+        self.assert_rejected("simulate", "step", "-M", "9", "-L", "8", "--wave-width", "3",
+                             "--shapes", "800x8", mentions=("plan rejected",))
+        self.assert_rejected("simulate", "reduce-scatter", "-M", "9", "-L", "8", "--wave-width",
+                             "3", "--shapes", "800x8", "--timing-only", mentions=("plan rejected",))
+
+    def test_simulate_values(self):
+        for alpha in ("nan", "inf", "-inf", "1e300"):
+            self.assert_rejected("simulate", "reduce-scatter", "--shapes", "8x8", "-M", "2",
+                                 "-L", "2", "--alpha", alpha, mentions=("--alpha",))
+        self.assert_rejected("simulate", "reduce-scatter", "--shapes", "8x8", "--wave-width",
+                             "0", mentions=("--wave-width",))
+        self.assert_rejected("plan", "--shapes", "8x8", "--wave-width", "0",
+                             mentions=("--wave-width",))
+        self.assert_rejected("simulate", "reduce-scatter", "--shapes", "8x8", "-M", "2", "-L",
+                             "2", "--dump", "/proc/nope", mentions=("--dump", "/proc/nope"))
+        self.assert_rejected("simulate", "all-gather", "--shapes", "8x8", "--layers", "5",
+                             mentions=("--layers", "tide simulate step"))
+        self.assert_rejected("simulate", "reduce-scatter", "--shapes", "8x8", "--ag-stages", "1",
+                             mentions=("--ag-stages",))
+
+    def test_output_that_cannot_be_written_fails(self):
+        with open("/dev/full", "w") as full:
+            result = subprocess.run([TIDE, "plan", "--shapes", "8x8", "--json"], stdout=full,
+                                    stderr=subprocess.PIPE, text=True, timeout=60)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertEqual(len(result.stderr.strip().splitlines()), 1, result.stderr)
+        self.assertIn("stdout", result.stderr)
+
+    def test_resources_refused_early_naming_the_estimate(self):
+        import time
+        cases = ((("simulate", "reduce-scatter", "--nodes", "8", "--model", "llama3.1-70b"),
+                  ("GB", "--timing-only")),
+                 (("simulate", "all-gather", "--nodes", "8", "--model", "llama3.1-70b"),
+                  ("GB", "--timing-only")),
+                 (("simulate", "step", "--model", "llama3.1-70b", "--layers", "100000",
+                   "--timing-only"), ("M ops", "--layers")),
+                 (("simulate", "step", "--shapes", "8x8", "--layers", "1000000"),
+                  ("--layers", "100000")))
+        for args, words in cases:
+            start = time.time()
+            self.assert_rejected(*args, mentions=words)
+            self.assertLess(time.time() - start, 30, args)
+
+    def test_plan_at_the_node_limit_is_fast(self):
+        import time
+        start = time.time()
+        out = run_json("plan", "--model", "llama3.1-70b", "--nodes", "65536")
+        self.assertEqual(out["topology"]["world"], 65536 * 8)
+        self.assertLess(time.time() - start, 30)
 
     def test_other_commands(self):
         self.assert_rejected("memory", "--nodes", "8", "--inbox-generations", "3")

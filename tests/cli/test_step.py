@@ -14,6 +14,9 @@ TIDE = None
 # Three distinct groups (odd shapes, padding rows), so the shared arena is sized for the
 # largest and every call uses only its own geometry inside it.
 GROUPS = "37x5,16x3;20x7;9x11,5x3,3x1"
+# The same, with its last two groups alike: step-call-order swaps the first two reduce-scatters
+# (the last two groups), which must have the same shapes to stay well formed.
+GROUPS_LAST_TWO_ALIKE = "37x5,16x3;9x11,5x3,3x1;9x11,5x3,3x1"
 
 
 def run(*args):
@@ -108,21 +111,26 @@ class StepFaults(unittest.TestCase):
     def test_every_step_fault_is_caught(self):
         listed = subprocess.run([TIDE, "simulate", "--list-faults", "--json"],
                                 capture_output=True, text=True, check=True)
-        faults = [f["name"] for f in json.loads(listed.stdout)["faults"]
-                  if f["collective"] == "step"]
+        faults = {f["name"]: f["expected_detection"] for f in json.loads(listed.stdout)["faults"]
+                  if f["collective"] == "step"}
         self.assertEqual(sorted(faults),
                          ["ag-no-stage-credit", "rs-bank-reuse", "step-call-order"])
-        for fault in faults:
+        # Each on three schedule seeds and three topologies, by its own mechanism.
+        for fault, expected in faults.items():
             for m, l in ((2, 2), (3, 2), (5, 1)):
-                out = run_json("-M", str(m), "-L", str(l), "--groups", GROUPS, "--inject", fault)
-                self.assertTrue(out["fault_detected"], (fault, m, l))
-                self.assertIn(out["detected_by"], ("race", "deadlock", "corruption"))
+                for seed in ("1", "2", "3"):
+                    groups = GROUPS_LAST_TWO_ALIKE if fault == "step-call-order" else GROUPS
+                    out = run_json("-M", str(m), "-L", str(l), "--groups", groups, "--inject",
+                                   fault, "--schedule-seed", seed)
+                    self.assertTrue(out["fault_detected"], (fault, m, l, seed))
+                    self.assertEqual(out["detected_by"], expected, (fault, m, l, seed))
 
     def test_single_call_faults_inside_a_step_are_caught(self):
         for fault in ("rs-staging-reuse", "rs-release-before-read", "ag-no-completion-fence",
                       "ag-no-landing-readiness"):
             out = run_json("-M", "3", "-L", "2", "--groups", GROUPS, "--inject", fault)
             self.assertTrue(out["fault_detected"], fault)
+            self.assertEqual(out["detected_by"], out["expected_detection"], fault)
 
     def test_inapplicable_step_fault_is_refused(self):
         result = run("-M", "2", "-L", "2", "--shapes", "37x5", "--layers", "2", "--inject",
@@ -132,6 +140,9 @@ class StepFaults(unittest.TestCase):
         result = run("-M", "1", "-L", "4", "--shapes", "37x5", "--inject", "ag-no-stage-credit")
         self.assertEqual(result.returncode, 2)
         self.assertIn("--nodes 2", result.stderr)
+        result = run("-M", "2", "-L", "2", "--groups", GROUPS, "--inject", "step-call-order")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("same shapes", result.stderr)
 
     def test_step_fault_refused_by_single_call(self):
         result = subprocess.run([TIDE, "simulate", "reduce-scatter", "--shapes", "37x5",
@@ -144,7 +155,8 @@ class StepInput(unittest.TestCase):
     def test_bad_input_is_one_line(self):
         for args, words in ((["--shapes", "8x8", "--layers", "0"], "--layers"),
                             (["--shapes", "8x8", "--groups", "8x8;4x4"], "--groups"),
-                            (["--groups", "8x8;4xq"], "--shapes entry"),
+                            (["--groups", "8x8;4xq"], "--groups group 1 entry"),
+                            (["--groups", "37x5;;9x11"], "--groups group 1 is empty"),
                             (["--shapes", "8x8", "--baseline", "--cast"], "--cast"),
                             (["--shapes", "8x8", "--baseline", "--inject", "rs-bank-reuse"],
                              "--baseline"),

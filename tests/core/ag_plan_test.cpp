@@ -8,7 +8,9 @@
 #include <random>
 #include <set>
 
+#include "test_seed.hpp"
 #include "tide/core/error.hpp"
+#include "tide/core/plan_validator.hpp"
 
 namespace tide {
 namespace {
@@ -122,7 +124,8 @@ TEST(AgPlan, RejectsBadOptions) {
 // scatters of its L GPUs must write every (parameter, rank) shard exactly once at Eq. 2's
 // address, reading it from the stage slot (or resident shard) that holds it.
 TEST(AgPlan, PropertyEveryShardLandsExactlyOnce) {
-  std::mt19937_64 rng(std::random_device{}());
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
   for (int trial = 0; trial < 150; ++trial) {
     const int m = static_cast<int>(rng() % 40) + 1;
     const int l = static_cast<int>(rng() % 8) + 1;
@@ -136,6 +139,9 @@ TEST(AgPlan, PropertyEveryShardLandsExactlyOnce) {
     const GroupLayout g = make_group(m, l, shapes);
     const AgPlan plan(g, options);
     const Topology& t = g.topology();
+    const ValidationResult checked = validate_ag_plan(plan);
+    EXPECT_TRUE(checked.accepted) << "M=" << m << " L=" << l << ": " << checked.reason;
+    EXPECT_FALSE(ag_plan_fallback_reason(plan).has_value());
 
     // Bruck: slots[n][i] = which node's shard node n holds in slot i (-1: not yet).
     std::vector<std::vector<int>> slots(static_cast<std::size_t>(m), std::vector<int>(m, -1));

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <string>
+
 #include "tide/core/error.hpp"
 
 namespace tide {
@@ -36,6 +39,32 @@ TEST(PlanValidator, RejectsTheAppendixDCollision) {
   EXPECT_NE(r.reason.find("does not divide L = 8"), std::string::npos) << r.reason;
   // A non-divisor width whose final wave does not straddle a multiple of L is fine.
   EXPECT_TRUE(validate_rs_plan(make_plan(7, 8, 3)).accepted);
+}
+
+// The runtime's non-throwing question and the builders' throwing one give the same reason.
+TEST(PlanValidator, FallbackReasonAndRequireNameTheCollision) {
+  const RsPlan colliding = make_plan(9, 8, 3);
+  const std::optional<std::string> why = rs_plan_fallback_reason(colliding);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_EQ(*why, validate_rs_plan(colliding).reason);
+  try {
+    require_valid_plan(colliding);
+    ADD_FAILURE() << "require_valid_plan accepted App. D's colliding plan";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(*why), std::string::npos) << e.what();
+  }
+  const RsPlan sound = make_plan(9, 8, 4);
+  EXPECT_FALSE(rs_plan_fallback_reason(sound).has_value());
+  EXPECT_NO_THROW(require_valid_plan(sound));
+}
+
+// A broken plan reaches the fallback reason without an exception, however it is broken.
+TEST(PlanValidator, FallbackReasonNeverThrows) {
+  RsPlan plan = make_plan(20, 8, 8);
+  plan.waves_for_fault_injection()[1].first_round = 1000;  // a round outside the table
+  const std::optional<std::string> why = rs_plan_fallback_reason(plan);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_FALSE(why->empty());
 }
 
 TEST(PlanValidator, CatchesDroppedStaleBlockZeroing) {

@@ -13,6 +13,7 @@
 #include <random>
 #include <tuple>
 
+#include "test_seed.hpp"
 #include "tide/core/arithmetic.hpp"
 #include "tide/core/error.hpp"
 #include "tide/core/plan_validator.hpp"
@@ -298,7 +299,8 @@ std::vector<std::vector<float>> simulate(const Problem& p, const RsPlan& plan,
 }
 
 TEST(RsPlan, PropertyTwoLevelReductionMatchesFloat64AndIsTuningInvariant) {
-  std::mt19937_64 rng(std::random_device{}());
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
   for (int trial = 0; trial < 24; ++trial) {
     const int m = static_cast<int>(rng() % 6) + 1;
     const int l = 1 << (rng() % 4);  // 1, 2, 4, 8
@@ -362,10 +364,39 @@ TEST(RsPlan, PropertyTwoLevelReductionMatchesFloat64AndIsTuningInvariant) {
   }
 }
 
+// The closed form of the maximum over senders equals the brute-force maximum, also where L
+// does not divide M and padded rows make destination nodes differ.
+TEST(RsPlan, PropertyMaxLevel1DescriptorsIsTheMaximumOverRanks) {
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
+  for (int trial = 0; trial < 60; ++trial) {
+    const int m = static_cast<int>(rng() % 13) + 1;
+    const int l = static_cast<int>(rng() % 8) + 1;
+    std::vector<ParamShape> shapes(rng() % 4 + 1);
+    for (ParamShape& s : shapes) {
+      s.rows = static_cast<std::int64_t>(rng() % (3 * m * l)) + 1;
+      s.cols = static_cast<std::int64_t>(rng() % 5) + 1;
+    }
+    const RsPlan plan(group(m, l, shapes),
+                      options(1, 1, RsMode::kInPlace, 1 + static_cast<int>(rng() % 3)));
+    RsDescriptorCounts want;
+    for (int r = 0; r < m * l; ++r) {
+      const RsDescriptorCounts d = plan.level1_descriptors(r);
+      if (d.coalesced > want.coalesced) want = d;
+    }
+    const RsDescriptorCounts got = plan.max_level1_descriptors();
+    SCOPED_TRACE("M = " + std::to_string(m) + ", L = " + std::to_string(l));
+    EXPECT_EQ(got.coalesced, want.coalesced);
+    EXPECT_EQ(got.flat, want.flat);
+    EXPECT_EQ(got.tails, want.tails);
+  }
+}
+
 // Property over random topologies: every accepted plan gives every destination element
 // exactly one Level 1 owner per contributor, i.e. each sub-slice exactly one local GPU.
 TEST(RsPlan, PropertyOneOwnerPerElementPerWave) {
-  std::mt19937_64 rng(std::random_device{}());
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
   for (int trial = 0; trial < 200; ++trial) {
     const int m = static_cast<int>(rng() % 70) + 1;
     const int l = static_cast<int>(rng() % 8) + 1;

@@ -11,9 +11,8 @@ namespace tide::exec::testing {
 namespace {
 
 TEST(ReferenceData, Copy1DLandsBytesOnPeer) {
-  const std::uint64_t seed = fresh_seed();
-  SCOPED_TRACE("data seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
   Program p = make_program(2, 1024);
   add(p, copy_op(0, 0, "put to rank 1", bytes(arena(0), 0, 256), bytes(arena(1), 512, 256)));
   ReferenceExecutor ex(p);
@@ -31,9 +30,8 @@ TEST(ReferenceData, Copy1DLandsBytesOnPeer) {
 }
 
 TEST(ReferenceData, Copy2DStridedRowsAndBatch) {
-  const std::uint64_t seed = fresh_seed();
-  SCOPED_TRACE("data seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
   Program p = make_program(1, 4096);
   // Rows of 24 bytes: 5 rows 40 apart at 100 -> 5 rows 64 apart at 2000, plus a 1-D run.
   Op op = copy_op(0, 0, "2-D scatter", Region{arena(0), 100, 24, 40, 5},
@@ -62,9 +60,8 @@ class Level1Sum : public ::testing::TestWithParam<DType> {};
 TEST_P(Level1Sum, BitwiseEqualToArithReference) {
   const DType dtype = GetParam();
   const std::int64_t item = item_bytes(dtype);
-  const std::uint64_t seed = fresh_seed();
-  SCOPED_TRACE("data seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
   constexpr int kStaged = 3;  // L = 4
   constexpr std::int64_t kRows = 3, kRowElems = 40;
   const std::int64_t staged_pitch = kRowElems * item + 16;
@@ -91,7 +88,7 @@ TEST_P(Level1Sum, BitwiseEqualToArithReference) {
     staged.push_back(fill_normal(ex.input(arena(0), i * staged_bytes, staged_bytes), dtype, rng));
   const std::vector<float> g0 = fill_normal(ex.input(tensor(0, 0)), dtype, rng);
   const std::vector<float> g1 = fill_normal(ex.input(tensor(0, 1)), dtype, rng);
-  const RunResult r = ex.run(seeded(seed));
+  const RunResult r = ex.run(seeded(seed.value()));
   ASSERT_TRUE(r.clean()) << error_list(r);
 
   // Reference: per element, staged in order then own, times alpha; +0 outside segments.
@@ -129,9 +126,8 @@ TEST_P(Level1Sum, BitwiseEqualToArithReference) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, Level1Sum, ::testing::Values(DType::kBf16, DType::kFp32));
 
 TEST(ReferenceData, LandingWavesAccumulateAndCastBitwise) {
-  const std::uint64_t seed = fresh_seed();
-  SCOPED_TRACE("data seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
   constexpr std::int64_t kN = 96, kB = kN * 4;
   // arena: 4 partials of kB, then the bf16 cast target. output: kB.
   Program p = make_program(1, 4 * kB + kN * 2, {}, kB);
@@ -161,7 +157,7 @@ TEST(ReferenceData, LandingWavesAccumulateAndCastBitwise) {
   for (int j = 0; j < 4; ++j)
     part.push_back(fill_normal(ex.input(arena(0), j * kB, kB), DType::kFp32, rng));
   const std::vector<float> init = fill_normal(ex.input(output(0)), DType::kFp32, rng);
-  const RunResult r = ex.run(seeded(seed));
+  const RunResult r = ex.run(seeded(seed.value()));
   ASSERT_TRUE(r.clean()) << error_list(r);
 
   const std::vector<float> out = read_fp32(ex.memory(output(0)));
@@ -179,8 +175,8 @@ TEST(ReferenceData, LandingWavesAccumulateAndCastBitwise) {
 }
 
 TEST(ReferenceData, FirstWaveWithoutAccumulateIgnoresPoisonedOutput) {
-  const std::uint64_t seed = fresh_seed();
-  std::mt19937_64 rng(seed);
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
   constexpr std::int64_t kB = 64 * 4;
   Program p = make_program(1, 2 * kB, {}, kB);
   Op op;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "test_seed.hpp"
 #include "tide/core/arithmetic.hpp"
 #include "tide/exec/reference_executor.hpp"
 #include "tide/program/program.hpp"
@@ -73,12 +74,6 @@ inline Op sync_op(OpKind kind, int rank, int stream, std::string label, int coun
   op.value = value;
   op.event = event;
   return op;
-}
-
-// A fresh random engine per run (printed by the caller's SCOPED_TRACE on failure).
-inline std::uint64_t fresh_seed() {
-  std::random_device rd;
-  return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
 }
 
 // Fills `out` with random bytes; never all zero.

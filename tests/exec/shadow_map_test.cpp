@@ -18,9 +18,8 @@ using detail::Shadow;
 using detail::ShadowMap;
 
 TEST(ShadowMap, MatchesPerByteModelOnRandomOperations) {
-  const std::uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
   constexpr std::int64_t kSize = 300;
   ShadowMap map(kSize);
   std::vector<Shadow> model(kSize);

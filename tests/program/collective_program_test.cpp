@@ -1,6 +1,7 @@
 // TIDE-AG and TIDE-RS programs run on the CPU reference executor with real data: every
 // output checked against an independent oracle, clean of races and deadlocks under many
-// schedule seeds, and faults removed from the protocol caught.
+// schedule seeds, and rejected plans never built. Faults removed from the protocol:
+// fault_injection_test.cpp.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -9,12 +10,15 @@
 #include <limits>
 #include <random>
 
+#include "test_seed.hpp"
 #include "tide/core/arithmetic.hpp"
 #include "tide/core/collective_reference.hpp"
+#include "tide/core/error.hpp"
 #include "tide/exec/reference_executor.hpp"
 #include "tide/program/ag_builder.hpp"
 #include "tide/program/fsdp2_baseline.hpp"
 #include "tide/program/rs_builder.hpp"
+#include "tide/program/step.hpp"
 #include "tide/testing/cases.hpp"
 
 namespace tide {
@@ -43,7 +47,8 @@ struct AgCase {
 };
 
 void run_ag(const AgCase& c, std::uint64_t seed) {
-  std::mt19937_64 rng(std::random_device{}());
+  const tide::testing::TestSeed data_seed;
+  std::mt19937_64 rng = data_seed.engine();
   const GroupLayout layout(Topology(c.nodes, c.gpus), random_shapes(rng, 1 + rng() % 5),
                            DType::kBf16, DType::kBf16);
   AgOptions options;
@@ -168,7 +173,8 @@ RsRun run_rs(const RsPlan& plan, const std::vector<RankGrads>& grads,
 }
 
 void check_rs(const RsCase& c, std::uint64_t seed) {
-  std::mt19937_64 rng(std::random_device{}());
+  const tide::testing::TestSeed data_seed;
+  std::mt19937_64 rng = data_seed.engine();
   const GroupLayout layout(Topology(c.nodes, c.gpus), random_shapes(rng, 1 + rng() % 4),
                            DType::kBf16, c.grad);
   RsOptions options;
@@ -247,7 +253,8 @@ TEST(RsProgram, SwitchReduceLandingNeedsStaleBlockZeroing) {
 }
 
 TEST(RsProgram, BitwiseIdenticalAcrossSeedsCtasPassesAndModes) {
-  std::mt19937_64 rng(std::random_device{}());
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
   const GroupLayout layout(Topology(6, 4), random_shapes(rng, 3), DType::kBf16, DType::kBf16);
   const auto grads = random_grads(rng, layout);
   const std::vector<std::vector<float>> initial(
@@ -310,7 +317,8 @@ std::vector<std::vector<float>> run_rs_program(const program::Program& prog,
 }
 
 TEST(Fsdp2Baseline, AllGatherLandsParameterMajor) {
-  std::mt19937_64 rng(std::random_device{}());
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
   for (auto [m, l] : {std::pair{1, 1}, {1, 4}, {3, 2}, {2, 8}}) {
     const GroupLayout layout(Topology(m, l), random_shapes(rng, 3), DType::kBf16, DType::kBf16);
     const program::Program prog = program::build_fsdp2_all_gather(layout, {});
@@ -344,7 +352,8 @@ TEST(Fsdp2Baseline, AllGatherLandsParameterMajor) {
 }
 
 TEST(Fsdp2Baseline, ReduceScatterMatchesFloat64) {
-  std::mt19937_64 rng(std::random_device{}());
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
   for (auto [m, l] : {std::pair{1, 1}, {1, 8}, {3, 2}, {4, 4}}) {
     const GroupLayout layout(Topology(m, l), random_shapes(rng, 3), DType::kBf16, DType::kBf16);
     const auto grads = random_grads(rng, layout);
@@ -378,7 +387,8 @@ TEST(Fsdp2Baseline, ReduceScatterMatchesFloat64) {
 // Integer-valued inputs whose sums are exactly representable: TIDE and stock FSDP2 agree
 // bit for bit whatever their association (Sec. 4.3).
 TEST(Numerics, IntegerInputsMatchStockFsdp2BitForBit) {
-  std::mt19937_64 rng(std::random_device{}());
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
   for (auto [m, l] : {std::pair{2, 4}, {5, 2}, {3, 8}}) {
     const GroupLayout layout(Topology(m, l), random_shapes(rng, 3), DType::kBf16, DType::kBf16);
     auto grads = random_grads(rng, layout);
@@ -407,7 +417,8 @@ TEST(Numerics, IntegerInputsMatchStockFsdp2BitForBit) {
 
 // NaN and infinities produce the expected output classes (Sec. 4.3).
 TEST(Numerics, NonFiniteInputsGiveTheExpectedClasses) {
-  std::mt19937_64 rng(std::random_device{}());
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
   const GroupLayout layout(Topology(3, 4), {{"w", 24, 4}}, DType::kBf16, DType::kBf16);
   auto grads = random_grads(rng, layout);
   // Destination rank 5's first four elements: N = 12, R_p = 2, so its rows start at 5 * 2 * 4.
@@ -429,6 +440,24 @@ TEST(Numerics, NonFiniteInputsGiveTheExpectedClasses) {
     EXPECT_TRUE(std::isnan(out[5][3])) << variant;
     EXPECT_TRUE(std::isfinite(out[4][0]) && std::isfinite(out[6][3])) << variant;
   }
+}
+
+// App. D's colliding plan (W_wave = 3 does not divide L = 8) never becomes a program, with
+// either landing, alone or as a call of a step.
+TEST(RsProgram, RejectedPlanIsNeverBuilt) {
+  const GroupLayout layout(Topology(9, 8), {{"w", 800, 8}}, DType::kBf16, DType::kBf16);
+  RsOptions options;
+  options.wave_width = 3;
+  const RsPlan plan(layout, options);
+  for (program::LandingStyle landing :
+       {program::LandingStyle::kPull, program::LandingStyle::kSwitchReduce}) {
+    program::RsProgramOptions po;
+    po.landing = landing;
+    EXPECT_THROW(program::build_rs_program(plan, po), InvalidArgument);
+  }
+  const AgPlan ag(layout, AgOptions{});
+  const std::vector<program::StepGroup> groups = {{"a", &ag, &plan}, {"b", &ag, &plan}};
+  EXPECT_THROW(program::build_step_program(groups, program::StepOptions{}), InvalidArgument);
 }
 
 }  // namespace

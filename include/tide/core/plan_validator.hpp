@@ -12,11 +12,22 @@
 //  - outbox safe: the outbox block a destination reuses was sent in an earlier round.
 // The validator re-derives each property by simulation from the plan's own tables; it does
 // not trust the proof.
+//
+// A TIDE-AG plan (Sec. 3.1) is accepted only if its Bruck rounds receive every slot 1..M-1
+// exactly once, each round forwards only slots its sender already holds, its slot groups
+// tile the rounds in arrival order, and every node's scatter copies place each (parameter,
+// slot) exactly once at its Eq. 2 landing.
+//
+// Every path that builds a program from a plan checks it first: the builders throw
+// InvalidArgument (bad input; the CLI exits 2 with the reason), the runtime asks
+// *_plan_fallback_reason() and keeps FSDP2's stock collective when it gets one.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "tide/core/ag_plan.hpp"
 #include "tide/core/rs_plan.hpp"
 
 namespace tide {
@@ -27,6 +38,16 @@ struct ValidationResult {
 };
 
 ValidationResult validate_rs_plan(const RsPlan& plan);
+ValidationResult validate_ag_plan(const AgPlan& plan);
+
+// Why the plan must not run (one line: the first violation), or nothing when it is accepted.
+// Never throws: the runtime calls these to decide on a fallback to the stock collective.
+std::optional<std::string> rs_plan_fallback_reason(const RsPlan& plan) noexcept;
+std::optional<std::string> ag_plan_fallback_reason(const AgPlan& plan) noexcept;
+
+// Throw InvalidArgument ("TIDE-RS plan rejected (App. D): <reason>") unless accepted.
+void require_valid_plan(const RsPlan& plan);
+void require_valid_plan(const AgPlan& plan);
 
 // The exhaustive sweep of App. D: every (M, W_wave, k, mode) in the given ranges at a fixed
 // L, on a one-parameter group whose span fills every sub-slice. Runs on all hardware threads.

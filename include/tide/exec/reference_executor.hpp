@@ -52,6 +52,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <span>
@@ -99,6 +100,10 @@ struct RunOptions {
   CostModel cost;
   // Keep RunResult::op_times (needed for traces).
   bool record_times = true;
+  // When set, called after every `progress_every` completed ops with (ops run so far, ops in
+  // the program), so front ends can show how far a long run is.
+  std::function<void(std::int64_t done, std::int64_t total)> progress;
+  std::int64_t progress_every = std::int64_t{1} << 14;
 };
 
 struct OpTime {

@@ -1,8 +1,10 @@
-// Fault injection (App. E invariants I1-I4, Sec. 3.2 safety rules): each fault
-// removes or breaks one piece of the protocol on every rank. A correct executor must catch
-// every one: a reported race, a deadlock, or corrupted output. Never silent.
+// Fault injection (App. E invariants I1-I4, Sec. 3.2 safety rules): each fault removes or
+// breaks one piece of the protocol on every rank. A correct executor must catch every one,
+// and by the mechanism the fault breaks (its expected Detection), never silently and never
+// through an unrelated check.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,12 +33,29 @@ enum class Fault {
   kStepCallOrder,    // one rank issues two calls in the other order (3.2 same call order, I4)
 };
 
+// How a run shows a fault, strongest first (NOTE [fault detection] in
+// tide/exec/fault_detection.hpp says which executor findings map to which class).
+enum class Detection : std::uint8_t {
+  kNone,               // nothing found
+  kMalformed,          // an op that cannot execute (bounds, ids), found before running
+  kDeadlock,           // a wait that is never satisfied
+  kRace,               // two accesses of the same bytes without a happens-before edge
+  kUninitialisedRead,  // a read of bytes nothing wrote (or that were released)
+  kCorruption,         // a clean run whose output differs from the definition
+};
+
+std::string_view detection_name(Detection detection);  // "race", ...; "" for kNone
+// Throws InvalidArgument for an unknown name.
+Detection parse_detection(std::string_view name);
+
 struct FaultInfo {
   Fault fault;
   std::string_view name;         // CLI name, e.g. "ag-no-completion-fence"
   std::string_view collective;   // "all-gather", "reduce-scatter" or "step" (several calls)
   std::string_view rule;         // the invariant or safety rule it breaks
   std::string_view description;  // one line
+  Detection expected;            // how the reference executor must catch it
+  std::string_view mechanism;    // why: the missing edge and the bytes that race, or the data
 };
 
 const std::vector<FaultInfo>& fault_catalog();  // every fault but kNone

@@ -414,6 +414,9 @@ void Simulation::complete(int i) {
   s.head_since = now_;
   pending_.push_back(si);
   ++result_.ops_run;
+  if (opt_.progress && opt_.progress_every > 0 && result_.ops_run % opt_.progress_every == 0) {
+    opt_.progress(result_.ops_run, placed_);
+  }
   result_.makespan_us = std::max(result_.makespan_us, now_);
   if (opt_.record_times) result_.op_times[static_cast<std::size_t>(i)].end_us = now_;
 }
