@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -485,7 +486,14 @@ void run_check_runtime(CheckRuntimeArgs a) {
   }
   std::cout.flush();
   if (!std::cout) throw InvalidArgument("cannot write the output (stdout)");
-  if (!passed) std::exit(1);
+  if (!passed) {
+    throw CheckFailed(std::to_string(mismatches) + " mismatching elements, " +
+                      std::to_string(a.procs - static_cast<int>(ranks.size()) +
+                                     static_cast<int>(std::count_if(
+                                         ranks.begin(), ranks.end(),
+                                         [](const json& r) { return r.contains("error"); }))) +
+                      " ranks failed (seed " + std::to_string(a.seed) + ")");
+  }
 }
 
 }  // namespace
