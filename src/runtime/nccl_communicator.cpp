@@ -11,6 +11,7 @@
 
 #include "backends.hpp"
 #include "communicator_base.hpp"
+#include "tide/core/env.hpp"
 #include "tide/core/error.hpp"
 #include "tide/exec/cuda_sequence.hpp"
 #include "tide/fabric/device_capabilities.hpp"
@@ -106,13 +107,16 @@ class NcclCommunicator final : public CommunicatorBase {
     o.timeout = options_.timeout;
     nccl_ = std::make_unique<fabric::NcclFabric>(options_.rank, options_.world, id, o);
     window_ = std::make_unique<fabric::NcclWindowFabric>(*nccl_, regions_bytes_, signal_words_);
+    exec::CudaSequenceOptions runner_options;
+    runner_options.replay_graphs = !env::flag("TIDE_NO_GRAPH_REPLAY");
     for (auto& g : groups_) {
       runners_.push_back(std::make_unique<exec::CudaSequenceRunner>(
           g->all_gathers.sequence, *window_,
-          exec::CudaSequencePlace{g->region_offset, g->all_gathers.first_counter}));
+          exec::CudaSequencePlace{g->region_offset, g->all_gathers.first_counter}, runner_options));
       runners_.push_back(std::make_unique<exec::CudaSequenceRunner>(
           g->reduce_scatters.sequence, *window_,
-          exec::CudaSequencePlace{g->region_offset, g->reduce_scatters.first_counter}));
+          exec::CudaSequencePlace{g->region_offset, g->reduce_scatters.first_counter},
+          runner_options));
       std::byte* region = static_cast<std::byte*>(nccl_->arena()) + g->region_offset;
       g->info.landing = region + g->ag_areas.landing;
       g->info.resident = g->spec.cast ? nullptr : region + g->ag_areas.resident;

@@ -32,6 +32,7 @@ inline constexpr EnvKnob kEnvKnobs[] = {
   {"TIDE_LOCAL_RANK", "TIDE_RANK", "this process's rank on its host (its GPU), set by `tide-nccl --spawn`"},
   {"TIDE_RENDEZVOUS", "a fresh /tmp directory (--spawn); under torchrun /tmp/tide-rendezvous-<job>", "the directory where rank 0 publishes the NCCL unique id for the other ranks"},
   {"TIDE_FABRIC_TIMEOUT_S", "NcclFabricOptions::timeout (tide-nccl --fabric-timeout)", "seconds (> 0) any wait of the NCCL fabric may take; overrides the option"},
+  {"TIDE_NO_GRAPH_REPLAY", "0", "1 runs every runtime call on GPUs through the stream path, never as a replayed CUDA graph (NOTE [CUDA call sequences] 3)"},
   {"TIDE_ENABLE_MULTIMEM", "0", "1 allows the multimem (NVSwitch reduction) landing where the caller also opts in; never on machines where NVLink multicast is off limits"},
   {"TIDE_KERNEL_TEST_QUICK", "0", "1 keeps the GPU kernel tests to their small cases (compute-sanitizer runs)"},
   {"TIDE_TEST_SEED", "a fresh random seed, printed", "the seed of the randomised tests that print theirs (call sequences, the host runtime, the FSDP2 parity run)"},
