@@ -29,11 +29,14 @@ if(NOT TIDE_CUDA STREQUAL "OFF")
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)
     set(TIDE_HAVE_CUDA ON)
-    # NCCL: TIDE_NCCL_ROOT (cache variable or environment) first, then the CUDA toolkit and
-    # the system, then the nvidia-nccl wheel of the Python that holds PyTorch (the GPU
-    # machines have NCCL only there, as lib/libnccl.so.2 with no unversioned link).
+    # NCCL: TIDE_NCCL_ROOT (cache variable or environment) first. The Python module then
+    # takes the nvidia-nccl wheel that PyTorch loads, ahead of any system copy, so that the
+    # process holds one libnccl.so.2 (both resolve to the SONAME torch loaded first; the
+    # wheel keeps the headers and the library of one version). Other builds search the CUDA
+    # toolkit and the system, then the wheel (the GPU machines have NCCL only there, as
+    # lib/libnccl.so.2 with no unversioned link).
     set(TIDE_NCCL_ROOT "$ENV{TIDE_NCCL_ROOT}" CACHE PATH "NCCL install prefix (include/, lib/)")
-    set(_tide_nccl_hints ${TIDE_NCCL_ROOT} ${CUDAToolkit_LIBRARY_ROOT})
+    set(_tide_nccl_wheel "")
     find_package(Python3 COMPONENTS Interpreter QUIET)
     if(Python3_Interpreter_FOUND)
       execute_process(
@@ -41,10 +44,17 @@ if(NOT TIDE_CUDA STREQUAL "OFF")
                 "import nvidia.nccl as n; print(list(n.__path__)[0])"
         OUTPUT_VARIABLE _tide_nccl_wheel OUTPUT_STRIP_TRAILING_WHITESPACE
         RESULT_VARIABLE _tide_nccl_wheel_rc ERROR_QUIET)
-      if(_tide_nccl_wheel_rc EQUAL 0 AND _tide_nccl_wheel)
-        list(APPEND _tide_nccl_hints ${_tide_nccl_wheel})
+      if(NOT _tide_nccl_wheel_rc EQUAL 0)
+        set(_tide_nccl_wheel "")
       endif()
     endif()
+    if(TIDE_PYTHON AND _tide_nccl_wheel AND NOT TIDE_NCCL_ROOT)
+      find_path(TIDE_NCCL_INCLUDE nccl.h PATHS ${_tide_nccl_wheel} PATH_SUFFIXES include
+                NO_DEFAULT_PATH)
+      find_library(TIDE_NCCL_LIBRARY NAMES nccl libnccl.so.2 PATHS ${_tide_nccl_wheel}
+                   PATH_SUFFIXES lib lib64 NO_DEFAULT_PATH)
+    endif()
+    set(_tide_nccl_hints ${TIDE_NCCL_ROOT} ${CUDAToolkit_LIBRARY_ROOT} ${_tide_nccl_wheel})
     find_path(TIDE_NCCL_INCLUDE nccl.h
               HINTS ${CUDAToolkit_INCLUDE_DIRS} PATHS ${_tide_nccl_hints} PATH_SUFFIXES include)
     find_library(TIDE_NCCL_LIBRARY NAMES nccl libnccl.so.2

@@ -169,6 +169,9 @@ def run_case(case, world, rank, seed):
     n_terms = world * micro_batches
     alpha = 1.0 / world
     stats = {"max_loss_diff": 0.0, "max_grad_ratio": 0.0, "max_drift": 0.0, "losses": []}
+    # Every libnccl file this process has mapped: TIDE must use the one torch loaded.
+    with open("/proc/self/maps") as maps:
+        stats["nccl_libraries"] = sorted({line.split()[-1] for line in maps if "libnccl" in line})
     saved = None
     last_counts = None
 

@@ -17,4 +17,8 @@ CASES = "abcdef" if GPUS >= 4 and GPUS % 2 == 0 else "abcef"
 def test_parity_gpu(case, tmp_path_factory):
     if case not in CASES:
         pytest.skip("HSDP 2 x 2 needs 4 GPUs")
-    check_case(run_parity(GPUS, tmp_path_factory, device="cuda", cases=CASES), case)
+    run = run_parity(GPUS, tmp_path_factory, device="cuda", cases=CASES)
+    check_case(run, case)
+    # One NCCL in the process: TIDE's communicator uses the libnccl.so.2 torch loaded.
+    libraries = run["cases"][case]["nccl_libraries"]
+    assert len(libraries) == 1, f"libnccl mapped from {len(libraries)} files: {libraries}"
