@@ -53,6 +53,8 @@ struct CheckRuntimeArgs {
   int kill_rank = -1;
   int kill_at_call = -1;
   int misorder_rank = -1;
+  int stall_rank = -1;
+  int stall_at_call = -1;
   double timeout_s = 30.0;
   double max_gib = 4.0;
   bool json = false;
@@ -200,6 +202,8 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
   o.backend = runtime::parse_backend(a.backend);
   o.store = std::make_shared<runtime::FileStore>(store_dir);
   o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(a.timeout_s * 1000));
+  o.stall_rank = a.stall_rank;
+  o.stall_at_call = a.stall_at_call;
   const bool gpu = o.backend == runtime::BackendKind::kNccl;
   if (gpu) {
     const int devices = visible_devices();
@@ -258,6 +262,7 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
       memory->fill(info.landing, 0xFF, static_cast<std::size_t>(info.landing_bytes));  // poison
       comm->all_gather(ids[static_cast<std::size_t>(g)], memory->stream(), shards);
       memory->finish();
+      comm->check();  // a call the watchdog found stalled (its output is garbage) raises
       std::vector<std::byte> landing(static_cast<std::size_t>(info.landing_bytes));
       memory->read(landing.data(), info.landing, landing.size());
       for (int p = 0; p < layout.param_count(); ++p) {
@@ -298,6 +303,7 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
       comm->reduce_scatter(ids[static_cast<std::size_t>(g)], memory->stream(), ptrs,
                            reinterpret_cast<float*>(out), alpha, accumulate);
       memory->finish();
+      comm->check();
       std::vector<float> got(static_cast<std::size_t>(layout.shard_elems()));
       memory->read(got.data(), out, out_bytes);
       const auto expected =
@@ -345,6 +351,17 @@ void check_args(CheckRuntimeArgs& a) {
   }
   if (a.kill_at_call >= a.calls) {
     throw InvalidArgument("--kill-at-call must be below --calls");
+  }
+  if ((a.stall_rank >= 0) != (a.stall_at_call >= 0)) {
+    throw InvalidArgument("--stall-rank and --stall-at-call go together");
+  }
+  if (a.stall_rank >= 0 && a.backend != "nccl") {
+    throw InvalidArgument(
+        "--stall-rank is for --backend nccl (host calls run on the caller's "
+        "thread; --kill-rank tests their failures)");
+  }
+  if (a.stall_rank >= a.procs || a.stall_at_call >= a.calls) {
+    throw InvalidArgument("--stall-rank must be below --procs and --stall-at-call below --calls");
   }
   if (a.backend == "nccl") {
     if (!runtime::backend_built(runtime::BackendKind::kNccl)) {
@@ -517,6 +534,11 @@ void add_check_runtime_command(CLI::App& app) {
   cmd->add_flag("--cast", args->cast, "All-gather fp32 master shards as bf16");
   cmd->add_option("--kill-rank", args->kill_rank, "Kill this rank (SIGKILL) at --kill-at-call");
   cmd->add_option("--kill-at-call", args->kill_at_call, "The call at which --kill-rank dies");
+  cmd->add_option("--stall-rank", args->stall_rank,
+                  "nccl: from --stall-at-call on, this rank's calls wait for a gate that never "
+                  "opens (a peer that stopped signalling); every rank must fail within the "
+                  "timeout, the watchdog naming the stalled call");
+  cmd->add_option("--stall-at-call", args->stall_at_call, "The call at which --stall-rank stalls");
   cmd->add_option("--misorder-rank", args->misorder_rank,
                   "This rank issues two reduce-scatters in the other order");
   cmd->add_option("--timeout-s", args->timeout_s, "Per-call timeout")->capture_default_str();

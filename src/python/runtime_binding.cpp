@@ -165,6 +165,11 @@ class PyCommunicator {
     get().abort(reason);
   }
 
+  void check() {
+    nb::gil_scoped_release release;
+    get().check();
+  }
+
   void close() {
     nb::gil_scoped_release release;
     comm_.reset();
@@ -201,6 +206,8 @@ void bind_runtime(nb::module_& m) {
       .def("rank", &PyCommunicator::rank)
       .def("world", &PyCommunicator::world)
       .def("abort", &PyCommunicator::abort, nb::arg("reason"))
+      .def("check", &PyCommunicator::check,
+           "Raises CommunicationError when the communicator has failed (NOTE [runtime] 5)")
       .def("close", &PyCommunicator::close);
 }
 

@@ -52,6 +52,8 @@ class HostCommunicator final : public CommunicatorBase {
 
   std::int64_t arena_bytes() const override { return fabric_ ? fabric_->arena_bytes() : 0; }
 
+  void check() const override {}  // host calls raise on the calling thread
+
   void abort(const std::string& reason) override {
     commit();
     fabric_->abort("rank " + std::to_string(options_.rank) + " aborted: " + reason);

@@ -5,8 +5,14 @@
 // Built only with CUDA and NCCL (TIDE_RUNTIME_NCCL).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backends.hpp"
@@ -18,6 +24,7 @@
 #include "tide/fabric/nccl_fabric.hpp"
 #include "tide/fabric/nccl_window_fabric.hpp"
 #include "tide/kernels/cuda_check.hpp"
+#include "watchdog.hpp"
 
 namespace tide::runtime::detail {
 namespace {
@@ -32,9 +39,16 @@ class NcclCommunicator final : public CommunicatorBase {
   }
 
   ~NcclCommunicator() override {
-    // Runners first (their streams and events), then the window, then the communicators.
-    if (committed()) (void)cudaDeviceSynchronize();
+    // The watchdog first; then the calls still running get the timeout to finish (a stalled
+    // one aborts, which releases its waits, so nothing below can hang); then the runners
+    // (their streams and events), the window and the communicators.
+    watchdog_.reset();
+    if (committed()) {
+      drain();
+      (void)cudaDeviceSynchronize();
+    }
     runners_.clear();
+    if (stall_gate_ != nullptr) (void)cudaFree(stall_gate_);
     window_.reset();
     nccl_.reset();
   }
@@ -57,6 +71,7 @@ class NcclCommunicator final : public CommunicatorBase {
                                         cudaMemcpyDeviceToDevice, caller));
       }
     }
+    stall_if_injected(caller);
     runner(group, 0).enqueue(bindings, 1.0f, false, caller);
     ++g.stats.all_gathers;
     g.stats.copy_bytes_avoided += all_gather_copy_bytes(g.layout);
@@ -72,6 +87,7 @@ class NcclCommunicator final : public CommunicatorBase {
     exec::CudaCallBindings& mine = bindings[static_cast<std::size_t>(options_.rank)];
     mine.tensors.assign(grads.begin(), grads.end());
     mine.output = out;
+    stall_if_injected(reinterpret_cast<cudaStream_t>(stream));
     runner(group, 1).enqueue(bindings, alpha, accumulate, reinterpret_cast<cudaStream_t>(stream));
     ++g.stats.reduce_scatters;
     g.stats.copy_bytes_avoided += reduce_scatter_copy_bytes(g.layout);
@@ -79,7 +95,27 @@ class NcclCommunicator final : public CommunicatorBase {
 
   std::int64_t arena_bytes() const override { return nccl_ ? nccl_->arena_bytes() : 0; }
 
-  void abort(const std::string& reason) override { aborted_ = reason; }
+  // Fail-stop (NOTE [runtime] 5), from the caller's or the watchdog's thread: the reason is
+  // kept for every later call, the runners' waits are released so that their streams (and
+  // the caller streams joined to them) drain, and the NCCL communicators are aborted.
+  void check() const override { check_alive(); }
+
+  void abort(const std::string& reason) override {
+    {
+      std::lock_guard lock(abort_mutex_);
+      if (!aborted_.empty()) return;
+      aborted_ = reason;
+    }
+    for (auto& r : runners_) {
+      try {
+        r->release_waits();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "tide: rank %d: releasing the waits failed: %s\n", options_.rank,
+                     e.what());
+      }
+    }
+    if (nccl_) nccl_->abort();
+  }
 
  protected:
   RankCapabilities capabilities() const override { return caps_; }
@@ -109,6 +145,15 @@ class NcclCommunicator final : public CommunicatorBase {
     window_ = std::make_unique<fabric::NcclWindowFabric>(*nccl_, regions_bytes_, signal_words_);
     exec::CudaSequenceOptions runner_options;
     runner_options.replay_graphs = !env::flag("TIDE_NO_GRAPH_REPLAY");
+    if (options_.rank == options_.stall_rank && options_.stall_at_call >= 0) {
+      void* gate = nullptr;
+      TIDE_CUDA_CHECK(cudaMalloc(&gate, 8));
+      const std::uint64_t open = 1;
+      TIDE_CUDA_CHECK(cudaMemcpy(gate, &open, 8, cudaMemcpyHostToDevice));
+      stall_gate_ = static_cast<std::uint64_t*>(gate);
+      runner_options.gate_rank = options_.rank;
+      runner_options.gate_word = stall_gate_;
+    }
     for (auto& g : groups_) {
       runners_.push_back(std::make_unique<exec::CudaSequenceRunner>(
           g->all_gathers.sequence, *window_,
@@ -125,25 +170,87 @@ class NcclCommunicator final : public CommunicatorBase {
     all_gather_values(*options_.store, options_.key_prefix + "/nccl/ready", options_.rank,
                       options_.world, "1", options_.timeout);
     mark_committed();
+    watchdog_ = std::make_unique<Watchdog>([this] { return stalled_call(); },
+                                           [this](const std::string& reason) {
+                                             std::fprintf(stderr, "tide: %s\n", reason.c_str());
+                                             const_cast<NcclCommunicator*>(this)->abort(reason);
+                                           },
+                                           watchdog_period());
   }
 
  private:
   exec::CudaSequenceRunner& runner(int group, int collective) {
     return *runners_[static_cast<std::size_t>(2 * group + collective)];
   }
+  // The injected stall (CommunicatorOptions::stall_rank): the gate closes before that call.
+  void stall_if_injected(cudaStream_t caller) {
+    if (stall_gate_ != nullptr && calls_ == options_.stall_at_call) {
+      TIDE_CUDA_CHECK(cudaMemsetAsync(stall_gate_, 0, 8, caller));
+    }
+    ++calls_;
+  }
+
   void check_alive() const {
+    std::lock_guard lock(abort_mutex_);
     if (!aborted_.empty()) {
       throw CommunicationError("rank " + std::to_string(options_.rank) +
                                ": communicator aborted: " + aborted_);
     }
   }
 
+  // A tenth of the timeout, between 1 ms and 100 ms.
+  std::chrono::milliseconds watchdog_period() const {
+    return std::clamp(options_.timeout / 10, std::chrono::milliseconds(1),
+                      std::chrono::milliseconds(100));
+  }
+
+  // The watchdog's check: the first call of any runner past the timeout, named.
+  std::optional<std::string> stalled_call() const {
+    TIDE_CUDA_CHECK(cudaSetDevice(device_));
+    for (std::size_t i = 0; i < runners_.size(); ++i) {
+      const std::optional<exec::CudaStalledCall> stall = runners_[i]->stalled(options_.timeout);
+      if (!stall) continue;
+      const Group& g = *groups_[i / 2];
+      std::string reason = "rank " + std::to_string(options_.rank) + ": " +
+                           (i % 2 == 0 ? "all-gather" : "reduce-scatter") + " call " +
+                           std::to_string(stall->call) + " of group '" + g.spec.name +
+                           "' did not complete within " + std::to_string(options_.timeout.count()) +
+                           " ms (a peer stalled, died or issued another call order)";
+      if (!stall->waits.empty()) reason += "; unsatisfied: ";
+      for (std::size_t k = 0; k < stall->waits.size(); ++k)
+        reason += (k == 0 ? "" : "; ") + stall->waits[k];
+      return reason;
+    }
+    return std::nullopt;
+  }
+
+  // Waits, bounded by the timeout, until every runner's calls completed; aborts otherwise.
+  void drain() {
+    const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+    for (;;) {
+      bool idle = true;
+      for (auto& r : runners_)
+        idle = idle && r->idle();
+      if (idle) return;
+      if (std::chrono::steady_clock::now() > deadline) {
+        std::optional<std::string> reason = stalled_call();
+        abort(reason ? *reason : "calls still running at teardown after the timeout");
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
   int device_ = 0;
   RankCapabilities caps_;
-  std::string aborted_;
+  std::int64_t calls_ = 0;                       // calls of every group so far
+  mutable std::uint64_t* stall_gate_ = nullptr;  // CommunicatorOptions::stall_rank's gate
+  mutable std::mutex abort_mutex_;
+  std::string aborted_;  // the fail-stop reason; empty while alive
   mutable std::unique_ptr<fabric::NcclFabric> nccl_;
   mutable std::unique_ptr<fabric::NcclWindowFabric> window_;
   mutable std::vector<std::unique_ptr<exec::CudaSequenceRunner>> runners_;
+  mutable std::unique_ptr<Watchdog> watchdog_;  // after runners_: stopped before they go
 };
 
 }  // namespace

@@ -51,16 +51,28 @@
 //    gives the graph's calls the next call indices (they must be congruent mod Q to the
 //    captured ones, so templates, banks and event slots match) and patches every wait.
 //    A launch without prepare_replay() would wait for stale thresholds: not allowed.
-// 5. Limits: every rank's signal words and every arena must be load/store reachable (the
+// 5. Watch (fail-stop, Sec. 7.5): every call run on the stream path or as a replay graph
+//    records a completion event on the caller stream after its joins, in a ring of
+//    kWatchedCalls. stalled() (any thread, e.g. the runtime's watchdog) finds the oldest
+//    call whose event has not completed `timeout` after its enqueue and names its unsatisfied
+//    waits: the threshold of each is base + value, base being what earlier calls added (a
+//    closed form of the period's additions), against the word read on a private stream.
+//    release_waits() then writes a huge value into every signal word of the sequence (and
+//    the test gate), so that the streams drain instead of hanging after an abort. Calls in a
+//    caller's graph are not watched.
+// 6. Limits: every rank's signal words and every arena must be load/store reachable (the
 //    virtual fabric; messages are not built here); one caller stream per call for all local
 //    ranks; calls are issued from one host thread.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "tide/fabric/fabric.hpp"
@@ -103,8 +115,17 @@ struct CudaCapturedCalls {
   std::vector<Wait> waits;
 };
 
+// A call that did not complete within a timeout (NOTE [CUDA call sequences] 5).
+struct CudaStalledCall {
+  std::int64_t call = 0;
+  double seconds = 0;              // since it was enqueued
+  std::vector<std::string> waits;  // its unsatisfied waits, one line each (may be empty)
+};
+
 class CudaSequenceRunner {
  public:
+  static constexpr int kWatchedCalls = 64;
+
   // `sequence` and `fabric` must outlive the runner. Validates the templates as the CUDA
   // executor does, creates streams, events and tables, and zeroes the sequence's signal
   // words of the local ranks (synchronously). Throws Unsupported where a rank is not load/
@@ -128,6 +149,17 @@ class CudaSequenceRunner {
   // call indices and patches its waits. Throws InvalidArgument when the next index is not
   // congruent to calls.first_call mod event_slots().
   void prepare_replay(const CudaCapturedCalls& calls, cudaGraphExec_t exec);
+
+  // Thread-safe (NOTE [CUDA call sequences] 5): the oldest watched call still running
+  // `timeout` after its enqueue, with its unsatisfied waits; nullopt when there is none.
+  // A CUDA error met while looking is reported as a stall naming it.
+  std::optional<CudaStalledCall> stalled(std::chrono::milliseconds timeout) const;
+  // Thread-safe: whether every watched call has completed.
+  bool idle() const;
+  // Thread-safe: satisfies every wait of the sequence on the local ranks, so that its streams
+  // drain after a fail-stop abort. The outputs of calls still running are garbage after it,
+  // and the runner refuses every later call.
+  void release_waits();
 
   std::int64_t calls() const;           // calls enqueued (or replayed) so far
   int event_slots() const;              // Q

@@ -153,6 +153,9 @@ class NcclFabric {
   void settle(ncclResult_t result, const char* call);
 
   bool aborted() const;
+  // Aborts both communicators (ncclCommAbort) from any thread, e.g. a watchdog's: every later
+  // wait or settle of the fabric fails. Idempotent.
+  void abort() noexcept;
   // Gives up every resource without freeing it (a caller whose device work cannot be
   // drained). The fabric is unusable after.
   void release() noexcept;

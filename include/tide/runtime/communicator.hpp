@@ -28,7 +28,12 @@
 //    another order is caught by the wait that cannot complete (timeout, naming it).
 // 5. Failure is fail-stop (Sec. 7.5): a timeout, a dead peer or an abort raises
 //    CommunicationError on this rank and aborts the communicator on every rank, whose next
-//    call or wait raises.
+//    call or wait raises. On the nccl backend calls complete on the GPU after they return,
+//    so a watchdog thread (not the caller's) looks for a call still running the timeout
+//    after its enqueue (NOTE [CUDA call sequences] 5). It prints one line naming the call
+//    and its unsatisfied waits, releases the waits so that no stream hangs, and aborts the
+//    NCCL communicators; every later call, and check(), raises with that line. A dead or
+//    stalled peer stalls every other rank's calls, so every rank fails within the timeout.
 // Backends: kHost runs calls on the calling thread over shared memory (exec/host), so a call
 // has completed when it returns; CPU tensors have no streams, and `stream` is ignored.
 // kNccl (one process per GPU, the ranks of one host) enqueues each call on the caller's
@@ -67,6 +72,11 @@ struct CommunicatorOptions {
   std::string key_prefix = "tide";  // store keys of this communicator
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   int device = -1;  // the CUDA device (nccl backend)
+  // Fault injection for tests (nccl backend): from this rank's call `stall_at_call` on
+  // (counting every all-gather and reduce-scatter of the communicator), its calls wait for a
+  // gate that never opens, as if a peer's signals never came; the watchdog must find it.
+  int stall_rank = -1;
+  std::int64_t stall_at_call = -1;
 };
 
 struct GroupSpec {
@@ -137,6 +147,10 @@ class Communicator {
   virtual int world() const = 0;
   // Fail-stop by hand: every rank's next wait raises with `reason`.
   virtual void abort(const std::string& reason) = 0;
+  // Throws CommunicationError with the reason when the communicator has failed (an abort,
+  // or a call the watchdog found stalled). The nccl backend's calls complete after they
+  // return, so a caller checks at its own synchronisation points; host calls raise at once.
+  virtual void check() const = 0;
 };
 
 }  // namespace tide::runtime

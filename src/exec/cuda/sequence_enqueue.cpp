@@ -224,6 +224,11 @@ void CudaSequenceRunner::State::advance(std::vector<std::int64_t>& base, std::in
 void CudaSequenceRunner::enqueue(std::span<const CudaCallBindings> bindings, float alpha,
                                  bool accumulate, cudaStream_t caller) {
   State& s = *state_;
+  if (s.released()) {
+    throw CudaError(
+        "CudaSequenceRunner: the sequence was aborted (its waits were released); no call can "
+        "follow");
+  }
   if (s.broken) {
     throw CudaError(
         "CudaSequenceRunner: an earlier call failed part-way through its enqueue; "
@@ -267,6 +272,7 @@ void CudaSequenceRunner::enqueue_checked(std::span<const CudaCallBindings> bindi
         s.patch(g.exec, w,
                 w.total == sequence_detail::kConstantWait ? w.value : s.totals[w.total] + w.value);
       TIDE_CUDA_CHECK(cudaGraphLaunch(g.exec, caller));
+      s.watch_call(s.call, caller);
       ++s.graph_launches;
       s.advance(s.totals, s.call);
       ++s.call;
@@ -276,6 +282,7 @@ void CudaSequenceRunner::enqueue_checked(std::span<const CudaCallBindings> bindi
     s.remember(g, bindings, alpha, accumulate);
   }
   s.enqueue_call(s.call, bindings, alpha, accumulate, caller, s.totals, nullptr);
+  s.watch_call(s.call, caller);
   s.advance(s.totals, s.call);
   ++s.call;
 }

@@ -7,6 +7,7 @@
 
 #include "program_checks.hpp"
 #include "sequence_state.hpp"
+#include "sequence_watch.hpp"
 #include "tide/core/dtype.hpp"
 #include "tide/core/error.hpp"
 #include "tide/kernels/cuda_check.hpp"
@@ -332,6 +333,7 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
     s.map_template(sequence.templates[t], s.templates[t]);
   s.totals.assign(static_cast<std::size_t>(s.ranks) * static_cast<std::size_t>(s.counters), 0);
   s.graphs.resize(static_cast<std::size_t>(s.q));
+  s.create_watch();
   TIDE_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -340,6 +342,7 @@ CudaSequenceRunner::State::~State() {
     (void)cudaStreamSynchronize(st);
   for (sequence_detail::SlotGraph& g : graphs)
     drop(g);
+  destroy_watch();
   templates.clear();  // Level 1 tables
   for (cudaEvent_t e : events)
     if (e != nullptr) (void)cudaEventDestroy(e);

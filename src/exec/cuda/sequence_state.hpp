@@ -13,9 +13,11 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "sequence_watch.hpp"
 #include "tide/exec/cuda_sequence.hpp"
 #include "tide/kernels/landing.hpp"
 #include "tide/kernels/level1_sum.hpp"
@@ -142,6 +144,8 @@ struct CudaSequenceRunner::State {
   cudaStream_t origin = nullptr;
   std::int64_t graph_launches = 0;
   std::int64_t waits_patched = 0;
+  // NOTE [CUDA call sequences] 5 (sequence_watch.cpp).
+  std::unique_ptr<sequence_detail::Watch> watch;
 
   State(const program::CallSequence& s, fabric::Fabric& f, const CudaSequencePlace& p,
         const CudaSequenceOptions& o)
@@ -178,6 +182,14 @@ struct CudaSequenceRunner::State {
                     float alpha, bool accumulate);
   void patch(cudaGraphExec_t exec, const CudaCapturedCalls::Wait& w, std::int64_t threshold);
   static void drop(sequence_detail::SlotGraph& g);
+
+  // The watch (sequence_watch.cpp).
+  void create_watch();
+  void destroy_watch() noexcept;
+  bool released() const;
+  void watch_call(std::int64_t e, cudaStream_t caller);
+  std::vector<std::int64_t> totals_before(std::int64_t e) const;
+  std::vector<std::string> unsatisfied_waits(std::int64_t e) const;
 };
 
 }  // namespace tide::exec

@@ -1,6 +1,7 @@
 // The NCCL fabric: see NOTE [nccl fabric] and NOTE [nccl fabric waits] in nccl_fabric.hpp.
 #include "tide/fabric/nccl_fabric.hpp"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -54,7 +55,7 @@ struct NcclFabric::State {
   ncclWindow_t rail_window = nullptr;
   detail::LsaPeers main_peers;
   detail::LsaPeers rail_peers;
-  bool aborted = false;
+  std::atomic<bool> aborted{false};  // set by abort_all(), from any thread
   bool released = false;
 
   // Polls `done` with a bound; see NOTE [nccl fabric waits].
@@ -130,8 +131,7 @@ struct NcclFabric::State {
   }
 
   void abort_all() noexcept {
-    if (aborted) return;
-    aborted = true;
+    if (aborted.exchange(true)) return;
     if (rail != nullptr) (void)ncclCommAbort(rail);
     if (main != nullptr) (void)ncclCommAbort(main);
   }
@@ -301,6 +301,10 @@ void* NcclFabric::arena() const {
 std::int64_t NcclFabric::arena_bytes() const {
   return state_->arena_bytes;
 }
+void NcclFabric::abort() noexcept {
+  state_->abort_all();
+}
+
 bool NcclFabric::aborted() const {
   return state_->aborted;
 }
