@@ -4,7 +4,8 @@
 #   device: run(command="bash scripts/device/runtime.sh", carry=[".deps"])
 # STEPS (default "build gputests nccl package fsdp") picks steps:
 #   build     the C++ tree with CUDA and NCCL (tests, tide, the module)
-#   gputests  every GPU test binary (kernels, executor, sequence runner, golden vectors)
+#   gputests  every GPU test binary (kernels, executor, sequence runner, golden vectors);
+#             GPUTESTS=<regex> keeps the binaries whose names match
 #   nccl      tide check-runtime --backend nccl on every GPU of the machine, bitwise
 #   package   pip install . against the image's torch; import tide; the tide CLI
 #   fsdp      the FSDP2 parity suite on GPUs (tests/python/test_fsdp_gpu.py)
@@ -38,6 +39,7 @@ if has gputests; then
   : > "$OUT/gputests.log"
   for t in $(find "$BUILD/tests" -type f -executable -name 'tide_*tests' | sort); do
     case "$t" in *kernel*|*cuda*|*sequence*|*golden*|*fabric*) ;; *) continue ;; esac
+    [[ -n "${GPUTESTS:-}" && ! "$(basename "$t")" =~ ${GPUTESTS} ]] && continue
     timeout 300 "$t" > "$LOG/one-test.log" 2>&1
     rc=$?
     cat "$LOG/one-test.log" >> "$OUT/gputests.log"
@@ -58,6 +60,22 @@ if has nccl; then
     note "check-runtime nccl 1x$gpus $mode rc=$rc $(stamp): $(python3 -c "import json,sys; d=json.load(open('$LOG/nccl-$mode.json')); print('passed' if d['passed'] else 'FAILED', d['mismatches'], 'mismatches;', [r.get('error','') for r in d['per_rank'] if 'error' in r])" 2>&1) $(head -c 300 "$LOG/nccl-$mode.err")"
   done
   cp "$LOG/nccl-in-place.json" "$OUT/nccl.json" 2>/dev/null
+  # The watchdog (NOTE [runtime] 5): rank 0's calls stall from call 4 on; every rank must
+  # exit 1 within the timeout (3 s) plus set-up, the stalled call named, nothing left behind.
+  start=$(date +%s)
+  timeout 120 "$tide" check-runtime --backend nccl -M 1 -L "$gpus" --groups "37x5,16;20x7" \
+    --calls 12 --seed 3 --stall-rank 0 --stall-at-call 4 --timeout-s 3 --json \
+    > "$LOG/nccl-stall.json" 2> "$LOG/nccl-stall.err"
+  rc=$?
+  took=$(( $(date +%s) - start ))
+  left=$(pgrep -f "tide check-runtime" | wc -l)
+  if [[ $rc -eq 1 && $took -lt 60 && $left -eq 0 ]] && grep -q "did not complete within" "$LOG/nccl-stall.json"; then
+    note "check-runtime nccl stall: detected, exit 1 in ${took}s, no process left: $(grep -o '"error": "[^"]*' "$LOG/nccl-stall.json" | head -1 | cut -c1-400)"
+  else
+    rc_all=1
+    note "check-runtime nccl stall FAILED (rc=$rc, ${took}s, $left processes left): $(head -c 600 "$LOG/nccl-stall.json") $(head -c 300 "$LOG/nccl-stall.err")"
+  fi
+  cp "$LOG/nccl-stall.json" "$OUT/nccl-stall.json" 2>/dev/null
 fi
 
 if has package; then

@@ -118,6 +118,8 @@ def main():
                 ["-M", "1", "-L", "2", "--groups", "9x5", "--kill-rank", "1"],
                 ["-M", "1", "-L", "2", "--groups", "9x5", "--backend", "tcp"],
                 ["-M", "1", "-L", "2", "--groups", "9x5", "--misorder-rank", "0"],
+                ["-M", "1", "-L", "2", "--groups", "9x5", "--stall-rank", "0", "--stall-at-call", "1"],
+                ["-M", "1", "-L", "2", "--groups", "9x5", "--stall-rank", "0"],
                 ["-M", "1", "-L", "2", "--groups", "100000x100000"]):
         p, _ = run(bad)
         lines = p.stderr.strip().splitlines()

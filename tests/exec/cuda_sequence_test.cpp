@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -598,6 +599,62 @@ INSTANTIATE_TEST_SUITE_P(Topologies, AgStream,
                          ::testing::Combine(::testing::Values(Topo{1, 4}, Topo{2, 2}, Topo{3, 2},
                                                               Topo{2, 4}),
                                             ::testing::Bool()));
+
+// NOTE [CUDA call sequences] 5: a call held back by a closed gate is found by stalled() once
+// the timeout has passed, named with the gate; release_waits() lets the streams drain, and the
+// runner refuses every later call.
+TEST(CudaSequence, WatchFindsAStalledCallAndReleasesIt) {
+  TIDE_REQUIRE_GPU();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  Gate gate;
+  CudaSequenceOptions options;
+  options.gate_rank = 1;
+  options.gate_word = gate.word();
+  RsHarness h(Topo{1, 4}, seed, options, false, /*mapped=*/true);
+  Stream caller;
+  const auto buffers = h.buffers();
+  std::vector<std::unique_ptr<RsCallData>> data;
+  for (int e = 0; e < 3; ++e)
+    data.push_back(h.data(1.0f));
+  for (int e = 0; e < 2; ++e)
+    h.step(*buffers, *data[static_cast<std::size_t>(e)], 1.0f, caller.get());
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
+  EXPECT_TRUE(h.runner().idle());
+  EXPECT_FALSE(h.runner().stalled(std::chrono::milliseconds(0)).has_value())
+      << "completed calls reported as stalled";
+
+  gate.set(0);
+  h.step(*buffers, *data[2], 1.0f, caller.get());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(h.runner().idle());
+  EXPECT_FALSE(h.runner().stalled(std::chrono::hours(1)).has_value())
+      << "a call reported before its timeout";
+  const std::optional<exec::CudaStalledCall> stall =
+      h.runner().stalled(std::chrono::milliseconds(100));
+  ASSERT_TRUE(stall.has_value()) << "the held call was not found";
+  EXPECT_EQ(stall->call, 2);
+  EXPECT_GE(stall->seconds, 0.3);
+  ASSERT_FALSE(stall->waits.empty());
+  EXPECT_NE(stall->waits[0].find("rank 1: held by the test gate"), std::string::npos)
+      << stall->waits[0];
+
+  h.runner().release_waits();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (cudaStreamQuery(caller.get()) == cudaErrorNotReady &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(cudaStreamQuery(caller.get()), cudaSuccess) << "the released call did not drain";
+  EXPECT_TRUE(h.runner().idle());
+  EXPECT_FALSE(h.runner().stuck());
+  try {
+    h.step(*buffers, *data[0], 1.0f, caller.get());
+    ADD_FAILURE() << "a call after release_waits() was accepted";
+  } catch (const CudaError& e) {
+    EXPECT_NE(std::string(e.what()).find("aborted"), std::string::npos) << e.what();
+  }
+}
 
 }  // namespace
 }  // namespace tide

@@ -156,6 +156,9 @@ class CudaSequenceRunner {
   std::optional<CudaStalledCall> stalled(std::chrono::milliseconds timeout) const;
   // Thread-safe: whether every watched call has completed.
   bool idle() const;
+  // After release_waits(): a watched call is still running (its streams could not drain).
+  // The runner's destructor then frees nothing that synchronises; the process must end.
+  bool stuck() const;
   // Thread-safe: satisfies every wait of the sequence on the local ranks, so that its streams
   // drain after a fail-stop abort. The outputs of calls still running are garbage after it,
   // and the runner refuses every later call.

@@ -338,6 +338,18 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
 }
 
 CudaSequenceRunner::State::~State() {
+  // NOTE [CUDA call sequences] 5: streams an abort could not drain would hang every
+  // synchronising free below; everything is left to the end of the process.
+  if (watch && watch->released) {
+    std::lock_guard lock(watch->mutex);
+    for (const sequence_detail::Watch::Entry& e : watch->entries) {
+      if (cudaEventQuery(watch->events[static_cast<std::size_t>(e.slot)]) != cudaSuccess) {
+        // The Level 1 tables' device memory: its cudaFree would wait for the held streams.
+        static_cast<void>(new std::vector<sequence_detail::Template>(std::move(templates)));
+        return;
+      }
+    }
+  }
   for (cudaStream_t st : streams)
     (void)cudaStreamSynchronize(st);
   for (sequence_detail::SlotGraph& g : graphs)

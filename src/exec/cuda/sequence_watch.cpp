@@ -2,7 +2,9 @@
 // the stalled call and its unsatisfied waits, and the release of every wait after an abort.
 #include "sequence_watch.hpp"
 
+#include <algorithm>
 #include <string>
+#include <thread>
 
 #include "sequence_state.hpp"
 #include "tide/core/error.hpp"
@@ -17,6 +19,21 @@ namespace {
 // Far above any threshold a sequence reaches, so that every GEQ wait on the word passes.
 constexpr std::uint64_t kReleased = std::uint64_t{1} << 62;
 constexpr std::size_t kMaxNamedWaits = 8;
+// How long the watchdog waits for its word reads: a stream aliased onto a hardware queue
+// that a stalled wait holds cannot run them.
+constexpr auto kReadBound = std::chrono::milliseconds(500);
+
+// The host's view of `p` when it is mapped host memory (read and written with no GPU queue),
+// else nullptr.
+volatile std::uint64_t* host_view(const std::uint64_t* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  if (a.type != cudaMemoryTypeHost || a.hostPointer == nullptr) return nullptr;
+  return static_cast<volatile std::uint64_t*>(a.hostPointer);
+}
 
 double seconds_since(Watch::Clock::time_point t) {
   return std::chrono::duration<double>(Watch::Clock::now() - t).count();
@@ -31,6 +48,10 @@ void CudaSequenceRunner::State::create_watch() {
     cudaStream_t s = nullptr;
     TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     watch->readers.push_back(s);
+    void* words = nullptr;
+    TIDE_CUDA_CHECK(
+        cudaHostAlloc(&words, static_cast<std::size_t>(counters + 1) * 16, cudaHostAllocDefault));
+    watch->host_words.push_back(static_cast<std::uint64_t*>(words));
   }
   use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
   watch->events.assign(static_cast<std::size_t>(kWatchedCalls), nullptr);
@@ -44,6 +65,8 @@ void CudaSequenceRunner::State::destroy_watch() noexcept {
     if (e != nullptr) (void)cudaEventDestroy(e);
   for (cudaStream_t s : watch->readers)
     (void)cudaStreamDestroy(s);
+  for (std::uint64_t* w : watch->host_words)
+    (void)cudaFreeHost(w);
   watch.reset();
 }
 
@@ -75,24 +98,37 @@ std::vector<std::int64_t> CudaSequenceRunner::State::totals_before(std::int64_t 
 }
 
 std::vector<std::string> CudaSequenceRunner::State::unsatisfied_waits(std::int64_t e) const {
-  // The local ranks' words, read on private streams (the caller's may be blocked behind them).
+  // The local ranks' words, read on private streams into pinned memory, with a bound: the
+  // caller's streams may be blocked behind the stalled call, and a private stream may share
+  // a hardware queue with one of its waits.
+  std::vector<std::string> lines;
+  if (options.gate_word != nullptr && fabric.local(options.gate_rank)) {
+    const volatile std::uint64_t* gate = host_view(options.gate_word);
+    if (gate != nullptr && *gate < 1) {
+      lines.push_back("rank " + std::to_string(options.gate_rank) + ": held by the test gate");
+    }
+  }
   std::vector<std::uint64_t> words(totals.size(), 0);
-  std::uint64_t gate = 1;
+  const std::size_t n = static_cast<std::size_t>(counters);
   for (std::size_t k = 0; k < local_ranks.size(); ++k) {
     const int r = local_ranks[k];
+    std::uint64_t* host = watch->host_words[k];
     TIDE_CUDA_CHECK(cudaSetDevice(fabric.device_of(r)));
-    TIDE_CUDA_CHECK(cudaMemcpyAsync(
-        words.data() + static_cast<std::size_t>(r) * static_cast<std::size_t>(counters),
-        fabric.signals(r) + place.first_signal_word, static_cast<std::size_t>(counters) * 8,
-        cudaMemcpyDeviceToHost, watch->readers[k]));
-    if (r == options.gate_rank && options.gate_word != nullptr) {
-      TIDE_CUDA_CHECK(
-          cudaMemcpyAsync(&gate, options.gate_word, 8, cudaMemcpyDeviceToHost, watch->readers[k]));
+    TIDE_CUDA_CHECK(cudaMemcpyAsync(host, fabric.signals(r) + place.first_signal_word, n * 8,
+                                    cudaMemcpyDefault, watch->readers[k]));
+    const auto deadline = Watch::Clock::now() + kReadBound;
+    cudaError_t read = cudaErrorNotReady;
+    while ((read = cudaStreamQuery(watch->readers[k])) == cudaErrorNotReady &&
+           Watch::Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    TIDE_CUDA_CHECK(cudaStreamSynchronize(watch->readers[k]));
+    if (read != cudaSuccess) {
+      lines.push_back("its waits could not be read (rank " + std::to_string(r) +
+                      "'s word read did not complete: the GPU's queues are held)");
+      return lines;
+    }
+    std::copy(host, host + n, words.begin() + static_cast<std::ptrdiff_t>(r * counters));
   }
-  std::vector<std::string> lines;
-  if (gate < 1) lines.push_back("rank " + std::to_string(options.gate_rank) + ": the test gate");
   const std::vector<std::int64_t> base = totals_before(e);
   const program::Program& p = sequence.for_call(e).program;
   std::size_t unnamed = 0;
@@ -163,22 +199,33 @@ bool CudaSequenceRunner::idle() const {
   return w.entries.empty();
 }
 
+bool CudaSequenceRunner::stuck() const {
+  return state_->released() && !idle();
+}
+
 void CudaSequenceRunner::release_waits() {
   State& s = *state_;
   Watch& w = *s.watch;
   std::lock_guard lock(w.mutex);
   w.released = true;
-  const std::vector<std::uint64_t> high(static_cast<std::size_t>(s.counters), kReleased);
+  // Asynchronous from pinned memory, never waited for: a copy queued behind a held hardware
+  // queue completes only if that queue drains (the caller of release_waits checks idle()).
+  const std::size_t n = static_cast<std::size_t>(s.counters);
   for (std::size_t k = 0; k < s.local_ranks.size(); ++k) {
     const int r = s.local_ranks[k];
+    std::uint64_t* host = w.host_words[k] + (n + 1);  // the release half
+    std::fill(host, host + n + 1, kReleased);
     TIDE_CUDA_CHECK(cudaSetDevice(s.fabric.device_of(r)));
-    TIDE_CUDA_CHECK(cudaMemcpyAsync(s.fabric.signals(r) + s.place.first_signal_word, high.data(),
-                                    high.size() * 8, cudaMemcpyHostToDevice, w.readers[k]));
+    TIDE_CUDA_CHECK(cudaMemcpyAsync(s.fabric.signals(r) + s.place.first_signal_word, host, n * 8,
+                                    cudaMemcpyDefault, w.readers[k]));
     if (r == s.options.gate_rank && s.options.gate_word != nullptr) {
-      TIDE_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint64_t*>(s.options.gate_word), &kReleased,
-                                      8, cudaMemcpyHostToDevice, w.readers[k]));
+      if (volatile std::uint64_t* gate = host_view(s.options.gate_word)) {
+        *gate = kReleased;
+      } else {
+        TIDE_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint64_t*>(s.options.gate_word), host + n,
+                                        8, cudaMemcpyDefault, w.readers[k]));
+      }
     }
-    TIDE_CUDA_CHECK(cudaStreamSynchronize(w.readers[k]));
   }
 }
 

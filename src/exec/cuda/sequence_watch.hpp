@@ -24,7 +24,10 @@ struct Watch {
   std::vector<cudaEvent_t> events;    // a ring, on the caller's device
   int next = 0;                       // the ring slot the next call records
   std::vector<cudaStream_t> readers;  // per local rank (State::local_ranks order), non-blocking
-  bool released = false;              // release_waits() ran: every later call is refused
+  // Pinned host words per local rank, twice `counters` + 1: the target of the reads (the
+  // words, then the gate), then the source of release_waits(). Never waited for unbounded.
+  std::vector<std::uint64_t*> host_words;
+  bool released = false;  // release_waits() ran: every later call is refused
 };
 
 }  // namespace tide::exec::sequence_detail
