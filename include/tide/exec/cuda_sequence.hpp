@@ -82,25 +82,48 @@ struct CudaCallBindings {
 
 struct CudaSequenceOptions {
   bool replay_graphs = true;  // NOTE [CUDA call sequences] 3
+  // With replay_graphs: calls with fresh bindings also replay the slot's graph, with the
+  // nodes that carry them re-pointed (NOTE [CUDA call sequences] 3); off: only calls whose
+  // bindings equal the slot's last call's replay.
+  bool repoint_graphs = true;
   // Fault injection for tests: every stream of rank `gate_rank` waits, at the start of every
   // call, until the device word `gate_word` holds >= 1 (a peer whose signals are late).
   int gate_rank = -1;
   const std::uint64_t* gate_word = nullptr;
 };
 
+// One wait of a batch: `word` >= the counter total `total` (what earlier calls added to it;
+// kConstantWaitTotal: none) plus `value`.
+struct CudaWaitTerm {
+  std::uint64_t* word = nullptr;
+  std::size_t total = 0;   // index into the runner's counter totals (rank * counters + id)
+  std::int64_t value = 0;  // the template's relative threshold
+};
+inline constexpr std::size_t kConstantWaitTotal = ~std::size_t{0};
+
 // The calls captured into a caller's graph (NOTE [CUDA call sequences] 4).
 struct CudaCapturedCalls {
   struct Wait {
-    void* node = nullptr;    // CUgraphNode of the batch-mem-op wait
-    int call = 0;            // which captured call (0-based)
-    std::size_t total = 0;   // index into the runner's counter totals (rank * counters + id)
-    std::int64_t value = 0;  // the template's relative threshold
-    std::uint64_t* word = nullptr;
-    void* context = nullptr;  // CUcontext of the waiting rank's device
+    void* node = nullptr;             // CUgraphNode of the batch-mem-op wait
+    int call = 0;                     // which captured call (0-based)
+    void* context = nullptr;          // CUcontext of the waiting rank's device
+    std::vector<CudaWaitTerm> terms;  // the node's waits, in order
   };
   std::int64_t first_call = 0;  // the call index the capture started at
   int calls = 0;
   std::vector<Wait> waits;
+};
+
+// What one call enqueues, averaged over the templates (local ranks only).
+struct CudaSequenceCounts {
+  double ops = 0;           // enqueued ops after fusion (NOTE [CUDA call sequences] 1)
+  double copies = 0;        // copy descriptors
+  double wait_ops = 0;      // fused kWait: one batch of stream memory operations / one node
+  double wait_terms = 0;    // the single waits they hold
+  double signal_ops = 0;    // fused kSignal: counter-addition kernel launches
+  double signal_terms = 0;  // the additions they hold
+  double kernels = 0;       // Level 1 sums, landings, casts
+  double events = 0;        // event records and waits
 };
 
 class CudaSequenceRunner {
@@ -133,6 +156,11 @@ class CudaSequenceRunner {
   int event_slots() const;              // Q
   std::int64_t graph_launches() const;  // calls run as the runner's own graphs
   std::int64_t waits_patched() const;   // graph wait nodes patched so far
+  // Caller-pointer nodes (copies, kernels, memsets) patched so far by fresh calls replayed
+  // as graphs (NOTE [CUDA call sequences] 3), and the calls that were.
+  std::int64_t nodes_repointed() const;
+  std::int64_t repointed_launches() const;
+  CudaSequenceCounts counts() const;
 
  private:
   void enqueue_checked(std::span<const CudaCallBindings> bindings, float alpha, bool accumulate,
