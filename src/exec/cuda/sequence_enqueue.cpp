@@ -28,6 +28,15 @@ std::byte* at(const Ptr& p, const CudaCallBindings& b) {
   return const_cast<std::byte*>(static_cast<const std::byte*>(base)) + p.offset;
 }
 
+cudaMemcpy3DParms copy_params(const Copy& c, const CudaCallBindings& b) {
+  cudaMemcpy3DParms p{};
+  p.srcPtr = cudaPitchedPtr{at(c.src, b), c.spitch, c.width, c.rows};
+  p.dstPtr = cudaPitchedPtr{at(c.dst, b), c.dpitch, c.width, c.rows};
+  p.extent = cudaExtent{c.width, c.rows, 1};
+  p.kind = cudaMemcpyDeviceToDevice;
+  return p;
+}
+
 bool carries_bindings(const SeqOp& m) {
   switch (m.kind) {
     case OpKind::kSum:
@@ -178,6 +187,30 @@ void CudaSequenceRunner::State::record_node(cudaStream_t s, const SeqOp& m, std:
   capture->repoints->push_back(r);
 }
 
+// Under the capture of a slot graph: a 2-D copy that carries caller pointers, as a child
+// graph node holding the copy (see Repoint), so that later calls can re-point it.
+void CudaSequenceRunner::State::capture_child_copy(cudaStream_t s, std::size_t index,
+                                                   int copy_index, const cudaMemcpy3DParms& params,
+                                                   Capture* capture) {
+  sequence_detail::Repoint& r = capture->repoints->emplace_back();  // owns the child from here
+  r.op = index;
+  r.copy = copy_index;
+  TIDE_CUDA_CHECK(cudaGraphCreate(&r.child, 0));
+  TIDE_CUDA_CHECK(cudaGraphAddMemcpyNode(&r.child_copy, r.child, nullptr, 0, &params));
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = nullptr;
+  const cudaGraphNode_t* deps = nullptr;
+  const cudaGraphEdgeData* edges = nullptr;
+  std::size_t count = 0;
+  TIDE_CUDA_CHECK(cudaStreamGetCaptureInfo(s, &status, nullptr, &graph, &deps, &edges, &count));
+  if (status != cudaStreamCaptureStatusActive) {
+    throw InternalError("CudaSequenceRunner: a stream left the capture");
+  }
+  TIDE_CUDA_CHECK(cudaGraphAddChildGraphNode(&r.node, graph, deps, count, r.child));
+  TIDE_CUDA_CHECK(cudaStreamUpdateCaptureDependencies(s, &r.node, nullptr, 1,
+                                                      cudaStreamSetCaptureDependencies));
+}
+
 void CudaSequenceRunner::State::launch_kernel_op(const SeqOp& m, const CudaCallBindings& b,
                                                  float alpha, bool accumulate, cudaStream_t s) {
   switch (m.kind) {
@@ -222,9 +255,16 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
     case OpKind::kRailPut:  // split by the fusion pass; kept for ops mapped but not fused
       for (std::size_t k = 0; k < m.copies.size(); ++k) {
         const Copy& c = m.copies[k];
+        const bool slotted =
+            c.dst.slot != sequence_detail::kFixed || c.src.slot != sequence_detail::kFixed;
+        if (slotted && !c.flat && capture != nullptr && capture->repoints != nullptr &&
+            capture->repointable) {
+          capture_child_copy(s, index, static_cast<int>(k), sequence_detail::copy_params(c, b),
+                             capture);
+          continue;
+        }
         copy(c, b, s);
-        if (c.dst.slot != sequence_detail::kFixed || c.src.slot != sequence_detail::kFixed)
-          record_node(s, m, index, static_cast<int>(k), capture);
+        if (slotted) record_node(s, m, index, static_cast<int>(k), capture);
       }
       if (m.kind == OpKind::kRailPut)
         cuda_detail::launch_counter_add(m.word, static_cast<std::uint64_t>(m.value), s);

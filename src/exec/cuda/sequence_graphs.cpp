@@ -50,9 +50,15 @@ void CudaSequenceRunner::State::drop(SlotGraph& g) {
   g.exec = nullptr;
   g.graph = nullptr;
   g.waits.clear();
+  release_repoints(g);
+  g.seen = false;
+}
+
+void CudaSequenceRunner::State::release_repoints(SlotGraph& g) {
+  for (const Repoint& r : g.repoints)
+    if (r.child != nullptr) (void)cudaGraphDestroy(r.child);
   g.repoints.clear();
   g.repointable = false;
-  g.seen = false;
 }
 
 // Captures the current call (index `call`) from the private origin stream into the slot's
@@ -70,17 +76,19 @@ void CudaSequenceRunner::State::capture_slot(SlotGraph& g,
     (void)cudaStreamEndCapture(origin, &partial);
     if (partial != nullptr) (void)cudaGraphDestroy(partial);
     g.waits.clear();
-    g.repoints.clear();
+    release_repoints(g);
     throw;
   }
-  g.repointable = capture.repointable;
-  if (!g.repointable) g.repoints.clear();
+  const bool repointable = capture.repointable;
+  if (!repointable) release_repoints(g);  // the child graph nodes stay in g.graph (cloned)
+  g.repointable = repointable;
   TIDE_CUDA_CHECK(cudaStreamEndCapture(origin, &g.graph));
   TIDE_CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
 }
 
-// Patches the nodes of the slot's graph whose bindings differ from its last call's: copies
-// and memsets directly (cudaGraphExecMemcpyNodeSetParams(1D), cudaGraphExecMemsetNodeSetParams),
+// Patches the nodes of the slot's graph whose bindings differ from its last call's: 1-D copies
+// and memsets directly (cudaGraphExecMemcpyNodeSetParams1D, cudaGraphExecMemsetNodeSetParams),
+// 2-D copies through their child graphs (cudaGraphExecChildGraphNodeSetParams),
 // kernels with the parameters their launcher computes for the new bindings (repoint_kernels).
 bool CudaSequenceRunner::State::repoint(SlotGraph& g, std::span<const CudaCallBindings> bindings,
                                         float alpha, bool accumulate) {
@@ -105,16 +113,16 @@ bool CudaSequenceRunner::State::repoint(SlotGraph& g, std::span<const CudaCallBi
     cudaError_t err = cudaSuccess;
     if (rp.copy >= 0) {
       const Copy& c = m.copies[static_cast<std::size_t>(rp.copy)];
-      if (c.flat) {
+      if (rp.child != nullptr) {
+        const cudaMemcpy3DParms p = sequence_detail::copy_params(c, b);
+        err = cudaGraphMemcpyNodeSetParams(rp.child_copy, &p);
+        if (err == cudaSuccess)
+          err = cudaGraphExecChildGraphNodeSetParams(g.exec, rp.node, rp.child);
+      } else if (c.flat) {
         err = cudaGraphExecMemcpyNodeSetParams1D(g.exec, rp.node, at(c.dst, b), at(c.src, b),
                                                  c.width * c.rows, cudaMemcpyDeviceToDevice);
       } else {
-        cudaMemcpy3DParms p{};
-        p.srcPtr = cudaPitchedPtr{at(c.src, b), c.spitch, c.width, c.rows};
-        p.dstPtr = cudaPitchedPtr{at(c.dst, b), c.dpitch, c.width, c.rows};
-        p.extent = cudaExtent{c.width, c.rows, 1};
-        p.kind = cudaMemcpyDeviceToDevice;
-        err = cudaGraphExecMemcpyNodeSetParams(g.exec, rp.node, &p);
+        err = cudaErrorInvalidValue;  // a 2-D copy node outside a child graph: not updatable
       }
     } else if (m.kind == OpKind::kZero) {
       cudaMemsetParams p = rp.memset;
