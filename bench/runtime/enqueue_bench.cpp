@@ -3,11 +3,16 @@
 // M x L topology is a virtual rank on one GPU, and one host thread enqueues all of them, so
 // the time per rank is the call's enqueue time divided by N (a real rank's thread enqueues
 // only its own ops). Per collective (TIDE-AG with the fp32 -> bf16 cast, TIDE-RS In-Place):
-//   - fresh pointers: every call binds pointers the previous call did not (the stream path);
-//   - unchanged pointers: the same bindings every call, so after two visits of each event
-//     slot a call is a graph launch with its wait nodes patched (the replay path).
+//   - fresh: every call binds pointers (inputs and outputs) the previous call of its event
+//     slot did not, so after two visits of each slot a call is a graph launch with the nodes
+//     that carry pointers re-pointed and the waits re-targeted (the runner's default);
+//   - replay: the same bindings every call: a graph launch with its waits re-targeted;
+//   - stream: fresh pointers with graphs off, every op enqueued on its stream (the path of
+//     the first calls, and of calls a node update cannot express).
 // Each repeat times enqueue() alone (host clock); the GPU then finishes the call before the
-// next repeat (not timed), so the host never blocks on full queues. Medians, p10 and p90.
+// next repeat (not timed), so the host never blocks on full queues. Medians, p10 and p90 of
+// ms per rank, and what a call enqueues (ops after fusion, waits and counter additions, nodes
+// re-pointed and wait nodes patched per graph launch).
 // Gradients and masters are read-only inputs: all ranks bind one shared allocation, offset
 // per call so the pointers still change. Parameter rows can be divided (--rows-div) where
 // the full model does not fit one GPU's memory as N virtual ranks; the JSON says which.
@@ -92,39 +97,54 @@ std::unique_ptr<tide::fabric::VirtualFabric> fabric_for(const tide::program::Cal
   return std::make_unique<tide::fabric::VirtualFabric>(sizes, o);
 }
 
-// Times `repeats` calls of `seq` after `warmup` untimed ones. `fresh`: every call shifts the
-// input pointers by 256 bytes (alternating), otherwise the same bindings every call.
+enum class Mode { kFresh, kReplay, kStream };
+
+// Times `repeats` calls of `seq` after the warm-up (two visits of every event slot and two
+// more calls). kFresh and kStream: each visit of an event slot shifts the input pointers by
+// 256 bytes and switches between two output buffers per rank, relative to the slot's last
+// visit; kReplay: the same bindings every call.
 json time_calls(const tide::program::CallSequence& seq, std::int64_t input_bytes,
-                std::int64_t output_bytes, const std::vector<std::int64_t>& tensor_bytes,
-                bool fresh, int warmup, int repeats) {
+                std::int64_t output_bytes, const std::vector<std::int64_t>& tensor_bytes, Mode mode,
+                int repeats) {
   const int n = seq.templates[0].program.ranks;
   const auto fab = fabric_for(seq);
   tide::exec::CudaSequenceOptions options;
-  options.replay_graphs = !fresh;
+  options.replay_graphs = mode != Mode::kStream;
   tide::exec::CudaSequenceRunner runner(seq, *fab, {0, 0}, options);
+  const int q = runner.event_slots();
+  const int warmup = 2 * q + 2;
+  const bool fresh = mode != Mode::kReplay;
   DeviceBytes inputs(static_cast<std::size_t>(input_bytes) + 512);
   TIDE_CUDA_CHECK(cudaMemset(inputs.p, 0, static_cast<std::size_t>(input_bytes) + 512));
-  std::vector<std::unique_ptr<DeviceBytes>> outputs;
-  for (int r = 0; r < n && output_bytes > 0; ++r)
-    outputs.push_back(std::make_unique<DeviceBytes>(static_cast<std::size_t>(output_bytes)));
+  std::vector<std::unique_ptr<DeviceBytes>> outputs;  // [set * n + rank]
+  for (int set = 0; set < (fresh ? 2 : 1); ++set)
+    for (int r = 0; r < n && output_bytes > 0; ++r)
+      outputs.push_back(std::make_unique<DeviceBytes>(static_cast<std::size_t>(output_bytes)));
   auto bindings_for = [&](int call) {
     std::vector<tide::exec::CudaCallBindings> b(static_cast<std::size_t>(n));
-    const std::size_t shift = fresh ? static_cast<std::size_t>(call % 2) * 256 : 0;
+    const int visit = fresh ? (call / q) % 2 : 0;
     for (int r = 0; r < n; ++r) {
-      std::size_t at = shift;
+      std::size_t at = static_cast<std::size_t>(visit) * 256;
       for (const std::int64_t bytes : tensor_bytes) {
         b[static_cast<std::size_t>(r)].tensors.push_back(inputs.at(at));
         at += static_cast<std::size_t>(bytes);
       }
       if (!outputs.empty())
-        b[static_cast<std::size_t>(r)].output = outputs[static_cast<std::size_t>(r)]->p;
+        b[static_cast<std::size_t>(r)].output = outputs[static_cast<std::size_t>(visit * n + r)]->p;
     }
     return b;
   };
   cudaStream_t caller = nullptr;
   TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&caller, cudaStreamNonBlocking));
   std::vector<double> ms;
+  std::int64_t launches0 = 0, repointed0 = 0, nodes0 = 0, waits0 = 0;
   for (int call = 0; call < warmup + repeats; ++call) {
+    if (call == warmup) {
+      launches0 = runner.graph_launches();
+      repointed0 = runner.repointed_launches();
+      nodes0 = runner.nodes_repointed();
+      waits0 = runner.waits_patched();
+    }
     const auto b = bindings_for(call);
     const auto t0 = Clock::now();
     runner.enqueue(b, 1.0f, false, caller);
@@ -135,17 +155,27 @@ json time_calls(const tide::program::CallSequence& seq, std::int64_t input_bytes
   }
   TIDE_CUDA_CHECK(cudaStreamDestroy(caller));
   json j = stats(ms);
-  j["graph_launches"] = runner.graph_launches();
-  j["waits_patched_per_call"] = runner.graph_launches() > 0
-                                    ? static_cast<double>(runner.waits_patched()) /
-                                          static_cast<double>(runner.graph_launches())
-                                    : 0.0;
-  j["event_slots"] = runner.event_slots();
+  const auto timed = static_cast<double>(repeats);
+  const std::int64_t launches = runner.graph_launches() - launches0;
+  j["graph_launches"] = launches;
+  j["repointed_launches"] = runner.repointed_launches() - repointed0;
+  j["nodes_repointed_per_call"] = static_cast<double>(runner.nodes_repointed() - nodes0) / timed;
+  j["wait_nodes_patched_per_call"] = static_cast<double>(runner.waits_patched() - waits0) / timed;
+  j["event_slots"] = q;
   j["period"] = seq.period;
   std::size_t ops = 0;
   for (const auto& t : seq.templates)
     ops += t.program.ops.size();
-  j["ops_per_call"] = static_cast<double>(ops) / static_cast<double>(seq.templates.size());
+  j["program_ops_per_call"] = static_cast<double>(ops) / static_cast<double>(seq.templates.size());
+  const tide::exec::CudaSequenceCounts c = runner.counts();
+  j["enqueued_per_call"] = {{"ops", c.ops},
+                            {"copy_descriptors", c.copies},
+                            {"wait_ops", c.wait_ops},
+                            {"waits", c.wait_terms},
+                            {"counter_add_ops", c.signal_ops},
+                            {"counter_adds", c.signal_terms},
+                            {"kernels", c.kernels},
+                            {"events", c.events}};
   return j;
 }
 
@@ -217,17 +247,22 @@ int main(int argc, char** argv) {
       grads.push_back(p.rows * p.cols * 2);
       grad_bytes += p.rows * p.cols * 2;
     }
-    const int ag_warm = 2 * ag_seq.period * 2 + 2, rs_warm = 2 * rs_seq.period * 2 + 2;
-    j["ag_fresh"] = time_calls(ag_seq, master_bytes, 0, masters, true, 2, repeats);
-    std::printf("AG fresh: %s\n", j["ag_fresh"].dump().c_str());
-    j["ag_replay"] = time_calls(ag_seq, master_bytes, 0, masters, false, ag_warm, repeats);
-    std::printf("AG replay: %s\n", j["ag_replay"].dump().c_str());
-    j["rs_fresh"] =
-        time_calls(rs_seq, grad_bytes, layout.fp32_shard_bytes(), grads, true, 2, repeats);
-    std::printf("RS fresh: %s\n", j["rs_fresh"].dump().c_str());
-    j["rs_replay"] =
-        time_calls(rs_seq, grad_bytes, layout.fp32_shard_bytes(), grads, false, rs_warm, repeats);
-    std::printf("RS replay: %s\n", j["rs_replay"].dump().c_str());
+    for (const auto& [key, mode] :
+         {std::pair{"fresh", Mode::kFresh}, std::pair{"replay", Mode::kReplay},
+          std::pair{"stream", Mode::kStream}}) {
+      const std::string ag_key = std::string("ag_") + key;
+      j[ag_key] = time_calls(ag_seq, master_bytes, 0, masters, mode, repeats);
+      std::printf("AG %s: %s\n", key, j[ag_key].dump().c_str());
+      std::fflush(stdout);
+    }
+    for (const auto& [key, mode] :
+         {std::pair{"fresh", Mode::kFresh}, std::pair{"replay", Mode::kReplay},
+          std::pair{"stream", Mode::kStream}}) {
+      const std::string rs_key = std::string("rs_") + key;
+      j[rs_key] = time_calls(rs_seq, grad_bytes, layout.fp32_shard_bytes(), grads, mode, repeats);
+      std::printf("RS %s: %s\n", key, j[rs_key].dump().c_str());
+      std::fflush(stdout);
+    }
     (void)n;
     if (!out.empty()) std::ofstream(out) << j.dump(2) << "\n";
   } catch (const std::exception& e) {

@@ -43,14 +43,15 @@ fi
 rc_all=0
 passed=0
 if has tests; then
-  # Stream-path tests first, then each graph test alone: a hang stops only its own group.
+  # Host checks and the stream-path tests (AgStream with graphs too) first, then each graph
+  # test alone: a hang stops only its own group.
   : > "$LOG/tests.log"
-  for filter in 'CudaSequence.Templates*:Topologies/*' 'CudaSequence.ReplayGraphs*' \
-                'CudaSequence.CallsCaptured*'; do
-    timeout 90 "$TESTS" --gtest_filter="$filter" >> "$LOG/tests.log" 2>&1
+  for filter in 'CudaSequence.Templates*:SequenceFusion.*:Topologies/RsStream.*:Topologies/AgStream.*' \
+                'Topologies/RsGraphs.*' 'CudaSequence.ReplayGraphs*' 'CudaSequence.CallsCaptured*'; do
+    timeout 120 "$TESTS" --gtest_filter="$filter" >> "$LOG/tests.log" 2>&1
     rc=$?
     [[ $rc -ne 0 ]] && rc_all=$rc
-    [[ $rc -eq 124 ]] && note "TESTS TIMED OUT (90 s) in $filter"
+    [[ $rc -eq 124 ]] && note "TESTS TIMED OUT (120 s) in $filter"
     note "tests $filter rc=$rc $(stamp)"
   done
   passed=$(grep -cE '^\[       OK \]' "$LOG/tests.log")
@@ -63,20 +64,20 @@ if has bench; then
   # The Llama-3.1-70B layer group (rows halved so 64 virtual ranks fit one GPU; the ops per
   # call are those of the full shapes) and a 30-parameter group as tide_executor_bench builds it.
   args="--nodes 8 --gpus 8 --repeats 30"
-  timeout 150 "$BENCH" --out "$OUT/enqueue_raw_llama70b.json" --model llama3.1-70b \
+  timeout 200 "$BENCH" --out "$OUT/enqueue_raw_llama70b.json" --model llama3.1-70b \
     --rows-div "$ROWS_DIV" $args > "$LOG/bench_llama.txt" 2>&1
   rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
-  note "bench llama rc=$rc $(stamp)"; tail -4 "$LOG/bench_llama.txt" | tee -a "$summary"
-  timeout 150 "$BENCH" --out "$OUT/enqueue_raw_p30.json" --synthetic 30 --elems 65536 $args \
+  note "bench llama rc=$rc $(stamp)"; tail -6 "$LOG/bench_llama.txt" | tee -a "$summary"
+  timeout 200 "$BENCH" --out "$OUT/enqueue_raw_p30.json" --synthetic 30 --elems 65536 $args \
     > "$LOG/bench_p30.txt" 2>&1
   rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
-  note "bench P=30 rc=$rc $(stamp)"; tail -4 "$LOG/bench_p30.txt" | tee -a "$summary"
+  note "bench P=30 rc=$rc $(stamp)"; tail -6 "$LOG/bench_p30.txt" | tee -a "$summary"
 fi
 
 if has sanitize; then
   if command -v compute-sanitizer > /dev/null; then
     timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$TESTS" \
-      --gtest_filter='Topologies/RsStream.*/0:Topologies/RsStream.*/3:Topologies/AgStream.*/1:CudaSequence.ReplayGraphs*' \
+      --gtest_filter='Topologies/RsStream.*/0:Topologies/RsStream.*/3:Topologies/RsGraphs.*/1:Topologies/AgStream.*/3:CudaSequence.ReplayGraphs*' \
       > "$LOG/sanitize.log" 2>&1
     rc=$?
     [[ $rc -ne 0 ]] && rc_all=$rc

@@ -6,7 +6,9 @@ and, where run, a synthetic group of 30 parameters as tide_executor_bench builds
 usage: runtime_results.py OUT_JSON --tests TESTS_LOG --machine TEXT --command TEXT
                           [--llama RAW_JSON] [--synthetic30 RAW_JSON] [--sanitize LOG] [--date ISO]
 The *_8x8_p30 keys come from the synthetic 30-parameter run when there is one, else from the
-Llama layer run (which has 9 parameters; `p30_source` says which)."""
+Llama layer run (which has 9 parameters; `p30_source` says which). Fresh calls are the runner's
+default path (re-pointed slot graphs after two visits of each event slot); the *_stream_* keys
+are fresh calls with graphs off (every op enqueued), where the benchmark measured them."""
 import argparse
 import datetime
 import json
@@ -67,6 +69,11 @@ def main():
     out["replay_is_the_slower_of"] = worst
     stats(out, "ag_replay_enqueue_ms_per_rank_8x8_p30", raw["ag_replay"])
     stats(out, "rs_replay_enqueue_ms_per_rank_8x8_p30", raw["rs_replay"])
+    for coll in ("ag", "rs"):
+        if coll + "_stream" in raw:
+            stats(out, coll + "_stream_enqueue_ms_per_rank_8x8_p30", raw[coll + "_stream"])
+        if "enqueued_per_call" in raw[coll + "_fresh"]:
+            out[coll + "_enqueued_per_call_8x8_p30"] = raw[coll + "_fresh"]["enqueued_per_call"]
     out["goals_ms_per_rank"] = {"fresh": 0.5, "replay": 0.05}
     out["runs"] = raws
     json.dump(out, open(a.out, "w"), indent=2)

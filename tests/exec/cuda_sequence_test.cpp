@@ -336,6 +336,46 @@ TEST_P(RsStream, ManyCallsWithFreshPointersMatchTheDefinition) {
     h.expect_equal(*data[static_cast<std::size_t>(e)], "call " + std::to_string(e));
 }
 
+// Graph path with fresh pointers: every call binds buffers (and an alpha) the slot's last
+// call did not, so from the second visit of each event slot on, calls replay the slot's graph
+// with the nodes that carry bindings re-pointed (NOTE [CUDA call sequences] 3).
+class RsGraphs : public ::testing::TestWithParam<std::tuple<Topo, bool>> {};
+
+TEST_P(RsGraphs, FreshPointersReplayRepointedGraphs) {
+  TIDE_REQUIRE_GPU();
+  const auto [topo, accumulate] = GetParam();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  RsHarness h(topo, seed, CudaSequenceOptions{}, accumulate);
+  const int q = h.runner().event_slots();
+  const int calls = 3 * q + 1;
+  Stream caller;
+  std::vector<std::unique_ptr<RsBuffers>> buffers;
+  std::vector<std::unique_ptr<RsCallData>> data;
+  std::vector<float> alphas;
+  for (int e = 0; e < calls; ++e) {
+    alphas.push_back(e % 3 == 0 ? 0.5f : (e % 3 == 1 ? 1.0f : 0.375f));
+    buffers.push_back(h.buffers());
+    data.push_back(h.data(alphas.back()));
+  }
+  for (int e = 0; e < calls; ++e)
+    h.step(*buffers[static_cast<std::size_t>(e)], *data[static_cast<std::size_t>(e)],
+           alphas[static_cast<std::size_t>(e)], caller.get());
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
+  EXPECT_EQ(h.runner().calls(), calls);
+  // Calls q .. 2q - 1 capture their slot's graph; calls 2q on re-point it.
+  EXPECT_EQ(h.runner().graph_launches(), calls - q);
+  EXPECT_EQ(h.runner().repointed_launches(), calls - 2 * q);
+  EXPECT_GT(h.runner().nodes_repointed(), 0);
+  for (int e = 0; e < calls; ++e)
+    h.expect_equal(*data[static_cast<std::size_t>(e)], "call " + std::to_string(e));
+}
+
+INSTANTIATE_TEST_SUITE_P(Topologies, RsGraphs,
+                         ::testing::Combine(::testing::Values(Topo{1, 4}, Topo{2, 2}, Topo{3, 2},
+                                                              Topo{2, 4}),
+                                            ::testing::Bool()));
+
 INSTANTIATE_TEST_SUITE_P(Topologies, RsStream,
                          ::testing::Combine(::testing::Values(Topo{1, 4}, Topo{2, 2}, Topo{3, 2},
                                                               Topo{2, 4}),
@@ -405,6 +445,22 @@ TEST(CudaSequence, ReplayGraphsMatchAndStillWaitForPeers) {
   gate.set(1);
   TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
   h.expect_equal(*data.back(), "the gated call");
+
+  // A replayed call with fresh pointers (its nodes re-pointed), rank 1 held back: the
+  // consumers of the re-pointed graph still wait for the gated peer.
+  const auto fresh_buffers = h.buffers();
+  for (const auto& out : fresh_buffers->outputs)
+    out->fill(0xFF);
+  const auto fresh = h.data(alpha);
+  const std::int64_t repointed = h.runner().repointed_launches();
+  gate.set(0);
+  h.step(*fresh_buffers, *fresh, alpha, caller.get());
+  ASSERT_EQ(h.runner().graph_launches(), launches + 2) << "the fresh gated call was not a replay";
+  ASSERT_EQ(h.runner().repointed_launches(), repointed + 1) << "its nodes were not re-pointed";
+  expect_held(*fresh_buffers, caller.get());
+  gate.set(1);
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
+  h.expect_equal(*fresh, "the fresh gated call");
 }
 
 // The caller captures its own step (compute kernels and Q calls) into a graph and replays it
@@ -501,14 +557,16 @@ TEST(CudaSequence, CallsCapturedInTheCallersGraphReplayAndWait) {
 
 // ---- All-gather ---------------------------------------------------------------------------
 
-class AgStream : public ::testing::TestWithParam<std::tuple<Topo, bool>> {};
+class AgStream : public ::testing::TestWithParam<std::tuple<Topo, bool, bool>> {};
 
 // Every call lands every rank's shard in every rank's landing; with a cast each call reads
 // fresh fp32 masters (fresh pointers), without it the resident shard. The caller's consumer
-// copies each rank's landing right after each call.
+// copies each rank's landing right after each call. On the stream path, or with graphs:
+// from the second visit of each event slot on, calls replay the slot's graph (re-pointed to
+// the fresh masters with a cast).
 TEST_P(AgStream, ManyCallsLandEveryShard) {
   TIDE_REQUIRE_GPU();
-  const auto [topo, cast] = GetParam();
+  const auto [topo, cast, graphs] = GetParam();
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
   std::mt19937_64 rng(seed);
@@ -522,7 +580,7 @@ TEST_P(AgStream, ManyCallsLandEveryShard) {
   const CallSequence seq = program::ag_call_sequence(plan, areas);
   const auto fab = fabric_for(seq);
   CudaSequenceOptions options;
-  options.replay_graphs = false;
+  options.replay_graphs = graphs;
   CudaSequenceRunner runner(seq, *fab, {kRegionOffset, kFirstWord}, options);
   const int world = layout.topology().world();
   const int calls = std::max(7, 2 * runner.event_slots() + 1);
@@ -575,6 +633,9 @@ TEST_P(AgStream, ManyCallsLandEveryShard) {
                           landing_bytes, caller.get());
   }
   TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
+  const int q = runner.event_slots();
+  EXPECT_EQ(runner.graph_launches(), graphs ? calls - q : 0);
+  EXPECT_EQ(runner.repointed_launches(), graphs && cast ? calls - 2 * q : 0);
   for (int e = 0; e < calls; ++e) {
     for (int r = 0; r < world; ++r) {
       const auto got =
@@ -598,7 +659,7 @@ TEST_P(AgStream, ManyCallsLandEveryShard) {
 INSTANTIATE_TEST_SUITE_P(Topologies, AgStream,
                          ::testing::Combine(::testing::Values(Topo{1, 4}, Topo{2, 2}, Topo{3, 2},
                                                               Topo{2, 4}),
-                                            ::testing::Bool()));
+                                            ::testing::Bool(), ::testing::Bool()));
 
 // NOTE [CUDA call sequences] 5: a call held back by a closed gate is found by stalled() once
 // the timeout has passed, named with the gate; release_waits() lets the streams drain, and the

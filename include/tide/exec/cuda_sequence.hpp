@@ -16,34 +16,64 @@
 //    [CUDA executor op mapping]): copy descriptors, Level 1 segment tables, kernel
 //    arguments, counter words, in the template's legal order (NOTE [legal order]), so the
 //    enqueue order is a legal serial order of the whole sequence (NOTE [enqueue order]).
-//    kTensor and kOutput are pointer slots, not pointers.
-// 2. enqueue(bindings, alpha, accumulate, caller), call e, template e mod P:
+//    kTensor and kOutput are pointer slots, not pointers. Then a fusion pass
+//    (sequence_fusion.hpp) over each template's ops: ops that enqueue nothing dropped, a
+//    kRailPut split into its copies and its addition, and per stream
+//    - a run of consecutive waits (no op of that stream between) one wait op, at the place
+//      of the last (a wait moved later still follows every signal it needs), one term per
+//      counter (the highest threshold), at most 255 terms (cuStreamBatchMemOp and batch-mem-
+//      op nodes take fewer than 256 operations; the driver reports no attribute for it);
+//    - a run of consecutive counter additions one op, at the place of the first (an addition
+//      moved earlier still follows every op of its stream it guards), additions to one word
+//      summed, at most 32 per op (kernel parameters).
+//    Ops of other streams keep their places, so the order stays legal. At 8 x 8 (the
+//    benchmark's Llama-3.1-70B layer) this takes AG from 960 waits / 1,728 additions per
+//    call to 640 wait ops / 704 addition launches, RS from 4,992 / 10,496 to 4,800 / 4,736:
+//    most RS waits are ring-slot credits between a stream's copies.
+// 2. enqueue(bindings, alpha, accumulate, caller), call e, template e mod P, on the stream
+//    path (the first visit of each event slot, calls with graphs off, and calls a node
+//    update cannot express):
 //    - the caller stream records the entry event; every stream the template uses waits
 //      for it, so the call reads what the caller wrote before it;
 //    - the ops are enqueued with the slots filled from this call's bindings and alpha and
 //      accumulate patched into kSum and kLand (as the host executor does); Level 1
 //      gradient pointers travel as kernel parameters, so nothing is copied host to device;
-//    - kWait: cuStreamWaitValue64(GEQ) on base + value, where base is what earlier calls
-//      added to that counter (known on the host: every rank issues the same calls); a wait
-//      whose threshold is <= 0 is already satisfied and not enqueued;
-//    - kSignal, kRailPut's addition: a 1-thread kernel, __threadfence_system() then
-//      atomicAdd_system, since the counter may be a peer GPU's word;
+//    - a wait op: its terms' thresholds base + value, where base is what earlier calls
+//      added to that counter (known on the host: every rank issues the same calls); terms
+//      whose threshold is <= 0 are already satisfied and dropped; the rest go as ONE
+//      cuStreamBatchMemOp of WAIT_VALUE_64 (GEQ) operations, or one cuStreamWaitValue64
+//      each where the device lacks 64-bit stream memory operations in batches
+//      (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, or no cuStreamBatchMemOp);
+//    - an addition op: ONE 1-thread kernel that, per word in order, runs
+//      __threadfence_system() then atomicAdd_system (the counter may be a peer GPU's word);
 //    - events: Q >= max_event_age + 1 slots (Q a multiple of P); call e records in slot
 //      e mod Q and a wait of age a uses slot (e - a) mod Q (skipped when e < a). A slot is
 //      re-recorded only Q calls later, after every wait that refers to it was enqueued;
 //    - every stream used records its done event and the caller stream waits for all of them.
 //    No host synchronisation, polling or host barrier anywhere: the host only advances its
 //    counter totals and call index.
-// 3. Replay (CudaSequenceOptions::replay_graphs): a call whose bindings, alpha and accumulate
-//    equal those of the last call of its slot e mod Q is run as a CUDA graph of that slot,
-//    captured once (on the second such call). Captured cuStreamWaitValue64 become nodes with
-//    their thresholds baked in, which with cumulative counters would be satisfied on every
-//    later replay and order nothing; so under capture each wait is added as an explicit
-//    batch-mem-op node (cuGraphAddBatchMemOpNode, which waits in the stream front end), and
-//    before every launch the runner patches each node's threshold to this call's base +
-//    value (cuGraphExecBatchMemOpNodeSetParams). Records become external event-record nodes
-//    (so later calls outside the graph can wait for them) and waits on calls outside the
-//    graph external event-wait nodes. The graph is launched on the caller stream.
+// 3. Slot graphs (CudaSequenceOptions::replay_graphs, on by default): on the second visit of
+//    event slot e mod Q the call is captured once into that slot's graph and launched on the
+//    caller stream; every later call of the slot launches it. Captured cuStreamWaitValue64
+//    would become nodes with their thresholds baked in, which with cumulative counters would
+//    be satisfied on every later replay and order nothing; so under capture each wait op is
+//    added as ONE explicit batch-mem-op node holding all its terms (cuGraphAddBatchMemOpNode,
+//    which waits in the stream front end), and before every launch the runner patches each
+//    node's thresholds to this call's base + value (one cuGraphExecBatchMemOpNodeSetParams
+//    per node). Records become external event-record nodes (so later calls outside the
+//    graph can wait for them) and waits on calls outside the graph external event-wait
+//    nodes. Fresh bindings (CudaSequenceOptions::repoint_graphs, on by default): the capture
+//    records which nodes carry what a call binds (copies that read or write a kTensor or
+//    kOutput slot, kSum for its gradients and alpha, kLand for its output and accumulate,
+//    kCast and kZero on a slot), and a call whose bindings, alpha or accumulate differ from
+//    the slot's last call re-points only those of the ranks whose bindings changed: copies
+//    with cudaGraphExecMemcpyNodeSetParams(1D), memsets with cudaGraphExecMemsetNodeSetParams,
+//    kernels with the parameters their launcher computes for the new bindings (the launches
+//    captured on a scratch stream, each node's parameters set into the slot graph with
+//    cudaGraphExecKernelNodeSetParams, which may change the kernel instance), then patches
+//    the waits and launches. A capture where some such op did not become exactly one node of
+//    the expected type, or a node update the driver refuses, sends the slot back to the
+//    stream path for calls with fresh bindings (it still replays unchanged ones).
 // 4. Caller graphs: enqueue() on a caller stream that is being captured puts the call into
 //    the caller's graph the same way (explicit wait nodes, external event nodes) without
 //    advancing the runner; take_captured() then hands back what was captured, and before
@@ -94,21 +124,32 @@ struct CudaCallBindings {
 
 struct CudaSequenceOptions {
   bool replay_graphs = true;  // NOTE [CUDA call sequences] 3
+  // With replay_graphs: calls with fresh bindings also replay the slot's graph, with the
+  // nodes that carry them re-pointed (NOTE [CUDA call sequences] 3); off: only calls whose
+  // bindings equal the slot's last call's replay.
+  bool repoint_graphs = true;
   // Fault injection for tests: every stream of rank `gate_rank` waits, at the start of every
   // call, until the device word `gate_word` holds >= 1 (a peer whose signals are late).
   int gate_rank = -1;
   const std::uint64_t* gate_word = nullptr;
 };
 
+// One wait of a batch: `word` >= the counter total `total` (what earlier calls added to it;
+// kConstantWaitTotal: none) plus `value`.
+struct CudaWaitTerm {
+  std::uint64_t* word = nullptr;
+  std::size_t total = 0;   // index into the runner's counter totals (rank * counters + id)
+  std::int64_t value = 0;  // the template's relative threshold
+};
+inline constexpr std::size_t kConstantWaitTotal = ~std::size_t{0};
+
 // The calls captured into a caller's graph (NOTE [CUDA call sequences] 4).
 struct CudaCapturedCalls {
   struct Wait {
-    void* node = nullptr;    // CUgraphNode of the batch-mem-op wait
-    int call = 0;            // which captured call (0-based)
-    std::size_t total = 0;   // index into the runner's counter totals (rank * counters + id)
-    std::int64_t value = 0;  // the template's relative threshold
-    std::uint64_t* word = nullptr;
-    void* context = nullptr;  // CUcontext of the waiting rank's device
+    void* node = nullptr;             // CUgraphNode of the batch-mem-op wait
+    int call = 0;                     // which captured call (0-based)
+    void* context = nullptr;          // CUcontext of the waiting rank's device
+    std::vector<CudaWaitTerm> terms;  // the node's waits, in order
   };
   std::int64_t first_call = 0;  // the call index the capture started at
   int calls = 0;
@@ -120,6 +161,18 @@ struct CudaStalledCall {
   std::int64_t call = 0;
   double seconds = 0;              // since it was enqueued
   std::vector<std::string> waits;  // its unsatisfied waits, one line each (may be empty)
+};
+
+// What one call enqueues, averaged over the templates (local ranks only).
+struct CudaSequenceCounts {
+  double ops = 0;           // enqueued ops after fusion (NOTE [CUDA call sequences] 1)
+  double copies = 0;        // copy descriptors
+  double wait_ops = 0;      // fused kWait: one batch of stream memory operations / one node
+  double wait_terms = 0;    // the single waits they hold
+  double signal_ops = 0;    // fused kSignal: counter-addition kernel launches
+  double signal_terms = 0;  // the additions they hold
+  double kernels = 0;       // Level 1 sums, landings, casts
+  double events = 0;        // event records and waits
 };
 
 class CudaSequenceRunner {
@@ -168,6 +221,11 @@ class CudaSequenceRunner {
   int event_slots() const;              // Q
   std::int64_t graph_launches() const;  // calls run as the runner's own graphs
   std::int64_t waits_patched() const;   // graph wait nodes patched so far
+  // Caller-pointer nodes (copies, kernels, memsets) patched so far by fresh calls replayed
+  // as graphs (NOTE [CUDA call sequences] 3), and the calls that were.
+  std::int64_t nodes_repointed() const;
+  std::int64_t repointed_launches() const;
+  CudaSequenceCounts counts() const;
 
  private:
   void enqueue_checked(std::span<const CudaCallBindings> bindings, float alpha, bool accumulate,

@@ -1,15 +1,31 @@
-// The counter addition of kSignal and kRailPut (NOTE [CUDA executor op mapping]): a 1-thread
-// kernel that adds to a 64-bit device counter after a system-wide fence.
+// The counter additions of kSignal and kRailPut (NOTE [CUDA executor op mapping]): a 1-thread
+// kernel that adds to 64-bit device counters after a system-wide fence; the sequence runner
+// adds to several counters in one launch (NOTE [CUDA call sequences]).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <span>
 
 namespace tide::exec::cuda_detail {
 
 // Enqueues *counter += add on `stream` (atomic, system scope: __threadfence_system() then
 // atomicAdd_system). Checks the launch.
 void launch_counter_add(std::uint64_t* counter, std::uint64_t add, cudaStream_t stream);
+
+// One addition of a batch.
+struct CounterAdd {
+  std::uint64_t* counter = nullptr;
+  std::uint64_t add = 0;
+};
+
+// The most additions one launch carries (its kernel parameters: 16 bytes each).
+inline constexpr std::size_t kMaxCounterAddsPerLaunch = 32;
+
+// Enqueues the additions in order on `stream`, each as launch_counter_add's (fence, then
+// atomicAdd_system), in one 1-thread kernel per kMaxCounterAddsPerLaunch of them. Checks the
+// launches; nothing for an empty batch.
+void launch_counter_adds(std::span<const CounterAdd> adds, cudaStream_t stream);
 
 }  // namespace tide::exec::cuda_detail

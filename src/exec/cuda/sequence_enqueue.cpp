@@ -1,6 +1,7 @@
 // The CUDA sequence runner, step 2 of NOTE [CUDA call sequences]: one call onto the streams,
 // with this call's pointers, alpha and accumulate, waits at host-known thresholds and event
 // slots per call; under capture, waits as explicit batch-mem-op nodes.
+#include <algorithm>
 #include <array>
 #include <string>
 
@@ -19,15 +20,42 @@ using sequence_detail::Copy;
 using sequence_detail::Ptr;
 using sequence_detail::SeqOp;
 
-namespace {
+namespace sequence_detail {
 
 std::byte* at(const Ptr& p, const CudaCallBindings& b) {
-  if (p.slot == sequence_detail::kFixed) return p.fixed;
-  const void* base = p.slot == sequence_detail::kOutputSlot
-                         ? b.output
-                         : b.tensors[static_cast<std::size_t>(p.slot)];
+  if (p.slot == kFixed) return p.fixed;
+  const void* base = p.slot == kOutputSlot ? b.output : b.tensors[static_cast<std::size_t>(p.slot)];
   return const_cast<std::byte*>(static_cast<const std::byte*>(base)) + p.offset;
 }
+
+cudaMemcpy3DParms copy_params(const Copy& c, const CudaCallBindings& b) {
+  cudaMemcpy3DParms p{};
+  p.srcPtr = cudaPitchedPtr{at(c.src, b), c.spitch, c.width, c.rows};
+  p.dstPtr = cudaPitchedPtr{at(c.dst, b), c.dpitch, c.width, c.rows};
+  p.extent = cudaExtent{c.width, c.rows, 1};
+  p.kind = cudaMemcpyDeviceToDevice;
+  return p;
+}
+
+bool carries_bindings(const SeqOp& m) {
+  switch (m.kind) {
+    case OpKind::kSum:
+    case OpKind::kLand:
+      return true;  // alpha, accumulate (and gradients, output)
+    case OpKind::kCast:
+      return m.out.slot != kFixed || m.in.slot != kFixed;
+    case OpKind::kZero:
+      return m.out.slot != kFixed;
+    default:
+      return false;  // copies: per copy
+  }
+}
+
+}  // namespace sequence_detail
+
+namespace {
+
+using sequence_detail::at;
 
 void copy(const Copy& c, const CudaCallBindings& b, cudaStream_t s) {
   if (c.flat) {
@@ -37,6 +65,19 @@ void copy(const Copy& c, const CudaCallBindings& b, cudaStream_t s) {
     TIDE_CUDA_CHECK(cudaMemcpy2DAsync(at(c.dst, b), c.dpitch, at(c.src, b), c.spitch, c.width,
                                       c.rows, cudaMemcpyDeviceToDevice, s));
   }
+}
+
+std::int64_t threshold(const sequence_detail::WaitTerm& w, const std::vector<std::int64_t>& base) {
+  return w.total == sequence_detail::kConstantWait ? w.value : base[w.total] + w.value;
+}
+
+CUstreamBatchMemOpParams wait_op(std::uint64_t* word, std::int64_t threshold) {
+  CUstreamBatchMemOpParams op{};
+  op.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+  op.waitValue.address = reinterpret_cast<CUdeviceptr>(word);
+  op.waitValue.value64 = static_cast<cuuint64_t>(threshold > 0 ? threshold : 0);
+  op.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+  return op;
 }
 
 }  // namespace
@@ -58,19 +99,35 @@ void CudaSequenceRunner::State::check_bindings(std::span<const CudaCallBindings>
   }
 }
 
-// A wait for `threshold` on `word`: cuStreamWaitValue64, or under capture an explicit
-// batch-mem-op node whose threshold is patched before every launch (NOTE [CUDA call
-// sequences] 3); a threshold <= 0 is met already and enqueues nothing outside capture.
-void CudaSequenceRunner::State::wait_value(cudaStream_t s, int rank, std::uint64_t* w,
-                                           std::int64_t threshold, std::size_t total,
-                                           std::int64_t value, Capture* capture) {
+// The waits of one (fused) kWait (NOTE [CUDA call sequences] 2-3). Outside capture: the
+// waits whose threshold is > 0 (the others are met already), as one cuStreamBatchMemOp, or
+// one cuStreamWaitValue64 each where the device cannot batch them. Under capture: one
+// explicit batch-mem-op node holding every wait, whose thresholds are patched before every
+// launch.
+void CudaSequenceRunner::State::wait_terms(cudaStream_t s, int rank,
+                                           std::span<const sequence_detail::WaitTerm> terms,
+                                           const std::vector<std::int64_t>& base,
+                                           Capture* capture) {
+  memops.clear();
   if (capture == nullptr) {
-    if (threshold <= 0) return;
-    fabric::detail::check_driver(
-        fabric::detail::driver().stream_wait_value64(
-            reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(w),
-            static_cast<cuuint64_t>(threshold), CU_STREAM_WAIT_VALUE_GEQ),
-        "cuStreamWaitValue64");
+    for (const sequence_detail::WaitTerm& w : terms) {
+      const std::int64_t t = threshold(w, base);
+      if (t > 0) memops.push_back(wait_op(w.word, t));
+    }
+    if (memops.empty()) return;
+    const auto stream = reinterpret_cast<CUstream>(s);
+    if (memops.size() > 1 && batch_waits[fabric.device_of(rank)]) {
+      fabric::detail::check_driver(
+          sequence_detail::graph_driver().stream_batch_mem_op(
+              stream, static_cast<unsigned int>(memops.size()), memops.data(), 0),
+          "cuStreamBatchMemOp");
+      return;
+    }
+    for (const CUstreamBatchMemOpParams& op : memops)
+      fabric::detail::check_driver(
+          fabric::detail::driver().stream_wait_value64(
+              stream, op.waitValue.address, op.waitValue.value64, CU_STREAM_WAIT_VALUE_GEQ),
+          "cuStreamWaitValue64");
     return;
   }
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -82,15 +139,12 @@ void CudaSequenceRunner::State::wait_value(cudaStream_t s, int rank, std::uint64
   if (status != cudaStreamCaptureStatusActive) {
     throw InternalError("CudaSequenceRunner: a stream left the capture");
   }
-  CUstreamBatchMemOpParams op{};
-  op.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
-  op.waitValue.address = reinterpret_cast<CUdeviceptr>(w);
-  op.waitValue.value64 = static_cast<cuuint64_t>(threshold > 0 ? threshold : 0);
-  op.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+  for (const sequence_detail::WaitTerm& w : terms)
+    memops.push_back(wait_op(w.word, threshold(w, base)));
   CUDA_BATCH_MEM_OP_NODE_PARAMS params{};
   params.ctx = context[static_cast<std::size_t>(rank)];
-  params.count = 1;
-  params.paramArray = &op;
+  params.count = static_cast<unsigned int>(memops.size());
+  params.paramArray = memops.data();
   CUgraphNode node = nullptr;
   fabric::detail::check_driver(sequence_detail::graph_driver().add_batch_mem_op_node(
                                    &node, reinterpret_cast<CUgraph>(graph),
@@ -99,49 +153,67 @@ void CudaSequenceRunner::State::wait_value(cudaStream_t s, int rank, std::uint64
   auto after = reinterpret_cast<cudaGraphNode_t>(node);
   TIDE_CUDA_CHECK(
       cudaStreamUpdateCaptureDependencies(s, &after, nullptr, 1, cudaStreamSetCaptureDependencies));
-  capture->waits->push_back({node, capture->call, total, value, w, params.ctx});
+  capture->waits->push_back({node, capture->call, params.ctx,
+                             std::vector<sequence_detail::WaitTerm>(terms.begin(), terms.end())});
 }
 
-void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::int64_t e,
-                                           const CudaCallBindings& b, float alpha, bool accumulate,
-                                           const std::vector<std::int64_t>& base,
-                                           Capture* capture) {
-  if (m.empty && m.kind != OpKind::kRailPut) return;
-  use_device_of(m.rank);
-  cudaStream_t s = streams[static_cast<std::size_t>(m.stream)];
+// Under the capture of a slot graph: the node the copy or launch just captured on `s` carries
+// caller pointers; remember it (NOTE [CUDA call sequences] 3).
+void CudaSequenceRunner::State::record_node(cudaStream_t s, const SeqOp& m, std::size_t index,
+                                            int copy_index, Capture* capture) {
+  if (capture == nullptr || capture->repoints == nullptr || !capture->repointable) return;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaGraphNode_t* deps = nullptr;
+  std::size_t count = 0;
+  TIDE_CUDA_CHECK(cudaStreamGetCaptureInfo(s, &status, nullptr, nullptr, &deps, nullptr, &count));
+  if (status != cudaStreamCaptureStatusActive || count != 1) {
+    capture->repointable = false;
+    return;
+  }
+  sequence_detail::Repoint r;
+  r.node = deps[0];
+  r.op = index;
+  r.copy = copy_index;
+  cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
+  TIDE_CUDA_CHECK(cudaGraphNodeGetType(r.node, &type));
+  const bool fits = copy_index >= 0           ? type == cudaGraphNodeTypeMemcpy
+                    : m.kind == OpKind::kZero ? type == cudaGraphNodeTypeMemset
+                                              : type == cudaGraphNodeTypeKernel;
+  if (!fits) {
+    capture->repointable = false;
+    return;
+  }
+  if (m.kind == OpKind::kZero) TIDE_CUDA_CHECK(cudaGraphMemsetNodeGetParams(r.node, &r.memset));
+  capture->repoints->push_back(r);
+}
+
+// Under the capture of a slot graph: a 2-D copy that carries caller pointers, as a child
+// graph node holding the copy (see Repoint), so that later calls can re-point it.
+void CudaSequenceRunner::State::capture_child_copy(cudaStream_t s, std::size_t index,
+                                                   int copy_index, const cudaMemcpy3DParms& params,
+                                                   Capture* capture) {
+  sequence_detail::Repoint& r = capture->repoints->emplace_back();  // owns the child from here
+  r.op = index;
+  r.copy = copy_index;
+  TIDE_CUDA_CHECK(cudaGraphCreate(&r.child, 0));
+  TIDE_CUDA_CHECK(cudaGraphAddMemcpyNode(&r.child_copy, r.child, nullptr, 0, &params));
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = nullptr;
+  const cudaGraphNode_t* deps = nullptr;
+  const cudaGraphEdgeData* edges = nullptr;
+  std::size_t count = 0;
+  TIDE_CUDA_CHECK(cudaStreamGetCaptureInfo(s, &status, nullptr, &graph, &deps, &edges, &count));
+  if (status != cudaStreamCaptureStatusActive) {
+    throw InternalError("CudaSequenceRunner: a stream left the capture");
+  }
+  TIDE_CUDA_CHECK(cudaGraphAddChildGraphNode(&r.node, graph, deps, count, r.child));
+  TIDE_CUDA_CHECK(cudaStreamUpdateCaptureDependencies(s, &r.node, nullptr, 1,
+                                                      cudaStreamSetCaptureDependencies));
+}
+
+void CudaSequenceRunner::State::launch_kernel_op(const SeqOp& m, const CudaCallBindings& b,
+                                                 float alpha, bool accumulate, cudaStream_t s) {
   switch (m.kind) {
-    case OpKind::kCopy:
-      for (const Copy& c : m.copies)
-        copy(c, b, s);
-      break;
-    case OpKind::kRailPut:
-      for (const Copy& c : m.copies)
-        copy(c, b, s);
-      cuda_detail::launch_counter_add(m.word, static_cast<std::uint64_t>(m.value), s);
-      break;
-    case OpKind::kSignal:
-      cuda_detail::launch_counter_add(m.word, static_cast<std::uint64_t>(m.value), s);
-      break;
-    case OpKind::kWait:
-      wait_value(s, m.rank, m.word, base[m.total] + m.value, m.total, m.value, capture);
-      break;
-    case OpKind::kEventRecord: {
-      cudaEvent_t ev = event(e, m.rank, m.event);
-      // Under capture an external record node first (later calls outside the graph wait for
-      // it), then the captured record that orders this graph's own waits.
-      if (capture != nullptr)
-        TIDE_CUDA_CHECK(cudaEventRecordWithFlags(ev, s, cudaEventRecordExternal));
-      TIDE_CUDA_CHECK(cudaEventRecord(ev, s));
-      break;
-    }
-    case OpKind::kEventWait: {
-      const std::int64_t recorded = e - m.age;
-      if (recorded < 0) break;  // refers to a call before the first: orders nothing
-      const bool outside = capture != nullptr && recorded < capture->first_call;
-      TIDE_CUDA_CHECK(cudaStreamWaitEvent(s, event(recorded, m.rank, m.event),
-                                          outside ? cudaEventWaitExternal : 0));
-      break;
-    }
     case OpKind::kSum: {
       kernels::Level1SumArgs a = m.sum;
       std::array<const void*, kernels::kMaxLevel1Gradients> gradients{};
@@ -166,6 +238,82 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::int64_t e,
                                         reinterpret_cast<const float*>(at(m.in, b)), m.elems, s,
                                         m.ctas);
       break;
+    default:
+      throw InternalError("CudaSequenceRunner: not a kernel op");
+  }
+}
+
+void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, std::int64_t e,
+                                           const CudaCallBindings& b, float alpha, bool accumulate,
+                                           const std::vector<std::int64_t>& base,
+                                           Capture* capture) {
+  if (m.empty) return;
+  use_device_of(m.rank);
+  cudaStream_t s = streams[static_cast<std::size_t>(m.stream)];
+  switch (m.kind) {
+    case OpKind::kCopy:
+    case OpKind::kRailPut:  // split by the fusion pass; kept for ops mapped but not fused
+      for (std::size_t k = 0; k < m.copies.size(); ++k) {
+        const Copy& c = m.copies[k];
+        const bool slotted =
+            c.dst.slot != sequence_detail::kFixed || c.src.slot != sequence_detail::kFixed;
+        if (slotted && !c.flat && capture != nullptr && capture->repoints != nullptr &&
+            capture->repointable) {
+          capture_child_copy(s, index, static_cast<int>(k), sequence_detail::copy_params(c, b),
+                             capture);
+          continue;
+        }
+        copy(c, b, s);
+        if (slotted) record_node(s, m, index, static_cast<int>(k), capture);
+      }
+      if (m.kind == OpKind::kRailPut)
+        cuda_detail::launch_counter_add(m.word, static_cast<std::uint64_t>(m.value), s);
+      break;
+    case OpKind::kSignal: {
+      std::array<cuda_detail::CounterAdd, cuda_detail::kMaxCounterAddsPerLaunch> adds{};
+      if (m.adds.empty()) {
+        cuda_detail::launch_counter_add(m.word, static_cast<std::uint64_t>(m.value), s);
+        break;
+      }
+      for (std::size_t first = 0; first < m.adds.size(); first += adds.size()) {
+        const std::size_t n = std::min(adds.size(), m.adds.size() - first);
+        for (std::size_t k = 0; k < n; ++k)
+          adds[k] = {m.adds[first + k].word, static_cast<std::uint64_t>(m.adds[first + k].value)};
+        cuda_detail::launch_counter_adds(std::span(adds.data(), n), s);
+      }
+      break;
+    }
+    case OpKind::kWait:
+      if (m.waits.empty()) {
+        const sequence_detail::WaitTerm w{m.word, m.total, m.value};
+        wait_terms(s, m.rank, std::span(&w, 1), base, capture);
+      } else {
+        wait_terms(s, m.rank, m.waits, base, capture);
+      }
+      break;
+    case OpKind::kEventRecord: {
+      cudaEvent_t ev = event(e, m.rank, m.event);
+      // Under capture an external record node first (later calls outside the graph wait for
+      // it), then the captured record that orders this graph's own waits.
+      if (capture != nullptr)
+        TIDE_CUDA_CHECK(cudaEventRecordWithFlags(ev, s, cudaEventRecordExternal));
+      TIDE_CUDA_CHECK(cudaEventRecord(ev, s));
+      break;
+    }
+    case OpKind::kEventWait: {
+      const std::int64_t recorded = e - m.age;
+      if (recorded < 0) break;  // refers to a call before the first: orders nothing
+      const bool outside = capture != nullptr && recorded < capture->first_call;
+      TIDE_CUDA_CHECK(cudaStreamWaitEvent(s, event(recorded, m.rank, m.event),
+                                          outside ? cudaEventWaitExternal : 0));
+      break;
+    }
+    case OpKind::kSum:
+    case OpKind::kLand:
+    case OpKind::kCast:
+      launch_kernel_op(m, b, alpha, accumulate, s);
+      if (sequence_detail::carries_bindings(m)) record_node(s, m, index, -1, capture);
+      break;
     case OpKind::kZero:
       if (m.zero_rows <= 1 || m.zero_pitch == m.zero_width) {
         TIDE_CUDA_CHECK(cudaMemsetAsync(at(m.out, b), 0, m.zero_width * m.zero_rows, s));
@@ -173,6 +321,7 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::int64_t e,
         TIDE_CUDA_CHECK(
             cudaMemset2DAsync(at(m.out, b), m.zero_pitch, 0, m.zero_width, m.zero_rows, s));
       }
+      if (sequence_detail::carries_bindings(m)) record_node(s, m, index, -1, capture);
       break;
     case OpKind::kRelease:
       break;
@@ -192,13 +341,15 @@ void CudaSequenceRunner::State::enqueue_call(std::int64_t e,
     TIDE_CUDA_CHECK(cudaStreamWaitEvent(s, entry, 0));
     const int r = stream_rank[static_cast<std::size_t>(i)];
     if (r == options.gate_rank && options.gate_word != nullptr) {
-      wait_value(s, r, const_cast<std::uint64_t*>(options.gate_word), 1,
-                 sequence_detail::kConstantWait, 1, capture);
+      const sequence_detail::WaitTerm gate{const_cast<std::uint64_t*>(options.gate_word),
+                                           sequence_detail::kConstantWait, 1};
+      wait_terms(s, r, std::span(&gate, 1), base, capture);
     }
   }
-  for (const SeqOp& op : t.ops) {
+  for (std::size_t k = 0; k < t.ops.size(); ++k) {
+    const SeqOp& op = t.ops[k];
     try {
-      enqueue_op(op, e, bindings[static_cast<std::size_t>(op.rank)], alpha, accumulate, base,
+      enqueue_op(op, k, e, bindings[static_cast<std::size_t>(op.rank)], alpha, accumulate, base,
                  capture);
     } catch (const std::exception& x) {
       throw CudaError("CudaSequenceRunner: call " + std::to_string(e) + ", rank " +
@@ -265,15 +416,33 @@ void CudaSequenceRunner::enqueue_checked(std::span<const CudaCallBindings> bindi
     throw InvalidArgument("CudaSequenceRunner: the caller stream's capture was invalidated");
   }
   if (s.options.replay_graphs) {
+    // NOTE [CUDA call sequences] 3: the slot's graph, captured on its second visit (or its
+    // second with the same bindings, where fresh bindings cannot be patched in), replayed
+    // with the waits re-targeted and, where the bindings changed, their nodes re-pointed.
     sequence_detail::SlotGraph& g = s.graphs[static_cast<std::size_t>(s.call % s.q)];
-    if (s.same_as_last(g, bindings, alpha, accumulate)) {
-      if (g.exec == nullptr) s.capture_slot(g, bindings, alpha, accumulate);
+    const bool same = s.same_as_last(g, bindings, alpha, accumulate);
+    const bool may_repoint = s.options.repoint_graphs && !g.repoint_failed;
+    bool ready = false;
+    if (g.exec != nullptr) {
+      if (same) {
+        ready = true;
+      } else if (may_repoint && s.repoint(g, bindings, alpha, accumulate)) {
+        ready = true;
+        ++s.repointed_launches;
+      } else if (may_repoint) {
+        g.repoint_failed = true;  // from now on this slot replays only unchanged bindings
+      }
+    } else if (g.seen && (same || may_repoint)) {
+      s.capture_slot(g, bindings, alpha, accumulate);
+      ready = true;
+    }
+    if (ready) {
       for (const CudaCapturedCalls::Wait& w : g.waits)
-        s.patch(g.exec, w,
-                w.total == sequence_detail::kConstantWait ? w.value : s.totals[w.total] + w.value);
+        s.patch(g.exec, w, s.totals);
       TIDE_CUDA_CHECK(cudaGraphLaunch(g.exec, caller));
       s.watch_call(s.call, caller);
       ++s.graph_launches;
+      if (!same) s.remember(g, bindings, alpha, accumulate);
       s.advance(s.totals, s.call);
       ++s.call;
       return;

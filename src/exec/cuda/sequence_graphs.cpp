@@ -1,7 +1,8 @@
 // The CUDA sequence runner, steps 3-4 of NOTE [CUDA call sequences]: replay graphs per event
-// slot and calls captured into a caller's graph, whose wait nodes are re-targeted before
-// every launch.
+// slot, re-pointed where a call binds fresh pointers, and calls captured into a caller's
+// graph; wait nodes are re-targeted before every launch.
 #include <string>
+#include <utility>
 
 #include "cuda_driver.hpp"
 #include "sequence_state.hpp"
@@ -10,6 +11,11 @@
 
 namespace tide::exec {
 
+using program::OpKind;
+using sequence_detail::at;
+using sequence_detail::Copy;
+using sequence_detail::Repoint;
+using sequence_detail::SeqOp;
 using sequence_detail::SlotGraph;
 
 bool CudaSequenceRunner::State::same_as_last(const SlotGraph& g,
@@ -44,7 +50,15 @@ void CudaSequenceRunner::State::drop(SlotGraph& g) {
   g.exec = nullptr;
   g.graph = nullptr;
   g.waits.clear();
+  release_repoints(g);
   g.seen = false;
+}
+
+void CudaSequenceRunner::State::release_repoints(SlotGraph& g) {
+  for (const Repoint& r : g.repoints)
+    if (r.child != nullptr) (void)cudaGraphDestroy(r.child);
+  g.repoints.clear();
+  g.repointable = false;
 }
 
 // Captures the current call (index `call`) from the private origin stream into the slot's
@@ -54,7 +68,7 @@ void CudaSequenceRunner::State::capture_slot(SlotGraph& g,
                                              float alpha, bool accumulate) {
   use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
   TIDE_CUDA_CHECK(cudaStreamBeginCapture(origin, cudaStreamCaptureModeRelaxed));
-  sequence_detail::Capture capture{call, 0, &g.waits};
+  sequence_detail::Capture capture{call, 0, &g.waits, &g.repoints};
   try {
     enqueue_call(call, bindings, alpha, accumulate, origin, totals, &capture);
   } catch (...) {
@@ -62,23 +76,150 @@ void CudaSequenceRunner::State::capture_slot(SlotGraph& g,
     (void)cudaStreamEndCapture(origin, &partial);
     if (partial != nullptr) (void)cudaGraphDestroy(partial);
     g.waits.clear();
+    release_repoints(g);
     throw;
   }
+  const bool repointable = capture.repointable;
+  if (!repointable) release_repoints(g);  // the child graph nodes stay in g.graph (cloned)
+  g.repointable = repointable;
   TIDE_CUDA_CHECK(cudaStreamEndCapture(origin, &g.graph));
   TIDE_CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
 }
 
+// Patches the nodes of the slot's graph whose bindings differ from its last call's: 1-D copies
+// and memsets directly (cudaGraphExecMemcpyNodeSetParams1D, cudaGraphExecMemsetNodeSetParams),
+// 2-D copies through their child graphs (cudaGraphExecChildGraphNodeSetParams),
+// kernels with the parameters their launcher computes for the new bindings (repoint_kernels).
+bool CudaSequenceRunner::State::repoint(SlotGraph& g, std::span<const CudaCallBindings> bindings,
+                                        float alpha, bool accumulate) {
+  if (!g.repointable || g.exec == nullptr) return false;
+  const sequence_detail::Template& t = templates[static_cast<std::size_t>(call % sequence.period)];
+  std::vector<char> changed(static_cast<std::size_t>(ranks), 0);
+  for (const int r : local_ranks) {
+    const CudaCallBindings& b = bindings[static_cast<std::size_t>(r)];
+    changed[static_cast<std::size_t>(r)] = b.output != g.outputs[static_cast<std::size_t>(r)] ||
+                                           b.tensors != g.tensors[static_cast<std::size_t>(r)];
+  }
+  const bool alpha_changed = alpha != g.alpha;
+  const bool accumulate_changed = accumulate != g.accumulate;
+  std::vector<const Repoint*> kernel_nodes;
+  for (const Repoint& rp : g.repoints) {
+    const SeqOp& m = t.ops[rp.op];
+    const bool stale = changed[static_cast<std::size_t>(m.rank)] != 0 ||
+                       (m.kind == OpKind::kSum && alpha_changed) ||
+                       (m.kind == OpKind::kLand && accumulate_changed);
+    if (!stale) continue;
+    const CudaCallBindings& b = bindings[static_cast<std::size_t>(m.rank)];
+    cudaError_t err = cudaSuccess;
+    if (rp.copy >= 0) {
+      const Copy& c = m.copies[static_cast<std::size_t>(rp.copy)];
+      if (rp.child != nullptr) {
+        const cudaMemcpy3DParms p = sequence_detail::copy_params(c, b);
+        err = cudaGraphMemcpyNodeSetParams(rp.child_copy, &p);
+        if (err == cudaSuccess)
+          err = cudaGraphExecChildGraphNodeSetParams(g.exec, rp.node, rp.child);
+      } else if (c.flat) {
+        err = cudaGraphExecMemcpyNodeSetParams1D(g.exec, rp.node, at(c.dst, b), at(c.src, b),
+                                                 c.width * c.rows, cudaMemcpyDeviceToDevice);
+      } else {
+        err = cudaErrorInvalidValue;  // a 2-D copy node outside a child graph: not updatable
+      }
+    } else if (m.kind == OpKind::kZero) {
+      cudaMemsetParams p = rp.memset;
+      p.dst = at(m.out, b);
+      err = cudaGraphExecMemsetNodeSetParams(g.exec, rp.node, &p);
+    } else {
+      kernel_nodes.push_back(&rp);
+      continue;
+    }
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    ++nodes_repointed;
+  }
+  return kernel_nodes.empty() || repoint_kernels(g.exec, kernel_nodes, bindings, alpha, accumulate);
+}
+
+// Kernel nodes take the parameters their launcher computes (derived values such as alignment
+// heads, or another instantiation of the kernel, included): the launches are captured on a
+// scratch stream per device, and each captured node's parameters set into the slot graph's
+// node (cudaGraphExecKernelNodeSetParams may change the function on the same device).
+bool CudaSequenceRunner::State::repoint_kernels(cudaGraphExec_t exec,
+                                                const std::vector<const Repoint*>& nodes,
+                                                std::span<const CudaCallBindings> bindings,
+                                                float alpha, bool accumulate) {
+  const sequence_detail::Template& t = templates[static_cast<std::size_t>(call % sequence.period)];
+  std::size_t k = 0;
+  while (k < nodes.size()) {
+    const int rank = t.ops[nodes[k]->op].rank;
+    const int device = fabric.device_of(rank);
+    use_device_of(rank);
+    cudaStream_t& scr = scratch[device];
+    if (scr == nullptr) TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&scr, cudaStreamNonBlocking));
+    TIDE_CUDA_CHECK(cudaStreamBeginCapture(scr, cudaStreamCaptureModeRelaxed));
+    std::vector<std::pair<cudaGraphNode_t, cudaGraphNode_t>> pairs;  // (slot graph, scratch)
+    bool ok = true;
+    try {
+      for (; k < nodes.size(); ++k) {
+        const SeqOp& m = t.ops[nodes[k]->op];
+        if (fabric.device_of(m.rank) != device) break;
+        launch_kernel_op(m, bindings[static_cast<std::size_t>(m.rank)], alpha, accumulate, scr);
+        cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+        const cudaGraphNode_t* deps = nullptr;
+        std::size_t count = 0;
+        TIDE_CUDA_CHECK(
+            cudaStreamGetCaptureInfo(scr, &status, nullptr, nullptr, &deps, nullptr, &count));
+        if (count != 1) {
+          ok = false;
+          ++k;
+          break;
+        }
+        pairs.emplace_back(nodes[k]->node, deps[0]);
+      }
+    } catch (...) {
+      cudaGraph_t partial = nullptr;
+      (void)cudaStreamEndCapture(scr, &partial);
+      if (partial != nullptr) (void)cudaGraphDestroy(partial);
+      throw;
+    }
+    cudaGraph_t launches = nullptr;
+    TIDE_CUDA_CHECK(cudaStreamEndCapture(scr, &launches));
+    for (const auto& [target, source] : pairs) {
+      if (!ok) break;
+      cudaKernelNodeParams p{};
+      cudaError_t err = cudaGraphKernelNodeGetParams(source, &p);
+      if (err == cudaSuccess) err = cudaGraphExecKernelNodeSetParams(exec, target, &p);
+      if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        ok = false;
+        break;
+      }
+      ++nodes_repointed;
+    }
+    (void)cudaGraphDestroy(launches);
+    if (!ok) return false;
+  }
+  return true;
+}
+
 void CudaSequenceRunner::State::patch(cudaGraphExec_t exec, const CudaCapturedCalls::Wait& w,
-                                      std::int64_t threshold) {
-  CUstreamBatchMemOpParams op{};
-  op.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
-  op.waitValue.address = reinterpret_cast<CUdeviceptr>(w.word);
-  op.waitValue.value64 = static_cast<cuuint64_t>(threshold > 0 ? threshold : 0);
-  op.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+                                      const std::vector<std::int64_t>& base) {
+  memops.clear();
+  for (const CudaWaitTerm& t : w.terms) {
+    const std::int64_t threshold =
+        t.total == sequence_detail::kConstantWait ? t.value : base[t.total] + t.value;
+    CUstreamBatchMemOpParams op{};
+    op.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+    op.waitValue.address = reinterpret_cast<CUdeviceptr>(t.word);
+    op.waitValue.value64 = static_cast<cuuint64_t>(threshold > 0 ? threshold : 0);
+    op.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+    memops.push_back(op);
+  }
   CUDA_BATCH_MEM_OP_NODE_PARAMS params{};
   params.ctx = static_cast<CUcontext>(w.context);
-  params.count = 1;
-  params.paramArray = &op;
+  params.count = static_cast<unsigned int>(memops.size());
+  params.paramArray = memops.data();
   fabric::detail::check_driver(
       sequence_detail::graph_driver().exec_batch_mem_op_node_set_params(
           reinterpret_cast<CUgraphExec>(exec), static_cast<CUgraphNode>(w.node), &params),
@@ -109,11 +250,8 @@ void CudaSequenceRunner::prepare_replay(const CudaCapturedCalls& calls, cudaGrap
   std::vector<std::int64_t> base = s.totals;
   std::size_t w = 0;
   for (int k = 0; k < calls.calls; ++k) {
-    for (; w < calls.waits.size() && calls.waits[w].call == k; ++w) {
-      const CudaCapturedCalls::Wait& x = calls.waits[w];
-      s.patch(exec, x,
-              x.total == sequence_detail::kConstantWait ? x.value : base[x.total] + x.value);
-    }
+    for (; w < calls.waits.size() && calls.waits[w].call == k; ++w)
+      s.patch(exec, calls.waits[w], base);
     s.advance(base, s.call + k);
   }
   s.totals = std::move(base);

@@ -1,11 +1,13 @@
 // The CUDA sequence runner, step 1 of NOTE [CUDA call sequences]: every template resolved once
-// to pointer slots, counter words, tables and kernel arguments; streams and event slots.
+// to pointer slots, counter words, tables and kernel arguments, then fused (sequence_fusion.hpp);
+// streams and event slots.
 #include <algorithm>
 #include <map>
 #include <set>
 #include <string>
 
 #include "program_checks.hpp"
+#include "sequence_fusion.hpp"
 #include "sequence_state.hpp"
 #include "sequence_watch.hpp"
 #include "tide/core/dtype.hpp"
@@ -27,8 +29,9 @@ using sequence_detail::SeqOp;
 namespace sequence_detail {
 namespace {
 
+// The entry point `name`, or null where the driver lacks it.
 template <typename Fn>
-void resolve_entry(Fn& fn, const char* name) {
+void resolve_optional_entry(Fn& fn, const char* name) {
   void* p = nullptr;
   cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
 #if TIDE_HAS_DRIVER_ENTRY_POINT_BY_VERSION
@@ -36,10 +39,13 @@ void resolve_entry(Fn& fn, const char* name) {
 #else
   TIDE_CUDA_CHECK(cudaGetDriverEntryPoint(name, &p, cudaEnableDefault, &found));
 #endif
-  if (found != cudaDriverEntryPointSuccess || p == nullptr) {
-    throw CudaError(std::string("CUDA driver entry point ") + name + " not found");
-  }
-  fn = reinterpret_cast<Fn>(p);
+  fn = found == cudaDriverEntryPointSuccess ? reinterpret_cast<Fn>(p) : nullptr;
+}
+
+template <typename Fn>
+void resolve_entry(Fn& fn, const char* name) {
+  resolve_optional_entry(fn, name);
+  if (fn == nullptr) throw CudaError(std::string("CUDA driver entry point ") + name + " not found");
 }
 
 }  // namespace
@@ -58,6 +64,7 @@ const GraphDriver& graph_driver() {
     resolve_entry(g.ctx_get_current, "cuCtxGetCurrent");
     resolve_entry(g.add_batch_mem_op_node, "cuGraphAddBatchMemOpNode");
     resolve_entry(g.exec_batch_mem_op_node_set_params, "cuGraphExecBatchMemOpNodeSetParams");
+    resolve_optional_entry(g.stream_batch_mem_op, "cuStreamBatchMemOp");
     return g;
   }();
   return d;
@@ -249,6 +256,7 @@ void CudaSequenceRunner::State::map_template(const program::CallTemplate& t,
     used.insert(m.stream);
     out.ops.push_back(std::move(m));
   }
+  out.ops = sequence_detail::fuse_waits_and_signals(std::move(out.ops));
   out.streams.assign(used.begin(), used.end());
   out.additions = t.additions;
   out.tensors.assign(static_cast<std::size_t>(ranks), 0);
@@ -306,6 +314,19 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
     const CUresult got = sequence_detail::graph_driver().ctx_get_current(&ctx);
     if (got != CUDA_SUCCESS) throw CudaError("cuCtxGetCurrent failed");
     s.context[static_cast<std::size_t>(r)] = ctx;
+    // Fused waits go as one cuStreamBatchMemOp where the device takes 64-bit stream memory
+    // operations in batches (cudaDevAttrReserved122 is CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_
+    // STREAM_MEM_OPS), else one cuStreamWaitValue64 each.
+    const int device = fabric.device_of(r);
+    if (!s.batch_waits.contains(device)) {
+      int can = 0;
+      if (cudaDeviceGetAttribute(&can, cudaDevAttrReserved122, device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        can = 0;
+      }
+      s.batch_waits[device] =
+          can != 0 && sequence_detail::graph_driver().stream_batch_mem_op != nullptr;
+    }
     TIDE_CUDA_CHECK(cudaMemset(fabric.signals(r) + place.first_signal_word, 0,
                                static_cast<std::size_t>(sequence.counters) * 8));
   }
@@ -364,6 +385,8 @@ CudaSequenceRunner::State::~State() {
   for (cudaStream_t st : streams)
     (void)cudaStreamDestroy(st);
   if (origin != nullptr) (void)cudaStreamDestroy(origin);
+  for (const auto& [device, st] : scratch)
+    (void)cudaStreamDestroy(st);
 }
 
 CudaSequenceRunner::~CudaSequenceRunner() = default;
@@ -379,6 +402,50 @@ std::int64_t CudaSequenceRunner::graph_launches() const {
 }
 std::int64_t CudaSequenceRunner::waits_patched() const {
   return state_->waits_patched;
+}
+std::int64_t CudaSequenceRunner::nodes_repointed() const {
+  return state_->nodes_repointed;
+}
+std::int64_t CudaSequenceRunner::repointed_launches() const {
+  return state_->repointed_launches;
+}
+
+CudaSequenceCounts CudaSequenceRunner::counts() const {
+  CudaSequenceCounts c;
+  for (const sequence_detail::Template& t : state_->templates) {
+    for (const SeqOp& m : t.ops) {
+      if (m.empty) continue;
+      c.ops += 1;
+      c.copies += static_cast<double>(m.copies.size());
+      switch (m.kind) {
+        case OpKind::kWait:
+          c.wait_ops += 1;
+          c.wait_terms += static_cast<double>(std::max<std::size_t>(1, m.waits.size()));
+          break;
+        case OpKind::kSignal:
+        case OpKind::kRailPut:
+          c.signal_ops += 1;
+          c.signal_terms += static_cast<double>(std::max<std::size_t>(1, m.adds.size()));
+          break;
+        case OpKind::kSum:
+        case OpKind::kLand:
+        case OpKind::kCast:
+          c.kernels += 1;
+          break;
+        case OpKind::kEventRecord:
+        case OpKind::kEventWait:
+          c.events += 1;
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  const auto n = static_cast<double>(std::max<std::size_t>(1, state_->templates.size()));
+  for (double* v : {&c.ops, &c.copies, &c.wait_ops, &c.wait_terms, &c.signal_ops, &c.signal_terms,
+                    &c.kernels, &c.events})
+    *v /= n;
+  return c;
 }
 
 }  // namespace tide::exec

@@ -2,7 +2,8 @@
 // include/tide/exec/cuda_sequence.hpp), shared by:
 //   sequence_runner.cpp  construction: templates resolved to pointer slots, streams, events
 //   sequence_enqueue.cpp one call onto the streams (stream path and under capture)
-//   sequence_graphs.cpp  the replay graphs and the caller's captured calls
+//   sequence_fusion.cpp  the fusion pass over a mapped template (waits, counter additions)
+//   sequence_graphs.cpp  the replay graphs (re-targeted, re-pointed) and the caller's captures
 #pragma once
 
 #include <cuda.h>
@@ -27,7 +28,7 @@ namespace tide::exec::sequence_detail {
 
 inline constexpr int kFixed = -1;       // Ptr::slot: resolved at construction
 inline constexpr int kOutputSlot = -2;  // Ptr::slot: the call's output
-inline constexpr std::size_t kConstantWait = ~std::size_t{0};  // a wait not on a counter total
+inline constexpr std::size_t kConstantWait = kConstantWaitTotal;  // a wait not on a counter total
 
 // A device address: fixed (arena) or a slot filled per call (a tensor index, the output).
 struct Ptr {
@@ -42,6 +43,16 @@ struct Copy {
   bool flat = true;
 };
 
+// One wait of a (fused) kWait: the counter word, its index into the totals, the template's
+// relative threshold (NOTE [CUDA call sequences]).
+using WaitTerm = CudaWaitTerm;
+
+// One counter addition of a (fused) kSignal.
+struct AddTerm {
+  std::uint64_t* word = nullptr;
+  std::int64_t value = 0;
+};
+
 // One op of a template, resolved at construction.
 struct SeqOp {
   program::OpKind kind = program::OpKind::kRelease;
@@ -49,10 +60,13 @@ struct SeqOp {
   int stream = -1;  // index into State::streams
   bool empty = false;
   std::vector<Copy> copies;
-  // Counters: the word, its index into the totals, the template's value.
+  // Counters: the word, its index into the totals, the template's value (as mapped); after
+  // the fusion pass (sequence_fusion.hpp) a kWait enqueues `waits`, a kSignal `adds`.
   std::uint64_t* word = nullptr;
   std::size_t total = 0;
   std::int64_t value = 0;
+  std::vector<WaitTerm> waits;
+  std::vector<AddTerm> adds;
   // Events: local id and age (NOTE [call sequences]).
   int event = 0;
   int age = 0;
@@ -80,6 +94,9 @@ struct Template {
 // The driver entry points of graph waits (resolved at run time: no libcuda link).
 struct GraphDriver {
   CUresult (*ctx_get_current)(CUcontext*) = nullptr;
+  // cuStreamBatchMemOp (v2); null where the driver lacks it (waits then go one by one).
+  CUresult (*stream_batch_mem_op)(CUstream, unsigned int, CUstreamBatchMemOpParams*,
+                                  unsigned int) = nullptr;
   CUresult (*add_batch_mem_op_node)(CUgraphNode*, CUgraph, const CUgraphNode*, std::size_t,
                                     const CUDA_BATCH_MEM_OP_NODE_PARAMS*) = nullptr;
   CUresult (*exec_batch_mem_op_node_set_params)(CUgraphExec, CUgraphNode,
@@ -91,11 +108,28 @@ const GraphDriver& graph_driver();
 // earlier calls already paid, NOTE [call sequences]) are met at once, so they check as 0.
 program::Program checkable_template(const program::Program& t);
 
-// Where a call being captured records its waits (NOTE [CUDA call sequences] 3-4).
+// A node of a slot graph that carries what a call binds: caller pointers (a kTensor or
+// kOutput slot), alpha (kSum) or accumulate (kLand) (NOTE [CUDA call sequences] 3).
+struct Repoint {
+  cudaGraphNode_t node = nullptr;
+  std::size_t op = 0;         // index into the template's ops
+  int copy = -1;              // the copy of a kCopy; -1: the op's kernel or memset
+  cudaMemsetParams memset{};  // a kZero's node as captured (its dst is replaced)
+  // A 2-D copy: an executable graph updates a 2-D copy node's addresses only inside a child
+  // graph (cudaGraphExecChildGraphNodeSetParams, with cudaGraphExecUpdate's rules), so it is
+  // captured as a child graph node `node` of this graph, holding one copy node. Owned.
+  cudaGraph_t child = nullptr;
+  cudaGraphNode_t child_copy = nullptr;
+};
+
+// Where a call being captured records its waits and, for the runner's own slot graphs, the
+// nodes that carry caller pointers (NOTE [CUDA call sequences] 3-4).
 struct Capture {
   std::int64_t first_call = 0;  // earlier calls are outside the graph
   int call = 0;                 // the captured call's position in the graph
   std::vector<CudaCapturedCalls::Wait>* waits = nullptr;
+  std::vector<Repoint>* repoints = nullptr;  // null: not recorded
+  bool repointable = true;  // every such node was found (one node per copy / launch)
 };
 
 // A replay graph of one event slot (NOTE [CUDA call sequences] 3).
@@ -108,7 +142,17 @@ struct SlotGraph {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   std::vector<CudaCapturedCalls::Wait> waits;
+  std::vector<Repoint> repoints;
+  bool repointable = false;     // every node carrying bindings is in `repoints`
+  bool repoint_failed = false;  // a node update failed once: not tried again for this slot
 };
+
+// The device address of `p` for a call's bindings.
+std::byte* at(const Ptr& p, const CudaCallBindings& b);
+// A 2-D copy's parameters for a call's bindings.
+cudaMemcpy3DParms copy_params(const Copy& c, const CudaCallBindings& b);
+// Whether `m` carries something a call binds (see Repoint).
+bool carries_bindings(const SeqOp& m);
 
 }  // namespace tide::exec::sequence_detail
 
@@ -146,6 +190,13 @@ struct CudaSequenceRunner::State {
   std::int64_t waits_patched = 0;
   // NOTE [CUDA call sequences] 5 (sequence_watch.cpp).
   std::unique_ptr<sequence_detail::Watch> watch;
+  std::int64_t nodes_repointed = 0;
+  std::int64_t repointed_launches = 0;
+  // Per device: whether cuStreamBatchMemOp may carry 64-bit waits (else one by one), and the
+  // stream that captures a fresh call's kernels for their node parameters.
+  std::map<int, bool> batch_waits;
+  std::map<int, cudaStream_t> scratch;
+  std::vector<CUstreamBatchMemOpParams> memops;  // reused by every wait
 
   State(const program::CallSequence& s, fabric::Fabric& f, const CudaSequencePlace& p,
         const CudaSequenceOptions& o)
@@ -165,11 +216,17 @@ struct CudaSequenceRunner::State {
   void enqueue_call(std::int64_t e, std::span<const CudaCallBindings> bindings, float alpha,
                     bool accumulate, cudaStream_t caller, const std::vector<std::int64_t>& base,
                     sequence_detail::Capture* capture);
-  void enqueue_op(const sequence_detail::SeqOp& op, std::int64_t e, const CudaCallBindings& binding,
-                  float alpha, bool accumulate, const std::vector<std::int64_t>& base,
-                  sequence_detail::Capture* capture);
-  void wait_value(cudaStream_t s, int rank, std::uint64_t* word, std::int64_t threshold,
-                  std::size_t total, std::int64_t value, sequence_detail::Capture* capture);
+  void enqueue_op(const sequence_detail::SeqOp& op, std::size_t index, std::int64_t e,
+                  const CudaCallBindings& binding, float alpha, bool accumulate,
+                  const std::vector<std::int64_t>& base, sequence_detail::Capture* capture);
+  void launch_kernel_op(const sequence_detail::SeqOp& op, const CudaCallBindings& binding,
+                        float alpha, bool accumulate, cudaStream_t s);
+  void wait_terms(cudaStream_t s, int rank, std::span<const sequence_detail::WaitTerm> terms,
+                  const std::vector<std::int64_t>& base, sequence_detail::Capture* capture);
+  void record_node(cudaStream_t s, const sequence_detail::SeqOp& op, std::size_t index, int copy,
+                   sequence_detail::Capture* capture);
+  void capture_child_copy(cudaStream_t s, std::size_t index, int copy,
+                          const cudaMemcpy3DParms& params, sequence_detail::Capture* capture);
   void advance(std::vector<std::int64_t>& base, std::int64_t e) const;
   void check_bindings(std::span<const CudaCallBindings> bindings) const;
 
@@ -180,7 +237,15 @@ struct CudaSequenceRunner::State {
                 float alpha, bool accumulate) const;
   void capture_slot(sequence_detail::SlotGraph& g, std::span<const CudaCallBindings> bindings,
                     float alpha, bool accumulate);
-  void patch(cudaGraphExec_t exec, const CudaCapturedCalls::Wait& w, std::int64_t threshold);
+  void patch(cudaGraphExec_t exec, const CudaCapturedCalls::Wait& w,
+             const std::vector<std::int64_t>& base);
+  // Fresh bindings into the slot's graph: false (nothing launched, the graph to be dropped)
+  // where a node update could not express them.
+  bool repoint(sequence_detail::SlotGraph& g, std::span<const CudaCallBindings> bindings,
+               float alpha, bool accumulate);
+  bool repoint_kernels(cudaGraphExec_t exec,
+                       const std::vector<const sequence_detail::Repoint*>& nodes,
+                       std::span<const CudaCallBindings> bindings, float alpha, bool accumulate);
   static void drop(sequence_detail::SlotGraph& g);
 
   // The watch (sequence_watch.cpp).
@@ -190,6 +255,7 @@ struct CudaSequenceRunner::State {
   void watch_call(std::int64_t e, cudaStream_t caller);
   std::vector<std::int64_t> totals_before(std::int64_t e) const;
   std::vector<std::string> unsatisfied_waits(std::int64_t e) const;
+  static void release_repoints(sequence_detail::SlotGraph& g);
 };
 
 }  // namespace tide::exec
