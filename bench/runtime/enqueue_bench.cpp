@@ -159,6 +159,7 @@ json time_calls(const tide::program::CallSequence& seq, std::int64_t input_bytes
   const std::int64_t launches = runner.graph_launches() - launches0;
   j["graph_launches"] = launches;
   j["repointed_launches"] = runner.repointed_launches() - repointed0;
+  j["repoint_failure"] = runner.repoint_failure();
   j["nodes_repointed_per_call"] = static_cast<double>(runner.nodes_repointed() - nodes0) / timed;
   j["wait_nodes_patched_per_call"] = static_cast<double>(runner.waits_patched() - waits0) / timed;
   j["event_slots"] = q;

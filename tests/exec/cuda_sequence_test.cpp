@@ -365,7 +365,7 @@ TEST_P(RsGraphs, FreshPointersReplayRepointedGraphs) {
   EXPECT_EQ(h.runner().calls(), calls);
   // Calls q .. 2q - 1 capture their slot's graph; calls 2q on re-point it.
   EXPECT_EQ(h.runner().graph_launches(), calls - q);
-  EXPECT_EQ(h.runner().repointed_launches(), calls - 2 * q);
+  EXPECT_EQ(h.runner().repointed_launches(), calls - 2 * q) << h.runner().repoint_failure();
   EXPECT_GT(h.runner().nodes_repointed(), 0);
   for (int e = 0; e < calls; ++e)
     h.expect_equal(*data[static_cast<std::size_t>(e)], "call " + std::to_string(e));
@@ -440,9 +440,10 @@ TEST(CudaSequence, ReplayGraphsMatchAndStillWaitForPeers) {
   const std::int64_t launches = h.runner().graph_launches();
   gate.set(0);
   h.step(*buffers, *data.back(), alpha, caller.get());
-  ASSERT_EQ(h.runner().graph_launches(), launches + 1) << "the gated call was not a replay";
+  const std::int64_t gated_launches = h.runner().graph_launches();
   expect_held(*buffers, caller.get());
-  gate.set(1);
+  gate.set(1);  // before any check can return: a closed gate would hold the streams forever
+  EXPECT_EQ(gated_launches, launches + 1) << "the gated call was not a replay";
   TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
   h.expect_equal(*data.back(), "the gated call");
 
@@ -455,10 +456,13 @@ TEST(CudaSequence, ReplayGraphsMatchAndStillWaitForPeers) {
   const std::int64_t repointed = h.runner().repointed_launches();
   gate.set(0);
   h.step(*fresh_buffers, *fresh, alpha, caller.get());
-  ASSERT_EQ(h.runner().graph_launches(), launches + 2) << "the fresh gated call was not a replay";
-  ASSERT_EQ(h.runner().repointed_launches(), repointed + 1) << "its nodes were not re-pointed";
+  const std::int64_t graph_launches = h.runner().graph_launches();
+  const std::int64_t repointed_launches = h.runner().repointed_launches();
   expect_held(*fresh_buffers, caller.get());
-  gate.set(1);
+  gate.set(1);  // before any check can return: a closed gate would hold the streams forever
+  EXPECT_EQ(graph_launches, launches + 2) << "the fresh gated call was not a replay";
+  EXPECT_EQ(repointed_launches, repointed + 1)
+      << "its nodes were not re-pointed: " << h.runner().repoint_failure();
   TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
   h.expect_equal(*fresh, "the fresh gated call");
 }

@@ -224,6 +224,8 @@ class CudaSequenceRunner {
   // Caller-pointer nodes (copies, kernels, memsets) patched so far by fresh calls replayed
   // as graphs (NOTE [CUDA call sequences] 3), and the calls that were.
   std::int64_t nodes_repointed() const;
+  // Why the last slot graph that could not be re-pointed could not (empty when none failed).
+  std::string repoint_failure() const;
   std::int64_t repointed_launches() const;
   CudaSequenceCounts counts() const;
 

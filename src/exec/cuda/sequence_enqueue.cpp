@@ -167,6 +167,8 @@ void CudaSequenceRunner::State::record_node(cudaStream_t s, const SeqOp& m, std:
   std::size_t count = 0;
   TIDE_CUDA_CHECK(cudaStreamGetCaptureInfo(s, &status, nullptr, nullptr, &deps, nullptr, &count));
   if (status != cudaStreamCaptureStatusActive || count != 1) {
+    repoint_failure = std::string(program::op_kind_name(m.kind)) + ": captured as " +
+                      std::to_string(count) + " nodes";
     capture->repointable = false;
     return;
   }
@@ -180,6 +182,8 @@ void CudaSequenceRunner::State::record_node(cudaStream_t s, const SeqOp& m, std:
                     : m.kind == OpKind::kZero ? type == cudaGraphNodeTypeMemset
                                               : type == cudaGraphNodeTypeKernel;
   if (!fits) {
+    repoint_failure = std::string(program::op_kind_name(m.kind)) + ": captured as node type " +
+                      std::to_string(static_cast<int>(type));
     capture->repointable = false;
     return;
   }

@@ -92,7 +92,10 @@ void CudaSequenceRunner::State::capture_slot(SlotGraph& g,
 // kernels with the parameters their launcher computes for the new bindings (repoint_kernels).
 bool CudaSequenceRunner::State::repoint(SlotGraph& g, std::span<const CudaCallBindings> bindings,
                                         float alpha, bool accumulate) {
-  if (!g.repointable || g.exec == nullptr) return false;
+  if (!g.repointable || g.exec == nullptr) {
+    if (repoint_failure.empty()) repoint_failure = "the slot graph was captured not repointable";
+    return false;
+  }
   const sequence_detail::Template& t = templates[static_cast<std::size_t>(call % sequence.period)];
   std::vector<char> changed(static_cast<std::size_t>(ranks), 0);
   for (const int r : local_ranks) {
@@ -134,6 +137,9 @@ bool CudaSequenceRunner::State::repoint(SlotGraph& g, std::span<const CudaCallBi
     }
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
+      repoint_failure = std::string(program::op_kind_name(m.kind)) +
+                        (rp.child != nullptr ? " (2-D copy, child graph)" : "") + ": " +
+                        cudaGetErrorName(err);
       return false;
     }
     ++nodes_repointed;
@@ -171,6 +177,7 @@ bool CudaSequenceRunner::State::repoint_kernels(cudaGraphExec_t exec,
         TIDE_CUDA_CHECK(
             cudaStreamGetCaptureInfo(scr, &status, nullptr, nullptr, &deps, nullptr, &count));
         if (count != 1) {
+          repoint_failure = "a kernel launch captured as " + std::to_string(count) + " nodes";
           ok = false;
           ++k;
           break;
@@ -192,6 +199,7 @@ bool CudaSequenceRunner::State::repoint_kernels(cudaGraphExec_t exec,
       if (err == cudaSuccess) err = cudaGraphExecKernelNodeSetParams(exec, target, &p);
       if (err != cudaSuccess) {
         (void)cudaGetLastError();
+        repoint_failure = std::string("kernel node update: ") + cudaGetErrorName(err);
         ok = false;
         break;
       }

@@ -403,6 +403,9 @@ std::int64_t CudaSequenceRunner::graph_launches() const {
 std::int64_t CudaSequenceRunner::waits_patched() const {
   return state_->waits_patched;
 }
+std::string CudaSequenceRunner::repoint_failure() const {
+  return state_->repoint_failure;
+}
 std::int64_t CudaSequenceRunner::nodes_repointed() const {
   return state_->nodes_repointed;
 }

@@ -190,6 +190,7 @@ struct CudaSequenceRunner::State {
   std::int64_t waits_patched = 0;
   // NOTE [CUDA call sequences] 5 (sequence_watch.cpp).
   std::unique_ptr<sequence_detail::Watch> watch;
+  std::string repoint_failure;  // NOTE [CUDA call sequences] 3: the last reason
   std::int64_t nodes_repointed = 0;
   std::int64_t repointed_launches = 0;
   // Per device: whether cuStreamBatchMemOp may carry 64-bit waits (else one by one), and the
