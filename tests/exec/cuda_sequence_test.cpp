@@ -363,10 +363,19 @@ TEST_P(RsGraphs, FreshPointersReplayRepointedGraphs) {
            alphas[static_cast<std::size_t>(e)], caller.get());
   TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
   EXPECT_EQ(h.runner().calls(), calls);
-  // Calls q .. 2q - 1 capture their slot's graph; calls 2q on re-point it.
-  EXPECT_EQ(h.runner().graph_launches(), calls - q);
-  EXPECT_EQ(h.runner().repointed_launches(), calls - 2 * q) << h.runner().repoint_failure();
-  EXPECT_GT(h.runner().nodes_repointed(), 0);
+  // Calls q .. 2q - 1 capture their slot's graph; calls 2q on re-point it. CUDA updates only
+  // 1-D copy nodes: a slot whose template copies caller memory in 2-D (strided rows) cannot
+  // be re-pointed, says so, and runs fresh calls on the stream path (NOTE [CUDA call
+  // sequences] 3).
+  if (h.runner().repoint_failure().empty()) {
+    EXPECT_EQ(h.runner().graph_launches(), calls - q);
+    EXPECT_EQ(h.runner().repointed_launches(), calls - 2 * q);
+    EXPECT_GT(h.runner().nodes_repointed(), 0);
+  } else {
+    EXPECT_NE(h.runner().repoint_failure().find("2-D copy"), std::string::npos)
+        << h.runner().repoint_failure();
+    EXPECT_EQ(h.runner().repointed_launches(), 0);
+  }
   for (int e = 0; e < calls; ++e)
     h.expect_equal(*data[static_cast<std::size_t>(e)], "call " + std::to_string(e));
 }
@@ -460,9 +469,13 @@ TEST(CudaSequence, ReplayGraphsMatchAndStillWaitForPeers) {
   const std::int64_t repointed_launches = h.runner().repointed_launches();
   expect_held(*fresh_buffers, caller.get());
   gate.set(1);  // before any check can return: a closed gate would hold the streams forever
-  EXPECT_EQ(graph_launches, launches + 2) << "the fresh gated call was not a replay";
-  EXPECT_EQ(repointed_launches, repointed + 1)
-      << "its nodes were not re-pointed: " << h.runner().repoint_failure();
+  if (h.runner().repoint_failure().empty()) {
+    EXPECT_EQ(graph_launches, launches + 2) << "the fresh gated call was not a replay";
+    EXPECT_EQ(repointed_launches, repointed + 1) << "its nodes were not re-pointed";
+  } else {  // 2-D copies of caller memory: the fresh call ran on the stream path, held too
+    EXPECT_NE(h.runner().repoint_failure().find("2-D copy"), std::string::npos)
+        << h.runner().repoint_failure();
+  }
   TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
   h.expect_equal(*fresh, "the fresh gated call");
 }

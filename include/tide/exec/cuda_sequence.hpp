@@ -73,7 +73,12 @@
 //    cudaGraphExecKernelNodeSetParams, which may change the kernel instance), then patches
 //    the waits and launches. A capture where some such op did not become exactly one node of
 //    the expected type, or a node update the driver refuses, sends the slot back to the
-//    stream path for calls with fresh bindings (it still replays unchanged ones).
+//    stream path for calls with fresh bindings (it still replays unchanged ones), and
+//    repoint_failure() says why. On the H200 (driver 580, CUDA 13.0) this is every
+//    TIDE-RS slot whose copies read gradients in 2-D (strided rows): CUDA updates only 1-D
+//    copy nodes, and a 2-D copy captured as its own child graph is refused as well
+//    (cudaErrorGraphExecUpdateFailure), so fresh TIDE-RS calls run on the stream path;
+//    TIDE-AG's slots re-point (bench/results/runtime/README.md).
 // 4. Caller graphs: enqueue() on a caller stream that is being captured puts the call into
 //    the caller's graph the same way (explicit wait nodes, external event nodes) without
 //    advancing the runner; take_captured() then hands back what was captured, and before
