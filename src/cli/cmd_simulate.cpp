@@ -39,7 +39,8 @@ double event_time(const program::Program& prog, const exec::RunResult& run, int 
   double latest = 0;
   for (std::size_t i = 0; i < prog.ops.size(); ++i) {
     const program::Op& op = prog.ops[i];
-    if (op.kind == program::OpKind::kEventRecord && op.event == event && i < run.op_times.size()) {
+    const auto* record = op.get_if<program::EventRecordOp>();
+    if (record != nullptr && record->event == event && i < run.op_times.size()) {
       latest = std::max(latest, run.op_times[i].end_us);
     }
   }

@@ -115,14 +115,13 @@ struct Builder : Emitter {
     const Region output{Buffer{rank, Space::kOutput, at.output}, 0, landing.width, landing.width,
                         1};
     if (at.entry_event >= 0) {
-      event(OpKind::kEventWait, rank, readiness, at.entry_event,
-            who + "wait for the landing's previous user");
+      wait_event(rank, readiness, at.entry_event, who + "wait for the landing's previous user");
     } else if (options.consumer && options.previous_user) {
-      Op& previous = add(OpKind::kCopy, rank, compute, who + "previous layer reads the landing");
+      auto& previous = add<CopyOp>(rank, compute, who + "previous layer reads the landing");
       previous.copies = {CopyDescriptor{landing, output}};
-      event(OpKind::kEventRecord, rank, compute, ev(kPreviousConsumerEvent), who + "landing free");
-      event(OpKind::kEventWait, rank, readiness, ev(kPreviousConsumerEvent),
-            who + "wait for the landing's previous user");
+      record_event(rank, compute, ev(kPreviousConsumerEvent), who + "landing free");
+      wait_event(rank, readiness, ev(kPreviousConsumerEvent),
+                 who + "wait for the landing's previous user");
     }
 
     // 1. readiness
@@ -135,16 +134,16 @@ struct Builder : Emitter {
     // Without a cast nothing here waits for the previous call: incoming puts are guarded by
     // the stage credits below, and this rank's own earlier puts precede on this stream.
     if (plan.options().mixed_precision_cast && shared.calls > 0) {
-      event(OpKind::kEventWait, rank, caller,
-            shared.scatter_done_events[static_cast<std::size_t>(shared.calls - 1)],
-            who + "previous call's scatter done");
+      wait_event(rank, caller,
+                 shared.scatter_done_events[static_cast<std::size_t>(shared.calls - 1)],
+                 who + "previous call's scatter done");
     }
     if (plan.options().mixed_precision_cast) {
       for (int p = 0; p < layout.param_count(); ++p) {
         const ParamLayout& pl = layout.param(p);
-        Op& op = add(OpKind::kCast, rank, caller, who + "cast p" + std::to_string(p));
-        op.sources = {Region{Buffer{rank, Space::kTensor, at.tensor_base + p}, 0,
-                             pl.shard_elems() * 4, pl.shard_elems() * 4, 1}};
+        auto& op = add<CastOp>(rank, caller, who + "cast p" + std::to_string(p));
+        op.src = Region{Buffer{rank, Space::kTensor, at.tensor_base + p}, 0, pl.shard_elems() * 4,
+                        pl.shard_elems() * 4, 1};
         op.dst = arena_region(rank, slot_offset(0) + pl.offset, pl.shard_bytes);
         op.ctas = kDefaultCastCtas;
       }
@@ -152,7 +151,7 @@ struct Builder : Emitter {
     if (!injected(Fault::kAgNoLandingReadiness)) {
       wait(rank, caller, counters.ready(), gpus, who + "wait local landings free");
     }
-    event(OpKind::kEventRecord, rank, caller, ev(kEntryEvent), who + "entry");
+    record_event(rank, caller, ev(kEntryEvent), who + "entry");
 
     // 4. caller: Bruck rounds
     for (const AgRound& round : plan.rounds()) {
@@ -174,18 +173,18 @@ struct Builder : Emitter {
                    std::to_string(earlier.index) + "'s slots");
         }
       }
-      Op& head = add(OpKind::kRailPut, rank, caller,
-                     who + "round " + std::to_string(d) + " head -> r" + std::to_string(target));
+      auto& head = add<RailPutOp>(
+          rank, caller, who + "round " + std::to_string(d) + " head -> r" + std::to_string(target));
       head.copies = transfer(round, rank, target, 0, round.head_bytes);
       head.counter = Counter{target, counters.head(d)};
       head.value = 1;
-      Op& tail = add(OpKind::kRailPut, rank, caller,
-                     who + "round " + std::to_string(d) + " tail -> r" + std::to_string(target));
+      auto& tail = add<RailPutOp>(
+          rank, caller, who + "round " + std::to_string(d) + " tail -> r" + std::to_string(target));
       tail.copies = transfer(round, rank, target, round.head_bytes, round.bytes);
       tail.counter = Counter{target, counters.data(d)};
       tail.value = 1;
     }
-    event(OpKind::kEventRecord, rank, caller, ev(kRoundsDoneEvent), who + "rounds sent");
+    record_event(rank, caller, ev(kRoundsDoneEvent), who + "rounds sent");
 
     // 5. pacing
     for (const AgRound& round : plan.rounds()) {
@@ -198,13 +197,13 @@ struct Builder : Emitter {
     }
 
     // 6-7. scatter
-    event(OpKind::kEventWait, rank, scatter, ev(kEntryEvent), who + "scatter after entry");
+    wait_event(rank, scatter, ev(kEntryEvent), who + "scatter after entry");
     const std::vector<AgScatterCopy> copies = plan.scatter_copies(n, l);
     auto emit = [&](std::size_t first, std::size_t last, const std::string& what) {
       for (int d = 0; d < gpus; ++d) {
         const int dst_rank = topo.rank(n, d);
-        Op& op = add(OpKind::kCopy, rank, scatter,
-                     who + "scatter " + what + " -> GPU " + std::to_string(dst_rank));
+        auto& op = add<CopyOp>(rank, scatter,
+                               who + "scatter " + what + " -> GPU " + std::to_string(dst_rank));
         for (std::size_t i = first; i < last; ++i) {
           const AgScatterCopy& c = copies[i];
           const std::int64_t src = (c.from_resident ? arena.resident : arena.stage) + c.src_offset;
@@ -242,26 +241,25 @@ struct Builder : Emitter {
              who + "shards landed on GPU " + std::to_string(topo.rank(n, d)));
     }
     // Stage credits once every slot was scattered and forwarded (per-area, cumulative).
-    event(OpKind::kEventWait, rank, scatter, ev(kRoundsDoneEvent), who + "forwards done");
+    wait_event(rank, scatter, ev(kRoundsDoneEvent), who + "forwards done");
     for (const AgRound& round : plan.rounds()) {
       signal(rank, scatter, topo.rank(mod(n + round.peer_distance, m), l),
              counters.credit(round.index),
              who + "stage credit round " + std::to_string(round.index));
     }
 
-    event(OpKind::kEventRecord, rank, scatter, ev(kScatterDoneEvent), who + "scatter done");
+    record_event(rank, scatter, ev(kScatterDoneEvent), who + "scatter done");
 
     // 8. completion
     if (!injected(Fault::kAgNoCompletionFence)) {
       wait(rank, completion, counters.landed(), gpus, who + "node-wide completion fence");
     }
-    event(OpKind::kEventRecord, rank, completion, ev(kReadyEvent), who + "parameters ready");
+    record_event(rank, completion, ev(kReadyEvent), who + "parameters ready");
     if (options.consumer) {
-      event(OpKind::kEventWait, rank, compute, ev(kReadyEvent),
-            who + "compute waits for parameters");
-      Op& use = add(OpKind::kCopy, rank, compute, who + "layer reads its parameters");
+      wait_event(rank, compute, ev(kReadyEvent), who + "compute waits for parameters");
+      auto& use = add<CopyOp>(rank, compute, who + "layer reads its parameters");
       use.copies = {CopyDescriptor{landing, output}};
-      event(OpKind::kEventRecord, rank, compute, ev(kUsedEvent), who + "layer done with them");
+      record_event(rank, compute, ev(kUsedEvent), who + "layer done with them");
     }
   }
 };

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 #include <utility>
+#include <variant>
 
 #include "tide/core/error.hpp"
 #include "tide/program/validate.hpp"
@@ -51,43 +52,42 @@ void append_region(std::string& out, const Region& r) {
 // Everything about an op but its label (labels carry bank and wave numbers only for people).
 std::string op_key(const Op& op, int age) {
   std::string out;
-  append(out, static_cast<int>(op.kind), ' ');
+  append(out, static_cast<int>(op.kind()), ' ');
   append(out, op.rank, ' ');
-  append(out, op.stream, 'c');
-  for (const CopyDescriptor& c : op.copies) {
-    append_region(out, c.src);
-    append_region(out, c.dst);
-  }
-  out += 'd';
-  append_region(out, op.dst);
-  out += 's';
-  for (const Region& r : op.staged)
-    append_region(out, r);
-  out += 'p';
-  for (const Region& r : op.sources)
-    append_region(out, r);
-  out += 'g';
-  for (const SumSegment& s : op.segments) {
-    append(out, s.row, ',');
-    append(out, s.out_elem, ',');
-    append(out, s.param, ',');
-    append(out, s.src_elem, ',');
-    append(out, s.elems, ';');
-  }
-  std::uint32_t alpha_bits = 0;
-  static_assert(sizeof alpha_bits == sizeof op.alpha);
-  std::memcpy(&alpha_bits, &op.alpha, sizeof alpha_bits);
-  append(out, static_cast<int>(op.in_dtype), ' ');
-  append(out, alpha_bits, ' ');
-  append(out, op.accumulate, ' ');
-  append(out, op.wave_index, ' ');
-  append(out, op.ctas, ' ');
-  append(out, op.counter.rank, ':');
-  append(out, op.counter.id, ' ');
-  append(out, op.value, ' ');
-  append(out, op.network_round, ' ');
-  append(out, op.inside_kernel, ' ');
-  append(out, op.event, '/');
+  append(out, op.stream, ' ');
+  append(out, op.inside_kernel, 'r');
+  for_each_region(op, [&](const Region& r) { append_region(out, r); });
+  std::visit(
+      [&](const auto& p) {
+        if constexpr (requires { p.segments; }) {
+          out += 'g';
+          for (const SumSegment& s : p.segments) {
+            append(out, s.row, ',');
+            append(out, s.out_elem, ',');
+            append(out, s.param, ',');
+            append(out, s.src_elem, ',');
+            append(out, s.elems, ';');
+          }
+        }
+        if constexpr (requires { p.in_dtype; }) append(out, static_cast<int>(p.in_dtype), ' ');
+        if constexpr (requires { p.alpha; }) {
+          std::uint32_t alpha_bits = 0;
+          static_assert(sizeof alpha_bits == sizeof p.alpha);
+          std::memcpy(&alpha_bits, &p.alpha, sizeof alpha_bits);
+          append(out, alpha_bits, ' ');
+        }
+        if constexpr (requires { p.accumulate; }) append(out, p.accumulate, ' ');
+        if constexpr (requires { p.wave_index; }) append(out, p.wave_index, ' ');
+        if constexpr (requires { p.ctas; }) append(out, p.ctas, ' ');
+        if constexpr (requires { p.counter; }) {
+          append(out, p.counter.rank, ':');
+          append(out, p.counter.id, ' ');
+        }
+        if constexpr (requires { p.value; }) append(out, p.value, ' ');
+        if constexpr (requires { p.network_round; }) append(out, p.network_round, ' ');
+        if constexpr (requires { p.event; }) append(out, p.event, '/');
+      },
+      op.payload);
   append(out, age, ';');
   return out;
 }
@@ -100,10 +100,6 @@ bool same_call(const NormalCall& a, const NormalCall& b) {
       return false;
   }
   return true;
-}
-
-bool is_event_op(const Op& op) {
-  return op.kind == OpKind::kEventRecord || op.kind == OpKind::kEventWait;
 }
 
 std::size_t slot(int ranks_counters, int rank, int id) {
@@ -138,34 +134,36 @@ std::vector<NormalCall> normalise(const std::vector<BuiltCall>& calls, int first
     bool ok = true;
     for (std::size_t i = 0; i < n.program.ops.size(); ++i) {
       Op& op = n.program.ops[i];
-      if (op.kind == OpKind::kWait || op.kind == OpKind::kSignal || op.kind == OpKind::kRailPut) {
-        const int builder_id = op.counter.id;
-        op.counter.id = physical(builder_id, call, &ok);
+      if (Counter* counter = counter_of(op)) {
+        const int builder_id = counter->id;
+        counter->id = physical(builder_id, call, &ok);
         if (!ok) return {};
-        if (op.kind == OpKind::kWait) {
+        if (auto* wait = op.get_if<WaitOp>()) {
           // Builder thresholds count from 0 on a fresh private counter, and from the start of
           // the sequence on a shared one.
-          std::int64_t absolute = op.value;
+          std::int64_t absolute = wait->value;
           if (builder_id >= first_private) {
             const int owner = (builder_id - first_private) / private_per_call;
-            absolute += before[static_cast<std::size_t>(owner)]
-                              [slot(counters, op.counter.rank, op.counter.id)];
+            absolute +=
+                before[static_cast<std::size_t>(owner)][slot(counters, counter->rank, counter->id)];
           }
-          op.value = absolute - totals[slot(counters, op.counter.rank, op.counter.id)];
+          wait->value = absolute - totals[slot(counters, counter->rank, counter->id)];
         }
       }
-      if (is_event_op(op)) {
-        const int owner = (op.event - calls.front().event_base) / events_per_call;
-        const int local = (op.event - calls.front().event_base) % events_per_call;
-        if (owner > call || (op.kind == OpKind::kEventRecord && owner != call)) return {};
+      if (int* event = event_of(op)) {
+        const int owner = (*event - calls.front().event_base) / events_per_call;
+        const int local = (*event - calls.front().event_base) % events_per_call;
+        if (owner > call || (op.is<EventRecordOp>() && owner != call)) return {};
         n.event_age[i] = call - owner;
-        op.event = local;
+        *event = local;
       }
     }
     for (const Op& op : calls[e].program.ops) {
-      if (op.kind != OpKind::kSignal && op.kind != OpKind::kRailPut) continue;
+      const auto add = addition_of(op);
+      if (!add) continue;
       bool ignored = true;
-      totals[slot(counters, op.counter.rank, physical(op.counter.id, call, &ignored))] += op.value;
+      totals[slot(counters, add->counter.rank, physical(add->counter.id, call, &ignored))] +=
+          add->value;
     }
     out.push_back(std::move(n));
   }
@@ -193,8 +191,9 @@ CallTemplate make_template(NormalCall&& call, const BufferSizes& sizes) {
   for (int age : t.event_age)
     max_age = std::max(max_age, age);
   sim.events = t.program.events * (max_age + 1);
-  for (std::size_t i = 0; i < sim.ops.size(); ++i)
-    sim.ops[i].event += t.program.events * t.event_age[i];
+  for (std::size_t i = 0; i < sim.ops.size(); ++i) {
+    if (int* event = event_of(sim.ops[i])) *event += t.program.events * t.event_age[i];
+  }
   SyncStart start;
   start.recorded_events_from = t.program.events;
   t.order = legal_order(sim, start);
@@ -346,23 +345,18 @@ Program expand_calls(const CallSequence& sequence, int calls) {
     }
     for (std::size_t i = 0; i < t.program.ops.size(); ++i) {
       Op op = t.program.ops[i];
-      if (op.kind == OpKind::kWait) op.value += totals[slot(out.counters, op.rank, op.counter.id)];
-      if (is_event_op(op)) {
+      if (auto* wait = op.get_if<WaitOp>())
+        wait->value += totals[slot(out.counters, op.rank, wait->counter.id)];
+      if (int* event = event_of(op)) {
         const int owner = e - t.event_age[i];
         if (owner < 0) continue;  // waits for a call before the first: nothing to order
-        op.event += owner * sequence.events_per_call;
+        *event += owner * sequence.events_per_call;
       }
-      for (CopyDescriptor& c : op.copies) {
-        rebase(c.src, e);
-        rebase(c.dst, e);
+      for_each_region(op, [&](Region& r) { rebase(r, e); });
+      if (auto* sum = op.get_if<SumOp>()) {
+        for (SumSegment& s : sum->segments)
+          s.param += e * tensors;
       }
-      rebase(op.dst, e);
-      for (Region& r : op.staged)
-        rebase(r, e);
-      for (Region& r : op.sources)
-        rebase(r, e);
-      for (SumSegment& s : op.segments)
-        s.param += e * tensors;
       out.ops.push_back(std::move(op));
     }
     for (std::size_t k = 0; k < totals.size(); ++k)

@@ -44,12 +44,12 @@ struct RingEmitter : Emitter {
            int counter, int ctas, const std::string& label) {
     const int next = dst.buffer.rank;
     if (t.node_of(next) == t.node_of(rank)) {
-      Op& copy = add(OpKind::kCopy, rank, stream, label);
+      auto& copy = add<CopyOp>(rank, stream, label);
       copy.ctas = ctas;
       copy.copies = {CopyDescriptor{src, dst}};
       signal(rank, stream, next, counter, label + " arrived");
     } else {
-      Op& put = add(OpKind::kRailPut, rank, stream, label);
+      auto& put = add<RailPutOp>(rank, stream, label);
       put.ctas = ctas;
       put.copies = {CopyDescriptor{src, dst}};
       put.counter = Counter{next, counter};
@@ -147,21 +147,21 @@ Program build_fsdp2_all_gather(const GroupLayout& layout, const Fsdp2Options& op
   for (int r = 0; r < n; ++r) {
     const std::string who = "FSDP2 AG r" + std::to_string(r) + " ";
     const Buffer flat{r, Space::kArena, 0};
-    Op& in = e.add(OpKind::kCopy, r, copy_in, who + "copy-in");
+    auto& in = e.add<CopyOp>(r, copy_in, who + "copy-in");
     in.ctas = options.copy_ctas;
     for (int q = 0; q < layout.param_count(); ++q) {
       const ParamLayout& pl = layout.param(q);
       in.copies.push_back(CopyDescriptor{bytes_of(Buffer{r, Space::kTensor, q}, 0, pl.shard_bytes),
                                          bytes_of(flat, r * s + pl.offset, pl.shard_bytes)});
     }
-    e.event(OpKind::kEventRecord, r, copy_in, kCopiedIn, who + "copied in");
+    e.record_event(r, copy_in, kCopiedIn, who + "copied in");
     for (int c = 0; c < channels; ++c) {
       const Ring& ring = rings[static_cast<std::size_t>(c)];
       const auto [begin, end] = part(s, channels, c, item_bytes(layout.ag_dtype()));
       if (end == begin) continue;  // a shard too small to give this channel a part
-      e.event(OpKind::kEventWait, r, nccl[static_cast<std::size_t>(c)], kCopiedIn,
-              who + "ring after copy-in");
-      e.program.ops.back().ctas = channel_ctas;  // the NCCL kernel starts here
+      // The NCCL kernel starts here.
+      e.wait_event(r, nccl[static_cast<std::size_t>(c)], kCopiedIn, who + "ring after copy-in")
+          .ctas = channel_ctas;
       const int next = ring.at(ring.position(r) + 1);
       for (int k = 0; k < n - 1; ++k) {
         e.wait(
@@ -180,8 +180,8 @@ Program build_fsdp2_all_gather(const GroupLayout& layout, const Fsdp2Options& op
       const auto [begin, end] = part(s, channels, c, item_bytes(layout.ag_dtype()));
       if (end > begin) e.wait(r, compute, c, n - 1, who + "channel " + std::to_string(c) + " done");
     }
-    e.event(OpKind::kEventWait, r, compute, kCopiedIn, who + "own chunk copied in");
-    Op& out = e.add(OpKind::kCopy, r, compute, who + "split_with_sizes_copy");
+    e.wait_event(r, compute, kCopiedIn, who + "own chunk copied in");
+    auto& out = e.add<CopyOp>(r, compute, who + "split_with_sizes_copy");
     out.ctas = options.copy_ctas;
     for (int q = 0; q < layout.param_count(); ++q) {
       const ParamLayout& pl = layout.param(q);
@@ -190,7 +190,7 @@ Program build_fsdp2_all_gather(const GroupLayout& layout, const Fsdp2Options& op
                          Region{Buffer{r, Space::kOutput, 0}, layout.landing_offset(q, 0),
                                 pl.shard_bytes, pl.shard_bytes, n}});
     }
-    e.event(OpKind::kEventRecord, r, compute, kDone, who + "parameters ready");
+    e.record_event(r, compute, kDone, who + "parameters ready");
   }
   mark_kernel_steps(p, nccl);
   if (ids) ids->done_event = kDone;
@@ -237,7 +237,7 @@ Program build_fsdp2_reduce_scatter(const GroupLayout& layout, const Fsdp2Options
     const std::string who = "FSDP2 RS r" + std::to_string(r) + " ";
     const Buffer arena{r, Space::kArena, 0};
     const Buffer out{r, Space::kOutput, 0};
-    Op& pack = e.add(OpKind::kSum, r, compute, who + "_chunk_cat");
+    auto& pack = e.add<SumOp>(r, compute, who + "_chunk_cat");
     pack.ctas = options.copy_ctas;
     pack.alpha = options.alpha;
     pack.in_dtype = layout.grad_dtype();
@@ -250,15 +250,15 @@ Program build_fsdp2_reduce_scatter(const GroupLayout& layout, const Fsdp2Options
         pack.segments.push_back(SumSegment{u, pl.out_offset, q, u * pl.shard_elems(), valid});
       }
     }
-    e.event(OpKind::kEventRecord, r, compute, kPacked, who + "packed");
+    e.record_event(r, compute, kPacked, who + "packed");
     for (int c = 0; c < channels; ++c) {
       const Ring& ring = rings[static_cast<std::size_t>(c)];
       const int stream = nccl[static_cast<std::size_t>(c)];
       const auto [begin, end] = part(block, channels, c, 4);
       const std::int64_t bytes = end - begin;
       if (bytes == 0) continue;
-      e.event(OpKind::kEventWait, r, stream, kPacked, who + "ring after packing");
-      e.program.ops.back().ctas = channel_ctas;  // the NCCL kernel starts here
+      e.wait_event(r, stream, kPacked, who + "ring after packing").ctas =
+          channel_ctas;  // the NCCL kernel starts here
       const int next = ring.at(ring.position(r) + 1);
       const int previous = ring.at(ring.position(r) - 1);
       const std::string ch = "ch" + std::to_string(c) + " ";
@@ -275,8 +275,7 @@ Program build_fsdp2_reduce_scatter(const GroupLayout& layout, const Fsdp2Options
                who + ch + "step " + std::to_string(k) + " arrived");
         const int chunk = ring.at(ring.position(previous) - k - 1);
         const bool last = k == n - 2;
-        Op& add =
-            e.add(OpKind::kLand, r, stream, who + ch + "reduce chunk " + std::to_string(chunk));
+        auto& add = e.add<LandOp>(r, stream, who + ch + "reduce chunk " + std::to_string(chunk));
         add.ctas = channel_ctas;
         add.sources = {bytes_of(arena, recv_base + (k % 2) * block + begin, bytes),
                        bytes_of(arena, chunk * block + begin, bytes)};
@@ -285,7 +284,7 @@ Program build_fsdp2_reduce_scatter(const GroupLayout& layout, const Fsdp2Options
         e.signal(r, stream, previous, free_counter(c), who + ch + "receive slot free");
       }
       if (n == 1) {  // no ring: the packed block is the sum
-        Op& copy = e.add(OpKind::kLand, r, stream, who + ch + "single rank");
+        auto& copy = e.add<LandOp>(r, stream, who + ch + "single rank");
         copy.ctas = channel_ctas;
         copy.sources = {bytes_of(arena, begin, bytes)};
         copy.dst = bytes_of(out, begin, bytes);
@@ -293,12 +292,11 @@ Program build_fsdp2_reduce_scatter(const GroupLayout& layout, const Fsdp2Options
       }
     }
     for (int c = 0; c < channels; ++c) {
-      e.event(OpKind::kEventRecord, r, nccl[static_cast<std::size_t>(c)], kChannelDone + c,
-              who + "channel " + std::to_string(c) + " done");
-      e.event(OpKind::kEventWait, r, compute, kChannelDone + c,
-              who + "wait channel " + std::to_string(c));
+      e.record_event(r, nccl[static_cast<std::size_t>(c)], kChannelDone + c,
+                     who + "channel " + std::to_string(c) + " done");
+      e.wait_event(r, compute, kChannelDone + c, who + "wait channel " + std::to_string(c));
     }
-    e.event(OpKind::kEventRecord, r, compute, kDone, who + "reduce-scatter done");
+    e.record_event(r, compute, kDone, who + "reduce-scatter done");
   }
   mark_kernel_steps(p, nccl);
   if (ids) ids->done_event = kDone;

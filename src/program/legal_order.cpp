@@ -21,18 +21,14 @@ std::size_t counter_slot(const Program& program, const Counter& c) {
          static_cast<std::size_t>(c.id);
 }
 
-std::size_t event_slot(const Program& program, const Op& op) {
-  if (op.event < 0 || op.event >= program.events) {
-    throw InvalidArgument("event id " + std::to_string(op.event) + " of op '" + op.label +
+std::size_t event_slot(const Program& program, const Op& op, int event) {
+  if (event < 0 || event >= program.events) {
+    throw InvalidArgument("event id " + std::to_string(event) + " of op '" + op.label +
                           "' lies outside the program's " + std::to_string(program.events) +
                           " events");
   }
   return static_cast<std::size_t>(op.rank) * static_cast<std::size_t>(program.events) +
-         static_cast<std::size_t>(op.event);
-}
-
-bool adds_to_counter(const Op& op) {
-  return op.kind == OpKind::kSignal || op.kind == OpKind::kRailPut;
+         static_cast<std::size_t>(event);
 }
 
 }  // namespace
@@ -41,7 +37,7 @@ std::vector<std::int64_t> counter_additions(const Program& program) {
   std::vector<std::int64_t> total(
       static_cast<std::size_t>(program.ranks) * static_cast<std::size_t>(program.counters), 0);
   for (const Op& op : program.ops) {
-    if (adds_to_counter(op)) total[counter_slot(program, op.counter)] += op.value;
+    if (const auto add = addition_of(op)) total[counter_slot(program, add->counter)] += add->value;
   }
   return total;
 }
@@ -70,14 +66,17 @@ LegalOrder legal_order(const Program& program, const SyncStart& start) {
       while (!q.empty()) {
         const Op& op = program.ops[static_cast<std::size_t>(q.front())];
         bool ready = true;
-        if (op.kind == OpKind::kWait) {
-          ready = total[counter_slot(program, op.counter)] >= op.value;
-        } else if (op.kind == OpKind::kEventWait) {
-          ready = op.event >= start.recorded_events_from || recorded[event_slot(program, op)];
+        if (const auto* wait = op.get_if<WaitOp>()) {
+          ready = total[counter_slot(program, wait->counter)] >= wait->value;
+        } else if (const auto* event_wait = op.get_if<EventWaitOp>()) {
+          ready = event_wait->event >= start.recorded_events_from ||
+                  recorded[event_slot(program, op, event_wait->event)];
         }
         if (!ready) break;
-        if (adds_to_counter(op)) total[counter_slot(program, op.counter)] += op.value;
-        if (op.kind == OpKind::kEventRecord) recorded[event_slot(program, op)] = true;
+        if (const auto add = addition_of(op))
+          total[counter_slot(program, add->counter)] += add->value;
+        if (const auto* record = op.get_if<EventRecordOp>())
+          recorded[event_slot(program, op, record->event)] = true;
         placed[static_cast<std::size_t>(q.front())] = true;
         out.order.push_back(q.front());
         q.pop_front();

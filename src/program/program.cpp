@@ -1,6 +1,7 @@
 #include "tide/program/program.hpp"
 
 #include <algorithm>
+#include <variant>
 
 namespace tide::program {
 
@@ -39,60 +40,91 @@ int Program::stream(const std::string& name) {
   return static_cast<int>(stream_names.size()) - 1;
 }
 
+int ctas_of(const Op& op) {
+  return std::visit(
+      [](const auto& p) {
+        if constexpr (requires { p.ctas; })
+          return p.ctas;
+        else
+          return 0;
+      },
+      op.payload);
+}
+
+std::span<const CopyDescriptor> copies_of(const Op& op) {
+  if (const auto* copy = op.get_if<CopyOp>()) return copy->copies;
+  if (const auto* put = op.get_if<RailPutOp>()) return put->copies;
+  return {};
+}
+
+Counter* counter_of(Op& op) {
+  return std::visit(
+      [](auto& p) -> Counter* {
+        if constexpr (requires { p.counter; })
+          return &p.counter;
+        else
+          return nullptr;
+      },
+      op.payload);
+}
+
+const Counter* counter_of(const Op& op) {
+  return counter_of(const_cast<Op&>(op));
+}
+
+std::optional<CounterAddition> addition_of(const Op& op) {
+  if (const auto* signal = op.get_if<SignalOp>())
+    return CounterAddition{signal->counter, signal->value};
+  if (const auto* put = op.get_if<RailPutOp>()) return CounterAddition{put->counter, put->value};
+  return std::nullopt;
+}
+
+int* event_of(Op& op) {
+  if (auto* record = op.get_if<EventRecordOp>()) return &record->event;
+  if (auto* wait = op.get_if<EventWaitOp>()) return &wait->event;
+  return nullptr;
+}
+
+const int* event_of(const Op& op) {
+  return event_of(const_cast<Op&>(op));
+}
+
 std::vector<Region> reads_of(const Op& op) {
   std::vector<Region> reads;
-  switch (op.kind) {
-    case OpKind::kCopy:
-    case OpKind::kRailPut:
-      for (const CopyDescriptor& c : op.copies)
-        reads.push_back(c.src);
-      break;
-    case OpKind::kSum: {
-      // Staged inputs are read only on the runs the segments name; a run covers the same
-      // elements of every staged input's row.
-      const std::int64_t item = item_bytes(op.in_dtype);
-      for (const SumSegment& s : op.segments) {
-        for (const Region& staged : op.staged) {
-          reads.push_back(Region{staged.buffer,
-                                 staged.offset + s.row * staged.pitch + s.out_elem * item,
-                                 s.elems * item, s.elems * item, 1});
-        }
-        reads.push_back(Region{Buffer{op.rank, Space::kTensor, s.param}, s.src_elem * item,
+  for (const CopyDescriptor& c : copies_of(op))
+    reads.push_back(c.src);
+  if (const auto* sum = op.get_if<SumOp>()) {
+    // Staged inputs are read only on the runs the segments name; a run covers the same
+    // elements of every staged input's row.
+    const std::int64_t item = item_bytes(sum->in_dtype);
+    for (const SumSegment& s : sum->segments) {
+      for (const Region& staged : sum->staged) {
+        reads.push_back(Region{staged.buffer,
+                               staged.offset + s.row * staged.pitch + s.out_elem * item,
                                s.elems * item, s.elems * item, 1});
       }
-      break;
+      reads.push_back(Region{Buffer{op.rank, Space::kTensor, s.param}, s.src_elem * item,
+                             s.elems * item, s.elems * item, 1});
     }
-    case OpKind::kLand:
-      reads = op.sources;
-      if (op.accumulate || op.wave_index > 0) reads.push_back(op.dst);
-      break;
-    case OpKind::kCast:
-      reads = op.sources;
-      break;
-    default:
-      break;
+  } else if (const auto* land = op.get_if<LandOp>()) {
+    reads = land->sources;
+    if (land->accumulate || land->wave_index > 0) reads.push_back(land->dst);
+  } else if (const auto* cast = op.get_if<CastOp>()) {
+    reads.push_back(cast->src);
   }
   return reads;
 }
 
 std::vector<Region> writes_of(const Op& op) {
-  switch (op.kind) {
-    case OpKind::kCopy:
-    case OpKind::kRailPut: {
-      std::vector<Region> writes;
-      for (const CopyDescriptor& c : op.copies)
-        writes.push_back(c.dst);
-      return writes;
-    }
-    case OpKind::kSum:
-    case OpKind::kLand:
-    case OpKind::kCast:
-    case OpKind::kZero:
-    case OpKind::kRelease:
-      return {op.dst};
-    default:
-      return {};
-  }
+  std::vector<Region> writes;
+  for (const CopyDescriptor& c : copies_of(op))
+    writes.push_back(c.dst);
+  std::visit(
+      [&](const auto& p) {
+        if constexpr (requires { p.dst; }) writes.push_back(p.dst);
+      },
+      op.payload);
+  return writes;
 }
 
 }  // namespace tide::program

@@ -168,9 +168,10 @@ struct Builder : Emitter {
     const std::int64_t begin = plan.sub_slice_begin(item.pass, s) + q * chunk;
     const std::int64_t base = staging_slot(z) + position * l * chunk * b_grad;
     const int owner_rank = topo.rank(n, owner);
-    Op& op = add(OpKind::kCopy, rank, push,
-                 "RS r" + std::to_string(rank) + " push " + tag(item) + " s" + std::to_string(s) +
-                     " chunk " + std::to_string(q) + " -> r" + std::to_string(owner_rank));
+    auto& op = add<CopyOp>(rank, push,
+                           "RS r" + std::to_string(rank) + " push " + tag(item) + " s" +
+                               std::to_string(s) + " chunk " + std::to_string(q) + " -> r" +
+                               std::to_string(owner_rank));
     for (const RsPiece& piece : chunk_pieces(item.pass, s, q)) {
       const ParamLayout& pl = layout.param(piece.param);
       const std::int64_t dst_col = (piece.span_begin - begin) * b_grad;
@@ -206,9 +207,9 @@ struct Builder : Emitter {
     const int s = plan.sub_slice(me, item.contributor);
     const std::int64_t begin = plan.sub_slice_begin(item.pass, s) + q * chunk;
     const std::int64_t cols = std::clamp<std::int64_t>(live(item.pass, s) - q * chunk, 0, chunk);
-    Op& op = add(OpKind::kSum, rank, sum,
-                 "RS r" + std::to_string(rank) + " sum " + tag(item) + " s" + std::to_string(s) +
-                     " chunk " + std::to_string(q));
+    auto& op = add<SumOp>(rank, sum,
+                          "RS r" + std::to_string(rank) + " sum " + tag(item) + " s" +
+                              std::to_string(s) + " chunk " + std::to_string(q));
     const std::int64_t out = item.own ? spare(item.pass) : outbox_block(item.destination);
     op.dst = arena(rank, out + q * chunk * 4, cols * 4, e_pass * 4, l);
     op.in_dtype = layout.grad_dtype();
@@ -238,10 +239,9 @@ struct Builder : Emitter {
   void reuse_bank(int rank, const std::string& who) {
     if (shared.calls < 2) return;
     if (!injected(Fault::kRsBankReuse)) {
-      event(OpKind::kEventWait, rank, sum,
-            shared.net_done_events[static_cast<std::size_t>(shared.calls - 2)],
-            who + "bank " + std::to_string(bank) + " sent by call " +
-                std::to_string(shared.calls - 2));
+      wait_event(rank, sum, shared.net_done_events[static_cast<std::size_t>(shared.calls - 2)],
+                 who + "bank " + std::to_string(bank) + " sent by call " +
+                     std::to_string(shared.calls - 2));
       wait(rank, sum, shared.landings_done, std::int64_t{l} * (shared.calls - 1),
            who + "bank " + std::to_string(bank) + " spares landed by call " +
                std::to_string(shared.calls - 2));
@@ -255,13 +255,13 @@ struct Builder : Emitter {
 
     // 1. caller: entry (in a step, after backward produced the gradients)
     if (at.entry_event >= 0) {
-      event(OpKind::kEventWait, rank, caller, at.entry_event, who + "wait for the gradients");
+      wait_event(rank, caller, at.entry_event, who + "wait for the gradients");
     }
-    event(OpKind::kEventRecord, rank, caller, ev(kEntry), who + "gradients ready");
+    record_event(rank, caller, ev(kEntry), who + "gradients ready");
 
     // 2-3. read phase: pushes and sums
-    event(OpKind::kEventWait, rank, push, ev(kEntry), who + "push after entry");
-    event(OpKind::kEventWait, rank, sum, ev(kEntry), who + "sum after entry");
+    wait_event(rank, push, ev(kEntry), who + "push after entry");
+    wait_event(rank, sum, ev(kEntry), who + "sum after entry");
     reuse_bank(rank, who);
     // Staging fills so far (earlier calls included): the FREE/STAGED counters are cumulative.
     std::vector<int>& pushed = shared.pushed[static_cast<std::size_t>(rank)];  // per owner
@@ -298,13 +298,13 @@ struct Builder : Emitter {
         }
       }
       if (item.own) {
-        event(OpKind::kEventRecord, rank, sum, own_done(item.pass), who + "own partial summed");
+        record_event(rank, sum, own_done(item.pass), who + "own partial summed");
       } else {
         signal(rank, sum, rank, summed(), who + "summed " + tag(item));
       }
     }
-    event(OpKind::kEventRecord, rank, push, ev(kPushDone), who + "pushes done");
-    event(OpKind::kEventRecord, rank, sum, ev(kSumDone), who + "sums done");
+    record_event(rank, push, ev(kPushDone), who + "pushes done");
+    record_event(rank, sum, ev(kSumDone), who + "sums done");
 
     // 4. network phase. Round i's sends follow round i - d's arrivals (d rounds in flight;
     // d = 1 is lockstep); the last d rounds' arrivals are awaited after the last sends.
@@ -319,8 +319,9 @@ struct Builder : Emitter {
     auto observe_oldest = [&] {
       const RoundArrivals a = unobserved.front();
       unobserved.erase(unobserved.begin());
-      wait(rank, net, a.counter, a.value, who + "round " + std::to_string(a.index) + " arrivals");
-      program.ops.back().network_round = true;
+      WaitOp* arrivals = wait(rank, net, a.counter, a.value,
+                              who + "round " + std::to_string(a.index) + " arrivals");
+      if (arrivals != nullptr) arrivals->network_round = true;
     };
     for (const RsWave& wave : plan.waves()) {
       const int g = wave.index;
@@ -339,9 +340,10 @@ struct Builder : Emitter {
           if (!injected(Fault::kRsSendBeforeSum)) {
             wait(rank, net, summed(), destination, who + "sum of J" + std::to_string(destination));
           }
-          Op& put = add(OpKind::kRailPut, rank, net,
-                        who + "put J" + std::to_string(destination) + " -> r" +
-                            std::to_string(topo.rank(t, me)) + " block " + std::to_string(s));
+          auto& put =
+              add<RailPutOp>(rank, net,
+                             who + "put J" + std::to_string(destination) + " -> r" +
+                                 std::to_string(topo.rank(t, me)) + " block " + std::to_string(s));
           put.copies = {CopyDescriptor{
               arena(rank, outbox_block(destination), live(wave.pass, s) * 4, e_pass * 4, l),
               arena(topo.rank(t, me), inbox_block(wave.generation, s), live(wave.pass, s) * 4,
@@ -358,7 +360,7 @@ struct Builder : Emitter {
       // 5. relay: this GPU's part of the wave is in place
       wait(rank, relay, arrived(g), remote, who + "wave " + std::to_string(g) + " arrived");
       if (wave.has_own_node) {
-        event(OpKind::kEventWait, rank, relay, own_done(wave.pass), who + "own partial ready");
+        wait_event(rank, relay, own_done(wave.pass), who + "own partial ready");
       }
       if (options.landing == LandingStyle::kSwitchReduce) {
         wait(rank, relay, inbox_free(wave.generation),
@@ -367,14 +369,13 @@ struct Builder : Emitter {
         for (int s = 0; s < l; ++s) {
           if (((wave.zeroed_blocks[static_cast<std::size_t>(me)] >> s) & 1u) &&
               !injected(Fault::kRsNoStaleZeroing)) {
-            Op& zero =
-                add(OpKind::kZero, rank, relay, who + "zero stale block " + std::to_string(s));
+            auto& zero = add<ZeroOp>(rank, relay, who + "zero stale block " + std::to_string(s));
             zero.dst = arena(rank, inbox_block(wave.generation, s), areas.block_bytes,
                              areas.block_bytes, 1);
           }
         }
         if (wave.has_own_node) {
-          Op& copy = add(OpKind::kCopy, rank, relay, who + "own spare -> inbox");
+          auto& copy = add<CopyOp>(rank, relay, who + "own spare -> inbox");
           copy.copies = {
               CopyDescriptor{arena(rank, spare(wave.pass), live(wave.pass, me) * 4, e_pass * 4, l),
                              arena(rank, inbox_block(wave.generation, me), live(wave.pass, me) * 4,
@@ -393,8 +394,8 @@ struct Builder : Emitter {
       for (int s = 0; s < l; ++s) {
         const std::int64_t elems = live(wave.pass, s);
         if (elems == 0) continue;
-        Op& op = add(OpKind::kLand, rank, land,
-                     who + "land wave " + std::to_string(g) + " s" + std::to_string(s));
+        auto& op = add<LandOp>(rank, land,
+                               who + "land wave " + std::to_string(g) + " s" + std::to_string(s));
         op.dst = Region{Buffer{rank, Space::kOutput, at.output},
                         plan.sub_slice_begin(wave.pass, s) * 4, elems * 4, elems * 4, 1};
         op.wave_index = wave.wave_in_pass;
@@ -422,12 +423,12 @@ struct Builder : Emitter {
     }
     while (!unobserved.empty())
       observe_oldest();
-    event(OpKind::kEventRecord, rank, net, ev(kNetDone), who + "outbox bank sent");
+    record_event(rank, net, ev(kNetDone), who + "outbox bank sent");
     for (int k = 0; k < l; ++k) {
       signal(rank, land, topo.rank(n, k), shared.landings_done,
              who + "landings done -> GPU " + std::to_string(topo.rank(n, k)));
     }
-    event(OpKind::kEventRecord, rank, land, ev(kLandDone), who + "landings done");
+    record_event(rank, land, ev(kLandDone), who + "landings done");
 
     // 7. credits: a wave that reuses an inbox generation (in this call or after an earlier
     // one) gets one from each of its targets once all L landings there read the previous use.
@@ -445,20 +446,20 @@ struct Builder : Emitter {
 
     // 8. host: read completion and release
     if (!injected(Fault::kRsReleaseBeforeRead)) {
-      event(OpKind::kEventWait, rank, host, ev(kPushDone), who + "pushes finished");
-      event(OpKind::kEventWait, rank, host, ev(kSumDone), who + "sums finished");
+      wait_event(rank, host, ev(kPushDone), who + "pushes finished");
+      wait_event(rank, host, ev(kSumDone), who + "sums finished");
     }
-    event(OpKind::kEventRecord, rank, host, ev(kReadDone), who + "read completion");
+    record_event(rank, host, ev(kReadDone), who + "read completion");
     for (int p = 0; p < layout.param_count(); ++p) {
       const ParamLayout& pl = layout.param(p);
-      Op& release = add(OpKind::kRelease, rank, host, who + "release G" + std::to_string(p));
+      auto& release = add<ReleaseOp>(rank, host, who + "release G" + std::to_string(p));
       release.dst =
           Region{gradient(rank, p), 0, pl.rows * pl.cols * b_grad, pl.rows * pl.cols * b_grad, 1};
     }
 
     // 9. completion in network order, on the landing stream: the caller stream never blocks,
     // so the next call's read phase starts as soon as its gradients are ready (Sec. 5.2).
-    event(OpKind::kEventRecord, rank, land, ev(kDone), who + "reduce-scatter done");
+    record_event(rank, land, ev(kDone), who + "reduce-scatter done");
   }
 };
 

@@ -260,23 +260,13 @@ void place_region(Region& r, const LonePlacement& at) {
 
 void append_lone(Program& step, Program&& call, const LonePlacement& at) {
   for (Op& op : call.ops) {
-    for (CopyDescriptor& c : op.copies) {
-      place_region(c.src, at);
-      place_region(c.dst, at);
+    for_each_region(op, [&](Region& r) { place_region(r, at); });
+    if (auto* sum = op.get_if<SumOp>()) {
+      for (SumSegment& seg : sum->segments)
+        seg.param += at.tensor_base;
     }
-    place_region(op.dst, at);
-    for (Region& r : op.staged)
-      place_region(r, at);
-    for (Region& r : op.sources)
-      place_region(r, at);
-    for (SumSegment& seg : op.segments)
-      seg.param += at.tensor_base;
-    if (op.kind == OpKind::kSignal || op.kind == OpKind::kWait || op.kind == OpKind::kRailPut) {
-      op.counter.id += at.counter_base;
-    }
-    if (op.kind == OpKind::kEventRecord || op.kind == OpKind::kEventWait) {
-      op.event += at.event_base;
-    }
+    if (Counter* counter = counter_of(op)) counter->id += at.counter_base;
+    if (int* event = event_of(op)) *event += at.event_base;
   }
   call.counters += at.counter_base;
   call.events += at.event_base;
@@ -331,22 +321,13 @@ StepProgram build_fsdp2_step_program(const std::vector<StepGroup>& groups,
       const int compute = step.stream("compute");
       const int layer = step.events++;
       for (int r = 0; r < step.ranks; ++r) {
-        Op read;
-        read.kind = OpKind::kCopy;
-        read.rank = r;
-        read.stream = compute;
-        read.label = "FSDP2 r" + std::to_string(r) + " layer reads its parameters";
         const std::int64_t n = layout.unsharded_bytes();
-        read.copies = {CopyDescriptor{Region{Buffer{r, Space::kOutput, call.output}, 0, n, n, 1},
-                                      Region{Buffer{r, Space::kArena, 0}, arena, n, n, 1}}};
-        step.ops.push_back(std::move(read));
-        Op done;
-        done.kind = OpKind::kEventRecord;
-        done.rank = r;
-        done.stream = compute;
-        done.label = "FSDP2 r" + std::to_string(r) + " layer done";
-        done.event = layer;
-        step.ops.push_back(std::move(done));
+        step.ops.push_back(make_op(
+            r, compute, "FSDP2 r" + std::to_string(r) + " layer reads its parameters",
+            CopyOp{{CopyDescriptor{Region{Buffer{r, Space::kOutput, call.output}, 0, n, n, 1},
+                                   Region{Buffer{r, Space::kArena, 0}, arena, n, n, 1}}}}));
+        step.ops.push_back(make_op(r, compute, "FSDP2 r" + std::to_string(r) + " layer done",
+                                   EventRecordOp{layer}));
       }
       arena += layout.unsharded_bytes();
       if (!call.forward) layer_done[static_cast<std::size_t>(call.group)] = layer;
@@ -360,13 +341,9 @@ StepProgram build_fsdp2_step_program(const std::vector<StepGroup>& groups,
       at.prefix = "reduce_scatter.";
       const int stream = step.stream("reduce_scatter.stream");
       for (int r = 0; r < step.ranks; ++r) {  // after the layer's backward
-        Op wait;
-        wait.kind = OpKind::kEventWait;
-        wait.rank = r;
-        wait.stream = stream;
-        wait.label = "FSDP2 r" + std::to_string(r) + " reduce-scatter after backward";
-        wait.event = layer_done[static_cast<std::size_t>(call.group)];
-        step.ops.push_back(std::move(wait));
+        step.ops.push_back(make_op(r, stream,
+                                   "FSDP2 r" + std::to_string(r) + " reduce-scatter after backward",
+                                   EventWaitOp{layer_done[static_cast<std::size_t>(call.group)]}));
       }
       arena += program.buffers.front().arena_bytes;
       sizes.output_bytes.push_back(program.buffers.front().output_bytes.front());

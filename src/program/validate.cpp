@@ -2,6 +2,7 @@
 #include "tide/program/validate.hpp"
 
 #include <string>
+#include <variant>
 
 namespace tide::program {
 namespace {
@@ -26,38 +27,33 @@ class Checker {
     if (op.rank < 0 || op.rank >= p_.ranks) return "its rank is outside [0, ranks)";
     if (op.stream < 0 || op.stream >= static_cast<int>(p_.stream_names.size()))
       return "its stream is not one of the program's stream names";
-    switch (op.kind) {
-      case OpKind::kCopy:
-        return copies(op);
-      case OpKind::kRailPut:
-        if (std::string why = copies(op); !why.empty()) return why;
-        return counter(op);
-      case OpKind::kSignal:
-        return counter(op);
-      case OpKind::kWait:
-        if (std::string why = counter(op); !why.empty()) return why;
-        if (op.counter.rank != op.rank) return "it waits on another rank's counter";
-        return "";
-      case OpKind::kEventRecord:
-      case OpKind::kEventWait:
-        if (op.event < 0 || op.event >= p_.events)
-          return "event id " + std::to_string(op.event) + " outside [0, " +
-                 std::to_string(p_.events) + ")";
-        return "";
-      case OpKind::kSum:
-        return sum(op);
-      case OpKind::kLand:
-        return land(op);
-      case OpKind::kCast:
-        return cast(op);
-      case OpKind::kZero:
-      case OpKind::kRelease:
-        return region(op.dst, "dst");
-    }
-    return "unknown op kind";
+    return std::visit([&](const auto& payload) { return check(op, payload); }, op.payload);
   }
 
  private:
+  std::string check(const Op&, const CopyOp& copy) const { return copies(copy.copies); }
+  std::string check(const Op&, const RailPutOp& put) const {
+    if (std::string why = copies(put.copies); !why.empty()) return why;
+    return addition(put.counter, put.value);
+  }
+  std::string check(const Op&, const SignalOp& signal) const {
+    return addition(signal.counter, signal.value);
+  }
+  std::string check(const Op& op, const WaitOp& wait) const {
+    if (std::string why = counter(wait.counter); !why.empty()) return why;
+    if (wait.counter.rank != op.rank) return "it waits on another rank's counter";
+    return "";
+  }
+  std::string check(const Op&, const EventRecordOp& record) const { return event(record.event); }
+  std::string check(const Op&, const EventWaitOp& wait) const { return event(wait.event); }
+  std::string check(const Op& op, const SumOp& sum) const { return this->sum(op, sum); }
+  std::string check(const Op&, const LandOp& land) const { return this->land(land); }
+  std::string check(const Op&, const CastOp& cast) const { return this->cast(cast); }
+  std::string check(const Op&, const ZeroOp& zero) const { return region(zero.dst, "dst"); }
+  std::string check(const Op&, const ReleaseOp& release) const {
+    return region(release.dst, "dst");
+  }
+
   std::string region(const Region& r, const std::string& what) const {
     const std::int64_t size = buffer_size(p_, r.buffer);
     if (size < 0) return what + " names a buffer the program does not have: " + describe(r);
@@ -72,20 +68,30 @@ class Checker {
     return "";
   }
 
-  std::string counter(const Op& op) const {
-    if (op.counter.rank < 0 || op.counter.rank >= p_.ranks)
-      return "counter rank " + std::to_string(op.counter.rank) + " outside [0, ranks)";
-    if (op.counter.id < 0 || op.counter.id >= p_.counters)
-      return "counter id " + std::to_string(op.counter.id) + " outside [0, " +
-             std::to_string(p_.counters) + ")";
-    if (op.kind != OpKind::kWait && op.value < 0)
-      return "negative counter addition " + std::to_string(op.value);
+  std::string event(int id) const {
+    if (id < 0 || id >= p_.events)
+      return "event id " + std::to_string(id) + " outside [0, " + std::to_string(p_.events) + ")";
     return "";
   }
 
-  std::string copies(const Op& op) const {
-    for (std::size_t k = 0; k < op.copies.size(); ++k) {
-      const CopyDescriptor& c = op.copies[k];
+  std::string counter(const Counter& c) const {
+    if (c.rank < 0 || c.rank >= p_.ranks)
+      return "counter rank " + std::to_string(c.rank) + " outside [0, ranks)";
+    if (c.id < 0 || c.id >= p_.counters)
+      return "counter id " + std::to_string(c.id) + " outside [0, " + std::to_string(p_.counters) +
+             ")";
+    return "";
+  }
+
+  std::string addition(const Counter& c, std::int64_t value) const {
+    if (std::string why = counter(c); !why.empty()) return why;
+    if (value < 0) return "negative counter addition " + std::to_string(value);
+    return "";
+  }
+
+  std::string copies(const std::vector<CopyDescriptor>& copies) const {
+    for (std::size_t k = 0; k < copies.size(); ++k) {
+      const CopyDescriptor& c = copies[k];
       const std::string what = "copy " + std::to_string(k);
       if (std::string why = region(c.src, what + " source"); !why.empty()) return why;
       if (std::string why = region(c.dst, what + " destination"); !why.empty()) return why;
@@ -97,22 +103,22 @@ class Checker {
     return "";
   }
 
-  std::string sum(const Op& op) const {
-    if (std::string why = region(op.dst, "dst"); !why.empty()) return why;
-    if (op.dst.width % 4 != 0) return "dst is not fp32 rows: " + describe(op.dst);
-    const std::int64_t width = op.dst.width / 4;
-    const std::int64_t item = item_bytes(op.in_dtype);
-    for (std::size_t k = 0; k < op.staged.size(); ++k) {
-      const Region& s = op.staged[k];
+  std::string sum(const Op& op, const SumOp& sum) const {
+    if (std::string why = region(sum.dst, "dst"); !why.empty()) return why;
+    if (sum.dst.width % 4 != 0) return "dst is not fp32 rows: " + describe(sum.dst);
+    const std::int64_t width = sum.dst.width / 4;
+    const std::int64_t item = item_bytes(sum.in_dtype);
+    for (std::size_t k = 0; k < sum.staged.size(); ++k) {
+      const Region& s = sum.staged[k];
       if (std::string why = region(s, "staged " + std::to_string(k)); !why.empty()) return why;
-      if (s.rows != op.dst.rows || s.width != width * item)
+      if (s.rows != sum.dst.rows || s.width != width * item)
         return "staged " + std::to_string(k) +
                " does not have dst's rows x elements: " + describe(s);
     }
-    for (std::size_t k = 0; k < op.segments.size(); ++k) {
-      const SumSegment& s = op.segments[k];
+    for (std::size_t k = 0; k < sum.segments.size(); ++k) {
+      const SumSegment& s = sum.segments[k];
       const std::string what = "segment " + std::to_string(k);
-      if (s.row < 0 || s.row >= op.dst.rows || s.out_elem < 0 || s.elems < 0 ||
+      if (s.row < 0 || s.row >= sum.dst.rows || s.out_elem < 0 || s.elems < 0 ||
           s.out_elem + s.elems > width)
         return what + " lies outside dst";
       const std::int64_t size = buffer_size(p_, Buffer{op.rank, Space::kTensor, s.param});
@@ -123,29 +129,28 @@ class Checker {
     return "";
   }
 
-  std::string land(const Op& op) const {
-    if (std::string why = region(op.dst, "dst"); !why.empty()) return why;
-    if (op.dst.width % 4 != 0) return "dst is not fp32: " + describe(op.dst);
-    if (op.sources.empty()) return "a landing needs at least one source";
-    for (std::size_t k = 0; k < op.sources.size(); ++k) {
-      const Region& s = op.sources[k];
+  std::string land(const LandOp& land) const {
+    if (std::string why = region(land.dst, "dst"); !why.empty()) return why;
+    if (land.dst.width % 4 != 0) return "dst is not fp32: " + describe(land.dst);
+    if (land.sources.empty()) return "a landing needs at least one source";
+    for (std::size_t k = 0; k < land.sources.size(); ++k) {
+      const Region& s = land.sources[k];
       if (std::string why = region(s, "source " + std::to_string(k)); !why.empty()) return why;
-      if (s.bytes() != op.dst.bytes() || s.width % 4 != 0)
+      if (s.bytes() != land.dst.bytes() || s.width % 4 != 0)
         return "source " + std::to_string(k) +
                " is not an fp32 range of dst's length: " + describe(s);
     }
-    if (op.wave_index < 0) return "negative wave index";
+    if (land.wave_index < 0) return "negative wave index";
     return "";
   }
 
-  std::string cast(const Op& op) const {
-    if (std::string why = region(op.dst, "dst"); !why.empty()) return why;
-    if (op.sources.size() != 1) return "a cast has exactly one source";
-    const Region& s = op.sources[0];
+  std::string cast(const CastOp& cast) const {
+    if (std::string why = region(cast.dst, "dst"); !why.empty()) return why;
+    const Region& s = cast.src;
     if (std::string why = region(s, "source"); !why.empty()) return why;
-    if (op.dst.width % 2 != 0 || s.width % 4 != 0 || s.bytes() != 2 * op.dst.bytes())
+    if (cast.dst.width % 2 != 0 || s.width % 4 != 0 || s.bytes() != 2 * cast.dst.bytes())
       return "needs an fp32 source of twice the bytes of its bf16 dst: " + describe(s) + " -> " +
-             describe(op.dst);
+             describe(cast.dst);
     return "";
   }
 
@@ -183,7 +188,7 @@ std::string describe_op(const Program& program, int op) {
   std::string stream = std::to_string(o.stream);
   if (o.stream >= 0 && o.stream < static_cast<int>(program.stream_names.size()))
     stream = "'" + program.stream_names[static_cast<std::size_t>(o.stream)] + "'";
-  return "'" + o.label + "' (" + std::string(op_kind_name(o.kind)) + ", rank " +
+  return "'" + o.label + "' (" + std::string(op_kind_name(o.kind())) + ", rank " +
          std::to_string(o.rank) + ", stream " + stream + ", op #" + std::to_string(op) + ")";
 }
 
@@ -214,10 +219,10 @@ std::vector<Defect> validate(const Program& program, const ValidateOptions& opti
   for (std::size_t i = 0; i < program.ops.size(); ++i) {
     const Op& op = program.ops[i];
     std::string why = checker.malformed(op);
-    if (why.empty() && op.kind == OpKind::kEventRecord) {
-      int& at = recorded[slot(op.rank, op.event, program.events)];
+    if (const auto* record = op.get_if<EventRecordOp>(); why.empty() && record != nullptr) {
+      int& at = recorded[slot(op.rank, record->event, program.events)];
       if (at >= 0) {
-        why = "event " + std::to_string(op.event) + " of rank " + std::to_string(op.rank) +
+        why = "event " + std::to_string(record->event) + " of rank " + std::to_string(op.rank) +
               " is already recorded by " + describe_op(program, at) + "; record it once";
       } else {
         at = static_cast<int>(i);
@@ -228,28 +233,31 @@ std::vector<Defect> validate(const Program& program, const ValidateOptions& opti
       continue;
     }
     valid[i] = true;
-    if (op.kind == OpKind::kSignal || op.kind == OpKind::kRailPut)
-      total[slot(op.counter.rank, op.counter.id, program.counters)] += op.value;
+    if (const auto add = addition_of(op))
+      total[slot(add->counter.rank, add->counter.id, program.counters)] += add->value;
   }
   if (!options.whole_program && !options.event_records) return out;
   for (std::size_t i = 0; i < program.ops.size(); ++i) {
     if (!valid[i]) continue;
     const Op& op = program.ops[i];
-    if (op.kind == OpKind::kWait && options.whole_program) {
-      const std::int64_t adds = total[slot(op.counter.rank, op.counter.id, program.counters)];
-      if (op.value > adds) {
+    const auto* wait = op.get_if<WaitOp>();
+    const auto* event_wait = op.get_if<EventWaitOp>();
+    if (wait != nullptr && options.whole_program) {
+      const std::int64_t adds = total[slot(wait->counter.rank, wait->counter.id, program.counters)];
+      if (wait->value > adds) {
         out.push_back({DefectKind::kUnsatisfiableWait, static_cast<int>(i),
                        "a wait that can never be satisfied: counter " +
-                           std::to_string(op.counter.id) + " on rank " +
-                           std::to_string(op.counter.rank) + " must reach " +
-                           std::to_string(op.value) + " but the program adds only " +
+                           std::to_string(wait->counter.id) + " on rank " +
+                           std::to_string(wait->counter.rank) + " must reach " +
+                           std::to_string(wait->value) + " but the program adds only " +
                            std::to_string(adds) + " to it"});
       }
-    } else if (op.kind == OpKind::kEventWait &&
-               recorded[slot(op.rank, op.event, program.events)] < 0) {
+    } else if (event_wait != nullptr &&
+               recorded[slot(op.rank, event_wait->event, program.events)] < 0) {
       out.push_back({DefectKind::kUnsatisfiableWait, static_cast<int>(i),
-                     "a wait that can never be satisfied: event " + std::to_string(op.event) +
-                         " is never recorded on rank " + std::to_string(op.rank)});
+                     "a wait that can never be satisfied: event " +
+                         std::to_string(event_wait->event) + " is never recorded on rank " +
+                         std::to_string(op.rank)});
     }
   }
   return out;

@@ -50,16 +50,18 @@ TEST(CostModelBaseline, CopyKernelsRunAtTheirSmRatesNotTheCopyEngines) {
   Op op =
       copy_op(0, 0, "copy", bytes(arena(0), 0, 24 * kMiB), bytes(arena(0), 64 * kMiB, 24 * kMiB));
   EXPECT_NEAR(op_duration_us(m, op), m.copy_launch_us + us(24.0 * kMiB, m.ce_copy_gbps), 1e-9);
-  op.ctas = 132;
+  op.as<program::CopyOp>().ctas = 132;
   EXPECT_NEAR(op_duration_us(m, op), m.kernel_launch_us + us(2.0 * 24 * kMiB, m.sm_copy_gbps),
               1e-9);
   // split_with_sizes_copy's shape: 8 rows of 3 MiB, rank-major pitch 5 MiB -> dense.
-  op.copies = {CopyDescriptor{Region{arena(0), 0, 3 * kMiB, 5 * kMiB, 8},
-                              Region{arena(0), 64 * kMiB, 3 * kMiB, 3 * kMiB, 8}}};
+  op.as<program::CopyOp>().copies = {
+      CopyDescriptor{Region{arena(0), 0, 3 * kMiB, 5 * kMiB, 8},
+                     Region{arena(0), 64 * kMiB, 3 * kMiB, 3 * kMiB, 8}}};
   EXPECT_NEAR(op_duration_us(m, op), m.kernel_launch_us + us(2.0 * 24 * kMiB, m.sm_copy_2d_gbps),
               1e-9);
   // An NCCL ring hop to a peer inside a kernel: the NCCL link rate, no launch.
-  op.copies = {CopyDescriptor{bytes(arena(0), 0, 10 * kMiB), bytes(arena(1), 0, 10 * kMiB)}};
+  op.as<program::CopyOp>().copies = {
+      CopyDescriptor{bytes(arena(0), 0, 10 * kMiB), bytes(arena(1), 0, 10 * kMiB)}};
   op.inside_kernel = true;
   EXPECT_NEAR(op_duration_us(m, op), us(10.0 * kMiB, m.nccl_link_gbps), 1e-9);
 }
@@ -67,23 +69,23 @@ TEST(CostModelBaseline, CopyKernelsRunAtTheirSmRatesNotTheCopyEngines) {
 TEST(CostModelBaseline, StreamingKernelsStopAtTheHbmCeiling) {
   const CostModel m = distinct_model();
   Op sum;
-  sum.kind = OpKind::kSum;
-  sum.in_dtype = DType::kBf16;
-  sum.segments = {SumSegment{0, 0, 0, 0, 3 * kMiB}};       // 3 Mi bf16 elements in
-  sum.dst = Region{arena(0), 0, 12 * kMiB, 12 * kMiB, 1};  // 3 Mi fp32 out
+  sum.payload = program::SumOp{};
+  sum.as<program::SumOp>().in_dtype = DType::kBf16;
+  sum.as<program::SumOp>().segments = {SumSegment{0, 0, 0, 0, 3 * kMiB}};  // 3 Mi bf16 elements in
+  sum.as<program::SumOp>().dst = Region{arena(0), 0, 12 * kMiB, 12 * kMiB, 1};  // 3 Mi fp32 out
   const double logical = 3.0 * kMiB * 2 + 12.0 * kMiB;
-  sum.ctas = 8;  // 8 x 97 = 776 GB/s, under the ceiling
+  sum.as<program::SumOp>().ctas = 8;  // 8 x 97 = 776 GB/s, under the ceiling
   EXPECT_NEAR(op_duration_us(m, sum), m.kernel_launch_us + us(logical, 8 * m.sum_cta_gbps), 1e-9);
-  sum.ctas = 132;  // FSDP2's _chunk_cat on a full grid: the ceiling
+  sum.as<program::SumOp>().ctas = 132;  // FSDP2's _chunk_cat on a full grid: the ceiling
   EXPECT_NEAR(op_duration_us(m, sum), m.kernel_launch_us + us(logical, m.sm_stream_cap_gbps), 1e-9);
   Op cast;
-  cast.kind = OpKind::kCast;
-  cast.ctas = 4;
-  cast.sources = {bytes(arena(0), 0, 8 * kMiB)};
-  cast.dst = bytes(arena(0), 8 * kMiB, 4 * kMiB);
+  cast.payload = program::CastOp{};
+  cast.as<program::CastOp>().ctas = 4;
+  cast.as<program::CastOp>().src = {bytes(arena(0), 0, 8 * kMiB)};
+  cast.as<program::CastOp>().dst = bytes(arena(0), 8 * kMiB, 4 * kMiB);
   EXPECT_NEAR(op_duration_us(m, cast), m.kernel_launch_us + us(12.0 * kMiB, 4 * m.cast_cta_gbps),
               1e-9);
-  cast.ctas = 64;
+  cast.as<program::CastOp>().ctas = 64;
   EXPECT_NEAR(op_duration_us(m, cast), m.kernel_launch_us + us(12.0 * kMiB, m.sm_stream_cap_gbps),
               1e-9);
 }
@@ -91,29 +93,32 @@ TEST(CostModelBaseline, StreamingKernelsStopAtTheHbmCeiling) {
 TEST(CostModelBaseline, RingFoldsOverlapAndTheKernelStartIsPaidOnce) {
   const CostModel m = distinct_model();
   Op fold;
-  fold.kind = OpKind::kLand;
-  fold.ctas = 8;
-  fold.sources = {bytes(arena(0), 0, 6 * kMiB), bytes(arena(0), 6 * kMiB, 6 * kMiB)};
-  fold.dst = bytes(arena(0), 12 * kMiB, 6 * kMiB);
+  fold.payload = program::LandOp{};
+  fold.as<program::LandOp>().ctas = 8;
+  fold.as<program::LandOp>().sources = {bytes(arena(0), 0, 6 * kMiB),
+                                        bytes(arena(0), 6 * kMiB, 6 * kMiB)};
+  fold.as<program::LandOp>().dst = bytes(arena(0), 12 * kMiB, 6 * kMiB);
   // Outside an NCCL kernel it is TIDE's landing kernel, at the landing rate per CTA ...
   const double land = m.kernel_launch_us + us(6.0 * kMiB, 8 * m.land_cta_gbps);
   EXPECT_NEAR(op_duration_us(m, fold), land, 1e-9);
-  fold.sources[1].buffer = arena(1);  // (partials on a peer: the same under the ceilings)
+  fold.as<program::LandOp>().sources[1].buffer =
+      arena(1);  // (partials on a peer: the same under the ceilings)
   EXPECT_NEAR(op_duration_us(m, fold), land, 1e-9);
   // ... capped by the fabric when pulling from a peer, by HBM when every partial is local.
-  fold.ctas = 64;  // 64 x 19 = 1216 GB/s: above land_cap (600), under the HBM ceiling (2050)
+  fold.as<program::LandOp>().ctas =
+      64;  // 64 x 19 = 1216 GB/s: above land_cap (600), under the HBM ceiling (2050)
   EXPECT_NEAR(op_duration_us(m, fold), m.kernel_launch_us + us(6.0 * kMiB, m.land_cap_gbps), 1e-9);
-  fold.sources[1].buffer = arena(0);
+  fold.as<program::LandOp>().sources[1].buffer = arena(0);
   EXPECT_NEAR(op_duration_us(m, fold), m.kernel_launch_us + us(6.0 * kMiB, 64 * m.land_cta_gbps),
               1e-9);
-  fold.ctas = 8;
+  fold.as<program::LandOp>().ctas = 8;
   // ... inside one (a ring reduction step) only its exposed part counts, with no launch.
   fold.inside_kernel = true;
   EXPECT_NEAR(op_duration_us(m, fold), us(6.0 * kMiB, m.nccl_fold_gbps), 1e-9);
   // The event wait that opens an NCCL kernel carries its start; a plain one does not.
   Op wait = sync_op(OpKind::kEventWait, 0, 0, "ring after packing");
   EXPECT_EQ(op_duration_us(m, wait), m.event_us);
-  wait.ctas = 8;
+  wait.as<program::EventWaitOp>().ctas = 8;
   EXPECT_EQ(op_duration_us(m, wait), m.nccl_launch_us);
 }
 
@@ -124,7 +129,7 @@ TEST(CostModelBaseline, CopyKernelsDoNotQueueOnTheCopyEngine) {
   add(p, copy_op(0, 0, "ce", bytes(arena(0), 0, 16 * kMiB), bytes(arena(0), 32 * kMiB, 16 * kMiB)));
   Op kernel = copy_op(0, 1, "kernel", bytes(arena(0), 16 * kMiB, 16 * kMiB),
                       bytes(arena(0), 64 * kMiB, 16 * kMiB));
-  kernel.ctas = 132;
+  kernel.as<program::CopyOp>().ctas = 132;
   add(p, kernel);
   CostModel m = distinct_model();
   m.host_enqueue_us = 0;
@@ -150,16 +155,14 @@ TEST(CostModelRoundWait, RunsFromTheArrivalsNotFromTheStream) {
     Program p = make_program(2, 8 * kMiB, {}, 0, {"net", "work"});
     p.counters = 1;
     Op put = copy_op(0, 0, "put", bytes(arena(0), 0, kMiB), bytes(arena(1), 0, kMiB));
-    put.kind = OpKind::kRailPut;
-    put.counter = program::Counter{1, 0};
-    put.value = 1;
+    put.payload = program::RailPutOp{put.as<program::CopyOp>().copies, program::Counter{1, 0}, 1};
     add(p, put);
     if (busy_mib > 0) {
       const auto n = static_cast<std::int64_t>(busy_mib * kMiB);
       add(p, copy_op(1, 1, "work", bytes(arena(1), 2 * kMiB, n), bytes(arena(1), 4 * kMiB, n)));
     }
     add(p, sync_op(OpKind::kWait, 1, 1, "round arrivals", 1, 0, 1));
-    p.ops.back().network_round = true;
+    p.ops.back().as<program::WaitOp>().network_round = true;
     ReferenceExecutor ex(p, timing_only());
     const RunResult r = ex.run(seeded(0, 0.0, 64, m));
     ASSERT_TRUE(r.clean()) << error_list(r);

@@ -36,7 +36,8 @@ TEST(ReferenceData, Copy2DStridedRowsAndBatch) {
   // Rows of 24 bytes: 5 rows 40 apart at 100 -> 5 rows 64 apart at 2000, plus a 1-D run.
   Op op = copy_op(0, 0, "2-D scatter", Region{arena(0), 100, 24, 40, 5},
                   Region{arena(0), 2000, 24, 64, 5});
-  op.copies.push_back(program::CopyDescriptor{bytes(arena(0), 400, 32), bytes(arena(0), 3500, 32)});
+  op.as<program::CopyOp>().copies.push_back(
+      program::CopyDescriptor{bytes(arena(0), 400, 32), bytes(arena(0), 3500, 32)});
   add(p, op);
   ReferenceExecutor ex(p);
   fill_random(ex.input(arena(0), 0, 1000), rng);
@@ -71,15 +72,16 @@ TEST_P(Level1Sum, BitwiseEqualToArithReference) {
   Program p = make_program(1, dst_offset + dst_pitch * kRows, {300 * item, 100 * item});
 
   Op op;
-  op.kind = OpKind::kSum;
+  op.payload = program::SumOp{};
   op.label = "level1 sum";
-  op.in_dtype = dtype;
-  op.ctas = 2;
-  op.alpha = 1.0f / 3.0f;
-  op.dst = Region{arena(0), dst_offset, kRowElems * 4, dst_pitch, kRows};
+  op.as<program::SumOp>().in_dtype = dtype;
+  op.as<program::SumOp>().ctas = 2;
+  op.as<program::SumOp>().alpha = 1.0f / 3.0f;
+  op.as<program::SumOp>().dst = Region{arena(0), dst_offset, kRowElems * 4, dst_pitch, kRows};
   for (int i = 0; i < kStaged; ++i)
-    op.staged.push_back(Region{arena(0), i * staged_bytes, kRowElems * item, staged_pitch, kRows});
-  op.segments = {{0, 0, 0, 5, 10}, {0, 20, 1, 0, 15}, {2, 3, 0, 100, 37}};
+    op.as<program::SumOp>().staged.push_back(
+        Region{arena(0), i * staged_bytes, kRowElems * item, staged_pitch, kRows});
+  op.as<program::SumOp>().segments = {{0, 0, 0, 5, 10}, {0, 20, 1, 0, 15}, {2, 3, 0, 100, 37}};
   add(p, op);
 
   ReferenceExecutor ex(p);
@@ -93,15 +95,15 @@ TEST_P(Level1Sum, BitwiseEqualToArithReference) {
 
   // Reference: per element, staged in order then own, times alpha; +0 outside segments.
   std::vector<float> expect(static_cast<std::size_t>(kRows * kRowElems), 0.0f);
-  for (const program::SumSegment& s : op.segments) {
+  for (const program::SumSegment& s : op.as<program::SumOp>().segments) {
     const std::vector<float>& g = s.param == 0 ? g0 : g1;
     for (std::int64_t e = 0; e < s.elems; ++e) {
       const std::int64_t col = s.out_elem + e;
       // Staged element (row, col) sits at staged_pitch * row + col * item bytes.
       const std::size_t at = static_cast<std::size_t>((s.row * staged_pitch) / item + col);
       const float x[kStaged] = {staged[0][at], staged[1][at], staged[2][at]};
-      expect[static_cast<std::size_t>(s.row * kRowElems + col)] =
-          arith::level1_partial(x, g[static_cast<std::size_t>(s.src_elem + e)], op.alpha);
+      expect[static_cast<std::size_t>(s.row * kRowElems + col)] = arith::level1_partial(
+          x, g[static_cast<std::size_t>(s.src_elem + e)], op.as<program::SumOp>().alpha);
     }
   }
   const auto mem = ex.memory(arena(0));
@@ -133,23 +135,23 @@ TEST(ReferenceData, LandingWavesAccumulateAndCastBitwise) {
   Program p = make_program(1, 4 * kB + kN * 2, {}, kB);
   auto land = [&](std::string label, std::vector<int> parts, int wave, bool acc) {
     Op op;
-    op.kind = OpKind::kLand;
+    op.payload = program::LandOp{};
     op.label = std::move(label);
-    op.dst = bytes(output(0), 0, kB);
+    op.as<program::LandOp>().dst = bytes(output(0), 0, kB);
     for (int j : parts)
-      op.sources.push_back(bytes(arena(0), j * kB, kB));
-    op.wave_index = wave;
-    op.accumulate = acc;
-    op.ctas = 4;
+      op.as<program::LandOp>().sources.push_back(bytes(arena(0), j * kB, kB));
+    op.as<program::LandOp>().wave_index = wave;
+    op.as<program::LandOp>().accumulate = acc;
+    op.as<program::LandOp>().ctas = 4;
     return op;
   };
   add(p, land("wave 0", {0, 1}, 0, true));
   add(p, land("wave 1", {2, 3}, 1, true));
   Op cast;
-  cast.kind = OpKind::kCast;
+  cast.payload = program::CastOp{};
   cast.label = "cast";
-  cast.sources = {bytes(output(0), 0, kB)};
-  cast.dst = bytes(arena(0), 4 * kB, kN * 2);
+  cast.as<program::CastOp>().src = {bytes(output(0), 0, kB)};
+  cast.as<program::CastOp>().dst = bytes(arena(0), 4 * kB, kN * 2);
   add(p, cast);
 
   ReferenceExecutor ex(p);
@@ -180,10 +182,10 @@ TEST(ReferenceData, FirstWaveWithoutAccumulateIgnoresPoisonedOutput) {
   constexpr std::int64_t kB = 64 * 4;
   Program p = make_program(1, 2 * kB, {}, kB);
   Op op;
-  op.kind = OpKind::kLand;
+  op.payload = program::LandOp{};
   op.label = "wave 0";
-  op.dst = bytes(output(0), 0, kB);
-  op.sources = {bytes(arena(0), 0, kB), bytes(arena(0), kB, kB)};
+  op.as<program::LandOp>().dst = bytes(output(0), 0, kB);
+  op.as<program::LandOp>().sources = {bytes(arena(0), 0, kB), bytes(arena(0), kB, kB)};
   add(p, op);
   ReferenceExecutor ex(p);
   const auto a = fill_normal(ex.input(arena(0), 0, kB), DType::kFp32, rng);
@@ -204,16 +206,16 @@ TEST(ReferenceData, NanAndInfinityKeepTheirClassesAndCanonicalBits) {
   constexpr std::int64_t kB = 5 * 4;
   Program p = make_program(1, 2 * kB + 10, {}, kB);
   Op op;
-  op.kind = OpKind::kLand;
+  op.payload = program::LandOp{};
   op.label = "land specials";
-  op.dst = bytes(output(0), 0, kB);
-  op.sources = {bytes(arena(0), 0, kB), bytes(arena(0), kB, kB)};
+  op.as<program::LandOp>().dst = bytes(output(0), 0, kB);
+  op.as<program::LandOp>().sources = {bytes(arena(0), 0, kB), bytes(arena(0), kB, kB)};
   add(p, op);
   Op cast;
-  cast.kind = OpKind::kCast;
+  cast.payload = program::CastOp{};
   cast.label = "cast specials";
-  cast.sources = {bytes(output(0), 0, kB)};
-  cast.dst = bytes(arena(0), 2 * kB, 10);
+  cast.as<program::CastOp>().src = {bytes(output(0), 0, kB)};
+  cast.as<program::CastOp>().dst = bytes(arena(0), 2 * kB, 10);
   add(p, cast);
   ReferenceExecutor ex(p);
   std::memcpy(ex.input(arena(0), 0, kB).data(), a_bits, kB);
@@ -239,15 +241,15 @@ TEST(ReferenceData, NanAndInfinityKeepTheirClassesAndCanonicalBits) {
 TEST(ReferenceData, ZeroAndReleaseAndUnwrittenRead) {
   Program p = make_program(1, 256, {128});
   Op zero;
-  zero.kind = OpKind::kZero;
+  zero.payload = program::ZeroOp{};
   zero.label = "zero";
-  zero.dst = bytes(arena(0), 0, 64);
+  zero.as<program::ZeroOp>().dst = bytes(arena(0), 0, 64);
   add(p, zero);
   add(p, copy_op(0, 0, "read unset", bytes(arena(0), 32, 64), bytes(arena(0), 128, 64)));
   Op rel;
-  rel.kind = OpKind::kRelease;
+  rel.payload = program::ReleaseOp{};
   rel.label = "free grad";
-  rel.dst = bytes(tensor(0, 0), 0, 128);
+  rel.as<program::ReleaseOp>().dst = bytes(tensor(0, 0), 0, 128);
   add(p, rel);
   ReferenceExecutor ex(p);
   ex.input(tensor(0, 0))[0] = std::byte{1};

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -54,26 +55,36 @@ inline int add(Program& p, Op op) {
 }
 
 inline Op copy_op(int rank, int stream, std::string label, Region src, Region dst) {
-  Op op;
-  op.kind = OpKind::kCopy;
-  op.rank = rank;
-  op.stream = stream;
-  op.label = std::move(label);
-  op.copies.push_back(program::CopyDescriptor{src, dst});
-  return op;
+  return program::make_op(rank, stream, std::move(label),
+                          program::CopyOp{{program::CopyDescriptor{src, dst}}});
 }
 
+// A kSignal, kWait, kRailPut (with no copies), kEventRecord or kEventWait; the counter fields
+// apply to the first three, the event to the last two.
 inline Op sync_op(OpKind kind, int rank, int stream, std::string label, int counter_rank = 0,
                   int counter_id = 0, std::int64_t value = 0, int event = 0) {
-  Op op;
-  op.kind = kind;
-  op.rank = rank;
-  op.stream = stream;
-  op.label = std::move(label);
-  op.counter = program::Counter{counter_rank, counter_id};
-  op.value = value;
-  op.event = event;
-  return op;
+  const program::Counter counter{counter_rank, counter_id};
+  program::OpPayload payload;
+  switch (kind) {
+    case OpKind::kSignal:
+      payload = program::SignalOp{counter, value};
+      break;
+    case OpKind::kWait:
+      payload = program::WaitOp{counter, value};
+      break;
+    case OpKind::kRailPut:
+      payload = program::RailPutOp{{}, counter, value};
+      break;
+    case OpKind::kEventRecord:
+      payload = program::EventRecordOp{event};
+      break;
+    case OpKind::kEventWait:
+      payload = program::EventWaitOp{event};
+      break;
+    default:
+      throw std::invalid_argument("sync_op: not a synchronisation kind");
+  }
+  return program::make_op(rank, stream, std::move(label), std::move(payload));
 }
 
 // Fills `out` with random bytes; never all zero.

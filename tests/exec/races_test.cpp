@@ -106,11 +106,11 @@ TEST(ReferenceRaces, ReleaseBeforeReadCompletesIsReported) {
     if (with_event) add(p, sync_op(OpKind::kEventRecord, 0, 0, "readEv", 0, 0, 0, 0));
     if (with_event) add(p, sync_op(OpKind::kEventWait, 0, 1, "wait readEv", 0, 0, 0, 0));
     Op rel;
-    rel.kind = OpKind::kRelease;
+    rel.payload = program::ReleaseOp{};
     rel.rank = 0;
     rel.stream = 1;
     rel.label = "free grad";
-    rel.dst = bytes(tensor(0, 0), 0, 128);
+    rel.as<program::ReleaseOp>().dst = bytes(tensor(0, 0), 0, 128);
     const int release = add(p, rel);
     for (std::uint64_t seed = 0; seed < 6; ++seed) {
       ReferenceExecutor ex(p);
@@ -191,19 +191,18 @@ Program ring_program(int ranks, int rounds, std::int64_t elems) {
       const std::string rk = "r" + std::to_string(r) + " round " + std::to_string(k);
       if (k > 0) add(p, sync_op(OpKind::kWait, r, 0, rk + " wait credit", r, 1, k));
       Op put = copy_op(r, 0, rk + " put", bytes(arena(r), b, b), bytes(arena(next), 0, b));
-      put.kind = OpKind::kRailPut;
-      put.counter = program::Counter{next, 0};
-      put.value = 1;
+      put.payload =
+          program::RailPutOp{put.as<program::CopyOp>().copies, program::Counter{next, 0}, 1};
       add(p, put);
       add(p, sync_op(OpKind::kWait, r, 0, rk + " wait arrival", r, 0, k + 1));
       Op land;
-      land.kind = OpKind::kLand;
+      land.payload = program::LandOp{};
       land.rank = r;
       land.label = rk + " land";
-      land.dst = bytes(output(r), 0, b);
-      land.sources = {bytes(arena(r), 0, b)};
-      land.wave_index = k;
-      land.ctas = 2;
+      land.as<program::LandOp>().dst = bytes(output(r), 0, b);
+      land.as<program::LandOp>().sources = {bytes(arena(r), 0, b)};
+      land.as<program::LandOp>().wave_index = k;
+      land.as<program::LandOp>().ctas = 2;
       add(p, land);
       add(p, sync_op(OpKind::kSignal, r, 0, rk + " credit", prev, 1, 1));
     }

@@ -82,7 +82,7 @@ TEST(ReferenceIr, EmptyCopyAndSignalOnlyRailPutAreLegal) {
   Program p = make_program(2, 64);
   p.counters = 1;
   Op empty;
-  empty.kind = OpKind::kCopy;
+  empty.payload = program::CopyOp{};
   empty.label = "empty";
   add(p, empty);
   Op signal = sync_op(OpKind::kRailPut, 0, 0, "signal-only put", 1, 0, 1);
@@ -107,7 +107,7 @@ Program two_signals(std::int64_t need) {
   add(p, sync_op(OpKind::kWait, 0, 2, "wait", 0, 0, need));
   Op read =
       copy_op(0, 2, "read a", bytes(arena(0), 1024, 64), bytes(arena(0), 4096 + (16 << 20), 64));
-  read.copies.push_back(
+  read.as<program::CopyOp>().copies.push_back(
       program::CopyDescriptor{bytes(arena(0), 2048, 64), bytes(arena(0), 8192 + (16 << 20), 64)});
   read.label = "read both";
   add(p, read);

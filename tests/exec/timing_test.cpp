@@ -63,19 +63,17 @@ TEST(ReferenceTiming, RoundWaitAppliesToNetworkRoundWaitsAndSmTimeCountsCtas) {
   Program p = make_program(2, 1 << 20, {}, 1 << 20);
   p.counters = 1;
   Op put = copy_op(0, 0, "put", bytes(arena(0), 0, 1 << 20), bytes(arena(1), 0, 1 << 20));
-  put.kind = OpKind::kRailPut;
-  put.counter = program::Counter{1, 0};
-  put.value = 1;
+  put.payload = program::RailPutOp{put.as<program::CopyOp>().copies, program::Counter{1, 0}, 1};
   add(p, put);
   add(p, sync_op(OpKind::kWait, 1, 0, "wait arrival", 1, 0, 1));
-  p.ops.back().network_round = true;
+  p.ops.back().as<program::WaitOp>().network_round = true;
   Op land;
-  land.kind = OpKind::kLand;
+  land.payload = program::LandOp{};
   land.rank = 1;
   land.label = "land";
-  land.dst = bytes(output(1), 0, 1 << 20);
-  land.sources = {bytes(arena(1), 0, 1 << 20)};
-  land.ctas = 3;
+  land.as<program::LandOp>().dst = bytes(output(1), 0, 1 << 20);
+  land.as<program::LandOp>().sources = {bytes(arena(1), 0, 1 << 20)};
+  land.as<program::LandOp>().ctas = 3;
   add(p, land);
   CostModel cost;
   cost.host_enqueue_us = 0;
@@ -95,9 +93,9 @@ TEST(ReferenceTiming, PeakBufferBytesFollowTensorLifetimes) {
   Program p = make_program(1, 4096, {1000, 3000}, 512);
   add(p, copy_op(0, 0, "read G0", bytes(tensor(0, 0), 0, 1000), bytes(arena(0), 0, 1000)));
   Op rel;
-  rel.kind = OpKind::kRelease;
+  rel.payload = program::ReleaseOp{};
   rel.label = "free G0";
-  rel.dst = bytes(tensor(0, 0), 0, 1000);
+  rel.as<program::ReleaseOp>().dst = bytes(tensor(0, 0), 0, 1000);
   add(p, rel);
   add(p, copy_op(0, 0, "read G1", bytes(tensor(0, 1), 0, 3000), bytes(arena(0), 1000, 3000)));
   ReferenceExecutor ex(p);
@@ -198,24 +196,23 @@ TEST(ReferenceTiming, TimingOnly512RanksRunsInSeconds) {
     for (int k = 0; k < kRounds; ++k) {
       const int peer = (r + 8 * (k % 63 + 1)) % kRanks;
       Op put = copy_op(r, 0, "put", bytes(arena(r), 0, kBlock), bytes(arena(peer), kBlock, kBlock));
-      put.kind = OpKind::kRailPut;
-      put.counter = program::Counter{peer, 0};
-      put.value = 1;
+      put.payload =
+          program::RailPutOp{put.as<program::CopyOp>().copies, program::Counter{peer, 0}, 1};
       add(p, put);
       add(p, sync_op(OpKind::kWait, r, 0, "wait", r, 0, k + 1));
-      p.ops.back().network_round = true;
+      p.ops.back().as<program::WaitOp>().network_round = true;
       add(p, sync_op(OpKind::kEventRecord, r, 0, "rec", 0, 0, 0, k));
       add(p, sync_op(OpKind::kEventWait, r, 1, "wait rec", 0, 0, 0, k));
       add(p, copy_op(r, 1, "scatter", bytes(arena(r), kBlock, kBlock),
                      bytes(arena(r ^ 1), 2 * kBlock, kBlock)));
       Op land;
-      land.kind = OpKind::kLand;
+      land.payload = program::LandOp{};
       land.rank = r;
       land.stream = 2;
       land.label = "land";
-      land.dst = bytes(output(r), 0, kBlock);
-      land.sources = {bytes(arena(r), kBlock, kBlock)};
-      land.ctas = 4;
+      land.as<program::LandOp>().dst = bytes(output(r), 0, kBlock);
+      land.as<program::LandOp>().sources = {bytes(arena(r), kBlock, kBlock)};
+      land.as<program::LandOp>().ctas = 4;
       add(p, land);
     }
   }

@@ -25,8 +25,9 @@ std::vector<std::string> net_sequence(const Program& p) {
   std::vector<std::string> out;
   for (const Op& op : p.ops) {
     if (op.rank != 0) continue;
-    if (op.kind == OpKind::kRailPut) out.push_back("put");
-    if (op.kind == OpKind::kWait && op.network_round) out.push_back(op.label);
+    if (op.is<program::RailPutOp>()) out.push_back("put");
+    if (const auto* wait = op.get_if<program::WaitOp>(); wait != nullptr && wait->network_round)
+      out.push_back(op.label);
   }
   return out;
 }

@@ -11,31 +11,29 @@ namespace tide::program {
 struct Emitter {
   Program program;
 
-  Op& add(OpKind kind, int rank, int stream, std::string label) {
-    Op op;
-    op.kind = kind;
-    op.rank = rank;
-    op.stream = stream;
-    op.label = std::move(label);
-    program.ops.push_back(std::move(op));
-    return program.ops.back();
+  // Appends an op with payload `payload` and returns that payload, to fill in.
+  template <class Payload>
+  Payload& add(int rank, int stream, std::string label, Payload payload = {}) {
+    program.ops.push_back(make_op(rank, stream, std::move(label), std::move(payload)));
+    return program.ops.back().as<Payload>();
   }
   // +1 on `counter` of rank `target`, after every earlier op of the stream.
   void signal(int rank, int stream, int target, int counter, std::string label) {
-    Op& op = add(OpKind::kSignal, rank, stream, std::move(label));
-    op.counter = Counter{target, counter};
-    op.value = 1;
+    add(rank, stream, std::move(label), SignalOp{Counter{target, counter}, 1});
   }
-  // Blocks the stream until the rank's `counter` reaches `value`; nothing for value <= 0.
-  void wait(int rank, int stream, int counter, std::int64_t value, std::string label) {
-    if (value <= 0) return;
-    Op& op = add(OpKind::kWait, rank, stream, std::move(label));
-    op.counter = Counter{rank, counter};
-    op.value = value;
+  // Blocks the stream until the rank's `counter` reaches `value`; nothing (nullptr) for
+  // value <= 0.
+  WaitOp* wait(int rank, int stream, int counter, std::int64_t value, std::string label) {
+    if (value <= 0) return nullptr;
+    return &add(rank, stream, std::move(label), WaitOp{Counter{rank, counter}, value});
   }
-  // kEventRecord or kEventWait of event `id` on the rank.
-  void event(OpKind kind, int rank, int stream, int id, std::string label) {
-    add(kind, rank, stream, std::move(label)).event = id;
+  // Records event `id` of the rank.
+  void record_event(int rank, int stream, int id, std::string label) {
+    add(rank, stream, std::move(label), EventRecordOp{id});
+  }
+  // Blocks the stream until event `id` of the rank is recorded.
+  EventWaitOp& wait_event(int rank, int stream, int id, std::string label) {
+    return add(rank, stream, std::move(label), EventWaitOp{id});
   }
 };
 

@@ -17,7 +17,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "tide/core/dtype.hpp"
@@ -53,22 +58,6 @@ struct Counter {
   int id = 0;
 };
 
-enum class OpKind : std::uint8_t {
-  kCopy,         // copy-engine copies: `copies` (a batch of 1-D or 2-D descriptors)
-  kSum,          // Level 1 sum (Sec. 4.1) on `ctas` short-lived CTAs
-  kLand,         // Level 2 landing of one wave (Sec. 4.2), pull through peer pointers
-  kCast,         // fp32 -> bf16 cast (Sec. 3.1)
-  kZero,         // memset of `dst`
-  kSignal,       // counter += add
-  kWait,         // until counter >= value
-  kRailPut,      // copies[0] to a rail peer, then counter += add on that peer
-  kEventRecord,  // record event `event`
-  kEventWait,    // wait for event `event`'s record
-  kRelease,      // host-visible release of `dst` (FSDP2 frees a gradient; memory may be reused)
-};
-
-std::string_view op_kind_name(OpKind kind);
-
 struct CopyDescriptor {
   Region src;
   Region dst;  // same width and rows as src
@@ -86,42 +75,211 @@ struct SumSegment {
   std::int64_t elems = 0;
 };
 
-struct Op {
-  OpKind kind = OpKind::kCopy;
-  int rank = 0;
-  int stream = 0;     // index into Program::stream_names
-  std::string label;  // what the op is, for errors and traces ("AG r2 scatter slot 3 p1")
+// What each kind of op does: one payload per kind, holding exactly the fields that kind uses.
 
-  std::vector<CopyDescriptor> copies;  // kCopy, kRailPut (one descriptor)
+// Copies of a batch of 1-D or 2-D descriptors. ctas > 0 marks an SM-driven transfer (a copy
+// kernel, an NCCL kernel) rather than a copy engine.
+struct CopyOp {
+  std::vector<CopyDescriptor> copies;
+  int ctas = 0;
+};
 
-  // kSum: `dst` is fp32 rows (width = row elements * 4, pitch in bytes); `staged` are the
-  // L - 1 staged contributions in local-rank order, each with dst's row/element geometry
-  // in `in_dtype`; `segments` locate the own contribution in this rank's gradient tensors.
-  // kLand: `dst` is a 1-D fp32 range of the output; `sources` are the wave's partials in
-  // contributor order, each the same length. kCast: `sources[0]` fp32 -> `dst` bf16.
-  // kZero, kRelease: `dst`.
+// Level 1 sum (Sec. 4.1) on `ctas` short-lived CTAs. `dst` is fp32 rows (width = row
+// elements * 4, pitch in bytes); `staged` are the L - 1 staged contributions in local-rank
+// order, each with dst's row/element geometry in `in_dtype`; `segments` locate the own
+// contribution in this rank's gradient tensors.
+struct SumOp {
   Region dst;
   std::vector<Region> staged;
-  std::vector<Region> sources;
   std::vector<SumSegment> segments;
   DType in_dtype = DType::kBf16;
   float alpha = 1.0f;
-  bool accumulate = false;
-  int wave_index = 0;  // kLand: 0 for the first wave of its elements
-  // kSum, kLand, kCast: CTA budget. On kCopy / kRailPut, ctas > 0 marks an SM-driven
-  // transfer (a copy kernel, an NCCL kernel) rather than a copy engine or the NIC. On
-  // kEventWait, ctas > 0 marks the wait that opens an NCCL kernel on its stream (the cost
-  // model charges the kernel's start there; executors treat it as a plain event wait).
   int ctas = 0;
-
-  Counter counter;             // kSignal, kWait, kRailPut
-  std::int64_t value = 0;      // kSignal / kRailPut: amount added; kWait: threshold
-  bool network_round = false;  // kWait: closes a network round (the cost model adds t_rnd)
-  // A step inside one long-running kernel (an NCCL ring step) rather than an operation the
-  // host enqueues: it costs no host enqueue time.
-  bool inside_kernel = false;
-  int event = 0;  // kEventRecord, kEventWait
 };
+
+// Level 2 landing of one wave (Sec. 4.2), pulled through peer pointers on `ctas` CTAs: `dst`
+// is a 1-D fp32 range of the output; `sources` are the wave's partials in contributor order,
+// each of dst's length.
+struct LandOp {
+  Region dst;
+  std::vector<Region> sources;
+  bool accumulate = false;  // fold into the output's existing values
+  int wave_index = 0;       // 0 for the first wave of its elements
+  int ctas = 0;
+};
+
+// fp32 `src` -> bf16 `dst` (Sec. 3.1) on `ctas` CTAs.
+struct CastOp {
+  Region src;
+  Region dst;
+  int ctas = 0;
+};
+
+// Memset of `dst` to zero.
+struct ZeroOp {
+  Region dst;
+};
+
+// counter += value.
+struct SignalOp {
+  Counter counter;
+  std::int64_t value = 0;
+};
+
+// Until counter >= value; the counter is on the op's own rank.
+struct WaitOp {
+  Counter counter;
+  std::int64_t value = 0;
+  bool network_round = false;  // closes a network round (the cost model adds t_rnd)
+};
+
+// `copies` to a rail peer, then counter += value on that peer. ctas > 0 marks an SM-driven
+// put (an NCCL kernel) rather than the NIC.
+struct RailPutOp {
+  std::vector<CopyDescriptor> copies;
+  Counter counter;
+  std::int64_t value = 0;
+  int ctas = 0;
+};
+
+// Records event `event`.
+struct EventRecordOp {
+  int event = 0;
+};
+
+// Waits for event `event`'s record. ctas > 0 marks the wait that opens an NCCL kernel of
+// that many CTAs on its stream (the cost model charges the kernel's start there; executors
+// treat it as a plain event wait).
+struct EventWaitOp {
+  int event = 0;
+  int ctas = 0;
+};
+
+// Host-visible release of `dst` (FSDP2 frees a gradient; memory may be reused).
+struct ReleaseOp {
+  Region dst;
+};
+
+// The payloads in OpKind order: an op's kind is the index of its payload.
+using OpPayload = std::variant<CopyOp, SumOp, LandOp, CastOp, ZeroOp, SignalOp, WaitOp, RailPutOp,
+                               EventRecordOp, EventWaitOp, ReleaseOp>;
+
+enum class OpKind : std::uint8_t {
+  kCopy,
+  kSum,
+  kLand,
+  kCast,
+  kZero,
+  kSignal,
+  kWait,
+  kRailPut,
+  kEventRecord,
+  kEventWait,
+  kRelease,
+};
+
+std::string_view op_kind_name(OpKind kind);
+
+struct Op {
+  int rank = 0;
+  int stream = 0;     // index into Program::stream_names
+  std::string label;  // what the op is, for errors and traces ("AG r2 scatter slot 3 p1")
+  // A step inside one long-running kernel (an NCCL ring step) rather than an operation the
+  // host enqueues: it costs no host enqueue time. Any kind of op can be such a step.
+  bool inside_kernel = false;
+  OpPayload payload;
+
+  OpKind kind() const { return static_cast<OpKind>(payload.index()); }
+  template <class T>
+  bool is() const {
+    return std::holds_alternative<T>(payload);
+  }
+  // The payload as kind T; throws std::bad_variant_access for another kind.
+  template <class T>
+  T& as() {
+    return std::get<T>(payload);
+  }
+  template <class T>
+  const T& as() const {
+    return std::get<T>(payload);
+  }
+  // The payload as kind T, or nullptr for another kind.
+  template <class T>
+  T* get_if() {
+    return std::get_if<T>(&payload);
+  }
+  template <class T>
+  const T* get_if() const {
+    return std::get_if<T>(&payload);
+  }
+};
+
+// An op of the payload's kind.
+inline Op make_op(int rank, int stream, std::string label, OpPayload payload) {
+  Op op;
+  op.rank = rank;
+  op.stream = stream;
+  op.label = std::move(label);
+  op.payload = std::move(payload);
+  return op;
+}
+
+// Facts several kinds share, for consumers that treat those kinds alike.
+// The CTA budget of a kSum / kLand / kCast, the SM-driven mark of a kCopy / kRailPut, the
+// kernel-opening mark of a kEventWait; 0 for other kinds.
+int ctas_of(const Op& op);
+// The descriptors of a kCopy / kRailPut; empty for other kinds.
+std::span<const CopyDescriptor> copies_of(const Op& op);
+// The counter of a kSignal / kWait / kRailPut; nullptr for other kinds.
+const Counter* counter_of(const Op& op);
+Counter* counter_of(Op& op);
+// The addition a kSignal / kRailPut makes to its counter; nullopt for other kinds.
+struct CounterAddition {
+  Counter counter;
+  std::int64_t value = 0;
+};
+std::optional<CounterAddition> addition_of(const Op& op);
+// The event id of a kEventRecord / kEventWait; nullptr for other kinds.
+const int* event_of(const Op& op);
+int* event_of(Op& op);
+
+namespace detail {
+template <class OpT, class F>
+void for_each_region(OpT& op, F&& f) {
+  std::visit(
+      [&](auto& p) {
+        using T = std::remove_cvref_t<decltype(p)>;
+        if constexpr (requires { p.copies; }) {
+          for (auto& c : p.copies) {
+            f(c.src);
+            f(c.dst);
+          }
+        }
+        if constexpr (std::is_same_v<T, CastOp>) f(p.src);
+        if constexpr (requires { p.dst; }) f(p.dst);
+        if constexpr (requires { p.staged; }) {
+          for (auto& r : p.staged)
+            f(r);
+        }
+        if constexpr (requires { p.sources; }) {
+          for (auto& r : p.sources)
+            f(r);
+        }
+      },
+      op.payload);
+}
+}  // namespace detail
+
+// Calls f on every region an op names: copy sources and destinations, a cast's source, dst,
+// staged inputs, landing sources. Sum segments are not regions (they name tensors by index).
+template <class F>
+void for_each_region(Op& op, F&& f) {
+  detail::for_each_region(op, f);
+}
+template <class F>
+void for_each_region(const Op& op, F&& f) {
+  detail::for_each_region(op, f);
+}
 
 // Sizes of every buffer, per rank, so an executor can allocate them.
 struct BufferSizes {

@@ -12,7 +12,6 @@ namespace tide::exec {
 namespace {
 
 using program::Op;
-using program::OpKind;
 using program::Region;
 
 float load(const std::byte* p, DType dtype) {
@@ -67,7 +66,7 @@ void copy(const program::CopyDescriptor& c, ByteSpace& space) {
 
 // Level 1 (Sec. 4.1): per element in a segment, level1_partial(staged in list order, own,
 // alpha); +0 elsewhere in dst.
-void sum(const Op& op, ByteSpace& space) {
+void sum(int rank, const program::SumOp& op, ByteSpace& space) {
   const Region& dst = op.dst;
   const std::int64_t row_elems = dst.width / 4;
   const std::int64_t item = item_bytes(op.in_dtype);
@@ -84,7 +83,7 @@ void sum(const Op& op, ByteSpace& space) {
     std::fill(row.begin(), row.end(), 0.0f);
     for (; seg != segments.end() && (*seg)->row == r; ++seg) {
       const program::SumSegment& s = **seg;
-      const program::Buffer own_buffer{op.rank, program::Space::kTensor, s.param};
+      const program::Buffer own_buffer{rank, program::Space::kTensor, s.param};
       for (std::int64_t e = 0; e < s.elems; ++e) {
         const std::int64_t col = s.out_elem + e;
         for (std::size_t i = 0; i < op.staged.size(); ++i) {
@@ -103,7 +102,7 @@ void sum(const Op& op, ByteSpace& space) {
 }
 
 // Level 2 (Sec. 4.2): out = land(out, wave_sum(sources in order), wave_index, accumulate).
-void land(const Op& op, ByteSpace& space) {
+void land(const program::LandOp& op, ByteSpace& space) {
   std::vector<float> out = gather_fp32(op.dst, space);
   std::vector<std::vector<float>> parts;
   for (const Region& s : op.sources)
@@ -118,8 +117,8 @@ void land(const Op& op, ByteSpace& space) {
 }
 
 // Sec. 3.1: bf16 = round-to-nearest-even(fp32), NaN -> canonical.
-void cast(const Op& op, ByteSpace& space) {
-  const std::vector<float> in = gather_fp32(op.sources[0], space);
+void cast(const program::CastOp& op, ByteSpace& space) {
+  const std::vector<float> in = gather_fp32(op.src, space);
   std::vector<std::uint16_t> out(in.size());
   for (std::size_t k = 0; k < in.size(); ++k)
     out[k] = arith::float_to_bf16(in[k]);
@@ -129,29 +128,18 @@ void cast(const Op& op, ByteSpace& space) {
 }  // namespace
 
 void apply_data(const Op& op, ByteSpace& space) {
-  switch (op.kind) {
-    case OpKind::kCopy:
-    case OpKind::kRailPut:
-      for (const program::CopyDescriptor& c : op.copies)
-        copy(c, space);
-      break;
-    case OpKind::kSum:
-      sum(op, space);
-      break;
-    case OpKind::kLand:
-      land(op, space);
-      break;
-    case OpKind::kCast:
-      cast(op, space);
-      break;
-    case OpKind::kZero:
-      fill(op.dst, std::byte{0}, space);
-      break;
-    case OpKind::kRelease:
-      fill(op.dst, kPoison, space);
-      break;
-    default:
-      break;
+  for (const program::CopyDescriptor& c : program::copies_of(op))
+    copy(c, space);
+  if (const auto* s = op.get_if<program::SumOp>()) {
+    sum(op.rank, *s, space);
+  } else if (const auto* l = op.get_if<program::LandOp>()) {
+    land(*l, space);
+  } else if (const auto* c = op.get_if<program::CastOp>()) {
+    cast(*c, space);
+  } else if (const auto* z = op.get_if<program::ZeroOp>()) {
+    fill(z->dst, std::byte{0}, space);
+  } else if (const auto* r = op.get_if<program::ReleaseOp>()) {
+    fill(r->dst, kPoison, space);
   }
 }
 

@@ -84,8 +84,9 @@ void wait_for(fabric::HostFabric& fabric, std::int64_t* word, std::int64_t thres
       if (waited > timeout) {
         fail(fabric, "rank " + std::to_string(fabric.rank()) + " timed out in " + tag.what +
                          " after " + std::to_string(timeout.count()) + " ms in '" + op.label +
-                         "': counter " + std::to_string(op.counter.id) + " holds " +
-                         std::to_string(value.load()) + " < " + std::to_string(threshold) +
+                         "': counter " + std::to_string(op.as<program::WaitOp>().counter.id) +
+                         " holds " + std::to_string(value.load()) + " < " +
+                         std::to_string(threshold) +
                          " (a peer stalled or issued its calls in another order)");
       }
     }
@@ -114,36 +115,42 @@ void run_host_call(const program::CallTemplate& call, fabric::HostFabric& fabric
   for (const int index : call.order.order) {
     const Op& op = call.program.ops[static_cast<std::size_t>(index)];
     if (op.rank != me) continue;
-    switch (op.kind) {
-      case OpKind::kWait:
-        wait_for(fabric, fabric.counter(me, place.first_counter + op.counter.id),
-                 counter_base[static_cast<std::size_t>(op.counter.id)] + op.value, op, tag,
+    switch (op.kind()) {
+      case OpKind::kWait: {
+        const auto& wait = op.as<program::WaitOp>();
+        wait_for(fabric, fabric.counter(me, place.first_counter + wait.counter.id),
+                 counter_base[static_cast<std::size_t>(wait.counter.id)] + wait.value, op, tag,
                  timeout);
         break;
-      case OpKind::kSignal:
+      }
+      case OpKind::kSignal: {
+        const auto& signal = op.as<program::SignalOp>();
         std::atomic_ref<std::int64_t>(
-            *fabric.counter(op.counter.rank, place.first_counter + op.counter.id))
-            .fetch_add(op.value, std::memory_order_acq_rel);
+            *fabric.counter(signal.counter.rank, place.first_counter + signal.counter.id))
+            .fetch_add(signal.value, std::memory_order_acq_rel);
         break;
-      case OpKind::kRailPut:
+      }
+      case OpKind::kRailPut: {
+        const auto& put = op.as<program::RailPutOp>();
         apply_data(op, bytes);
         std::atomic_ref<std::int64_t>(
-            *fabric.counter(op.counter.rank, place.first_counter + op.counter.id))
-            .fetch_add(op.value, std::memory_order_acq_rel);
+            *fabric.counter(put.counter.rank, place.first_counter + put.counter.id))
+            .fetch_add(put.value, std::memory_order_acq_rel);
         break;
+      }
       case OpKind::kSum:
-        if (op.alpha != bindings.alpha) {
+        if (op.as<program::SumOp>().alpha != bindings.alpha) {
           Op scaled = op;
-          scaled.alpha = bindings.alpha;
+          scaled.as<program::SumOp>().alpha = bindings.alpha;
           apply_data(scaled, bytes);
         } else {
           apply_data(op, bytes);
         }
         break;
       case OpKind::kLand:
-        if (op.accumulate != bindings.accumulate) {
+        if (op.as<program::LandOp>().accumulate != bindings.accumulate) {
           Op folded = op;
-          folded.accumulate = bindings.accumulate;
+          folded.as<program::LandOp>().accumulate = bindings.accumulate;
           apply_data(folded, bytes);
         } else {
           apply_data(op, bytes);

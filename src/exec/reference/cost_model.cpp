@@ -57,7 +57,7 @@ bool is_2d(const program::Region& r) {
 }
 
 double ctas(const Op& op) {
-  return static_cast<double>(std::max(1, op.ctas));
+  return static_cast<double>(std::max(1, program::ctas_of(op)));
 }
 
 }  // namespace
@@ -122,11 +122,12 @@ double op_duration_us(const CostModel& m, const Op& op, bool network_round_wait)
   auto streaming = [&](double cta_gbps) {
     return std::min(ctas(op) * cta_gbps, m.sm_stream_cap_gbps);
   };
-  switch (op.kind) {
+  switch (op.kind()) {
     case OpKind::kCopy: {
-      const bool sm = op.ctas > 0;  // a copy kernel or an NCCL ring hop, not a copy engine
+      const program::CopyOp& copy = op.as<program::CopyOp>();
+      const bool sm = copy.ctas > 0;  // a copy kernel or an NCCL ring hop, not a copy engine
       double us = op.inside_kernel ? 0.0 : (sm ? m.kernel_launch_us : m.copy_launch_us);
-      for (const program::CopyDescriptor& c : op.copies) {
+      for (const program::CopyDescriptor& c : copy.copies) {
         const bool peer = c.src.buffer.rank != c.dst.buffer.rank;
         const bool two_d = is_2d(c.src) || is_2d(c.dst);
         const double bytes = static_cast<double>(c.dst.bytes());
@@ -143,45 +144,48 @@ double op_duration_us(const CostModel& m, const Op& op, bool network_round_wait)
     }
     case OpKind::kRailPut: {
       double bytes = 0;
-      for (const program::CopyDescriptor& c : op.copies)
+      for (const program::CopyDescriptor& c : op.as<program::RailPutOp>().copies)
         bytes += static_cast<double>(c.dst.bytes());
       return m.rail_latency_us + transfer_us(bytes, m.nic_gbps);
     }
     case OpKind::kSum: {
+      const program::SumOp& sum = op.as<program::SumOp>();
       double in_elems = 0;
-      for (const program::SumSegment& s : op.segments)
+      for (const program::SumSegment& s : sum.segments)
         in_elems += static_cast<double>(s.elems);
-      const double logical = in_elems * static_cast<double>(op.staged.size() + 1) *
-                                 static_cast<double>(item_bytes(op.in_dtype)) +
-                             static_cast<double>(op.dst.bytes());
+      const double logical = in_elems * static_cast<double>(sum.staged.size() + 1) *
+                                 static_cast<double>(item_bytes(sum.in_dtype)) +
+                             static_cast<double>(sum.dst.bytes());
       return kernel_launch + transfer_us(logical, streaming(m.sum_cta_gbps));
     }
     case OpKind::kLand: {
       // TIDE's landing kernel runs at the in-situ landing rate (App. G) under the fabric's
       // ceiling when it pulls from peers, under HBM's when its partials are local; a step of
       // an NCCL ring folds local buffers and costs only the part its pipelining does not hide.
-      const double bytes = static_cast<double>(op.dst.bytes());
+      const program::LandOp& land = op.as<program::LandOp>();
+      const double bytes = static_cast<double>(land.dst.bytes());
       if (op.inside_kernel) return transfer_us(bytes, m.nccl_fold_gbps);
       bool remote = false;
-      for (const program::Region& s : op.sources)
+      for (const program::Region& s : land.sources)
         remote |= s.buffer.rank != op.rank;
       const double ceiling = remote ? m.land_cap_gbps : m.sm_stream_cap_gbps;
       return kernel_launch + transfer_us(bytes, std::min(ctas(op) * m.land_cta_gbps, ceiling));
     }
     case OpKind::kCast: {
-      double bytes = static_cast<double>(op.dst.bytes());
-      for (const program::Region& s : op.sources)
-        bytes += static_cast<double>(s.bytes());
+      const program::CastOp& cast = op.as<program::CastOp>();
+      double bytes = static_cast<double>(cast.dst.bytes());
+      bytes += static_cast<double>(cast.src.bytes());
       return kernel_launch + transfer_us(bytes, streaming(m.cast_cta_gbps));
     }
     case OpKind::kZero:
-      return kernel_launch + transfer_us(static_cast<double>(op.dst.bytes()), m.memset_gbps);
+      return kernel_launch +
+             transfer_us(static_cast<double>(op.as<program::ZeroOp>().dst.bytes()), m.memset_gbps);
     case OpKind::kSignal:
       return m.memop_us;
     case OpKind::kWait:
       return m.memop_us + (network_round_wait ? m.round_wait_us : 0.0);
     case OpKind::kEventWait:
-      return op.ctas > 0 ? m.nccl_launch_us : m.event_us;
+      return op.as<program::EventWaitOp>().ctas > 0 ? m.nccl_launch_us : m.event_us;
     case OpKind::kEventRecord:
       return m.event_us;
     case OpKind::kRelease:

@@ -41,7 +41,7 @@ void RaceChecker::on_complete(int op, const ClockRef& clock) {
   const Access me{clock.comp, clock.seq, op};
   for (const program::Region& r : program::reads_of(o))
     check_read(op, me, clock, r);
-  const bool release = o.kind == program::OpKind::kRelease;
+  const bool release = o.is<program::ReleaseOp>();
   for (const program::Region& r : program::writes_of(o))
     check_write(op, me, clock, r, release);
 }

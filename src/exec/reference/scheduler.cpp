@@ -118,9 +118,10 @@ class Simulation {
     return static_cast<std::size_t>(c.rank) * static_cast<std::size_t>(p_.counters) +
            static_cast<std::size_t>(c.id);
   }
+  // The state slot of a kEventRecord / kEventWait's event.
   std::size_t event_of(const Op& o) const {
     return static_cast<std::size_t>(o.rank) * static_cast<std::size_t>(p_.events) +
-           static_cast<std::size_t>(o.event);
+           static_cast<std::size_t>(*program::event_of(o));
   }
   const Op& op(int i) const { return p_.ops[static_cast<std::size_t>(i)]; }
   bool data() const { return memory_ != nullptr; }
@@ -130,7 +131,7 @@ class Simulation {
   void join(Stream& s, const ClockVec& other, const ClockRef* ref = nullptr);
   void prepare_clocks();
   void touch_tensors(const Op& o);
-  void release_tensor(const Op& o);
+  void release_tensor(const program::ReleaseOp& o);
   void report_deadlock();
   void push(double time, bool wake, int id) {
     queue_.push(QueueEvent{time, rng_.next(), order_++, wake, id});
@@ -182,9 +183,10 @@ void Simulation::run(const std::vector<InputRange>& inputs) {
   }
   counters_.resize(static_cast<std::size_t>(ranks) * static_cast<std::size_t>(p_.counters));
   for (const Op& o : p_.ops) {
-    if (o.kind == OpKind::kWait && o.network_round && o.counter.rank >= 0 &&
-        o.counter.rank < ranks && o.counter.id >= 0 && o.counter.id < p_.counters) {
-      counters_[counter_of(o.counter)].timed = true;
+    const auto* w = o.get_if<program::WaitOp>();
+    if (w != nullptr && w->network_round && w->counter.rank >= 0 && w->counter.rank < ranks &&
+        w->counter.id >= 0 && w->counter.id < p_.counters) {
+      counters_[counter_of(w->counter)].timed = true;
     }
   }
   events_.resize(static_cast<std::size_t>(ranks) * static_cast<std::size_t>(p_.events));
@@ -248,13 +250,15 @@ void Simulation::prepare_clocks() {
   for (std::size_t i = 0; i < p_.ops.size(); ++i) {
     const Op& o = p_.ops[i];
     if (!facts_.valid[i]) continue;
-    if (o.kind == OpKind::kWait && o.value > 0) {
-      std::vector<Threshold>& t = counters_[counter_of(o.counter)].thresholds;
-      auto it = std::lower_bound(t.begin(), t.end(), o.value,
+    const auto* w = o.get_if<program::WaitOp>();
+    if (w != nullptr && w->value > 0) {
+      std::vector<Threshold>& t = counters_[counter_of(w->counter)].thresholds;
+      auto it = std::lower_bound(t.begin(), t.end(), w->value,
                                  [](const Threshold& a, std::int64_t v) { return a.value < v; });
-      if (it == t.end() || it->value != o.value) it = t.insert(it, Threshold{o.value, 0, nullptr});
+      if (it == t.end() || it->value != w->value)
+        it = t.insert(it, Threshold{w->value, 0, nullptr});
       ++it->waits_left;
-    } else if (o.kind == OpKind::kEventWait) {
+    } else if (o.is<program::EventWaitOp>()) {
       ++events_[event_of(o)].waits_left;
     }
   }
@@ -291,21 +295,22 @@ void Simulation::try_start(int si) {
   const bool valid = facts_.valid[static_cast<std::size_t>(i)] != 0;
   bool round_wait = false;
   // Conditions of waits, and their happens-before joins.
-  if (valid && o.kind == OpKind::kWait) {
-    const std::size_t ci = counter_of(o.counter);
+  const auto* w = o.get_if<program::WaitOp>();
+  if (valid && w != nullptr) {
+    const std::size_t ci = counter_of(w->counter);
     CounterState& c = counters_[ci];
-    if (c.value < o.value) {
+    if (c.value < w->value) {
       c.waiters.push_back(si);
       return;
     }
-    round_wait = o.network_round;
-    if (data() && o.value > 0) {
-      auto t = std::lower_bound(c.thresholds.begin(), c.thresholds.end(), o.value,
+    round_wait = w->network_round;
+    if (data() && w->value > 0) {
+      auto t = std::lower_bound(c.thresholds.begin(), c.thresholds.end(), w->value,
                                 [](const Threshold& a, std::int64_t v) { return a.value < v; });
       join(s, *t->snapshot);
       if (--t->waits_left == 0) t->snapshot.reset();
     }
-  } else if (valid && o.kind == OpKind::kEventWait) {
+  } else if (valid && o.is<program::EventWaitOp>()) {
     EventState& ev = events_[event_of(o)];
     if (!ev.recorded) {
       ev.waiters.push_back(si);
@@ -323,9 +328,9 @@ void Simulation::try_start(int si) {
   double duration = std::max(0.0, op_duration_us(opt_.cost, o));
   if (round_wait) {
     // The round's wait overhead runs from the moment its arrivals were complete.
-    const CounterState& c = counters_[counter_of(o.counter)];
+    const CounterState& c = counters_[counter_of(w->counter)];
     const auto at = std::lower_bound(
-        c.reached.begin(), c.reached.end(), o.value,
+        c.reached.begin(), c.reached.end(), w->value,
         [](const std::pair<std::int64_t, double>& r, std::int64_t v) { return r.first < v; });
     const double since = at == c.reached.end() ? now_ : at->second;
     duration += std::max(0.0, since + opt_.cost.round_wait_us - now_);
@@ -333,12 +338,12 @@ void Simulation::try_start(int si) {
   if (opt_.jitter > 0) duration *= 1.0 + opt_.jitter * (2.0 * rng_.uniform() - 1.0);
   double start = now_;
   int link = -1;
-  if (o.kind == OpKind::kRailPut) {
+  if (o.is<program::RailPutOp>()) {
     link = kNic;
-  } else if (o.kind == OpKind::kCopy) {
+  } else if (const auto* copy = o.get_if<program::CopyOp>()) {
     // A copy kernel on one GPU (ctas > 0) runs on SMs, not on the copy engines.
-    link = o.ctas > 0 ? -1 : kCopyEngine;
-    for (const program::CopyDescriptor& c : o.copies)
+    link = copy->ctas > 0 ? -1 : kCopyEngine;
+    for (const program::CopyDescriptor& c : copy->copies)
       if (c.src.buffer.rank != c.dst.buffer.rank) link = kNvlink;
   }
   if (link >= 0 && opt_.cost.share_links) {
@@ -349,13 +354,14 @@ void Simulation::try_start(int si) {
   }
   const double end = start + duration;
   // SM time: kernels, and transfers driven by SMs (ctas > 0: copy kernels, NCCL).
-  if (o.kind == OpKind::kSum || o.kind == OpKind::kLand || o.kind == OpKind::kCast ||
-      o.kind == OpKind::kZero || o.ctas > 0)
-    result_.sm_time_us += static_cast<double>(std::max(1, o.ctas)) * duration;
+  const int ctas = program::ctas_of(o);
+  if (o.kind() == OpKind::kSum || o.kind() == OpKind::kLand || o.kind() == OpKind::kCast ||
+      o.kind() == OpKind::kZero || ctas > 0)
+    result_.sm_time_us += static_cast<double>(std::max(1, ctas)) * duration;
   if (opt_.record_times) {
     OpTime& t = result_.op_times[static_cast<std::size_t>(i)];
     // A wait's span shows how long its stream was blocked on it.
-    const bool waits = o.kind == OpKind::kWait || o.kind == OpKind::kEventWait;
+    const bool waits = o.kind() == OpKind::kWait || o.kind() == OpKind::kEventWait;
     t.start_us = waits ? std::max(s.head_since, issue_[static_cast<std::size_t>(i)]) : start;
   }
   touch_tensors(o);
@@ -375,9 +381,10 @@ void Simulation::complete(int i) {
       apply_data(o, table_, *memory_);
     }
   }
-  if (valid && (o.kind == OpKind::kSignal || o.kind == OpKind::kRailPut)) {
-    CounterState& c = counters_[counter_of(o.counter)];
-    c.value += o.value;
+  const auto add = program::addition_of(o);
+  if (valid && add) {
+    CounterState& c = counters_[counter_of(add->counter)];
+    c.value += add->value;
     if (c.timed && (c.reached.empty() || c.value > c.reached.back().first))
       c.reached.emplace_back(c.value, now_);
     if (data() && c.crossed < c.thresholds.size()) {
@@ -400,14 +407,14 @@ void Simulation::complete(int i) {
     }
     pending_.insert(pending_.end(), c.waiters.begin(), c.waiters.end());
     c.waiters.clear();
-  } else if (valid && o.kind == OpKind::kEventRecord) {
+  } else if (valid && o.is<program::EventRecordOp>()) {
     EventState& ev = events_[event_of(o)];
     ev.recorded = true;
     if (ev.waits_left > 0) ev.clock = clock;
     pending_.insert(pending_.end(), ev.waiters.begin(), ev.waiters.end());
     ev.waiters.clear();
-  } else if (valid && o.kind == OpKind::kRelease) {
-    release_tensor(o);
+  } else if (const auto* release = o.get_if<program::ReleaseOp>(); valid && release != nullptr) {
+    release_tensor(*release);
   }
   s.running = false;
   ++s.next;
@@ -432,20 +439,16 @@ void Simulation::touch_tensors(const Op& o) {
     live_bytes_[r] += table_.size(index);
     peak_bytes_[r] = std::max(peak_bytes_[r], live_bytes_[r]);
   };
-  for (const program::CopyDescriptor& c : o.copies) {
-    touch(c.src.buffer);
-    touch(c.dst.buffer);
+  // A release frees its tensor rather than touching it.
+  if (!o.is<program::ReleaseOp>())
+    program::for_each_region(o, [&](const program::Region& r) { touch(r.buffer); });
+  if (const auto* sum = o.get_if<program::SumOp>()) {
+    for (const program::SumSegment& seg : sum->segments)
+      touch(program::Buffer{o.rank, program::Space::kTensor, seg.param});
   }
-  if (o.kind != OpKind::kRelease) touch(o.dst.buffer);
-  for (const program::Region& r : o.staged)
-    touch(r.buffer);
-  for (const program::Region& r : o.sources)
-    touch(r.buffer);
-  for (const program::SumSegment& seg : o.segments)
-    touch(program::Buffer{o.rank, program::Space::kTensor, seg.param});
 }
 
-void Simulation::release_tensor(const Op& o) {
+void Simulation::release_tensor(const program::ReleaseOp& o) {
   if (o.dst.buffer.space != program::Space::kTensor) return;
   const int index = table_.index(o.dst.buffer);
   if (index < 0 || !live_[static_cast<std::size_t>(index)]) return;
@@ -468,15 +471,15 @@ void Simulation::report_deadlock() {
     e.op = i;
     e.rank = o.rank;
     std::string what;
-    if (o.kind == OpKind::kWait) {
-      const CounterState& c = counters_[counter_of(o.counter)];
-      what = "waits for counter " + std::to_string(o.counter.id) + " on rank " +
-             std::to_string(o.counter.rank) + " to reach " + std::to_string(o.value) +
+    if (const auto* w = o.get_if<program::WaitOp>()) {
+      const CounterState& c = counters_[counter_of(w->counter)];
+      what = "waits for counter " + std::to_string(w->counter.id) + " on rank " +
+             std::to_string(w->counter.rank) + " to reach " + std::to_string(w->value) +
              "; it holds " + std::to_string(c.value);
-    } else if (o.kind == OpKind::kEventWait) {
+    } else if (const auto* ew = o.get_if<program::EventWaitOp>()) {
       const int record = facts_.event_record[event_of(o)];
       e.other_op = record;
-      what = "waits for event " + std::to_string(o.event) +
+      what = "waits for event " + std::to_string(ew->event) +
              (record < 0 ? ", which is never recorded"
                          : ", whose record " + describe_op(p_, record) + " has not run");
     } else {

@@ -35,10 +35,11 @@ StaticFacts check_program(const program::Program& program, const BufferTable&, E
   }
   for (std::size_t i = 0; i < program.ops.size(); ++i) {
     const program::Op& op = program.ops[i];
-    if (facts.valid[i] && op.kind == program::OpKind::kEventRecord) {
+    const auto* record = op.get_if<program::EventRecordOp>();
+    if (facts.valid[i] && record != nullptr) {
       facts.event_record[static_cast<std::size_t>(op.rank) *
                              static_cast<std::size_t>(program.events) +
-                         static_cast<std::size_t>(op.event)] = static_cast<int>(i);
+                         static_cast<std::size_t>(record->event)] = static_cast<int>(i);
     }
   }
   return facts;

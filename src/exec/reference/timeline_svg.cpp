@@ -123,7 +123,7 @@ void write_timeline_svg(std::ostream& out, const program::Program& program, cons
     const double x = x_of(t.start_us);
     const double w = std::max(0.5, x_of(t.end_us) - x);
     out << "<rect x=\"" << fmt(x) << "\" y=\"" << fmt(top + l * lane_h + 2) << "\" width=\""
-        << fmt(w) << "\" height=\"" << fmt(lane_h - 4) << "\" fill=\"" << colour(op.kind)
+        << fmt(w) << "\" height=\"" << fmt(lane_h - 4) << "\" fill=\"" << colour(op.kind())
         << "\"><title>" << xml(op.label) << " (" << fmt(t.start_us) << "-" << fmt(t.end_us)
         << " us)</title></rect>\n";
   }

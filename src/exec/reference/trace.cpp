@@ -75,10 +75,10 @@ void write_chrome_trace(std::ostream& out, const program::Program& program, cons
     if (t.end_us < 0 || op.rank >= ranks) continue;
     sep();
     out << R"({"ph":"X","name":")" << escape(op.label) << R"(","cat":")"
-        << program::op_kind_name(op.kind) << R"(","pid":)" << op.rank << ",\"tid\":" << op.stream
+        << program::op_kind_name(op.kind()) << R"(","pid":)" << op.rank << ",\"tid\":" << op.stream
         << ",\"ts\":" << number(t.start_us) << ",\"dur\":" << number(t.end_us - t.start_us)
         << ",\"args\":{\"op\":" << i;
-    if (op.ctas > 0) out << ",\"ctas\":" << op.ctas;
+    if (const int ctas = program::ctas_of(op); ctas > 0) out << ",\"ctas\":" << ctas;
     out << "}}";
   }
   out << "]}\n";
