@@ -70,10 +70,10 @@ double percentile(std::vector<double> v, double q) {
 std::map<std::string, std::vector<std::int64_t>> descriptors(const Program& p) {
   std::map<std::string, std::vector<std::int64_t>> out;
   for (const auto& op : p.ops) {
-    if (op.kind != OpKind::kCopy && op.kind != OpKind::kRailPut) continue;
+    if (!op.is<tide::program::CopyOp>() && !op.is<tide::program::RailPutOp>()) continue;
     auto& v = out[p.stream_names[static_cast<std::size_t>(op.stream)]];
     v.resize(static_cast<std::size_t>(p.ranks), 0);
-    for (const auto& c : op.copies)
+    for (const auto& c : tide::program::copies_of(op))
       v[static_cast<std::size_t>(op.rank)] += c.src.bytes() > 0 ? 1 : 0;
   }
   return out;

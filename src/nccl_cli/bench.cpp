@@ -312,8 +312,8 @@ nlohmann::json Bench::reduce_scatter(const BenchCase& c, int m, int l) {
   std::int64_t sums = 0, lands = 0;
   for (const program::Op& op : program.ops) {
     if (op.rank != me) continue;
-    sums += op.kind == OpKind::kSum;
-    lands += op.kind == OpKind::kLand;
+    sums += op.is<program::SumOp>();
+    lands += op.is<program::LandOp>();
   }
 
   // Stock: pack into rank-major fp32 chunks, reduce-scatter (sum), scale by 1/N.

@@ -38,7 +38,6 @@ namespace tide::nccl_cli {
 namespace {
 
 using program::Buffer;
-using program::OpKind;
 using program::Space;
 using testing::CollectiveCase;
 
@@ -129,21 +128,26 @@ std::vector<CheckCase> make_cases(int world, std::uint64_t seed, bool quick) {
 std::string withhold_one_credit(program::Program& p, int rank) {
   std::map<std::pair<int, int>, std::int64_t> total;  // (counter rank, id) -> one run's sum
   for (const program::Op& op : p.ops) {
-    if (op.kind == OpKind::kSignal || op.kind == OpKind::kRailPut)
-      total[{op.counter.rank, op.counter.id}] += op.value;
+    if (const auto add = program::addition_of(op))
+      total[{add->counter.rank, add->counter.id}] += add->value;
   }
   for (program::Op& op : p.ops) {
-    const bool owed = op.kind == OpKind::kSignal || op.kind == OpKind::kRailPut;
-    if (op.rank != rank || !owed || op.counter.rank == rank) continue;
-    const auto key = std::pair{op.counter.rank, op.counter.id};
+    const auto add = program::addition_of(op);  // a kSignal or kRailPut owes its addition
+    if (op.rank != rank || !add || add->counter.rank == rank) continue;
+    const auto key = std::pair{add->counter.rank, add->counter.id};
     const bool needed = std::any_of(p.ops.begin(), p.ops.end(), [&](const program::Op& w) {
-      return w.kind == OpKind::kWait && std::pair{w.counter.rank, w.counter.id} == key &&
-             w.value > total[key] - op.value;
+      const auto* wait = w.get_if<program::WaitOp>();
+      return wait != nullptr && std::pair{wait->counter.rank, wait->counter.id} == key &&
+             wait->value > total[key] - add->value;
     });
     if (!needed) continue;
     const std::string label = op.label;
     // A put keeps its data and loses its signal; a bare signal becomes a marker.
-    op.kind = op.kind == OpKind::kRailPut ? OpKind::kCopy : OpKind::kRelease;
+    if (const auto* put = op.get_if<program::RailPutOp>()) {
+      op.payload = program::CopyOp{put->copies, put->ctas};
+    } else {
+      op.payload = program::ReleaseOp{};
+    }
     op.label = "withheld: " + label;
     return label;
   }

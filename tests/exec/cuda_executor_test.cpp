@@ -177,30 +177,31 @@ Program handmade(bool satisfiable) {
   }
   p.counters = 1;
   Op put;
-  put.kind = OpKind::kRailPut;
+  put.payload = program::RailPutOp{};
   put.rank = 0;
   put.stream = s;
   put.label = "r0 put to r1";
-  put.copies.push_back({Region{Buffer{0, Space::kArena, 0}, 0, 128, 128, 1},
-                        Region{Buffer{1, Space::kArena, 0}, 128, 128, 128, 1}});
-  put.counter = {1, 0};
-  put.value = 1;
+  put.as<program::RailPutOp>().copies.push_back(
+      {Region{Buffer{0, Space::kArena, 0}, 0, 128, 128, 1},
+       Region{Buffer{1, Space::kArena, 0}, 128, 128, 128, 1}});
+  put.as<program::RailPutOp>().counter = program::Counter{1, 0};
+  put.as<program::RailPutOp>().value = 1;
   p.ops.push_back(put);
   Op wait;
-  wait.kind = OpKind::kWait;
+  wait.payload = program::WaitOp{};
   wait.rank = 1;
   wait.stream = s;
   wait.label = "r1 wait for the put";
-  wait.counter = {1, 0};
-  wait.value = satisfiable ? 1 : 2;
+  wait.as<program::WaitOp>().counter = {1, 0};
+  wait.as<program::WaitOp>().value = satisfiable ? 1 : 2;
   p.ops.push_back(wait);
   Op copy;
-  copy.kind = OpKind::kCopy;
+  copy.payload = program::CopyOp{};
   copy.rank = 1;
   copy.stream = s;
   copy.label = "r1 copy out";
-  copy.copies.push_back({Region{Buffer{1, Space::kArena, 0}, 128, 32, 64, 2},
-                         Region{Buffer{1, Space::kOutput, 0}, 0, 32, 32, 2}});
+  copy.as<program::CopyOp>().copies.push_back({Region{Buffer{1, Space::kArena, 0}, 128, 32, 64, 2},
+                                               Region{Buffer{1, Space::kOutput, 0}, 0, 32, 32, 2}});
   p.ops.push_back(copy);
   return p;
 }
@@ -234,29 +235,30 @@ void expect_refusal(const Program& p, const std::string& needle) {
 TEST(CudaExecutorCheck, RefusesMalformedProgramsNamingTheOp) {
   {
     Program p = handmade(true);
-    p.ops[1].counter.id = 5;
+    p.ops[1].as<program::WaitOp>().counter.id = 5;
     expect_refusal<InvalidArgument>(p, "r1 wait for the put");
   }
   {
     Program p = handmade(true);
-    p.ops[2].copies[0].dst.offset = 120;  // past the 128-byte output
+    p.ops[2].as<program::CopyOp>().copies[0].dst.offset = 120;  // past the 128-byte output
     expect_refusal<InvalidArgument>(p, "past the buffer");
   }
   {
     Program p = handmade(true);
-    p.ops[2].copies[0].dst.width = 16;
+    p.ops[2].as<program::CopyOp>().copies[0].dst.width = 16;
     expect_refusal<InvalidArgument>(p, "differ in shape");
   }
   {
     Program p = handmade(true);
-    p.ops[2].copies[0].dst = Region{Buffer{1, Space::kArena, 0}, 160, 32, 64, 2};
+    p.ops[2].as<program::CopyOp>().copies[0].dst =
+        Region{Buffer{1, Space::kArena, 0}, 160, 32, 64, 2};
     expect_refusal<Unsupported>(p, "overlap");
   }
   {
     Program p = handmade(true);
     p.events = 1;
     Op w;
-    w.kind = OpKind::kEventWait;
+    w.payload = program::EventWaitOp{};
     w.rank = 0;
     w.label = "wait for an event nobody records";
     p.ops.push_back(w);
@@ -266,7 +268,7 @@ TEST(CudaExecutorCheck, RefusesMalformedProgramsNamingTheOp) {
     Program p = handmade(true);
     p.events = 1;
     Op rec;
-    rec.kind = OpKind::kEventRecord;
+    rec.payload = program::EventRecordOp{};
     rec.label = "record twice";
     p.ops.push_back(rec);
     p.ops.push_back(rec);
@@ -350,15 +352,19 @@ Case copy_forms_case() {
   p.buffers[0].arena_bytes = 4096;
   p.buffers[0].output_bytes = {4608};
   Op copy;
-  copy.kind = OpKind::kCopy;
+  copy.payload = program::CopyOp{};
   copy.rank = 0;
   copy.stream = s;
   copy.label = "four forms";
   const Buffer arena{0, Space::kArena, 0}, out{0, Space::kOutput, 0};
-  copy.copies.push_back({Region{arena, 0, 100, 100, 1}, Region{out, 0, 100, 100, 1}});
-  copy.copies.push_back({Region{arena, 200, 24, 40, 10}, Region{out, 128, 24, 24, 10}});
-  copy.copies.push_back({Region{arena, 1024, 16, 32, 80}, Region{out, 512, 16, 48, 80}});
-  copy.copies.push_back({Region{arena, 0, 100, 100, 1}, Region{out, 4400, 100, 100, 1}});
+  copy.as<program::CopyOp>().copies.push_back(
+      {Region{arena, 0, 100, 100, 1}, Region{out, 0, 100, 100, 1}});
+  copy.as<program::CopyOp>().copies.push_back(
+      {Region{arena, 200, 24, 40, 10}, Region{out, 128, 24, 24, 10}});
+  copy.as<program::CopyOp>().copies.push_back(
+      {Region{arena, 1024, 16, 32, 80}, Region{out, 512, 16, 48, 80}});
+  copy.as<program::CopyOp>().copies.push_back(
+      {Region{arena, 0, 100, 100, 1}, Region{out, 4400, 100, 100, 1}});
   p.ops.push_back(copy);
   Case c;
   c.name = "copy forms";

@@ -278,7 +278,8 @@ class RsHarness {
 program::Program checkable(const program::Program& t) {
   program::Program p = t;
   for (program::Op& op : p.ops)
-    if (op.kind == program::OpKind::kWait && op.value < 0) op.value = 0;
+    if (auto* wait = op.get_if<program::WaitOp>(); wait != nullptr && wait->value < 0)
+      wait->value = 0;
   return p;
 }
 

@@ -36,14 +36,14 @@ CudaExecutor::State::~State() {
     return;
   }
   for (std::size_t i = 0; i < streams.size(); ++i) {
-    (void)cudaSetDevice(fabric.device_of(stream_owner[i].first));
+    (void)cudaSetDevice(fabric.device_of(stream_owner[i].rank));
     (void)cudaStreamSynchronize(streams[i]);
   }
   for (cudaEvent_t e : done)
     (void)cudaEventDestroy(e);
   for (cudaEvent_t e : events)
     (void)cudaEventDestroy(e);
-  for (auto& v : {&kernel_events, &stream_events}) {
+  for (auto& v : {&profile_events.kernels, &profile_events.streams}) {
     for (auto [a, b] : *v) {
       if (a != nullptr) (void)cudaEventDestroy(a);
       if (b != nullptr) (void)cudaEventDestroy(b);
@@ -61,27 +61,27 @@ void CudaExecutor::State::fill_local_signals(unsigned char byte) {
   for (int r : local_ranks) {
     use_device_of(r);
     TIDE_CUDA_CHECK(
-        cudaMemset(fabric.signals(r), byte, std::max<std::size_t>(1, counter_words) * 8));
+        cudaMemset(fabric.signals(r), byte, std::max<std::size_t>(1, counters.words) * 8));
   }
 }
 
 // Creates the profiling events once.
 void CudaExecutor::State::make_profile_events() {
-  if (!stream_events.empty()) return;
+  if (!profile_events.streams.empty()) return;
   auto timing = [] {
     cudaEvent_t e = nullptr;
     TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDefault));
     return e;
   };
-  kernel_events.assign(ops.size(), {nullptr, nullptr});
+  profile_events.kernels.assign(ops.size(), {nullptr, nullptr});
   for (std::size_t i = 0; i < ops.size(); ++i) {
     if (!is_kernel(ops[i].kind) || ops[i].empty || ops[i].stream < 0) continue;
     use_device_of(ops[i].rank);
-    kernel_events[i] = {timing(), timing()};
+    profile_events.kernels[i] = {timing(), timing()};
   }
   for (std::size_t i = 0; i < streams.size(); ++i) {
-    use_device_of(stream_owner[i].first);
-    stream_events.emplace_back(timing(), timing());
+    use_device_of(stream_owner[i].rank);
+    profile_events.streams.emplace_back(timing(), timing());
   }
 }
 
@@ -99,7 +99,7 @@ bool CudaExecutor::State::wait_all(double timeout_s, std::vector<bool>* complete
         ok[i] = true;
         --remaining;
       } else if (st != cudaErrorNotReady) {
-        throw CudaError("CudaExecutor: stream of rank " + std::to_string(stream_owner[i].first) +
+        throw CudaError("CudaExecutor: stream of rank " + std::to_string(stream_owner[i].rank) +
                         " '" + stream_name(i) + "' failed: " + cuda_status(st));
       }
     }
@@ -116,7 +116,7 @@ bool CudaExecutor::State::wait_all(double timeout_s, std::vector<bool>* complete
 void CudaExecutor::State::release_and_drain() {
   bool drained = false;
   try {
-    counters_dirty = true;
+    counters.dirty = true;
     fill_local_signals(kReleaseByte);
     drained = wait_all(kDrainTimeoutS, nullptr);
   } catch (const std::exception&) {
@@ -133,30 +133,31 @@ void CudaExecutor::State::collect_profile(CudaRunResult& stats) const {
   // Times between events are only defined on one device: each stream's span is measured
   // from the earliest stream head of its device.
   std::map<int, cudaEvent_t> origin;  // device -> earliest head
-  for (std::size_t i = 0; i < stream_events.size(); ++i) {
-    const int d = fabric.device_of(stream_owner[i].first);
-    const auto [it, fresh] = origin.emplace(d, stream_events[i].first);
+  for (std::size_t i = 0; i < profile_events.streams.size(); ++i) {
+    const int d = fabric.device_of(stream_owner[i].rank);
+    const auto [it, fresh] = origin.emplace(d, profile_events.streams[i].first);
     if (fresh) continue;
     float ms = 0;
-    TIDE_CUDA_CHECK(cudaEventElapsedTime(&ms, it->second, stream_events[i].first));
-    if (ms < 0) it->second = stream_events[i].first;
+    TIDE_CUDA_CHECK(cudaEventElapsedTime(&ms, it->second, profile_events.streams[i].first));
+    if (ms < 0) it->second = profile_events.streams[i].first;
   }
-  for (std::size_t i = 0; i < stream_events.size(); ++i) {
-    cudaEvent_t o = origin.at(fabric.device_of(stream_owner[i].first));
+  for (std::size_t i = 0; i < profile_events.streams.size(); ++i) {
+    cudaEvent_t o = origin.at(fabric.device_of(stream_owner[i].rank));
     float begin = 0, end = 0;
-    TIDE_CUDA_CHECK(cudaEventElapsedTime(&begin, o, stream_events[i].first));
-    TIDE_CUDA_CHECK(cudaEventElapsedTime(&end, o, stream_events[i].second));
-    stats.streams.push_back({stream_owner[i].first, stream_owner[i].second,
+    TIDE_CUDA_CHECK(cudaEventElapsedTime(&begin, o, profile_events.streams[i].first));
+    TIDE_CUDA_CHECK(cudaEventElapsedTime(&end, o, profile_events.streams[i].second));
+    stats.streams.push_back({stream_owner[i].rank, stream_owner[i].span_stream(),
                              static_cast<double>(begin), static_cast<double>(end)});
   }
-  for (std::size_t i = 0; i < kernel_events.size(); ++i) {
-    const auto& [a, b] = kernel_events[i];
+  for (std::size_t i = 0; i < profile_events.kernels.size(); ++i) {
+    const auto& [a, b] = profile_events.kernels[i];
     if (a == nullptr) continue;
     float ms = 0;
     TIDE_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
     const Op& op = program.ops[i];
-    stats.kernels_timed.push_back({static_cast<int>(i), op.rank, op.kind,
-                                   op.kind == OpKind::kCast ? op.ctas : std::max(1, op.ctas),
+    const int ctas = program::ctas_of(op);
+    stats.kernels_timed.push_back({static_cast<int>(i), op.rank, op.kind(),
+                                   op.kind() == OpKind::kCast ? ctas : std::max(1, ctas),
                                    static_cast<double>(ms)});
   }
 }
@@ -168,18 +169,18 @@ std::string CudaExecutor::State::describe_timeout(double timeout_s,
   std::vector<bool> readable(values.size(), false);
   std::string read_error;
   for (int r : local_ranks) {
-    const std::size_t first = static_cast<std::size_t>(r) * counter_words;
+    const std::size_t first = static_cast<std::size_t>(r) * counters.words;
     // Synchronous and stream-less: the executor's streams may be stuck, and the words may
     // live on another device than the control stream.
-    const cudaError_t sync = counter_words == 0
+    const cudaError_t sync = counters.words == 0
                                  ? cudaSuccess
                                  : cudaMemcpy(values.data() + first, fabric.signals(r),
-                                              counter_words * 8, cudaMemcpyDeviceToHost);
+                                              counters.words * 8, cudaMemcpyDeviceToHost);
     if (sync != cudaSuccess) {
       read_error = " (counters could not be read: " + cuda_status(sync) + ")";
       break;
     }
-    for (std::size_t k = 0; k < counter_words; ++k)
+    for (std::size_t k = 0; k < counters.words; ++k)
       readable[first + k] = true;
   }
   std::string text = "CudaExecutor: the run did not complete within " + std::to_string(timeout_s) +
@@ -190,7 +191,7 @@ std::string CudaExecutor::State::describe_timeout(double timeout_s,
     if (complete[i]) continue;
     if (++streams_left <= 16) {
       stream_list +=
-          " (rank " + std::to_string(stream_owner[i].first) + ", '" + stream_name(i) + "')";
+          " (rank " + std::to_string(stream_owner[i].rank) + ", '" + stream_name(i) + "')";
     }
   }
   text += " Incomplete streams: " + std::to_string(streams_left) + ":" + stream_list + ".";
@@ -199,15 +200,17 @@ std::string CudaExecutor::State::describe_timeout(double timeout_s,
   std::string waits;
   for (std::size_t i = 0; i < program.ops.size(); ++i) {
     const Op& op = program.ops[i];
-    if (op.kind != OpKind::kWait || !fabric.local(op.rank)) continue;
-    const std::size_t c = counter_index(op.counter);
+    const auto* wait = op.get_if<program::WaitOp>();
+    if (wait == nullptr || !fabric.local(op.rank)) continue;
+    const std::size_t c = counter_index(wait->counter);
     if (!readable[c]) continue;
-    const std::uint64_t have = values[c] - epoch * totals[c];  // this run's additions
-    if (have >= static_cast<std::uint64_t>(op.value)) continue;
+    const std::uint64_t have =
+        values[c] - counters.epoch * counters.totals[c];  // this run's additions
+    if (have >= static_cast<std::uint64_t>(wait->value)) continue;
     if (++unsatisfied <= 16) {
       waits += "\n  " + op_where(program, static_cast<int>(i)) + "counter " +
-               std::to_string(op.counter.id) + " of rank " + std::to_string(op.counter.rank) +
-               " holds " + std::to_string(have) + " < " + std::to_string(op.value);
+               std::to_string(wait->counter.id) + " of rank " + std::to_string(wait->counter.rank) +
+               " holds " + std::to_string(have) + " < " + std::to_string(wait->value);
     }
   }
   text += " Unsatisfied waits: " + std::to_string(unsatisfied) +

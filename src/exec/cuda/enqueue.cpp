@@ -26,7 +26,8 @@ void CudaExecutor::State::enqueue(const Mapped& m, CudaRunResult& stats) {
   if (m.empty && m.kind != OpKind::kRailPut) return;
   cudaStream_t s = streams[static_cast<std::size_t>(m.stream)];
   const auto& d = fabric::detail::driver();
-  const std::uint64_t base = epoch * (m.counter != nullptr ? totals[m.counter_index] : 0);
+  const std::uint64_t base =
+      counters.epoch * (m.counter != nullptr ? counters.totals[m.counter_index] : 0);
   switch (m.kind) {
     case OpKind::kCopy:
     case OpKind::kRailPut:
@@ -70,15 +71,15 @@ void CudaExecutor::State::enqueue(const Mapped& m, CudaRunResult& stats) {
       ++stats.kernels;
       break;
     case OpKind::kCast:
-      kernels::launch_cast_fp32_to_bf16(m.cast_dst, m.cast_src, m.cast_n, s, m.cast_ctas);
+      kernels::launch_cast_fp32_to_bf16(reinterpret_cast<std::uint16_t*>(m.out),
+                                        reinterpret_cast<const float*>(m.in), m.elems, s, m.ctas);
       ++stats.kernels;
       break;
     case OpKind::kZero:
       if (m.zero_rows <= 1 || m.zero_pitch == m.zero_width) {
-        TIDE_CUDA_CHECK(cudaMemsetAsync(m.zero_ptr, 0, m.zero_width * m.zero_rows, s));
+        TIDE_CUDA_CHECK(cudaMemsetAsync(m.out, 0, m.zero_width * m.zero_rows, s));
       } else {
-        TIDE_CUDA_CHECK(
-            cudaMemset2DAsync(m.zero_ptr, m.zero_pitch, 0, m.zero_width, m.zero_rows, s));
+        TIDE_CUDA_CHECK(cudaMemset2DAsync(m.out, m.zero_pitch, 0, m.zero_width, m.zero_rows, s));
       }
       break;
     case OpKind::kRelease:

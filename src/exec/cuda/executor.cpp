@@ -93,7 +93,7 @@ CudaExecutor::CudaExecutor(const Program& program, fabric::Fabric& fabric,
   (void)fabric::detail::driver();  // fail early when an entry point is missing
   TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&st.control, cudaStreamNonBlocking));
 
-  st.counter_words = static_cast<std::size_t>(program.counters);
+  st.counters.words = static_cast<std::size_t>(program.counters);
   for (int r = 0; r < program.ranks; ++r) {
     if (fabric.local(r)) st.local_ranks.push_back(r);
   }
@@ -108,10 +108,11 @@ CudaExecutor::CudaExecutor(const Program& program, fabric::Fabric& fabric,
   for (const Op& op : program.ops) {
     if (!fabric.local(op.rank)) continue;
     st.use_device_of(op.rank);  // its events and streams live on its device
-    if (op.kind == OpKind::kEventRecord && st.event_index[st.event_slot(op)] < 0) {
+    const auto* record = op.get_if<program::EventRecordOp>();
+    if (record != nullptr && st.event_index[st.event_slot(op.rank, record->event)] < 0) {
       cudaEvent_t e = nullptr;
       TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-      st.event_index[st.event_slot(op)] = static_cast<int>(st.events.size());
+      st.event_index[st.event_slot(op.rank, record->event)] = static_cast<int>(st.events.size());
       st.events.push_back(e);
     }
     const auto key = std::pair{op.rank, op.stream};
@@ -120,7 +121,7 @@ CudaExecutor::CudaExecutor(const Program& program, fabric::Fabric& fabric,
       TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
       stream_of.emplace(key, static_cast<int>(st.streams.size()));
       st.streams.push_back(s);
-      st.stream_owner.push_back(key);
+      st.stream_owner.push_back({op.rank, StreamOwner::Role::kProgram, op.stream});
       cudaEvent_t e = nullptr;
       TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
       st.done.push_back(e);
@@ -213,10 +214,10 @@ CudaRunResult CudaExecutor::run(const CudaRunOptions& options) {
   CudaRunResult stats;
   // Every stream is idle here (the previous run completed or was drained). Counters hold
   // epoch x totals unless a timeout forced them high.
-  if (st.counters_dirty) {
+  if (st.counters.dirty) {
     st.fill_local_signals(0);
-    st.counters_dirty = false;
-    st.epoch = 0;
+    st.counters.dirty = false;
+    st.counters.epoch = 0;
     stats.counters_reset = true;
   }
   if (options.profile) st.make_profile_events();
@@ -225,7 +226,8 @@ CudaRunResult CudaExecutor::run(const CudaRunOptions& options) {
   std::vector<std::deque<int>> pending(st.streams.size());
   auto blocked = [&](int i) {
     const Op& op = program.ops[static_cast<std::size_t>(i)];
-    return op.kind == OpKind::kEventWait && !recorded[st.event_slot(op)];
+    const auto* wait = op.get_if<program::EventWaitOp>();
+    return wait != nullptr && !recorded[st.event_slot(op.rank, wait->event)];
   };
   std::vector<bool> started;
   if (options.profile) started.assign(st.streams.size(), false);
@@ -238,10 +240,10 @@ CudaRunResult CudaExecutor::run(const CudaRunOptions& options) {
         cudaStream_t s = st.streams[static_cast<std::size_t>(m.stream)];
         if (!started[static_cast<std::size_t>(m.stream)]) {
           started[static_cast<std::size_t>(m.stream)] = true;
-          TIDE_CUDA_CHECK(
-              cudaEventRecord(st.stream_events[static_cast<std::size_t>(m.stream)].first, s));
+          TIDE_CUDA_CHECK(cudaEventRecord(
+              st.profile_events.streams[static_cast<std::size_t>(m.stream)].first, s));
         }
-        const auto& ke = st.kernel_events[static_cast<std::size_t>(i)];
+        const auto& ke = st.profile_events.kernels[static_cast<std::size_t>(i)];
         if (ke.first != nullptr) TIDE_CUDA_CHECK(cudaEventRecord(ke.first, s));
         st.enqueue(m, stats);
         if (ke.second != nullptr) TIDE_CUDA_CHECK(cudaEventRecord(ke.second, s));
@@ -252,8 +254,9 @@ CudaRunResult CudaExecutor::run(const CudaRunOptions& options) {
       st.release_and_drain();
       rethrow_with(op_where(program, i));
     }
-    if (op.kind == OpKind::kEventRecord) recorded[st.event_slot(op)] = true;
-    return op.kind == OpKind::kEventRecord;
+    const auto* record = op.get_if<program::EventRecordOp>();
+    if (record != nullptr) recorded[st.event_slot(op.rank, record->event)] = true;
+    return record != nullptr;
   };
   // Issues the heads of deferred streams while they are not blocked, until nothing moves.
   auto flush = [&]() {
@@ -296,16 +299,18 @@ CudaRunResult CudaExecutor::run(const CudaRunOptions& options) {
     if (q.empty()) continue;
     const int i = q.front();
     st.release_and_drain();
-    throw InvalidArgument(op_where(program, i) + "waits for event " +
-                          std::to_string(program.ops[static_cast<std::size_t>(i)].event) +
-                          " whose record can only be enqueued after this wait completes (an "
-                          "event-wait cycle): the program deadlocks");
+    throw InvalidArgument(
+        op_where(program, i) + "waits for event " +
+        std::to_string(program.ops[static_cast<std::size_t>(i)].as<program::EventWaitOp>().event) +
+        " whose record can only be enqueued after this wait completes (an "
+        "event-wait cycle): the program deadlocks");
   }
   for (std::size_t i = 0; i < st.streams.size(); ++i) {
-    st.use_device_of(st.stream_owner[i].first);
+    st.use_device_of(st.stream_owner[i].rank);
     if (options.profile) {
-      if (!started[i]) TIDE_CUDA_CHECK(cudaEventRecord(st.stream_events[i].first, st.streams[i]));
-      TIDE_CUDA_CHECK(cudaEventRecord(st.stream_events[i].second, st.streams[i]));
+      if (!started[i])
+        TIDE_CUDA_CHECK(cudaEventRecord(st.profile_events.streams[i].first, st.streams[i]));
+      TIDE_CUDA_CHECK(cudaEventRecord(st.profile_events.streams[i].second, st.streams[i]));
     }
     TIDE_CUDA_CHECK(cudaEventRecord(st.done[i], st.streams[i]));
   }
@@ -326,7 +331,7 @@ CudaRunResult CudaExecutor::run(const CudaRunOptions& options) {
     throw ExecutionTimeout(text);
   }
   stats.wall_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-  ++st.epoch;
+  ++st.counters.epoch;
   if (options.profile) st.collect_profile(stats);
   return stats;
 }

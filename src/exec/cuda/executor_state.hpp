@@ -41,34 +41,35 @@ struct CopyCall {
   bool flat = true;  // one cudaMemcpyAsync of width * rows bytes
 };
 
-// One op, resolved to device pointers and launch arguments at construction.
+// One op, resolved to device pointers and launch arguments at construction. The per-kind
+// fields are those NOTE [CUDA op resolution] (op_resolution.hpp) fills, with fixed pointers.
 struct Mapped {
   OpKind kind = OpKind::kRelease;
   int rank = 0;     // the rank whose device runs it (a message receive: the receiver)
   int stream = -1;  // index into State::streams (-1: no stream work)
   bool empty = false;
-  std::vector<CopyCall> copies;
+  std::vector<CopyCall> copies;  // kCopy, kRailPut
   // Counters (kSignal, kWait, kRailPut): the device word, and its host index
-  // (rank * program.counters + id) into State::totals.
+  // (rank * program.counters + id) into State::counters.totals.
   std::uint64_t* counter = nullptr;
   std::size_t counter_index = 0;
   std::uint64_t value = 0;
   // Events (kEventRecord, kEventWait): index into State::events.
   int event = -1;
-  // kSum.
+  // kSum: the full launch (out, staged, alpha and gradients included).
   kernels::Level1SumArgs sum{};
   std::vector<const void*> gradients;
   std::unique_ptr<kernels::Level1SegmentTable> table;
   kernels::Level1Tuning tuning{};
-  // kLand.
+  // kLand: the full launch.
   kernels::LandingArgs land{};
-  // kCast.
-  std::uint16_t* cast_dst = nullptr;
-  const float* cast_src = nullptr;
-  std::int64_t cast_n = 0;
-  int cast_ctas = 0;
+  // kSum, kLand, kCast, kZero: the destination; kSum: the first staged input; kCast: the
+  // source, `elems` elements on `ctas` CTAs.
+  std::byte* out = nullptr;
+  std::byte* in = nullptr;
+  std::int64_t elems = 0;
+  int ctas = 0;
   // kZero.
-  void* zero_ptr = nullptr;
   std::size_t zero_width = 0, zero_rows = 0, zero_pitch = 0;
   // Copy-engine pool (CudaExecutorOptions::copy_streams, NOTE [copy-engine pool]): lane of
   // each CopyCall (0: the op's own stream, j: pool stream j - 1 of the rank), the pool
@@ -94,6 +95,28 @@ struct Mapped {
   }
 };
 
+// Whom a stream of State::streams serves: a program stream of a rank, or one of the streams
+// the executor adds for a rank (its rail messages, its copy-engine pool).
+struct StreamOwner {
+  enum class Role : std::uint8_t { kProgram, kRailMessages, kCopyPool };
+  int rank = 0;
+  Role role = Role::kProgram;
+  int name = 0;  // kProgram: index into Program::stream_names
+
+  // CudaStreamSpan::stream: the name index; -1 for rail messages, -2 for the copy pool.
+  int span_stream() const {
+    switch (role) {
+      case Role::kRailMessages:
+        return -1;
+      case Role::kCopyPool:
+        return -2;
+      case Role::kProgram:
+        break;
+    }
+    return name;
+  }
+};
+
 inline std::string cuda_status(cudaError_t s) {
   return std::string(cudaGetErrorName(s)) + " (" + cudaGetErrorString(s) + ")";
 }
@@ -108,6 +131,7 @@ using cuda_detail::CopyCall;
 using cuda_detail::cuda_status;
 using cuda_detail::Mapped;
 using cuda_detail::op_where;
+using cuda_detail::StreamOwner;
 using program::Buffer;
 using program::Op;
 using program::OpKind;
@@ -121,9 +145,9 @@ struct CudaExecutor::State {
   std::vector<Mapped> ops;
   // Streams: one per used (rank, stream name).
   std::vector<cudaStream_t> streams;
-  std::vector<std::pair<int, int>> stream_owner;  // (rank, stream name index; -1: rail)
-  int current_device = -1;                        // the device last made current here
-  std::map<int, int> rail_stream;                 // rank -> its rail stream (messages)
+  std::vector<StreamOwner> stream_owner;      // per stream
+  int current_device = -1;                    // the device last made current here
+  std::map<int, int> rail_stream;             // rank -> its rail stream (messages)
   std::map<int, std::vector<int>> copy_pool;  // rank -> its pool streams (NOTE [copy-engine pool])
   std::vector<Mapped> receives;               // the receiving side of messages to local ranks
   void* token = nullptr;                      // 8 device bytes: the payload of signal messages
@@ -135,16 +159,20 @@ struct CudaExecutor::State {
   // The ranks this process runs (Fabric::local), and their signal words (the counters of
   // those ranks: program.counters words each, NOTE [fabric interface]).
   std::vector<int> local_ranks;
-  std::size_t counter_words = 0;  // program.counters
   // Epoch-based counters: every run adds totals[c] to counter c; `epoch` runs completed since
   // the last reset, so the next run waits for epoch * totals[c] + value.
-  std::vector<std::uint64_t> totals;
-  std::uint64_t epoch = 0;
-  bool counters_dirty = false;  // forced high after a timeout: reset before the next run
+  struct CounterEpochs {
+    std::size_t words = 0;  // program.counters: signal words per rank
+    std::vector<std::uint64_t> totals;
+    std::uint64_t epoch = 0;
+    bool dirty = false;  // forced high after a timeout: reset before the next run
+  } counters;
   // Profiling (created on the first profiled run): two timing events per kernel op (indexed
   // like ops; null elsewhere) and per stream.
-  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> kernel_events;
-  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> stream_events;
+  struct ProfileEvents {
+    std::vector<std::pair<cudaEvent_t, cudaEvent_t>> kernels;
+    std::vector<std::pair<cudaEvent_t, cudaEvent_t>> streams;
+  } profile_events;
   bool stuck = false;  // streams could not be drained: resources are kept, runs refused
   // The enqueue order: a legal serial schedule (NOTE [enqueue order]), then any ops it could
   // not place, in program order. An entry -(k + 1) is receives[k].
@@ -169,16 +197,21 @@ struct CudaExecutor::State {
   int rail_of(int rank);
 
   std::string stream_name(std::size_t i) const {
-    const int name = stream_owner[i].second;
-    if (name == -1) return "rail messages";
-    if (name == -2) return "copy pool";
-    return program.stream_names[static_cast<std::size_t>(name)];
+    switch (stream_owner[i].role) {
+      case StreamOwner::Role::kRailMessages:
+        return "rail messages";
+      case StreamOwner::Role::kCopyPool:
+        return "copy pool";
+      case StreamOwner::Role::kProgram:
+        break;
+    }
+    return program.stream_names[static_cast<std::size_t>(stream_owner[i].name)];
   }
 
   std::byte* at(const Region& r) const;
 
   std::size_t counter_index(const program::Counter& c) const {
-    return static_cast<std::size_t>(c.rank) * counter_words + static_cast<std::size_t>(c.id);
+    return static_cast<std::size_t>(c.rank) * counters.words + static_cast<std::size_t>(c.id);
   }
 
   std::uint64_t* counter(const program::Counter& c) const;
@@ -187,9 +220,9 @@ struct CudaExecutor::State {
   // device).
   void fill_local_signals(unsigned char byte);
 
-  std::size_t event_slot(const Op& op) const {
-    return static_cast<std::size_t>(op.rank) * static_cast<std::size_t>(program.events) +
-           static_cast<std::size_t>(op.event);
+  std::size_t event_slot(int rank, int event) const {
+    return static_cast<std::size_t>(rank) * static_cast<std::size_t>(program.events) +
+           static_cast<std::size_t>(event);
   }
 
   // The rank's copy-engine pool streams, made on first use (see NOTE [copy-engine pool] in
@@ -197,10 +230,6 @@ struct CudaExecutor::State {
   std::vector<int>& pool_of(int rank);
 
   void map_pool(const Op& op, Mapped& m);
-
-  void map_copies(const Op& op, Mapped& m) const;
-
-  void map_sum(const Op& op, Mapped& m) const;
 
   void map_op(const Op& op, Mapped& m, int stream);
 
@@ -235,7 +264,7 @@ struct CudaExecutor::State {
   void place(int i);
 
   std::size_t totals_size() const {
-    return std::max<std::size_t>(1, static_cast<std::size_t>(program.ranks) * counter_words);
+    return std::max<std::size_t>(1, static_cast<std::size_t>(program.ranks) * counters.words);
   }
 
   // Reads the profiling events of a completed run into `stats`.

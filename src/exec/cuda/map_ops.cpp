@@ -1,11 +1,13 @@
 // The CUDA executor, step 1 of NOTE [CUDA executor op mapping]: every op resolved at
 // construction to device pointers, copy calls (per descriptor, pooled), counters and kernel
-// arguments; the rank's rail and copy-pool streams made on first use.
+// arguments (NOTE [CUDA op resolution]); the rank's rail and copy-pool streams made on first
+// use.
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include "executor_state.hpp"
+#include "op_resolution.hpp"
 #include "tide/core/dtype.hpp"
 #include "tide/core/error.hpp"
 #include "tide/kernels/cuda_check.hpp"
@@ -21,7 +23,7 @@ int CudaExecutor::State::rail_of(int rank) {
   TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const int index = static_cast<int>(streams.size());
   streams.push_back(s);
-  stream_owner.emplace_back(rank, -1);
+  stream_owner.push_back({rank, StreamOwner::Role::kRailMessages, 0});
   cudaEvent_t e = nullptr;
   TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   done.push_back(e);
@@ -71,7 +73,7 @@ std::vector<int>& CudaExecutor::State::pool_of(int rank) {
     TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     pool.push_back(static_cast<int>(streams.size()));
     streams.push_back(s);
-    stream_owner.emplace_back(rank, -2);
+    stream_owner.push_back({rank, StreamOwner::Role::kCopyPool, 0});
     cudaEvent_t e = nullptr;
     TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     done.push_back(e);
@@ -107,63 +109,9 @@ void CudaExecutor::State::map_pool(const Op& op, Mapped& m) {
   }
 }
 
-void CudaExecutor::State::map_copies(const Op& op, Mapped& m) const {
-  for (const program::CopyDescriptor& c : op.copies) {
-    if (c.src.bytes() == 0) continue;
-    CopyCall call;
-    call.dst = at(c.dst);
-    call.src = at(c.src);
-    call.width = static_cast<std::size_t>(c.src.width);
-    call.rows = static_cast<std::size_t>(c.src.rows);
-    call.dpitch = static_cast<std::size_t>(c.dst.pitch);
-    call.spitch = static_cast<std::size_t>(c.src.pitch);
-    call.flat = cuda_detail::contiguous(c.src) && cuda_detail::contiguous(c.dst);
-    m.copies.push_back(call);
-  }
-}
-
-void CudaExecutor::State::map_sum(const Op& op, Mapped& m) const {
-  const std::int64_t width = op.dst.width / 4;
-  if (width == 0 || op.dst.rows == 0) {
-    m.empty = true;
-    return;
-  }
-  const std::int64_t item = item_bytes(op.in_dtype);
-  // Tensor indices renumbered per op: the kernel takes at most 256 gradient pointers.
-  std::map<int, int> compact;
-  for (const program::SumSegment& s : op.segments)
-    compact.emplace(s.param, 0);
-  for (auto& [param, index] : compact) {
-    index = static_cast<int>(m.gradients.size());
-    m.gradients.push_back(fabric.pointer(Buffer{op.rank, program::Space::kTensor, param}));
-  }
-  std::vector<kernels::Level1RunSpec> runs;
-  runs.reserve(op.segments.size());
-  for (const program::SumSegment& s : op.segments)
-    runs.push_back({s.row, s.out_elem, s.elems, compact.at(s.param), s.src_elem});
-  m.table =
-      std::make_unique<kernels::Level1SegmentTable>(static_cast<int>(op.dst.rows), width, runs);
-  kernels::Level1SumArgs& a = m.sum;
-  a.out = reinterpret_cast<float*>(at(op.dst));
-  a.out_pitch = op.dst.rows > 1 ? op.dst.pitch / 4 : width;
-  a.dtype = op.in_dtype;
-  a.num_staged = static_cast<int>(op.staged.size());
-  if (!op.staged.empty()) {
-    a.staged = at(op.staged[0]);
-    a.staged_stride = cuda_detail::staged_stride(op) / item;
-    a.staged_pitch = op.dst.rows > 1 ? op.staged[0].pitch / item : width;
-  }
-  a.num_gradients = static_cast<int>(m.gradients.size());
-  a.table = m.table->view();
-  a.alpha = op.alpha;
-  a.accumulate = op.accumulate;
-  a.ctas = std::max(1, op.ctas);
-  m.tuning = kernels::recommended_level1_tuning(a.ctas);
-}
-
 void CudaExecutor::State::map_op(const Op& op, Mapped& m, int stream) {
   use_device_of(op.rank);  // Level 1 tables and message staging live on the rank's device
-  m.kind = op.kind;
+  m.kind = op.kind();
   m.rank = op.rank;
   m.stream = stream;
   if (cuda_detail::is_message(op, fabric)) {
@@ -172,60 +120,38 @@ void CudaExecutor::State::map_op(const Op& op, Mapped& m, int stream) {
     m.rail = rail_of(op.rank);
     return;
   }
-  switch (op.kind) {
-    case OpKind::kCopy:
-      map_copies(op, m);
-      map_pool(op, m);
-      m.empty = m.copies.empty();
-      break;
-    case OpKind::kRailPut:
-      map_copies(op, m);
-      map_pool(op, m);
-      m.counter = counter(op.counter);
-      m.counter_index = counter_index(op.counter);
-      m.value = static_cast<std::uint64_t>(op.value);
-      break;
-    case OpKind::kSignal:
-    case OpKind::kWait:
-      m.counter = counter(op.counter);
-      m.counter_index = counter_index(op.counter);
-      m.value = static_cast<std::uint64_t>(op.value);
-      break;
-    case OpKind::kEventRecord:
-    case OpKind::kEventWait:
-      m.event = event_index[event_slot(op)];
-      break;
-    case OpKind::kSum:
-      map_sum(op, m);
-      break;
-    case OpKind::kLand:
-      m.land.out = reinterpret_cast<float*>(at(op.dst));
-      m.land.n = op.dst.bytes() / 4;
-      m.land.num_partials = static_cast<int>(op.sources.size());
-      for (std::size_t k = 0; k < op.sources.size(); ++k)
-        m.land.partials[k] = reinterpret_cast<const float*>(at(op.sources[k]));
-      m.land.wave_index = op.wave_index;
-      m.land.accumulate = op.accumulate;
-      m.land.ctas = std::max(1, op.ctas);
-      m.empty = m.land.n == 0;
-      break;
-    case OpKind::kCast:
-      m.cast_dst = reinterpret_cast<std::uint16_t*>(at(op.dst));
-      m.cast_src = reinterpret_cast<const float*>(at(op.sources[0]));
-      m.cast_n = op.dst.bytes() / 2;
-      m.cast_ctas = op.ctas;
-      m.empty = m.cast_n == 0;
-      break;
-    case OpKind::kZero:
-      m.zero_ptr = at(op.dst);
-      m.zero_width = static_cast<std::size_t>(op.dst.width);
-      m.zero_rows = static_cast<std::size_t>(op.dst.rows);
-      m.zero_pitch = static_cast<std::size_t>(op.dst.pitch);
-      m.empty = op.dst.bytes() == 0;
-      break;
-    case OpKind::kRelease:
-      m.empty = true;
-      break;
+  // NOTE [CUDA op resolution] with fixed pointers: every region resolved now.
+  struct FixedResolver {
+    const State& st;
+    const Op& op;
+    Mapped& m;
+    std::byte* address(const Region& r) const { return st.at(r); }
+    std::byte* fixed(const Region& r) const { return st.at(r); }
+    void gradient(int param) const {
+      m.gradients.push_back(st.fabric.pointer(Buffer{op.rank, program::Space::kTensor, param}));
+    }
+  } resolver{*this, op, m};
+  cuda_detail::resolve_payload(op, resolver, m);
+  if (op.is<program::CopyOp>() || op.is<program::RailPutOp>()) map_pool(op, m);
+  if (const program::Counter* c = program::counter_of(op)) {
+    m.counter = counter(*c);
+    m.counter_index = counter_index(*c);
+  }
+  if (const auto* put = op.get_if<program::RailPutOp>()) {
+    m.value = static_cast<std::uint64_t>(put->value);
+  } else if (const auto* signal = op.get_if<program::SignalOp>()) {
+    m.value = static_cast<std::uint64_t>(signal->value);
+  } else if (const auto* wait = op.get_if<program::WaitOp>()) {
+    m.value = static_cast<std::uint64_t>(wait->value);
+  } else if (const int* event = program::event_of(op)) {
+    m.event = event_index[event_slot(op.rank, *event)];
+  } else if (const auto* sum = op.get_if<program::SumOp>(); sum != nullptr && !m.empty) {
+    m.sum.out = reinterpret_cast<float*>(m.out);
+    if (m.sum.num_staged > 0) m.sum.staged = m.in;
+    m.sum.alpha = sum->alpha;
+  } else if (const auto* land = op.get_if<program::LandOp>()) {
+    m.land.out = reinterpret_cast<float*>(m.out);
+    m.land.accumulate = land->accumulate;
   }
 }
 

@@ -10,12 +10,12 @@
 
 namespace tide::exec::cuda_detail {
 
-using program::OpKind;
 using program::Region;
 
 bool is_message(const program::Op& op, const fabric::Fabric& fabric) {
-  if (op.kind != OpKind::kRailPut && op.kind != OpKind::kSignal) return false;
-  return op.counter.rank != op.rank && !fabric.load_store(op.rank, op.counter.rank);
+  const auto add = program::addition_of(op);  // a kRailPut or kSignal
+  if (!add) return false;
+  return add->counter.rank != op.rank && !fabric.load_store(op.rank, add->counter.rank);
 }
 
 namespace {
@@ -49,15 +49,16 @@ MessagePart part_of(const Region& r, const fabric::Fabric& fabric, Message& m) {
 Message map_message(const program::Op& op, bool sender, const fabric::Fabric& fabric) {
   Message m;
   m.sender = sender;
-  m.peer = sender ? op.counter.rank : op.rank;
-  m.value = static_cast<std::uint64_t>(op.value);
+  const program::CounterAddition add = program::addition_of(op).value();
+  m.peer = sender ? add.counter.rank : op.rank;
+  m.value = static_cast<std::uint64_t>(add.value);
   try {
-    if (op.kind == OpKind::kRailPut) {
-      for (const program::CopyDescriptor& c : op.copies) {
+    if (op.is<program::RailPutOp>()) {
+      for (const program::CopyDescriptor& c : program::copies_of(op)) {
         if (c.src.bytes() == 0) continue;
-        if (c.dst.buffer.rank != op.counter.rank) {
+        if (c.dst.buffer.rank != add.counter.rank) {
           throw Unsupported("a put whose destination (rank " + std::to_string(c.dst.buffer.rank) +
-                            ") is not its counter's rank (" + std::to_string(op.counter.rank) +
+                            ") is not its counter's rank (" + std::to_string(add.counter.rank) +
                             ") cannot travel as a message");
         }
         m.parts.push_back(part_of(sender ? c.src : c.dst, fabric, m));
@@ -67,9 +68,9 @@ Message map_message(const program::Op& op, bool sender, const fabric::Fabric& fa
       TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&m.ready, cudaEventDisableTiming));
       TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&m.sent, cudaEventDisableTiming));
     } else {
-      m.counter = fabric.signals(op.counter.rank);
+      m.counter = fabric.signals(add.counter.rank);
       if (m.counter == nullptr) throw InternalError("a message receiver without its counters");
-      m.counter += op.counter.id;
+      m.counter += add.counter.id;
     }
   } catch (...) {
     release_message(m);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <set>
+#include <span>
 #include <vector>
 
 #include "tide/core/dtype.hpp"
@@ -18,7 +19,6 @@ namespace tide::exec::cuda_detail {
 
 using program::Buffer;
 using program::Op;
-using program::OpKind;
 using program::Program;
 using program::Region;
 using program::Space;
@@ -31,7 +31,7 @@ std::int64_t buffer_size(const Program& program, const Buffer& b) {
   return program::buffer_size(program, b);
 }
 
-std::int64_t staged_stride(const Op& op) {
+std::int64_t staged_stride(const program::SumOp& op) {
   return op.staged.size() < 2 ? 0 : op.staged[1].offset - op.staged[0].offset;
 }
 
@@ -53,22 +53,13 @@ class MappingLimits {
     for (std::size_t i = 0; i < p_.ops.size(); ++i) {
       op_ = static_cast<int>(i);
       const Op& op = p_.ops[i];
-      switch (op.kind) {
-        case OpKind::kCopy:
-        case OpKind::kRailPut:
-          copies(op);
-          break;
-        case OpKind::kSum:
-          sum(op);
-          break;
-        case OpKind::kLand:
-          land(op);
-          break;
-        case OpKind::kCast:
-          cast(op);
-          break;
-        default:
-          break;
+      copies(program::copies_of(op));
+      if (const auto* s = op.get_if<program::SumOp>()) {
+        sum(op.rank, *s);
+      } else if (const auto* l = op.get_if<program::LandOp>()) {
+        land(*l);
+      } else if (const auto* c = op.get_if<program::CastOp>()) {
+        cast(*c);
       }
     }
   }
@@ -81,9 +72,9 @@ class MappingLimits {
     throw Unsupported(op_where(p_, op_) + what);
   }
 
-  void copies(const Op& op) const {
-    for (std::size_t k = 0; k < op.copies.size(); ++k) {
-      const program::CopyDescriptor& c = op.copies[k];
+  void copies(std::span<const program::CopyDescriptor> copies) const {
+    for (std::size_t k = 0; k < copies.size(); ++k) {
+      const program::CopyDescriptor& c = copies[k];
       if (c.src.buffer == c.dst.buffer && c.src.bytes() > 0) {
         const std::int64_t s_end = c.src.offset + (c.src.rows - 1) * c.src.pitch + c.src.width;
         const std::int64_t d_end = c.dst.offset + (c.dst.rows - 1) * c.dst.pitch + c.dst.width;
@@ -96,9 +87,9 @@ class MappingLimits {
     }
   }
 
-  void sum(const Op& op) const {
+  void sum(int rank, const program::SumOp& op) const {
     if (op.dst.width == 0 || op.dst.rows == 0) return;  // an empty sub-slice part: no launch
-    if (op.dst.buffer.rank != op.rank) fail("the sum's dst is not on its own rank");
+    if (op.dst.buffer.rank != rank) fail("the sum's dst is not on its own rank");
     if (op.dst.pitch % 4 != 0 || op.dst.offset % 4 != 0)
       fail("dst is not fp32 rows (pitch and offset multiples of 4): " + describe(op.dst));
     if (op.dst.rows > kernels::kMaxLevel1Rows) fail("more than 8 rows");
@@ -132,7 +123,7 @@ class MappingLimits {
       unsupported("more than 256 distinct gradients in one sum");
   }
 
-  void land(const Op& op) const {
+  void land(const program::LandOp& op) const {
     if (!contiguous(op.dst) || op.dst.offset % 4 != 0)
       fail("dst is not a contiguous fp32 range: " + describe(op.dst));
     if (static_cast<int>(op.sources.size()) > kernels::kMaxWave)
@@ -145,8 +136,8 @@ class MappingLimits {
     if (op.ctas > kernels::kMaxLandingCtas) fail("more than 1024 landing CTAs");
   }
 
-  void cast(const Op& op) const {
-    const Region& s = op.sources[0];
+  void cast(const program::CastOp& op) const {
+    const Region& s = op.src;
     if (!contiguous(s) || !contiguous(op.dst) || s.offset % 4 != 0 || op.dst.offset % 2 != 0) {
       fail("needs a contiguous, aligned fp32 source and bf16 dst: " + describe(s) + " -> " +
            describe(op.dst));

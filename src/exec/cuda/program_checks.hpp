@@ -21,7 +21,7 @@ inline bool contiguous(const program::Region& r) {
 }
 
 // Bytes between consecutive staged contributions of a kSum (0 with fewer than two).
-std::int64_t staged_stride(const program::Op& op);
+std::int64_t staged_stride(const program::SumOp& op);
 
 // Every check of CudaExecutor::check().
 void check_program(const program::Program& program);

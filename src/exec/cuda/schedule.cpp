@@ -31,10 +31,10 @@ void CudaExecutor::State::schedule() {
     place(i);
   // What one run adds to every counter, placed or not (the epochs of NOTE [CUDA executor op
   // mapping]).
-  totals.assign(totals_size(), 0);
+  counters.totals.assign(totals_size(), 0);
   for (const Op& op : program.ops) {
-    if (op.kind == OpKind::kSignal || op.kind == OpKind::kRailPut)
-      totals[counter_index(op.counter)] += static_cast<std::uint64_t>(op.value);
+    if (const auto add = program::addition_of(op))
+      counters.totals[counter_index(add->counter)] += static_cast<std::uint64_t>(add->value);
   }
 }
 
@@ -43,15 +43,17 @@ void CudaExecutor::State::schedule() {
 void CudaExecutor::State::place(int i) {
   const Op& op = program.ops[static_cast<std::size_t>(i)];
   if (fabric.local(op.rank)) order.push_back(i);
-  if (!cuda_detail::is_message(op, fabric) || !fabric.local(op.counter.rank)) return;
+  if (!cuda_detail::is_message(op, fabric)) return;
+  const int receiver = program::counter_of(op)->rank;  // a message is a put or a signal
+  if (!fabric.local(receiver)) return;
   if (fabric.local(op.rank)) {
     throw InternalError(cuda_detail::op_where(program, i) +
                         "a message between two ranks of one process");
   }
   Mapped r;
-  r.kind = op.kind;
-  r.rank = op.counter.rank;
-  r.rail = rail_of(op.counter.rank);
+  r.kind = op.kind();
+  r.rank = receiver;
+  r.rail = rail_of(receiver);
   use_device_of(r.rank);
   r.stream = -1;
   try {

@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "op_resolution.hpp"
 #include "program_checks.hpp"
 #include "sequence_fusion.hpp"
 #include "sequence_state.hpp"
@@ -53,7 +54,8 @@ void resolve_entry(Fn& fn, const char* name) {
 program::Program checkable_template(const program::Program& t) {
   program::Program p = t;
   for (program::Op& op : p.ops) {
-    if (op.kind == program::OpKind::kWait && op.value < 0) op.value = 0;
+    if (auto* wait = op.get_if<program::WaitOp>(); wait != nullptr && wait->value < 0)
+      wait->value = 0;
   }
   return p;
 }
@@ -138,106 +140,39 @@ cudaEvent_t CudaSequenceRunner::State::event(std::int64_t e, int rank, int id) c
 
 void CudaSequenceRunner::State::map_op(const Op& op, int age, SeqOp& m) {
   use_device_of(op.rank);  // Level 1 tables live on the rank's device
-  m.kind = op.kind;
+  m.kind = op.kind();
   m.rank = op.rank;
   m.stream = stream(op.rank, op.stream);
-  switch (op.kind) {
-    case OpKind::kCopy:
-    case OpKind::kRailPut:
-      for (const program::CopyDescriptor& c : op.copies) {
-        if (c.src.bytes() == 0) continue;
-        Copy copy;
-        copy.dst = resolve(c.dst);
-        copy.src = resolve(c.src);
-        copy.width = static_cast<std::size_t>(c.src.width);
-        copy.rows = static_cast<std::size_t>(c.src.rows);
-        copy.dpitch = static_cast<std::size_t>(c.dst.pitch);
-        copy.spitch = static_cast<std::size_t>(c.src.pitch);
-        copy.flat = cuda_detail::contiguous(c.src) && cuda_detail::contiguous(c.dst);
-        m.copies.push_back(copy);
+  // NOTE [CUDA op resolution] with pointer slots: arenas fixed now, tensors and the output
+  // bound per call.
+  struct SlotResolver {
+    const State& st;
+    SeqOp& m;
+    Ptr address(const Region& r) const { return st.resolve(r); }
+    std::byte* fixed(const Region& r) const {
+      const Ptr p = st.resolve(r);
+      if (p.slot != sequence_detail::kFixed) {
+        throw Unsupported("CudaSequenceRunner: a landing reads only arenas");
       }
-      m.empty = m.copies.empty();
-      if (op.kind == OpKind::kCopy) break;
-      [[fallthrough]];
-    case OpKind::kSignal:
-    case OpKind::kWait:
-      m.word = word(op.counter);
-      m.total = static_cast<std::size_t>(op.counter.rank) * static_cast<std::size_t>(counters) +
-                static_cast<std::size_t>(op.counter.id);
-      m.value = op.value;
-      break;
-    case OpKind::kEventRecord:
-    case OpKind::kEventWait:
-      m.event = op.event;
-      m.age = age;
-      break;
-    case OpKind::kSum: {
-      const std::int64_t width = op.dst.width / 4;
-      if (width == 0 || op.dst.rows == 0) {
-        m.empty = true;
-        break;
-      }
-      const std::int64_t item = item_bytes(op.in_dtype);
-      std::map<int, int> compact;  // tensor index -> kernel gradient slot
-      for (const program::SumSegment& s : op.segments)
-        compact.emplace(s.param, 0);
-      for (auto& [param, index] : compact) {
-        index = static_cast<int>(m.gradient_slots.size());
-        m.gradient_slots.push_back(param);
-      }
-      std::vector<kernels::Level1RunSpec> runs;
-      for (const program::SumSegment& s : op.segments)
-        runs.push_back({s.row, s.out_elem, s.elems, compact.at(s.param), s.src_elem});
-      m.table =
-          std::make_unique<kernels::Level1SegmentTable>(static_cast<int>(op.dst.rows), width, runs);
-      m.out = resolve(op.dst);
-      kernels::Level1SumArgs& a = m.sum;
-      a.out_pitch = op.dst.rows > 1 ? op.dst.pitch / 4 : width;
-      a.dtype = op.in_dtype;
-      a.num_staged = static_cast<int>(op.staged.size());
-      if (!op.staged.empty()) {
-        m.in = resolve(op.staged[0]);
-        a.staged_stride = cuda_detail::staged_stride(op) / item;
-        a.staged_pitch = op.dst.rows > 1 ? op.staged[0].pitch / item : width;
-      }
-      a.num_gradients = static_cast<int>(m.gradient_slots.size());
-      a.table = m.table->view();
-      a.ctas = std::max(1, op.ctas);
-      m.tuning = kernels::recommended_level1_tuning(a.ctas);
-      break;
+      return p.fixed;
     }
-    case OpKind::kLand:
-      m.out = resolve(op.dst);
-      m.land.n = op.dst.bytes() / 4;
-      m.land.num_partials = static_cast<int>(op.sources.size());
-      for (std::size_t k = 0; k < op.sources.size(); ++k) {
-        const Ptr src = resolve(op.sources[k]);
-        if (src.slot != sequence_detail::kFixed) {
-          throw Unsupported("CudaSequenceRunner: a landing reads only arenas");
-        }
-        m.land.partials[k] = reinterpret_cast<const float*>(src.fixed);
-      }
-      m.land.wave_index = op.wave_index;
-      m.land.ctas = std::max(1, op.ctas);
-      m.empty = m.land.n == 0;
-      break;
-    case OpKind::kCast:
-      m.out = resolve(op.dst);
-      m.in = resolve(op.sources[0]);
-      m.elems = op.dst.bytes() / 2;
-      m.ctas = op.ctas;
-      m.empty = m.elems == 0;
-      break;
-    case OpKind::kZero:
-      m.out = resolve(op.dst);
-      m.zero_width = static_cast<std::size_t>(op.dst.width);
-      m.zero_rows = static_cast<std::size_t>(op.dst.rows);
-      m.zero_pitch = static_cast<std::size_t>(op.dst.pitch);
-      m.empty = op.dst.bytes() == 0;
-      break;
-    case OpKind::kRelease:
-      m.empty = true;
-      break;
+    void gradient(int param) const { m.gradient_slots.push_back(param); }
+  } resolver{*this, m};
+  cuda_detail::resolve_payload(op, resolver, m);
+  if (const program::Counter* c = program::counter_of(op)) {
+    m.word = word(*c);
+    m.total = static_cast<std::size_t>(c->rank) * static_cast<std::size_t>(counters) +
+              static_cast<std::size_t>(c->id);
+  }
+  if (const auto* put = op.get_if<program::RailPutOp>()) {
+    m.value = put->value;
+  } else if (const auto* signal = op.get_if<program::SignalOp>()) {
+    m.value = signal->value;
+  } else if (const auto* wait = op.get_if<program::WaitOp>()) {
+    m.value = wait->value;
+  } else if (const int* event = program::event_of(op)) {
+    m.event = *event;
+    m.age = age;
   }
 }
 

@@ -1,0 +1,135 @@
+// What an op's payload becomes on CUDA, written once for both CUDA executors.
+//
+// NOTE [CUDA op resolution]
+// The CUDA executor (Mapped, map_ops.cpp) and the sequence runner (SeqOp, sequence_runner.cpp)
+// resolve every op once, at construction, with the functions below. The two differ only in how a
+// Region becomes a device address: the executor resolves every region to a fixed pointer at
+// construction; the sequence runner to a Ptr, a fixed arena pointer or a slot bound per call (a
+// tensor, the output). A Resolver supplies:
+//   address(region)  the target's address type (std::byte* or Ptr)
+//   fixed(region)    a fixed pointer (landing partials: the kernel takes them by value)
+//   gradient(param)  records the kernel gradient slot of kTensor `param` (a pointer, or the
+//                    tensor index to bind per call)
+// resolve_payload() fills the per-kind fields both targets name alike: copies, out, in,
+// elems, ctas, zero_width / zero_rows / zero_pitch, sum, table, tuning, land, empty. What is
+// bound per call in a sequence (alpha, accumulate, tensor and output pointers) the executor
+// adds itself; counters, events, messages and copy pools stay with each target.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "program_checks.hpp"
+#include "tide/core/dtype.hpp"
+#include "tide/kernels/landing.hpp"
+#include "tide/kernels/level1_sum.hpp"
+#include "tide/program/program.hpp"
+
+namespace tide::exec::cuda_detail {
+
+// The copy calls of a kCopy / kRailPut: one per non-empty descriptor, in order.
+template <class Target, class Resolver>
+void resolve_copies(const program::Op& op, Resolver& resolver, Target& m) {
+  for (const program::CopyDescriptor& c : program::copies_of(op)) {
+    if (c.src.bytes() == 0) continue;
+    typename decltype(m.copies)::value_type call;
+    call.dst = resolver.address(c.dst);
+    call.src = resolver.address(c.src);
+    call.width = static_cast<std::size_t>(c.src.width);
+    call.rows = static_cast<std::size_t>(c.src.rows);
+    call.dpitch = static_cast<std::size_t>(c.dst.pitch);
+    call.spitch = static_cast<std::size_t>(c.src.pitch);
+    call.flat = contiguous(c.src) && contiguous(c.dst);
+    m.copies.push_back(call);
+  }
+  m.empty = m.copies.empty();
+}
+
+// A kSum's Level 1 launch less its per-call parts: out = address(dst), in = address(staged[0]),
+// the segment table (gradient slots compacted per op: the kernel takes at most 256), the
+// staged geometry, the CTA budget and its tuning. Alpha and accumulate stay at their defaults.
+template <class Target, class Resolver>
+void resolve_sum(const program::SumOp& op, Resolver& resolver, Target& m) {
+  const std::int64_t width = op.dst.width / 4;
+  if (width == 0 || op.dst.rows == 0) {
+    m.empty = true;
+    return;
+  }
+  const std::int64_t item = item_bytes(op.in_dtype);
+  std::map<int, int> compact;  // tensor index -> kernel gradient slot
+  for (const program::SumSegment& s : op.segments)
+    compact.emplace(s.param, 0);
+  int slots = 0;
+  for (auto& [param, index] : compact) {
+    index = slots++;
+    resolver.gradient(param);
+  }
+  std::vector<kernels::Level1RunSpec> runs;
+  runs.reserve(op.segments.size());
+  for (const program::SumSegment& s : op.segments)
+    runs.push_back({s.row, s.out_elem, s.elems, compact.at(s.param), s.src_elem});
+  m.table =
+      std::make_unique<kernels::Level1SegmentTable>(static_cast<int>(op.dst.rows), width, runs);
+  m.out = resolver.address(op.dst);
+  kernels::Level1SumArgs& a = m.sum;
+  a.out_pitch = op.dst.rows > 1 ? op.dst.pitch / 4 : width;
+  a.dtype = op.in_dtype;
+  a.num_staged = static_cast<int>(op.staged.size());
+  if (!op.staged.empty()) {
+    m.in = resolver.address(op.staged[0]);
+    a.staged_stride = staged_stride(op) / item;
+    a.staged_pitch = op.dst.rows > 1 ? op.staged[0].pitch / item : width;
+  }
+  a.num_gradients = slots;
+  a.table = m.table->view();
+  a.ctas = std::max(1, op.ctas);
+  m.tuning = kernels::recommended_level1_tuning(a.ctas);
+}
+
+// A kLand's landing less its per-call parts: out = address(dst), the partials (fixed), the
+// wave index and CTA budget. Accumulate stays false.
+template <class Target, class Resolver>
+void resolve_land(const program::LandOp& op, Resolver& resolver, Target& m) {
+  m.out = resolver.address(op.dst);
+  m.land.n = op.dst.bytes() / 4;
+  m.land.num_partials = static_cast<int>(op.sources.size());
+  for (std::size_t k = 0; k < op.sources.size(); ++k)
+    m.land.partials[k] = reinterpret_cast<const float*>(resolver.fixed(op.sources[k]));
+  m.land.wave_index = op.wave_index;
+  m.land.ctas = std::max(1, op.ctas);
+  m.empty = m.land.n == 0;
+}
+
+// The per-kind fields of NOTE [CUDA op resolution] for every kind but the counter and event
+// ones (kSignal, kWait, kEventRecord, kEventWait), which each target maps itself; kRailPut
+// gets its copies here.
+template <class Target, class Resolver>
+void resolve_payload(const program::Op& op, Resolver& resolver, Target& m) {
+  if (op.is<program::CopyOp>() || op.is<program::RailPutOp>()) {
+    resolve_copies(op, resolver, m);
+  } else if (const auto* sum = op.get_if<program::SumOp>()) {
+    resolve_sum(*sum, resolver, m);
+  } else if (const auto* land = op.get_if<program::LandOp>()) {
+    resolve_land(*land, resolver, m);
+  } else if (const auto* cast = op.get_if<program::CastOp>()) {
+    m.out = resolver.address(cast->dst);
+    m.in = resolver.address(cast->src);
+    m.elems = cast->dst.bytes() / 2;
+    m.ctas = cast->ctas;
+    m.empty = m.elems == 0;
+  } else if (const auto* zero = op.get_if<program::ZeroOp>()) {
+    m.out = resolver.address(zero->dst);
+    m.zero_width = static_cast<std::size_t>(zero->dst.width);
+    m.zero_rows = static_cast<std::size_t>(zero->dst.rows);
+    m.zero_pitch = static_cast<std::size_t>(zero->dst.pitch);
+    m.empty = zero->dst.bytes() == 0;
+  } else if (op.is<program::ReleaseOp>()) {
+    m.empty = true;
+  }
+}
+
+}  // namespace tide::exec::cuda_detail
