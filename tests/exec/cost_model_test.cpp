@@ -69,23 +69,23 @@ TEST(CostModelBaseline, CopyKernelsRunAtTheirSmRatesNotTheCopyEngines) {
 TEST(CostModelBaseline, StreamingKernelsStopAtTheHbmCeiling) {
   const CostModel m = distinct_model();
   Op sum;
-  sum.payload = program::SumOp{};
-  sum.as<program::SumOp>().in_dtype = DType::kBf16;
-  sum.as<program::SumOp>().segments = {SumSegment{0, 0, 0, 0, 3 * kMiB}};  // 3 Mi bf16 elements in
-  sum.as<program::SumOp>().dst = Region{arena(0), 0, 12 * kMiB, 12 * kMiB, 1};  // 3 Mi fp32 out
+  auto& sum_op = sum.payload.emplace<program::SumOp>();
+  sum_op.in_dtype = DType::kBf16;
+  sum_op.segments = {SumSegment{0, 0, 0, 0, 3 * kMiB}};       // 3 Mi bf16 elements in
+  sum_op.dst = Region{arena(0), 0, 12 * kMiB, 12 * kMiB, 1};  // 3 Mi fp32 out
   const double logical = 3.0 * kMiB * 2 + 12.0 * kMiB;
-  sum.as<program::SumOp>().ctas = 8;  // 8 x 97 = 776 GB/s, under the ceiling
+  sum_op.ctas = 8;  // 8 x 97 = 776 GB/s, under the ceiling
   EXPECT_NEAR(op_duration_us(m, sum), m.kernel_launch_us + us(logical, 8 * m.sum_cta_gbps), 1e-9);
-  sum.as<program::SumOp>().ctas = 132;  // FSDP2's _chunk_cat on a full grid: the ceiling
+  sum_op.ctas = 132;  // FSDP2's _chunk_cat on a full grid: the ceiling
   EXPECT_NEAR(op_duration_us(m, sum), m.kernel_launch_us + us(logical, m.sm_stream_cap_gbps), 1e-9);
   Op cast;
-  cast.payload = program::CastOp{};
-  cast.as<program::CastOp>().ctas = 4;
-  cast.as<program::CastOp>().src = {bytes(arena(0), 0, 8 * kMiB)};
-  cast.as<program::CastOp>().dst = bytes(arena(0), 8 * kMiB, 4 * kMiB);
+  auto& cast_op = cast.payload.emplace<program::CastOp>();
+  cast_op.ctas = 4;
+  cast_op.src = {bytes(arena(0), 0, 8 * kMiB)};
+  cast_op.dst = bytes(arena(0), 8 * kMiB, 4 * kMiB);
   EXPECT_NEAR(op_duration_us(m, cast), m.kernel_launch_us + us(12.0 * kMiB, 4 * m.cast_cta_gbps),
               1e-9);
-  cast.as<program::CastOp>().ctas = 64;
+  cast_op.ctas = 64;
   EXPECT_NEAR(op_duration_us(m, cast), m.kernel_launch_us + us(12.0 * kMiB, m.sm_stream_cap_gbps),
               1e-9);
 }
@@ -93,25 +93,22 @@ TEST(CostModelBaseline, StreamingKernelsStopAtTheHbmCeiling) {
 TEST(CostModelBaseline, RingFoldsOverlapAndTheKernelStartIsPaidOnce) {
   const CostModel m = distinct_model();
   Op fold;
-  fold.payload = program::LandOp{};
-  fold.as<program::LandOp>().ctas = 8;
-  fold.as<program::LandOp>().sources = {bytes(arena(0), 0, 6 * kMiB),
-                                        bytes(arena(0), 6 * kMiB, 6 * kMiB)};
-  fold.as<program::LandOp>().dst = bytes(arena(0), 12 * kMiB, 6 * kMiB);
+  auto& fold_op = fold.payload.emplace<program::LandOp>();
+  fold_op.ctas = 8;
+  fold_op.sources = {bytes(arena(0), 0, 6 * kMiB), bytes(arena(0), 6 * kMiB, 6 * kMiB)};
+  fold_op.dst = bytes(arena(0), 12 * kMiB, 6 * kMiB);
   // Outside an NCCL kernel it is TIDE's landing kernel, at the landing rate per CTA ...
   const double land = m.kernel_launch_us + us(6.0 * kMiB, 8 * m.land_cta_gbps);
   EXPECT_NEAR(op_duration_us(m, fold), land, 1e-9);
-  fold.as<program::LandOp>().sources[1].buffer =
-      arena(1);  // (partials on a peer: the same under the ceilings)
+  fold_op.sources[1].buffer = arena(1);  // (partials on a peer: the same under the ceilings)
   EXPECT_NEAR(op_duration_us(m, fold), land, 1e-9);
   // ... capped by the fabric when pulling from a peer, by HBM when every partial is local.
-  fold.as<program::LandOp>().ctas =
-      64;  // 64 x 19 = 1216 GB/s: above land_cap (600), under the HBM ceiling (2050)
+  fold_op.ctas = 64;  // 64 x 19 = 1216 GB/s: above land_cap (600), under the HBM ceiling (2050)
   EXPECT_NEAR(op_duration_us(m, fold), m.kernel_launch_us + us(6.0 * kMiB, m.land_cap_gbps), 1e-9);
-  fold.as<program::LandOp>().sources[1].buffer = arena(0);
+  fold_op.sources[1].buffer = arena(0);
   EXPECT_NEAR(op_duration_us(m, fold), m.kernel_launch_us + us(6.0 * kMiB, 64 * m.land_cta_gbps),
               1e-9);
-  fold.as<program::LandOp>().ctas = 8;
+  fold_op.ctas = 8;
   // ... inside one (a ring reduction step) only its exposed part counts, with no launch.
   fold.inside_kernel = true;
   EXPECT_NEAR(op_duration_us(m, fold), us(6.0 * kMiB, m.nccl_fold_gbps), 1e-9);

@@ -177,31 +177,30 @@ Program handmade(bool satisfiable) {
   }
   p.counters = 1;
   Op put;
-  put.payload = program::RailPutOp{};
+  auto& rail_put = put.payload.emplace<program::RailPutOp>();
   put.rank = 0;
   put.stream = s;
   put.label = "r0 put to r1";
-  put.as<program::RailPutOp>().copies.push_back(
-      {Region{Buffer{0, Space::kArena, 0}, 0, 128, 128, 1},
-       Region{Buffer{1, Space::kArena, 0}, 128, 128, 128, 1}});
-  put.as<program::RailPutOp>().counter = program::Counter{1, 0};
-  put.as<program::RailPutOp>().value = 1;
+  rail_put.copies.push_back({Region{Buffer{0, Space::kArena, 0}, 0, 128, 128, 1},
+                             Region{Buffer{1, Space::kArena, 0}, 128, 128, 128, 1}});
+  rail_put.counter = program::Counter{1, 0};
+  rail_put.value = 1;
   p.ops.push_back(put);
   Op wait;
-  wait.payload = program::WaitOp{};
+  auto& wait_op = wait.payload.emplace<program::WaitOp>();
   wait.rank = 1;
   wait.stream = s;
   wait.label = "r1 wait for the put";
-  wait.as<program::WaitOp>().counter = {1, 0};
-  wait.as<program::WaitOp>().value = satisfiable ? 1 : 2;
+  wait_op.counter = {1, 0};
+  wait_op.value = satisfiable ? 1 : 2;
   p.ops.push_back(wait);
   Op copy;
-  copy.payload = program::CopyOp{};
+  auto& transfer = copy.payload.emplace<program::CopyOp>();
   copy.rank = 1;
   copy.stream = s;
   copy.label = "r1 copy out";
-  copy.as<program::CopyOp>().copies.push_back({Region{Buffer{1, Space::kArena, 0}, 128, 32, 64, 2},
-                                               Region{Buffer{1, Space::kOutput, 0}, 0, 32, 32, 2}});
+  transfer.copies.push_back({Region{Buffer{1, Space::kArena, 0}, 128, 32, 64, 2},
+                             Region{Buffer{1, Space::kOutput, 0}, 0, 32, 32, 2}});
   p.ops.push_back(copy);
   return p;
 }
@@ -352,19 +351,15 @@ Case copy_forms_case() {
   p.buffers[0].arena_bytes = 4096;
   p.buffers[0].output_bytes = {4608};
   Op copy;
-  copy.payload = program::CopyOp{};
+  auto& transfer = copy.payload.emplace<program::CopyOp>();
   copy.rank = 0;
   copy.stream = s;
   copy.label = "four forms";
   const Buffer arena{0, Space::kArena, 0}, out{0, Space::kOutput, 0};
-  copy.as<program::CopyOp>().copies.push_back(
-      {Region{arena, 0, 100, 100, 1}, Region{out, 0, 100, 100, 1}});
-  copy.as<program::CopyOp>().copies.push_back(
-      {Region{arena, 200, 24, 40, 10}, Region{out, 128, 24, 24, 10}});
-  copy.as<program::CopyOp>().copies.push_back(
-      {Region{arena, 1024, 16, 32, 80}, Region{out, 512, 16, 48, 80}});
-  copy.as<program::CopyOp>().copies.push_back(
-      {Region{arena, 0, 100, 100, 1}, Region{out, 4400, 100, 100, 1}});
+  transfer.copies.push_back({Region{arena, 0, 100, 100, 1}, Region{out, 0, 100, 100, 1}});
+  transfer.copies.push_back({Region{arena, 200, 24, 40, 10}, Region{out, 128, 24, 24, 10}});
+  transfer.copies.push_back({Region{arena, 1024, 16, 32, 80}, Region{out, 512, 16, 48, 80}});
+  transfer.copies.push_back({Region{arena, 0, 100, 100, 1}, Region{out, 4400, 100, 100, 1}});
   p.ops.push_back(copy);
   Case c;
   c.name = "copy forms";

@@ -72,16 +72,15 @@ TEST_P(Level1Sum, BitwiseEqualToArithReference) {
   Program p = make_program(1, dst_offset + dst_pitch * kRows, {300 * item, 100 * item});
 
   Op op;
-  op.payload = program::SumOp{};
+  auto& sum = op.payload.emplace<program::SumOp>();
   op.label = "level1 sum";
-  op.as<program::SumOp>().in_dtype = dtype;
-  op.as<program::SumOp>().ctas = 2;
-  op.as<program::SumOp>().alpha = 1.0f / 3.0f;
-  op.as<program::SumOp>().dst = Region{arena(0), dst_offset, kRowElems * 4, dst_pitch, kRows};
+  sum.in_dtype = dtype;
+  sum.ctas = 2;
+  sum.alpha = 1.0f / 3.0f;
+  sum.dst = Region{arena(0), dst_offset, kRowElems * 4, dst_pitch, kRows};
   for (int i = 0; i < kStaged; ++i)
-    op.as<program::SumOp>().staged.push_back(
-        Region{arena(0), i * staged_bytes, kRowElems * item, staged_pitch, kRows});
-  op.as<program::SumOp>().segments = {{0, 0, 0, 5, 10}, {0, 20, 1, 0, 15}, {2, 3, 0, 100, 37}};
+    sum.staged.push_back(Region{arena(0), i * staged_bytes, kRowElems * item, staged_pitch, kRows});
+  sum.segments = {{0, 0, 0, 5, 10}, {0, 20, 1, 0, 15}, {2, 3, 0, 100, 37}};
   add(p, op);
 
   ReferenceExecutor ex(p);
@@ -95,15 +94,15 @@ TEST_P(Level1Sum, BitwiseEqualToArithReference) {
 
   // Reference: per element, staged in order then own, times alpha; +0 outside segments.
   std::vector<float> expect(static_cast<std::size_t>(kRows * kRowElems), 0.0f);
-  for (const program::SumSegment& s : op.as<program::SumOp>().segments) {
+  for (const program::SumSegment& s : sum.segments) {
     const std::vector<float>& g = s.param == 0 ? g0 : g1;
     for (std::int64_t e = 0; e < s.elems; ++e) {
       const std::int64_t col = s.out_elem + e;
       // Staged element (row, col) sits at staged_pitch * row + col * item bytes.
       const std::size_t at = static_cast<std::size_t>((s.row * staged_pitch) / item + col);
       const float x[kStaged] = {staged[0][at], staged[1][at], staged[2][at]};
-      expect[static_cast<std::size_t>(s.row * kRowElems + col)] = arith::level1_partial(
-          x, g[static_cast<std::size_t>(s.src_elem + e)], op.as<program::SumOp>().alpha);
+      expect[static_cast<std::size_t>(s.row * kRowElems + col)] =
+          arith::level1_partial(x, g[static_cast<std::size_t>(s.src_elem + e)], sum.alpha);
     }
   }
   const auto mem = ex.memory(arena(0));
@@ -135,23 +134,23 @@ TEST(ReferenceData, LandingWavesAccumulateAndCastBitwise) {
   Program p = make_program(1, 4 * kB + kN * 2, {}, kB);
   auto land = [&](std::string label, std::vector<int> parts, int wave, bool acc) {
     Op op;
-    op.payload = program::LandOp{};
+    auto& land_op = op.payload.emplace<program::LandOp>();
     op.label = std::move(label);
-    op.as<program::LandOp>().dst = bytes(output(0), 0, kB);
+    land_op.dst = bytes(output(0), 0, kB);
     for (int j : parts)
-      op.as<program::LandOp>().sources.push_back(bytes(arena(0), j * kB, kB));
-    op.as<program::LandOp>().wave_index = wave;
-    op.as<program::LandOp>().accumulate = acc;
-    op.as<program::LandOp>().ctas = 4;
+      land_op.sources.push_back(bytes(arena(0), j * kB, kB));
+    land_op.wave_index = wave;
+    land_op.accumulate = acc;
+    land_op.ctas = 4;
     return op;
   };
   add(p, land("wave 0", {0, 1}, 0, true));
   add(p, land("wave 1", {2, 3}, 1, true));
   Op cast;
-  cast.payload = program::CastOp{};
+  auto& cast_op = cast.payload.emplace<program::CastOp>();
   cast.label = "cast";
-  cast.as<program::CastOp>().src = {bytes(output(0), 0, kB)};
-  cast.as<program::CastOp>().dst = bytes(arena(0), 4 * kB, kN * 2);
+  cast_op.src = {bytes(output(0), 0, kB)};
+  cast_op.dst = bytes(arena(0), 4 * kB, kN * 2);
   add(p, cast);
 
   ReferenceExecutor ex(p);
@@ -182,10 +181,10 @@ TEST(ReferenceData, FirstWaveWithoutAccumulateIgnoresPoisonedOutput) {
   constexpr std::int64_t kB = 64 * 4;
   Program p = make_program(1, 2 * kB, {}, kB);
   Op op;
-  op.payload = program::LandOp{};
+  auto& land_op = op.payload.emplace<program::LandOp>();
   op.label = "wave 0";
-  op.as<program::LandOp>().dst = bytes(output(0), 0, kB);
-  op.as<program::LandOp>().sources = {bytes(arena(0), 0, kB), bytes(arena(0), kB, kB)};
+  land_op.dst = bytes(output(0), 0, kB);
+  land_op.sources = {bytes(arena(0), 0, kB), bytes(arena(0), kB, kB)};
   add(p, op);
   ReferenceExecutor ex(p);
   const auto a = fill_normal(ex.input(arena(0), 0, kB), DType::kFp32, rng);
@@ -206,16 +205,16 @@ TEST(ReferenceData, NanAndInfinityKeepTheirClassesAndCanonicalBits) {
   constexpr std::int64_t kB = 5 * 4;
   Program p = make_program(1, 2 * kB + 10, {}, kB);
   Op op;
-  op.payload = program::LandOp{};
+  auto& land_op = op.payload.emplace<program::LandOp>();
   op.label = "land specials";
-  op.as<program::LandOp>().dst = bytes(output(0), 0, kB);
-  op.as<program::LandOp>().sources = {bytes(arena(0), 0, kB), bytes(arena(0), kB, kB)};
+  land_op.dst = bytes(output(0), 0, kB);
+  land_op.sources = {bytes(arena(0), 0, kB), bytes(arena(0), kB, kB)};
   add(p, op);
   Op cast;
-  cast.payload = program::CastOp{};
+  auto& cast_op = cast.payload.emplace<program::CastOp>();
   cast.label = "cast specials";
-  cast.as<program::CastOp>().src = {bytes(output(0), 0, kB)};
-  cast.as<program::CastOp>().dst = bytes(arena(0), 2 * kB, 10);
+  cast_op.src = {bytes(output(0), 0, kB)};
+  cast_op.dst = bytes(arena(0), 2 * kB, 10);
   add(p, cast);
   ReferenceExecutor ex(p);
   std::memcpy(ex.input(arena(0), 0, kB).data(), a_bits, kB);
@@ -241,15 +240,15 @@ TEST(ReferenceData, NanAndInfinityKeepTheirClassesAndCanonicalBits) {
 TEST(ReferenceData, ZeroAndReleaseAndUnwrittenRead) {
   Program p = make_program(1, 256, {128});
   Op zero;
-  zero.payload = program::ZeroOp{};
+  auto& zero_op = zero.payload.emplace<program::ZeroOp>();
   zero.label = "zero";
-  zero.as<program::ZeroOp>().dst = bytes(arena(0), 0, 64);
+  zero_op.dst = bytes(arena(0), 0, 64);
   add(p, zero);
   add(p, copy_op(0, 0, "read unset", bytes(arena(0), 32, 64), bytes(arena(0), 128, 64)));
   Op rel;
-  rel.payload = program::ReleaseOp{};
+  auto& release = rel.payload.emplace<program::ReleaseOp>();
   rel.label = "free grad";
-  rel.as<program::ReleaseOp>().dst = bytes(tensor(0, 0), 0, 128);
+  release.dst = bytes(tensor(0, 0), 0, 128);
   add(p, rel);
   ReferenceExecutor ex(p);
   ex.input(tensor(0, 0))[0] = std::byte{1};

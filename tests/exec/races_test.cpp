@@ -106,11 +106,10 @@ TEST(ReferenceRaces, ReleaseBeforeReadCompletesIsReported) {
     if (with_event) add(p, sync_op(OpKind::kEventRecord, 0, 0, "readEv", 0, 0, 0, 0));
     if (with_event) add(p, sync_op(OpKind::kEventWait, 0, 1, "wait readEv", 0, 0, 0, 0));
     Op rel;
-    rel.payload = program::ReleaseOp{};
+    rel.payload = program::ReleaseOp{bytes(tensor(0, 0), 0, 128)};
     rel.rank = 0;
     rel.stream = 1;
     rel.label = "free grad";
-    rel.as<program::ReleaseOp>().dst = bytes(tensor(0, 0), 0, 128);
     const int release = add(p, rel);
     for (std::uint64_t seed = 0; seed < 6; ++seed) {
       ReferenceExecutor ex(p);
@@ -196,13 +195,13 @@ Program ring_program(int ranks, int rounds, std::int64_t elems) {
       add(p, put);
       add(p, sync_op(OpKind::kWait, r, 0, rk + " wait arrival", r, 0, k + 1));
       Op land;
-      land.payload = program::LandOp{};
+      auto& land_op = land.payload.emplace<program::LandOp>();
       land.rank = r;
       land.label = rk + " land";
-      land.as<program::LandOp>().dst = bytes(output(r), 0, b);
-      land.as<program::LandOp>().sources = {bytes(arena(r), 0, b)};
-      land.as<program::LandOp>().wave_index = k;
-      land.as<program::LandOp>().ctas = 2;
+      land_op.dst = bytes(output(r), 0, b);
+      land_op.sources = {bytes(arena(r), 0, b)};
+      land_op.wave_index = k;
+      land_op.ctas = 2;
       add(p, land);
       add(p, sync_op(OpKind::kSignal, r, 0, rk + " credit", prev, 1, 1));
     }

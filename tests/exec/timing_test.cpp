@@ -68,12 +68,12 @@ TEST(ReferenceTiming, RoundWaitAppliesToNetworkRoundWaitsAndSmTimeCountsCtas) {
   add(p, sync_op(OpKind::kWait, 1, 0, "wait arrival", 1, 0, 1));
   p.ops.back().as<program::WaitOp>().network_round = true;
   Op land;
-  land.payload = program::LandOp{};
+  auto& land_op = land.payload.emplace<program::LandOp>();
   land.rank = 1;
   land.label = "land";
-  land.as<program::LandOp>().dst = bytes(output(1), 0, 1 << 20);
-  land.as<program::LandOp>().sources = {bytes(arena(1), 0, 1 << 20)};
-  land.as<program::LandOp>().ctas = 3;
+  land_op.dst = bytes(output(1), 0, 1 << 20);
+  land_op.sources = {bytes(arena(1), 0, 1 << 20)};
+  land_op.ctas = 3;
   add(p, land);
   CostModel cost;
   cost.host_enqueue_us = 0;
@@ -93,9 +93,9 @@ TEST(ReferenceTiming, PeakBufferBytesFollowTensorLifetimes) {
   Program p = make_program(1, 4096, {1000, 3000}, 512);
   add(p, copy_op(0, 0, "read G0", bytes(tensor(0, 0), 0, 1000), bytes(arena(0), 0, 1000)));
   Op rel;
-  rel.payload = program::ReleaseOp{};
+  auto& release = rel.payload.emplace<program::ReleaseOp>();
   rel.label = "free G0";
-  rel.as<program::ReleaseOp>().dst = bytes(tensor(0, 0), 0, 1000);
+  release.dst = bytes(tensor(0, 0), 0, 1000);
   add(p, rel);
   add(p, copy_op(0, 0, "read G1", bytes(tensor(0, 1), 0, 3000), bytes(arena(0), 1000, 3000)));
   ReferenceExecutor ex(p);
@@ -206,13 +206,13 @@ TEST(ReferenceTiming, TimingOnly512RanksRunsInSeconds) {
       add(p, copy_op(r, 1, "scatter", bytes(arena(r), kBlock, kBlock),
                      bytes(arena(r ^ 1), 2 * kBlock, kBlock)));
       Op land;
-      land.payload = program::LandOp{};
+      auto& land_op = land.payload.emplace<program::LandOp>();
       land.rank = r;
       land.stream = 2;
       land.label = "land";
-      land.as<program::LandOp>().dst = bytes(output(r), 0, kBlock);
-      land.as<program::LandOp>().sources = {bytes(arena(r), kBlock, kBlock)};
-      land.as<program::LandOp>().ctas = 4;
+      land_op.dst = bytes(output(r), 0, kBlock);
+      land_op.sources = {bytes(arena(r), kBlock, kBlock)};
+      land_op.ctas = 4;
       add(p, land);
     }
   }
