@@ -151,28 +151,35 @@ std::vector<SeqOp> skeleton(const program::CallTemplate& t, int counters,
   for (const int i : t.order.order) {
     const program::Op& op = p.ops[static_cast<std::size_t>(i)];
     SeqOp m;
-    m.kind = op.kind;
+    m.kind = op.kind();
     m.rank = op.rank;
     m.stream = streams.emplace(std::pair{op.rank, op.stream}, static_cast<int>(streams.size()))
                    .first->second;
     m.elems = static_cast<std::int64_t>(ops.size());
-    for (const program::CopyDescriptor& c : op.copies)
+    for (const program::CopyDescriptor& c : program::copies_of(op))
       if (c.src.bytes() > 0) m.copies.emplace_back();
-    if (op.kind == OpKind::kSignal || op.kind == OpKind::kWait || op.kind == OpKind::kRailPut) {
-      m.total = static_cast<std::size_t>(op.counter.rank) * static_cast<std::size_t>(counters) +
-                static_cast<std::size_t>(op.counter.id);
+    if (const program::Counter* c = program::counter_of(op)) {
+      m.total = static_cast<std::size_t>(c->rank) * static_cast<std::size_t>(counters) +
+                static_cast<std::size_t>(c->id);
       m.word = &words[m.total];
-      m.value = op.value;
     }
-    switch (op.kind) {
+    if (const auto add = program::addition_of(op)) m.value = add->value;
+    if (const auto* wait = op.get_if<program::WaitOp>()) m.value = wait->value;
+    switch (op.kind()) {
       case OpKind::kCopy:
         m.empty = m.copies.empty();
         break;
       case OpKind::kSum:
+        m.empty = op.as<program::SumOp>().dst.bytes() == 0;
+        break;
       case OpKind::kLand:
+        m.empty = op.as<program::LandOp>().dst.bytes() == 0;
+        break;
       case OpKind::kCast:
+        m.empty = op.as<program::CastOp>().dst.bytes() == 0;
+        break;
       case OpKind::kZero:
-        m.empty = op.dst.bytes() == 0;
+        m.empty = op.as<program::ZeroOp>().dst.bytes() == 0;
         break;
       case OpKind::kRelease:
         m.empty = true;

@@ -133,11 +133,12 @@ std::vector<std::string> CudaSequenceRunner::State::unsatisfied_waits(std::int64
   const program::Program& p = sequence.for_call(e).program;
   std::size_t unnamed = 0;
   for (const program::Op& op : p.ops) {
-    if (op.kind != program::OpKind::kWait || !fabric.local(op.counter.rank)) continue;
+    const auto* wait = op.get_if<program::WaitOp>();
+    if (wait == nullptr || !fabric.local(wait->counter.rank)) continue;
     const std::size_t total =
-        static_cast<std::size_t>(op.counter.rank) * static_cast<std::size_t>(counters) +
-        static_cast<std::size_t>(op.counter.id);
-    const std::int64_t threshold = base[total] + op.value;
+        static_cast<std::size_t>(wait->counter.rank) * static_cast<std::size_t>(counters) +
+        static_cast<std::size_t>(wait->counter.id);
+    const std::int64_t threshold = base[total] + wait->value;
     const auto holds = static_cast<std::int64_t>(words[total]);
     if (threshold <= 0 || holds >= threshold) continue;
     if (lines.size() >= kMaxNamedWaits) {
@@ -146,7 +147,7 @@ std::vector<std::string> CudaSequenceRunner::State::unsatisfied_waits(std::int64
     }
     lines.push_back("rank " + std::to_string(op.rank) + " stream '" +
                     p.stream_names[static_cast<std::size_t>(op.stream)] + "' waits ('" + op.label +
-                    "') for counter " + std::to_string(op.counter.id) +
+                    "') for counter " + std::to_string(wait->counter.id) +
                     " >= " + std::to_string(threshold) + ", holds " + std::to_string(holds));
   }
   if (unnamed > 0) lines.push_back("and " + std::to_string(unnamed) + " more waits");
