@@ -1,9 +1,23 @@
 #include "tide/program/program.hpp"
 
 #include <algorithm>
+#include <type_traits>
 #include <variant>
 
 namespace tide::program {
+
+// An op's kind is the index of its payload (Op::kind).
+template <OpKind kind, class Payload>
+constexpr bool kind_indexes =
+    std::is_same_v<std::variant_alternative_t<static_cast<std::size_t>(kind), OpPayload>, Payload>;
+static_assert(kind_indexes<OpKind::kCopy, CopyOp> && kind_indexes<OpKind::kSum, SumOp> &&
+              kind_indexes<OpKind::kLand, LandOp> && kind_indexes<OpKind::kCast, CastOp> &&
+              kind_indexes<OpKind::kZero, ZeroOp> && kind_indexes<OpKind::kSignal, SignalOp> &&
+              kind_indexes<OpKind::kWait, WaitOp> && kind_indexes<OpKind::kRailPut, RailPutOp> &&
+              kind_indexes<OpKind::kEventRecord, EventRecordOp> &&
+              kind_indexes<OpKind::kEventWait, EventWaitOp> &&
+              kind_indexes<OpKind::kRelease, ReleaseOp> &&
+              std::variant_size_v<OpPayload> == static_cast<std::size_t>(OpKind::kRelease) + 1);
 
 std::string_view op_kind_name(OpKind kind) {
   switch (kind) {
@@ -57,9 +71,13 @@ std::span<const CopyDescriptor> copies_of(const Op& op) {
   return {};
 }
 
-Counter* counter_of(Op& op) {
+namespace {
+
+// The payload's member `counter` / `event` where its kind has one (C: T or const T).
+template <class C, class OpT>
+C* counter_in(OpT& op) {
   return std::visit(
-      [](auto& p) -> Counter* {
+      [](auto& p) -> C* {
         if constexpr (requires { p.counter; })
           return &p.counter;
         else
@@ -68,8 +86,26 @@ Counter* counter_of(Op& op) {
       op.payload);
 }
 
+template <class C, class OpT>
+C* event_in(OpT& op) {
+  return std::visit(
+      [](auto& p) -> C* {
+        if constexpr (requires { p.event; })
+          return &p.event;
+        else
+          return nullptr;
+      },
+      op.payload);
+}
+
+}  // namespace
+
+Counter* counter_of(Op& op) {
+  return counter_in<Counter>(op);
+}
+
 const Counter* counter_of(const Op& op) {
-  return counter_of(const_cast<Op&>(op));
+  return counter_in<const Counter>(op);
 }
 
 std::optional<CounterAddition> addition_of(const Op& op) {
@@ -80,13 +116,11 @@ std::optional<CounterAddition> addition_of(const Op& op) {
 }
 
 int* event_of(Op& op) {
-  if (auto* record = op.get_if<EventRecordOp>()) return &record->event;
-  if (auto* wait = op.get_if<EventWaitOp>()) return &wait->event;
-  return nullptr;
+  return event_in<int>(op);
 }
 
 const int* event_of(const Op& op) {
-  return event_of(const_cast<Op&>(op));
+  return event_in<const int>(op);
 }
 
 std::vector<Region> reads_of(const Op& op) {
