@@ -108,11 +108,15 @@ const Counter* counter_of(const Op& op) {
   return counter_in<const Counter>(op);
 }
 
-std::optional<CounterAddition> addition_of(const Op& op) {
-  if (const auto* signal = op.get_if<SignalOp>())
-    return CounterAddition{signal->counter, signal->value};
-  if (const auto* put = op.get_if<RailPutOp>()) return CounterAddition{put->counter, put->value};
+std::optional<CounterUse> addition_of(const Op& op) {
+  if (const auto* signal = op.get_if<SignalOp>()) return CounterUse{signal->counter, signal->value};
+  if (const auto* put = op.get_if<RailPutOp>()) return CounterUse{put->counter, put->value};
   return std::nullopt;
+}
+
+std::optional<CounterUse> counter_use_of(const Op& op) {
+  if (const auto* wait = op.get_if<WaitOp>()) return CounterUse{wait->counter, wait->value};
+  return addition_of(op);
 }
 
 int* event_of(Op& op) {

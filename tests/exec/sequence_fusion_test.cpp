@@ -158,13 +158,12 @@ std::vector<SeqOp> skeleton(const program::CallTemplate& t, int counters,
     m.elems = static_cast<std::int64_t>(ops.size());
     for (const program::CopyDescriptor& c : program::copies_of(op))
       if (c.src.bytes() > 0) m.copies.emplace_back();
-    if (const program::Counter* c = program::counter_of(op)) {
-      m.total = static_cast<std::size_t>(c->rank) * static_cast<std::size_t>(counters) +
-                static_cast<std::size_t>(c->id);
+    if (const auto use = program::counter_use_of(op)) {
+      m.total = static_cast<std::size_t>(use->counter.rank) * static_cast<std::size_t>(counters) +
+                static_cast<std::size_t>(use->counter.id);
       m.word = &words[m.total];
+      m.value = use->value;
     }
-    if (const auto add = program::addition_of(op)) m.value = add->value;
-    if (const auto* wait = op.get_if<program::WaitOp>()) m.value = wait->value;
     switch (op.kind()) {
       case OpKind::kCopy:
         m.empty = m.copies.empty();

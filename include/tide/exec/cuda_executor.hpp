@@ -111,7 +111,7 @@ struct CudaKernelTiming {
 // One stream of a profiled run: its head and tail events, in ms after the earliest head.
 struct CudaStreamSpan {
   int rank = 0;
-  int stream = 0;  // index into Program::stream_names
+  int stream = 0;  // index into Program::stream_names; -1 rail messages, -2 copy pool
   double begin_ms = 0.0;
   double end_ms = 0.0;
 };

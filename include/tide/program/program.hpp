@@ -233,12 +233,15 @@ std::span<const CopyDescriptor> copies_of(const Op& op);
 // The counter of a kSignal / kWait / kRailPut; nullptr for other kinds.
 const Counter* counter_of(const Op& op);
 Counter* counter_of(Op& op);
-// The addition a kSignal / kRailPut makes to its counter; nullopt for other kinds.
-struct CounterAddition {
+// A counter and a value: what a kSignal / kRailPut adds to it, or what a kWait waits for.
+struct CounterUse {
   Counter counter;
   std::int64_t value = 0;
 };
-std::optional<CounterAddition> addition_of(const Op& op);
+// The addition of a kSignal / kRailPut; nullopt for other kinds.
+std::optional<CounterUse> addition_of(const Op& op);
+// The addition of a kSignal / kRailPut or the threshold of a kWait; nullopt for other kinds.
+std::optional<CounterUse> counter_use_of(const Op& op);
 // The event id of a kEventRecord / kEventWait; nullptr for other kinds.
 const int* event_of(const Op& op);
 int* event_of(Op& op);

@@ -133,16 +133,10 @@ void CudaExecutor::State::map_op(const Op& op, Mapped& m, int stream) {
   } resolver{*this, op, m};
   cuda_detail::resolve_payload(op, resolver, m);
   if (op.is<program::CopyOp>() || op.is<program::RailPutOp>()) map_pool(op, m);
-  if (const program::Counter* c = program::counter_of(op)) {
-    m.counter = counter(*c);
-    m.counter_index = counter_index(*c);
-  }
-  if (const auto* put = op.get_if<program::RailPutOp>()) {
-    m.value = static_cast<std::uint64_t>(put->value);
-  } else if (const auto* signal = op.get_if<program::SignalOp>()) {
-    m.value = static_cast<std::uint64_t>(signal->value);
-  } else if (const auto* wait = op.get_if<program::WaitOp>()) {
-    m.value = static_cast<std::uint64_t>(wait->value);
+  if (const auto use = program::counter_use_of(op)) {
+    m.counter = counter(use->counter);
+    m.counter_index = counter_index(use->counter);
+    m.value = static_cast<std::uint64_t>(use->value);
   } else if (const int* event = program::event_of(op)) {
     m.event = event_index[event_slot(op.rank, *event)];
   } else if (const auto* sum = op.get_if<program::SumOp>(); sum != nullptr && !m.empty) {

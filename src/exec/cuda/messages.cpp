@@ -49,7 +49,7 @@ MessagePart part_of(const Region& r, const fabric::Fabric& fabric, Message& m) {
 Message map_message(const program::Op& op, bool sender, const fabric::Fabric& fabric) {
   Message m;
   m.sender = sender;
-  const program::CounterAddition add = program::addition_of(op).value();
+  const program::CounterUse add = program::addition_of(op).value();
   m.peer = sender ? add.counter.rank : op.rank;
   m.value = static_cast<std::uint64_t>(add.value);
   try {

@@ -159,17 +159,11 @@ void CudaSequenceRunner::State::map_op(const Op& op, int age, SeqOp& m) {
     void gradient(int param) const { m.gradient_slots.push_back(param); }
   } resolver{*this, m};
   cuda_detail::resolve_payload(op, resolver, m);
-  if (const program::Counter* c = program::counter_of(op)) {
-    m.word = word(*c);
-    m.total = static_cast<std::size_t>(c->rank) * static_cast<std::size_t>(counters) +
-              static_cast<std::size_t>(c->id);
-  }
-  if (const auto* put = op.get_if<program::RailPutOp>()) {
-    m.value = put->value;
-  } else if (const auto* signal = op.get_if<program::SignalOp>()) {
-    m.value = signal->value;
-  } else if (const auto* wait = op.get_if<program::WaitOp>()) {
-    m.value = wait->value;
+  if (const auto use = program::counter_use_of(op)) {
+    m.word = word(use->counter);
+    m.total = static_cast<std::size_t>(use->counter.rank) * static_cast<std::size_t>(counters) +
+              static_cast<std::size_t>(use->counter.id);
+    m.value = use->value;
   } else if (const int* event = program::event_of(op)) {
     m.event = *event;
     m.age = age;
