@@ -7,6 +7,7 @@
 #include "counter_add.hpp"
 #include "cuda_driver.hpp"
 #include "executor_state.hpp"
+#include "op_resolution.hpp"
 #include "tide/core/error.hpp"
 #include "tide/kernels/cast.hpp"
 #include "tide/kernels/cuda_check.hpp"
@@ -76,11 +77,7 @@ void CudaExecutor::State::enqueue(const Mapped& m, CudaRunResult& stats) {
       ++stats.kernels;
       break;
     case OpKind::kZero:
-      if (m.zero_rows <= 1 || m.zero_pitch == m.zero_width) {
-        TIDE_CUDA_CHECK(cudaMemsetAsync(m.out, 0, m.zero_width * m.zero_rows, s));
-      } else {
-        TIDE_CUDA_CHECK(cudaMemset2DAsync(m.out, m.zero_pitch, 0, m.zero_width, m.zero_rows, s));
-      }
+      cuda_detail::enqueue_zero(m, m.out, s);
       break;
     case OpKind::kRelease:
       break;
@@ -88,12 +85,7 @@ void CudaExecutor::State::enqueue(const Mapped& m, CudaRunResult& stats) {
 }
 
 void CudaExecutor::State::enqueue_copy(const CopyCall& c, cudaStream_t s, CudaRunResult& stats) {
-  if (c.flat) {
-    TIDE_CUDA_CHECK(cudaMemcpyAsync(c.dst, c.src, c.width * c.rows, cudaMemcpyDeviceToDevice, s));
-  } else {
-    TIDE_CUDA_CHECK(cudaMemcpy2DAsync(c.dst, c.dpitch, c.src, c.spitch, c.width, c.rows,
-                                      cudaMemcpyDeviceToDevice, s));
-  }
+  cuda_detail::enqueue_copy(c, c.dst, c.src, s);
   ++stats.copies;
   ++stats.copy_calls;
 }

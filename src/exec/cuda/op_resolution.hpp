@@ -16,6 +16,8 @@
 // adds itself; counters, events, messages and copy pools stay with each target.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +27,7 @@
 
 #include "program_checks.hpp"
 #include "tide/core/dtype.hpp"
+#include "tide/kernels/cuda_check.hpp"
 #include "tide/kernels/landing.hpp"
 #include "tide/kernels/level1_sum.hpp"
 #include "tide/program/program.hpp"
@@ -129,6 +132,28 @@ void resolve_payload(const program::Op& op, Resolver& resolver, Target& m) {
     m.empty = zero->dst.bytes() == 0;
   } else if (op.is<program::ReleaseOp>()) {
     m.empty = true;
+  }
+}
+
+// How a resolved copy goes onto a stream, for both executors: one cudaMemcpyAsync where both
+// sides are contiguous, else one cudaMemcpy2DAsync (copy engines either way).
+template <class Copy>
+void enqueue_copy(const Copy& c, void* dst, const void* src, cudaStream_t s) {
+  if (c.flat) {
+    TIDE_CUDA_CHECK(cudaMemcpyAsync(dst, src, c.width * c.rows, cudaMemcpyDeviceToDevice, s));
+  } else {
+    TIDE_CUDA_CHECK(cudaMemcpy2DAsync(dst, c.dpitch, src, c.spitch, c.width, c.rows,
+                                      cudaMemcpyDeviceToDevice, s));
+  }
+}
+
+// How a resolved kZero goes onto a stream, for both executors.
+template <class Target>
+void enqueue_zero(const Target& m, void* out, cudaStream_t s) {
+  if (m.zero_rows <= 1 || m.zero_pitch == m.zero_width) {
+    TIDE_CUDA_CHECK(cudaMemsetAsync(out, 0, m.zero_width * m.zero_rows, s));
+  } else {
+    TIDE_CUDA_CHECK(cudaMemset2DAsync(out, m.zero_pitch, 0, m.zero_width, m.zero_rows, s));
   }
 }
 

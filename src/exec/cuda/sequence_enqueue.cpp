@@ -7,6 +7,7 @@
 
 #include "counter_add.hpp"
 #include "cuda_driver.hpp"
+#include "op_resolution.hpp"
 #include "sequence_state.hpp"
 #include "tide/core/error.hpp"
 #include "tide/kernels/cast.hpp"
@@ -26,15 +27,6 @@ std::byte* at(const Ptr& p, const CudaCallBindings& b) {
   if (p.slot == kFixed) return p.fixed;
   const void* base = p.slot == kOutputSlot ? b.output : b.tensors[static_cast<std::size_t>(p.slot)];
   return const_cast<std::byte*>(static_cast<const std::byte*>(base)) + p.offset;
-}
-
-cudaMemcpy3DParms copy_params(const Copy& c, const CudaCallBindings& b) {
-  cudaMemcpy3DParms p{};
-  p.srcPtr = cudaPitchedPtr{at(c.src, b), c.spitch, c.width, c.rows};
-  p.dstPtr = cudaPitchedPtr{at(c.dst, b), c.dpitch, c.width, c.rows};
-  p.extent = cudaExtent{c.width, c.rows, 1};
-  p.kind = cudaMemcpyDeviceToDevice;
-  return p;
 }
 
 bool carries_bindings(const SeqOp& m) {
@@ -58,13 +50,7 @@ namespace {
 using sequence_detail::at;
 
 void copy(const Copy& c, const CudaCallBindings& b, cudaStream_t s) {
-  if (c.flat) {
-    TIDE_CUDA_CHECK(
-        cudaMemcpyAsync(at(c.dst, b), at(c.src, b), c.width * c.rows, cudaMemcpyDeviceToDevice, s));
-  } else {
-    TIDE_CUDA_CHECK(cudaMemcpy2DAsync(at(c.dst, b), c.dpitch, at(c.src, b), c.spitch, c.width,
-                                      c.rows, cudaMemcpyDeviceToDevice, s));
-  }
+  cuda_detail::enqueue_copy(c, at(c.dst, b), at(c.src, b), s);
 }
 
 std::int64_t threshold(const sequence_detail::WaitTerm& w, const std::vector<std::int64_t>& base) {
@@ -191,30 +177,6 @@ void CudaSequenceRunner::State::record_node(cudaStream_t s, const SeqOp& m, std:
   capture->repoints->push_back(r);
 }
 
-// Under the capture of a slot graph: a 2-D copy that carries caller pointers, as a child
-// graph node holding the copy (see Repoint), so that later calls can re-point it.
-void CudaSequenceRunner::State::capture_child_copy(cudaStream_t s, std::size_t index,
-                                                   int copy_index, const cudaMemcpy3DParms& params,
-                                                   Capture* capture) {
-  sequence_detail::Repoint& r = capture->repoints->emplace_back();  // owns the child from here
-  r.op = index;
-  r.copy = copy_index;
-  TIDE_CUDA_CHECK(cudaGraphCreate(&r.child, 0));
-  TIDE_CUDA_CHECK(cudaGraphAddMemcpyNode(&r.child_copy, r.child, nullptr, 0, &params));
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  cudaGraph_t graph = nullptr;
-  const cudaGraphNode_t* deps = nullptr;
-  const cudaGraphEdgeData* edges = nullptr;
-  std::size_t count = 0;
-  TIDE_CUDA_CHECK(cudaStreamGetCaptureInfo(s, &status, nullptr, &graph, &deps, &edges, &count));
-  if (status != cudaStreamCaptureStatusActive) {
-    throw InternalError("CudaSequenceRunner: a stream left the capture");
-  }
-  TIDE_CUDA_CHECK(cudaGraphAddChildGraphNode(&r.node, graph, deps, count, r.child));
-  TIDE_CUDA_CHECK(cudaStreamUpdateCaptureDependencies(s, &r.node, nullptr, 1,
-                                                      cudaStreamSetCaptureDependencies));
-}
-
 void CudaSequenceRunner::State::launch_kernel_op(const SeqOp& m, const CudaCallBindings& b,
                                                  float alpha, bool accumulate, cudaStream_t s) {
   switch (m.kind) {
@@ -263,9 +225,10 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
             c.dst.slot != sequence_detail::kFixed || c.src.slot != sequence_detail::kFixed;
         if (slotted && !c.flat && capture != nullptr && capture->repoints != nullptr &&
             capture->repointable) {
-          capture_child_copy(s, index, static_cast<int>(k), sequence_detail::copy_params(c, b),
-                             capture);
-          continue;
+          // CUDA updates only 1-D copy nodes; a 2-D copy's node, on its own or as a child
+          // graph, is refused (measured on the H200, NOTE [CUDA call sequences] 3).
+          repoint_failure = "copy: a 2-D copy of caller memory (CUDA updates only 1-D copy nodes)";
+          capture->repointable = false;
         }
         copy(c, b, s);
         if (slotted) record_node(s, m, index, static_cast<int>(k), capture);
@@ -319,12 +282,7 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
       if (sequence_detail::carries_bindings(m)) record_node(s, m, index, -1, capture);
       break;
     case OpKind::kZero:
-      if (m.zero_rows <= 1 || m.zero_pitch == m.zero_width) {
-        TIDE_CUDA_CHECK(cudaMemsetAsync(at(m.out, b), 0, m.zero_width * m.zero_rows, s));
-      } else {
-        TIDE_CUDA_CHECK(
-            cudaMemset2DAsync(at(m.out, b), m.zero_pitch, 0, m.zero_width, m.zero_rows, s));
-      }
+      cuda_detail::enqueue_zero(m, at(m.out, b), s);
       if (sequence_detail::carries_bindings(m)) record_node(s, m, index, -1, capture);
       break;
     case OpKind::kRelease:

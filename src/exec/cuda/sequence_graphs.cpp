@@ -55,8 +55,6 @@ void CudaSequenceRunner::State::drop(SlotGraph& g) {
 }
 
 void CudaSequenceRunner::State::release_repoints(SlotGraph& g) {
-  for (const Repoint& r : g.repoints)
-    if (r.child != nullptr) (void)cudaGraphDestroy(r.child);
   g.repoints.clear();
   g.repointable = false;
 }
@@ -80,7 +78,7 @@ void CudaSequenceRunner::State::capture_slot(SlotGraph& g,
     throw;
   }
   const bool repointable = capture.repointable;
-  if (!repointable) release_repoints(g);  // the child graph nodes stay in g.graph (cloned)
+  if (!repointable) release_repoints(g);
   g.repointable = repointable;
   TIDE_CUDA_CHECK(cudaStreamEndCapture(origin, &g.graph));
   TIDE_CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
@@ -88,7 +86,6 @@ void CudaSequenceRunner::State::capture_slot(SlotGraph& g,
 
 // Patches the nodes of the slot's graph whose bindings differ from its last call's: 1-D copies
 // and memsets directly (cudaGraphExecMemcpyNodeSetParams1D, cudaGraphExecMemsetNodeSetParams),
-// 2-D copies through their child graphs (cudaGraphExecChildGraphNodeSetParams),
 // kernels with the parameters their launcher computes for the new bindings (repoint_kernels).
 bool CudaSequenceRunner::State::repoint(SlotGraph& g, std::span<const CudaCallBindings> bindings,
                                         float alpha, bool accumulate) {
@@ -116,16 +113,11 @@ bool CudaSequenceRunner::State::repoint(SlotGraph& g, std::span<const CudaCallBi
     cudaError_t err = cudaSuccess;
     if (rp.copy >= 0) {
       const Copy& c = m.copies[static_cast<std::size_t>(rp.copy)];
-      if (rp.child != nullptr) {
-        const cudaMemcpy3DParms p = sequence_detail::copy_params(c, b);
-        err = cudaGraphMemcpyNodeSetParams(rp.child_copy, &p);
-        if (err == cudaSuccess)
-          err = cudaGraphExecChildGraphNodeSetParams(g.exec, rp.node, rp.child);
-      } else if (c.flat) {
+      if (c.flat) {
         err = cudaGraphExecMemcpyNodeSetParams1D(g.exec, rp.node, at(c.dst, b), at(c.src, b),
                                                  c.width * c.rows, cudaMemcpyDeviceToDevice);
       } else {
-        err = cudaErrorInvalidValue;  // a 2-D copy node outside a child graph: not updatable
+        err = cudaErrorInvalidValue;  // a 2-D copy node: never recorded (not updatable)
       }
     } else if (m.kind == OpKind::kZero) {
       cudaMemsetParams p = rp.memset;
@@ -137,9 +129,7 @@ bool CudaSequenceRunner::State::repoint(SlotGraph& g, std::span<const CudaCallBi
     }
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
-      repoint_failure = std::string(program::op_kind_name(m.kind)) +
-                        (rp.child != nullptr ? " (2-D copy, child graph)" : "") + ": " +
-                        cudaGetErrorName(err);
+      repoint_failure = std::string(program::op_kind_name(m.kind)) + ": " + cudaGetErrorName(err);
       return false;
     }
     ++nodes_repointed;

@@ -115,11 +115,6 @@ struct Repoint {
   std::size_t op = 0;         // index into the template's ops
   int copy = -1;              // the copy of a kCopy; -1: the op's kernel or memset
   cudaMemsetParams memset{};  // a kZero's node as captured (its dst is replaced)
-  // A 2-D copy: an executable graph updates a 2-D copy node's addresses only inside a child
-  // graph (cudaGraphExecChildGraphNodeSetParams, with cudaGraphExecUpdate's rules), so it is
-  // captured as a child graph node `node` of this graph, holding one copy node. Owned.
-  cudaGraph_t child = nullptr;
-  cudaGraphNode_t child_copy = nullptr;
 };
 
 // Where a call being captured records its waits and, for the runner's own slot graphs, the
@@ -150,7 +145,6 @@ struct SlotGraph {
 // The device address of `p` for a call's bindings.
 std::byte* at(const Ptr& p, const CudaCallBindings& b);
 // A 2-D copy's parameters for a call's bindings.
-cudaMemcpy3DParms copy_params(const Copy& c, const CudaCallBindings& b);
 // Whether `m` carries something a call binds (see Repoint).
 bool carries_bindings(const SeqOp& m);
 
@@ -226,8 +220,6 @@ struct CudaSequenceRunner::State {
                   const std::vector<std::int64_t>& base, sequence_detail::Capture* capture);
   void record_node(cudaStream_t s, const sequence_detail::SeqOp& op, std::size_t index, int copy,
                    sequence_detail::Capture* capture);
-  void capture_child_copy(cudaStream_t s, std::size_t index, int copy,
-                          const cudaMemcpy3DParms& params, sequence_detail::Capture* capture);
   void advance(std::vector<std::int64_t>& base, std::int64_t e) const;
   void check_bindings(std::span<const CudaCallBindings> bindings) const;
 
