@@ -4,10 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include "tide/core/error.hpp"
+#include "tide/core/text_file.hpp"
 
 namespace tide::calibrate {
 namespace {
@@ -159,11 +158,7 @@ Calibration parse_calibration(const std::string& text, const std::string& origin
 }
 
 Calibration load_calibration(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InvalidArgument("calibration: cannot read '" + path + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_calibration(text.str(), path);
+  return parse_calibration(read_text_file(path, "calibration"), path);
 }
 
 std::string calibration_json(const Calibration& c) {
@@ -195,12 +190,9 @@ exec::CostModel to_cost_model(const Calibration& c) {
 }
 
 exec::CostModel load_cost_model_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InvalidArgument("cost model: cannot read '" + path + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  if (looks_like_calibration(text.str())) return to_cost_model(parse_calibration(text.str(), path));
-  return exec::parse_cost_model(text.str());
+  const std::string text = read_text_file(path, "cost model");
+  if (looks_like_calibration(text)) return to_cost_model(parse_calibration(text, path));
+  return exec::parse_cost_model(text);
 }
 
 SolverRates solver_rates(const Calibration& c) {

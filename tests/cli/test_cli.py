@@ -475,6 +475,19 @@ class Calibration(unittest.TestCase):
         self.assertEqual(result.returncode, 2)
         self.assertIn("cannot read", result.stderr)
 
+    def test_inputs_that_are_not_regular_files_are_refused_at_once(self):
+        # A device that never ends (/dev/zero, /dev/full) or a directory: one line, exit 2,
+        # without reading it.
+        for path in ("/dev/zero", "/dev/full", self.dir.name):
+            for args in (("solve", *self.SOLVE[1:], "--calibration", path),
+                         ("simulate", "reduce-scatter", "-M", "1", "-L", "1", "--shapes", "8x8",
+                          "--cost-model", path)):
+                result = run(*args)
+                self.assertEqual(result.returncode, 2, f"{args}: {result.stderr}")
+                lines = result.stderr.strip().splitlines()
+                self.assertEqual(len(lines), 1, result.stderr)
+                self.assertIn("not a regular file", lines[0])
+
     def test_simulate_takes_the_calibration_as_its_cost_model(self):
         args = ("simulate", "reduce-scatter", "-M", "4", "-L", "2", "--shapes", "4096x64",
                 "--timing-only", "--cost-model")

@@ -3,11 +3,10 @@
 #include "tide/exec/cost_model.hpp"
 
 #include <algorithm>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "tide/core/error.hpp"
+#include "tide/core/text_file.hpp"
 
 namespace tide::exec {
 namespace {
@@ -100,11 +99,7 @@ CostModel parse_cost_model(const std::string& json_text) {
 }
 
 CostModel load_cost_model(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InvalidArgument("cost model: cannot read '" + path + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_cost_model(text.str());
+  return parse_cost_model(read_text_file(path, "cost model"));
 }
 
 std::string cost_model_json(const CostModel& model) {
