@@ -76,6 +76,25 @@ if has nccl; then
     note "check-runtime nccl stall FAILED (rc=$rc, ${took}s, $left processes left): $(head -c 600 "$LOG/nccl-stall.json") $(head -c 300 "$LOG/nccl-stall.err")"
   fi
   cp "$LOG/nccl-stall.json" "$OUT/nccl-stall.json" 2>/dev/null
+  if [[ $gpus -ge 2 ]]; then
+    # A peer killed (SIGKILL) at call 5: every other rank must exit 1 within the timeout,
+    # its line naming the dead rank; no process left.
+    start=$(date +%s)
+    timeout 120 "$tide" check-runtime --backend nccl -M 1 -L "$gpus" --groups "37x5,16;20x7" \
+      --calls 12 --seed 4 --kill-rank 1 --kill-at-call 5 --timeout-s 5 --json \
+      > "$LOG/nccl-kill.json" 2> "$LOG/nccl-kill.err"
+    rc=$?
+    took=$(( $(date +%s) - start ))
+    left=$(pgrep -f "tide check-runtime" | wc -l)
+    named=$(grep -c "rank 1 died" "$LOG/nccl-kill.json")
+    if [[ $rc -eq 1 && $took -lt 60 && $left -eq 0 && $named -ge $((gpus - 1)) ]]; then
+      note "check-runtime nccl kill: every rank named rank 1's death, exit 1 in ${took}s, no process left"
+    else
+      rc_all=1
+      note "check-runtime nccl kill FAILED (rc=$rc, ${took}s, $left left, $named named): $(head -c 800 "$LOG/nccl-kill.json")"
+    fi
+    cp "$LOG/nccl-kill.json" "$OUT/nccl-kill.json" 2>/dev/null
+  fi
 fi
 
 if has package; then

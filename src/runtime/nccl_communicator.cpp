@@ -4,6 +4,7 @@
 // enqueued on the caller's stream with no host synchronisation.
 // Built only with CUDA and NCCL (TIDE_RUNTIME_NCCL).
 #include <cuda_runtime_api.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -20,6 +21,7 @@
 #include "communicator_base.hpp"
 #include "tide/core/env.hpp"
 #include "tide/core/error.hpp"
+#include "tide/core/process.hpp"
 #include "tide/exec/cuda_sequence.hpp"
 #include "tide/fabric/device_capabilities.hpp"
 #include "tide/fabric/nccl_fabric.hpp"
@@ -176,8 +178,12 @@ class NcclCommunicator final : public CommunicatorBase {
       g->info.resident = g->spec.cast ? nullptr : region + g->ag_areas.resident;
     }
     // Every runner zeroed its rank's signal words; no rank may signal a peer before that.
-    all_gather_values(*options_.store, options_.key_prefix + "/nccl/ready", options_.rank,
-                      options_.world, "1", options_.timeout);
+    // Every rank's pid: all are on this host, so the watchdog can name a peer that died.
+    for (const std::string& pid :
+         all_gather_values(*options_.store, options_.key_prefix + "/nccl/ready", options_.rank,
+                           options_.world, std::to_string(getpid()), options_.timeout)) {
+      peer_pids_.push_back(std::stoi(pid));
+    }
     mark_committed();
     watchdog_ = std::make_unique<Watchdog>(
         [this] { return stalled_call(); },
@@ -212,17 +218,37 @@ class NcclCommunicator final : public CommunicatorBase {
   }
 
   // The watchdog's check: the first call of any runner past the timeout, named.
+  // The watchdog's check: the first call of any runner past the timeout, or, where a peer's
+  // process is gone, the first call still running a tenth of the timeout (at least 1 s)
+  // after its enqueue (a peer that finished its job and exited is no failure while this
+  // rank's calls still complete).
   std::optional<std::string> stalled_call() const {
     TIDE_CUDA_CHECK(cudaSetDevice(device_));
+    int dead = -1;
+    for (std::size_t r = 0; r < peer_pids_.size() && dead < 0; ++r) {
+      if (static_cast<int>(r) != options_.rank && !process_alive(peer_pids_[r])) {
+        dead = static_cast<int>(r);
+      }
+    }
+    const auto bound =
+        dead < 0 ? options_.timeout
+                 : std::min(options_.timeout,
+                            std::max(std::chrono::milliseconds(1000), options_.timeout / 10));
     for (std::size_t i = 0; i < runners_.size(); ++i) {
-      const std::optional<exec::CudaStalledCall> stall = runners_[i]->stalled(options_.timeout);
+      const std::optional<exec::CudaStalledCall> stall = runners_[i]->stalled(bound);
       if (!stall) continue;
       const Group& g = *groups_[i / 2];
-      std::string reason = "rank " + std::to_string(options_.rank) + ": " +
-                           (i % 2 == 0 ? "all-gather" : "reduce-scatter") + " call " +
-                           std::to_string(stall->call) + " of group '" + g.spec.name +
-                           "' did not complete within " + std::to_string(options_.timeout.count()) +
-                           " ms (a peer stalled, died or issued another call order)";
+      const std::string call = std::string(i % 2 == 0 ? "all-gather" : "reduce-scatter") +
+                               " call " + std::to_string(stall->call) + " of group '" +
+                               g.spec.name + "'";
+      std::string reason =
+          dead >= 0
+              ? "rank " + std::to_string(dead) + " died (process " +
+                    std::to_string(peer_pids_[static_cast<std::size_t>(dead)]) +
+                    " is gone); rank " + std::to_string(options_.rank) + " was waiting in " + call
+              : "rank " + std::to_string(options_.rank) + ": " + call +
+                    " did not complete within " + std::to_string(options_.timeout.count()) +
+                    " ms (a peer stalled, died or issued another call order)";
       if (!stall->waits.empty()) reason += "; unsatisfied: ";
       for (std::size_t k = 0; k < stall->waits.size(); ++k)
         reason += (k == 0 ? "" : "; ") + stall->waits[k];
@@ -279,6 +305,7 @@ class NcclCommunicator final : public CommunicatorBase {
 
   int device_ = 0;
   RankCapabilities caps_;
+  mutable std::vector<int> peer_pids_;           // by rank, set at the first call
   std::int64_t calls_ = 0;                       // calls of every group so far
   mutable std::uint64_t* stall_gate_ = nullptr;  // CommunicatorOptions::stall_rank's gate
   mutable std::mutex abort_mutex_;

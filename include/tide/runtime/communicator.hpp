@@ -34,6 +34,9 @@
 //    and its unsatisfied waits, releases the waits so that no stream hangs, and aborts the
 //    NCCL communicators; every later call, and check(), raises with that line. A dead or
 //    stalled peer stalls every other rank's calls, so every rank fails within the timeout.
+//    The ranks exchange their pids at the first call (one host): where a peer's process is
+//    gone and a call is still running a tenth of the timeout (at least 1 s) after its
+//    enqueue, the watchdog fires at once and its line names the dead rank.
 // Backends: kHost runs calls on the calling thread over shared memory (exec/host), so a call
 // has completed when it returns; CPU tensors have no streams, and `stream` is ignored.
 // kNccl (one process per GPU, the ranks of one host) enqueues each call on the caller's

@@ -9,10 +9,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <random>
 
 #include "tide/core/error.hpp"
+#include "tide/core/process.hpp"
 
 namespace tide::fabric {
 namespace {
@@ -46,18 +46,6 @@ std::string segment_name(const std::string& job, int rank) {
 
 SegmentHeader* header_of(void* base) {
   return static_cast<SegmentHeader*>(base);
-}
-
-// Whether `pid` still runs: absent, zombie or dead processes do not.
-bool process_alive(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  if (!in) return false;
-  std::string line;
-  std::getline(in, line);
-  const std::size_t paren = line.rfind(')');
-  if (paren == std::string::npos || paren + 2 >= line.size()) return true;
-  const char state = line[paren + 2];
-  return state != 'Z' && state != 'X' && state != 'x';
 }
 
 }  // namespace
