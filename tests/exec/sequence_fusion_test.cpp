@@ -68,14 +68,14 @@ SeqOp rail_put(int stream, int counter, std::int64_t value, int tag) {
 }
 
 // A compact description of an op: kind, stream, tag, and its (counter, value) terms.
-std::string show(const SeqOp& m) {
+std::string show(const SeqOp& m, const std::uint64_t* base = g_words) {
   std::string s = std::string(program::op_kind_name(m.kind)) + "@" + std::to_string(m.stream);
   if (m.kind == OpKind::kWait) {
     for (const WaitTerm& w : m.waits)
       s += " " + std::to_string(w.total) + ">=" + std::to_string(w.value);
   } else if (m.kind == OpKind::kSignal) {
     for (const AddTerm& a : m.adds)
-      s += " " + std::to_string(a.word - g_words) + "+=" + std::to_string(a.value);
+      s += " " + std::to_string(a.word - base) + "+=" + std::to_string(a.value);
   } else {
     s += m.kind == OpKind::kCopy ? " x" + std::to_string(m.copies.size())
                                  : " #" + std::to_string(m.elems);
@@ -265,20 +265,8 @@ std::vector<std::string> oracle(const std::vector<SeqOp>& ops, const std::uint64
 // As show(), with counter words numbered from `base`.
 std::vector<std::string> describe(const std::vector<SeqOp>& ops, const std::uint64_t* base) {
   std::vector<std::string> v;
-  for (const SeqOp& m : ops) {
-    std::string s = std::string(program::op_kind_name(m.kind)) + "@" + std::to_string(m.stream);
-    if (m.kind == OpKind::kWait) {
-      for (const WaitTerm& w : m.waits)
-        s += " " + std::to_string(w.total) + ">=" + std::to_string(w.value);
-    } else if (m.kind == OpKind::kSignal) {
-      for (const AddTerm& a : m.adds)
-        s += " " + std::to_string(a.word - base) + "+=" + std::to_string(a.value);
-    } else {
-      s += m.kind == OpKind::kCopy ? " x" + std::to_string(m.copies.size())
-                                   : " #" + std::to_string(m.elems);
-    }
-    v.push_back(s);
-  }
+  for (const SeqOp& m : ops)
+    v.push_back(show(m, base));
   return v;
 }
 
