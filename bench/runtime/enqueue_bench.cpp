@@ -137,13 +137,12 @@ json time_calls(const tide::program::CallSequence& seq, std::int64_t input_bytes
   cudaStream_t caller = nullptr;
   TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&caller, cudaStreamNonBlocking));
   std::vector<double> ms;
-  std::int64_t launches0 = 0, repointed0 = 0, nodes0 = 0, waits0 = 0;
+  std::int64_t launches0 = 0, repointed0 = 0, nodes0 = 0;
   for (int call = 0; call < warmup + repeats; ++call) {
     if (call == warmup) {
       launches0 = runner.graph_launches();
       repointed0 = runner.repointed_launches();
       nodes0 = runner.nodes_repointed();
-      waits0 = runner.waits_patched();
     }
     const auto b = bindings_for(call);
     const auto t0 = Clock::now();
@@ -161,7 +160,6 @@ json time_calls(const tide::program::CallSequence& seq, std::int64_t input_bytes
   j["repointed_launches"] = runner.repointed_launches() - repointed0;
   j["repoint_failure"] = runner.repoint_failure();
   j["nodes_repointed_per_call"] = static_cast<double>(runner.nodes_repointed() - nodes0) / timed;
-  j["wait_nodes_patched_per_call"] = static_cast<double>(runner.waits_patched() - waits0) / timed;
   j["event_slots"] = q;
   j["period"] = seq.period;
   std::size_t ops = 0;

@@ -234,8 +234,8 @@ int main(int argc, char** argv) {
           w = reinterpret_cast<cudaGraphNode_t>(n);
         }
         cudaGraphNode_t copy = nullptr;
-        check(cudaGraphAddMemcpyNode1D(&copy, g, &w, 1, b + (c * links + k) * row,
-                                       a + (c * links + k) * row, row, cudaMemcpyDeviceToDevice),
+        check(cudaGraphAddMemcpyNode1D(&copy, g, &w, 1, b + ((c * links + k) % 1024) * row,
+                                       a + ((c * links + k) % 1024) * row, row, cudaMemcpyDeviceToDevice),
               "copy");
         copy_nodes.push_back(copy);
         cudaGraphNode_t sig = nullptr;
@@ -291,8 +291,8 @@ int main(int argc, char** argv) {
     for (int rep = 0; rep < 20; ++rep) {
       const auto t0 = Clock::now();
       for (std::size_t i = 0; i < copy_nodes.size(); ++i)
-        check(cudaGraphExecMemcpyNodeSetParams1D(exec, copy_nodes[i], b + (i + rep % 2) * row,
-                                                 a + i * row, row, cudaMemcpyDeviceToDevice),
+        check(cudaGraphExecMemcpyNodeSetParams1D(exec, copy_nodes[i], b + ((i + rep % 2) % 1024) * row,
+                                                 a + (i % 1024) * row, row, cudaMemcpyDeviceToDevice),
               "setparams1d");
       const auto t1 = Clock::now();
       repoint.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() /

@@ -48,7 +48,7 @@ if has tests; then
   : > "$LOG/tests.log"
   for filter in 'CudaSequence.Templates*:SequenceFusion.*:Topologies/RsStream.*:Topologies/AgStream.*' \
                 'Topologies/RsGraphs.*' 'CudaSequence.ReplayGraphs*' 'CudaSequence.CallsCaptured*' \
-                'CudaSequence.Watch*'; do
+                'CudaSequence.CallsOfOneSlot*' 'CudaSequence.Watch*'; do
     timeout 120 "$TESTS" --gtest_filter="$filter" >> "$LOG/tests.log" 2>&1
     rc=$?
     [[ $rc -ne 0 ]] && rc_all=$rc

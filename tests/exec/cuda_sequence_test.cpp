@@ -420,7 +420,8 @@ void expect_held(const RsBuffers& b, cudaStream_t caller) {
 }
 
 // Replay graphs: the same buffers every call (new data written into them by the caller), so
-// from the second visit of each event slot on, calls run as patched graphs.
+// from the second visit of each event slot on, calls replay their slot's graph, whose waits
+// follow the call on the device (NOTE [CUDA call sequences] 3).
 TEST(CudaSequence, ReplayGraphsMatchAndStillWaitForPeers) {
   TIDE_REQUIRE_GPU();
   const std::uint64_t seed = test_seed();
@@ -442,7 +443,6 @@ TEST(CudaSequence, ReplayGraphsMatchAndStillWaitForPeers) {
     h.step(*buffers, *data[static_cast<std::size_t>(e)], alpha, caller.get());
   TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
   EXPECT_GE(h.runner().graph_launches(), 2 * q);  // calls q .. calls - 1 are replays
-  EXPECT_GT(h.runner().waits_patched(), 0);
   for (int e = 0; e < calls; ++e)
     h.expect_equal(*data[static_cast<std::size_t>(e)], "call " + std::to_string(e));
 
@@ -482,7 +482,8 @@ TEST(CudaSequence, ReplayGraphsMatchAndStillWaitForPeers) {
 }
 
 // The caller captures its own step (compute kernels and Q calls) into a graph and replays it
-// with new data; prepare_replay re-targets the captured waits before every launch.
+// with new data; prepare_replay gives every launch the next call indices, and the captured
+// waits follow them on the device.
 TEST(CudaSequence, CallsCapturedInTheCallersGraphReplayAndWait) {
   TIDE_REQUIRE_GPU();
   const std::uint64_t seed = test_seed();
@@ -521,7 +522,6 @@ TEST(CudaSequence, CallsCapturedInTheCallersGraphReplayAndWait) {
   EXPECT_EQ(captured.calls, q);
   EXPECT_EQ(captured.first_call, 1);
   EXPECT_EQ(h.runner().calls(), 1) << "capture does not advance the runner";
-  EXPECT_FALSE(captured.waits.empty());
 
   for (int replay = 0; replay < 3; ++replay) {
     // New data in the same source buffers: the expected outputs change every replay.
@@ -544,7 +544,7 @@ TEST(CudaSequence, CallsCapturedInTheCallersGraphReplayAndWait) {
     for (const auto& i : data[0]->initial)
       initial.push_back(i->download());
     if (gated) gate.set(0);
-    h.runner().prepare_replay(captured, exec);
+    h.runner().prepare_replay(captured);
     TIDE_CUDA_CHECK(cudaGraphLaunch(exec, caller.get()));
     if (gated) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -567,13 +567,128 @@ TEST(CudaSequence, CallsCapturedInTheCallersGraphReplayAndWait) {
   EXPECT_EQ(h.runner().calls(), 1 + 3 * q);
   // Misaligned: one more ordinary call, then the graph's calls no longer fit.
   h.step(*first_buffers, *first, alpha, caller.get());
-  EXPECT_THROW(h.runner().prepare_replay(captured, exec), InvalidArgument);
+  EXPECT_THROW(h.runner().prepare_replay(captured), InvalidArgument);
   TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
   (void)cudaGraphExecDestroy(exec);
   (void)cudaGraphDestroy(graph);
 }
 
 // ---- All-gather ---------------------------------------------------------------------------
+
+// K all-gather calls on the virtual fabric: every rank's shard of every call (fresh fp32
+// masters per call with a cast, else the resident shard), the bindings, and a snapshot buffer
+// per call and rank for the caller's consumer of the landing.
+class AgHarness {
+ public:
+  AgHarness(Topo topo, bool cast, int calls_at_least, std::uint64_t seed,
+            const CudaSequenceOptions& options)
+      : rng_(seed),
+        layout_(Topology(topo.nodes, topo.gpus), odd_shapes(rng_, 1 + static_cast<int>(rng_() % 4)),
+                DType::kBf16, DType::kBf16),
+        plan_(layout_, ag_options(cast)),
+        areas_(program::ag_sequence_areas(plan_)),
+        seq_(program::ag_call_sequence(plan_, areas_)),
+        fab_(fabric_for(seq_)),
+        runner_(seq_, *fab_, {kRegionOffset, kFirstWord}, options),
+        cast_(cast),
+        calls_(std::max(calls_at_least, 2 * runner_.event_slots() + 1)) {
+    const int world = layout_.topology().world();
+    shards_.resize(static_cast<std::size_t>(calls_));
+    masters_.resize(static_cast<std::size_t>(calls_));
+    bindings_.resize(static_cast<std::size_t>(calls_));
+    snapshots_.resize(static_cast<std::size_t>(calls_));
+    for (int e = 0; e < calls_; ++e) {
+      const auto ue = static_cast<std::size_t>(e);
+      for (int r = 0; r < world; ++r) {
+        std::vector<std::uint16_t> shard(static_cast<std::size_t>(layout_.shard_bytes() / 2), 0);
+        CudaCallBindings b;
+        for (int p = 0; p < layout_.param_count(); ++p) {
+          const ParamLayout& pl = layout_.param(p);
+          std::vector<float> master(static_cast<std::size_t>(pl.shard_elems()));
+          for (std::size_t i = 0; i < master.size(); ++i) {
+            master[i] = random_value(rng_, DType::kFp32);
+            shard[static_cast<std::size_t>(pl.offset / 2) + i] = arith::float_to_bf16(master[i]);
+          }
+          if (cast) {
+            masters_[ue].push_back(std::make_unique<Dev>(master.size() * 4));
+            masters_[ue].back()->upload(master.data());
+            b.tensors.push_back(masters_[ue].back()->get());
+          }
+        }
+        if (!cast && e > 0) shard = shards_[0][static_cast<std::size_t>(r)];
+        if (!cast && e == 0) {
+          TIDE_CUDA_CHECK(cudaMemcpy(area(r, areas_.resident), shard.data(), shard.size() * 2,
+                                     cudaMemcpyHostToDevice));
+        }
+        shards_[ue].push_back(std::move(shard));
+        bindings_[ue].push_back(std::move(b));
+        snapshots_[ue].push_back(std::make_unique<Dev>(landing_bytes()));
+      }
+    }
+    for (int r = 0; r < world; ++r)  // poison every landing
+      TIDE_CUDA_CHECK(cudaMemset(area(r, areas_.landing), 0xFF, landing_bytes()));
+  }
+
+  static AgOptions ag_options(bool cast) {
+    AgOptions o;
+    o.mixed_precision_cast = cast;
+    o.head_bytes = 64;
+    return o;
+  }
+  int calls() const { return calls_; }
+  int world() const { return layout_.topology().world(); }
+  CudaSequenceRunner& runner() { return runner_; }
+  const CallSequence& sequence() const { return seq_; }
+
+  // Call e on `caller`, then the consumer's copy of every landing on the same stream.
+  void step(int e, cudaStream_t caller) {
+    const auto ue = static_cast<std::size_t>(e);
+    runner_.enqueue(bindings_[ue], 1.0f, false, caller);
+    for (int r = 0; r < world(); ++r)
+      launch_compute_copy(snapshots_[ue][static_cast<std::size_t>(r)]->get(),
+                          area(r, areas_.landing), landing_bytes(), caller);
+  }
+
+  // Call e's snapshots hold every rank's shard at its landing offset, bitwise.
+  void expect_landed(int e) const {
+    for (int r = 0; r < world(); ++r) {
+      const auto got =
+          snapshots_[static_cast<std::size_t>(e)][static_cast<std::size_t>(r)]->download();
+      for (int p = 0; p < layout_.param_count(); ++p) {
+        const ParamLayout& pl = layout_.param(p);
+        for (int src = 0; src < world(); ++src) {
+          const std::int64_t bytes = layout_.valid_rows(p, src) * pl.cols * 2;
+          const auto& shard = shards_[static_cast<std::size_t>(e)][static_cast<std::size_t>(src)];
+          ASSERT_EQ(std::memcmp(got.data() + layout_.landing_offset(p, src),
+                                shard.data() + pl.offset / 2, static_cast<std::size_t>(bytes)),
+                    0)
+              << "call " << e << " rank " << r << " param " << p << " from rank " << src
+              << " period " << seq_.period << " cast " << cast_;
+        }
+      }
+    }
+  }
+
+ private:
+  std::size_t landing_bytes() const { return static_cast<std::size_t>(layout_.unsharded_bytes()); }
+  std::byte* area(int rank, std::int64_t offset) const {
+    return static_cast<std::byte*>(fab_->arena(rank)) + kRegionOffset + offset;
+  }
+
+  std::mt19937_64 rng_;
+  GroupLayout layout_;
+  AgPlan plan_;
+  program::AgSequenceAreas areas_;
+  CallSequence seq_;
+  std::unique_ptr<fabric::VirtualFabric> fab_;
+  CudaSequenceRunner runner_;
+  bool cast_;
+  int calls_;
+  std::vector<std::vector<std::vector<std::uint16_t>>> shards_;  // [call][rank]
+  std::vector<std::vector<std::unique_ptr<Dev>>> masters_;
+  std::vector<std::vector<CudaCallBindings>> bindings_;
+  std::vector<std::vector<std::unique_ptr<Dev>>> snapshots_;
+};
 
 class AgStream : public ::testing::TestWithParam<std::tuple<Topo, bool, bool>> {};
 
@@ -587,91 +702,69 @@ TEST_P(AgStream, ManyCallsLandEveryShard) {
   const auto [topo, cast, graphs] = GetParam();
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
-  std::mt19937_64 rng(seed);
-  const GroupLayout layout(Topology(topo.nodes, topo.gpus), odd_shapes(rng, 1 + rng() % 4),
-                           DType::kBf16, DType::kBf16);
-  AgOptions ag_options;
-  ag_options.mixed_precision_cast = cast;
-  ag_options.head_bytes = 64;
-  const AgPlan plan(layout, ag_options);
-  const program::AgSequenceAreas areas = program::ag_sequence_areas(plan);
-  const CallSequence seq = program::ag_call_sequence(plan, areas);
-  const auto fab = fabric_for(seq);
   CudaSequenceOptions options;
   options.replay_graphs = graphs;
-  CudaSequenceRunner runner(seq, *fab, {kRegionOffset, kFirstWord}, options);
-  const int world = layout.topology().world();
-  const int calls = std::max(7, 2 * runner.event_slots() + 1);
+  AgHarness h(topo, cast, 7, seed, options);
   Stream caller;
-  // shards[e][r]: rank r's packed bf16 shard in call e.
-  std::vector<std::vector<std::vector<std::uint16_t>>> shards(static_cast<std::size_t>(calls));
-  std::vector<std::vector<std::unique_ptr<Dev>>> masters(static_cast<std::size_t>(calls));
-  std::vector<std::vector<CudaCallBindings>> bindings(static_cast<std::size_t>(calls));
-  std::vector<std::vector<std::unique_ptr<Dev>>> snapshots(static_cast<std::size_t>(calls));
-  const auto landing_bytes = static_cast<std::size_t>(layout.unsharded_bytes());
-  for (int e = 0; e < calls; ++e) {
-    const auto ue = static_cast<std::size_t>(e);
-    for (int r = 0; r < world; ++r) {
-      std::vector<std::uint16_t> shard(static_cast<std::size_t>(layout.shard_bytes() / 2), 0);
-      CudaCallBindings b;
-      for (int p = 0; p < layout.param_count(); ++p) {
-        const ParamLayout& pl = layout.param(p);
-        std::vector<float> master(static_cast<std::size_t>(pl.shard_elems()));
-        for (std::size_t i = 0; i < master.size(); ++i) {
-          master[i] = random_value(rng, DType::kFp32);
-          shard[static_cast<std::size_t>(pl.offset / 2) + i] = arith::float_to_bf16(master[i]);
-        }
-        if (cast) {
-          masters[ue].push_back(std::make_unique<Dev>(master.size() * 4));
-          masters[ue].back()->upload(master.data());
-          b.tensors.push_back(masters[ue].back()->get());
-        }
-      }
-      if (!cast && e > 0) shard = shards[0][static_cast<std::size_t>(r)];
-      if (!cast && e == 0) {
-        auto* resident = static_cast<std::byte*>(fab->arena(r)) + kRegionOffset + areas.resident;
-        TIDE_CUDA_CHECK(
-            cudaMemcpy(resident, shard.data(), shard.size() * 2, cudaMemcpyHostToDevice));
-      }
-      shards[ue].push_back(std::move(shard));
-      bindings[ue].push_back(std::move(b));
-      snapshots[ue].push_back(std::make_unique<Dev>(landing_bytes));
-    }
-  }
-  for (int r = 0; r < world; ++r)  // poison every landing
-    TIDE_CUDA_CHECK(
-        cudaMemset(static_cast<std::byte*>(fab->arena(r)) + kRegionOffset + areas.landing, 0xFF,
-                   landing_bytes));
-  for (int e = 0; e < calls; ++e) {
-    const auto ue = static_cast<std::size_t>(e);
-    runner.enqueue(bindings[ue], 1.0f, false, caller.get());
-    for (int r = 0; r < world; ++r)
-      launch_compute_copy(snapshots[ue][static_cast<std::size_t>(r)]->get(),
-                          static_cast<std::byte*>(fab->arena(r)) + kRegionOffset + areas.landing,
-                          landing_bytes, caller.get());
-  }
+  for (int e = 0; e < h.calls(); ++e)
+    h.step(e, caller.get());
   TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
-  const int q = runner.event_slots();
-  EXPECT_EQ(runner.graph_launches(), graphs ? calls - q : 0);
-  EXPECT_EQ(runner.repointed_launches(), graphs && cast ? calls - 2 * q : 0);
-  for (int e = 0; e < calls; ++e) {
-    for (int r = 0; r < world; ++r) {
-      const auto got =
-          snapshots[static_cast<std::size_t>(e)][static_cast<std::size_t>(r)]->download();
-      for (int p = 0; p < layout.param_count(); ++p) {
-        const ParamLayout& pl = layout.param(p);
-        for (int src = 0; src < world; ++src) {
-          const std::int64_t bytes = layout.valid_rows(p, src) * pl.cols * 2;
-          const auto& shard = shards[static_cast<std::size_t>(e)][static_cast<std::size_t>(src)];
-          ASSERT_EQ(std::memcmp(got.data() + layout.landing_offset(p, src),
-                                shard.data() + pl.offset / 2, static_cast<std::size_t>(bytes)),
-                    0)
-              << "call " << e << " rank " << r << " param " << p << " from rank " << src
-              << " period " << seq.period;
-        }
-      }
-    }
+  const int q = h.runner().event_slots();
+  EXPECT_EQ(h.runner().graph_launches(), graphs ? h.calls() - q : 0);
+  EXPECT_EQ(h.runner().repointed_launches(), graphs && cast ? h.calls() - 2 * q : 0);
+  for (int e = 0; e < h.calls(); ++e)
+    h.expect_landed(e);
+}
+
+// NOTE [CUDA call sequences] 3: calls of one event slot run one after another even on
+// different caller streams, so that no call adds to the slot's generation while an earlier
+// call of the slot still reads it. Call c (a re-pointed replay on stream A) is held by a
+// closed gate before its streams' first op; the next Q calls go on stream B, the last of
+// them of c's slot. Had that call's generation addition (first on B) run before c's wait
+// kernels read the generation, they would wait one period too far and never finish. Every
+// call on B must land bitwise (c's own landing is reused by a call on B before A's consumer
+// copies it, so c is not checked).
+TEST(CudaSequence, CallsOfOneSlotOnTwoCallerStreamsTakeTurns) {
+  TIDE_REQUIRE_GPU();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  Gate gate;
+  CudaSequenceOptions options;
+  options.gate_rank = 1;
+  options.gate_word = gate.word();
+  const int q_guess = 8;  // enough calls for any Q seen (checked below)
+  AgHarness h(Topo{1, 4}, /*cast=*/true, 3 * q_guess + 1, seed, options);
+  const int q = h.runner().event_slots();
+  ASSERT_LE(3 * q + 1, h.calls());
+  Stream a, b;
+  for (int e = 0; e < 2 * q; ++e)  // every slot captured and replayed once
+    h.step(e, a.get());
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(a.get()));
+  const int c = 2 * q;
+  gate.set(0);
+  const std::int64_t launches = h.runner().graph_launches();
+  h.step(c, a.get());
+  for (int e = c + 1; e <= c + q; ++e)
+    h.step(e, b.get());
+  EXPECT_EQ(h.runner().graph_launches(), launches + q + 1) << "the calls were not replays";
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(cudaStreamQuery(a.get()), cudaErrorNotReady) << "call c finished without its peer";
+  gate.set(1);  // before any check can return: a closed gate would hold the streams forever
+  // Bounded: a wrong generation would hold the streams; release them and fail.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while ((cudaStreamQuery(a.get()) == cudaErrorNotReady ||
+          cudaStreamQuery(b.get()) == cudaErrorNotReady) &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (cudaStreamQuery(a.get()) == cudaErrorNotReady || cudaStreamQuery(b.get()) == cudaErrorNotReady) {
+    h.runner().release_waits();
+    TIDE_CUDA_CHECK(cudaDeviceSynchronize());
+    FAIL() << "calls of one slot on two streams did not finish within 20 s";
   }
+  for (int e = 0; e < c; ++e)
+    h.expect_landed(e);
+  for (int e = c + 1; e <= c + q; ++e)
+    h.expect_landed(e);
 }
 
 INSTANTIATE_TEST_SUITE_P(Topologies, AgStream,

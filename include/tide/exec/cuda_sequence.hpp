@@ -53,39 +53,50 @@
 //    No host synchronisation, polling or host barrier anywhere: the host only advances its
 //    counter totals and call index.
 // 3. Slot graphs (CudaSequenceOptions::replay_graphs, on by default): on the second visit of
-//    event slot e mod Q the call is captured once into that slot's graph and launched on the
-//    caller stream; every later call of the slot launches it. Captured cuStreamWaitValue64
-//    would become nodes with their thresholds baked in, which with cumulative counters would
-//    be satisfied on every later replay and order nothing; so under capture each wait op is
-//    added as ONE explicit batch-mem-op node holding all its terms (cuGraphAddBatchMemOpNode,
-//    which waits in the stream front end), and before every launch the runner patches each
-//    node's thresholds to this call's base + value (one cuGraphExecBatchMemOpNodeSetParams
-//    per node). Records become external event-record nodes (so later calls outside the
-//    graph can wait for them) and waits on calls outside the graph external event-wait
-//    nodes. Fresh bindings (CudaSequenceOptions::repoint_graphs, on by default): the capture
-//    records which nodes carry what a call binds (copies that read or write a kTensor or
-//    kOutput slot, kSum for its gradients and alpha, kLand for its output and accumulate,
-//    kCast and kZero on a slot), and a call whose bindings, alpha or accumulate differ from
-//    the slot's last call re-points only those of the ranks whose bindings changed: copies
-//    with cudaGraphExecMemcpyNodeSetParams(1D), memsets with cudaGraphExecMemsetNodeSetParams,
+//    event slot j = e mod Q the call is captured once into that slot's graph and launched on
+//    the caller stream; every later call of the slot launches it. Waits in a graph cannot
+//    keep host-computed thresholds: a captured cuStreamWaitValue64 keeps the threshold it was
+//    captured with (with cumulative counters every later replay's wait is met and orders
+//    nothing), and explicit batch-mem-op nodes, though they can be re-targeted, cost
+//    1.3-2.3 us each to launch plus a patch per launch (bench/results/runtime/
+//    primitives_*.json). So a graph's thresholds follow the call on the device:
+//    - every call of slot j first adds 1 to the slot's generation word G_j (a counter-add
+//      kernel on the caller stream, before the entry event), so call e sees G_j = e/Q + 1;
+//    - a wait op becomes a 1-warp wait kernel (generation_wait.hpp); each term waits for
+//      word >= first + step * G_j, where step is what Q consecutive calls add to the counter
+//      (Q is a multiple of P, so the same for every Q calls) and first makes it the host
+//      threshold base + value of the captured call;
+//    - calls of one slot run one after another (a call on a caller stream other than the
+//      slot's previous call's waits for that call's slot_done event), so no call adds to
+//      G_j while an earlier call of the slot still reads it.
+//    A replay therefore patches nothing: launch cost is that of the graph (at 8 x 8, all 64
+//    ranks' waits as kernels: bench/results/runtime/README.md). Records become external
+//    event-record nodes (so later calls outside the graph can wait for them) and waits on
+//    calls outside the graph external event-wait nodes. Fresh bindings
+//    (CudaSequenceOptions::repoint_graphs, on by default): the capture records which nodes
+//    carry what a call binds (copies that read or write a kTensor or kOutput slot, kSum for
+//    its gradients and alpha, kLand for its output and accumulate, kCast and kZero on a
+//    slot), and a call whose bindings, alpha or accumulate differ from the slot's last
+//    call re-points only those of the ranks whose bindings changed: copies with
+//    cudaGraphExecMemcpyNodeSetParams(1D), memsets with cudaGraphExecMemsetNodeSetParams,
 //    kernels with the parameters their launcher computes for the new bindings (the launches
 //    captured on a scratch stream, each node's parameters set into the slot graph with
-//    cudaGraphExecKernelNodeSetParams, which may change the kernel instance), then patches
-//    the waits and launches. A capture where some such op did not become exactly one node of
-//    the expected type, or a node update the driver refuses, sends the slot back to the
-//    stream path for calls with fresh bindings (it still replays unchanged ones), and
-//    repoint_failure() says why. On the H200 (driver 580, CUDA 13.0) this is every
-//    TIDE-RS slot whose copies read gradients in 2-D (strided rows): CUDA updates only 1-D
-//    copy nodes, and a 2-D copy captured as its own child graph is refused as well
-//    (cudaErrorGraphExecUpdateFailure), so fresh TIDE-RS calls run on the stream path;
-//    TIDE-AG's slots re-point (bench/results/runtime/README.md).
+//    cudaGraphExecKernelNodeSetParams, which may change the kernel instance), then launches.
+//    A capture where some such op did not become exactly one node of the expected type, or a
+//    node update the driver refuses, sends the slot back to the stream path for calls with
+//    fresh bindings (it still replays unchanged ones), and repoint_failure() says why. On
+//    the H200 (driver 580, CUDA 13.0) this is every TIDE-RS slot whose copies read gradients
+//    in 2-D (strided rows): CUDA updates only 1-D copy nodes, and a 2-D copy captured as its
+//    own child graph is refused as well (cudaErrorGraphExecUpdateFailure), so fresh TIDE-RS
+//    calls run on the stream path; TIDE-AG's slots re-point (bench/results/runtime/README.md).
 // 4. Caller graphs: enqueue() on a caller stream that is being captured puts the call into
-//    the caller's graph the same way (explicit wait nodes, external event nodes) without
-//    advancing the runner; take_captured() then hands back what was captured, and before
-//    every launch of the instantiated graph the caller passes it to prepare_replay(), which
-//    gives the graph's calls the next call indices (they must be congruent mod Q to the
-//    captured ones, so templates, banks and event slots match) and patches every wait.
-//    A launch without prepare_replay() would wait for stale thresholds: not allowed.
+//    the caller's graph the same way (generation bump, wait kernels, external event nodes)
+//    without advancing the runner; take_captured() then hands back what was captured, and
+//    before every launch of the instantiated graph the caller passes it to prepare_replay(),
+//    which gives the graph's calls the next call indices (they must be congruent mod Q to the
+//    captured ones, so templates, banks and event slots match) and advances the host totals
+//    that later calls outside the graph wait with. The graph must be launched on a stream
+//    ordered after the group's earlier calls (e.g. the stream that captured it).
 // 5. Watch (fail-stop, Sec. 7.5): every call run on the stream path or as a replay graph
 //    records a completion event on the caller stream after its joins, in a ring of
 //    kWatchedCalls. stalled() (any thread, e.g. the runtime's watchdog) finds the oldest
@@ -150,15 +161,8 @@ inline constexpr std::size_t kConstantWaitTotal = ~std::size_t{0};
 
 // The calls captured into a caller's graph (NOTE [CUDA call sequences] 4).
 struct CudaCapturedCalls {
-  struct Wait {
-    void* node = nullptr;             // CUgraphNode of the batch-mem-op wait
-    int call = 0;                     // which captured call (0-based)
-    void* context = nullptr;          // CUcontext of the waiting rank's device
-    std::vector<CudaWaitTerm> terms;  // the node's waits, in order
-  };
   std::int64_t first_call = 0;  // the call index the capture started at
   int calls = 0;
-  std::vector<Wait> waits;
 };
 
 // A call that did not complete within a timeout (NOTE [CUDA call sequences] 5).
@@ -203,10 +207,11 @@ class CudaSequenceRunner {
 
   // What calls enqueued under the caller's capture put into its graph; resets the record.
   CudaCapturedCalls take_captured();
-  // Gives a launch of `exec` (instantiated from the graph that captured `calls`) the next
-  // call indices and patches its waits. Throws InvalidArgument when the next index is not
-  // congruent to calls.first_call mod event_slots().
-  void prepare_replay(const CudaCapturedCalls& calls, cudaGraphExec_t exec);
+  // Before each launch of a graph that captured `calls`: gives the launch the next call
+  // indices (the runner's host totals advance past them; the graph's waits follow on the
+  // device). Throws InvalidArgument when the next index is not congruent to
+  // calls.first_call mod event_slots().
+  void prepare_replay(const CudaCapturedCalls& calls);
 
   // Thread-safe (NOTE [CUDA call sequences] 5): the oldest watched call still running
   // `timeout` after its enqueue, with its unsatisfied waits; nullopt when there is none.
@@ -225,7 +230,6 @@ class CudaSequenceRunner {
   std::int64_t calls() const;           // calls enqueued (or replayed) so far
   int event_slots() const;              // Q
   std::int64_t graph_launches() const;  // calls run as the runner's own graphs
-  std::int64_t waits_patched() const;   // graph wait nodes patched so far
   // Caller-pointer nodes (copies, kernels, memsets) patched so far by fresh calls replayed
   // as graphs (NOTE [CUDA call sequences] 3), and the calls that were.
   std::int64_t nodes_repointed() const;

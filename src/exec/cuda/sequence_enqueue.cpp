@@ -1,11 +1,13 @@
 // The CUDA sequence runner, step 2 of NOTE [CUDA call sequences]: one call onto the streams,
 // with this call's pointers, alpha and accumulate, waits at host-known thresholds and event
-// slots per call; under capture, waits as explicit batch-mem-op nodes.
+// slots per call; under capture, waits as kernels whose thresholds follow the slot's
+// generation on the device (step 3).
 #include <algorithm>
 #include <array>
 #include <string>
 
 #include "counter_add.hpp"
+#include "generation_wait.hpp"
 #include "cuda_driver.hpp"
 #include "op_resolution.hpp"
 #include "sequence_state.hpp"
@@ -87,60 +89,45 @@ void CudaSequenceRunner::State::check_bindings(std::span<const CudaCallBindings>
 
 // The waits of one (fused) kWait (NOTE [CUDA call sequences] 2-3). Outside capture: the
 // waits whose threshold is > 0 (the others are met already), as one cuStreamBatchMemOp, or
-// one cuStreamWaitValue64 each where the device cannot batch them. Under capture: one
-// explicit batch-mem-op node holding every wait, whose thresholds are patched before every
-// launch.
-void CudaSequenceRunner::State::wait_terms(cudaStream_t s, int rank,
+// one cuStreamWaitValue64 each where the device cannot batch them. Under capture (call e):
+// wait kernels, each term's threshold base + value at this call and a step of what Q calls
+// add to its counter per generation of the slot.
+void CudaSequenceRunner::State::wait_terms(cudaStream_t s, int rank, std::int64_t e,
                                            std::span<const sequence_detail::WaitTerm> terms,
                                            const std::vector<std::int64_t>& base,
                                            Capture* capture) {
-  memops.clear();
-  if (capture == nullptr) {
+  if (capture != nullptr) {
+    const std::int64_t generation = e / q + 1;  // G_j while call e runs
+    std::vector<cuda_detail::GenerationWait> waits;
+    waits.reserve(terms.size());
     for (const sequence_detail::WaitTerm& w : terms) {
-      const std::int64_t t = threshold(w, base);
-      if (t > 0) memops.push_back(wait_op(w.word, t));
+      const std::int64_t step = w.total == sequence_detail::kConstantWait
+                                    ? 0
+                                    : slot_period_additions[w.total];
+      waits.push_back({w.word, threshold(w, base) - step * generation, step});
     }
-    if (memops.empty()) return;
-    const auto stream = reinterpret_cast<CUstream>(s);
-    if (memops.size() > 1 && batch_waits[fabric.device_of(rank)]) {
-      fabric::detail::check_driver(
-          sequence_detail::graph_driver().stream_batch_mem_op(
-              stream, static_cast<unsigned int>(memops.size()), memops.data(), 0),
-          "cuStreamBatchMemOp");
-      return;
-    }
-    for (const CUstreamBatchMemOpParams& op : memops)
-      fabric::detail::check_driver(
-          fabric::detail::driver().stream_wait_value64(
-              stream, op.waitValue.address, op.waitValue.value64, CU_STREAM_WAIT_VALUE_GEQ),
-          "cuStreamWaitValue64");
+    cuda_detail::launch_generation_waits(waits, generations + e % q, s);
     return;
   }
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  cudaGraph_t graph = nullptr;
-  const cudaGraphNode_t* deps = nullptr;
-  const cudaGraphEdgeData* edges = nullptr;
-  std::size_t count = 0;
-  TIDE_CUDA_CHECK(cudaStreamGetCaptureInfo(s, &status, nullptr, &graph, &deps, &edges, &count));
-  if (status != cudaStreamCaptureStatusActive) {
-    throw InternalError("CudaSequenceRunner: a stream left the capture");
+  memops.clear();
+  for (const sequence_detail::WaitTerm& w : terms) {
+    const std::int64_t t = threshold(w, base);
+    if (t > 0) memops.push_back(wait_op(w.word, t));
   }
-  for (const sequence_detail::WaitTerm& w : terms)
-    memops.push_back(wait_op(w.word, threshold(w, base)));
-  CUDA_BATCH_MEM_OP_NODE_PARAMS params{};
-  params.ctx = context[static_cast<std::size_t>(rank)];
-  params.count = static_cast<unsigned int>(memops.size());
-  params.paramArray = memops.data();
-  CUgraphNode node = nullptr;
-  fabric::detail::check_driver(sequence_detail::graph_driver().add_batch_mem_op_node(
-                                   &node, reinterpret_cast<CUgraph>(graph),
-                                   reinterpret_cast<const CUgraphNode*>(deps), count, &params),
-                               "cuGraphAddBatchMemOpNode");
-  auto after = reinterpret_cast<cudaGraphNode_t>(node);
-  TIDE_CUDA_CHECK(
-      cudaStreamUpdateCaptureDependencies(s, &after, nullptr, 1, cudaStreamSetCaptureDependencies));
-  capture->waits->push_back({node, capture->call, params.ctx,
-                             std::vector<sequence_detail::WaitTerm>(terms.begin(), terms.end())});
+  if (memops.empty()) return;
+  const auto stream = reinterpret_cast<CUstream>(s);
+  if (memops.size() > 1 && batch_waits[fabric.device_of(rank)]) {
+    fabric::detail::check_driver(
+        sequence_detail::graph_driver().stream_batch_mem_op(
+            stream, static_cast<unsigned int>(memops.size()), memops.data(), 0),
+        "cuStreamBatchMemOp");
+    return;
+  }
+  for (const CUstreamBatchMemOpParams& op : memops)
+    fabric::detail::check_driver(
+        fabric::detail::driver().stream_wait_value64(stream, op.waitValue.address,
+                                                     op.waitValue.value64, CU_STREAM_WAIT_VALUE_GEQ),
+        "cuStreamWaitValue64");
 }
 
 // Under the capture of a slot graph: the node the copy or launch just captured on `s` carries
@@ -253,9 +240,9 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
     case OpKind::kWait:
       if (m.waits.empty()) {
         const sequence_detail::WaitTerm w{m.word, m.total, m.value};
-        wait_terms(s, m.rank, std::span(&w, 1), base, capture);
+        wait_terms(s, m.rank, e, std::span(&w, 1), base, capture);
       } else {
-        wait_terms(s, m.rank, m.waits, base, capture);
+        wait_terms(s, m.rank, e, m.waits, base, capture);
       }
       break;
     case OpKind::kEventRecord: {
@@ -296,6 +283,9 @@ void CudaSequenceRunner::State::enqueue_call(std::int64_t e,
                                              const std::vector<std::int64_t>& base,
                                              Capture* capture) {
   const sequence_detail::Template& t = templates[static_cast<std::size_t>(e % sequence.period)];
+  // The slot's generation (NOTE [CUDA call sequences] 3), before anything of the call.
+  use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
+  cuda_detail::launch_counter_add(generations + e % q, 1, caller);
   TIDE_CUDA_CHECK(cudaEventRecord(entry, caller));
   for (const int i : t.streams) {
     use_device_of(stream_rank[static_cast<std::size_t>(i)]);
@@ -305,7 +295,7 @@ void CudaSequenceRunner::State::enqueue_call(std::int64_t e,
     if (r == options.gate_rank && options.gate_word != nullptr) {
       const sequence_detail::WaitTerm gate{const_cast<std::uint64_t*>(options.gate_word),
                                            sequence_detail::kConstantWait, 1};
-      wait_terms(s, r, std::span(&gate, 1), base, capture);
+      wait_terms(s, r, e, std::span(&gate, 1), base, capture);
     }
   }
   for (std::size_t k = 0; k < t.ops.size(); ++k) {
@@ -325,6 +315,19 @@ void CudaSequenceRunner::State::enqueue_call(std::int64_t e,
         cudaEventRecord(done[static_cast<std::size_t>(i)], streams[static_cast<std::size_t>(i)]));
     TIDE_CUDA_CHECK(cudaStreamWaitEvent(caller, done[static_cast<std::size_t>(i)], 0));
   }
+}
+
+void CudaSequenceRunner::State::order_after_slot(cudaStream_t caller) {
+  const auto j = static_cast<std::size_t>(call % q);
+  if (slot_caller[j] != nullptr && slot_caller[j] != caller)
+    TIDE_CUDA_CHECK(cudaStreamWaitEvent(caller, slot_done[j], 0));
+}
+
+void CudaSequenceRunner::State::mark_slot(cudaStream_t caller) {
+  const auto j = static_cast<std::size_t>(call % q);
+  use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
+  TIDE_CUDA_CHECK(cudaEventRecord(slot_done[j], caller));
+  slot_caller[j] = caller;
 }
 
 void CudaSequenceRunner::State::advance(std::vector<std::int64_t>& base, std::int64_t e) const {
@@ -368,7 +371,7 @@ void CudaSequenceRunner::enqueue_checked(std::span<const CudaCallBindings> bindi
       s.capture_totals = s.totals;
     }
     const std::int64_t e = s.captured.first_call + s.captured.calls;
-    sequence_detail::Capture capture{s.captured.first_call, s.captured.calls, &s.captured.waits};
+    sequence_detail::Capture capture{s.captured.first_call};
     s.enqueue_call(e, bindings, alpha, accumulate, caller, s.capture_totals, &capture);
     s.advance(s.capture_totals, e);
     ++s.captured.calls;
@@ -399,9 +402,9 @@ void CudaSequenceRunner::enqueue_checked(std::span<const CudaCallBindings> bindi
       ready = true;
     }
     if (ready) {
-      for (const CudaCapturedCalls::Wait& w : g.waits)
-        s.patch(g.exec, w, s.totals);
+      s.order_after_slot(caller);
       TIDE_CUDA_CHECK(cudaGraphLaunch(g.exec, caller));
+      s.mark_slot(caller);
       s.watch_call(s.call, caller);
       ++s.graph_launches;
       if (!same) s.remember(g, bindings, alpha, accumulate);
@@ -412,7 +415,9 @@ void CudaSequenceRunner::enqueue_checked(std::span<const CudaCallBindings> bindi
     State::drop(g);
     s.remember(g, bindings, alpha, accumulate);
   }
+  s.order_after_slot(caller);
   s.enqueue_call(s.call, bindings, alpha, accumulate, caller, s.totals, nullptr);
+  s.mark_slot(caller);
   s.watch_call(s.call, caller);
   s.advance(s.totals, s.call);
   ++s.call;

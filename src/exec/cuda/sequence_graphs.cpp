@@ -1,6 +1,6 @@
 // The CUDA sequence runner, steps 3-4 of NOTE [CUDA call sequences]: replay graphs per event
 // slot, re-pointed where a call binds fresh pointers, and calls captured into a caller's
-// graph; wait nodes are re-targeted before every launch.
+// graph; their waits follow the call on the device (nothing is patched per launch).
 #include <string>
 #include <utility>
 
@@ -49,7 +49,6 @@ void CudaSequenceRunner::State::drop(SlotGraph& g) {
   if (g.graph != nullptr) (void)cudaGraphDestroy(g.graph);
   g.exec = nullptr;
   g.graph = nullptr;
-  g.waits.clear();
   release_repoints(g);
   g.seen = false;
 }
@@ -60,20 +59,19 @@ void CudaSequenceRunner::State::release_repoints(SlotGraph& g) {
 }
 
 // Captures the current call (index `call`) from the private origin stream into the slot's
-// graph and instantiates it; the waits are patched by the caller before each launch.
+// graph and instantiates it.
 void CudaSequenceRunner::State::capture_slot(SlotGraph& g,
                                              std::span<const CudaCallBindings> bindings,
                                              float alpha, bool accumulate) {
   use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
   TIDE_CUDA_CHECK(cudaStreamBeginCapture(origin, cudaStreamCaptureModeRelaxed));
-  sequence_detail::Capture capture{call, 0, &g.waits, &g.repoints};
+  sequence_detail::Capture capture{call, &g.repoints};
   try {
     enqueue_call(call, bindings, alpha, accumulate, origin, totals, &capture);
   } catch (...) {
     cudaGraph_t partial = nullptr;
     (void)cudaStreamEndCapture(origin, &partial);
     if (partial != nullptr) (void)cudaGraphDestroy(partial);
-    g.waits.clear();
     release_repoints(g);
     throw;
   }
@@ -201,37 +199,13 @@ bool CudaSequenceRunner::State::repoint_kernels(cudaGraphExec_t exec,
   return true;
 }
 
-void CudaSequenceRunner::State::patch(cudaGraphExec_t exec, const CudaCapturedCalls::Wait& w,
-                                      const std::vector<std::int64_t>& base) {
-  memops.clear();
-  for (const CudaWaitTerm& t : w.terms) {
-    const std::int64_t threshold =
-        t.total == sequence_detail::kConstantWait ? t.value : base[t.total] + t.value;
-    CUstreamBatchMemOpParams op{};
-    op.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
-    op.waitValue.address = reinterpret_cast<CUdeviceptr>(t.word);
-    op.waitValue.value64 = static_cast<cuuint64_t>(threshold > 0 ? threshold : 0);
-    op.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
-    memops.push_back(op);
-  }
-  CUDA_BATCH_MEM_OP_NODE_PARAMS params{};
-  params.ctx = static_cast<CUcontext>(w.context);
-  params.count = static_cast<unsigned int>(memops.size());
-  params.paramArray = memops.data();
-  fabric::detail::check_driver(
-      sequence_detail::graph_driver().exec_batch_mem_op_node_set_params(
-          reinterpret_cast<CUgraphExec>(exec), static_cast<CUgraphNode>(w.node), &params),
-      "cuGraphExecBatchMemOpNodeSetParams");
-  ++waits_patched;
-}
-
 CudaCapturedCalls CudaSequenceRunner::take_captured() {
   CudaCapturedCalls out = std::move(state_->captured);
   state_->captured = {};
   return out;
 }
 
-void CudaSequenceRunner::prepare_replay(const CudaCapturedCalls& calls, cudaGraphExec_t exec) {
+void CudaSequenceRunner::prepare_replay(const CudaCapturedCalls& calls) {
   State& s = *state_;
   if (s.broken) {
     throw CudaError("CudaSequenceRunner: an earlier call failed part-way through its enqueue");
@@ -245,15 +219,10 @@ void CudaSequenceRunner::prepare_replay(const CudaCapturedCalls& calls, cudaGrap
                           " (templates, banks and event slots repeat with that period); "
                           "capture a multiple of that many calls or issue calls to align");
   }
-  std::vector<std::int64_t> base = s.totals;
-  std::size_t w = 0;
   for (int k = 0; k < calls.calls; ++k) {
-    for (; w < calls.waits.size() && calls.waits[w].call == k; ++w)
-      s.patch(exec, calls.waits[w], base);
-    s.advance(base, s.call + k);
+    s.advance(s.totals, s.call);
+    ++s.call;
   }
-  s.totals = std::move(base);
-  s.call += calls.calls;
 }
 
 }  // namespace tide::exec

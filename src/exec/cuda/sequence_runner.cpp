@@ -64,8 +64,6 @@ const GraphDriver& graph_driver() {
   static const GraphDriver d = [] {
     GraphDriver g;
     resolve_entry(g.ctx_get_current, "cuCtxGetCurrent");
-    resolve_entry(g.add_batch_mem_op_node, "cuGraphAddBatchMemOpNode");
-    resolve_entry(g.exec_batch_mem_op_node_set_params, "cuGraphExecBatchMemOpNodeSetParams");
     resolve_optional_entry(g.stream_batch_mem_op, "cuStreamBatchMemOp");
     return g;
   }();
@@ -282,6 +280,18 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
   for (std::size_t t = 0; t < sequence.templates.size(); ++t)
     s.map_template(sequence.templates[t], s.templates[t]);
   s.totals.assign(static_cast<std::size_t>(s.ranks) * static_cast<std::size_t>(s.counters), 0);
+  // Graph waits (NOTE [CUDA call sequences] 3): what Q calls add, the slots' generations.
+  s.slot_period_additions.assign(s.totals.size(), 0);
+  for (const sequence_detail::Template& t : s.templates)
+    for (std::size_t i = 0; i < t.additions.size(); ++i)
+      s.slot_period_additions[i] += (s.q / p) * t.additions[i];
+  s.use_device_of(s.local_ranks.empty() ? 0 : s.local_ranks[0]);
+  TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.generations), static_cast<std::size_t>(s.q) * 8));
+  TIDE_CUDA_CHECK(cudaMemset(s.generations, 0, static_cast<std::size_t>(s.q) * 8));
+  s.slot_done.assign(static_cast<std::size_t>(s.q), nullptr);
+  s.slot_caller.assign(static_cast<std::size_t>(s.q), nullptr);
+  for (cudaEvent_t& e : s.slot_done)
+    TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   s.graphs.resize(static_cast<std::size_t>(s.q));
   s.create_watch();
   TIDE_CUDA_CHECK(cudaDeviceSynchronize());
@@ -311,6 +321,9 @@ CudaSequenceRunner::State::~State() {
   for (cudaEvent_t e : done)
     (void)cudaEventDestroy(e);
   if (entry != nullptr) (void)cudaEventDestroy(entry);
+  for (cudaEvent_t e : slot_done)
+    if (e != nullptr) (void)cudaEventDestroy(e);
+  if (generations != nullptr) (void)cudaFree(generations);
   for (cudaStream_t st : streams)
     (void)cudaStreamDestroy(st);
   if (origin != nullptr) (void)cudaStreamDestroy(origin);
@@ -328,9 +341,6 @@ int CudaSequenceRunner::event_slots() const {
 }
 std::int64_t CudaSequenceRunner::graph_launches() const {
   return state_->graph_launches;
-}
-std::int64_t CudaSequenceRunner::waits_patched() const {
-  return state_->waits_patched;
 }
 std::string CudaSequenceRunner::repoint_failure() const {
   return state_->repoint_failure;

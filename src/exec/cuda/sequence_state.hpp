@@ -91,16 +91,12 @@ struct Template {
   std::vector<int> tensors;             // per rank: kTensor slots the call must bind
 };
 
-// The driver entry points of graph waits (resolved at run time: no libcuda link).
+// The driver entry points of the stream path's waits (resolved at run time: no libcuda link).
 struct GraphDriver {
   CUresult (*ctx_get_current)(CUcontext*) = nullptr;
   // cuStreamBatchMemOp (v2); null where the driver lacks it (waits then go one by one).
   CUresult (*stream_batch_mem_op)(CUstream, unsigned int, CUstreamBatchMemOpParams*,
                                   unsigned int) = nullptr;
-  CUresult (*add_batch_mem_op_node)(CUgraphNode*, CUgraph, const CUgraphNode*, std::size_t,
-                                    const CUDA_BATCH_MEM_OP_NODE_PARAMS*) = nullptr;
-  CUresult (*exec_batch_mem_op_node_set_params)(CUgraphExec, CUgraphNode,
-                                                const CUDA_BATCH_MEM_OP_NODE_PARAMS*) = nullptr;
 };
 const GraphDriver& graph_driver();
 
@@ -117,12 +113,10 @@ struct Repoint {
   cudaMemsetParams memset{};  // a kZero's node as captured (its dst is replaced)
 };
 
-// Where a call being captured records its waits and, for the runner's own slot graphs, the
-// nodes that carry caller pointers (NOTE [CUDA call sequences] 3-4).
+// A call being captured (NOTE [CUDA call sequences] 3-4): where the graph starts and, for the
+// runner's own slot graphs, where to record the nodes that carry caller pointers.
 struct Capture {
-  std::int64_t first_call = 0;  // earlier calls are outside the graph
-  int call = 0;                 // the captured call's position in the graph
-  std::vector<CudaCapturedCalls::Wait>* waits = nullptr;
+  std::int64_t first_call = 0;               // earlier calls are outside the graph
   std::vector<Repoint>* repoints = nullptr;  // null: not recorded
   bool repointable = true;  // every such node was found (one node per copy / launch)
 };
@@ -136,7 +130,6 @@ struct SlotGraph {
   bool accumulate = false;
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  std::vector<CudaCapturedCalls::Wait> waits;
   std::vector<Repoint> repoints;
   bool repointable = false;     // every node carrying bindings is in `repoints`
   bool repoint_failed = false;  // a node update failed once: not tried again for this slot
@@ -181,7 +174,14 @@ struct CudaSequenceRunner::State {
   std::vector<sequence_detail::SlotGraph> graphs;
   cudaStream_t origin = nullptr;
   std::int64_t graph_launches = 0;
-  std::int64_t waits_patched = 0;
+  // Graph waits (NOTE [CUDA call sequences] 3): per event slot, a device word counting the
+  // slot's calls (on the first local rank's device), and what Q consecutive calls add to
+  // each counter (rank * counters + id). Calls of one slot run one after another: each
+  // records slot_done on its caller stream, and a call on another stream waits for it.
+  std::uint64_t* generations = nullptr;
+  std::vector<std::int64_t> slot_period_additions;
+  std::vector<cudaEvent_t> slot_done;
+  std::vector<cudaStream_t> slot_caller;
   // NOTE [CUDA call sequences] 5 (sequence_watch.cpp).
   std::unique_ptr<sequence_detail::Watch> watch;
   std::string repoint_failure;  // NOTE [CUDA call sequences] 3: the last reason
@@ -216,8 +216,13 @@ struct CudaSequenceRunner::State {
                   const std::vector<std::int64_t>& base, sequence_detail::Capture* capture);
   void launch_kernel_op(const sequence_detail::SeqOp& op, const CudaCallBindings& binding,
                         float alpha, bool accumulate, cudaStream_t s);
-  void wait_terms(cudaStream_t s, int rank, std::span<const sequence_detail::WaitTerm> terms,
+  void wait_terms(cudaStream_t s, int rank, std::int64_t e,
+                  std::span<const sequence_detail::WaitTerm> terms,
                   const std::vector<std::int64_t>& base, sequence_detail::Capture* capture);
+  // Orders call `call` on `caller` after the previous call of its event slot, and (after the
+  // call is enqueued) records that it ran there (NOTE [CUDA call sequences] 3).
+  void order_after_slot(cudaStream_t caller);
+  void mark_slot(cudaStream_t caller);
   void record_node(cudaStream_t s, const sequence_detail::SeqOp& op, std::size_t index, int copy,
                    sequence_detail::Capture* capture);
   void advance(std::vector<std::int64_t>& base, std::int64_t e) const;
@@ -230,8 +235,6 @@ struct CudaSequenceRunner::State {
                 float alpha, bool accumulate) const;
   void capture_slot(sequence_detail::SlotGraph& g, std::span<const CudaCallBindings> bindings,
                     float alpha, bool accumulate);
-  void patch(cudaGraphExec_t exec, const CudaCapturedCalls::Wait& w,
-             const std::vector<std::int64_t>& base);
   // Fresh bindings into the slot's graph: false (nothing launched, the graph to be dropped)
   // where a node update could not express them.
   bool repoint(sequence_detail::SlotGraph& g, std::span<const CudaCallBindings> bindings,

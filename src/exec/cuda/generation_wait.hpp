@@ -1,0 +1,37 @@
+// The waits of a call inside a CUDA graph (NOTE [CUDA call sequences] 3-4): a 1-warp kernel
+// whose thresholds follow the call from a device generation word, so that a graph replays
+// with nothing patched.
+//
+// Why not the driver's waits: a cuStreamWaitValue64 captured into a graph keeps the threshold
+// it was captured with (with cumulative counters every later replay's wait is already met),
+// and explicit batch-mem-op nodes, which can be re-targeted, cost 1.3-2.3 us of host time per
+// node to launch plus a patch per node per launch (bench/results/runtime/primitives_*.json:
+// 80 such waits, 185 us to launch; 80 of these kernels and their links, 2.1 us).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <span>
+
+namespace tide::exec::cuda_detail {
+
+// One wait: *word >= first + step * generation, compared as signed 64-bit values (a threshold
+// <= 0 is met at once). `generation` is read once per launch.
+struct GenerationWait {
+  const std::uint64_t* word = nullptr;
+  std::int64_t first = 0;
+  std::int64_t step = 0;
+};
+
+// The most waits one launch carries (kernel parameters: 24 bytes each, one thread each).
+inline constexpr std::size_t kMaxGenerationWaitsPerLaunch = 32;
+
+// Enqueues on `stream` one kernel per kMaxGenerationWaitsPerLaunch waits; each returns when
+// every one of its waits is met, after a system-scope fence, so that the stream's later work
+// (copies included: they start after the kernel completes) sees what the signalling peers
+// wrote before their additions. Nothing for an empty span. Checks the launches.
+void launch_generation_waits(std::span<const GenerationWait> waits,
+                             const std::uint64_t* generation, cudaStream_t stream);
+
+}  // namespace tide::exec::cuda_detail
