@@ -33,6 +33,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tide/core/ag_plan.hpp"
@@ -54,6 +55,29 @@ double percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   const auto i = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
   return v[std::min(i, v.size() - 1)];
+}
+
+// Waits for the call on `caller` to finish, for at most 30 s; a call still running then is
+// reported with the waits it is held at (NOTE [CUDA call sequences] 5) and the run ends.
+void finish_or_report(const tide::exec::CudaSequenceRunner& runner, cudaStream_t caller,
+                      int call) {
+  const auto until = Clock::now() + std::chrono::seconds(30);
+  cudaError_t q = cudaStreamQuery(caller);
+  while (q == cudaErrorNotReady && Clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    q = cudaStreamQuery(caller);
+  }
+  if (q == cudaSuccess) return;
+  if (q != cudaErrorNotReady) TIDE_CUDA_CHECK(q);
+  std::fprintf(stderr, "call %d did not finish within 30 s\n", call);
+  if (const auto stall = runner.stalled(std::chrono::milliseconds(0))) {
+    std::fprintf(stderr, "stalled call %lld after %.1f s, %zu unsatisfied waits:\n",
+                 static_cast<long long>(stall->call), stall->seconds, stall->waits.size());
+    for (std::size_t i = 0; i < stall->waits.size() && i < 40; ++i)
+      std::fprintf(stderr, "  %s\n", stall->waits[i].c_str());
+  }
+  std::fflush(stderr);
+  std::_Exit(3);
 }
 
 json stats(const std::vector<double>& ms_per_rank) {
@@ -148,7 +172,7 @@ json time_calls(const tide::program::CallSequence& seq, std::int64_t input_bytes
     const auto t0 = Clock::now();
     runner.enqueue(b, 1.0f, false, caller);
     const auto t1 = Clock::now();
-    TIDE_CUDA_CHECK(cudaStreamSynchronize(caller));
+    finish_or_report(runner, caller, call);
     if (call >= warmup)
       ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count() / n);
   }

@@ -48,7 +48,7 @@ if has tests; then
   : > "$LOG/tests.log"
   for filter in 'CudaSequence.Templates*:SequenceFusion.*:Topologies/RsStream.*:Topologies/AgStream.*' \
                 'Topologies/RsGraphs.*' 'CudaSequence.ReplayGraphs*' 'CudaSequence.CallsCaptured*' \
-                'CudaSequence.CallsOfOneSlot*' 'CudaSequence.Watch*'; do
+                'CudaSequence.CallsOnTwo*' 'CudaSequence.Watch*'; do
     timeout 120 "$TESTS" --gtest_filter="$filter" >> "$LOG/tests.log" 2>&1
     rc=$?
     [[ $rc -ne 0 ]] && rc_all=$rc
@@ -65,11 +65,11 @@ if has bench; then
   # The Llama-3.1-70B layer group (rows halved so 64 virtual ranks fit one GPU; the ops per
   # call are those of the full shapes) and a 30-parameter group as tide_executor_bench builds it.
   args="--nodes 8 --gpus 8 --repeats 30"
-  timeout 200 "$BENCH" --out "$OUT/enqueue_raw_llama70b.json" --model llama3.1-70b \
+  timeout 150 "$BENCH" --out "$OUT/enqueue_raw_llama70b.json" --model llama3.1-70b \
     --rows-div "$ROWS_DIV" $args > "$LOG/bench_llama.txt" 2>&1
   rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
   note "bench llama rc=$rc $(stamp)"; tail -6 "$LOG/bench_llama.txt" | tee -a "$summary"
-  timeout 200 "$BENCH" --out "$OUT/enqueue_raw_p30.json" --synthetic 30 --elems 65536 $args \
+  timeout 150 "$BENCH" --out "$OUT/enqueue_raw_p30.json" --synthetic 30 --elems 65536 $args \
     > "$LOG/bench_p30.txt" 2>&1
   rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
   note "bench P=30 rc=$rc $(stamp)"; tail -6 "$LOG/bench_p30.txt" | tee -a "$summary"

@@ -716,15 +716,14 @@ TEST_P(AgStream, ManyCallsLandEveryShard) {
     h.expect_landed(e);
 }
 
-// NOTE [CUDA call sequences] 3: calls of one event slot run one after another even on
-// different caller streams, so that no call adds to the slot's generation while an earlier
-// call of the slot still reads it. Call c (a re-pointed replay on stream A) is held by a
-// closed gate before its streams' first op; the next Q calls go on stream B, the last of
-// them of c's slot. Had that call's generation addition (first on B) run before c's wait
-// kernels read the generation, they would wait one period too far and never finish. Every
-// call on B must land bitwise (c's own landing is reused by a call on B before A's consumer
-// copies it, so c is not checked).
-TEST(CudaSequence, CallsOfOneSlotOnTwoCallerStreamsTakeTurns) {
+// NOTE [CUDA call sequences] 2-3: calls run one after another even on different caller
+// streams: a replayed call's nodes do not queue behind the previous call's on the runner's
+// streams, and no call may add to its slot's generation while an earlier call of the slot
+// still reads it. Call c (a re-pointed replay on stream A) is held by a closed gate before
+// its streams' first op; the next Q calls go on stream B, the last of them of c's slot.
+// Every call on B must land bitwise (c's own landing is reused by a call on B before A's
+// consumer copies it, so c is not checked), within a bound.
+TEST(CudaSequence, CallsOnTwoCallerStreamsTakeTurns) {
   TIDE_REQUIRE_GPU();
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
@@ -759,7 +758,7 @@ TEST(CudaSequence, CallsOfOneSlotOnTwoCallerStreamsTakeTurns) {
   if (cudaStreamQuery(a.get()) == cudaErrorNotReady || cudaStreamQuery(b.get()) == cudaErrorNotReady) {
     h.runner().release_waits();
     TIDE_CUDA_CHECK(cudaDeviceSynchronize());
-    FAIL() << "calls of one slot on two streams did not finish within 20 s";
+    FAIL() << "calls on two caller streams did not finish within 20 s";
   }
   for (int e = 0; e < c; ++e)
     h.expect_landed(e);

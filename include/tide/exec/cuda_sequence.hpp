@@ -49,7 +49,10 @@
 //    - events: Q >= max_event_age + 1 slots (Q a multiple of P); call e records in slot
 //      e mod Q and a wait of age a uses slot (e - a) mod Q (skipped when e < a). A slot is
 //      re-recorded only Q calls later, after every wait that refers to it was enqueued;
-//    - every stream used records its done event and the caller stream waits for all of them.
+//    - every stream used records its done event and the caller stream waits for all of them;
+//    - calls of a sequence run one after another: a call on a caller stream other than the
+//      previous call's first waits for that call (the graph paths rely on it: a replayed
+//      call's nodes do not queue behind the previous call's on the runner's streams).
 //    No host synchronisation, polling or host barrier anywhere: the host only advances its
 //    counter totals and call index.
 // 3. Slot graphs (CudaSequenceOptions::replay_graphs, on by default): on the second visit of
@@ -66,9 +69,10 @@
 //      word >= first + step * G_j, where step is what Q consecutive calls add to the counter
 //      (Q is a multiple of P, so the same for every Q calls) and first makes it the host
 //      threshold base + value of the captured call;
-//    - calls of one slot run one after another (a call on a caller stream other than the
-//      slot's previous call's waits for that call's slot_done event), so no call adds to
-//      G_j while an earlier call of the slot still reads it.
+//    - calls run one after another (step 2), so no call adds to G_j while an earlier call of
+//      the slot still reads it;
+//    - wait kernels prefer the largest shared-memory carveout: a resident spinner then never
+//      keeps an SM in a configuration that a Level 1 sum's CTA (~207 KB) cannot share.
 //    A replay therefore patches nothing: launch cost is that of the graph (at 8 x 8, all 64
 //    ranks' waits as kernels: bench/results/runtime/README.md). Records become external
 //    event-record nodes (so later calls outside the graph can wait for them) and waits on

@@ -317,17 +317,15 @@ void CudaSequenceRunner::State::enqueue_call(std::int64_t e,
   }
 }
 
-void CudaSequenceRunner::State::order_after_slot(cudaStream_t caller) {
-  const auto j = static_cast<std::size_t>(call % q);
-  if (slot_caller[j] != nullptr && slot_caller[j] != caller)
-    TIDE_CUDA_CHECK(cudaStreamWaitEvent(caller, slot_done[j], 0));
+void CudaSequenceRunner::State::order_after_previous(cudaStream_t caller) {
+  if (last_caller != nullptr && last_caller != caller)
+    TIDE_CUDA_CHECK(cudaStreamWaitEvent(caller, last_done, 0));
 }
 
-void CudaSequenceRunner::State::mark_slot(cudaStream_t caller) {
-  const auto j = static_cast<std::size_t>(call % q);
+void CudaSequenceRunner::State::mark_done(cudaStream_t caller) {
   use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
-  TIDE_CUDA_CHECK(cudaEventRecord(slot_done[j], caller));
-  slot_caller[j] = caller;
+  TIDE_CUDA_CHECK(cudaEventRecord(last_done, caller));
+  last_caller = caller;
 }
 
 void CudaSequenceRunner::State::advance(std::vector<std::int64_t>& base, std::int64_t e) const {
@@ -402,9 +400,9 @@ void CudaSequenceRunner::enqueue_checked(std::span<const CudaCallBindings> bindi
       ready = true;
     }
     if (ready) {
-      s.order_after_slot(caller);
+      s.order_after_previous(caller);
       TIDE_CUDA_CHECK(cudaGraphLaunch(g.exec, caller));
-      s.mark_slot(caller);
+      s.mark_done(caller);
       s.watch_call(s.call, caller);
       ++s.graph_launches;
       if (!same) s.remember(g, bindings, alpha, accumulate);
@@ -415,9 +413,9 @@ void CudaSequenceRunner::enqueue_checked(std::span<const CudaCallBindings> bindi
     State::drop(g);
     s.remember(g, bindings, alpha, accumulate);
   }
-  s.order_after_slot(caller);
+  s.order_after_previous(caller);
   s.enqueue_call(s.call, bindings, alpha, accumulate, caller, s.totals, nullptr);
-  s.mark_slot(caller);
+  s.mark_done(caller);
   s.watch_call(s.call, caller);
   s.advance(s.totals, s.call);
   ++s.call;

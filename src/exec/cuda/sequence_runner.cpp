@@ -288,10 +288,7 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
   s.use_device_of(s.local_ranks.empty() ? 0 : s.local_ranks[0]);
   TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.generations), static_cast<std::size_t>(s.q) * 8));
   TIDE_CUDA_CHECK(cudaMemset(s.generations, 0, static_cast<std::size_t>(s.q) * 8));
-  s.slot_done.assign(static_cast<std::size_t>(s.q), nullptr);
-  s.slot_caller.assign(static_cast<std::size_t>(s.q), nullptr);
-  for (cudaEvent_t& e : s.slot_done)
-    TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&s.last_done, cudaEventDisableTiming));
   s.graphs.resize(static_cast<std::size_t>(s.q));
   s.create_watch();
   TIDE_CUDA_CHECK(cudaDeviceSynchronize());
@@ -321,8 +318,7 @@ CudaSequenceRunner::State::~State() {
   for (cudaEvent_t e : done)
     (void)cudaEventDestroy(e);
   if (entry != nullptr) (void)cudaEventDestroy(entry);
-  for (cudaEvent_t e : slot_done)
-    if (e != nullptr) (void)cudaEventDestroy(e);
+  if (last_done != nullptr) (void)cudaEventDestroy(last_done);
   if (generations != nullptr) (void)cudaFree(generations);
   for (cudaStream_t st : streams)
     (void)cudaStreamDestroy(st);

@@ -176,12 +176,13 @@ struct CudaSequenceRunner::State {
   std::int64_t graph_launches = 0;
   // Graph waits (NOTE [CUDA call sequences] 3): per event slot, a device word counting the
   // slot's calls (on the first local rank's device), and what Q consecutive calls add to
-  // each counter (rank * counters + id). Calls of one slot run one after another: each
-  // records slot_done on its caller stream, and a call on another stream waits for it.
+  // each counter (rank * counters + id).
   std::uint64_t* generations = nullptr;
   std::vector<std::int64_t> slot_period_additions;
-  std::vector<cudaEvent_t> slot_done;
-  std::vector<cudaStream_t> slot_caller;
+  // Calls run one after another (NOTE [CUDA call sequences] 2): each records last_done on its
+  // caller stream, and a call on another caller stream first waits for it.
+  cudaEvent_t last_done = nullptr;
+  cudaStream_t last_caller = nullptr;
   // NOTE [CUDA call sequences] 5 (sequence_watch.cpp).
   std::unique_ptr<sequence_detail::Watch> watch;
   std::string repoint_failure;  // NOTE [CUDA call sequences] 3: the last reason
@@ -219,10 +220,10 @@ struct CudaSequenceRunner::State {
   void wait_terms(cudaStream_t s, int rank, std::int64_t e,
                   std::span<const sequence_detail::WaitTerm> terms,
                   const std::vector<std::int64_t>& base, sequence_detail::Capture* capture);
-  // Orders call `call` on `caller` after the previous call of its event slot, and (after the
-  // call is enqueued) records that it ran there (NOTE [CUDA call sequences] 3).
-  void order_after_slot(cudaStream_t caller);
-  void mark_slot(cudaStream_t caller);
+  // Orders the next call on `caller` after the previous call where that ran on another
+  // stream, and (once the call is enqueued) records where it ran (NOTE [CUDA call sequences] 2).
+  void order_after_previous(cudaStream_t caller);
+  void mark_done(cudaStream_t caller);
   void record_node(cudaStream_t s, const sequence_detail::SeqOp& op, std::size_t index, int copy,
                    sequence_detail::Capture* capture);
   void advance(std::vector<std::int64_t>& base, std::int64_t e) const;
