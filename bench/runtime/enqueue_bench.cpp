@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -173,6 +174,10 @@ json time_calls(const tide::program::CallSequence& seq, std::int64_t input_bytes
     runner.enqueue(b, 1.0f, false, caller);
     const auto t1 = Clock::now();
     finish_or_report(runner, caller, call);
+    if (std::getenv("TIDE_BENCH_TRACE") != nullptr)
+      std::fprintf(stderr, "call %d: enqueue %.3f ms, done after %.3f ms\n", call,
+                   std::chrono::duration<double, std::milli>(t1 - t0).count(),
+                   std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     if (call >= warmup)
       ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count() / n);
   }
