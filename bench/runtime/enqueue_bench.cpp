@@ -1,8 +1,11 @@
 // tide_runtime_enqueue_bench: host cost of enqueueing one call of a group's sequence with the
-// CUDA sequence runner (NOTE [CUDA call sequences]) on the virtual fabric: every rank of an
-// M x L topology is a virtual rank on one GPU, and one host thread enqueues all of them, so
-// the time per rank is the call's enqueue time divided by N (a real rank's thread enqueues
-// only its own ops). Per collective (TIDE-AG with the fp32 -> bf16 cast, TIDE-RS In-Place):
+// CUDA sequence runner (NOTE [CUDA call sequences]) on the virtual fabric, every rank of an
+// M x L topology on one GPU. --ranks one (the default): the runner of rank 0 alone, as in a
+// real job's process (the other ranks are reachable peers that do not run; rank 0's signal
+// words start at the release value so its waits are met and the GPU drains each call), time
+// per call = per rank. --ranks all: one host thread enqueues all N ranks and the time per
+// rank is the call's time / N (beyond 64 streams on the GPU the runner keeps to the stream
+// path: its graph waits are kernels, NOTE [CUDA call sequences] 3). Per collective (TIDE-AG with the fp32 -> bf16 cast, TIDE-RS In-Place):
 //   - fresh: every call binds pointers (inputs and outputs) the previous call of its event
 //     slot did not, so after two visits of each slot a call is a graph launch with the nodes
 //     that carry pointers re-pointed and the waits re-targeted (the runner's default);
@@ -23,6 +26,7 @@
 //
 // Usage: tide_runtime_enqueue_bench --out FILE.json [--model NAME | --synthetic P [--elems E]]
 //                                   [--nodes M] [--gpus L] [--repeats N] [--rows-div D]
+//                                   [--ranks one|all]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -122,6 +126,28 @@ std::unique_ptr<tide::fabric::VirtualFabric> fabric_for(const tide::program::Cal
   return std::make_unique<tide::fabric::VirtualFabric>(sizes, o);
 }
 
+// The virtual fabric seen by ONE rank's process: `rank` is local, every other rank a peer
+// whose memory is reachable (as NVLink peers' through NCCL's window). A runner over it
+// enqueues exactly what a real rank's runner enqueues.
+class OneRankView final : public tide::fabric::Fabric {
+ public:
+  OneRankView(tide::fabric::Fabric& all, int rank) : all_(all), rank_(rank) {}
+  int ranks() const override { return all_.ranks(); }
+  bool local(int rank) const override { return rank == rank_; }
+  int device() const override { return all_.device_of(rank_); }
+  int device_of(int rank) const override { return all_.device_of(rank); }
+  void* pointer(const tide::program::Buffer& b) const override { return all_.pointer(b); }
+  std::int64_t bytes(const tide::program::Buffer& b) const override { return all_.bytes(b); }
+  std::uint64_t* signals(int owner) const override { return all_.signals(owner); }
+  std::int64_t signal_words() const override { return all_.signal_words(); }
+  bool load_store(int from, int to) const override { return all_.load_store(from, to); }
+  void release() noexcept override {}
+
+ private:
+  tide::fabric::Fabric& all_;
+  int rank_;
+};
+
 enum class Mode { kFresh, kReplay, kStream };
 
 // Times `repeats` calls of `seq` after the warm-up (two visits of every event slot and two
@@ -130,12 +156,23 @@ enum class Mode { kFresh, kReplay, kStream };
 // visit; kReplay: the same bindings every call.
 json time_calls(const tide::program::CallSequence& seq, std::int64_t input_bytes,
                 std::int64_t output_bytes, const std::vector<std::int64_t>& tensor_bytes, Mode mode,
-                int repeats) {
+                int repeats, bool one_rank) {
   const int n = seq.templates[0].program.ranks;
   const auto fab = fabric_for(seq);
+  OneRankView view(*fab, 0);
   tide::exec::CudaSequenceOptions options;
   options.replay_graphs = mode != Mode::kStream;
-  tide::exec::CudaSequenceRunner runner(seq, *fab, {0, 0}, options);
+  tide::exec::CudaSequenceRunner runner(seq, one_rank ? static_cast<tide::fabric::Fabric&>(view) : *fab,
+                                        {0, 0}, options);
+  if (one_rank) {
+    // Rank 0's peers do not run: its signal words start at the release value, so that every
+    // wait of its calls is met and the GPU drains each call (its data are garbage; only the
+    // host's enqueue is measured).
+    const std::vector<std::uint64_t> met(static_cast<std::size_t>(seq.counters),
+                                         std::uint64_t{1} << 62);
+    TIDE_CUDA_CHECK(cudaMemcpy(fab->signals(0), met.data(), met.size() * 8, cudaMemcpyHostToDevice));
+  }
+  const int per = one_rank ? 1 : n;  // ranks whose ops one enqueue carries
   const int q = runner.event_slots();
   const int warmup = 2 * q + 2;
   const bool fresh = mode != Mode::kReplay;
@@ -179,7 +216,7 @@ json time_calls(const tide::program::CallSequence& seq, std::int64_t input_bytes
                    std::chrono::duration<double, std::milli>(t1 - t0).count(),
                    std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     if (call >= warmup)
-      ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count() / n);
+      ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count() / per);
   }
   TIDE_CUDA_CHECK(cudaStreamDestroy(caller));
   json j = stats(ms);
@@ -188,6 +225,8 @@ json time_calls(const tide::program::CallSequence& seq, std::int64_t input_bytes
   j["graph_launches"] = launches;
   j["repointed_launches"] = runner.repointed_launches() - repointed0;
   j["repoint_failure"] = runner.repoint_failure();
+  j["graphs_unavailable"] = runner.graphs_unavailable();
+  j["ranks_enqueued"] = per;
   j["nodes_repointed_per_call"] = static_cast<double>(runner.nodes_repointed() - nodes0) / timed;
   j["event_slots"] = q;
   j["period"] = seq.period;
@@ -213,6 +252,7 @@ int main(int argc, char** argv) {
   std::string out, model = "llama3.1-70b";
   int nodes = 8, gpus = 8, repeats = 30;
   std::int64_t rows_div = 1, elems = 65536;
+  bool one_rank = true;
   int synthetic = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -233,6 +273,8 @@ int main(int argc, char** argv) {
       synthetic = std::stoi(next());
     else if (a == "--elems")
       elems = std::stoll(next());
+    else if (a == "--ranks")
+      one_rank = next() == "one";
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -253,6 +295,7 @@ int main(int argc, char** argv) {
               {"params", layout.param_count()},
               {"topology", std::to_string(nodes) + "x" + std::to_string(gpus)},
               {"rows_divided_by", rows_div},
+              {"ranks_enqueued", one_rank ? "one (rank 0, its waits pre-released)" : "all"},
               {"repeats", repeats}};
 
     tide::AgOptions ag_options;
@@ -279,7 +322,7 @@ int main(int argc, char** argv) {
          {std::pair{"fresh", Mode::kFresh}, std::pair{"replay", Mode::kReplay},
           std::pair{"stream", Mode::kStream}}) {
       const std::string ag_key = std::string("ag_") + key;
-      j[ag_key] = time_calls(ag_seq, master_bytes, 0, masters, mode, repeats);
+      j[ag_key] = time_calls(ag_seq, master_bytes, 0, masters, mode, repeats, one_rank);
       std::printf("AG %s: %s\n", key, j[ag_key].dump().c_str());
       std::fflush(stdout);
     }
@@ -287,7 +330,8 @@ int main(int argc, char** argv) {
          {std::pair{"fresh", Mode::kFresh}, std::pair{"replay", Mode::kReplay},
           std::pair{"stream", Mode::kStream}}) {
       const std::string rs_key = std::string("rs_") + key;
-      j[rs_key] = time_calls(rs_seq, grad_bytes, layout.fp32_shard_bytes(), grads, mode, repeats);
+      j[rs_key] = time_calls(rs_seq, grad_bytes, layout.fp32_shard_bytes(), grads, mode, repeats,
+                              one_rank);
       std::printf("RS %s: %s\n", key, j[rs_key].dump().c_str());
       std::fflush(stdout);
     }

@@ -48,7 +48,7 @@ if has tests; then
   : > "$LOG/tests.log"
   for filter in 'CudaSequence.Templates*:SequenceFusion.*:Topologies/RsStream.*:Topologies/AgStream.*' \
                 'Topologies/RsGraphs.*' 'CudaSequence.ReplayGraphs*' 'CudaSequence.CallsCaptured*' \
-                'CudaSequence.CallsOnTwo*' 'CudaSequence.Watch*'; do
+                'CudaSequence.CallsOnTwo*' 'CudaSequence.TooMany*' 'CudaSequence.Watch*'; do
     timeout 120 "$TESTS" --gtest_filter="$filter" >> "$LOG/tests.log" 2>&1
     rc=$?
     [[ $rc -ne 0 ]] && rc_all=$rc
@@ -64,7 +64,7 @@ fi
 if has bench; then
   # The Llama-3.1-70B layer group (rows halved so 64 virtual ranks fit one GPU; the ops per
   # call are those of the full shapes) and a 30-parameter group as tide_executor_bench builds it.
-  args="--nodes 8 --gpus 8 --repeats 30"
+  args="--nodes 8 --gpus 8 --repeats 30 --ranks one"
   timeout 150 "$BENCH" --out "$OUT/enqueue_raw_llama70b.json" --model llama3.1-70b \
     --rows-div "$ROWS_DIV" $args > "$LOG/bench_llama.txt" 2>&1
   rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc

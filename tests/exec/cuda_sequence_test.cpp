@@ -573,6 +573,36 @@ TEST(CudaSequence, CallsCapturedInTheCallersGraphReplayAndWait) {
   (void)cudaGraphDestroy(graph);
 }
 
+// NOTE [CUDA call sequences] 3: graph waits are kernels, so a sequence with more streams on
+// one GPU than kMaxGraphWaitStreams (here 32 virtual ranks) keeps to the stream path, says
+// why, and refuses a caller's capture with Unsupported (the runner stays usable).
+TEST(CudaSequence, TooManyStreamsForGraphWaitsKeepToTheStreamPath) {
+  TIDE_REQUIRE_GPU();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  RsHarness h(Topo{4, 8}, seed, CudaSequenceOptions{}, false);
+  EXPECT_NE(h.runner().graphs_unavailable().find("streams on device"), std::string::npos)
+      << h.runner().graphs_unavailable();
+  Stream caller;
+  const auto buffers = h.buffers();
+  cudaGraph_t graph = nullptr;
+  TIDE_CUDA_CHECK(cudaStreamBeginCapture(caller.get(), cudaStreamCaptureModeRelaxed));
+  const auto refused = h.data(1.0f);
+  EXPECT_THROW(h.runner().enqueue(buffers->bindings, 1.0f, false, caller.get()), Unsupported);
+  TIDE_CUDA_CHECK(cudaStreamEndCapture(caller.get(), &graph));
+  if (graph != nullptr) (void)cudaGraphDestroy(graph);
+  const int calls = 2 * h.runner().event_slots() + 1;
+  std::vector<std::unique_ptr<RsCallData>> data;
+  for (int e = 0; e < calls; ++e) {
+    data.push_back(h.data(1.0f));
+    h.step(*buffers, *data.back(), 1.0f, caller.get());
+  }
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
+  EXPECT_EQ(h.runner().graph_launches(), 0);
+  for (int e = 0; e < calls; ++e)
+    h.expect_equal(*data[static_cast<std::size_t>(e)], "call " + std::to_string(e));
+}
+
 // ---- All-gather ---------------------------------------------------------------------------
 
 // K all-gather calls on the virtual fabric: every rank's shard of every call (fresh fp32

@@ -71,6 +71,10 @@
 //      threshold base + value of the captured call;
 //    - calls run one after another (step 2), so no call adds to G_j while an earlier call of
 //      the slot still reads it;
+//    - at most one kernel per stream spins at a time, and what it waits for may be a kernel;
+//      a device runs at most 128 grids at once (sm_90), so a sequence with more than
+//      kMaxGraphWaitStreams streams on one device (many virtual ranks on one GPU: 8 x 8 is
+//      ~640) runs on the stream path and refuses capture (graphs_unavailable() says why);
 //    - wait kernels prefer the largest shared-memory carveout: a resident spinner then never
 //      keeps an SM in a configuration that a Level 1 sum's CTA (~207 KB) cannot share.
 //    A replay therefore patches nothing: launch cost is that of the graph (at 8 x 8, all 64
@@ -191,6 +195,9 @@ struct CudaSequenceCounts {
 class CudaSequenceRunner {
  public:
   static constexpr int kWatchedCalls = 64;
+  // The most streams one device may carry for the sequence's calls to run in graphs (NOTE
+  // [CUDA call sequences] 3): beyond it replay_graphs is off and capture is refused.
+  static constexpr int kMaxGraphWaitStreams = 64;
 
   // `sequence` and `fabric` must outlive the runner. Validates the templates as the CUDA
   // executor does, creates streams, events and tables, and zeroes the sequence's signal
@@ -239,6 +246,9 @@ class CudaSequenceRunner {
   std::int64_t nodes_repointed() const;
   // Why the last slot graph that could not be re-pointed could not (empty when none failed).
   std::string repoint_failure() const;
+  // Why this sequence's calls cannot run in graphs (empty when they can; NOTE [CUDA call
+  // sequences] 3).
+  std::string graphs_unavailable() const;
   std::int64_t repointed_launches() const;
   CudaSequenceCounts counts() const;
 

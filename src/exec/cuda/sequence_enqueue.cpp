@@ -349,6 +349,14 @@ void CudaSequenceRunner::enqueue(std::span<const CudaCallBindings> bindings, flo
         "the sequence cannot continue");
   }
   s.check_bindings(bindings);
+  if (!s.no_graph_waits.empty()) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    TIDE_CUDA_CHECK(cudaStreamIsCapturing(caller, &status));
+    if (status != cudaStreamCaptureStatusNone) {
+      throw Unsupported("CudaSequenceRunner: calls of this sequence cannot be captured: " +
+                        s.no_graph_waits);
+    }
+  }
   try {
     enqueue_checked(bindings, alpha, accumulate, caller);
   } catch (...) {
@@ -364,6 +372,7 @@ void CudaSequenceRunner::enqueue_checked(std::span<const CudaCallBindings> bindi
   TIDE_CUDA_CHECK(cudaStreamIsCapturing(caller, &status));
   if (status == cudaStreamCaptureStatusActive) {
     // NOTE [CUDA call sequences] 4: into the caller's graph, the runner not advanced.
+
     if (s.captured.calls == 0) {
       s.captured.first_call = s.call;
       s.capture_totals = s.totals;

@@ -280,6 +280,21 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
   for (std::size_t t = 0; t < sequence.templates.size(); ++t)
     s.map_template(sequence.templates[t], s.templates[t]);
   s.totals.assign(static_cast<std::size_t>(s.ranks) * static_cast<std::size_t>(s.counters), 0);
+  // Graph waits spin in kernels, at most one per stream at a time, and each waits for work
+  // that may itself be a kernel; a device runs at most 128 grids at once (sm_90), so a
+  // sequence whose streams on one device could fill that with spinners runs its calls on the
+  // stream path instead (many virtual ranks on one GPU; one rank per GPU uses ~8 streams).
+  std::map<int, int> streams_per_device;
+  for (const int r : s.stream_rank)
+    ++streams_per_device[fabric.device_of(r)];
+  for (const auto& [device, count] : streams_per_device) {
+    if (count > kMaxGraphWaitStreams) {
+      s.no_graph_waits = std::to_string(count) + " streams on device " + std::to_string(device) +
+                         " (graph waits are kernels: at most " +
+                         std::to_string(kMaxGraphWaitStreams) + ")";
+      s.options.replay_graphs = false;
+    }
+  }
   // Graph waits (NOTE [CUDA call sequences] 3): what Q calls add, the slots' generations.
   s.slot_period_additions.assign(s.totals.size(), 0);
   for (const sequence_detail::Template& t : s.templates)
@@ -337,6 +352,9 @@ int CudaSequenceRunner::event_slots() const {
 }
 std::int64_t CudaSequenceRunner::graph_launches() const {
   return state_->graph_launches;
+}
+std::string CudaSequenceRunner::graphs_unavailable() const {
+  return state_->no_graph_waits;
 }
 std::string CudaSequenceRunner::repoint_failure() const {
   return state_->repoint_failure;

@@ -179,6 +179,7 @@ struct CudaSequenceRunner::State {
   // each counter (rank * counters + id).
   std::uint64_t* generations = nullptr;
   std::vector<std::int64_t> slot_period_additions;
+  std::string no_graph_waits;  // why graphs cannot hold this sequence's waits (empty: they can)
   // Calls run one after another (NOTE [CUDA call sequences] 2): each records last_done on its
   // caller stream, and a call on another caller stream first waits for it.
   cudaEvent_t last_done = nullptr;
