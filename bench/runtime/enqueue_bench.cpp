@@ -5,11 +5,12 @@
 // words start at the release value so its waits are met and the GPU drains each call), time
 // per call = per rank. --ranks all: one host thread enqueues all N ranks and the time per
 // rank is the call's time / N (beyond 64 streams on the GPU the runner keeps to the stream
-// path: its graph waits are kernels, NOTE [CUDA call sequences] 3). Per collective (TIDE-AG with the fp32 -> bf16 cast, TIDE-RS In-Place):
+// path: its graph waits are kernels, NOTE [CUDA call sequences] 3). Per collective (TIDE-AG
+// with the fp32 -> bf16 cast, TIDE-RS In-Place):
 //   - fresh: every call binds pointers (inputs and outputs) the previous call of its event
 //     slot did not, so after two visits of each slot a call is a graph launch with the nodes
-//     that carry pointers re-pointed and the waits re-targeted (the runner's default);
-//   - replay: the same bindings every call: a graph launch with its waits re-targeted;
+//     that carry pointers re-pointed (the runner's default);
+//   - replay: the same bindings every call: a graph launch, nothing patched;
 //   - stream: fresh pointers with graphs off, every op enqueued on its stream (the path of
 //     the first calls, and of calls a node update cannot express).
 // Each repeat times enqueue() alone (host clock); the GPU then finishes the call before the
@@ -64,8 +65,7 @@ double percentile(std::vector<double> v, double q) {
 
 // Waits for the call on `caller` to finish, for at most 30 s; a call still running then is
 // reported with the waits it is held at (NOTE [CUDA call sequences] 5) and the run ends.
-void finish_or_report(const tide::exec::CudaSequenceRunner& runner, cudaStream_t caller,
-                      int call) {
+void finish_or_report(const tide::exec::CudaSequenceRunner& runner, cudaStream_t caller, int call) {
   const auto until = Clock::now() + std::chrono::seconds(30);
   cudaError_t q = cudaStreamQuery(caller);
   while (q == cudaErrorNotReady && Clock::now() < until) {
@@ -162,15 +162,16 @@ json time_calls(const tide::program::CallSequence& seq, std::int64_t input_bytes
   OneRankView view(*fab, 0);
   tide::exec::CudaSequenceOptions options;
   options.replay_graphs = mode != Mode::kStream;
-  tide::exec::CudaSequenceRunner runner(seq, one_rank ? static_cast<tide::fabric::Fabric&>(view) : *fab,
-                                        {0, 0}, options);
+  tide::exec::CudaSequenceRunner runner(
+      seq, one_rank ? static_cast<tide::fabric::Fabric&>(view) : *fab, {0, 0}, options);
   if (one_rank) {
     // Rank 0's peers do not run: its signal words start at the release value, so that every
     // wait of its calls is met and the GPU drains each call (its data are garbage; only the
     // host's enqueue is measured).
     const std::vector<std::uint64_t> met(static_cast<std::size_t>(seq.counters),
                                          std::uint64_t{1} << 62);
-    TIDE_CUDA_CHECK(cudaMemcpy(fab->signals(0), met.data(), met.size() * 8, cudaMemcpyHostToDevice));
+    TIDE_CUDA_CHECK(
+        cudaMemcpy(fab->signals(0), met.data(), met.size() * 8, cudaMemcpyHostToDevice));
   }
   const int per = one_rank ? 1 : n;  // ranks whose ops one enqueue carries
   const int q = runner.event_slots();
@@ -330,8 +331,8 @@ int main(int argc, char** argv) {
          {std::pair{"fresh", Mode::kFresh}, std::pair{"replay", Mode::kReplay},
           std::pair{"stream", Mode::kStream}}) {
       const std::string rs_key = std::string("rs_") + key;
-      j[rs_key] = time_calls(rs_seq, grad_bytes, layout.fp32_shard_bytes(), grads, mode, repeats,
-                              one_rank);
+      j[rs_key] =
+          time_calls(rs_seq, grad_bytes, layout.fp32_shard_bytes(), grads, mode, repeats, one_rank);
       std::printf("RS %s: %s\n", key, j[rs_key].dump().c_str());
       std::fflush(stdout);
     }

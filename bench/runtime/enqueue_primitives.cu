@@ -43,7 +43,9 @@ struct Stats {
 };
 Stats stats(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  auto at = [&](double q) { return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))]; };
+  auto at = [&](double q) {
+    return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
+  };
   return {at(0.1), at(0.5), at(0.9)};
 }
 std::string json(const char* name, const Stats& s) {
@@ -58,7 +60,9 @@ __global__ void add_kernel(unsigned long long* word, unsigned long long add) {
   atomicAdd_system(word, add);
 }
 
-__global__ void bump_kernel(unsigned long long* generation) { *generation += 1; }
+__global__ void bump_kernel(unsigned long long* generation) {
+  *generation += 1;
+}
 
 // Waits until *word >= first + step * *generation (a generation-relative threshold).
 __global__ void wait_kernel(const unsigned long long* word, long long first, long long step,
@@ -76,7 +80,8 @@ Stats host_cost(cudaStream_t s, int batches, int per_batch, F enqueue) {
   std::vector<double> v;
   for (int b = 0; b < batches; ++b) {
     const auto t0 = Clock::now();
-    for (int i = 0; i < per_batch; ++i) enqueue();
+    for (int i = 0; i < per_batch; ++i)
+      enqueue();
     const auto t1 = Clock::now();
     check(cudaStreamSynchronize(s), "sync");
     if (b > 0) v.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / per_batch);
@@ -108,11 +113,12 @@ int main(int argc, char** argv) {
   // A. Stream enqueue costs.
   const std::size_t row = 16 << 10;
   out.push_back(json("memcpy_1d_us", host_cost(s, 20, 200, [&] {
-    check(cudaMemcpyAsync(b, a, 8 * row, cudaMemcpyDeviceToDevice, s), "memcpy");
-  })));
-  out.push_back(json("memcpy_2d_8rows_us", host_cost(s, 20, 200, [&] {
-    check(cudaMemcpy2DAsync(b, 2 * row, a, 4 * row, row, 8, cudaMemcpyDeviceToDevice, s), "2d");
-  })));
+                       check(cudaMemcpyAsync(b, a, 8 * row, cudaMemcpyDeviceToDevice, s), "memcpy");
+                     })));
+  out.push_back(json(
+      "memcpy_2d_8rows_us", host_cost(s, 20, 200, [&] {
+        check(cudaMemcpy2DAsync(b, 2 * row, a, 4 * row, row, 8, cudaMemcpyDeviceToDevice, s), "2d");
+      })));
   {
     std::vector<void*> dsts(8);
     std::vector<const void*> srcs(8);
@@ -125,10 +131,11 @@ int main(int argc, char** argv) {
     attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
     std::size_t idx = 0;
     out.push_back(json("batch_1d_8copies_us", host_cost(s, 20, 200, [&] {
-      check(cudaMemcpyBatchAsync(dsts.data(), const_cast<const void* const*>(srcs.data()),
-                                 sizes.data(), 8, &attr, &idx, 1, s),
-            "batch1d");
-    })));
+                         check(cudaMemcpyBatchAsync(dsts.data(),
+                                                    const_cast<const void* const*>(srcs.data()),
+                                                    sizes.data(), 8, &attr, &idx, 1, s),
+                               "batch1d");
+                       })));
   }
   auto op3d = [&](int i) {
     cudaMemcpy3DBatchOp op{};
@@ -146,17 +153,19 @@ int main(int argc, char** argv) {
   };
   {
     std::vector<cudaMemcpy3DBatchOp> ops;
-    for (int i = 0; i < 8; ++i) ops.push_back(op3d(i));
+    for (int i = 0; i < 8; ++i)
+      ops.push_back(op3d(i));
     out.push_back(json("batch_3d_8copies_us", host_cost(s, 20, 200, [&] {
-      check(cudaMemcpy3DBatchAsync(8, ops.data(), 0, s), "batch3d");
-    })));
+                         check(cudaMemcpy3DBatchAsync(8, ops.data(), 0, s), "batch3d");
+                       })));
     out.push_back(json("batch_3d_1copy_us", host_cost(s, 20, 200, [&] {
-      check(cudaMemcpy3DBatchAsync(1, ops.data(), 0, s), "batch3d");
-    })));
+                         check(cudaMemcpy3DBatchAsync(1, ops.data(), 0, s), "batch3d");
+                       })));
     // The batch's data equals 2-D copies' (checked once).
     check(cudaMemset(b, 0x5a, bytes), "memset");
     std::vector<char> ha(bytes), hb(bytes);
-    for (std::size_t i = 0; i < bytes; ++i) ha[i] = static_cast<char>(i * 131 + 7);
+    for (std::size_t i = 0; i < bytes; ++i)
+      ha[i] = static_cast<char>(i * 131 + 7);
     check(cudaMemcpy(a, ha.data(), bytes, cudaMemcpyHostToDevice), "h2d");
     check(cudaMemcpy3DBatchAsync(8, ops.data(), 0, s), "batch3d");
     check(cudaMemcpy(hb.data(), b, bytes, cudaMemcpyDeviceToHost), "d2h");
@@ -164,21 +173,22 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 8; ++i)
       for (int r = 0; r < 8; ++r)
         for (std::size_t c = 0; c < row; ++c)
-          bad += hb[static_cast<std::size_t>(i) * 16 * row + static_cast<std::size_t>(r) * 2 * row + c] !=
-                 ha[static_cast<std::size_t>(i) * 32 * row + static_cast<std::size_t>(r) * 4 * row + c];
+          bad += hb[static_cast<std::size_t>(i) * 16 * row + static_cast<std::size_t>(r) * 2 * row +
+                    c] != ha[static_cast<std::size_t>(i) * 32 * row +
+                             static_cast<std::size_t>(r) * 4 * row + c];
     out.push_back("\"batch_3d_mismatched_bytes\": " + std::to_string(bad));
   }
-  out.push_back(json("kernel_1thread_us", host_cost(s, 20, 200, [&] {
-    add_kernel<<<1, 1, 0, s>>>(words + 1, 1);
-  })));
+  out.push_back(json("kernel_1thread_us",
+                     host_cost(s, 20, 200, [&] { add_kernel<<<1, 1, 0, s>>>(words + 1, 1); })));
   out.push_back(json("stream_wait_met_us", host_cost(s, 20, 200, [&] {
-    CUstreamBatchMemOpParams op{};
-    op.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
-    op.waitValue.address = reinterpret_cast<CUdeviceptr>(words + 2);
-    op.waitValue.value64 = 0;
-    op.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
-    check(cuStreamBatchMemOp(reinterpret_cast<CUstream>(s), 1, &op, 0), "batchmemop");
-  })));
+                       CUstreamBatchMemOpParams op{};
+                       op.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+                       op.waitValue.address = reinterpret_cast<CUdeviceptr>(words + 2);
+                       op.waitValue.value64 = 0;
+                       op.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+                       check(cuStreamBatchMemOp(reinterpret_cast<CUstream>(s), 1, &op, 0),
+                             "batchmemop");
+                     })));
 
   // B. Graphs of chains x links (wait, copy, signal); chain c signals word 8 + c, which its
   // own next link waits for (met by the time it runs: a dependency through the counter).
@@ -235,7 +245,8 @@ int main(int argc, char** argv) {
         }
         cudaGraphNode_t copy = nullptr;
         check(cudaGraphAddMemcpyNode1D(&copy, g, &w, 1, b + ((c * links + k) % 1024) * row,
-                                       a + ((c * links + k) % 1024) * row, row, cudaMemcpyDeviceToDevice),
+                                       a + ((c * links + k) % 1024) * row, row,
+                                       cudaMemcpyDeviceToDevice),
               "copy");
         copy_nodes.push_back(copy);
         cudaGraphNode_t sig = nullptr;
@@ -262,14 +273,17 @@ int main(int argc, char** argv) {
       for (std::size_t i = 0; i < wait_nodes.size(); ++i) {
         CUstreamBatchMemOpParams op{};
         op.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
-        op.waitValue.address = reinterpret_cast<CUdeviceptr>(words + 8 + i / static_cast<std::size_t>(links));
-        op.waitValue.value64 = static_cast<cuuint64_t>(wait_value[i] + static_cast<long long>(rep) * links);
+        op.waitValue.address =
+            reinterpret_cast<CUdeviceptr>(words + 8 + i / static_cast<std::size_t>(links));
+        op.waitValue.value64 =
+            static_cast<cuuint64_t>(wait_value[i] + static_cast<long long>(rep) * links);
         op.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
         CUDA_BATCH_MEM_OP_NODE_PARAMS prm{};
         prm.ctx = ctx;
         prm.count = 1;
         prm.paramArray = &op;
-        check(cuGraphExecBatchMemOpNodeSetParams(reinterpret_cast<CUgraphExec>(exec), wait_nodes[i], &prm),
+        check(cuGraphExecBatchMemOpNodeSetParams(reinterpret_cast<CUgraphExec>(exec), wait_nodes[i],
+                                                 &prm),
               "patch");
       }
       const auto t1 = Clock::now();
@@ -291,8 +305,9 @@ int main(int argc, char** argv) {
     for (int rep = 0; rep < 20; ++rep) {
       const auto t0 = Clock::now();
       for (std::size_t i = 0; i < copy_nodes.size(); ++i)
-        check(cudaGraphExecMemcpyNodeSetParams1D(exec, copy_nodes[i], b + ((i + rep % 2) % 1024) * row,
-                                                 a + (i % 1024) * row, row, cudaMemcpyDeviceToDevice),
+        check(cudaGraphExecMemcpyNodeSetParams1D(
+                  exec, copy_nodes[i], b + ((i + rep % 2) % 1024) * row, a + (i % 1024) * row, row,
+                  cudaMemcpyDeviceToDevice),
               "setparams1d");
       const auto t1 = Clock::now();
       repoint.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() /
@@ -311,7 +326,8 @@ int main(int argc, char** argv) {
     check(cudaGraphDestroy(g), "destroy");
   }
   std::printf("{\"chains\": %d, \"links\": %d", chains, links);
-  for (const std::string& line : out) std::printf(",\n  %s", line.c_str());
+  for (const std::string& line : out)
+    std::printf(",\n  %s", line.c_str());
   std::printf("}\n");
   return 0;
 }

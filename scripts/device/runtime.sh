@@ -2,16 +2,18 @@
 # The runtime and the Python package on the device machine, in one call.
 #   here:   scripts/stage-deps.sh            (once: GoogleTest and headers into .deps/)
 #   device: run(command="bash scripts/device/runtime.sh", carry=[".deps"])
-# STEPS (default "build gputests nccl package fsdp") picks steps:
+# STEPS (default "build gputests nccl package graphs fsdp") picks steps:
 #   build     the C++ tree with CUDA and NCCL (tests, tide, the module)
 #   gputests  every GPU test binary (kernels, executor, sequence runner, golden vectors);
 #             GPUTESTS=<regex> keeps the binaries whose names match
 #   nccl      tide check-runtime --backend nccl on every GPU of the machine, bitwise
 #   package   pip install . against the image's torch; import tide; the tide CLI
+#   graphs    TIDE calls in a torch CUDA graph, nccl backend (tests/python/test_runtime_graph_gpu.py;
+#             after package)
 #   fsdp      the FSDP2 parity suite on GPUs (tests/python/test_fsdp_gpu.py)
 # Writes under $OUT: summary.md, gputests.log, nccl.json, package.log, fsdp.log, logs.tgz.
 set -uo pipefail
-NAME=runtime DEFAULT_STEPS="build gputests nccl package fsdp" source "$(dirname "$0")/common.sh"
+NAME=runtime DEFAULT_STEPS="build gputests nccl package graphs fsdp" source "$(dirname "$0")/common.sh"
 BUILD=${BUILD_DIR:-build-runtime}
 finish() { pack_logs; exit "$1"; }
 export PYTHONUNBUFFERED=1
@@ -108,6 +110,14 @@ if has package; then
   rc=$?
   [[ $rc -ne 0 ]] && rc_all=$rc
   note "package rc=$rc $(stamp): $(tail -3 "$OUT/package.log" | tr '\n' ' ')"
+fi
+
+if has graphs; then
+  timeout 200 python3 -m pytest tests/python/test_runtime_graph_gpu.py -q -rs -s \
+    -p no:cacheprovider > "$OUT/graphs.log" 2>&1
+  rc=$?
+  [[ $rc -ne 0 ]] && rc_all=$rc
+  note "cuda graph calls rc=$rc $(stamp): $(tail -2 "$OUT/graphs.log" | tr '\n' ' ')"
 fi
 
 if has fsdp; then

@@ -130,6 +130,7 @@ class PyCommunicator {
     d["region_bytes"] = info->region_bytes;
     d["ag_period"] = info->ag_period;
     d["rs_period"] = info->rs_period;
+    d["graph_period"] = info->graph_period;
     return d;
   }
 
@@ -170,6 +171,10 @@ class PyCommunicator {
     get().check();
   }
 
+  runtime::GraphCalls take_graph_calls() { return get().take_graph_calls(); }
+
+  void prepare_graph_launch(const runtime::GraphCalls& calls) { get().prepare_graph_launch(calls); }
+
   void close() {
     nb::gil_scoped_release release;
     comm_.reset();
@@ -187,6 +192,27 @@ class PyCommunicator {
 
 void bind_runtime(nb::module_& m) {
   nb::exception<CommunicationError>(m, "CommunicationError", PyExc_RuntimeError);
+  nb::class_<runtime::GraphCalls>(
+      m, "GraphCalls",
+      "The TIDE calls a CUDA graph captured (NOTE [runtime] 6): pass it to "
+      "Communicator.prepare_graph_launch before every launch of that graph")
+      .def_prop_ro("calls",
+                   [](const runtime::GraphCalls& g) {
+                     int n = 0;
+                     for (const auto& q : g.sequences)
+                       n += q.calls;
+                     return n;
+                   })
+      .def("__repr__", [](const runtime::GraphCalls& g) {
+        std::string text = "GraphCalls(";
+        for (std::size_t i = 0; i < g.sequences.size(); ++i) {
+          const auto& q = g.sequences[i];
+          text += (i ? ", " : "") + std::string("group ") + std::to_string(q.group) +
+                  (q.reduce_scatter ? " reduce-scatter" : " all-gather") + " x" +
+                  std::to_string(q.calls);
+        }
+        return text + ")";
+      });
   nb::class_<PyCommunicator>(m, "Communicator",
                              "One TIDE communicator per process group (NOTE [runtime])")
       .def(nb::init<int, int, int, const std::string&, nb::object, double, int>(), nb::arg("rank"),
@@ -208,6 +234,10 @@ void bind_runtime(nb::module_& m) {
       .def("abort", &PyCommunicator::abort, nb::arg("reason"))
       .def("check", &PyCommunicator::check,
            "Raises CommunicationError when the communicator has failed (NOTE [runtime] 5)")
+      .def("take_graph_calls", &PyCommunicator::take_graph_calls,
+           "After a CUDA graph capture: the TIDE calls it holds (nccl backend)")
+      .def("prepare_graph_launch", &PyCommunicator::prepare_graph_launch, nb::arg("calls"),
+           "Before every launch of a graph that captured TIDE calls (NOTE [runtime] 6)")
       .def("close", &PyCommunicator::close);
 }
 

@@ -4,11 +4,18 @@
 
 #include "backends.hpp"
 #include "communicator_base.hpp"
+#include "tide/core/error.hpp"
 #include "tide/exec/host_executor.hpp"
 #include "tide/fabric/host_fabric.hpp"
 
 namespace tide::runtime::detail {
 namespace {
+
+Unsupported no_graphs() {
+  return Unsupported(
+      "the host backend runs each call on the calling thread: there is no CUDA graph to "
+      "capture calls into (use the nccl backend)");
+}
 
 class HostCommunicator final : public CommunicatorBase {
  public:
@@ -53,6 +60,9 @@ class HostCommunicator final : public CommunicatorBase {
   std::int64_t arena_bytes() const override { return fabric_ ? fabric_->arena_bytes() : 0; }
 
   void check() const override {}  // host calls raise on the calling thread
+
+  GraphCalls take_graph_calls() override { throw no_graphs(); }
+  void prepare_graph_launch(const GraphCalls&) override { throw no_graphs(); }
 
   void abort(const std::string& reason) override {
     commit();

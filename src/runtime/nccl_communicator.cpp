@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <thread>
@@ -67,6 +68,7 @@ class NcclCommunicator final : public CommunicatorBase {
   void all_gather(int group, std::uintptr_t stream, std::span<const void* const> shards) override {
     Group& g = group_at(group);
     check_all_gather(g, shards.size());
+    check_not_first_under_capture(stream);
     commit();
     check_alive();
     const auto caller = reinterpret_cast<cudaStream_t>(stream);
@@ -92,6 +94,7 @@ class NcclCommunicator final : public CommunicatorBase {
                       float* out, float alpha, bool accumulate) override {
     Group& g = group_at(group);
     check_reduce_scatter(g, grads.size(), out);
+    check_not_first_under_capture(stream);
     commit();
     check_alive();
     std::vector<exec::CudaCallBindings> bindings(static_cast<std::size_t>(options_.world));
@@ -102,6 +105,25 @@ class NcclCommunicator final : public CommunicatorBase {
     runner(group, 1).enqueue(bindings, alpha, accumulate, reinterpret_cast<cudaStream_t>(stream));
     ++g.stats.reduce_scatters;
     g.stats.copy_bytes_avoided += reduce_scatter_copy_bytes(g.layout);
+  }
+
+  GraphCalls take_graph_calls() override {
+    GraphCalls out;
+    for (std::size_t i = 0; i < runners_.size(); ++i) {
+      const exec::CudaCapturedCalls c = runners_[i]->take_captured();
+      if (c.calls > 0)
+        out.sequences.push_back({static_cast<int>(i / 2), i % 2 == 1, c.first_call, c.calls});
+    }
+    return out;
+  }
+
+  void prepare_graph_launch(const GraphCalls& calls) override {
+    check_alive();
+    for (const GraphCalls::Sequence& q : calls.sequences) {
+      (void)group_at(q.group);
+      if (!committed()) throw InvalidArgument("prepare_graph_launch: no call was captured yet");
+      runner(q.group, q.reduce_scatter ? 1 : 0).prepare_replay({q.first_call, q.calls});
+    }
   }
 
   std::int64_t arena_bytes() const override { return nccl_ ? nccl_->arena_bytes() : 0; }
@@ -176,6 +198,8 @@ class NcclCommunicator final : public CommunicatorBase {
       std::byte* region = static_cast<std::byte*>(nccl_->arena()) + g->region_offset;
       g->info.landing = region + g->ag_areas.landing;
       g->info.resident = g->spec.cast ? nullptr : region + g->ag_areas.resident;
+      g->info.graph_period =
+          std::lcm(runners_[runners_.size() - 2]->event_slots(), runners_.back()->event_slots());
     }
     // Every runner zeroed its rank's signal words; no rank may signal a peer before that.
     // Every rank's pid: all are on this host, so the watchdog can name a peer that died.
@@ -192,6 +216,21 @@ class NcclCommunicator final : public CommunicatorBase {
   }
 
  private:
+  // NOTE [runtime] 6: the first call sets up the arena and synchronises, which a capture
+  // cannot hold.
+  void check_not_first_under_capture(std::uintptr_t stream) const {
+    if (committed()) return;
+    TIDE_CUDA_CHECK(cudaSetDevice(device_));
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    TIDE_CUDA_CHECK(cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(stream), &status));
+    if (status != cudaStreamCaptureStatusNone) {
+      throw InvalidArgument(
+          "a TIDE call cannot be the communicator's first while its stream is being captured "
+          "into a CUDA graph (the first call creates the arena and synchronises): make one "
+          "call of every group before capturing, as a warm-up step does");
+    }
+  }
+
   exec::CudaSequenceRunner& runner(int group, int collective) {
     return *runners_[static_cast<std::size_t>(2 * group + collective)];
   }

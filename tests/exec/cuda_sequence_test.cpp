@@ -785,7 +785,8 @@ TEST(CudaSequence, CallsOnTwoCallerStreamsTakeTurns) {
           cudaStreamQuery(b.get()) == cudaErrorNotReady) &&
          std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  if (cudaStreamQuery(a.get()) == cudaErrorNotReady || cudaStreamQuery(b.get()) == cudaErrorNotReady) {
+  if (cudaStreamQuery(a.get()) == cudaErrorNotReady ||
+      cudaStreamQuery(b.get()) == cudaErrorNotReady) {
     h.runner().release_waits();
     TIDE_CUDA_CHECK(cudaDeviceSynchronize());
     FAIL() << "calls on two caller streams did not finish within 20 s";

@@ -37,6 +37,16 @@
 //    The ranks exchange their pids at the first call (one host): where a peer's process is
 //    gone and a call is still running a tenth of the timeout (at least 1 s) after its
 //    enqueue, the watchdog fires at once and its line names the dead rank.
+// 6. CUDA graphs (nccl backend): a call on a caller stream that is being captured goes into
+//    the caller's graph (its waits as kernels whose thresholds follow the call on the device,
+//    NOTE [CUDA call sequences] 3-4) and advances nothing. After the capture ends,
+//    take_graph_calls() returns what it captured; before every launch of the instantiated
+//    graph the caller passes that to prepare_graph_launch(), which gives the launch the next
+//    call indices of each group (they must fall on the captured ones modulo the group's event
+//    slots: capture whole steps, as FSDP2 issues them). Every group must have made one call
+//    before any capture (the first call creates the arena and synchronises). Launch the graph
+//    on a stream ordered after the groups' earlier calls and before their later ones (the
+//    capturing stream does). Calls inside a graph are not watched (no timeout).
 // Backends: kHost runs calls on the calling thread over shared memory (exec/host), so a call
 // has completed when it returns; CPU tensors have no streams, and `stream` is ignored.
 // kNccl (one process per GPU, the ranks of one host) enqueues each call on the caller's
@@ -112,6 +122,22 @@ struct GroupInfo {
   std::int64_t region_bytes = 0;
   int ag_period = 0;  // calls per template cycle (NOTE [call sequences])
   int rs_period = 0;
+  // NOTE [runtime] 6: a CUDA graph must hold a multiple of this many of the group's calls of
+  // each collective (the event slots Q of both sequences; 0 on the host backend, and on the
+  // nccl backend before the first call).
+  int graph_period = 0;
+};
+
+// What a caller's CUDA graph captured (NOTE [runtime] 6): per group and collective, the call
+// indices of its calls.
+struct GraphCalls {
+  struct Sequence {
+    int group = -1;
+    bool reduce_scatter = false;  // false: the group's all-gathers
+    std::int64_t first_call = 0;
+    int calls = 0;
+  };
+  std::vector<Sequence> sequences;
 };
 
 struct GroupStats {
@@ -144,6 +170,13 @@ class Communicator {
   // elements of the gradient dtype, read in place.
   virtual void reduce_scatter(int group, std::uintptr_t stream, std::span<const void* const> grads,
                               float* out, float alpha, bool accumulate) = 0;
+
+  // NOTE [runtime] 6 (nccl backend; the host backend throws Unsupported): what calls made
+  // under the caller's capture put into its graph (resets the record), and before every
+  // launch of that graph, the call indices it runs as. prepare_graph_launch throws
+  // InvalidArgument when the groups' next calls do not fall on the captured ones.
+  virtual GraphCalls take_graph_calls() = 0;
+  virtual void prepare_graph_launch(const GraphCalls& calls) = 0;
 
   virtual std::int64_t arena_bytes() const = 0;  // 0 before the first call
   virtual int rank() const = 0;

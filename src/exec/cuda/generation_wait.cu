@@ -41,20 +41,15 @@ __global__ void generation_waits_kernel(GenerationWaitBatch batch) {
 
 }  // namespace
 
-void launch_generation_waits(std::span<const GenerationWait> waits,
-                             const std::uint64_t* generation, cudaStream_t stream) {
+void prepare_generation_waits() {
+  TIDE_CUDA_CHECK(cudaFuncSetAttribute(generation_waits_kernel,
+                                       cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       cudaSharedmemCarveoutMaxShared));
+}
+
+void launch_generation_waits(std::span<const GenerationWait> waits, const std::uint64_t* generation,
+                             cudaStream_t stream) {
   static_assert(sizeof(unsigned long long) == sizeof(std::uint64_t));
-  // A resident spinner must not hold its SM in a carveout that a Level 1 sum's CTA cannot
-  // share (once per device and process).
-  static thread_local int configured_device = -1;
-  int device = 0;
-  TIDE_CUDA_CHECK(cudaGetDevice(&device));
-  if (device != configured_device) {
-    TIDE_CUDA_CHECK(cudaFuncSetAttribute(generation_waits_kernel,
-                                         cudaFuncAttributePreferredSharedMemoryCarveout,
-                                         cudaSharedmemCarveoutMaxShared));
-    configured_device = device;
-  }
   for (std::size_t first = 0; first < waits.size(); first += kMaxGenerationWaitsPerLaunch) {
     const std::size_t n = std::min(kMaxGenerationWaitsPerLaunch, waits.size() - first);
     GenerationWaitBatch batch{};

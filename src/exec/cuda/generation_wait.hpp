@@ -27,11 +27,16 @@ struct GenerationWait {
 // The most waits one launch carries (kernel parameters: 24 bytes each, one thread each).
 inline constexpr std::size_t kMaxGenerationWaitsPerLaunch = 32;
 
+// Sets the wait kernel's preferred carveout on the current device (once per runner, outside
+// any capture: a resident spinner must not hold its SM in a carveout that a Level 1 sum's
+// CTA cannot share).
+void prepare_generation_waits();
+
 // Enqueues on `stream` one kernel per kMaxGenerationWaitsPerLaunch waits; each returns when
 // every one of its waits is met, after a system-scope fence, so that the stream's later work
 // (copies included: they start after the kernel completes) sees what the signalling peers
 // wrote before their additions. Nothing for an empty span. Checks the launches.
-void launch_generation_waits(std::span<const GenerationWait> waits,
-                             const std::uint64_t* generation, cudaStream_t stream);
+void launch_generation_waits(std::span<const GenerationWait> waits, const std::uint64_t* generation,
+                             cudaStream_t stream);
 
 }  // namespace tide::exec::cuda_detail

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "counter_add.hpp"
-#include "generation_wait.hpp"
 #include "cuda_driver.hpp"
+#include "generation_wait.hpp"
 #include "op_resolution.hpp"
 #include "sequence_state.hpp"
 #include "tide/core/error.hpp"
@@ -101,9 +101,8 @@ void CudaSequenceRunner::State::wait_terms(cudaStream_t s, int rank, std::int64_
     std::vector<cuda_detail::GenerationWait> waits;
     waits.reserve(terms.size());
     for (const sequence_detail::WaitTerm& w : terms) {
-      const std::int64_t step = w.total == sequence_detail::kConstantWait
-                                    ? 0
-                                    : slot_period_additions[w.total];
+      const std::int64_t step =
+          w.total == sequence_detail::kConstantWait ? 0 : slot_period_additions[w.total];
       waits.push_back({w.word, threshold(w, base) - step * generation, step});
     }
     cuda_detail::launch_generation_waits(waits, generations + e % q, s);
@@ -125,8 +124,8 @@ void CudaSequenceRunner::State::wait_terms(cudaStream_t s, int rank, std::int64_
   }
   for (const CUstreamBatchMemOpParams& op : memops)
     fabric::detail::check_driver(
-        fabric::detail::driver().stream_wait_value64(stream, op.waitValue.address,
-                                                     op.waitValue.value64, CU_STREAM_WAIT_VALUE_GEQ),
+        fabric::detail::driver().stream_wait_value64(
+            stream, op.waitValue.address, op.waitValue.value64, CU_STREAM_WAIT_VALUE_GEQ),
         "cuStreamWaitValue64");
 }
 

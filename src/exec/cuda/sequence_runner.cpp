@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "generation_wait.hpp"
 #include "op_resolution.hpp"
 #include "program_checks.hpp"
 #include "sequence_fusion.hpp"
@@ -254,6 +255,7 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
       s.batch_waits[device] =
           can != 0 && sequence_detail::graph_driver().stream_batch_mem_op != nullptr;
     }
+    cuda_detail::prepare_generation_waits();
     TIDE_CUDA_CHECK(cudaMemset(fabric.signals(r) + place.first_signal_word, 0,
                                static_cast<std::size_t>(sequence.counters) * 8));
   }
@@ -301,7 +303,8 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
     for (std::size_t i = 0; i < t.additions.size(); ++i)
       s.slot_period_additions[i] += (s.q / p) * t.additions[i];
   s.use_device_of(s.local_ranks.empty() ? 0 : s.local_ranks[0]);
-  TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.generations), static_cast<std::size_t>(s.q) * 8));
+  TIDE_CUDA_CHECK(
+      cudaMalloc(reinterpret_cast<void**>(&s.generations), static_cast<std::size_t>(s.q) * 8));
   TIDE_CUDA_CHECK(cudaMemset(s.generations, 0, static_cast<std::size_t>(s.q) * 8));
   TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&s.last_done, cudaEventDisableTiming));
   s.graphs.resize(static_cast<std::size_t>(s.q));
