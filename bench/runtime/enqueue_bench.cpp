@@ -16,7 +16,7 @@
 // Each repeat times enqueue() alone (host clock); the GPU then finishes the call before the
 // next repeat (not timed), so the host never blocks on full queues. Medians, p10 and p90 of
 // ms per rank, and what a call enqueues (ops after fusion, waits and counter additions, nodes
-// re-pointed and wait nodes patched per graph launch).
+// re-pointed per graph launch).
 // Gradients and masters are read-only inputs: all ranks bind one shared allocation, offset
 // per call so the pointers still change. Parameter rows can be divided (--rows-div) where
 // the full model does not fit one GPU's memory as N virtual ranks; the JSON says which.
