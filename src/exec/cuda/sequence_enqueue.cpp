@@ -389,7 +389,7 @@ void CudaSequenceRunner::enqueue_checked(std::span<const CudaCallBindings> bindi
   if (s.options.replay_graphs) {
     // NOTE [CUDA call sequences] 3: the slot's graph, captured on its second visit (or its
     // second with the same bindings, where fresh bindings cannot be patched in), replayed
-    // with the waits re-targeted and, where the bindings changed, their nodes re-pointed.
+    // where the bindings changed, with their nodes re-pointed; its waits follow on the device.
     sequence_detail::SlotGraph& g = s.graphs[static_cast<std::size_t>(s.call % s.q)];
     const bool same = s.same_as_last(g, bindings, alpha, accumulate);
     const bool may_repoint = s.options.repoint_graphs && !g.repoint_failed;

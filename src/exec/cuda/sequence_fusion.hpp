@@ -13,8 +13,8 @@
 
 namespace tide::exec::sequence_detail {
 
-// cuStreamBatchMemOp and batch-mem-op nodes take fewer than 256 operations (cuda.h; the
-// driver reports no attribute for it).
+// cuStreamBatchMemOp takes fewer than 256 operations (cuda.h; the driver reports no attribute
+// for it). Graph wait kernels split a longer wait into launches of 32 (generation_wait.hpp).
 inline constexpr std::size_t kMaxBatchWaits = 255;
 
 struct FusionLimits {

@@ -3,7 +3,7 @@
 //   sequence_runner.cpp  construction: templates resolved to pointer slots, streams, events
 //   sequence_enqueue.cpp one call onto the streams (stream path and under capture)
 //   sequence_fusion.cpp  the fusion pass over a mapped template (waits, counter additions)
-//   sequence_graphs.cpp  the replay graphs (re-targeted, re-pointed) and the caller's captures
+//   sequence_graphs.cpp  the replay graphs (re-pointed) and the caller's captures
 #pragma once
 
 #include <cuda.h>
