@@ -130,8 +130,10 @@ def enable(
 
 def report(module: nn.Module) -> list[dict]:
     """One dict per FSDP parameter group: group, backend ("tide" or "stock"), reason,
-    all_gathers, reduce_scatters, copy_bytes_avoided (TIDE calls so far), and
-    stock_calls, params, arena_bytes."""
+    all_gathers, reduce_scatters, copy_bytes_avoided (TIDE calls so far),
+    all_gather_replays and reduce_scatter_replays (GPU calls that launched their slot's CUDA
+    graph: tens of microseconds of host time; docs/runtime.md), and stock_calls, params,
+    arena_bytes."""
     state = getattr(module, _ATTRIBUTE, None)
     if state is None:
         return [
@@ -142,6 +144,8 @@ def report(module: nn.Module) -> list[dict]:
                 "all_gathers": 0,
                 "reduce_scatters": 0,
                 "copy_bytes_avoided": 0,
+                "all_gather_replays": 0,
+                "reduce_scatter_replays": 0,
                 "stock_calls": 0,
                 "params": len(g.fsdp_params),
                 "arena_bytes": 0,
@@ -160,6 +164,8 @@ def report(module: nn.Module) -> list[dict]:
                 "all_gathers": int(stats["all_gathers"]),
                 "reduce_scatters": int(stats["reduce_scatters"]),
                 "copy_bytes_avoided": int(stats["copy_bytes_avoided"]),
+                "all_gather_replays": int(stats.get("all_gather_replays", 0)),
+                "reduce_scatter_replays": int(stats.get("reduce_scatter_replays", 0)),
                 "stock_calls": group.stock_calls,
                 "params": len(group.fsdp_group.fsdp_params),
                 "arena_bytes": int(group.info.get("region_bytes", 0)) if group.on_tide else 0,

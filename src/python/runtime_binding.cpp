@@ -154,6 +154,8 @@ class PyCommunicator {
     d["all_gathers"] = s.all_gathers;
     d["reduce_scatters"] = s.reduce_scatters;
     d["copy_bytes_avoided"] = s.copy_bytes_avoided;
+    d["all_gather_replays"] = s.all_gather_replays;
+    d["reduce_scatter_replays"] = s.reduce_scatter_replays;
     return d;
   }
 

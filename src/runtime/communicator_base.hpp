@@ -19,7 +19,11 @@ class CommunicatorBase : public Communicator {
 
   Registration register_group(const GroupSpec& spec) final;
   const GroupInfo& info(int group) const final;
-  GroupStats stats(int group) const final { return group_at(group).stats; }
+  GroupStats stats(int group) const final {
+    GroupStats s = group_at(group).stats;
+    add_path_stats(group, s);
+    return s;
+  }
   int rank() const final { return options_.rank; }
   int world() const final { return options_.world; }
 
@@ -30,6 +34,8 @@ class CommunicatorBase : public Communicator {
   // NOTE [runtime] 3: creates the arena at the first use (collective); sets every group's
   // info().landing and info().resident.
   virtual void commit() const = 0;
+  // How the group's calls ran, where the backend knows (GroupStats::*_replays).
+  virtual void add_path_stats(int /*group*/, GroupStats& /*stats*/) const {}
   bool committed() const { return committed_; }
   void mark_committed() const { committed_ = true; }
 

@@ -152,6 +152,12 @@ class NcclCommunicator final : public CommunicatorBase {
 
  protected:
   RankCapabilities capabilities() const override { return caps_; }
+  void add_path_stats(int group, GroupStats& stats) const override {
+    if (!committed()) return;
+    const auto at = static_cast<std::size_t>(2 * group);
+    stats.all_gather_replays = runners_[at]->graph_launches();
+    stats.reduce_scatter_replays = runners_[at + 1]->graph_launches();
+  }
   bool host_transport() const override { return false; }
 
   void commit() const override {

@@ -146,6 +146,12 @@ struct GroupStats {
   // Bytes FSDP2's layout copies would have moved on this rank for these calls: copy-in and
   // copy-out per all-gather, the bf16 -> fp32 pack per reduce-scatter (Sec. 1, Eq. 3).
   std::int64_t copy_bytes_avoided = 0;
+  // nccl backend: calls that ran as a launch of their slot's CUDA graph (pointers unchanged,
+  // or re-pointed: all-gathers; tens of microseconds of host time), the others on the stream
+  // path. A reduce-scatter launches its graph when its gradients are where the slot's
+  // previous call found them.
+  std::int64_t all_gather_replays = 0;
+  std::int64_t reduce_scatter_replays = 0;
 };
 
 class Communicator {
