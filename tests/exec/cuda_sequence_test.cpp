@@ -407,6 +407,14 @@ class Gate {
   Dev word_;
 };
 
+// Options whose rank `rank` waits for `gate` at the start of every call.
+CudaSequenceOptions gated(const Gate& gate, int rank) {
+  CudaSequenceOptions o;
+  o.gate_rank = rank;
+  o.gate_word = gate.word();
+  return o;
+}
+
 // While the gated rank has not started its call, every other rank's output must still hold
 // the caller's poison: each of its elements needs the gated rank's contribution, so a
 // consumer (Level 1 sum, landing) that ran anyway would have written stale bytes.
@@ -427,9 +435,7 @@ TEST(CudaSequence, ReplayGraphsMatchAndStillWaitForPeers) {
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
   Gate gate;
-  CudaSequenceOptions options;
-  options.gate_rank = 1;
-  options.gate_word = gate.word();
+  CudaSequenceOptions options = gated(gate, 1);
   RsHarness h(Topo{1, 4}, seed, options, false, /*mapped=*/true);
   const int q = h.runner().event_slots();
   const int calls = 3 * q + 1;
@@ -489,9 +495,7 @@ TEST(CudaSequence, CallsCapturedInTheCallersGraphReplayAndWait) {
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
   Gate gate;
-  CudaSequenceOptions options;
-  options.gate_rank = 2;
-  options.gate_word = gate.word();
+  CudaSequenceOptions options = gated(gate, 2);
   options.replay_graphs = false;
   RsHarness h(Topo{1, 4}, seed, options, true, /*mapped=*/true);
   const int q = h.runner().event_slots();
@@ -758,9 +762,7 @@ TEST(CudaSequence, CallsOnTwoCallerStreamsTakeTurns) {
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
   Gate gate;
-  CudaSequenceOptions options;
-  options.gate_rank = 1;
-  options.gate_word = gate.word();
+  CudaSequenceOptions options = gated(gate, 1);
   const int q_guess = 8;  // enough calls for any Q seen (checked below)
   AgHarness h(Topo{1, 4}, /*cast=*/true, 3 * q_guess + 1, seed, options);
   const int q = h.runner().event_slots();
@@ -810,9 +812,7 @@ TEST(CudaSequence, WatchFindsAStalledCallAndReleasesIt) {
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
   Gate gate;
-  CudaSequenceOptions options;
-  options.gate_rank = 1;
-  options.gate_word = gate.word();
+  CudaSequenceOptions options = gated(gate, 1);
   RsHarness h(Topo{1, 4}, seed, options, false, /*mapped=*/true);
   Stream caller;
   const auto buffers = h.buffers();

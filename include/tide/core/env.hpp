@@ -35,6 +35,7 @@ inline constexpr EnvKnob kEnvKnobs[] = {
   {"TIDE_NO_GRAPH_REPLAY", "0", "1 runs every runtime call on GPUs through the stream path, never as a replayed CUDA graph (NOTE [CUDA call sequences] 3)"},
   {"TIDE_ENABLE_MULTIMEM", "0", "1 allows the multimem (NVSwitch reduction) landing where the caller also opts in; never on machines where NVLink multicast is off limits"},
   {"TIDE_KERNEL_TEST_QUICK", "0", "1 keeps the GPU kernel tests to their small cases (compute-sanitizer runs)"},
+  {"TIDE_BENCH_TRACE", "unset", "set: tide_runtime_enqueue_bench prints each call's enqueue and completion time to stderr"},
   {"TIDE_TEST_SEED", "a fresh random seed, printed", "the seed of the randomised tests that print theirs (call sequences, the host runtime, the FSDP2 parity run)"},
   {"TIDE_FUZZ_RUNS", "200", "random argument sets tests/cli/test_cli_fuzz.py runs"},
   {"TIDE_PARITY_CASES", "abcdef", "the FSDP2 parity cases fsdp_parity_worker.py runs, one letter each"},
