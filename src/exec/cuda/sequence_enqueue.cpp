@@ -97,13 +97,12 @@ void CudaSequenceRunner::State::wait_terms(cudaStream_t s, int rank, std::int64_
                                            const std::vector<std::int64_t>& base,
                                            Capture* capture) {
   if (capture != nullptr) {
-    const std::int64_t generation = e / q + 1;  // G_j while call e runs
     std::vector<cuda_detail::GenerationWait> waits;
     waits.reserve(terms.size());
     for (const sequence_detail::WaitTerm& w : terms) {
       const std::int64_t step =
           w.total == sequence_detail::kConstantWait ? 0 : slot_period_additions[w.total];
-      waits.push_back({w.word, threshold(w, base) - step * generation, step});
+      waits.push_back(cuda_detail::generation_wait(w.word, threshold(w, base), step, e, q));
     }
     cuda_detail::launch_generation_waits(waits, generations + e % q, s);
     return;

@@ -298,10 +298,10 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
     }
   }
   // Graph waits (NOTE [CUDA call sequences] 3): what Q calls add, the slots' generations.
-  s.slot_period_additions.assign(s.totals.size(), 0);
+  std::vector<std::vector<std::int64_t>> additions;
   for (const sequence_detail::Template& t : s.templates)
-    for (std::size_t i = 0; i < t.additions.size(); ++i)
-      s.slot_period_additions[i] += (s.q / p) * t.additions[i];
+    additions.push_back(t.additions);
+  s.slot_period_additions = cuda_detail::slot_period_additions(additions, s.q);
   s.use_device_of(s.local_ranks.empty() ? 0 : s.local_ranks[0]);
   TIDE_CUDA_CHECK(
       cudaMalloc(reinterpret_cast<void**>(&s.generations), static_cast<std::size_t>(s.q) * 8));
