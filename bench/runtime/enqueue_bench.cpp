@@ -274,9 +274,14 @@ int main(int argc, char** argv) {
       synthetic = std::stoi(next());
     else if (a == "--elems")
       elems = std::stoll(next());
-    else if (a == "--ranks")
-      one_rank = next() == "one";
-    else {
+    else if (a == "--ranks") {
+      const std::string v = next();
+      if (v != "one" && v != "all") {
+        std::fprintf(stderr, "--ranks takes one or all (got %s)\n", v.c_str());
+        return 2;
+      }
+      one_rank = v == "one";
+    } else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
     }

@@ -77,6 +77,8 @@ class NcclCommunicator final : public CommunicatorBase {
     if (g.spec.cast) {
       mine.tensors.assign(shards.begin(), shards.end());
     } else {
+      // The previous all-gather (maybe on another stream) may still read the resident shard.
+      runner(group, 0).order_after_previous(caller);
       for (std::size_t p = 0; p < shards.size(); ++p) {  // copy-in: a local copy of S bytes
         const ParamLayout& pl = g.layout.param(static_cast<int>(p));
         TIDE_CUDA_CHECK(cudaMemcpyAsync(g.info.resident + pl.offset, shards[p],
@@ -117,13 +119,19 @@ class NcclCommunicator final : public CommunicatorBase {
     return out;
   }
 
+  // Every sequence is checked before any advances, so a refused launch leaves the host's
+  // call indices as they were.
   void prepare_graph_launch(const GraphCalls& calls) override {
     check_alive();
+    if (!committed() && !calls.sequences.empty()) {
+      throw InvalidArgument("prepare_graph_launch: no call was captured yet");
+    }
     for (const GraphCalls::Sequence& q : calls.sequences) {
       (void)group_at(q.group);
-      if (!committed()) throw InvalidArgument("prepare_graph_launch: no call was captured yet");
-      runner(q.group, q.reduce_scatter ? 1 : 0).prepare_replay({q.first_call, q.calls});
+      runner(q.group, q.reduce_scatter ? 1 : 0).check_replay({q.first_call, q.calls});
     }
+    for (const GraphCalls::Sequence& q : calls.sequences)
+      runner(q.group, q.reduce_scatter ? 1 : 0).prepare_replay({q.first_call, q.calls});
   }
 
   std::int64_t arena_bytes() const override { return nccl_ ? nccl_->arena_bytes() : 0; }

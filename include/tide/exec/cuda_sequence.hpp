@@ -21,8 +21,9 @@
 //    kRailPut split into its copies and its addition, and per stream
 //    - a run of consecutive waits (no op of that stream between) one wait op, at the place
 //      of the last (a wait moved later still follows every signal it needs), one term per
-//      counter (the highest threshold), at most 255 terms (cuStreamBatchMemOp and batch-mem-
-//      op nodes take fewer than 256 operations; the driver reports no attribute for it);
+//      counter (the highest threshold), at most 255 terms (cuStreamBatchMemOp takes fewer
+//      than 256 operations; the driver reports no attribute for it; in a graph one wait op
+//      is one wait kernel per 32 terms);
 //    - a run of consecutive counter additions one op, at the place of the first (an addition
 //      moved earlier still follows every op of its stream it guards), additions to one word
 //      summed, at most 32 per op (kernel parameters).
@@ -103,8 +104,13 @@
 //    before every launch of the instantiated graph the caller passes it to prepare_replay(),
 //    which gives the graph's calls the next call indices (they must be congruent mod Q to the
 //    captured ones, so templates, banks and event slots match) and advances the host totals
-//    that later calls outside the graph wait with. The graph must be launched on a stream
-//    ordered after the group's earlier calls (e.g. the stream that captured it).
+//    that later calls outside the graph wait with. The runner cannot order a launch it does
+//    not make: the caller launches the graph on a stream ordered after the sequence's earlier
+//    calls, and makes the sequence's later calls on a stream ordered after the launch (one
+//    stream for both does it). A capture abandoned before take_captured() is forgotten when
+//    the next one begins; a call that fails under capture leaves the runner usable (nothing
+//    reached the device). The graph holds the runner's generation words and events: it
+//    must not be launched after the runner is destroyed.
 // 5. Watch (fail-stop, Sec. 7.5): every call run on the stream path or as a replay graph
 //    records a completion event on the caller stream after its joins, in a ring of
 //    kWatchedCalls. stalled() (any thread, e.g. the runtime's watchdog) finds the oldest
@@ -184,7 +190,7 @@ struct CudaStalledCall {
 struct CudaSequenceCounts {
   double ops = 0;           // enqueued ops after fusion (NOTE [CUDA call sequences] 1)
   double copies = 0;        // copy descriptors
-  double wait_ops = 0;      // fused kWait: one batch of stream memory operations / one node
+  double wait_ops = 0;      // fused kWait: one batch of stream memory operations (stream path)
   double wait_terms = 0;    // the single waits they hold
   double signal_ops = 0;    // fused kSignal: counter-addition kernel launches
   double signal_terms = 0;  // the additions they hold
@@ -223,6 +229,13 @@ class CudaSequenceRunner {
   // device). Throws InvalidArgument when the next index is not congruent to
   // calls.first_call mod event_slots().
   void prepare_replay(const CudaCapturedCalls& calls);
+  // What prepare_replay checks, without advancing anything.
+  void check_replay(const CudaCapturedCalls& calls) const;
+  // Orders `caller` after the sequence's previous call where that ran on another stream (what
+  // enqueue() does first), for work the caller enqueues before its call that the previous
+  // call must not overlap (e.g. refilling an input the previous call still reads). Nothing
+  // under a capture.
+  void order_after_previous(cudaStream_t caller);
 
   // Thread-safe (NOTE [CUDA call sequences] 5): the oldest watched call still running
   // `timeout` after its enqueue, with its unsatisfied waits; nullopt when there is none.

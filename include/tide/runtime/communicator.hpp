@@ -43,10 +43,13 @@
 //    take_graph_calls() returns what it captured; before every launch of the instantiated
 //    graph the caller passes that to prepare_graph_launch(), which gives the launch the next
 //    call indices of each group (they must fall on the captured ones modulo the group's event
-//    slots: capture whole steps, as FSDP2 issues them). Every group must have made one call
-//    before any capture (the first call creates the arena and synchronises). Launch the graph
-//    on a stream ordered after the groups' earlier calls and before their later ones (the
-//    capturing stream does). Calls inside a graph are not watched (no timeout).
+//    slots: GroupInfo::graph_period). The communicator's first call, or info(), creates the
+//    arena and synchronises, so one of them must come before any capture. Launch the graph
+//    on a stream ordered after the groups' earlier calls and make their later calls on a
+//    stream ordered after the launch (torch: replay on the stream the calls are made on).
+//    Calls inside a graph are not watched (no timeout) and are counted in stats() when
+//    captured, not per launch. A graph must not be launched after the communicator is
+//    closed (it holds the communicator's device words and events).
 // Backends: kHost runs calls on the calling thread over shared memory (exec/host), so a call
 // has completed when it returns; CPU tensors have no streams, and `stream` is ignored.
 // kNccl (one process per GPU, the ranks of one host) enqueues each call on the caller's

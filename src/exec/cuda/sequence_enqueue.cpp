@@ -102,7 +102,9 @@ void CudaSequenceRunner::State::wait_terms(cudaStream_t s, int rank, std::int64_
     for (const sequence_detail::WaitTerm& w : terms) {
       const std::int64_t step =
           w.total == sequence_detail::kConstantWait ? 0 : slot_period_additions[w.total];
-      waits.push_back(cuda_detail::generation_wait(w.word, threshold(w, base), step, e, q));
+      const std::int64_t t = threshold(w, base);
+      if (step == 0 && t <= 0) continue;  // met by every call of the slot
+      waits.push_back(cuda_detail::generation_wait(w.word, t, step, e, q));
     }
     cuda_detail::launch_generation_waits(waits, generations + e % q, s);
     return;
@@ -347,18 +349,26 @@ void CudaSequenceRunner::enqueue(std::span<const CudaCallBindings> bindings, flo
         "the sequence cannot continue");
   }
   s.check_bindings(bindings);
-  if (!s.no_graph_waits.empty()) {
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    TIDE_CUDA_CHECK(cudaStreamIsCapturing(caller, &status));
-    if (status != cudaStreamCaptureStatusNone) {
-      throw Unsupported("CudaSequenceRunner: calls of this sequence cannot be captured: " +
-                        s.no_graph_waits);
-    }
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  TIDE_CUDA_CHECK(cudaStreamIsCapturing(caller, &status));
+  if (status == cudaStreamCaptureStatusInvalidated) {
+    throw InvalidArgument("CudaSequenceRunner: the caller stream's capture was invalidated");
+  }
+  const bool capturing = status == cudaStreamCaptureStatusActive;
+  if (capturing && !s.no_graph_waits.empty()) {
+    throw Unsupported("CudaSequenceRunner: calls of this sequence cannot be captured: " +
+                      s.no_graph_waits);
   }
   try {
     enqueue_checked(bindings, alpha, accumulate, caller);
   } catch (...) {
-    s.broken = true;
+    // Under a caller's capture nothing reached the device and the runner did not advance:
+    // the capture's record goes (that graph cannot be launched), the runner stays usable.
+    if (capturing) {
+      s.captured = {};
+    } else {
+      s.broken = true;
+    }
     throw;
   }
 }
@@ -371,6 +381,10 @@ void CudaSequenceRunner::enqueue_checked(std::span<const CudaCallBindings> bindi
   if (status == cudaStreamCaptureStatusActive) {
     // NOTE [CUDA call sequences] 4: into the caller's graph, the runner not advanced.
 
+    unsigned long long id = 0;
+    TIDE_CUDA_CHECK(cudaStreamGetCaptureInfo(caller, &status, &id));
+    if (s.captured.calls > 0 && id != s.capture_id) s.captured = {};  // an abandoned capture's
+    s.capture_id = id;
     if (s.captured.calls == 0) {
       s.captured.first_call = s.call;
       s.capture_totals = s.totals;

@@ -205,13 +205,12 @@ CudaCapturedCalls CudaSequenceRunner::take_captured() {
   return out;
 }
 
-void CudaSequenceRunner::prepare_replay(const CudaCapturedCalls& calls) {
-  State& s = *state_;
+void CudaSequenceRunner::check_replay(const CudaCapturedCalls& calls) const {
+  const State& s = *state_;
   if (s.broken) {
     throw CudaError("CudaSequenceRunner: an earlier call failed part-way through its enqueue");
   }
-  if (calls.calls == 0) return;
-  if ((s.call - calls.first_call) % s.q != 0) {
+  if (calls.calls > 0 && (s.call - calls.first_call) % s.q != 0) {
     throw InvalidArgument("CudaSequenceRunner: a captured graph of calls from index " +
                           std::to_string(calls.first_call) + " cannot run as call " +
                           std::to_string(s.call) + ": the call index must be congruent mod " +
@@ -219,10 +218,23 @@ void CudaSequenceRunner::prepare_replay(const CudaCapturedCalls& calls) {
                           " (templates, banks and event slots repeat with that period); "
                           "capture a multiple of that many calls or issue calls to align");
   }
+}
+
+void CudaSequenceRunner::prepare_replay(const CudaCapturedCalls& calls) {
+  check_replay(calls);
+  State& s = *state_;
   for (int k = 0; k < calls.calls; ++k) {
     s.advance(s.totals, s.call);
     ++s.call;
   }
+}
+
+void CudaSequenceRunner::order_after_previous(cudaStream_t caller) {
+  // Under a capture an event recorded outside it cannot be waited for: a caller's graph is
+  // ordered by the stream it is launched on (NOTE [CUDA call sequences] 4).
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  TIDE_CUDA_CHECK(cudaStreamIsCapturing(caller, &status));
+  if (status == cudaStreamCaptureStatusNone) state_->order_after_previous(caller);
 }
 
 }  // namespace tide::exec

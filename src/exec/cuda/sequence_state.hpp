@@ -170,6 +170,7 @@ struct CudaSequenceRunner::State {
   // cursor and totals they were built with.
   CudaCapturedCalls captured;
   std::vector<std::int64_t> capture_totals;
+  unsigned long long capture_id = 0;  // the capture `captured` belongs to
   // Replay graphs, per event slot, and the stream they are captured from.
   std::vector<sequence_detail::SlotGraph> graphs;
   cudaStream_t origin = nullptr;
