@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import tide
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,3 +48,17 @@ def test_cli_rejects_bad_input():
     result = subprocess.run([cli, "plan", "--nodes", "zero"], capture_output=True, text=True,
                             timeout=60)
     assert result.returncode != 0
+
+
+def test_host_backend_has_no_cuda_graphs():
+    """NOTE [runtime] 6: CUDA graphs are the nccl backend's; the host backend says so."""
+    import torch.distributed as dist
+
+    from tide import _C
+
+    comm = _C.Communicator(0, 1, 1, "host", dist.HashStore(), 10.0, -1)
+    gid, reason = comm.register_group("g", [(7, 3)])
+    assert gid >= 0, reason
+    with pytest.raises(Exception, match="host backend"):
+        comm.take_graph_calls()
+    comm.close()
