@@ -76,10 +76,12 @@
 //      a device runs at most 128 grids at once (sm_90), so a sequence with more than
 //      kMaxGraphWaitStreams streams on one device (many virtual ranks on one GPU: 8 x 8 is
 //      ~640) runs on the stream path and refuses capture (graphs_unavailable() says why);
-//    - wait kernels prefer the largest shared-memory carveout: a resident spinner then never
-//      keeps an SM in a configuration that a Level 1 sum's CTA (~207 KB) cannot share.
-//    A replay therefore patches nothing: launch cost is that of the graph (at 8 x 8, all 64
-//    ranks' waits as kernels: bench/results/runtime/README.md). Records become external
+//    - wait kernels prefer the largest shared-memory carveout, so that a resident spinner is
+//      less likely to keep an SM in a configuration that a Level 1 sum's CTA (~207 KB) cannot
+//      share (a preference: the driver decides);
+//    - a term met by every call of the slot (step 0, threshold <= 0) is dropped.
+//    A replay therefore patches nothing: its host cost is the graph launch (one rank at
+//    8 x 8: 0.024-0.040 ms, bench/results/runtime/README.md). Records become external
 //    event-record nodes (so later calls outside the graph can wait for them) and waits on
 //    calls outside the graph external event-wait nodes. Fresh bindings
 //    (CudaSequenceOptions::repoint_graphs, on by default): the capture records which nodes
