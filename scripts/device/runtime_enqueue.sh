@@ -48,7 +48,7 @@ if has tests; then
   : > "$LOG/tests.log"
   for filter in 'CudaSequence.Templates*:SequenceFusion.*:GenerationWaits.*:Topologies/RsStream.*:Topologies/AgStream.*' \
                 'Topologies/RsGraphs.*' 'CudaSequence.ReplayGraphs*' 'CudaSequence.CallsCaptured*' \
-                'CudaSequence.CallsOnTwo*' 'CudaSequence.TooMany*' 'CudaSequence.Watch*'; do
+                'CudaSequence.CallsOnTwo*' 'CudaSequence.SlotGraphsAndA*' 'CudaSequence.TooMany*' 'CudaSequence.Watch*'; do
     timeout 120 "$TESTS" --gtest_filter="$filter" >> "$LOG/tests.log" 2>&1
     rc=$?
     [[ $rc -ne 0 ]] && rc_all=$rc

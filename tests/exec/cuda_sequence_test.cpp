@@ -799,6 +799,68 @@ TEST(CudaSequence, CallsOnTwoCallerStreamsTakeTurns) {
     h.expect_landed(e);
 }
 
+// NOTE [CUDA call sequences] 3-4: slot graphs, a caller's graph and eager calls after it
+// share the slots' generation words. Calls 0 .. 3Q - 1 run eagerly (from Q on as slot-graph
+// replays, re-pointed to fresh masters); the next Q are captured into the caller's graph,
+// which is launched twice; then Q + 1 more eager calls, the first held by a closed gate.
+// Were a generation off by one, those calls would wait a period too far (never finishing)
+// or a period too short (running before the gated peer): every call must land bitwise,
+// the gated one only after the gate opens.
+TEST(CudaSequence, SlotGraphsAndACallersGraphShareTheGenerations) {
+  TIDE_REQUIRE_GPU();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  Gate gate;
+  const int q_guess = 8;  // enough calls for any Q seen (checked below)
+  AgHarness h(Topo{1, 4}, /*cast=*/true, 5 * q_guess + 1, seed, gated(gate, 1));
+  const int q = h.runner().event_slots();
+  ASSERT_LE(5 * q + 1, h.calls());
+  Stream caller;
+  for (int e = 0; e < 3 * q; ++e)
+    h.step(e, caller.get());
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
+  for (int e = 0; e < 3 * q; ++e)
+    h.expect_landed(e);
+
+  TIDE_CUDA_CHECK(cudaStreamBeginCapture(caller.get(), cudaStreamCaptureModeRelaxed));
+  for (int e = 3 * q; e < 4 * q; ++e)
+    h.step(e, caller.get());
+  cudaGraph_t graph = nullptr;
+  TIDE_CUDA_CHECK(cudaStreamEndCapture(caller.get(), &graph));
+  cudaGraphExec_t exec = nullptr;
+  TIDE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const exec::CudaCapturedCalls captured = h.runner().take_captured();
+  ASSERT_EQ(captured.calls, q);
+  for (int launch = 0; launch < 2; ++launch) {
+    h.runner().prepare_replay(captured);
+    TIDE_CUDA_CHECK(cudaGraphLaunch(exec, caller.get()));
+    TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
+    for (int e = 3 * q; e < 4 * q; ++e)
+      h.expect_landed(e);
+  }
+  EXPECT_EQ(h.runner().calls(), 5 * q);
+
+  gate.set(0);
+  for (int e = 4 * q; e <= 5 * q; ++e)
+    h.step(e, caller.get());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(cudaStreamQuery(caller.get()), cudaErrorNotReady) << "ran before the gated peer";
+  gate.set(1);  // before any check can return: a closed gate would hold the streams forever
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (cudaStreamQuery(caller.get()) == cudaErrorNotReady &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (cudaStreamQuery(caller.get()) == cudaErrorNotReady) {
+    h.runner().release_waits();
+    TIDE_CUDA_CHECK(cudaDeviceSynchronize());
+    FAIL() << "the calls after the caller's graph did not finish within 20 s";
+  }
+  for (int e = 4 * q; e <= 5 * q; ++e)
+    h.expect_landed(e);
+  (void)cudaGraphExecDestroy(exec);
+  (void)cudaGraphDestroy(graph);
+}
+
 INSTANTIATE_TEST_SUITE_P(Topologies, AgStream,
                          ::testing::Combine(::testing::Values(Topo{1, 4}, Topo{2, 2}, Topo{3, 2},
                                                               Topo{2, 4}),
