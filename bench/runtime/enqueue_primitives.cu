@@ -7,7 +7,10 @@
 //      explicit batch-mem-op nodes (patched before each launch) or 1-thread wait kernels whose
 //      thresholds come from a device generation word (nothing patched): host time of the
 //      patches and of cudaGraphLaunch, GPU time of a launch;
-//   C. cudaGraphExecMemcpyNodeSetParams1D per node.
+//   C. cudaGraphExecMemcpyNodeSetParams1D per node;
+//   D. re-pointing 2-D copy nodes (8 rows) among 1-thread kernel nodes: the per-node setter
+//      (expected refused), and the whole-graph route (node parameters set in the graph, then
+//      cudaGraphExecUpdate): its result, host time, and the bytes the re-pointed copies moved.
 // Output: one JSON object on stdout. Medians (and p10/p90) over repeats.
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -322,6 +325,123 @@ int main(int argc, char** argv) {
     out.push_back(json((tag + "_gpu_us").c_str(), stats(gpu)));
     out.push_back(json((tag + "_setparams1d_per_node_us").c_str(), stats(repoint)));
     out.push_back("\"" + tag + "_chain0_signals\": " + std::to_string(final[0]));
+    check(cudaGraphExecDestroy(exec), "destroy");
+    check(cudaGraphDestroy(g), "destroy");
+  }
+  // D. 2-D copies re-pointed: 256 2-D copies of 8 rows (about a TIDE-RS call's gradient reads
+  // at 8 x 8, P = 30), each after a 1-thread kernel, in 8 chains of 32.
+  {
+    const int d_chains = 8, d_links = 32, copies = d_chains * d_links;
+    const std::size_t width = 4096, spitch = 4 * width, dpitch = 2 * width, rows = 8;
+    auto src_at = [&](int i, int flip) { return a + (static_cast<std::size_t>(i) * 2 + flip) * width; };
+    auto dst_at = [&](int i) { return b + static_cast<std::size_t>(i) * rows * dpitch; };
+    auto params = [&](int i, int flip) {
+      cudaMemcpy3DParms p{};
+      p.srcPtr = make_cudaPitchedPtr(src_at(i, flip), spitch, width, rows);
+      p.dstPtr = make_cudaPitchedPtr(dst_at(i), dpitch, width, rows);
+      p.extent = make_cudaExtent(width, rows, 1);
+      p.kind = cudaMemcpyDeviceToDevice;
+      return p;
+    };
+    if (static_cast<std::size_t>(copies) * rows * dpitch > bytes ||
+        (static_cast<std::size_t>(copies) * 2 + 1) * width + rows * spitch > bytes) {
+      std::fprintf(stderr, "D: too many copies for the buffers\n");
+      std::exit(1);
+    }
+    cudaGraph_t g = nullptr;
+    check(cudaGraphCreate(&g, 0), "graph");
+    std::vector<cudaGraphNode_t> nodes;
+    for (int c = 0; c < d_chains; ++c) {
+      cudaGraphNode_t prev = nullptr;
+      for (int k = 0; k < d_links; ++k) {
+        cudaGraphNode_t kn = nullptr, cp = nullptr;
+        cudaKernelNodeParams kp{};
+        unsigned long long* word = words + 200 + c;
+        unsigned long long one = 1;
+        void* args[] = {&word, &one};
+        kp.func = reinterpret_cast<void*>(add_kernel);
+        kp.gridDim = dim3(1);
+        kp.blockDim = dim3(1);
+        kp.kernelParams = args;
+        check(cudaGraphAddKernelNode(&kn, g, prev ? &prev : nullptr, prev ? 1 : 0, &kp), "kernel");
+        const cudaMemcpy3DParms p = params(c * d_links + k, 0);
+        check(cudaGraphAddMemcpyNode(&cp, g, &kn, 1, &p), "2-D copy node");
+        nodes.push_back(cp);
+        prev = cp;
+      }
+    }
+    cudaGraphExec_t exec = nullptr;
+    check(cudaGraphInstantiate(&exec, g, 0), "instantiate");
+    // D1. The per-node setter on a 2-D node.
+    {
+      const cudaMemcpy3DParms p = params(0, 1);
+      const cudaError_t e = cudaGraphExecMemcpyNodeSetParams(exec, nodes[0], &p);
+      out.push_back(std::string("\"setparams_2d_result\": \"") + cudaGetErrorName(e) + "\"");
+      (void)cudaGetLastError();
+    }
+    // D2. Whole-graph update, alternating the sources; checked after the last launch.
+    std::vector<double> set_us, update_us, launch_us;
+    std::string update_result = "cudaSuccess";
+    int flip = 0;
+    for (int rep = 0; rep < 30 && update_result == "cudaSuccess"; ++rep) {
+      flip = rep % 2 == 0 ? 1 : 0;
+      const auto t0 = Clock::now();
+      for (int i = 0; i < copies; ++i) {
+        const cudaMemcpy3DParms p = params(i, flip);
+        check(cudaGraphMemcpyNodeSetParams(nodes[static_cast<std::size_t>(i)], &p), "graph set");
+      }
+      const auto t1 = Clock::now();
+      cudaGraphExecUpdateResultInfo info{};
+      const cudaError_t e = cudaGraphExecUpdate(exec, g, &info);
+      const auto t2 = Clock::now();
+      if (e != cudaSuccess) {
+        update_result = std::string(cudaGetErrorName(e)) + " (result " +
+                        std::to_string(static_cast<int>(info.result)) + ")";
+        (void)cudaGetLastError();
+        break;
+      }
+      check(cudaGraphLaunch(exec, s), "launch");
+      const auto t3 = Clock::now();
+      check(cudaStreamSynchronize(s), "sync");
+      if (rep >= 3) {
+        set_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        update_us.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+        launch_us.push_back(std::chrono::duration<double, std::micro>(t3 - t2).count());
+      }
+    }
+    out.push_back("\"exec_update_2d_result\": \"" + update_result + "\"");
+    out.push_back("\"exec_update_2d_copies\": " + std::to_string(copies));
+    out.push_back("\"exec_update_graph_nodes\": " + std::to_string(2 * copies));
+    if (update_result == "cudaSuccess") {
+      out.push_back(json("graph_set_2d_total_us", stats(set_us)));
+      out.push_back(json("exec_update_total_us", stats(update_us)));
+      out.push_back(json("exec_update_launch_us", stats(launch_us)));
+      // The last launch read the sources of `flip`: every destination row must hold them.
+      std::vector<char> ha(bytes), hb(bytes);
+      for (std::size_t i = 0; i < bytes; ++i)
+        ha[i] = static_cast<char>(i * 197 + 3);
+      check(cudaMemcpy(a, ha.data(), bytes, cudaMemcpyHostToDevice), "h2d");
+      check(cudaMemset(b, 0x5a, bytes), "poison");
+      check(cudaGraphLaunch(exec, s), "launch");
+      check(cudaStreamSynchronize(s), "sync");
+      check(cudaMemcpy(hb.data(), b, bytes, cudaMemcpyDeviceToHost), "d2h");
+      long bad = 0;
+      for (int i = 0; i < copies; ++i)
+        for (std::size_t r = 0; r < rows; ++r)
+          for (std::size_t col = 0; col < width; ++col)
+            bad += hb[static_cast<std::size_t>(dst_at(i) - b) + r * dpitch + col] !=
+                   ha[static_cast<std::size_t>(src_at(i, flip) - a) + r * spitch + col];
+      out.push_back("\"exec_update_mismatched_bytes\": " + std::to_string(bad));
+    }
+    // D3. For comparison: the same copies enqueued on a stream (the stream path's cost).
+    out.push_back(json("stream_2d_copies_total_us", host_cost(s, 10, 1, [&] {
+                         for (int i = 0; i < copies; ++i) {
+                           const cudaMemcpy3DParms p = params(i, 0);
+                           check(cudaMemcpy2DAsync(p.dstPtr.ptr, dpitch, p.srcPtr.ptr, spitch,
+                                                   width, rows, cudaMemcpyDeviceToDevice, s),
+                                 "2d");
+                         }
+                       })));
     check(cudaGraphExecDestroy(exec), "destroy");
     check(cudaGraphDestroy(g), "destroy");
   }

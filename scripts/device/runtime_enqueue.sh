@@ -8,7 +8,8 @@
 # command starts with cd into it.
 #   here:   scripts/stage-deps.sh            (once: GoogleTest and headers into .deps/)
 #   device: run(command="bash scripts/device/runtime_enqueue.sh", carry=[".deps"])
-# STEPS (default "build tests sanitize bench"). Prebuilt binaries under $PREBUILT (a build
+# STEPS (default "build tests sanitize bench"; "probe" adds tide_enqueue_primitives_probe,
+# whose JSON lands in $OUT/primitives_*.json). Prebuilt binaries under $PREBUILT (a build
 # directory carried along) are used when they start there; otherwise the targets are built.
 set -uo pipefail
 NAME=runtime_enqueue DEFAULT_STEPS="build tests sanitize bench" source "$(dirname "$0")/common.sh"
@@ -32,7 +33,9 @@ elif has build; then
        > "$LOG/build.log" 2>&1; then
     note "CONFIGURE FAILED $(stamp)"; tail -40 "$LOG/build.log" | tee -a "$summary"; finish 1
   fi
-  if ! cmake --build "$BUILD" --target tide_cuda_sequence_tests tide_runtime_enqueue_bench -j 16 \
+  targets="tide_cuda_sequence_tests tide_runtime_enqueue_bench"
+  has probe && targets+=" tide_enqueue_primitives_probe"
+  if ! cmake --build "$BUILD" --target $targets -j 16 \
        >> "$LOG/build.log" 2>&1; then
     note "BUILD FAILED $(stamp)"; grep -E "error|FAILED" "$LOG/build.log" | head -40 | tee -a "$summary"
     finish 1
@@ -88,6 +91,16 @@ if has sanitize; then
   else
     note "memcheck skipped: compute-sanitizer not found"
   fi
+fi
+
+if has probe; then
+  PROBE="$BUILD/bench/runtime/tide_enqueue_primitives_probe"
+  for shape in "8 10" "64 75"; do
+    tag=${shape/ /x}
+    timeout 120 "$PROBE" $shape > "$OUT/primitives_$tag.json" 2> "$LOG/probe_$tag.txt"
+    rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
+    note "probe $tag rc=$rc $(stamp)"; grep -E 'exec_update|setparams_2d|stream_2d' "$OUT/primitives_$tag.json" | tee -a "$summary"
+  done
 fi
 
 if has bench && [[ -f "$OUT/enqueue_raw_llama70b.json" ]]; then
