@@ -16,7 +16,12 @@
 // Each repeat times enqueue() alone (host clock); the GPU then finishes the call before the
 // next repeat (not timed), so the host never blocks on full queues. Medians, p10 and p90 of
 // ms per rank, and what a call enqueues (ops after fusion, waits and counter additions, nodes
-// re-pointed per graph launch).
+// re-pointed per graph launch). `gpu_ms`: the caller stream's time from just before the
+// call to its end (CUDA events); with --ranks all in replay mode that is the call's GPU
+// time on the virtual fabric (every rank on one GPU, so not an NVLink time); elsewhere the
+// host's enqueue can bound it.
+// TIDE-RS uses the library's sub-slice geometry unless --sub-slices names one (NOTE
+// [sub-slice geometry]).
 // Gradients and masters are read-only inputs: all ranks bind one shared allocation, offset
 // per call so the pointers still change. Parameter rows can be divided (--rows-div) where
 // the full model does not fit one GPU's memory as N virtual ranks; the JSON says which.
@@ -27,7 +32,7 @@
 //
 // Usage: tide_runtime_enqueue_bench --out FILE.json [--model NAME | --synthetic P [--elems E]]
 //                                   [--nodes M] [--gpus L] [--repeats N] [--rows-div D]
-//                                   [--ranks one|all]
+//                                   [--ranks one|all] [--sub-slices across-ranks|per-rank]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -199,7 +204,10 @@ json time_calls(const tide::program::CallSequence& seq, std::int64_t input_bytes
   };
   cudaStream_t caller = nullptr;
   TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&caller, cudaStreamNonBlocking));
-  std::vector<double> ms;
+  cudaEvent_t before = nullptr, after = nullptr;
+  TIDE_CUDA_CHECK(cudaEventCreate(&before));
+  TIDE_CUDA_CHECK(cudaEventCreate(&after));
+  std::vector<double> ms, gpu_ms;
   std::int64_t launches0 = 0, repointed0 = 0, nodes0 = 0;
   for (int call = 0; call < warmup + repeats; ++call) {
     if (call == warmup) {
@@ -208,19 +216,28 @@ json time_calls(const tide::program::CallSequence& seq, std::int64_t input_bytes
       nodes0 = runner.nodes_repointed();
     }
     const auto b = bindings_for(call);
+    TIDE_CUDA_CHECK(cudaEventRecord(before, caller));
     const auto t0 = Clock::now();
     runner.enqueue(b, 1.0f, false, caller);
     const auto t1 = Clock::now();
+    TIDE_CUDA_CHECK(cudaEventRecord(after, caller));
     finish_or_report(runner, caller, call);
+    float elapsed = 0;
+    TIDE_CUDA_CHECK(cudaEventElapsedTime(&elapsed, before, after));
     if (std::getenv("TIDE_BENCH_TRACE") != nullptr)
       std::fprintf(stderr, "call %d: enqueue %.3f ms, done after %.3f ms\n", call,
                    std::chrono::duration<double, std::milli>(t1 - t0).count(),
                    std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-    if (call >= warmup)
+    if (call >= warmup) {
       ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count() / per);
+      gpu_ms.push_back(static_cast<double>(elapsed));
+    }
   }
+  TIDE_CUDA_CHECK(cudaEventDestroy(before));
+  TIDE_CUDA_CHECK(cudaEventDestroy(after));
   TIDE_CUDA_CHECK(cudaStreamDestroy(caller));
   json j = stats(ms);
+  j["gpu_ms"] = stats(gpu_ms);
   const auto timed = static_cast<double>(repeats);
   const std::int64_t launches = runner.graph_launches() - launches0;
   j["graph_launches"] = launches;
@@ -255,6 +272,7 @@ int main(int argc, char** argv) {
   std::int64_t rows_div = 1, elems = 65536;
   bool one_rank = true;
   int synthetic = 0;
+  tide::RsOptions rs_options;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -281,6 +299,13 @@ int main(int argc, char** argv) {
         return 2;
       }
       one_rank = v == "one";
+    } else if (a == "--sub-slices") {
+      try {
+        rs_options.sub_slices = tide::parse_sub_slices(next());
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s\n", e.what());
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -315,7 +340,8 @@ int main(int argc, char** argv) {
       masters.push_back(p.shard_elems() * 4);
       master_bytes += p.shard_elems() * 4;
     }
-    const tide::RsPlan rs(layout, tide::RsOptions{});
+    const tide::RsPlan rs(layout, rs_options);
+    j["rs_sub_slices"] = std::string(tide::sub_slices_name(rs_options.sub_slices));
     const tide::program::CallSequence rs_seq =
         tide::program::rs_call_sequence(rs, {}, tide::program::rs_arena_layout(rs));
     std::vector<std::int64_t> grads;

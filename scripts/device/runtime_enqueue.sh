@@ -9,7 +9,9 @@
 #   here:   scripts/stage-deps.sh            (once: GoogleTest and headers into .deps/)
 #   device: run(command="bash scripts/device/runtime_enqueue.sh", carry=[".deps"])
 # STEPS (default "build tests sanitize bench"; "probe" adds tide_enqueue_primitives_probe,
-# whose JSON lands in $OUT/primitives_*.json). Prebuilt binaries under $PREBUILT (a build
+# whose JSON lands in $OUT/primitives_*.json; "geometry" runs the enqueue benchmark for both
+# TIDE-RS sub-slice geometries into $OUT/geometry_*.json: one rank at 8 x 8 for the host
+# cost, all ranks at 1 x 8 and 2 x 4 for the GPU time of replays). Prebuilt binaries under $PREBUILT (a build
 # directory carried along) are used when they start there; otherwise the targets are built.
 set -uo pipefail
 NAME=runtime_enqueue DEFAULT_STEPS="build tests sanitize bench" source "$(dirname "$0")/common.sh"
@@ -101,6 +103,40 @@ if has probe; then
     rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
     note "probe $tag rc=$rc $(stamp)"; grep -E 'exec_update|setparams_2d|stream_2d' "$OUT/primitives_$tag.json" | tee -a "$summary"
   done
+fi
+
+if has geometry; then
+  for g in across-ranks per-rank; do
+    for topo in "1 8" "2 4"; do
+      set -- $topo
+      timeout 150 "$BENCH" --out "$OUT/geometry_${g}_all_${1}x${2}_llama.json" --model llama3.1-70b \
+        --nodes "$1" --gpus "$2" --repeats 20 --ranks all --sub-slices "$g" \
+        > "$LOG/geometry_${g}_${1}x${2}.txt" 2>&1
+      rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
+      note "geometry $g all ${1}x${2} rc=$rc $(stamp)"
+    done
+    timeout 150 "$BENCH" --out "$OUT/geometry_${g}_one_8x8_llama.json" --model llama3.1-70b \
+      --rows-div "$ROWS_DIV" --nodes 8 --gpus 8 --repeats 30 --ranks one --sub-slices "$g" \
+      > "$LOG/geometry_${g}_one_llama.txt" 2>&1
+    rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
+    note "geometry $g one 8x8 llama rc=$rc $(stamp)"
+    timeout 150 "$BENCH" --out "$OUT/geometry_${g}_one_8x8_p30.json" --synthetic 30 --elems 65536 \
+      --nodes 8 --gpus 8 --repeats 30 --ranks one --sub-slices "$g" \
+      > "$LOG/geometry_${g}_one_p30.txt" 2>&1
+    rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
+    note "geometry $g one 8x8 P=30 rc=$rc $(stamp)"
+  done
+  python3 - "$OUT" <<'PY' | tee -a "$summary"
+import glob, json, os, sys
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "geometry_*.json"))):
+    j = json.load(open(f))
+    for key in ("rs_fresh", "rs_replay", "rs_stream"):
+        r = j.get(key, {})
+        print(f"{os.path.basename(f)} {key}: host {r.get('median', float('nan')):.3f} ms/rank "
+              f"[{r.get('p10', float('nan')):.3f}, {r.get('p90', float('nan')):.3f}], "
+              f"gpu {r.get('gpu_ms', {}).get('median', float('nan')):.3f} ms, "
+              f"repointed {r.get('repointed_launches')}, failure '{r.get('repoint_failure')}'")
+PY
 fi
 
 if has bench && [[ -f "$OUT/enqueue_raw_llama70b.json" ]]; then

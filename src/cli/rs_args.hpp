@@ -19,6 +19,7 @@ struct RsArgs {
   int staging_slots = 2;
   std::int64_t chunk_bytes = 0;
   std::string mode = "in-place";
+  std::string sub_slices = std::string(sub_slices_name(RsOptions{}.sub_slices));
 
   void add_to(CLI::App& cmd) {
     cmd.add_option("--wave-width", wave_width, "Contributors per wave W_wave (default L)")
@@ -36,9 +37,14 @@ struct RsArgs {
         ->capture_default_str();
     cmd.add_option("--mode", mode, "TIDE-RS memory mode: in-place or slot-reuse")
         ->capture_default_str();
+    cmd.add_option("--sub-slices", sub_slices,
+                   "Sub-slice geometry: across-ranks (paper Sec. 4.1, strided gradient reads) "
+                   "or per-rank (1-D reads)")
+        ->capture_default_str();
   }
 
-  // A staging slot holds (L - 1) contributions of L rows: --chunk-bytes sets its row width.
+  // A staging slot holds (L - 1) contributions of R rows (L across ranks, 1 per rank):
+  // --chunk-bytes sets its row width.
   RsOptions options(const GroupLayout& layout) const {
     RsOptions o;
     o.wave_width = wave_width;
@@ -47,11 +53,13 @@ struct RsArgs {
     o.passes = passes;
     o.staging_slots = staging_slots;
     o.mode = parse_mode(mode);
+    o.sub_slices = parse_sub_slices(sub_slices);
     if (chunk_bytes < 0) throw InvalidArgument("--chunk-bytes must not be negative");
     const std::int64_t l = layout.topology().gpus_per_node();
+    const std::int64_t rows = o.sub_slices == RsSubSlices::kAcrossRanks ? l : 1;
     if (chunk_bytes > 0 && l > 1) {
-      o.staging_chunk_elems =
-          std::max<std::int64_t>(1, chunk_bytes / ((l - 1) * l * item_bytes(layout.grad_dtype())));
+      o.staging_chunk_elems = std::max<std::int64_t>(
+          1, chunk_bytes / ((l - 1) * rows * item_bytes(layout.grad_dtype())));
     }
     return o;
   }

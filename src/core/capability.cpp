@@ -138,6 +138,7 @@ void write_group(Writer& w, const GroupSignature& g) {
   w.i32(g.rs.wave_width);
   w.i32(g.rs.round_width);
   w.u8(static_cast<std::uint8_t>(g.rs.mode));
+  w.u8(static_cast<std::uint8_t>(g.rs.sub_slices));
   w.i32(g.rs.passes);
   w.i32(g.rs.staging_slots);
   w.i64(g.rs.staging_chunk_elems);
@@ -185,6 +186,11 @@ GroupSignature read_group(Reader& r) {
     r.fail("group.rs.mode has unknown code " + std::to_string(mode));
   }
   g.rs.mode = static_cast<RsMode>(mode);
+  const std::uint8_t sub_slices = r.u8("group.rs.sub_slices");
+  if (sub_slices > static_cast<std::uint8_t>(RsSubSlices::kPerRank)) {
+    r.fail("group.rs.sub_slices has unknown code " + std::to_string(sub_slices));
+  }
+  g.rs.sub_slices = static_cast<RsSubSlices>(sub_slices);
   g.rs.passes = r.i32("group.rs.passes");
   g.rs.staging_slots = r.i32("group.rs.staging_slots");
   g.rs.staging_chunk_elems = r.i64("group.rs.staging_chunk_elems");
@@ -483,6 +489,7 @@ std::vector<std::pair<std::string, std::string>> agreed_fields(const RankDescrip
   add("group.rs.wave_width", std::to_string(g.rs.wave_width));
   add("group.rs.round_width", std::to_string(g.rs.round_width));
   add("group.rs.mode", std::string(mode_name(g.rs.mode)));
+  add("group.rs.sub_slices", std::string(sub_slices_name(g.rs.sub_slices)));
   add("group.rs.passes", std::to_string(g.rs.passes));
   add("group.rs.staging_slots", std::to_string(g.rs.staging_slots));
   add("group.rs.staging_chunk_elems", std::to_string(g.rs.staging_chunk_elems));

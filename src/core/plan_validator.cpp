@@ -82,32 +82,39 @@ ValidationResult check_completeness(const RsPlan& plan) {
   }
   if (next_round != static_cast<int>(rounds.size())) return reject("rounds outside any wave");
 
-  // The pass parts of all sub-slices tile the output span [0, E_live) in sub-slice-major
-  // order, and their pieces tile each part parameter by parameter.
-  std::int64_t covered = 0;
+  // For every destination local rank i, the pass parts of the sub-slices with a row for i
+  // tile its output span [0, E_live) in sub-slice-major order, and their pieces tile each
+  // part parameter by parameter.
   const int l = plan.layout().topology().gpus_per_node();
-  for (int s = 0; s < l; ++s) {
-    for (int pass = 0; pass < plan.passes(); ++pass) {
-      if (plan.sub_slice_begin(pass, s) != covered) {
-        return reject("pass " + std::to_string(pass) + " of sub-slice " + std::to_string(s) +
-                      " does not start where the previous part ended");
-      }
-      std::int64_t piece_cursor = covered;
-      for (const RsPiece& piece : plan.pieces(pass, s)) {
-        const ParamLayout& pl = plan.layout().param(piece.param);
-        if (piece.span_begin != piece_cursor ||
-            piece.param_offset != piece.span_begin - pl.out_offset || piece.length() <= 0 ||
-            piece.span_end > pl.out_offset + pl.shard_elems()) {
-          return reject("the pieces of sub-slice " + std::to_string(s) +
-                        " do not tile it parameter by parameter");
+  for (int i = 0; i < l; ++i) {
+    std::int64_t covered = 0;
+    for (int s = 0; s < l; ++s) {
+      if (plan.row_of(s, i) < 0) continue;
+      for (int pass = 0; pass < plan.passes(); ++pass) {
+        if (plan.sub_slice_begin(pass, s) != covered) {
+          return reject("pass " + std::to_string(pass) + " of sub-slice " + std::to_string(s) +
+                        " does not start where the previous part ended");
         }
-        piece_cursor = piece.span_end;
+        std::int64_t piece_cursor = covered;
+        for (const RsPiece& piece : plan.pieces(pass, s)) {
+          const ParamLayout& pl = plan.layout().param(piece.param);
+          if (piece.span_begin != piece_cursor ||
+              piece.param_offset != piece.span_begin - pl.out_offset || piece.length() <= 0 ||
+              piece.span_end > pl.out_offset + pl.shard_elems()) {
+            return reject("the pieces of sub-slice " + std::to_string(s) +
+                          " do not tile it parameter by parameter");
+          }
+          piece_cursor = piece.span_end;
+        }
+        covered = plan.sub_slice_end(pass, s);
+        if (piece_cursor != covered) return reject("a sub-slice has uncovered elements");
       }
-      covered = plan.sub_slice_end(pass, s);
-      if (piece_cursor != covered) return reject("a sub-slice has uncovered elements");
+    }
+    if (covered != plan.span_elems()) {
+      return reject("the sub-slices do not cover the output span of destination GPU " +
+                    std::to_string(i));
     }
   }
-  if (covered != plan.span_elems()) return reject("the sub-slices do not cover the output span");
   return {};
 }
 

@@ -33,6 +33,35 @@ RsMode parse_mode(std::string_view text) {
                         "' is not a TIDE-RS memory mode; use in-place or slot-reuse");
 }
 
+std::string_view sub_slices_name(RsSubSlices geometry) {
+  return geometry == RsSubSlices::kAcrossRanks ? "across-ranks" : "per-rank";
+}
+
+RsSubSlices parse_sub_slices(std::string_view text) {
+  if (text == "across-ranks") return RsSubSlices::kAcrossRanks;
+  if (text == "per-rank") return RsSubSlices::kPerRank;
+  throw InvalidArgument("--sub-slices '" + std::string(text) +
+                        "' is not a TIDE-RS sub-slice geometry; use across-ranks or per-rank");
+}
+
+// NOTE [sub-slice geometry]
+// The paper (Sec. 4.1) cuts each destination rank's span into L parts and lets sub-slice s
+// be part s of all L destination ranks of a node: one strided descriptor per (owner,
+// parameter, destination node) reads L rows of a gradient, (L - 1) P M per rank per call.
+// Per rank, sub-slice s is destination rank s's whole span: the same (L - 1) P M
+// descriptors, each a 1-D run of one rank's shard. Everything else is shared: the Latin
+// square (Eq. 7-8) places sub-slice s of contributor c on GPU (s - c_bar) mod L either way,
+// so waves, rounds, generations, zeroing and Prop. 4.1 are unchanged; blocks hold the same
+// bytes (L rows of E_sub against 1 row of about L E_sub), and a destination rank folds the
+// same number of partials. What differs:
+//   - CUDA re-points a captured 1-D copy node but no 2-D one (cudaGraphExecMemcpyNodeSetParams
+//     and cudaGraphExecUpdate both refuse it, bench/results/runtime/primitives_*.json), so
+//     per rank a reduce-scatter with fresh gradient pointers replays its slot graph instead
+//     of re-enqueueing every copy (NOTE [CUDA call sequences] 3);
+//   - on one node (M = 1) GPU j reduces its own shard, and the landing reads only local
+//     memory, where across ranks it pulls L - 1 rows from its peers;
+//   - an element's Level 1 owner, and with it its sum order, depend on the geometry: outputs
+//     are bitwise equal to the reference of the same plan, not across geometries.
 RsPlan::RsPlan(const GroupLayout& layout, RsOptions options)
     : layout_(layout),
       options_(options),
@@ -50,7 +79,8 @@ RsPlan::RsPlan(const GroupLayout& layout, RsOptions options)
   require_range(options_.vector_elems, 1, 1024, "vector width (elements)");
 
   const std::int64_t vec = options_.vector_elems;
-  sub_slice_elems_ = ceil_div(ceil_div(layout_.shard_elems(), l), vec) * vec;
+  block_rows_ = options_.sub_slices == RsSubSlices::kAcrossRanks ? l : 1;
+  sub_slice_elems_ = ceil_div(ceil_div(layout_.shard_elems(), block_rows_), vec) * vec;
   pass_elems_ = ceil_div(ceil_div(sub_slice_elems_, options_.passes), vec) * vec;
   if (options_.staging_chunk_elems < 0) {
     throw InvalidArgument("staging chunk of " + std::to_string(options_.staging_chunk_elems) +
@@ -147,12 +177,14 @@ int RsPlan::round_of_destination(int destination) const {
 
 std::int64_t RsPlan::sub_slice_begin(int pass, int s) const {
   const std::int64_t within = std::min(sub_slice_elems_, pass * pass_elems_);
-  return std::min(span_elems(), s * sub_slice_elems_ + within);
+  const std::int64_t first = block_rows_ == l_ ? s * sub_slice_elems_ : 0;
+  return std::min(span_elems(), first + within);
 }
 
 std::int64_t RsPlan::sub_slice_end(int pass, int s) const {
   const std::int64_t within = std::min(sub_slice_elems_, (pass + 1) * pass_elems_);
-  return std::min(span_elems(), s * sub_slice_elems_ + within);
+  const std::int64_t first = block_rows_ == l_ ? s * sub_slice_elems_ : 0;
+  return std::min(span_elems(), first + within);
 }
 
 std::vector<RsPiece> RsPlan::pieces(int pass, int s) const {
@@ -184,16 +216,17 @@ std::int64_t RsPlan::valid_length(const RsPiece& piece, int destination_rank) co
 }
 
 // Level 1 copies that one sender issues to the owner of sub-slice s for destination node t:
-// destination ranks t*L .. t*L+L-1 whose piece is entirely real form a prefix and share one
-// strided descriptor (a 1-D copy when only one); a rank cut by D_p adds a short tail.
+// the destination ranks of t that s covers, whose piece is entirely real, form a prefix and
+// share one strided descriptor (a 1-D copy when only one); a rank cut by D_p adds a tail.
 RsDescriptorCounts RsPlan::descriptors_to(int destination_node, int s) const {
   const Topology& topo = layout_.topology();
   RsDescriptorCounts counts;
   for (int pass = 0; pass < options_.passes; ++pass) {
     for (const RsPiece& piece : pieces(pass, s)) {
       int full = 0;
-      for (int i = 0; i < topo.gpus_per_node(); ++i) {
-        const std::int64_t valid = valid_length(piece, topo.rank(destination_node, i));
+      for (int k = 0; k < block_rows_; ++k) {
+        const std::int64_t valid =
+            valid_length(piece, topo.rank(destination_node, first_row_rank(s) + k));
         if (valid == 0) break;
         ++counts.flat;
         if (valid == piece.length()) {
@@ -292,8 +325,8 @@ std::int64_t RsPlan::paper_flat_descriptors() const {
 RsMemory RsPlan::memory() const {
   const std::int64_t l = layout_.topology().gpus_per_node();
   RsMemory mem;
-  mem.block_bytes = l * pass_elems_ * 4;
-  mem.staging_slot_bytes = (l - 1) * l * chunk_elems_ * item_bytes(layout_.grad_dtype());
+  mem.block_bytes = block_rows_ * pass_elems_ * 4;
+  mem.staging_slot_bytes = (l - 1) * block_rows_ * chunk_elems_ * item_bytes(layout_.grad_dtype());
   mem.staging_bytes = options_.staging_slots * mem.staging_slot_bytes;
   mem.inbox_bytes = generations_ * l * mem.block_bytes;
   mem.outbox_bytes = 2 * std::int64_t{outbox_depth_} * mem.block_bytes;

@@ -5,9 +5,11 @@
 //   push    2. Read phase, for each Level 1 destination in read order (remote destinations
 //              J = 1..n_out, then the own node of each pass, then J > n_out): for every
 //              other local GPU k, wait until k has freed staging slot z (FREE), copy this
-//              rank's pieces of k's sub-slice s = (k + c_bar) mod L (Eq. 7) for the L
-//              destination ranks of node t into slot z on k (one strided descriptor per
-//              rank-run, tails for padded rows), then +1 on k's STAGED[z].
+//              rank's pieces of k's sub-slice s = (k + c_bar) mod L (Eq. 7) for the
+//              destination ranks of node t that s covers (its R = block_rows() rows: all L
+//              across ranks, rank s per rank; NOTE [sub-slice geometry]) into slot z on k
+//              (one strided descriptor per rank-run, tails for padded rows), then +1 on k's
+//              STAGED[z].
 //   sum     3. For the same destinations: wait STAGED[z] from the L - 1 pushers (and, in
 //              Slot-Reuse, SENT >= J - n_out: the outbox block's previous send finished,
 //              Eq. 9); Level 1 sum (staged in local-rank order, then own, times alpha;
@@ -65,7 +67,7 @@ struct Builder : Emitter {
   RsShared& shared;
   const RsArenaLayout& areas;
   std::vector<ReadItem> order{};
-  int m = 0, l = 0, n_stg = 0, waves = 0, bank = 0;
+  int m = 0, l = 0, rows = 0, n_stg = 0, waves = 0, bank = 0;
   std::int64_t b_grad = 0, e_pass = 0, chunk = 0;
   int caller = 0, push = 0, sum = 0, net = 0, relay = 0, land = 0, credit = 0, host = 0;
 
@@ -89,8 +91,8 @@ struct Builder : Emitter {
   int own_done(int pass) const { return at.event_base + 7 + pass; }
 
   Region arena(int rank, std::int64_t offset, std::int64_t width, std::int64_t pitch,
-               std::int64_t rows) const {
-    return Region{Buffer{rank, Space::kArena, 0}, offset, width, pitch, rows};
+               std::int64_t height) const {
+    return Region{Buffer{rank, Space::kArena, 0}, offset, width, pitch, height};
   }
   std::int64_t staging_slot(int z) const { return areas.staging + z * areas.staging_slot_bytes; }
   std::int64_t outbox_block(int destination) const {
@@ -166,7 +168,8 @@ struct Builder : Emitter {
     const int s = plan.sub_slice(owner, item.contributor);
     const int position = me < owner ? me : me - 1;  // local-rank order without the owner
     const std::int64_t begin = plan.sub_slice_begin(item.pass, s) + q * chunk;
-    const std::int64_t base = staging_slot(z) + position * l * chunk * b_grad;
+    const std::int64_t base = staging_slot(z) + position * rows * chunk * b_grad;
+    const int first = plan.first_row_rank(s);  // the destination local rank of row 0
     const int owner_rank = topo.rank(n, owner);
     auto& op = add<CopyOp>(rank, push,
                            "RS r" + std::to_string(rank) + " push " + tag(item) + " s" +
@@ -175,23 +178,26 @@ struct Builder : Emitter {
     for (const RsPiece& piece : chunk_pieces(item.pass, s, q)) {
       const ParamLayout& pl = layout.param(piece.param);
       const std::int64_t dst_col = (piece.span_begin - begin) * b_grad;
-      // Destination ranks t*L .. t*L+full-1 hold the whole piece (one strided descriptor);
-      // the next one may be cut by D_p (a short tail); the rest hold only padding.
+      // The rows' destination ranks t*L+first .. t*L+first+full-1 hold the whole piece (one
+      // strided descriptor); the next one may be cut by D_p (a short tail); the rest hold
+      // only padding.
       int full = 0;
-      while (full < l && plan.valid_length(piece, topo.rank(t, full)) == piece.length())
+      while (full < rows &&
+             plan.valid_length(piece, topo.rank(t, first + full)) == piece.length())
         ++full;
       if (full > 0) {
         op.copies.push_back(CopyDescriptor{
             Region{gradient(rank, piece.param),
-                   (topo.rank(t, 0) * pl.shard_elems() + piece.param_offset) * b_grad,
+                   (topo.rank(t, first) * pl.shard_elems() + piece.param_offset) * b_grad,
                    piece.length() * b_grad, pl.shard_elems() * b_grad, full},
             arena(owner_rank, base + dst_col, piece.length() * b_grad, chunk * b_grad, full)});
       }
-      const std::int64_t tail = full < l ? plan.valid_length(piece, topo.rank(t, full)) : 0;
+      const std::int64_t tail =
+          full < rows ? plan.valid_length(piece, topo.rank(t, first + full)) : 0;
       if (tail > 0) {
         op.copies.push_back(CopyDescriptor{
             Region{gradient(rank, piece.param),
-                   (topo.rank(t, full) * pl.shard_elems() + piece.param_offset) * b_grad,
+                   (topo.rank(t, first + full) * pl.shard_elems() + piece.param_offset) * b_grad,
                    tail * b_grad, tail * b_grad, 1},
             arena(owner_rank, base + full * chunk * b_grad + dst_col, tail * b_grad, tail * b_grad,
                   1)});
@@ -211,21 +217,22 @@ struct Builder : Emitter {
                           "RS r" + std::to_string(rank) + " sum " + tag(item) + " s" +
                               std::to_string(s) + " chunk " + std::to_string(q));
     const std::int64_t out = item.own ? spare(item.pass) : outbox_block(item.destination);
-    op.dst = arena(rank, out + q * chunk * 4, cols * 4, e_pass * 4, l);
+    op.dst = arena(rank, out + q * chunk * 4, cols * 4, e_pass * 4, rows);
     op.in_dtype = layout.grad_dtype();
     op.alpha = options.alpha;
     op.ctas = options.sum_ctas;
     for (int k = 0; k < l - 1; ++k) {
-      op.staged.push_back(
-          arena(rank, staging_slot(z) + k * l * chunk * b_grad, cols * b_grad, chunk * b_grad, l));
+      op.staged.push_back(arena(rank, staging_slot(z) + k * rows * chunk * b_grad, cols * b_grad,
+                                chunk * b_grad, rows));
     }
-    for (int i = 0; i < l; ++i) {
+    for (int i = 0; i < rows; ++i) {
+      const int destination = topo.rank(t, plan.first_row_rank(s) + i);
       for (const RsPiece& piece : chunk_pieces(item.pass, s, q)) {
-        const std::int64_t valid = plan.valid_length(piece, topo.rank(t, i));
+        const std::int64_t valid = plan.valid_length(piece, destination);
         if (valid == 0) continue;
         op.segments.push_back(SumSegment{
             i, piece.span_begin - begin, at.tensor_base + piece.param,
-            topo.rank(t, i) * layout.param(piece.param).shard_elems() + piece.param_offset, valid});
+            destination * layout.param(piece.param).shard_elems() + piece.param_offset, valid});
       }
     }
   }
@@ -345,9 +352,9 @@ struct Builder : Emitter {
                              who + "put J" + std::to_string(destination) + " -> r" +
                                  std::to_string(topo.rank(t, me)) + " block " + std::to_string(s));
           put.copies = {CopyDescriptor{
-              arena(rank, outbox_block(destination), live(wave.pass, s) * 4, e_pass * 4, l),
+              arena(rank, outbox_block(destination), live(wave.pass, s) * 4, e_pass * 4, rows),
               arena(topo.rank(t, me), inbox_block(wave.generation, s), live(wave.pass, s) * 4,
-                    e_pass * 4, l)}};
+                    e_pass * 4, rows)}};
           put.counter = Counter{topo.rank(t, me), arrived(g)};
           put.value = 1;
           signal(rank, net, rank, sent(), who + "sent J" + std::to_string(destination));
@@ -376,10 +383,10 @@ struct Builder : Emitter {
         }
         if (wave.has_own_node) {
           auto& copy = add<CopyOp>(rank, relay, who + "own spare -> inbox");
-          copy.copies = {
-              CopyDescriptor{arena(rank, spare(wave.pass), live(wave.pass, me) * 4, e_pass * 4, l),
-                             arena(rank, inbox_block(wave.generation, me), live(wave.pass, me) * 4,
-                                   e_pass * 4, l)}};
+          copy.copies = {CopyDescriptor{
+              arena(rank, spare(wave.pass), live(wave.pass, me) * 4, e_pass * 4, rows),
+              arena(rank, inbox_block(wave.generation, me), live(wave.pass, me) * 4, e_pass * 4,
+                    rows)}};
         }
       }
       for (int k = 0; k < l; ++k) {
@@ -392,8 +399,9 @@ struct Builder : Emitter {
         wait(rank, land, wave_ready(g), l, who + "wave " + std::to_string(g) + " ready on node");
       }
       for (int s = 0; s < l; ++s) {
+        const int my_row = plan.row_of(s, me);
         const std::int64_t elems = live(wave.pass, s);
-        if (elems == 0) continue;
+        if (my_row < 0 || elems == 0) continue;
         auto& op = add<LandOp>(rank, land,
                                who + "land wave " + std::to_string(g) + " s" + std::to_string(s));
         op.dst = Region{Buffer{rank, Space::kOutput, at.output},
@@ -401,7 +409,7 @@ struct Builder : Emitter {
         op.wave_index = wave.wave_in_pass;
         op.accumulate = options.accumulate;
         op.ctas = options.landing_ctas;
-        const std::int64_t row = me * e_pass * 4;
+        const std::int64_t row = my_row * e_pass * 4;
         if (options.landing == LandingStyle::kSwitchReduce) {
           for (int k = 0; k < l; ++k) {
             op.sources.push_back(arena(topo.rank(n, k), inbox_block(wave.generation, s) + row,
@@ -514,6 +522,7 @@ Program build_rs_call(const RsPlan& plan, const RsProgramOptions& options,
   b.bank = shared.calls % 2;
   b.b_grad = item_bytes(layout.grad_dtype());
   b.e_pass = plan.pass_elems();
+  b.rows = plan.block_rows();
   b.chunk = plan.chunk_elems();
   Program& p = b.program;
   p.ranks = topo.world();

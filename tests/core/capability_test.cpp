@@ -296,6 +296,13 @@ TEST(CapabilityInconsistent, EachAgreedField) {
       {"group.rs.round_width", [](RankDescription& d) { d.group.rs.round_width = 2; },
        "rank 0 has 4"},
       {"group.rs.mode", [](RankDescription& d) { d.group.rs.mode = RsMode::kInPlace; }, "in-place"},
+      {"group.rs.sub_slices",
+       [](RankDescription& d) {
+         d.group.rs.sub_slices = d.group.rs.sub_slices == RsSubSlices::kPerRank
+                                     ? RsSubSlices::kAcrossRanks
+                                     : RsSubSlices::kPerRank;
+       },
+       ""},
       {"group.rs.passes", [](RankDescription& d) { d.group.rs.passes = 2; }, ""},
       {"group.rs.staging_slots", [](RankDescription& d) { d.group.rs.staging_slots = 3; }, ""},
       {"group.rs.staging_chunk_elems",

@@ -25,12 +25,15 @@ GroupLayout group(int m, int l, std::vector<ParamShape> shapes, DType grad = DTy
   return GroupLayout(Topology(m, l), std::move(shapes), DType::kBf16, grad);
 }
 
-RsOptions options(int wave_width, int round_width, RsMode mode = RsMode::kInPlace, int passes = 1) {
+// The paper's geometry unless a test asks for the other one (NOTE [sub-slice geometry]).
+RsOptions options(int wave_width, int round_width, RsMode mode = RsMode::kInPlace, int passes = 1,
+                  RsSubSlices geometry = RsSubSlices::kAcrossRanks) {
   RsOptions o;
   o.wave_width = wave_width;
   o.round_width = round_width;
   o.mode = mode;
   o.passes = passes;
+  o.sub_slices = geometry;
   return o;
 }
 
@@ -140,6 +143,48 @@ TEST(RsPlan, SubSlicesAndPasses) {
   EXPECT_EQ(two.sub_slice_end(1, 2), 48);
   EXPECT_EQ(two.memory().block_bytes, 8 * 8 * 4);
   EXPECT_TRUE(validate_rs_plan(two).accepted);
+}
+
+// Per rank (NOTE [sub-slice geometry]): sub-slice s is destination rank s's whole span, one
+// row; every Level 1 descriptor is a 1-D run.
+TEST(RsPlan, PerRankSubSlicesAreOneRowEach) {
+  const GroupLayout g = group(1, 8, {{"a", 64, 5}, {"b", 64, 7}, {"c", 8, 4}});  // 40 + 56 + 4
+  const RsPlan one(g, options(8, 4, RsMode::kInPlace, 1, RsSubSlices::kPerRank));
+  EXPECT_EQ(one.block_rows(), 1);
+  EXPECT_EQ(one.sub_slice_elems(), 100);
+  for (int s = 0; s < 8; ++s) {
+    EXPECT_EQ(one.first_row_rank(s), s);
+    EXPECT_EQ(one.sub_slice_begin(0, s), 0);
+    EXPECT_EQ(one.sub_slice_end(0, s), 100);
+    for (int i = 0; i < 8; ++i)
+      EXPECT_EQ(one.row_of(s, i), i == s ? 0 : -1);
+  }
+  const auto pieces = one.pieces(0, 5);
+  ASSERT_EQ(pieces.size(), 3u);
+  EXPECT_EQ(pieces[1].param, 1);
+  EXPECT_EQ(pieces[1].span_begin, 40);
+  EXPECT_EQ(pieces[1].length(), 56);
+  // Two passes: E_pass = ceil(100 / 2) = 50 -> 52 (vector of 4).
+  const RsPlan two(g, options(8, 4, RsMode::kInPlace, 2, RsSubSlices::kPerRank));
+  EXPECT_EQ(two.pass_elems(), 52);
+  EXPECT_EQ(two.sub_slice_begin(1, 3), 52);
+  EXPECT_EQ(two.sub_slice_end(1, 3), 100);
+  EXPECT_EQ(two.memory().block_bytes, 1 * 52 * 4);
+  EXPECT_EQ(two.memory().staging_slot_bytes, 7 * 1 * 52 * 2);
+  EXPECT_TRUE(validate_rs_plan(two).accepted) << validate_rs_plan(two).reason;
+  // The across-ranks geometry covers every rank in each sub-slice, row i for GPU i.
+  const RsPlan across(g, options(8, 4));
+  EXPECT_EQ(across.block_rows(), 8);
+  EXPECT_EQ(across.row_of(3, 5), 5);
+  // At the paper's (L, M, P) = (8, 64, 30) with every row real: exactly (L - 1) P M 1-D
+  // descriptors per rank, as many as the strided ones across ranks.
+  std::vector<ParamShape> shapes(30, ParamShape{"w", 4096, 64});
+  const RsPlan paper(group(64, 8, shapes),
+                     options(8, 4, RsMode::kInPlace, 1, RsSubSlices::kPerRank));
+  const RsDescriptorCounts d = paper.level1_descriptors(0);
+  EXPECT_EQ(d.coalesced, paper.paper_coalesced_descriptors());
+  EXPECT_EQ(d.flat, d.coalesced);
+  EXPECT_EQ(d.tails, 0);
 }
 
 // Level 1 descriptors with a padded row, by hand: M = 1, L = 2, one (3, 3) parameter.
@@ -259,6 +304,7 @@ std::vector<std::vector<float>> simulate(const Problem& p, const RsPlan& plan,
         for (int owner = 0; owner < l; ++owner) {
           const int s = plan.sub_slice(owner, c);
           for (int i = 0; i < l; ++i) {
+            if (plan.row_of(s, i) < 0) continue;  // s has no row for destination GPU i
             const int dest_rank = t.rank(dest_node, i);
             for (std::int64_t e = plan.sub_slice_begin(wave.pass, s);
                  e < plan.sub_slice_end(wave.pass, s); ++e) {
@@ -281,6 +327,7 @@ std::vector<std::vector<float>> simulate(const Problem& p, const RsPlan& plan,
       for (int i = 0; i < l; ++i) {
         auto& row = out[static_cast<std::size_t>(t.rank(dest_node, i))];
         for (int s = 0; s < l; ++s) {
+          if (plan.row_of(s, i) < 0) continue;
           for (std::int64_t e = plan.sub_slice_begin(wave.pass, s);
                e < plan.sub_slice_end(wave.pass, s); ++e) {
             std::vector<float> partials;
@@ -319,7 +366,11 @@ TEST(RsPlan, PropertyTwoLevelReductionMatchesFloat64AndIsTuningInvariant) {
       for (auto& v : row)
         v = accumulate ? normal(rng) : std::nanf("");  // poison when unused
     }
-    const RsPlan base(p.layout, options(wave_width, 1 + static_cast<int>(rng() % 4)));
+    const RsSubSlices geometry = rng() % 2 ? RsSubSlices::kPerRank : RsSubSlices::kAcrossRanks;
+    SCOPED_TRACE("trial " + std::to_string(trial) + ", sub-slices " +
+                 std::string(sub_slices_name(geometry)));
+    const RsPlan base(p.layout, options(wave_width, 1 + static_cast<int>(rng() % 4),
+                                        RsMode::kInPlace, 1, geometry));
     ASSERT_TRUE(validate_rs_plan(base).accepted) << validate_rs_plan(base).reason;
     const auto out = simulate(p, base, initial, accumulate);
 
@@ -351,8 +402,9 @@ TEST(RsPlan, PropertyTwoLevelReductionMatchesFloat64AndIsTuningInvariant) {
     }
     // Tuning knobs that keep the operand grouping change no bit (Sec. 4.3): round width,
     // memory mode and sub-slice passes.
-    const RsPlan tuned(p.layout, options(wave_width, 1 + static_cast<int>(rng() % 6),
-                                         RsMode::kSlotReuse, 1 + static_cast<int>(rng() % 3)));
+    const RsPlan tuned(p.layout,
+                       options(wave_width, 1 + static_cast<int>(rng() % 6), RsMode::kSlotReuse,
+                               1 + static_cast<int>(rng() % 3), geometry));
     ASSERT_TRUE(validate_rs_plan(tuned).accepted);
     const auto again = simulate(p, tuned, initial, accumulate);
     for (std::size_t r = 0; r < out.size(); ++r) {
@@ -378,7 +430,8 @@ TEST(RsPlan, PropertyMaxLevel1DescriptorsIsTheMaximumOverRanks) {
       s.cols = static_cast<std::int64_t>(rng() % 5) + 1;
     }
     const RsPlan plan(group(m, l, shapes),
-                      options(1, 1, RsMode::kInPlace, 1 + static_cast<int>(rng() % 3)));
+                      options(1, 1, RsMode::kInPlace, 1 + static_cast<int>(rng() % 3),
+                              rng() % 2 ? RsSubSlices::kPerRank : RsSubSlices::kAcrossRanks));
     RsDescriptorCounts want;
     for (int r = 0; r < m * l; ++r) {
       const RsDescriptorCounts d = plan.level1_descriptors(r);

@@ -158,11 +158,11 @@ struct RsBuffers {
 class RsHarness {
  public:
   RsHarness(Topo topo, std::uint64_t seed, const CudaSequenceOptions& options, bool accumulate,
-            bool mapped = false)
+            bool mapped = false, RsSubSlices geometry = RsOptions{}.sub_slices)
       : rng_(seed),
         layout_(Topology(topo.nodes, topo.gpus), odd_shapes(rng_, 1 + static_cast<int>(rng_() % 4)),
                 DType::kBf16, DType::kBf16),
-        plan_(layout_, rs_options(topo)),
+        plan_(layout_, rs_options(topo, geometry)),
         seq_(program::rs_call_sequence(plan_, {}, program::rs_arena_layout(plan_))),
         fabric_(fabric_for(seq_)),
         runner_(seq_, *fabric_, {kRegionOffset, kFirstWord}, options),
@@ -172,8 +172,9 @@ class RsHarness {
     poison_.fill(0xFF);
   }
 
-  static RsOptions rs_options(Topo topo) {
+  static RsOptions rs_options(Topo topo, RsSubSlices geometry) {
     RsOptions o;
+    o.sub_slices = geometry;
     o.wave_width = topo.nodes > 2 ? std::min(2, topo.gpus) : 0;
     o.round_width = 2;
     o.staging_chunk_elems = 8;  // several fills per call: staging credits cross calls
@@ -290,11 +291,13 @@ TEST(CudaSequence, TemplatesPassTheExecutorChecks) {
   for (const Topo topo : {Topo{1, 4}, Topo{2, 2}, Topo{3, 2}}) {
     const GroupLayout layout(Topology(topo.nodes, topo.gpus), odd_shapes(rng, 3), DType::kBf16,
                              DType::kBf16);
-    const RsPlan rs(layout, RsHarness::rs_options(topo));
-    const CallSequence rs_seq = program::rs_call_sequence(rs, {}, program::rs_arena_layout(rs));
-    for (const program::CallTemplate& t : rs_seq.templates) {
-      EXPECT_NO_THROW(exec::CudaExecutor::check(checkable(t.program)));
-      EXPECT_TRUE(t.order.unplaced.empty());
+    for (const RsSubSlices geometry : {RsSubSlices::kAcrossRanks, RsSubSlices::kPerRank}) {
+      const RsPlan rs(layout, RsHarness::rs_options(topo, geometry));
+      const CallSequence rs_seq = program::rs_call_sequence(rs, {}, program::rs_arena_layout(rs));
+      for (const program::CallTemplate& t : rs_seq.templates) {
+        EXPECT_NO_THROW(exec::CudaExecutor::check(checkable(t.program)));
+        EXPECT_TRUE(t.order.unplaced.empty());
+      }
     }
     AgOptions ag_options;
     ag_options.mixed_precision_cast = true;
@@ -307,17 +310,17 @@ TEST(CudaSequence, TemplatesPassTheExecutorChecks) {
   }
 }
 
-class RsStream : public ::testing::TestWithParam<std::tuple<Topo, bool>> {};
+class RsStream : public ::testing::TestWithParam<std::tuple<Topo, bool, RsSubSlices>> {};
 
 // Stream path: fresh buffers (pointers) every call, no host wait between calls.
 TEST_P(RsStream, ManyCallsWithFreshPointersMatchTheDefinition) {
   TIDE_REQUIRE_GPU();
-  const auto [topo, accumulate] = GetParam();
+  const auto [topo, accumulate, geometry] = GetParam();
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
   CudaSequenceOptions options;
   options.replay_graphs = false;
-  RsHarness h(topo, seed, options, accumulate);
+  RsHarness h(topo, seed, options, accumulate, false, geometry);
   const int calls = std::max(7, 2 * h.runner().event_slots() + 1);
   const float alpha = 0.5f;
   Stream caller;
@@ -340,14 +343,14 @@ TEST_P(RsStream, ManyCallsWithFreshPointersMatchTheDefinition) {
 // Graph path with fresh pointers: every call binds buffers (and an alpha) the slot's last
 // call did not, so from the second visit of each event slot on, calls replay the slot's graph
 // with the nodes that carry bindings re-pointed (NOTE [CUDA call sequences] 3).
-class RsGraphs : public ::testing::TestWithParam<std::tuple<Topo, bool>> {};
+class RsGraphs : public ::testing::TestWithParam<std::tuple<Topo, bool, RsSubSlices>> {};
 
 TEST_P(RsGraphs, FreshPointersReplayRepointedGraphs) {
   TIDE_REQUIRE_GPU();
-  const auto [topo, accumulate] = GetParam();
+  const auto [topo, accumulate, geometry] = GetParam();
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
-  RsHarness h(topo, seed, CudaSequenceOptions{}, accumulate);
+  RsHarness h(topo, seed, CudaSequenceOptions{}, accumulate, false, geometry);
   const int q = h.runner().event_slots();
   const int calls = 3 * q + 1;
   Stream caller;
@@ -365,10 +368,11 @@ TEST_P(RsGraphs, FreshPointersReplayRepointedGraphs) {
   TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
   EXPECT_EQ(h.runner().calls(), calls);
   // Calls q .. 2q - 1 capture their slot's graph; calls 2q on re-point it. CUDA updates only
-  // 1-D copy nodes: a slot whose template copies caller memory in 2-D (strided rows) cannot
-  // be re-pointed, says so, and runs fresh calls on the stream path (NOTE [CUDA call
-  // sequences] 3).
-  if (h.runner().repoint_failure().empty()) {
+  // 1-D copy nodes: across ranks, a slot whose template reads gradients in 2-D (strided
+  // rows, whenever L > 1) cannot be re-pointed, says so, and runs fresh calls on the stream
+  // path (NOTE [CUDA call sequences] 3); per rank every read is 1-D.
+  if (geometry == RsSubSlices::kPerRank || topo.gpus == 1) {
+    EXPECT_EQ(h.runner().repoint_failure(), "");
     EXPECT_EQ(h.runner().graph_launches(), calls - q);
     EXPECT_EQ(h.runner().repointed_launches(), calls - 2 * q);
     EXPECT_GT(h.runner().nodes_repointed(), 0);
@@ -384,12 +388,16 @@ TEST_P(RsGraphs, FreshPointersReplayRepointedGraphs) {
 INSTANTIATE_TEST_SUITE_P(Topologies, RsGraphs,
                          ::testing::Combine(::testing::Values(Topo{1, 4}, Topo{2, 2}, Topo{3, 2},
                                                               Topo{2, 4}),
-                                            ::testing::Bool()));
+                                            ::testing::Bool(),
+                                            ::testing::Values(RsSubSlices::kAcrossRanks,
+                                                              RsSubSlices::kPerRank)));
 
 INSTANTIATE_TEST_SUITE_P(Topologies, RsStream,
                          ::testing::Combine(::testing::Values(Topo{1, 4}, Topo{2, 2}, Topo{3, 2},
                                                               Topo{2, 4}),
-                                            ::testing::Bool()));
+                                            ::testing::Bool(),
+                                            ::testing::Values(RsSubSlices::kAcrossRanks,
+                                                              RsSubSlices::kPerRank)));
 
 // Holds a rank back at the start of its calls while the word is 0. The word is mapped host
 // memory: the host opens the gate with a store, through no GPU queue (streams aliased onto
@@ -430,13 +438,13 @@ void expect_held(const RsBuffers& b, cudaStream_t caller) {
 // Replay graphs: the same buffers every call (new data written into them by the caller), so
 // from the second visit of each event slot on, calls replay their slot's graph, whose waits
 // follow the call on the device (NOTE [CUDA call sequences] 3).
-TEST(CudaSequence, ReplayGraphsMatchAndStillWaitForPeers) {
-  TIDE_REQUIRE_GPU();
+void replay_graphs_still_wait_for_peers(RsSubSlices geometry) {
   const std::uint64_t seed = test_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED), sub-slices " +
+               std::string(sub_slices_name(geometry)));
   Gate gate;
   CudaSequenceOptions options = gated(gate, 1);
-  RsHarness h(Topo{1, 4}, seed, options, false, /*mapped=*/true);
+  RsHarness h(Topo{1, 4}, seed, options, false, /*mapped=*/true, geometry);
   const int q = h.runner().event_slots();
   const int calls = 3 * q + 1;
   const float alpha = 1.0f;
@@ -476,7 +484,8 @@ TEST(CudaSequence, ReplayGraphsMatchAndStillWaitForPeers) {
   const std::int64_t repointed_launches = h.runner().repointed_launches();
   expect_held(*fresh_buffers, caller.get());
   gate.set(1);  // before any check can return: a closed gate would hold the streams forever
-  if (h.runner().repoint_failure().empty()) {
+  if (geometry == RsSubSlices::kPerRank) {
+    EXPECT_EQ(h.runner().repoint_failure(), "");
     EXPECT_EQ(graph_launches, launches + 2) << "the fresh gated call was not a replay";
     EXPECT_EQ(repointed_launches, repointed + 1) << "its nodes were not re-pointed";
   } else {  // 2-D copies of caller memory: the fresh call ran on the stream path, held too
@@ -485,6 +494,16 @@ TEST(CudaSequence, ReplayGraphsMatchAndStillWaitForPeers) {
   }
   TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
   h.expect_equal(*fresh, "the fresh gated call");
+}
+
+TEST(CudaSequence, ReplayGraphsMatchAndStillWaitForPeers) {
+  TIDE_REQUIRE_GPU();
+  replay_graphs_still_wait_for_peers(RsSubSlices::kAcrossRanks);
+}
+
+TEST(CudaSequence, ReplayGraphsPerRankRepointFreshGradientsAndStillWaitForPeers) {
+  TIDE_REQUIRE_GPU();
+  replay_graphs_still_wait_for_peers(RsSubSlices::kPerRank);
 }
 
 // The caller captures its own step (compute kernels and Q calls) into a graph and replays it

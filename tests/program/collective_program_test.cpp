@@ -9,6 +9,8 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
+#include <variant>
 
 #include "test_seed.hpp"
 #include "tide/core/arithmetic.hpp"
@@ -134,6 +136,7 @@ struct RsCase {
   DType grad;
   bool accumulate;
   program::LandingStyle landing = program::LandingStyle::kPull;
+  RsSubSlices sub_slices = RsSubSlices::kAcrossRanks;
 };
 
 struct RsRun {
@@ -182,6 +185,7 @@ void check_rs(const RsCase& c, std::uint64_t seed) {
   options.round_width = c.round_width;
   options.passes = c.passes;
   options.mode = c.mode;
+  options.sub_slices = c.sub_slices;
   const RsPlan plan(layout, options);
   const auto grads = random_grads(rng, layout);
   std::vector<std::vector<float>> initial(static_cast<std::size_t>(layout.topology().world()));
@@ -228,6 +232,58 @@ TEST(RsProgram, EveryTopologyMatchesFloat64AndTheArithmeticOrder) {
   }
 }
 
+TEST(RsProgram, PerRankSubSlicesEveryTopologyMatchesFloat64AndTheArithmeticOrder) {
+  for (int m = 1; m <= 9; ++m) {
+    for (int l : {1, 2, 4, 8}) {
+      SCOPED_TRACE("M=" + std::to_string(m) + " L=" + std::to_string(l));
+      check_rs({m, l, l, 4, 1, RsMode::kInPlace, DType::kBf16, false,
+                program::LandingStyle::kPull, RsSubSlices::kPerRank},
+               static_cast<std::uint64_t>(m + 100 * l));
+    }
+  }
+}
+
+// Per rank, no copy reads a gradient in 2-D: a CUDA graph can re-point every one.
+TEST(RsProgram, PerRankSubSlicesReadGradientsInOneDimension) {
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
+  for (const auto& [m, l] : {std::pair{1, 8}, std::pair{3, 4}, std::pair{8, 8}}) {
+    // Shapes with several rows per rank (and a ragged last one), so the paper's geometry has
+    // rank-runs of more than one row to read.
+    std::vector<ParamShape> shapes(1 + rng() % 5);
+    for (ParamShape& shape : shapes) {
+      shape.name = "p";
+      shape.rows = static_cast<std::int64_t>(m * l * (2 + rng() % 5) + rng() % (m * l));
+      shape.cols = static_cast<std::int64_t>(1 + rng() % 9);
+    }
+    const GroupLayout layout(Topology(m, l), shapes, DType::kBf16, DType::kBf16);
+    for (const RsSubSlices geometry : {RsSubSlices::kAcrossRanks, RsSubSlices::kPerRank}) {
+      RsOptions options;
+      options.sub_slices = geometry;
+      options.passes = 1 + static_cast<int>(rng() % 2);
+      const program::Program prog = program::build_rs_program(RsPlan(layout, options), {});
+      int gradient_reads = 0, strided = 0;
+      for (const program::Op& op : prog.ops) {
+        const auto* copy = std::get_if<program::CopyOp>(&op.payload);
+        if (copy == nullptr) continue;
+        for (const program::CopyDescriptor& c : copy->copies) {
+          if (c.src.buffer.space != program::Space::kTensor) continue;
+          ++gradient_reads;
+          strided += c.src.rows > 1 && c.src.pitch != c.src.width;
+        }
+      }
+      SCOPED_TRACE("M=" + std::to_string(m) + " L=" + std::to_string(l) + " " +
+                   std::string(sub_slices_name(geometry)));
+      EXPECT_GT(gradient_reads, 0);
+      if (geometry == RsSubSlices::kPerRank) {
+        EXPECT_EQ(strided, 0);
+      } else if (l > 1) {
+        EXPECT_GT(strided, 0) << "the paper's geometry reads L rows per descriptor";
+      }
+    }
+  }
+}
+
 TEST(RsProgram, ModesPassesWaveWidthsDtypesAccumulate) {
   const RsCase cases[] = {
       {5, 4, 2, 1, 1, RsMode::kSlotReuse, DType::kBf16, true},
@@ -236,10 +292,14 @@ TEST(RsProgram, ModesPassesWaveWidthsDtypesAccumulate) {
       {12, 2, 1, 2, 1, RsMode::kSlotReuse, DType::kBf16, false},
       {3, 8, 8, 1, 2, RsMode::kInPlace, DType::kBf16, true},
   };
-  for (const RsCase& c : cases) {
-    SCOPED_TRACE("M=" + std::to_string(c.nodes) + " L=" + std::to_string(c.gpus) +
-                 " W=" + std::to_string(c.wave_width) + " mode " + std::string(mode_name(c.mode)));
-    check_rs(c, 11);
+  for (RsCase c : cases) {
+    for (const RsSubSlices geometry : {RsSubSlices::kAcrossRanks, RsSubSlices::kPerRank}) {
+      c.sub_slices = geometry;
+      SCOPED_TRACE("M=" + std::to_string(c.nodes) + " L=" + std::to_string(c.gpus) +
+                   " W=" + std::to_string(c.wave_width) + " mode " +
+                   std::string(mode_name(c.mode)) + " " + std::string(sub_slices_name(geometry)));
+      check_rs(c, 11);
+    }
   }
 }
 
@@ -250,6 +310,12 @@ TEST(RsProgram, SwitchReduceLandingNeedsStaleBlockZeroing) {
   check_rs(
       {6, 2, 1, 1, 2, RsMode::kSlotReuse, DType::kBf16, true, program::LandingStyle::kSwitchReduce},
       6);
+  check_rs({9, 4, 4, 2, 1, RsMode::kInPlace, DType::kBf16, false,
+            program::LandingStyle::kSwitchReduce, RsSubSlices::kPerRank},
+           7);
+  check_rs({6, 2, 1, 1, 2, RsMode::kSlotReuse, DType::kBf16, true,
+            program::LandingStyle::kSwitchReduce, RsSubSlices::kPerRank},
+           8);
 }
 
 TEST(RsProgram, BitwiseIdenticalAcrossSeedsCtasPassesAndModes) {
@@ -262,6 +328,7 @@ TEST(RsProgram, BitwiseIdenticalAcrossSeedsCtasPassesAndModes) {
   std::vector<std::vector<float>> first;
   for (int variant = 0; variant < 8; ++variant) {
     RsOptions options;
+    options.sub_slices = RsOptions{}.sub_slices;  // one geometry: it fixes the sum order
     options.round_width = 1 + variant % 4;
     options.passes = 1 + variant % 3;
     options.staging_slots = 1 + variant % 2;

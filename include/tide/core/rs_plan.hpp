@@ -3,17 +3,24 @@
 // the two memory modes need.
 //
 // Output (Eq. 5): rank r's fp32 shard out_r is the concatenation over p of R_p K_p elements
-// (the "span", E_live = sum_p R_p K_p elements). The span is cut into L sub-slices of E_sub
-// = ceil(E_live / L) elements (rounded up to the vector width; the last live sub-slices may
-// be short or empty), and each sub-slice into n_part pass parts of E_pass elements. Pass q
-// handles part q of every sub-slice, so an element's sub-slice, and with it its Level 1
-// owner and the order of its sums, do not depend on n_part (NOTE [arithmetic order]).
+// (the "span", E_live = sum_p R_p K_p elements). A destination node's L spans are cut into
+// L sub-slices, each of `block_rows()` rows (one per destination rank it covers) of E_sub
+// elements; each sub-slice is cut into n_part pass parts of E_pass elements. Pass q handles
+// part q of every sub-slice, so an element's sub-slice, and with it its Level 1 owner and
+// the order of its sums, do not depend on n_part (NOTE [arithmetic order]). Two geometries
+// (RsSubSlices, NOTE [sub-slice geometry] in rs_plan.cpp):
+//   across ranks (Sec. 4.1): sub-slice s is part s of every destination rank's span: L rows
+//     of E_sub = ceil(E_live / L) elements (rounded up to the vector width; the last live
+//     sub-slices may be short or empty), read from a gradient as one strided descriptor;
+//   per rank: sub-slice s is destination rank s's whole span: 1 row of E_live elements
+//     (rounded up), read from a gradient as 1-D descriptors.
 //
 // Level 1 (Sec. 4.1): for destination node t, local GPU j of sender node n owns sub-slice
 //   s = (j + c_bar) mod L   (Eq. 7),  c = c(t, n) (Eq. 6), c_bar = c mod M,
-// for all L destination ranks of t. The other L - 1 local ranks push their gradient pieces
-// into j's staging (one strided descriptor per rank-run, plus a tail for a padded row); j
-// reads its own contribution in place and sums into an outbox block of L rows x E_sub fp32.
+// for the destination ranks of t it covers. The other L - 1 local ranks push their gradient
+// pieces into j's staging (across ranks: one strided descriptor per rank-run, plus a tail for
+// a padded row; per rank: one 1-D descriptor per piece); j reads its own contribution in
+// place and sums into an outbox block of block_rows() rows x E_pass fp32.
 //
 // Level 2 (Sec. 4.2): the block travels over rail j to inbox block s of rank (t, j), so on
 // a destination node contributor c of sub-slice s sits on GPU j(s, c) = (s - c_bar) mod L
@@ -37,6 +44,15 @@ enum class RsMode : std::uint8_t { kInPlace, kSlotReuse };
 std::string_view mode_name(RsMode mode);
 RsMode parse_mode(std::string_view text);  // "in-place" | "slot-reuse"
 
+// Which destination ranks a sub-slice covers (NOTE [sub-slice geometry] in rs_plan.cpp).
+enum class RsSubSlices : std::uint8_t {
+  kAcrossRanks,  // Sec. 4.1: part s of all L destination ranks' spans (strided reads)
+  kPerRank,      // destination rank s's whole span (1-D reads, re-pointable graph nodes)
+};
+
+std::string_view sub_slices_name(RsSubSlices geometry);
+RsSubSlices parse_sub_slices(std::string_view text);  // "across-ranks" | "per-rank"
+
 struct RsOptions {
   int wave_width = 0;   // W_wave; 0 selects L
   int round_width = 4;  // k: concurrent rail transfers per round
@@ -47,6 +63,7 @@ struct RsOptions {
   // by SENT (Sec. 5.2), so App. D's guarantees hold for every d.
   int rounds_in_flight = 1;
   RsMode mode = RsMode::kInPlace;
+  RsSubSlices sub_slices = RsSubSlices::kAcrossRanks;
   int passes = 1;         // n_part
   int staging_slots = 2;  // n_stg
   // Level 1 staging chunk (Sec. 4.1: staging is processed and reused in bounded chunks):
@@ -99,8 +116,8 @@ struct RsDescriptorCounts {
 };
 
 struct RsMemory {
-  std::int64_t block_bytes = 0;         // L * E_pass * 4: outbox, inbox and spare blocks
-  std::int64_t staging_slot_bytes = 0;  // (L - 1) * L * chunk * b_grad
+  std::int64_t block_bytes = 0;         // rows * E_pass * 4: outbox, inbox and spare blocks
+  std::int64_t staging_slot_bytes = 0;  // (L - 1) * rows * chunk * b_grad
   std::int64_t staging_bytes = 0;       // n_stg slots
   std::int64_t inbox_bytes = 0;         // n_par generations x L blocks
   std::int64_t outbox_bytes = 0;        // 2 banks x n_out blocks
@@ -122,6 +139,15 @@ class RsPlan {
   int waves_per_pass() const { return waves_per_pass_; }             // W = ceil(M / W_wave)
   int generations() const { return generations_; }                   // n_par
   std::int64_t sub_slice_elems() const { return sub_slice_elems_; }  // E_sub
+  // Rows of a sub-slice (and of a staging chunk, outbox, inbox and spare block): L across
+  // ranks, 1 per rank. Row k of sub-slice s belongs to destination local rank
+  // first_row_rank(s) + k; row_of(s, i) is destination local rank i's row in s, or -1.
+  int block_rows() const { return block_rows_; }
+  int first_row_rank(int s) const { return block_rows_ == l_ ? 0 : s; }
+  int row_of(int s, int destination_local) const {
+    const int row = destination_local - first_row_rank(s);
+    return row >= 0 && row < block_rows_ ? row : -1;
+  }
   std::int64_t pass_elems() const { return pass_elems_; }    // E_pass: one pass of a sub-slice
   std::int64_t chunk_elems() const { return chunk_elems_; }  // staged columns per chunk <= E_pass
   std::int64_t span_elems() const { return layout_.shard_elems(); }  // E_live
@@ -143,7 +169,8 @@ class RsPlan {
   int outbox_block(int destination) const;
   int round_of_destination(int destination) const;  // 0-based round index of destination J
 
-  // Span elements [begin, end) of pass q's part of sub-slice s, clipped to E_live.
+  // Span elements [begin, end) of pass q's part of sub-slice s, clipped to E_live (the same
+  // columns in every row of the sub-slice).
   std::int64_t sub_slice_begin(int pass, int s) const;
   std::int64_t sub_slice_end(int pass, int s) const;
   std::vector<RsPiece> pieces(int pass, int s) const;
@@ -153,7 +180,7 @@ class RsPlan {
   // Level 1 copy descriptors issued by one sender rank per call, and the maximum over ranks.
   RsDescriptorCounts level1_descriptors(int sender_rank) const;
   RsDescriptorCounts max_level1_descriptors() const;
-  // The paper's closed forms: (L-1) P M coalesced and (L-1) P M L flat (Sec. 4.1).
+  // The paper's closed forms: (L-1) P M coalesced and (L-1) P M L flat (Sec. 4.1; across ranks).
   std::int64_t paper_coalesced_descriptors() const;
   std::int64_t paper_flat_descriptors() const;
 
@@ -171,6 +198,7 @@ class RsPlan {
   int generations_ = 0;
   int outbox_depth_ = 0;
   std::int64_t sub_slice_elems_ = 0;
+  int block_rows_ = 1;
   std::int64_t pass_elems_ = 0;
   std::int64_t chunk_elems_ = 0;
   std::vector<RsWave> waves_;
