@@ -333,7 +333,9 @@ int main(int argc, char** argv) {
   {
     const int d_chains = 8, d_links = 32, copies = d_chains * d_links;
     const std::size_t width = 4096, spitch = 4 * width, dpitch = 2 * width, rows = 8;
-    auto src_at = [&](int i, int flip) { return a + (static_cast<std::size_t>(i) * 2 + flip) * width; };
+    auto src_at = [&](int i, int flip) {
+      return a + (static_cast<std::size_t>(i) * 2 + flip) * width;
+    };
     auto dst_at = [&](int i) { return b + static_cast<std::size_t>(i) * rows * dpitch; };
     auto params = [&](int i, int flip) {
       cudaMemcpy3DParms p{};

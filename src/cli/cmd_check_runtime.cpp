@@ -49,6 +49,7 @@ struct CheckRuntimeArgs {
   int calls = 12;
   std::uint64_t seed = 1;
   std::string mode = "in-place";
+  std::string sub_slices = std::string(sub_slices_name(RsOptions{}.sub_slices));
   bool cast = false;
   int kill_rank = -1;
   int kill_at_call = -1;
@@ -222,6 +223,7 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
     spec.name = g.name;
     spec.params = g.params;
     spec.mode = mode;
+    spec.sub_slices = parse_sub_slices(a.sub_slices);
     spec.cast = a.cast;
     const runtime::Registration reg = comm->register_group(spec);
     if (reg.group < 0) throw Unsupported("group '" + g.name + "' refused: " + reg.reason);
@@ -229,6 +231,7 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
     layouts.emplace_back(topo, g.params, DType::kBf16, DType::kBf16);
     RsOptions rs;
     rs.mode = mode;
+    rs.sub_slices = spec.sub_slices;
     plans.emplace_back(layouts.back(), rs);
   }
   std::vector<CallSpec> order = fsdp2_order(static_cast<int>(groups.size()), a.calls);
@@ -331,6 +334,10 @@ void check_args(CheckRuntimeArgs& a) {
   }
   if (a.mode != "in-place" && a.mode != "slot-reuse") {
     throw InvalidArgument("--mode must be in-place or slot-reuse (got '" + a.mode + "')");
+  }
+  if (a.sub_slices != "across-ranks" && a.sub_slices != "per-rank") {
+    throw InvalidArgument("--sub-slices must be across-ranks or per-rank (got '" + a.sub_slices +
+                          "')");
   }
   if (a.nodes < 1 || a.gpus_per_node < 1) throw InvalidArgument("-M and -L must be at least 1");
   if (a.procs == 0) a.procs = a.nodes * a.gpus_per_node;
@@ -479,9 +486,11 @@ void run_check_runtime(CheckRuntimeArgs a) {
     ranks.push_back(row);
   }
   std::filesystem::remove_all(dir);
-  const json summary = {{"calls", a.calls},         {"ranks", a.procs}, {"groups", groups.size()},
-                        {"backend", a.backend},     {"mode", a.mode},   {"seed", a.seed},
-                        {"mismatches", mismatches}, {"passed", passed}, {"per_rank", ranks}};
+  const json summary = {{"calls", a.calls},        {"ranks", a.procs},
+                        {"groups", groups.size()}, {"backend", a.backend},
+                        {"mode", a.mode},          {"sub_slices", a.sub_slices},
+                        {"seed", a.seed},          {"mismatches", mismatches},
+                        {"passed", passed},        {"per_rank", ranks}};
   if (a.json) {
     std::cout << summary.dump(2) << '\n';
   } else {
@@ -531,6 +540,9 @@ void add_check_runtime_command(CLI::App& app) {
   cmd->add_option("--calls", args->calls, "Calls per rank, FSDP2 order")->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of every input")->capture_default_str();
   cmd->add_option("--mode", args->mode, "in-place or slot-reuse")->capture_default_str();
+  cmd->add_option("--sub-slices", args->sub_slices,
+                  "TIDE-RS sub-slice geometry: across-ranks (paper) or per-rank")
+      ->capture_default_str();
   cmd->add_flag("--cast", args->cast, "All-gather fp32 master shards as bf16");
   cmd->add_option("--kill-rank", args->kill_rank, "Kill this rank (SIGKILL) at --kill-at-call");
   cmd->add_option("--kill-at-call", args->kill_at_call, "The call at which --kill-rank dies");

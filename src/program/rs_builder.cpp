@@ -182,8 +182,7 @@ struct Builder : Emitter {
       // strided descriptor); the next one may be cut by D_p (a short tail); the rest hold
       // only padding.
       int full = 0;
-      while (full < rows &&
-             plan.valid_length(piece, topo.rank(t, first + full)) == piece.length())
+      while (full < rows && plan.valid_length(piece, topo.rank(t, first + full)) == piece.length())
         ++full;
       if (full > 0) {
         op.copies.push_back(CopyDescriptor{

@@ -38,6 +38,7 @@ Registration CommunicatorBase::register_group(const GroupSpec& spec) {
   g.grad_dtype = spec.grad_dtype;
   g.rs = rs_options_;
   g.rs.mode = spec.mode;
+  g.rs.sub_slices = spec.sub_slices;
   g.ag.mixed_precision_cast = spec.cast;
   g.host_transport = host_transport();
   d.caps = capabilities();

@@ -19,6 +19,7 @@ AgOptions ag_options(const GroupSpec& spec) {
 
 RsOptions rs_options_for(const GroupSpec& spec, RsOptions o) {
   o.mode = spec.mode;
+  o.sub_slices = spec.sub_slices;
   return o;
 }
 

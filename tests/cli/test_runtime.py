@@ -57,18 +57,21 @@ def main():
     before = shm_segments()
 
     # Bitwise equality over many calls, 2 to 8 processes, both modes, with and without a cast.
-    cases = [(1, 2, "in-place", False), (2, 1, "slot-reuse", False), (2, 2, "in-place", True),
-             (3, 1, "slot-reuse", False), (1, 4, "in-place", False), (2, 4, "slot-reuse", False),
-             (4, 2, "in-place", False)]
-    for m, l, mode, cast in cases:
+    # The last two cases use the per-rank TIDE-RS sub-slice geometry.
+    cases = [(1, 2, "in-place", False, "across-ranks"), (2, 1, "slot-reuse", False, "across-ranks"),
+             (2, 2, "in-place", True, "across-ranks"), (3, 1, "slot-reuse", False, "across-ranks"),
+             (1, 4, "in-place", False, "across-ranks"), (2, 4, "slot-reuse", False, "across-ranks"),
+             (4, 2, "in-place", False, "across-ranks"), (2, 2, "slot-reuse", False, "per-rank"),
+             (1, 4, "in-place", True, "per-rank")]
+    for m, l, mode, cast, sub_slices in cases:
         groups = odd_groups(rng)
         seed = rng.randrange(1 << 30)
         args = ["-M", str(m), "-L", str(l), "--groups", groups, "--calls", "14", "--seed",
-                str(seed), "--mode", mode, "--timeout-s", "60", "--json"]
+                str(seed), "--mode", mode, "--sub-slices", sub_slices, "--timeout-s", "60", "--json"]
         if cast:
             args.append("--cast")
         p, _ = run(args)
-        name = f"{m}x{l} {mode}{' cast' if cast else ''} groups {groups} seed {seed}"
+        name = f"{m}x{l} {mode} {sub_slices}{' cast' if cast else ''} groups {groups} seed {seed}"
         try:
             summary = json.loads(p.stdout)
         except json.JSONDecodeError:
@@ -115,6 +118,7 @@ def main():
                 ["-M", "1", "-L", "2", "--groups", "9x5;;3"],
                 ["-M", "1", "-L", "2", "--groups", "9x0"],
                 ["-M", "1", "-L", "2", "--groups", "9x5", "--mode", "fast"],
+                ["-M", "1", "-L", "2", "--groups", "9x5", "--sub-slices", "diagonal"],
                 ["-M", "1", "-L", "2", "--groups", "9x5", "--kill-rank", "1"],
                 ["-M", "1", "-L", "2", "--groups", "9x5", "--backend", "tcp"],
                 ["-M", "1", "-L", "2", "--groups", "9x5", "--misorder-rank", "0"],

@@ -385,19 +385,17 @@ TEST_P(RsGraphs, FreshPointersReplayRepointedGraphs) {
     h.expect_equal(*data[static_cast<std::size_t>(e)], "call " + std::to_string(e));
 }
 
-INSTANTIATE_TEST_SUITE_P(Topologies, RsGraphs,
-                         ::testing::Combine(::testing::Values(Topo{1, 4}, Topo{2, 2}, Topo{3, 2},
-                                                              Topo{2, 4}),
-                                            ::testing::Bool(),
-                                            ::testing::Values(RsSubSlices::kAcrossRanks,
-                                                              RsSubSlices::kPerRank)));
+INSTANTIATE_TEST_SUITE_P(
+    Topologies, RsGraphs,
+    ::testing::Combine(::testing::Values(Topo{1, 4}, Topo{2, 2}, Topo{3, 2}, Topo{2, 4}),
+                       ::testing::Bool(),
+                       ::testing::Values(RsSubSlices::kAcrossRanks, RsSubSlices::kPerRank)));
 
-INSTANTIATE_TEST_SUITE_P(Topologies, RsStream,
-                         ::testing::Combine(::testing::Values(Topo{1, 4}, Topo{2, 2}, Topo{3, 2},
-                                                              Topo{2, 4}),
-                                            ::testing::Bool(),
-                                            ::testing::Values(RsSubSlices::kAcrossRanks,
-                                                              RsSubSlices::kPerRank)));
+INSTANTIATE_TEST_SUITE_P(
+    Topologies, RsStream,
+    ::testing::Combine(::testing::Values(Topo{1, 4}, Topo{2, 2}, Topo{3, 2}, Topo{2, 4}),
+                       ::testing::Bool(),
+                       ::testing::Values(RsSubSlices::kAcrossRanks, RsSubSlices::kPerRank)));
 
 // Holds a rank back at the start of its calls while the word is 0. The word is mapped host
 // memory: the host opens the gate with a store, through no GPU queue (streams aliased onto

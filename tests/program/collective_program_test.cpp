@@ -236,8 +236,8 @@ TEST(RsProgram, PerRankSubSlicesEveryTopologyMatchesFloat64AndTheArithmeticOrder
   for (int m = 1; m <= 9; ++m) {
     for (int l : {1, 2, 4, 8}) {
       SCOPED_TRACE("M=" + std::to_string(m) + " L=" + std::to_string(l));
-      check_rs({m, l, l, 4, 1, RsMode::kInPlace, DType::kBf16, false,
-                program::LandingStyle::kPull, RsSubSlices::kPerRank},
+      check_rs({m, l, l, 4, 1, RsMode::kInPlace, DType::kBf16, false, program::LandingStyle::kPull,
+                RsSubSlices::kPerRank},
                static_cast<std::uint64_t>(m + 100 * l));
     }
   }

@@ -101,6 +101,9 @@ struct GroupSpec {
   DType ag_dtype = DType::kBf16;
   DType grad_dtype = DType::kBf16;
   RsMode mode = RsMode::kInPlace;
+  // TIDE-RS sub-slice geometry (NOTE [sub-slice geometry] in rs_plan.cpp): the library's
+  // default, or per rank for 1-D gradient reads that a CUDA graph can re-point.
+  RsSubSlices sub_slices = RsOptions{}.sub_slices;
   // fp32 master shards all-gathered in ag_dtype (mixed precision, Sec. 3.2): the all-gather
   // reads per-parameter fp32 shards instead of the resident packed shard.
   bool cast = false;
