@@ -10,8 +10,9 @@
 #   device: run(command="bash scripts/device/runtime_enqueue.sh", carry=[".deps"])
 # STEPS (default "build tests sanitize bench"; "probe" adds tide_enqueue_primitives_probe,
 # whose JSON lands in $OUT/primitives_*.json; "geometry" runs the enqueue benchmark for both
-# TIDE-RS sub-slice geometries into $OUT/geometry_*.json: one rank at 8 x 8 for the host
-# cost, all ranks at 1 x 8 and 2 x 4 for the GPU time of replays). Prebuilt binaries under $PREBUILT (a build
+# TIDE-RS sub-slice geometries ($GEOMETRIES, default all three) into $OUT/geometry_*.json:
+# one rank at 8 x 8 for the host cost, all ranks at 1 x 8 and 2 x 4 for the GPU time of
+# replays). Prebuilt binaries under $PREBUILT (a build
 # directory carried along) are used when they start there; otherwise the targets are built.
 set -uo pipefail
 NAME=runtime_enqueue DEFAULT_STEPS="build tests sanitize bench" source "$(dirname "$0")/common.sh"
@@ -81,12 +82,13 @@ if has bench; then
 fi
 
 if has sanitize; then
-  # RsGraphs /0 and /1: 1 x 4 across ranks (stream path for fresh gradients) and per rank
-  # (re-pointed graphs). The gated per-rank replay test is left out: under memcheck it did not
-  # finish within 150 s (1 s without; not diagnosed, bench/results/runtime/README.md).
+  # RsGraphs /0, /1, /2: 1 x 4 across ranks (stream path for fresh gradients), per rank and
+  # node-contiguous (re-pointed graphs). The gated replay tests of the 1-D geometries are left
+  # out: under memcheck the per-rank one did not finish within 150 s (1 s without; not
+  # diagnosed, bench/results/runtime/README.md).
   if command -v compute-sanitizer > /dev/null; then
     timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$TESTS" \
-      --gtest_filter='Topologies/RsStream.*/0:Topologies/RsStream.*/3:Topologies/RsGraphs.*/0:Topologies/RsGraphs.*/1:Topologies/AgStream.*/3:CudaSequence.ReplayGraphsMatch*' \
+      --gtest_filter='Topologies/RsStream.*/0:Topologies/RsStream.*/3:Topologies/RsGraphs.*/0:Topologies/RsGraphs.*/1:Topologies/RsGraphs.*/2:Topologies/AgStream.*/3:CudaSequence.ReplayGraphsMatch*' \
       > "$LOG/sanitize.log" 2>&1
     rc=$?
     [[ $rc -ne 0 ]] && rc_all=$rc
@@ -109,7 +111,7 @@ if has probe; then
 fi
 
 if has geometry; then
-  for g in across-ranks per-rank; do
+  for g in ${GEOMETRIES:-across-ranks per-rank node-contiguous}; do
     for topo in "1 8" "2 4"; do
       set -- $topo
       timeout 150 "$BENCH" --out "$OUT/geometry_${g}_all_${1}x${2}_llama.json" --model llama3.1-70b \

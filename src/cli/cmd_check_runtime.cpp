@@ -335,10 +335,7 @@ void check_args(CheckRuntimeArgs& a) {
   if (a.mode != "in-place" && a.mode != "slot-reuse") {
     throw InvalidArgument("--mode must be in-place or slot-reuse (got '" + a.mode + "')");
   }
-  if (a.sub_slices != "across-ranks" && a.sub_slices != "per-rank") {
-    throw InvalidArgument("--sub-slices must be across-ranks or per-rank (got '" + a.sub_slices +
-                          "')");
-  }
+  (void)parse_sub_slices(a.sub_slices);  // names the three geometries when it is none
   if (a.nodes < 1 || a.gpus_per_node < 1) throw InvalidArgument("-M and -L must be at least 1");
   if (a.procs == 0) a.procs = a.nodes * a.gpus_per_node;
   if (a.procs != a.nodes * a.gpus_per_node) {
@@ -541,7 +538,7 @@ void add_check_runtime_command(CLI::App& app) {
   cmd->add_option("--seed", args->seed, "Seed of every input")->capture_default_str();
   cmd->add_option("--mode", args->mode, "in-place or slot-reuse")->capture_default_str();
   cmd->add_option("--sub-slices", args->sub_slices,
-                  "TIDE-RS sub-slice geometry: across-ranks (paper) or per-rank")
+                  "TIDE-RS sub-slice geometry: across-ranks (paper), per-rank or node-contiguous")
       ->capture_default_str();
   cmd->add_flag("--cast", args->cast, "All-gather fp32 master shards as bf16");
   cmd->add_option("--kill-rank", args->kill_rank, "Kill this rank (SIGKILL) at --kill-at-call");

@@ -38,8 +38,8 @@ struct RsArgs {
     cmd.add_option("--mode", mode, "TIDE-RS memory mode: in-place or slot-reuse")
         ->capture_default_str();
     cmd.add_option("--sub-slices", sub_slices,
-                   "Sub-slice geometry: across-ranks (paper Sec. 4.1, strided gradient reads) "
-                   "or per-rank (1-D reads)")
+                   "Sub-slice geometry: across-ranks (paper Sec. 4.1, strided gradient reads), "
+                   "per-rank or node-contiguous (1-D reads)")
         ->capture_default_str();
   }
 

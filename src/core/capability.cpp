@@ -187,7 +187,7 @@ GroupSignature read_group(Reader& r) {
   }
   g.rs.mode = static_cast<RsMode>(mode);
   const std::uint8_t sub_slices = r.u8("group.rs.sub_slices");
-  if (sub_slices > static_cast<std::uint8_t>(RsSubSlices::kPerRank)) {
+  if (sub_slices > static_cast<std::uint8_t>(kLastSubSlices)) {
     r.fail("group.rs.sub_slices has unknown code " + std::to_string(sub_slices));
   }
   g.rs.sub_slices = static_cast<RsSubSlices>(sub_slices);

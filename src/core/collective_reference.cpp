@@ -69,26 +69,26 @@ std::vector<std::vector<float>> rs_expected(const RsPlan& plan, const std::vecto
     auto& row = out[static_cast<std::size_t>(r)];
     for (const RsWave& wave : plan.waves()) {
       for (int s = 0; s < t.gpus_per_node(); ++s) {
-        if (plan.row_of(s, t.local_of(r)) < 0) continue;  // s has no row for rank r
-        for (std::int64_t e = plan.sub_slice_begin(wave.pass, s);
-             e < plan.sub_slice_end(wave.pass, s); ++e) {
-          std::vector<float> partials;
-          for (int c = wave.first_contributor; c <= wave.last_contributor; ++c) {
-            const int sender = c == m ? dest_node : mod(dest_node - c, m);
-            const int owner = plan.destination_gpu(s, c);
-            const float* own = grad_at(layout, grads, t.rank(sender, owner), r, e);
-            if (own == nullptr) {
-              partials.push_back(0.0f);
-              continue;
+        for (const RsLandingRun& run : plan.landing_runs(wave.pass, s, t.local_of(r))) {
+          for (std::int64_t e = run.span_offset; e < run.span_offset + run.length; ++e) {
+            std::vector<float> partials;
+            for (int c = wave.first_contributor; c <= wave.last_contributor; ++c) {
+              const int sender = c == m ? dest_node : mod(dest_node - c, m);
+              const int owner = plan.destination_gpu(s, c);
+              const float* own = grad_at(layout, grads, t.rank(sender, owner), r, e);
+              if (own == nullptr) {
+                partials.push_back(0.0f);
+                continue;
+              }
+              std::vector<float> staged;
+              for (int k = 0; k < t.gpus_per_node(); ++k) {
+                if (k != owner) staged.push_back(*grad_at(layout, grads, t.rank(sender, k), r, e));
+              }
+              partials.push_back(arith::level1_partial(staged, *own, alpha));
             }
-            std::vector<float> staged;
-            for (int k = 0; k < t.gpus_per_node(); ++k) {
-              if (k != owner) staged.push_back(*grad_at(layout, grads, t.rank(sender, k), r, e));
-            }
-            partials.push_back(arith::level1_partial(staged, *own, alpha));
+            float& y = row[static_cast<std::size_t>(e)];
+            y = arith::land(y, arith::wave_sum(partials), wave.wave_in_pass, accumulate);
           }
-          float& y = row[static_cast<std::size_t>(e)];
-          y = arith::land(y, arith::wave_sum(partials), wave.wave_in_pass, accumulate);
         }
       }
     }

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tide/core/error.hpp"
@@ -82,33 +83,58 @@ ValidationResult check_completeness(const RsPlan& plan) {
   }
   if (next_round != static_cast<int>(rounds.size())) return reject("rounds outside any wave");
 
-  // For every destination local rank i, the pass parts of the sub-slices with a row for i
-  // tile its output span [0, E_live) in sub-slice-major order, and their pieces tile each
-  // part parameter by parameter.
+  // Each sub-slice's pass parts follow one another and their pieces tile each part parameter
+  // by parameter; for every destination local rank i, the landing runs of all sub-slices and
+  // passes tile its output span [0, E_live) exactly once (NOTE [sub-slice geometry]).
   const int l = plan.layout().topology().gpus_per_node();
-  for (int i = 0; i < l; ++i) {
-    std::int64_t covered = 0;
-    for (int s = 0; s < l; ++s) {
-      if (plan.row_of(s, i) < 0) continue;
-      for (int pass = 0; pass < plan.passes(); ++pass) {
-        if (plan.sub_slice_begin(pass, s) != covered) {
-          return reject("pass " + std::to_string(pass) + " of sub-slice " + std::to_string(s) +
-                        " does not start where the previous part ended");
-        }
-        std::int64_t piece_cursor = covered;
-        for (const RsPiece& piece : plan.pieces(pass, s)) {
-          const ParamLayout& pl = plan.layout().param(piece.param);
-          if (piece.span_begin != piece_cursor ||
-              piece.param_offset != piece.span_begin - pl.out_offset || piece.length() <= 0 ||
-              piece.span_end > pl.out_offset + pl.shard_elems()) {
-            return reject("the pieces of sub-slice " + std::to_string(s) +
-                          " do not tile it parameter by parameter");
-          }
-          piece_cursor = piece.span_end;
-        }
-        covered = plan.sub_slice_end(pass, s);
-        if (piece_cursor != covered) return reject("a sub-slice has uncovered elements");
+  const std::int64_t scale = plan.sub_slice_space() / std::max<std::int64_t>(1, plan.span_elems());
+  for (int s = 0; s < l; ++s) {
+    for (int pass = 0; pass < plan.passes(); ++pass) {
+      const std::int64_t begin = plan.sub_slice_begin(pass, s);
+      if (pass > 0 && begin != plan.sub_slice_end(pass - 1, s)) {
+        return reject("pass " + std::to_string(pass) + " of sub-slice " + std::to_string(s) +
+                      " does not start where the previous part ended");
       }
+      std::int64_t piece_cursor = begin;
+      for (const RsPiece& piece : plan.pieces(pass, s)) {
+        const ParamLayout& pl = plan.layout().param(piece.param);
+        if (piece.span_begin != piece_cursor ||
+            piece.param_offset != piece.span_begin - scale * pl.out_offset || piece.length() <= 0 ||
+            piece.span_end > scale * (pl.out_offset + pl.shard_elems())) {
+          return reject("the pieces of sub-slice " + std::to_string(s) +
+                        " do not tile it parameter by parameter");
+        }
+        piece_cursor = piece.span_end;
+      }
+      if (piece_cursor != plan.sub_slice_end(pass, s)) {
+        return reject("a sub-slice has uncovered elements");
+      }
+    }
+  }
+  for (int i = 0; i < l; ++i) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> runs;
+    for (int s = 0; s < l; ++s) {
+      for (int pass = 0; pass < plan.passes(); ++pass) {
+        for (const RsLandingRun& run : plan.landing_runs(pass, s, i)) {
+          if (run.length <= 0 || run.row < 0 || run.row >= plan.block_rows() || run.column < 0 ||
+              run.column + run.length >
+                  plan.sub_slice_end(pass, s) - plan.sub_slice_begin(pass, s)) {
+            return reject("a landing run of sub-slice " + std::to_string(s) +
+                          " lies outside its block");
+          }
+          runs.emplace_back(run.span_offset, run.length);
+        }
+      }
+    }
+    std::sort(runs.begin(), runs.end());
+    std::int64_t covered = 0;
+    for (const auto& [offset, length] : runs) {
+      if (offset != covered) {
+        return reject("the landings of destination GPU " + std::to_string(i) +
+                      (offset < covered ? " overlap" : " leave a gap") + " at span element " +
+                      std::to_string(std::min(offset, covered)));
+      }
+      covered += length;
     }
     if (covered != plan.span_elems()) {
       return reject("the sub-slices do not cover the output span of destination GPU " +

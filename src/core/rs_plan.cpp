@@ -34,34 +34,49 @@ RsMode parse_mode(std::string_view text) {
 }
 
 std::string_view sub_slices_name(RsSubSlices geometry) {
-  return geometry == RsSubSlices::kAcrossRanks ? "across-ranks" : "per-rank";
+  switch (geometry) {
+    case RsSubSlices::kAcrossRanks:
+      return "across-ranks";
+    case RsSubSlices::kPerRank:
+      return "per-rank";
+    case RsSubSlices::kNodeContiguous:
+      return "node-contiguous";
+  }
+  return "?";
 }
 
 RsSubSlices parse_sub_slices(std::string_view text) {
   if (text == "across-ranks") return RsSubSlices::kAcrossRanks;
   if (text == "per-rank") return RsSubSlices::kPerRank;
+  if (text == "node-contiguous") return RsSubSlices::kNodeContiguous;
   throw InvalidArgument("--sub-slices '" + std::string(text) +
-                        "' is not a TIDE-RS sub-slice geometry; use across-ranks or per-rank");
+                        "' is not a TIDE-RS sub-slice geometry; use across-ranks, per-rank or "
+                        "node-contiguous");
 }
 
 // NOTE [sub-slice geometry]
-// The paper (Sec. 4.1) cuts each destination rank's span into L parts and lets sub-slice s
-// be part s of all L destination ranks of a node: one strided descriptor per (owner,
-// parameter, destination node) reads L rows of a gradient, (L - 1) P M per rank per call.
-// Per rank, sub-slice s is destination rank s's whole span: the same (L - 1) P M
-// descriptors, each a 1-D run of one rank's shard. Everything else is shared: the Latin
-// square (Eq. 7-8) places sub-slice s of contributor c on GPU (s - c_bar) mod L either way,
-// so waves, rounds, generations, zeroing and Prop. 4.1 are unchanged; blocks hold the same
-// bytes (L rows of E_sub against 1 row of about L E_sub), and a destination rank folds the
-// same number of partials. What differs:
-//   - CUDA re-points a captured 1-D copy node but no 2-D one (cudaGraphExecMemcpyNodeSetParams
-//     and cudaGraphExecUpdate both refuse it, bench/results/runtime/primitives_*.json), so
-//     per rank a reduce-scatter with fresh gradient pointers replays its slot graph instead
-//     of re-enqueueing every copy (NOTE [CUDA call sequences] 3);
-//   - on one node (M = 1) GPU j reduces its own shard, and the landing reads only local
-//     memory, where across ranks it pulls L - 1 rows from its peers;
-//   - an element's Level 1 owner, and with it its sum order, depend on the geometry: outputs
-//     are bitwise equal to the reference of the same plan, not across geometries.
+// Which elements a Level 1 owner reduces for a destination node, and so how a gradient is
+// read. A parameter's gradient holds the node's L shards back to back (rank-major), and each
+// destination rank's output span holds its shards of all parameters back to back.
+//   - across ranks (the paper, Sec. 4.1): sub-slice s is part s of each of the L spans. A
+//     piece (one parameter inside one part) is L runs of a gradient, one per rank, read as
+//     one strided (2-D) descriptor: about (L - 1) M (P / L + 1) per rank per call, since a
+//     part holds about P / L parameters.
+//   - per rank: sub-slice s is destination rank s's whole span, 1-D reads, but every
+//     parameter is a piece: (L - 1) M P descriptors, L times as many, each of one shard.
+//   - node-contiguous: the node's L spans laid out as the gradients hold them (parameter by
+//     parameter, rank-major inside), cut into L parts. A piece is one contiguous run of a
+//     gradient: 1-D reads at the across-ranks count. A destination rank's elements of a part
+//     are one run per parameter piece (landing_runs()), so landings are per run.
+// Everything else is shared: the Latin square (Eq. 7-8) places sub-slice s of contributor c
+// on GPU (s - c_bar) mod L in every geometry, so waves, rounds, generations, zeroing and
+// Prop. 4.1 are unchanged, and blocks hold the same bytes. Why it matters: CUDA re-points a
+// captured 1-D copy node but no 2-D one (cudaGraphExecMemcpyNodeSetParams and
+// cudaGraphExecUpdate both refuse it, bench/results/runtime/primitives_*.json), so only with
+// 1-D reads does a reduce-scatter with fresh gradient pointers replay its slot graph instead
+// of re-enqueueing every copy (NOTE [CUDA call sequences] 3). An element's Level 1 owner, and
+// with it its sum order, depends on the geometry: outputs are bitwise equal to the reference
+// of the same plan, not across geometries. Measured trade-offs: bench/results/runtime/README.md.
 RsPlan::RsPlan(const GroupLayout& layout, RsOptions options)
     : layout_(layout),
       options_(options),
@@ -80,7 +95,9 @@ RsPlan::RsPlan(const GroupLayout& layout, RsOptions options)
 
   const std::int64_t vec = options_.vector_elems;
   block_rows_ = options_.sub_slices == RsSubSlices::kAcrossRanks ? l : 1;
-  sub_slice_elems_ = ceil_div(ceil_div(layout_.shard_elems(), block_rows_), vec) * vec;
+  column_scale_ = options_.sub_slices == RsSubSlices::kNodeContiguous ? l : 1;
+  const int parts = options_.sub_slices == RsSubSlices::kPerRank ? 1 : l;
+  sub_slice_elems_ = ceil_div(ceil_div(sub_slice_space(), parts), vec) * vec;
   pass_elems_ = ceil_div(ceil_div(sub_slice_elems_, options_.passes), vec) * vec;
   if (options_.staging_chunk_elems < 0) {
     throw InvalidArgument("staging chunk of " + std::to_string(options_.staging_chunk_elems) +
@@ -177,14 +194,14 @@ int RsPlan::round_of_destination(int destination) const {
 
 std::int64_t RsPlan::sub_slice_begin(int pass, int s) const {
   const std::int64_t within = std::min(sub_slice_elems_, pass * pass_elems_);
-  const std::int64_t first = block_rows_ == l_ ? s * sub_slice_elems_ : 0;
-  return std::min(span_elems(), first + within);
+  const std::int64_t first = geometry() == RsSubSlices::kPerRank ? 0 : s * sub_slice_elems_;
+  return std::min(sub_slice_space(), first + within);
 }
 
 std::int64_t RsPlan::sub_slice_end(int pass, int s) const {
   const std::int64_t within = std::min(sub_slice_elems_, (pass + 1) * pass_elems_);
-  const std::int64_t first = block_rows_ == l_ ? s * sub_slice_elems_ : 0;
-  return std::min(span_elems(), first + within);
+  const std::int64_t first = geometry() == RsSubSlices::kPerRank ? 0 : s * sub_slice_elems_;
+  return std::min(sub_slice_space(), first + within);
 }
 
 std::vector<RsPiece> RsPlan::pieces(int pass, int s) const {
@@ -194,16 +211,17 @@ std::vector<RsPiece> RsPlan::pieces(int pass, int s) const {
   if (begin >= end) return result;
   // Parameters are laid out in increasing e_p: find the first whose span ends after begin.
   const auto& params = layout_.params();
+  const std::int64_t scale = column_scale_;
   auto it = std::upper_bound(params.begin(), params.end(), begin,
-                             [](std::int64_t value, const ParamLayout& pl) {
-                               return value < pl.out_offset + pl.shard_elems();
+                             [scale](std::int64_t value, const ParamLayout& pl) {
+                               return value < scale * (pl.out_offset + pl.shard_elems());
                              });
-  for (; it != params.end() && it->out_offset < end; ++it) {
+  for (; it != params.end() && scale * it->out_offset < end; ++it) {
     RsPiece piece;
     piece.param = static_cast<int>(it - params.begin());
-    piece.span_begin = std::max(begin, it->out_offset);
-    piece.span_end = std::min(end, it->out_offset + it->shard_elems());
-    piece.param_offset = piece.span_begin - it->out_offset;
+    piece.span_begin = std::max(begin, scale * it->out_offset);
+    piece.span_end = std::min(end, scale * (it->out_offset + it->shard_elems()));
+    piece.param_offset = piece.span_begin - scale * it->out_offset;
     if (piece.length() > 0) result.push_back(piece);
   }
   return result;
@@ -211,8 +229,41 @@ std::vector<RsPiece> RsPlan::pieces(int pass, int s) const {
 
 std::int64_t RsPlan::valid_length(const RsPiece& piece, int destination_rank) const {
   const ParamLayout& pl = layout_.param(piece.param);
-  const std::int64_t valid_elems = layout_.valid_rows(piece.param, destination_rank) * pl.cols;
+  // What the gradient holds from rank r's shard on, within the row's reach (one shard, or
+  // the node's L shards node-contiguous): D_p K_p - r s_p, clamped.
+  const std::int64_t reach = column_scale_ * pl.shard_elems();
+  const std::int64_t valid_elems = std::clamp<std::int64_t>(
+      pl.rows * pl.cols - std::int64_t{destination_rank} * pl.shard_elems(), 0, reach);
   return std::clamp<std::int64_t>(valid_elems - piece.param_offset, 0, piece.length());
+}
+
+std::vector<RsLandingRun> RsPlan::landing_runs(int pass, int s, int destination_local) const {
+  const std::int64_t begin = sub_slice_begin(pass, s);
+  const std::int64_t live = sub_slice_end(pass, s) - begin;
+  switch (geometry()) {
+    case RsSubSlices::kAcrossRanks:  // row i of every sub-slice
+      if (live == 0) return {};
+      return {RsLandingRun{destination_local, 0, begin, live}};
+    case RsSubSlices::kPerRank:  // all of sub-slice i, nothing of the others
+      if (live == 0 || s != destination_local) return {};
+      return {RsLandingRun{0, 0, begin, live}};
+    case RsSubSlices::kNodeContiguous:
+      break;
+  }
+  // Node-contiguous: in each piece, the columns of rank i's shard, [i s_p, (i + 1) s_p) of
+  // the parameter's node region.
+  std::vector<RsLandingRun> runs;
+  for (const RsPiece& piece : pieces(pass, s)) {
+    const ParamLayout& pl = layout_.param(piece.param);
+    const std::int64_t shard_begin = std::int64_t{destination_local} * pl.shard_elems();
+    const std::int64_t lo = std::max(piece.param_offset, shard_begin);
+    const std::int64_t hi =
+        std::min(piece.param_offset + piece.length(), shard_begin + pl.shard_elems());
+    if (lo >= hi) continue;
+    runs.push_back(RsLandingRun{0, piece.span_begin - begin + (lo - piece.param_offset),
+                                pl.out_offset + (lo - shard_begin), hi - lo});
+  }
+  return runs;
 }
 
 // Level 1 copies that one sender issues to the owner of sub-slice s for destination node t:

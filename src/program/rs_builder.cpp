@@ -398,30 +398,32 @@ struct Builder : Emitter {
         wait(rank, land, wave_ready(g), l, who + "wave " + std::to_string(g) + " ready on node");
       }
       for (int s = 0; s < l; ++s) {
-        const int my_row = plan.row_of(s, me);
-        const std::int64_t elems = live(wave.pass, s);
-        if (my_row < 0 || elems == 0) continue;
-        auto& op = add<LandOp>(rank, land,
-                               who + "land wave " + std::to_string(g) + " s" + std::to_string(s));
-        op.dst = Region{Buffer{rank, Space::kOutput, at.output},
-                        plan.sub_slice_begin(wave.pass, s) * 4, elems * 4, elems * 4, 1};
-        op.wave_index = wave.wave_in_pass;
-        op.accumulate = options.accumulate;
-        op.ctas = options.landing_ctas;
-        const std::int64_t row = my_row * e_pass * 4;
-        if (options.landing == LandingStyle::kSwitchReduce) {
-          for (int k = 0; k < l; ++k) {
-            op.sources.push_back(arena(topo.rank(n, k), inbox_block(wave.generation, s) + row,
-                                       elems * 4, elems * 4, 1));
+        // This rank's elements of sub-slice s: one run (row me across ranks, all of s = me
+        // per rank), or one per parameter piece node-contiguous (NOTE [sub-slice geometry]).
+        for (const RsLandingRun& run : plan.landing_runs(wave.pass, s, me)) {
+          auto& op = add<LandOp>(rank, land,
+                                 who + "land wave " + std::to_string(g) + " s" + std::to_string(s));
+          const std::int64_t bytes = run.length * 4;
+          op.dst =
+              Region{Buffer{rank, Space::kOutput, at.output}, run.span_offset * 4, bytes, bytes, 1};
+          op.wave_index = wave.wave_in_pass;
+          op.accumulate = options.accumulate;
+          op.ctas = options.landing_ctas;
+          const std::int64_t at_run = (run.row * e_pass + run.column) * 4;
+          if (options.landing == LandingStyle::kSwitchReduce) {
+            for (int k = 0; k < l; ++k) {
+              op.sources.push_back(arena(topo.rank(n, k), inbox_block(wave.generation, s) + at_run,
+                                         bytes, bytes, 1));
+            }
+          } else {
+            for (int c = wave.first_contributor; c <= wave.last_contributor; ++c) {
+              const int gpu = plan.destination_gpu(s, c);
+              const std::int64_t from = c == m ? spare(wave.pass) : inbox_block(wave.generation, s);
+              op.sources.push_back(arena(topo.rank(n, gpu), from + at_run, bytes, bytes, 1));
+            }
           }
-        } else {
-          for (int c = wave.first_contributor; c <= wave.last_contributor; ++c) {
-            const int gpu = plan.destination_gpu(s, c);
-            const std::int64_t from = c == m ? spare(wave.pass) : inbox_block(wave.generation, s);
-            op.sources.push_back(arena(topo.rank(n, gpu), from + row, elems * 4, elems * 4, 1));
-          }
+          if (injected(Fault::kRsLandTwice)) op.sources.push_back(op.sources.front());
         }
-        if (injected(Fault::kRsLandTwice)) op.sources.push_back(op.sources.front());
       }
       for (int k = 0; k < l; ++k) {
         signal(rank, land, topo.rank(n, k), inbox_free(wave.generation),

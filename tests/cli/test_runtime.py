@@ -57,12 +57,13 @@ def main():
     before = shm_segments()
 
     # Bitwise equality over many calls, 2 to 8 processes, both modes, with and without a cast.
-    # The last two cases use the per-rank TIDE-RS sub-slice geometry.
+    # The last four cases use the other TIDE-RS sub-slice geometries.
     cases = [(1, 2, "in-place", False, "across-ranks"), (2, 1, "slot-reuse", False, "across-ranks"),
              (2, 2, "in-place", True, "across-ranks"), (3, 1, "slot-reuse", False, "across-ranks"),
              (1, 4, "in-place", False, "across-ranks"), (2, 4, "slot-reuse", False, "across-ranks"),
              (4, 2, "in-place", False, "across-ranks"), (2, 2, "slot-reuse", False, "per-rank"),
-             (1, 4, "in-place", True, "per-rank")]
+             (1, 4, "in-place", True, "per-rank"), (2, 2, "in-place", True, "node-contiguous"),
+             (2, 4, "slot-reuse", False, "node-contiguous")]
     for m, l, mode, cast, sub_slices in cases:
         groups = odd_groups(rng)
         seed = rng.randrange(1 << 30)

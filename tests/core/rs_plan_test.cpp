@@ -156,8 +156,15 @@ TEST(RsPlan, PerRankSubSlicesAreOneRowEach) {
     EXPECT_EQ(one.first_row_rank(s), s);
     EXPECT_EQ(one.sub_slice_begin(0, s), 0);
     EXPECT_EQ(one.sub_slice_end(0, s), 100);
-    for (int i = 0; i < 8; ++i)
-      EXPECT_EQ(one.row_of(s, i), i == s ? 0 : -1);
+    for (int i = 0; i < 8; ++i) {
+      const auto runs = one.landing_runs(0, s, i);
+      ASSERT_EQ(runs.size(), i == s ? 1u : 0u);
+      if (i == s) {
+        EXPECT_EQ(runs[0].row, 0);
+        EXPECT_EQ(runs[0].span_offset, 0);
+        EXPECT_EQ(runs[0].length, 100);
+      }
+    }
   }
   const auto pieces = one.pieces(0, 5);
   ASSERT_EQ(pieces.size(), 3u);
@@ -175,7 +182,11 @@ TEST(RsPlan, PerRankSubSlicesAreOneRowEach) {
   // The across-ranks geometry covers every rank in each sub-slice, row i for GPU i.
   const RsPlan across(g, options(8, 4));
   EXPECT_EQ(across.block_rows(), 8);
-  EXPECT_EQ(across.row_of(3, 5), 5);
+  const auto across_runs = across.landing_runs(0, 3, 5);  // row 5 of sub-slice 3: [48, 64)
+  ASSERT_EQ(across_runs.size(), 1u);
+  EXPECT_EQ(across_runs[0].row, 5);
+  EXPECT_EQ(across_runs[0].span_offset, 48);
+  EXPECT_EQ(across_runs[0].length, 16);
   // At the paper's (L, M, P) = (8, 64, 30) with every row real: exactly (L - 1) P M 1-D
   // descriptors per rank, as many as the strided ones across ranks.
   std::vector<ParamShape> shapes(30, ParamShape{"w", 4096, 64});
@@ -185,6 +196,56 @@ TEST(RsPlan, PerRankSubSlicesAreOneRowEach) {
   EXPECT_EQ(d.coalesced, paper.paper_coalesced_descriptors());
   EXPECT_EQ(d.flat, d.coalesced);
   EXPECT_EQ(d.tails, 0);
+}
+
+// Node-contiguous (NOTE [sub-slice geometry]) by hand: M = 1, L = 2, a (8, 3) and a (4, 5)
+// parameter. s_a = 12, s_b = 10, E_live = 22; node-flat columns: a [0, 24) (rank 0's shard
+// then rank 1's), b [24, 44). E_sub = 22 -> 24: sub-slice 0 = a, sub-slice 1 = b [24, 44).
+TEST(RsPlan, NodeContiguousSubSlicesAreGradientRuns) {
+  const RsPlan plan(group(1, 2, {{"a", 8, 3}, {"b", 4, 5}}),
+                    options(2, 4, RsMode::kInPlace, 1, RsSubSlices::kNodeContiguous));
+  EXPECT_EQ(plan.block_rows(), 1);
+  EXPECT_EQ(plan.sub_slice_space(), 44);
+  EXPECT_EQ(plan.sub_slice_elems(), 24);
+  EXPECT_EQ(plan.sub_slice_begin(0, 1), 24);
+  EXPECT_EQ(plan.sub_slice_end(0, 1), 44);
+  const auto pieces = plan.pieces(0, 1);
+  ASSERT_EQ(pieces.size(), 1u);
+  EXPECT_EQ(pieces[0].param, 1);
+  EXPECT_EQ(pieces[0].param_offset, 0);
+  EXPECT_EQ(pieces[0].length(), 20);
+  // Rank 1 lands a's columns [12, 24) at span 0 and b's columns [34, 44) at span 12.
+  const auto a = plan.landing_runs(0, 0, 1);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].column, 12);
+  EXPECT_EQ(a[0].span_offset, 0);
+  EXPECT_EQ(a[0].length, 12);
+  const auto b = plan.landing_runs(0, 1, 1);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0].column, 10);
+  EXPECT_EQ(b[0].span_offset, 12);
+  EXPECT_EQ(b[0].length, 10);
+  // b has 4 real rows: rank 0 holds rows 0-1, rank 1 rows 2-3 (all real): one 1-D read of 20.
+  EXPECT_EQ(plan.valid_length(pieces[0], 0), 20);
+  EXPECT_TRUE(validate_rs_plan(plan).accepted) << validate_rs_plan(plan).reason;
+  // A padded parameter: (3, 3) over 2 ranks holds 9 of its 12 node-flat columns; E_sub =
+  // 6 -> 8, so sub-slice 0 is [0, 8) (all real) and sub-slice 1 is [8, 12) (1 real).
+  const RsPlan padded(group(1, 2, {{"w", 3, 3}}),
+                      options(2, 4, RsMode::kInPlace, 1, RsSubSlices::kNodeContiguous));
+  const auto first = padded.pieces(0, 0);
+  const auto second = padded.pieces(0, 1);
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(padded.valid_length(first[0], 0), 8);
+  EXPECT_EQ(second[0].param_offset, 8);
+  EXPECT_EQ(padded.valid_length(second[0], 0), 1);
+  // At the paper's (8, 64, 30) the 1-D descriptors number no more than across ranks'.
+  std::vector<ParamShape> shapes(30, ParamShape{"w", 4096, 64});
+  const RsPlan node(group(64, 8, shapes),
+                    options(8, 4, RsMode::kInPlace, 1, RsSubSlices::kNodeContiguous));
+  const RsPlan paper(group(64, 8, shapes), options(8, 4));
+  EXPECT_LE(node.level1_descriptors(0).coalesced, paper.level1_descriptors(0).coalesced);
+  EXPECT_EQ(node.level1_descriptors(0).flat, node.level1_descriptors(0).coalesced);
 }
 
 // Level 1 descriptors with a padded row, by hand: M = 1, L = 2, one (3, 3) parameter.
@@ -304,22 +365,22 @@ std::vector<std::vector<float>> simulate(const Problem& p, const RsPlan& plan,
         for (int owner = 0; owner < l; ++owner) {
           const int s = plan.sub_slice(owner, c);
           for (int i = 0; i < l; ++i) {
-            if (plan.row_of(s, i) < 0) continue;  // s has no row for destination GPU i
             const int dest_rank = t.rank(dest_node, i);
-            for (std::int64_t e = plan.sub_slice_begin(wave.pass, s);
-                 e < plan.sub_slice_end(wave.pass, s); ++e) {
-              float partial = 0.0f;  // padding partials are +0
-              if (auto own = grad_at(p, t.rank(sender, owner), dest_rank, e)) {
-                std::vector<float> staged;
-                for (int j = 0; j < l; ++j) {
-                  if (j != owner) staged.push_back(*grad_at(p, t.rank(sender, j), dest_rank, e));
+            for (const RsLandingRun& run : plan.landing_runs(wave.pass, s, i)) {
+              for (std::int64_t e = run.span_offset; e < run.span_offset + run.length; ++e) {
+                float partial = 0.0f;  // padding partials are +0
+                if (auto own = grad_at(p, t.rank(sender, owner), dest_rank, e)) {
+                  std::vector<float> staged;
+                  for (int j = 0; j < l; ++j) {
+                    if (j != owner) staged.push_back(*grad_at(p, t.rank(sender, j), dest_rank, e));
+                  }
+                  partial = arith::level1_partial(staged, *own, p.alpha);
                 }
-                partial = arith::level1_partial(staged, *own, p.alpha);
+                const int gpu = plan.destination_gpu(s, c);
+                EXPECT_EQ(gpu, owner) << "rail alignment";
+                EXPECT_TRUE(inbox.emplace(std::make_tuple(gpu, s, i, e), partial).second)
+                    << "collision in wave " << wave.index;
               }
-              const int gpu = plan.destination_gpu(s, c);
-              EXPECT_EQ(gpu, owner) << "rail alignment";
-              EXPECT_TRUE(inbox.emplace(std::make_tuple(gpu, s, i, e), partial).second)
-                  << "collision in wave " << wave.index;
             }
           }
         }
@@ -327,16 +388,16 @@ std::vector<std::vector<float>> simulate(const Problem& p, const RsPlan& plan,
       for (int i = 0; i < l; ++i) {
         auto& row = out[static_cast<std::size_t>(t.rank(dest_node, i))];
         for (int s = 0; s < l; ++s) {
-          if (plan.row_of(s, i) < 0) continue;
-          for (std::int64_t e = plan.sub_slice_begin(wave.pass, s);
-               e < plan.sub_slice_end(wave.pass, s); ++e) {
-            std::vector<float> partials;
-            for (int c = wave.first_contributor; c <= wave.last_contributor; ++c) {
-              partials.push_back(inbox.at({plan.destination_gpu(s, c), s, i, e}));
+          for (const RsLandingRun& run : plan.landing_runs(wave.pass, s, i)) {
+            for (std::int64_t e = run.span_offset; e < run.span_offset + run.length; ++e) {
+              std::vector<float> partials;
+              for (int c = wave.first_contributor; c <= wave.last_contributor; ++c) {
+                partials.push_back(inbox.at({plan.destination_gpu(s, c), s, i, e}));
+              }
+              row[static_cast<std::size_t>(e)] =
+                  arith::land(row[static_cast<std::size_t>(e)], arith::wave_sum(partials),
+                              wave.wave_in_pass, accumulate);
             }
-            row[static_cast<std::size_t>(e)] =
-                arith::land(row[static_cast<std::size_t>(e)], arith::wave_sum(partials),
-                            wave.wave_in_pass, accumulate);
           }
         }
       }
@@ -366,7 +427,7 @@ TEST(RsPlan, PropertyTwoLevelReductionMatchesFloat64AndIsTuningInvariant) {
       for (auto& v : row)
         v = accumulate ? normal(rng) : std::nanf("");  // poison when unused
     }
-    const RsSubSlices geometry = rng() % 2 ? RsSubSlices::kPerRank : RsSubSlices::kAcrossRanks;
+    const auto geometry = static_cast<RsSubSlices>(rng() % 3);  // every geometry
     SCOPED_TRACE("trial " + std::to_string(trial) + ", sub-slices " +
                  std::string(sub_slices_name(geometry)));
     const RsPlan base(p.layout, options(wave_width, 1 + static_cast<int>(rng() % 4),
@@ -431,7 +492,7 @@ TEST(RsPlan, PropertyMaxLevel1DescriptorsIsTheMaximumOverRanks) {
     }
     const RsPlan plan(group(m, l, shapes),
                       options(1, 1, RsMode::kInPlace, 1 + static_cast<int>(rng() % 3),
-                              rng() % 2 ? RsSubSlices::kPerRank : RsSubSlices::kAcrossRanks));
+                              static_cast<RsSubSlices>(rng() % 3)));
     RsDescriptorCounts want;
     for (int r = 0; r < m * l; ++r) {
       const RsDescriptorCounts d = plan.level1_descriptors(r);

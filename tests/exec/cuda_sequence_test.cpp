@@ -291,7 +291,8 @@ TEST(CudaSequence, TemplatesPassTheExecutorChecks) {
   for (const Topo topo : {Topo{1, 4}, Topo{2, 2}, Topo{3, 2}}) {
     const GroupLayout layout(Topology(topo.nodes, topo.gpus), odd_shapes(rng, 3), DType::kBf16,
                              DType::kBf16);
-    for (const RsSubSlices geometry : {RsSubSlices::kAcrossRanks, RsSubSlices::kPerRank}) {
+    for (const RsSubSlices geometry :
+         {RsSubSlices::kAcrossRanks, RsSubSlices::kPerRank, RsSubSlices::kNodeContiguous}) {
       const RsPlan rs(layout, RsHarness::rs_options(topo, geometry));
       const CallSequence rs_seq = program::rs_call_sequence(rs, {}, program::rs_arena_layout(rs));
       for (const program::CallTemplate& t : rs_seq.templates) {
@@ -386,7 +387,7 @@ TEST_P(RsGraphs, FreshPointersReplayRepointedGraphs) {
   // re-pointed, says so, and runs fresh calls on the stream path (NOTE [CUDA call
   // sequences] 3); per rank every read is 1-D.
   const bool strided = reads_gradients_in_2d(h.sequence());
-  if (geometry == RsSubSlices::kPerRank) {
+  if (geometry != RsSubSlices::kAcrossRanks) {
     EXPECT_FALSE(strided);
   }
   if (!strided) {
@@ -407,13 +408,15 @@ INSTANTIATE_TEST_SUITE_P(
     Topologies, RsGraphs,
     ::testing::Combine(::testing::Values(Topo{1, 4}, Topo{2, 2}, Topo{3, 2}, Topo{2, 4}),
                        ::testing::Bool(),
-                       ::testing::Values(RsSubSlices::kAcrossRanks, RsSubSlices::kPerRank)));
+                       ::testing::Values(RsSubSlices::kAcrossRanks, RsSubSlices::kPerRank,
+                                         RsSubSlices::kNodeContiguous)));
 
 INSTANTIATE_TEST_SUITE_P(
     Topologies, RsStream,
     ::testing::Combine(::testing::Values(Topo{1, 4}, Topo{2, 2}, Topo{3, 2}, Topo{2, 4}),
                        ::testing::Bool(),
-                       ::testing::Values(RsSubSlices::kAcrossRanks, RsSubSlices::kPerRank)));
+                       ::testing::Values(RsSubSlices::kAcrossRanks, RsSubSlices::kPerRank,
+                                         RsSubSlices::kNodeContiguous)));
 
 // Holds a rank back at the start of its calls while the word is 0. The word is mapped host
 // memory: the host opens the gate with a store, through no GPU queue (streams aliased onto
@@ -520,6 +523,11 @@ TEST(CudaSequence, ReplayGraphsMatchAndStillWaitForPeers) {
 TEST(CudaSequence, ReplayGraphsPerRankRepointFreshGradientsAndStillWaitForPeers) {
   TIDE_REQUIRE_GPU();
   replay_graphs_still_wait_for_peers(RsSubSlices::kPerRank);
+}
+
+TEST(CudaSequence, ReplayGraphsNodeContiguousRepointFreshGradientsAndStillWaitForPeers) {
+  TIDE_REQUIRE_GPU();
+  replay_graphs_still_wait_for_peers(RsSubSlices::kNodeContiguous);
 }
 
 // The caller captures its own step (compute kernels and Q calls) into a graph and replays it

@@ -139,6 +139,9 @@ struct RsCase {
   RsSubSlices sub_slices = RsSubSlices::kAcrossRanks;
 };
 
+constexpr RsSubSlices kGeometries[] = {RsSubSlices::kAcrossRanks, RsSubSlices::kPerRank,
+                                       RsSubSlices::kNodeContiguous};
+
 struct RsRun {
   std::vector<std::vector<float>> out;
   RunResult result;
@@ -232,19 +235,23 @@ TEST(RsProgram, EveryTopologyMatchesFloat64AndTheArithmeticOrder) {
   }
 }
 
-TEST(RsProgram, PerRankSubSlicesEveryTopologyMatchesFloat64AndTheArithmeticOrder) {
-  for (int m = 1; m <= 9; ++m) {
-    for (int l : {1, 2, 4, 8}) {
-      SCOPED_TRACE("M=" + std::to_string(m) + " L=" + std::to_string(l));
-      check_rs({m, l, l, 4, 1, RsMode::kInPlace, DType::kBf16, false, program::LandingStyle::kPull,
-                RsSubSlices::kPerRank},
-               static_cast<std::uint64_t>(m + 100 * l));
+TEST(RsProgram, OtherSubSliceGeometriesEveryTopologyMatchFloat64AndTheArithmeticOrder) {
+  for (const RsSubSlices geometry : {RsSubSlices::kPerRank, RsSubSlices::kNodeContiguous}) {
+    for (int m = 1; m <= 9; ++m) {
+      for (int l : {1, 2, 4, 8}) {
+        SCOPED_TRACE("M=" + std::to_string(m) + " L=" + std::to_string(l) + " " +
+                     std::string(sub_slices_name(geometry)));
+        check_rs({m, l, l, 4, 1, RsMode::kInPlace, DType::kBf16, false,
+                  program::LandingStyle::kPull, geometry},
+                 static_cast<std::uint64_t>(m + 100 * l));
+      }
     }
   }
 }
 
-// Per rank, no copy reads a gradient in 2-D: a CUDA graph can re-point every one.
-TEST(RsProgram, PerRankSubSlicesReadGradientsInOneDimension) {
+// Per rank and node-contiguous, no copy reads a gradient in 2-D: a CUDA graph can re-point
+// every one. In every geometry the program issues the gradient reads the plan counts.
+TEST(RsProgram, OneDimensionalGeometriesReadGradientsInOneDimension) {
   const tide::testing::TestSeed seed;
   std::mt19937_64 rng = seed.engine();
   for (const auto& [m, l] : {std::pair{1, 8}, std::pair{3, 4}, std::pair{8, 8}}) {
@@ -257,11 +264,16 @@ TEST(RsProgram, PerRankSubSlicesReadGradientsInOneDimension) {
       shape.cols = static_cast<std::int64_t>(1 + rng() % 9);
     }
     const GroupLayout layout(Topology(m, l), shapes, DType::kBf16, DType::kBf16);
-    for (const RsSubSlices geometry : {RsSubSlices::kAcrossRanks, RsSubSlices::kPerRank}) {
+    const int passes = 1 + static_cast<int>(rng() % 2);
+    for (const RsSubSlices geometry : kGeometries) {
       RsOptions options;
       options.sub_slices = geometry;
-      options.passes = 1 + static_cast<int>(rng() % 2);
-      const program::Program prog = program::build_rs_program(RsPlan(layout, options), {});
+      options.passes = passes;
+      const RsPlan plan(layout, options);
+      const program::Program prog = program::build_rs_program(plan, {});
+      std::int64_t counted = 0;
+      for (int r = 0; r < layout.topology().world(); ++r)
+        counted += plan.level1_descriptors(r).coalesced;
       int gradient_reads = 0, strided = 0;
       for (const program::Op& op : prog.ops) {
         const auto* copy = std::get_if<program::CopyOp>(&op.payload);
@@ -275,10 +287,13 @@ TEST(RsProgram, PerRankSubSlicesReadGradientsInOneDimension) {
       SCOPED_TRACE("M=" + std::to_string(m) + " L=" + std::to_string(l) + " " +
                    std::string(sub_slices_name(geometry)));
       EXPECT_GT(gradient_reads, 0);
-      if (geometry == RsSubSlices::kPerRank) {
+      EXPECT_EQ(gradient_reads, counted);
+      if (geometry == RsSubSlices::kAcrossRanks) {
+        if (l > 1) {
+          EXPECT_GT(strided, 0) << "the paper's geometry reads L rows per descriptor";
+        }
+      } else {
         EXPECT_EQ(strided, 0);
-      } else if (l > 1) {
-        EXPECT_GT(strided, 0) << "the paper's geometry reads L rows per descriptor";
       }
     }
   }
@@ -293,7 +308,7 @@ TEST(RsProgram, ModesPassesWaveWidthsDtypesAccumulate) {
       {3, 8, 8, 1, 2, RsMode::kInPlace, DType::kBf16, true},
   };
   for (RsCase c : cases) {
-    for (const RsSubSlices geometry : {RsSubSlices::kAcrossRanks, RsSubSlices::kPerRank}) {
+    for (const RsSubSlices geometry : kGeometries) {
       c.sub_slices = geometry;
       SCOPED_TRACE("M=" + std::to_string(c.nodes) + " L=" + std::to_string(c.gpus) +
                    " W=" + std::to_string(c.wave_width) + " mode " +
@@ -316,6 +331,12 @@ TEST(RsProgram, SwitchReduceLandingNeedsStaleBlockZeroing) {
   check_rs({6, 2, 1, 1, 2, RsMode::kSlotReuse, DType::kBf16, true,
             program::LandingStyle::kSwitchReduce, RsSubSlices::kPerRank},
            8);
+  check_rs({9, 4, 4, 2, 1, RsMode::kInPlace, DType::kBf16, false,
+            program::LandingStyle::kSwitchReduce, RsSubSlices::kNodeContiguous},
+           9);
+  check_rs({6, 2, 1, 1, 2, RsMode::kSlotReuse, DType::kBf16, true,
+            program::LandingStyle::kSwitchReduce, RsSubSlices::kNodeContiguous},
+           10);
 }
 
 TEST(RsProgram, BitwiseIdenticalAcrossSeedsCtasPassesAndModes) {

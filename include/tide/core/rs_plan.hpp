@@ -7,13 +7,19 @@
 // L sub-slices, each of `block_rows()` rows (one per destination rank it covers) of E_sub
 // elements; each sub-slice is cut into n_part pass parts of E_pass elements. Pass q handles
 // part q of every sub-slice, so an element's sub-slice, and with it its Level 1 owner and
-// the order of its sums, do not depend on n_part (NOTE [arithmetic order]). Two geometries
+// the order of its sums, do not depend on n_part (NOTE [arithmetic order]). Three geometries
 // (RsSubSlices, NOTE [sub-slice geometry] in rs_plan.cpp):
 //   across ranks (Sec. 4.1): sub-slice s is part s of every destination rank's span: L rows
 //     of E_sub = ceil(E_live / L) elements (rounded up to the vector width; the last live
 //     sub-slices may be short or empty), read from a gradient as one strided descriptor;
 //   per rank: sub-slice s is destination rank s's whole span: 1 row of E_live elements
-//     (rounded up), read from a gradient as 1-D descriptors.
+//     (rounded up), read from a gradient as 1-D descriptors;
+//   node-contiguous: the node's L spans laid out parameter by parameter as the gradients
+//     hold them (rank-major inside a parameter), cut into L parts of E_live elements: 1 row,
+//     1-D reads, as many descriptors as across ranks; a destination rank's elements of one
+//     sub-slice are several runs (landing_runs()).
+// Sub-slice columns are span elements, except node-contiguous: node-flat elements (element
+// k of parameter p's node region is rank k / s_p's element k mod s_p of p's shard).
 //
 // Level 1 (Sec. 4.1): for destination node t, local GPU j of sender node n owns sub-slice
 //   s = (j + c_bar) mod L   (Eq. 7),  c = c(t, n) (Eq. 6), c_bar = c mod M,
@@ -46,12 +52,15 @@ RsMode parse_mode(std::string_view text);  // "in-place" | "slot-reuse"
 
 // Which destination ranks a sub-slice covers (NOTE [sub-slice geometry] in rs_plan.cpp).
 enum class RsSubSlices : std::uint8_t {
-  kAcrossRanks,  // Sec. 4.1: part s of all L destination ranks' spans (strided reads)
-  kPerRank,      // destination rank s's whole span (1-D reads, re-pointable graph nodes)
+  kAcrossRanks,     // Sec. 4.1: part s of all L destination ranks' spans (strided reads)
+  kPerRank,         // destination rank s's whole span (1-D reads, L times the descriptors)
+  kNodeContiguous,  // part s of the node's gradient-ordered spans (1-D reads)
 };
+inline constexpr RsSubSlices kLastSubSlices = RsSubSlices::kNodeContiguous;
 
 std::string_view sub_slices_name(RsSubSlices geometry);
-RsSubSlices parse_sub_slices(std::string_view text);  // "across-ranks" | "per-rank"
+// "across-ranks" | "per-rank" | "node-contiguous"
+RsSubSlices parse_sub_slices(std::string_view text);
 
 struct RsOptions {
   int wave_width = 0;   // W_wave; 0 selects L
@@ -100,13 +109,25 @@ struct RsRound {
   int width = 0;              // k_i <= k
 };
 
-// One parameter's piece of one sub-slice: span elements [span_begin, span_end).
+// One parameter's piece of one sub-slice: sub-slice columns [span_begin, span_end).
 struct RsPiece {
   int param = 0;
   std::int64_t span_begin = 0;
   std::int64_t span_end = 0;
-  std::int64_t param_offset = 0;  // span_begin - e_p: element offset inside R_p K_p
+  // span_begin - e_p: element offset inside R_p K_p (node-contiguous: span_begin - L e_p,
+  // inside the node's L R_p K_p)
+  std::int64_t param_offset = 0;
   std::int64_t length() const { return span_end - span_begin; }
+};
+
+// Elements of one destination rank in one pass part of a sub-slice: `length` elements at
+// `column` of block row `row` (columns counted from sub_slice_begin) are the rank's output
+// span elements from `span_offset` on.
+struct RsLandingRun {
+  int row = 0;
+  std::int64_t column = 0;
+  std::int64_t span_offset = 0;
+  std::int64_t length = 0;
 };
 
 struct RsDescriptorCounts {
@@ -139,15 +160,16 @@ class RsPlan {
   int waves_per_pass() const { return waves_per_pass_; }             // W = ceil(M / W_wave)
   int generations() const { return generations_; }                   // n_par
   std::int64_t sub_slice_elems() const { return sub_slice_elems_; }  // E_sub
+  RsSubSlices geometry() const { return options_.sub_slices; }
   // Rows of a sub-slice (and of a staging chunk, outbox, inbox and spare block): L across
-  // ranks, 1 per rank. Row k of sub-slice s belongs to destination local rank
-  // first_row_rank(s) + k; row_of(s, i) is destination local rank i's row in s, or -1.
+  // ranks, 1 otherwise. Gradient reads of row k start at destination local rank
+  // first_row_rank(s) + k (node-contiguous: row 0 starts at local rank 0 and runs on).
   int block_rows() const { return block_rows_; }
-  int first_row_rank(int s) const { return block_rows_ == l_ ? 0 : s; }
-  int row_of(int s, int destination_local) const {
-    const int row = destination_local - first_row_rank(s);
-    return row >= 0 && row < block_rows_ ? row : -1;
-  }
+  int first_row_rank(int s) const { return options_.sub_slices == RsSubSlices::kPerRank ? s : 0; }
+  // Columns of all sub-slices together: E_live, or L E_live node-contiguous.
+  std::int64_t sub_slice_space() const { return span_elems() * column_scale_; }
+  // Where destination local rank i's output elements sit in pass q's part of sub-slice s.
+  std::vector<RsLandingRun> landing_runs(int pass, int s, int destination_local) const;
   std::int64_t pass_elems() const { return pass_elems_; }    // E_pass: one pass of a sub-slice
   std::int64_t chunk_elems() const { return chunk_elems_; }  // staged columns per chunk <= E_pass
   std::int64_t span_elems() const { return layout_.shard_elems(); }  // E_live
@@ -169,12 +191,13 @@ class RsPlan {
   int outbox_block(int destination) const;
   int round_of_destination(int destination) const;  // 0-based round index of destination J
 
-  // Span elements [begin, end) of pass q's part of sub-slice s, clipped to E_live (the same
-  // columns in every row of the sub-slice).
+  // Columns [begin, end) of pass q's part of sub-slice s, clipped to sub_slice_space() (the
+  // same columns in every row of the sub-slice).
   std::int64_t sub_slice_begin(int pass, int s) const;
   std::int64_t sub_slice_end(int pass, int s) const;
   std::vector<RsPiece> pieces(int pass, int s) const;
-  // Elements of `piece` that destination rank r really has (rows past D_p are padding).
+  // Elements of `piece` that the gradient really holds for the row starting at destination
+  // rank r (rows past D_p are padding); node-contiguous rows run on past rank r's shard.
   std::int64_t valid_length(const RsPiece& piece, int destination_rank) const;
 
   // Level 1 copy descriptors issued by one sender rank per call, and the maximum over ranks.
@@ -199,6 +222,7 @@ class RsPlan {
   int outbox_depth_ = 0;
   std::int64_t sub_slice_elems_ = 0;
   int block_rows_ = 1;
+  std::int64_t column_scale_ = 1;  // L node-contiguous: a parameter's columns per span element
   std::int64_t pass_elems_ = 0;
   std::int64_t chunk_elems_ = 0;
   std::vector<RsWave> waves_;
