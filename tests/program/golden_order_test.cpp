@@ -111,6 +111,7 @@ TEST(GoldenOrder, ReduceScatterProgramsOnTheReferenceExecutor) {
         DType::kBf16, DType::kBf16);
     RsOptions options;
     options.wave_width = c["wave_width"].get<int>();
+    options.sub_slices = RsSubSlices::kAcrossRanks;  // the golden bits' Level 1 owners
     const RsPlan plan(layout, options);
     ASSERT_TRUE(validate_rs_plan(plan).accepted);
     program::RsProgramOptions po;

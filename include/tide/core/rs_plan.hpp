@@ -72,7 +72,9 @@ struct RsOptions {
   // by SENT (Sec. 5.2), so App. D's guarantees hold for every d.
   int rounds_in_flight = 1;
   RsMode mode = RsMode::kInPlace;
-  RsSubSlices sub_slices = RsSubSlices::kAcrossRanks;
+  // NOTE [sub-slice geometry]: node-contiguous measured faster on the host and the GPU
+  // (bench/results/runtime/README.md); across ranks is the paper's.
+  RsSubSlices sub_slices = RsSubSlices::kNodeContiguous;
   int passes = 1;         // n_part
   int staging_slots = 2;  // n_stg
   // Level 1 staging chunk (Sec. 4.1: staging is processed and reused in bounded chunks):
