@@ -135,18 +135,14 @@ __global__ void __launch_bounds__(kLandingThreads)
 }
 
 template <int W>
-void launch_w(const LandingParams& p, bool read_out, int grid, cudaStream_t stream) {
-  if (read_out) {
-    landing_kernel<W, true><<<grid, kLandingThreads, 0, stream>>>(p);
-  } else {
-    landing_kernel<W, false><<<grid, kLandingThreads, 0, stream>>>(p);
-  }
-  TIDE_CUDA_CHECK_LAUNCH();
+const void* kernel_for(bool read_out) {
+  return read_out ? reinterpret_cast<const void*>(&landing_kernel<W, true>)
+                  : reinterpret_cast<const void*>(&landing_kernel<W, false>);
 }
 
 }  // namespace
 
-void launch_landing(const LandingArgs& a, cudaStream_t stream) {
+LandingLaunch landing_launch(const LandingArgs& a) {
   if (a.out == nullptr) invalid("out is null");
   if (a.n < 0) invalid("n = " + std::to_string(a.n) + " is negative");
   if (a.num_partials < 1 || a.num_partials > kMaxWave) {
@@ -158,7 +154,8 @@ void launch_landing(const LandingArgs& a, cudaStream_t stream) {
   }
   const auto out_addr = reinterpret_cast<std::uintptr_t>(a.out);
   if (out_addr % 4 != 0) invalid("out is not 4-byte aligned");
-  LandingParams p;
+  LandingLaunch launch;
+  LandingParams& p = launch.params;
   std::memset(&p, 0, sizeof(p));
   p.out = a.out;
   p.n = a.n;
@@ -170,7 +167,7 @@ void launch_landing(const LandingArgs& a, cudaStream_t stream) {
     congruent = congruent && (addr % 16 == out_addr % 16);
     p.in[k] = a.partials[k];
   }
-  if (a.n == 0) return;
+  if (a.n == 0) return launch;
   if (congruent) {
     p.head =
         std::min<std::int64_t>(static_cast<std::int64_t>(((16 - out_addr % 16) % 16) / 4), a.n);
@@ -180,33 +177,23 @@ void launch_landing(const LandingArgs& a, cudaStream_t stream) {
     p.nvec = 0;
   }
   const bool read_out = a.wave_index > 0 || a.accumulate;
-  const int grid = a.ctas;
-  switch (a.num_partials) {
-    case 1:
-      launch_w<1>(p, read_out, grid, stream);
-      break;
-    case 2:
-      launch_w<2>(p, read_out, grid, stream);
-      break;
-    case 3:
-      launch_w<3>(p, read_out, grid, stream);
-      break;
-    case 4:
-      launch_w<4>(p, read_out, grid, stream);
-      break;
-    case 5:
-      launch_w<5>(p, read_out, grid, stream);
-      break;
-    case 6:
-      launch_w<6>(p, read_out, grid, stream);
-      break;
-    case 7:
-      launch_w<7>(p, read_out, grid, stream);
-      break;
-    default:
-      launch_w<8>(p, read_out, grid, stream);
-      break;
-  }
+  using Select = const void* (*)(bool);
+  static constexpr Select kernels[kMaxWave] = {kernel_for<1>, kernel_for<2>, kernel_for<3>,
+                                               kernel_for<4>, kernel_for<5>, kernel_for<6>,
+                                               kernel_for<7>, kernel_for<8>};
+  launch.kernel = kernels[a.num_partials - 1](read_out);
+  launch.grid = a.ctas;
+  launch.block = kLandingThreads;
+  launch.empty = false;
+  return launch;
+}
+
+void launch_landing(const LandingArgs& a, cudaStream_t stream) {
+  LandingLaunch launch = landing_launch(a);
+  if (launch.empty) return;
+  void* args[] = {&launch.params};
+  TIDE_CUDA_CHECK(cudaLaunchKernel(launch.kernel, dim3(static_cast<unsigned>(launch.grid)),
+                                   dim3(static_cast<unsigned>(launch.block)), args, 0, stream));
 }
 
 bool multimem_supported(int device) {

@@ -67,4 +67,18 @@ struct LandingParams {
   std::int64_t nvec;  // float4s in the body (0: everything is scalar)
 };
 }  // namespace detail
+
+// What launch_landing enqueues for `args`, validated the same way: the kernel instance, its
+// grid and block, and its one parameter; `empty` when n = 0 (nothing is launched). A CUDA
+// graph's landing node takes these (cudaGraphExecKernelNodeSetParams) when its bindings
+// change, without a launch.
+struct LandingLaunch {
+  const void* kernel = nullptr;
+  int grid = 0;
+  int block = 0;
+  detail::LandingParams params{};
+  bool empty = true;
+};
+LandingLaunch landing_launch(const LandingArgs& args);
+
 }  // namespace tide::kernels

@@ -8,6 +8,7 @@
 #include "sequence_state.hpp"
 #include "tide/core/error.hpp"
 #include "tide/kernels/cuda_check.hpp"
+#include "tide/kernels/landing.hpp"
 
 namespace tide::exec {
 
@@ -82,9 +83,10 @@ void CudaSequenceRunner::State::capture_slot(SlotGraph& g,
   TIDE_CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
 }
 
-// Patches the nodes of the slot's graph whose bindings differ from its last call's: 1-D copies
-// and memsets directly (cudaGraphExecMemcpyNodeSetParams1D, cudaGraphExecMemsetNodeSetParams),
-// kernels with the parameters their launcher computes for the new bindings (repoint_kernels).
+// Patches the nodes of the slot's graph whose bindings differ from its last call's: 1-D copies,
+// memsets and landings directly (cudaGraphExecMemcpyNodeSetParams1D,
+// cudaGraphExecMemsetNodeSetParams, kernels::landing_launch), other kernels with the
+// parameters their launcher computes for the new bindings (repoint_kernels).
 bool CudaSequenceRunner::State::repoint(SlotGraph& g, std::span<const CudaCallBindings> bindings,
                                         float alpha, bool accumulate) {
   if (!g.repointable || g.exec == nullptr) {
@@ -121,6 +123,21 @@ bool CudaSequenceRunner::State::repoint(SlotGraph& g, std::span<const CudaCallBi
       cudaMemsetParams p = rp.memset;
       p.dst = at(m.out, b);
       err = cudaGraphExecMemsetNodeSetParams(g.exec, rp.node, &p);
+    } else if (m.kind == OpKind::kLand) {
+      // The landing's launcher says what it would launch; no capture needed.
+      kernels::LandingArgs a = m.land;
+      a.out = reinterpret_cast<float*>(at(m.out, b));
+      a.accumulate = accumulate;
+      kernels::LandingLaunch launch = kernels::landing_launch(a);
+      if (launch.empty) continue;  // nothing was captured for an empty landing either
+      void* args[] = {&launch.params};
+      cudaKernelNodeParams p{};
+      p.func = const_cast<void*>(launch.kernel);
+      p.gridDim = dim3(static_cast<unsigned>(launch.grid));
+      p.blockDim = dim3(static_cast<unsigned>(launch.block));
+      p.kernelParams = args;
+      use_device_of(m.rank);
+      err = cudaGraphExecKernelNodeSetParams(g.exec, rp.node, &p);
     } else {
       kernel_nodes.push_back(&rp);
       continue;
