@@ -81,6 +81,10 @@ def main(argv=None) -> None:
     parser.add_argument("--out", default="tide-demo", help="where summary.json and loss.png go")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--procs", type=int, default=0, help="ranks (default: GPUs, else 4)")
+    parser.add_argument("--model", default="demo", help="demo, or llama3.1-70b (GPUs)")
+    parser.add_argument("--layers", type=int, default=0, help="decoder layers (0: the model's)")
+    parser.add_argument("--seq", type=int, default=0, help="sequence length (0: the model's)")
+    parser.add_argument("--batch", type=int, default=4, help="sequences per rank per step")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -88,7 +92,8 @@ def main(argv=None) -> None:
     procs = args.procs or (gpus if gpus else 4)
     where = f"{procs} GPUs, NCCL" if gpus else f"{procs} CPU processes, TIDE host backend (gloo for stock)"
     print(f"tide.demo: a small Llama-style decoder, FSDP2, {args.steps} steps, {where}", flush=True)
-    common = ["--steps", str(args.steps), "--out", str(out)]
+    common = ["--steps", str(args.steps), "--out", str(out), "--model", args.model, "--layers",
+              str(args.layers), "--seq", str(args.seq), "--batch", str(args.batch)]
     with open(out / "train.log", "w") as log:
         for name, extra in (("stock FSDP2", []), ("FSDP2 + TIDE", ["--tide"])):
             print(f"tide.demo: training with {name} ...", flush=True)
@@ -110,6 +115,12 @@ def main(argv=None) -> None:
         xs = sorted(xs)
         return xs[len(xs) // 2]
 
+    def spread(times_s):  # ms over the last 40 steps (all but the first when fewer)
+        xs = sorted(t * 1e3 for t in times_s[-40:] if len(times_s) > 40) or sorted(
+            t * 1e3 for t in times_s[steady])
+        at = lambda q: xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))]  # noqa: E731
+        return {"median": at(0.5), "p10": at(0.1), "p90": at(0.9), "steps": len(xs)}
+
     avoided = tide["copy_bytes_avoided_per_step"]
     groups = [r["group"] for r in tide["report"] if r["backend"] == "tide"]
     stock_groups = [f"{r['group']} ({r['reason']})" for r in tide["report"] if r["backend"] != "tide"]
@@ -129,6 +140,10 @@ def main(argv=None) -> None:
         "loss_stock": stock["losses"],
         "loss_tide": tide["losses"],
         "max_loss_diff": max(diffs),
+        "loss_max_rel_diff": max(d / max(abs(a), 1e-30) for d, a in zip(diffs, stock["losses"])),
+        "step_ms_stock": spread(stock["step_times_s"]),
+        "step_ms_tide": spread(tide["step_times_s"]),
+        "model": tide.get("model"),
         "groups_on_tide": groups,
         "copy_bytes_avoided_per_step": median(avoided[steady]),
         "backend": tide["backend"],

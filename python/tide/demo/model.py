@@ -17,6 +17,17 @@ class Config:
     heads: int = 4
     hidden: int = 260  # SwiGLU width: not a multiple of the world size on purpose
     seq: int = 32
+    kv_heads: int = 0  # grouped-query attention: key/value heads (0: as many as heads)
+
+    @property
+    def kv_dim(self) -> int:
+        return self.dim // self.heads * (self.kv_heads or self.heads)
+
+
+# Llama-3.1-70B's decoder layer shapes (q 8192, k and v 1024 wide, SwiGLU 28672), its
+# vocabulary, and a sequence that fits a few layers per GPU; `layers` is set by the caller.
+LLAMA_3_1_70B = Config(vocab=128256, dim=8192, layers=4, heads=64, hidden=28672, seq=2048,
+                       kv_heads=8)
 
 
 class RMSNorm(nn.Module):
@@ -43,8 +54,10 @@ class Block(nn.Module):
     def __init__(self, cfg: Config) -> None:
         super().__init__()
         self.heads = cfg.heads
+        self.kv_heads = cfg.kv_heads or cfg.heads
+        self.split = (cfg.dim, cfg.kv_dim, cfg.kv_dim)
         self.attn_norm = RMSNorm(cfg.dim)
-        self.qkv = nn.Linear(cfg.dim, 3 * cfg.dim, bias=False)
+        self.qkv = nn.Linear(cfg.dim, cfg.dim + 2 * cfg.kv_dim, bias=False)
         self.out = nn.Linear(cfg.dim, cfg.dim, bias=False)
         self.mlp_norm = RMSNorm(cfg.dim)
         self.gate_up = nn.Linear(cfg.dim, 2 * cfg.hidden, bias=False)
@@ -52,9 +65,11 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, d = x.shape
-        q, k, v = self.qkv(self.attn_norm(x)).view(b, s, 3, self.heads, -1).unbind(2)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(_rotary(q), _rotary(k), v, is_causal=True)
+        q, k, v = self.qkv(self.attn_norm(x)).split(self.split, dim=-1)
+        q = q.view(b, s, self.heads, -1).transpose(1, 2)
+        k, v = (t.view(b, s, self.kv_heads, -1).transpose(1, 2) for t in (k, v))
+        gqa = {"enable_gqa": True} if self.kv_heads != self.heads else {}
+        y = F.scaled_dot_product_attention(_rotary(q), _rotary(k), v, is_causal=True, **gqa)
         x = x + self.out(y.transpose(1, 2).reshape(b, s, d))
         gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(gate) * up)

@@ -9,6 +9,7 @@ GPUs when there are, else gloo on CPU processes (TIDE's host backend). Rank 0 wr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -19,9 +20,10 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from .model import Config, Decoder, batch
+from .model import LLAMA_3_1_70B, Config, Decoder, batch
 
 DEMO = Config(vocab=512, dim=128, layers=4, heads=4, hidden=347, seq=64)
+MODELS = {"demo": DEMO, "llama3.1-70b": LLAMA_3_1_70B}
 
 
 def _args(argv=None):
@@ -31,7 +33,20 @@ def _args(argv=None):
     parser.add_argument("--batch", type=int, default=4, help="sequences per rank per step")
     parser.add_argument("--out", default="tide-demo")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", choices=sorted(MODELS), default="demo",
+                        help="demo (small), or Llama-3.1-70B decoder layers (GPUs)")
+    parser.add_argument("--layers", type=int, default=0, help="decoder layers (0: the model's)")
+    parser.add_argument("--seq", type=int, default=0, help="sequence length (0: the model's)")
     return parser.parse_args(argv)
+
+
+def config(args) -> Config:
+    cfg = MODELS[args.model]
+    if args.layers:
+        cfg = dataclasses.replace(cfg, layers=args.layers)
+    if args.seq:
+        cfg = dataclasses.replace(cfg, seq=args.seq)
+    return cfg
 
 
 def _peak_memory_bytes(device: torch.device, arena: int) -> int:
@@ -54,7 +69,8 @@ def main(argv=None) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
 
     torch.manual_seed(args.seed)
-    model = Decoder(DEMO).to(device)
+    cfg = config(args)
+    model = Decoder(cfg).to(device)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if use_cuda else MixedPrecisionPolicy()
     for block in model.blocks:
         fully_shard(block, mp_policy=mp)
@@ -68,7 +84,7 @@ def main(argv=None) -> None:
 
     losses, times, avoided = [], [], []
     for step in range(args.steps):
-        tokens = batch(DEMO, args.batch, step, rank, device)
+        tokens = batch(cfg, args.batch, step, rank, device)
         if use_cuda:
             torch.cuda.synchronize()
         start = time.perf_counter()
@@ -107,6 +123,7 @@ def main(argv=None) -> None:
             "world": world,
             "device": torch.cuda.get_device_name(device) if use_cuda else "cpu",
             "torch": torch.__version__,
+            "model": dataclasses.asdict(cfg) | {"name": args.model},
             "losses": losses,
             "step_times_s": times,
             "peak_memory_bytes": max(peaks),

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Issue 16 on N >= 2 GPUs of one host, one call (NOTE: multicast stays off, common.sh):
+#   build    the CLI and the Python package (scripts/device/runtime.sh, STEPS "build package")
+#   splits   tide check-runtime --backend nccl for every M x L split of the GPUs, In-Place and
+#            Slot-Reuse, bitwise against the CPU reference -> $OUT/splits.json
+#   train    FSDP2 training, stock then TIDE (python -m tide.demo): Llama-3.1-70B decoder
+#            layers ($LAYERS, default 4), $TRAIN_STEPS steps (default 60), batch 1 per rank
+#            -> $OUT/train/summary.json, loss.png
+#   faults   a killed rank and a stalled rank (tide check-runtime --kill-rank / --stall-rank):
+#            every other rank must fail within the timeout, no process left -> $OUT/faults.json
+#   summary  $OUT/summary.json in the issue's schema and $OUT/README.md
+#            (bench/multigpu/summary.py)
+# Not yet here (issue 16): the collective benchmark harness (item 2), the all-push landing and
+# its Table 3 measurement (item 3), a kill during training (item 4; faults covers the runtime).
+# Dry run without GPUs: BACKEND=host GPUS=4 MODEL=demo STEPS="splits train faults summary".
+#   device: run(command="bash scripts/device/multigpu.sh", carry=[".deps"], kind="nvidia-h200-x8")
+set -uo pipefail
+NAME=multigpu DEFAULT_STEPS="build splits train faults summary" source "$(dirname "$0")/common.sh"
+BUILD=${BUILD_DIR:-build-runtime}
+BACKEND=${BACKEND:-nccl}
+finish() { pack_logs; exit "$1"; }
+export PYTHONUNBUFFERED=1
+
+if [[ "$BACKEND" == nccl ]]; then
+  gpus=${GPUS:-$(nvidia-smi -L | wc -l)}
+  kind="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x $gpus"
+  tide="$BUILD/src/cli/tide"
+  model=${MODEL:-llama3.1-70b}
+else
+  gpus=${GPUS:-4}
+  kind="CPU processes x $gpus (dry run, host backend)"
+  tide=${TIDE:-build/src/cli/tide}
+  model=${MODEL:-demo}
+fi
+note "## multigpu.sh $(date -u +%FT%TZ): $kind, backend $BACKEND, steps: $STEPS"
+rc_all=0
+
+if has build; then
+  OUT="$OUT/build" STEPS="build package" bash scripts/device/runtime.sh > "$LOG/build.txt" 2>&1
+  rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
+  note "build and package rc=$rc $(stamp)"
+  [[ $rc -ne 0 ]] && finish "$rc"
+fi
+
+if has splits; then
+  : > "$LOG/splits.jsonl"
+  for ((l = 1; l <= gpus && l <= 8; ++l)); do
+    (( gpus % l == 0 )) || continue
+    m=$(( gpus / l ))
+    for mode in in-place slot-reuse; do
+      timeout 300 "$tide" check-runtime --backend "$BACKEND" -M "$m" -L "$l" \
+        --groups "37x5,16,1000x33;20x7,9x11;4096x1024,4096" --calls 18 --seed $((m * 10 + l)) \
+        --mode "$mode" --timeout-s 60 --json > "$LOG/split.json" 2> "$LOG/split.err"
+      rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
+      python3 - "$m" "$l" "$mode" "$rc" "$LOG/split.json" "$LOG/split.err" >> "$LOG/splits.jsonl" <<'PY'
+import json, sys
+m, l, mode, rc, out, err = sys.argv[1:]
+try:
+    d = json.load(open(out))
+except Exception:
+    d = {"passed": False, "error": open(err).read()[-400:]}
+print(json.dumps({"M": int(m), "L": int(l), "mode": mode, "exit": int(rc),
+                  "passed": bool(d.get("passed")), "mismatches": d.get("mismatches"),
+                  "calls": d.get("calls"), "error": d.get("error", "")}))
+PY
+      note "split ${m}x${l} $mode rc=$rc $(stamp)"
+    done
+  done
+  python3 -c "import json; print(json.dumps([json.loads(l) for l in open('$LOG/splits.jsonl')], indent=1))" > "$OUT/splits.json"
+fi
+
+if has train; then
+  layers=${LAYERS:-4}
+  args=(--steps "${TRAIN_STEPS:-60}" --procs "$gpus" --model "$model" --out "$OUT/train")
+  [[ "$model" != demo ]] && args+=(--layers "$layers" --batch 1)
+  timeout 1200 python3 -m tide.demo "${args[@]}" > "$LOG/train.txt" 2>&1
+  rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
+  note "train rc=$rc $(stamp): $(grep -E 'max loss|step time|peak memory|groups on TIDE' "$LOG/train.txt" | tr '\n' ';')"
+fi
+
+if has faults; then
+  : > "$LOG/faults.jsonl"
+  for fault in kill stall; do
+    case $fault in
+      kill) extra=(--kill-rank 1 --kill-at-call 5) ;;
+      stall) extra=(--stall-rank 1 --stall-at-call 5) ;;
+    esac
+    start=$(date +%s)
+    timeout 120 "$tide" check-runtime --backend "$BACKEND" -M 1 -L "$gpus" --groups "37x5,16;20x7" \
+      --calls 12 --seed 5 --timeout-s 5 --json "${extra[@]}" > "$LOG/fault.json" 2> "$LOG/fault.err"
+    rc=$?
+    took=$(( $(date +%s) - start ))
+    left=$(pgrep -f "tide check-runtime" | wc -l)
+    python3 - "$fault" "$rc" "$took" "$left" "$gpus" "$LOG/fault.json" >> "$LOG/faults.jsonl" <<'PY'
+import json, sys
+fault, rc, took, left, gpus, out = sys.argv[1:]
+try:
+    d = json.load(open(out))
+except Exception:
+    d = {}
+ranks = d.get("per_rank", [])
+failed = [r for r in ranks if r.get("error")]
+# Every rank but the faulty one reports the failure (a stalled rank may report it too).
+raised = len(failed) >= int(gpus) - 1 and int(rc) == 1 and int(took) < 60 and int(left) == 0
+print(json.dumps({"fault": f"{fault} rank 1 at call 5", "exit": int(rc), "seconds": int(took),
+                  "processes_left": int(left), "ranks_reporting": len(failed),
+                  "all_ranks_raised_within_timeout": raised,
+                  "first_error": failed[0]["error"][:300] if failed else ""}))
+PY
+    note "fault $fault rc=$rc ${took}s: $(tail -1 "$LOG/faults.jsonl" | cut -c1-300)"
+  done
+  python3 -c "import json; print(json.dumps([json.loads(l) for l in open('$LOG/faults.jsonl')], indent=1))" > "$OUT/faults.json"
+fi
+
+if has summary; then
+  python3 bench/multigpu/summary.py "$OUT" --gpus "$gpus" --kind "$kind" >> "$summary" 2>&1
+  rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
+  note "summary rc=$rc $(stamp)"
+fi
+
+note "done rc=$rc_all $(stamp)"
+finish "$rc_all"
