@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""summary.json and README.md of a scripts/device/multigpu.sh run (issue 16's schema).
+"""summary.json and README.md of a scripts/device/multigpu.sh run (the multi-GPU results schema).
 
 Reads what the run wrote under OUT (splits.json, train/summary.json, faults.json) and writes
 OUT/summary.json with gpus, kind, date, training, collectives, landing, faults and splits, and

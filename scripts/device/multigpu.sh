@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 16 on N >= 2 GPUs of one host, one call (NOTE: multicast stays off, common.sh):
+# The multi-GPU runs on N >= 2 GPUs of one host, one call (NOTE: multicast stays off, common.sh):
 #   build    the CLI and the Python package (scripts/device/runtime.sh, STEPS "build package")
 #   splits   tide check-runtime --backend nccl for every M x L split of the GPUs, In-Place and
 #            Slot-Reuse, bitwise against the CPU reference -> $OUT/splits.json
@@ -8,9 +8,9 @@
 #            -> $OUT/train/summary.json, loss.png
 #   faults   a killed rank and a stalled rank (tide check-runtime --kill-rank / --stall-rank):
 #            every other rank must fail within the timeout, no process left -> $OUT/faults.json
-#   summary  $OUT/summary.json in the issue's schema and $OUT/README.md
+#   summary  $OUT/summary.json (bench/multigpu/summary.py's schema) and $OUT/README.md
 #            (bench/multigpu/summary.py)
-# Not yet here (issue 16): the collective benchmark harness (item 2), the all-push landing and
+# Not yet here: the collective benchmark harness (item 2), the all-push landing and
 # its Table 3 measurement (item 3), a kill during training (item 4; faults covers the runtime).
 # Dry run without GPUs: BACKEND=host GPUS=4 MODEL=demo STEPS="splits train faults summary".
 #   device: run(command="bash scripts/device/multigpu.sh", carry=[".deps"], kind="nvidia-h200-x8")
