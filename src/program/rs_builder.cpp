@@ -27,9 +27,11 @@
 //              the own node is in the wave; for a switch-reduce landing, zero the wave's
 //              stale blocks (after INBOX_FREE) and copy the own spare into inbox block j;
 //              then +1 WAVE_READY[g] on every local GPU.
-//   land    6. For each wave: wait WAVE_READY[g] >= L; per sub-slice, fold the wave's
-//              partials (contributor order) into the output (wave 0 overwrites unless
-//              accumulating); +1 INBOX_FREE[q] on every local GPU. Record LAND_DONE.
+//   land    6. For each wave: wait WAVE_READY[g] >= L; per landing run of this rank in each
+//              sub-slice (RsPlan::landing_runs: one, or one per parameter piece
+//              node-contiguous), fold the wave's partials (contributor order) into the
+//              output (wave 0 overwrites unless accumulating); +1 INBOX_FREE[q] on every
+//              local GPU. Record LAND_DONE.
 //   credit  7. For each wave that reuses generation q: wait INBOX_FREE[q] from all L local
 //              landings of the previous wave on q, then +1 CREDIT[g] on each sender.
 //   host    8. Wait for the push and sum streams (read completion), record READ_DONE, and

@@ -25,8 +25,8 @@
 //   s = (j + c_bar) mod L   (Eq. 7),  c = c(t, n) (Eq. 6), c_bar = c mod M,
 // for the destination ranks of t it covers. The other L - 1 local ranks push their gradient
 // pieces into j's staging (across ranks: one strided descriptor per rank-run, plus a tail for
-// a padded row; per rank: one 1-D descriptor per piece); j reads its own contribution in
-// place and sums into an outbox block of block_rows() rows x E_pass fp32.
+// a padded row; otherwise one 1-D descriptor per piece, its real prefix); j reads its own
+// contribution in place and sums into an outbox block of block_rows() rows x E_pass fp32.
 //
 // Level 2 (Sec. 4.2): the block travels over rail j to inbox block s of rank (t, j), so on
 // a destination node contributor c of sub-slice s sits on GPU j(s, c) = (s - c_bar) mod L
