@@ -57,11 +57,11 @@ AgPlan::AgPlan(const GroupLayout& layout, AgOptions options) : layout_(layout), 
 
 std::int64_t AgPlan::stage_bytes() const {
   const std::int64_t m = layout_.topology().nodes();
-  return (options_.mixed_precision_cast ? m : m - 1) * layout_.shard_bytes();
+  return (options_.shard_in_stage() ? m : m - 1) * layout_.shard_bytes();
 }
 
 std::int64_t AgPlan::stage_slot_offset(int slot) const {
-  const int first_staged = options_.mixed_precision_cast ? 0 : 1;
+  const int first_staged = options_.shard_in_stage() ? 0 : 1;
   if (slot < first_staged || slot >= layout_.topology().nodes()) {
     throw InternalError("AG stage slot " + std::to_string(slot) + " does not exist");
   }
@@ -105,7 +105,7 @@ std::vector<AgScatterCopy> AgPlan::scatter_copies(int node, int local) const {
     }
   };
 
-  emit_run(0, 1, !options_.mixed_precision_cast);
+  emit_run(0, 1, !options_.shard_in_stage());
   for (const AgSlotGroup& g : groups_) {
     // Slot i holds node (node + i) mod M: the run wraps to node 0 at slot M - node.
     const int wrap = m - node;

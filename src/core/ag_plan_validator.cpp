@@ -66,7 +66,7 @@ ValidationResult check_scatter(const AgPlan& plan) {
   const Topology& topo = layout.topology();
   const int m = topo.nodes();
   const int params = layout.param_count();
-  const bool cast = plan.options().mixed_precision_cast;
+  const bool cast = plan.options().shard_in_stage();
   std::vector<char> placed;
   for (int node = 0; node < m; ++node) {
     placed.assign(static_cast<std::size_t>(m) * static_cast<std::size_t>(params), 0);

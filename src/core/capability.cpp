@@ -145,10 +145,12 @@ void write_group(Writer& w, const GroupSignature& g) {
   w.i32(g.rs.rounds_in_flight);
   w.i32(g.rs.vector_elems);
   w.boolean(g.ag.mixed_precision_cast);
+  w.boolean(g.ag.staged_shards);
   w.i32(g.ag.min_strided_run);
   w.i32(g.ag.max_last_round_groups);
   w.i64(g.ag.head_bytes);
   w.i32(g.ag_stages);
+  w.i32(g.landing_slot);
   w.boolean(g.multicast_opt_in);
   w.boolean(g.host_transport);
 }
@@ -197,10 +199,12 @@ GroupSignature read_group(Reader& r) {
   g.rs.rounds_in_flight = r.i32("group.rs.rounds_in_flight");
   g.rs.vector_elems = r.i32("group.rs.vector_elems");
   g.ag.mixed_precision_cast = r.boolean("group.ag.mixed_precision_cast");
+  g.ag.staged_shards = r.boolean("group.ag.staged_shards");
   g.ag.min_strided_run = r.i32("group.ag.min_strided_run");
   g.ag.max_last_round_groups = r.i32("group.ag.max_last_round_groups");
   g.ag.head_bytes = r.i64("group.ag.head_bytes");
   g.ag_stages = r.i32("group.ag_stages");
+  g.landing_slot = r.i32("group.landing_slot");
   g.multicast_opt_in = r.boolean("group.multicast_opt_in");
   g.host_transport = r.boolean("group.host_transport");
   return g;
@@ -496,10 +500,12 @@ std::vector<std::pair<std::string, std::string>> agreed_fields(const RankDescrip
   add("group.rs.rounds_in_flight", std::to_string(g.rs.rounds_in_flight));
   add("group.rs.vector_elems", std::to_string(g.rs.vector_elems));
   add("group.ag.mixed_precision_cast", flag(g.ag.mixed_precision_cast));
+  add("group.ag.staged_shards", flag(g.ag.staged_shards));
   add("group.ag.min_strided_run", std::to_string(g.ag.min_strided_run));
   add("group.ag.max_last_round_groups", std::to_string(g.ag.max_last_round_groups));
   add("group.ag.head_bytes", std::to_string(g.ag.head_bytes));
   add("group.ag_stages", std::to_string(g.ag_stages));
+  add("group.landing_slot", std::to_string(g.landing_slot));
   add("group.multicast_opt_in", flag(g.multicast_opt_in));
   add("group.host_transport", flag(g.host_transport));
   add("caps.cuda_runtime_version", std::to_string(d.caps.cuda_runtime_version));

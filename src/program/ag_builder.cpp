@@ -77,7 +77,7 @@ struct Builder : Emitter {
   }
   // Arena offset of node-local slot `slot` (0 = own shard) on any rank.
   std::int64_t slot_offset(int slot) const {
-    if (slot == 0 && !plan.options().mixed_precision_cast) return arena.resident;
+    if (slot == 0 && !plan.options().shard_in_stage()) return arena.resident;
     return arena.stage + plan.stage_slot_offset(slot);
   }
 
@@ -130,10 +130,11 @@ struct Builder : Emitter {
              who + "landing free -> GPU " + std::to_string(topo.rank(n, d)));
     }
 
-    // 2-3. caller: cast (after this rank's previous scatter, which read stage slot 0), entry.
-    // Without a cast nothing here waits for the previous call: incoming puts are guarded by
-    // the stage credits below, and this rank's own earlier puts precede on this stream.
-    if (plan.options().mixed_precision_cast && shared.calls > 0) {
+    // 2-3. caller: cast or copy the shards into stage slot 0 (after this rank's previous
+    // scatter, which read the slot), entry. With a resident shard nothing here waits for the
+    // previous call: incoming puts are guarded by the stage credits below, and this rank's own
+    // earlier puts precede on this stream.
+    if (plan.options().shard_in_stage() && shared.calls > 0) {
       wait_event(rank, caller,
                  shared.scatter_done_events[static_cast<std::size_t>(shared.calls - 1)],
                  who + "previous call's scatter done");
@@ -146,6 +147,15 @@ struct Builder : Emitter {
                         pl.shard_elems() * 4, 1};
         op.dst = arena_region(rank, slot_offset(0) + pl.offset, pl.shard_bytes);
         op.ctas = kDefaultCastCtas;
+      }
+    } else if (plan.options().staged_shards) {
+      auto& op = add<CopyOp>(rank, caller, who + "copy the shards into stage slot 0");
+      for (int p = 0; p < layout.param_count(); ++p) {
+        const ParamLayout& pl = layout.param(p);
+        op.copies.push_back(CopyDescriptor{
+            Region{Buffer{rank, Space::kTensor, at.tensor_base + p}, 0, pl.shard_bytes,
+                   pl.shard_bytes, 1},
+            arena_region(rank, slot_offset(0) + pl.offset, pl.shard_bytes)});
       }
     }
     if (!injected(Fault::kAgNoLandingReadiness)) {
@@ -270,7 +280,7 @@ AgArenaLayout ag_arena_layout(const AgPlan& plan) {
   const GroupLayout& layout = plan.layout();
   AgArenaLayout a;
   a.resident = 0;
-  a.stage = plan.options().mixed_precision_cast ? 0 : layout.shard_bytes();
+  a.stage = plan.options().shard_in_stage() ? 0 : layout.shard_bytes();
   a.landing = a.stage + plan.stage_bytes();
   a.arena_bytes = a.landing + layout.unsharded_bytes();
   return a;
@@ -306,6 +316,15 @@ Program build_ag_call(const AgPlan& plan, const AgProgramOptions& options,
   return std::move(b.program);
 }
 
+std::vector<std::int64_t> ag_input_bytes(const AgPlan& plan) {
+  std::vector<std::int64_t> bytes;
+  if (!plan.options().shard_in_stage()) return bytes;
+  const std::int64_t item = plan.options().mixed_precision_cast ? 4 : 0;
+  for (const ParamLayout& pl : plan.layout().params())
+    bytes.push_back(item != 0 ? pl.shard_elems() * item : pl.shard_bytes);
+  return bytes;
+}
+
 int ag_call_event_count() {
   return kAgEvents;
 }
@@ -320,10 +339,7 @@ Program build_ag_program(const AgPlan& plan, const AgProgramOptions& options, Ag
   Program p = build_ag_call(plan, options, placement, areas, shared, ids);
   BufferSizes sizes;
   sizes.arena_bytes = areas.arena_bytes;
-  if (plan.options().mixed_precision_cast) {
-    for (const ParamLayout& pl : layout.params())
-      sizes.tensor_bytes.push_back(pl.shard_elems() * 4);
-  }
+  sizes.tensor_bytes = ag_input_bytes(plan);
   if (options.consumer) sizes.output_bytes = {layout.unsharded_bytes()};
   p.buffers.assign(static_cast<std::size_t>(p.ranks), sizes);
   return p;

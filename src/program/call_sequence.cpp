@@ -224,7 +224,7 @@ CallSequence make_call_sequence(const CallBuilder& build, int first_private_coun
     const int privates = c.program.counters - next_counter;
     const int events = c.program.events - next_event;
     if ((private_per_call >= 0 && privates != private_per_call) ||
-        (events_per_call >= 0 && events != events_per_call) || privates < 1 || events < 1) {
+        (events_per_call >= 0 && events != events_per_call) || privates < 0 || events < 0) {
       throw Unsupported("calls of this group use varying numbers of counters or events");
     }
     private_per_call = privates;
@@ -263,7 +263,7 @@ CallSequence make_call_sequence(const CallBuilder& build, int first_private_coun
 AgSequenceAreas ag_sequence_areas(const AgPlan& plan, std::int64_t at) {
   AgSequenceAreas a;
   a.resident = at;
-  if (!plan.options().mixed_precision_cast) at = aligned(at + plan.layout().shard_bytes());
+  if (!plan.options().shard_in_stage()) at = aligned(at + plan.layout().shard_bytes());
   a.stage[0] = at;
   a.stage[1] = aligned(a.stage[0] + plan.stage_bytes());
   a.landing = aligned(a.stage[1] + plan.stage_bytes());
@@ -290,10 +290,7 @@ CallSequence ag_call_sequence(const AgPlan& plan, const AgSequenceAreas& areas,
   };
   BufferSizes sizes;
   sizes.arena_bytes = areas.bytes;
-  if (plan.options().mixed_precision_cast) {
-    for (const ParamLayout& pl : plan.layout().params())
-      sizes.tensor_bytes.push_back(pl.shard_elems() * 4);
-  }
+  sizes.tensor_bytes = ag_input_bytes(plan);
   return make_call_sequence(build, 2 * rounds, sizes, options);
 }
 

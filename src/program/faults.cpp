@@ -75,6 +75,18 @@ const std::vector<FaultInfo>& fault_catalog() {
        Detection::kCorruption,
        "every rank's ops are well formed and ordered, but the last rank's gradients of one group "
        "are reduced into the other group's call"},
+      {Fault::kLaneNoHandoff, "lane-no-handoff", "communicator",
+       "NOTE [lane handoff] (App. E, I3 across groups)",
+       "start every lane call without waiting until every rank finished the lane's previous call",
+       Detection::kRace,
+       "no edge from the previous group's call on the other ranks to this call: it writes the "
+       "shared receive stage or TIDE-RS areas that the other group's call still reads"},
+      {Fault::kAgNoSlotRelease, "ag-no-slot-release", "communicator",
+       "Sec. 3.2 landing free before overwrite, App. F ring",
+       "all-gather into a shared landing slot without waiting for its previous occupant's release",
+       Detection::kRace,
+       "no edge from the previous occupant's layer to the all-gather: peers land this group's "
+       "shards over parameters that layer still reads"},
   };
   return catalog;
 }
@@ -119,6 +131,10 @@ std::string fault_collective_mismatch(Fault fault, std::string_view collective) 
   const std::string_view owner = fault_info(fault).collective;
   if (owner == collective) return "";
   if (owner == "step") return "it breaks a sequence of calls (use tide simulate step)";
+  if (owner == "communicator") {
+    return "it breaks the ordering between the groups of one communicator (lane programs, "
+           "lanes.hpp)";
+  }
   return "it is a" + std::string(owner == "all-gather" ? "n " : " ") + std::string(owner) +
          " fault";
 }

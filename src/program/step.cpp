@@ -53,7 +53,7 @@ StepArenaLayout step_arena(const std::vector<StepGroup>& groups, int ag_stages) 
   for (const StepGroup& g : groups) {
     const AgPlan& plan = *g.all_gather;
     a.resident.push_back(at);
-    if (!plan.options().mixed_precision_cast) at = aligned(at + plan.layout().shard_bytes());
+    if (!plan.options().shard_in_stage()) at = aligned(at + plan.layout().shard_bytes());
     stage = std::max(stage, aligned(plan.stage_bytes()));
     landing = std::max(landing, aligned(plan.layout().unsharded_bytes()));
     rs_plans.push_back(g.reduce_scatter);
@@ -179,12 +179,9 @@ StepProgram build_step_program(const std::vector<StepGroup>& groups, const StepO
   sizes.arena_bytes = out.arena.arena_bytes;
   std::vector<int> ag_tensors, rs_tensors;
   for (const StepGroup& g : groups) {
-    const GroupLayout& ag = g.all_gather->layout();
     ag_tensors.push_back(static_cast<int>(sizes.tensor_bytes.size()));
-    if (g.all_gather->options().mixed_precision_cast) {
-      for (const ParamLayout& pl : ag.params())
-        sizes.tensor_bytes.push_back(pl.shard_elems() * 4);
-    }
+    for (std::int64_t bytes : ag_input_bytes(*g.all_gather))
+      sizes.tensor_bytes.push_back(bytes);
     const GroupLayout& rs = g.reduce_scatter->layout();
     rs_tensors.push_back(static_cast<int>(sizes.tensor_bytes.size()));
     for (const ParamLayout& pl : rs.params())

@@ -280,7 +280,7 @@ TEST(CapabilityInconsistent, EachAgreedField) {
     std::string fragment;
   };
   const std::vector<Case> cases = {
-      {"format_version", [](RankDescription& d) { d.format_version = 3; }, "rank 0 has 2"},
+      {"format_version", [](RankDescription& d) { d.format_version = 4; }, "rank 0 has 3"},
       {"group.name", [](RankDescription& d) { d.group.name = "other"; }, "'other'"},
       {"group.nodes", [](RankDescription& d) { d.group.nodes = 4; }, ""},
       {"group.gpus_per_node", [](RankDescription& d) { d.group.gpus_per_node = 2; }, ""},
@@ -310,6 +310,8 @@ TEST(CapabilityInconsistent, EachAgreedField) {
       {"group.rs.vector_elems", [](RankDescription& d) { d.group.rs.vector_elems = 8; }, ""},
       {"group.ag.mixed_precision_cast",
        [](RankDescription& d) { d.group.ag.mixed_precision_cast = true; }, ""},
+      {"group.ag.staged_shards", [](RankDescription& d) { d.group.ag.staged_shards = true; }, ""},
+      {"group.landing_slot", [](RankDescription& d) { d.group.landing_slot = 1; }, "rank 0 has -1"},
       {"group.ag.min_strided_run", [](RankDescription& d) { d.group.ag.min_strided_run = 2; }, ""},
       {"group.ag.max_last_round_groups",
        [](RankDescription& d) { d.group.ag.max_last_round_groups = 1; }, ""},

@@ -45,7 +45,7 @@
 namespace tide {
 
 // The serialised format's version; a rank running another TIDE build disagrees on it.
-inline constexpr std::uint32_t kCapabilityFormatVersion = 2;
+inline constexpr std::uint32_t kCapabilityFormatVersion = 3;
 // What TIDE needs from every rank (Sec. 2.5): sm_90+, NCCL 2.28 (symmetric windows, LSA).
 inline constexpr int kMinComputeCapability = 90;  // major * 10 + minor
 inline constexpr int kMinNcclVersion = 22800;     // NCCL_VERSION(2, 28, 0)
@@ -62,6 +62,9 @@ struct GroupSignature {
   RsOptions rs;  // mode, W_wave, k, passes, staging
   AgOptions ag;  // cast, strided runs, last-round groups, head bytes
   int ag_stages = 2;
+  // The communicator's landing slot the group's all-gathers land in (NOTE [communicator
+  // arena]); groups of one slot alias. -1: a slot of its own.
+  int landing_slot = -1;
   bool multicast_opt_in = false;  // NVLink multicast: off unless the user asks for it
   // The group runs on the host backend (CPU processes of one host, shared memory): no GPU,
   // NCCL or device feature is needed, only a plan TIDE accepts.

@@ -67,6 +67,9 @@ Program build_ag_call(const AgPlan& plan, const AgProgramOptions& options,
                       const CallPlacement& placement, const AgArenaLayout& areas, AgShared& shared,
                       AgProgramIds* ids = nullptr);
 int ag_call_event_count();
+// The kTensor inputs of one call: per parameter, its fp32 master shard (a cast) or its shard
+// in the all-gather dtype (staged shards); none with a resident shard.
+std::vector<std::int64_t> ag_input_bytes(const AgPlan& plan);
 
 std::string ag_fault_inapplicable(Fault fault, const AgPlan& plan);
 

@@ -31,6 +31,9 @@ enum class Fault {
   kAgNoStageCredit,  // put into a receive stage before its target scattered the last call (3.1)
   kRsBankReuse,      // sum into bank e mod 2 before call e - 2 sent and landed it (5.2, I3)
   kStepCallOrder,    // one rank issues two calls in the other order (3.2 same call order, I4)
+  // A communicator's groups sharing one arena (NOTE [communicator arena], [lane handoff])
+  kLaneNoHandoff,    // a lane call starts before every rank finished the lane's previous call
+  kAgNoSlotRelease,  // an all-gather into a shared slot before its previous occupant released it
 };
 
 // How a run shows a fault, strongest first (NOTE [fault detection] in
@@ -51,7 +54,8 @@ Detection parse_detection(std::string_view name);
 struct FaultInfo {
   Fault fault;
   std::string_view name;         // CLI name, e.g. "ag-no-completion-fence"
-  std::string_view collective;   // "all-gather", "reduce-scatter" or "step" (several calls)
+  std::string_view collective;   // "all-gather", "reduce-scatter", "step" (several calls) or
+                                 // "communicator" (several groups: lanes.hpp)
   std::string_view rule;         // the invariant or safety rule it breaks
   std::string_view description;  // one line
   Detection expected;            // how the reference executor must catch it

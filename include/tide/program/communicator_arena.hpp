@@ -1,0 +1,71 @@
+// One arena per communicator, laid out as the paper bounds it (Sec. 5.4, App. F): what every
+// registered group of a communicator shares, and what each keeps.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tide/core/ag_plan.hpp"
+#include "tide/core/rs_plan.hpp"
+#include "tide/program/call_sequence.hpp"
+#include "tide/program/rs_builder.hpp"
+
+namespace tide::program {
+
+// NOTE [communicator arena]
+// FSDP2 unshards about two groups at a time (prefetch depth 1), so TIDE's memory must not
+// grow with the number of groups. Every rank's arena holds, in this order:
+//   1. a resident shard per group that keeps one (AgOptions::shard_in_stage() false): the
+//      only per-group area, S_g bytes (the FSDP2 adapter keeps none: its shards arrive per
+//      call and are cast or copied into stage slot 0);
+//   2. one all-gather receive stage, shared by every group, the largest group's
+//      AgPlan::stage_bytes() (Sec. 5.4: one receive stage). A group's sequence alternates
+//      two stage areas to overlap its own consecutive calls; both are this one, since the
+//      lane handoff already orders every all-gather after the previous one;
+//   3. the landing slots: groups with one slot id share one slot, sized by the largest of
+//      them, and their landing views alias (App. F's ring: slot g mod 2 in execution order);
+//      a group with slot -1 gets a slot of its own. Who may occupy a slot when is the
+//      caller's contract (the runtime refuses an all-gather into a slot that another group
+//      still holds; NOTE [runtime] 7);
+//   4. TIDE-RS's areas (staging, outbox banks, spares, inbox generations), shared by every
+//      group and sized by the largest (rs_arena_layout of every plan; Eq. 10-12).
+// Areas shared by groups need ordering between the calls of different groups: NOTE [lane
+// handoff] (lanes.hpp). Every area starts on a kArenaAlign boundary.
+inline constexpr std::int64_t kArenaAlign = 4096;
+
+struct ArenaGroup {
+  const AgPlan* all_gather = nullptr;
+  const RsPlan* reduce_scatter = nullptr;
+  int landing_slot = -1;  // groups with one id >= 0 share a slot; -1: a slot of its own
+};
+
+struct LandingSlot {
+  int id = -1;  // the groups' slot id (-1: one group's own slot)
+  std::int64_t offset = 0;
+  std::int64_t bytes = 0;   // the largest unsharded size of its groups
+  std::vector<int> groups;  // indices into the ArenaGroup list
+};
+
+struct CommunicatorArena {
+  std::vector<AgSequenceAreas> all_gather;  // per group: resident, stages, landing (absolute)
+  std::vector<int> slot_of;                 // per group: index into `slots`
+  std::vector<LandingSlot> slots;
+  RsArenaLayout reduce_scatter;  // shared; offsets absolute, arena_bytes = the whole arena
+  // Bytes by kind (each sum aligned as laid out); they add up to arena_bytes.
+  std::int64_t resident_bytes = 0;
+  std::int64_t stage_bytes = 0;
+  std::int64_t landing_bytes = 0;
+  std::int64_t reduce_scatter_bytes = 0;
+  std::int64_t arena_bytes = 0;
+  // What Sec. 5.4 bounds these areas by, for these groups: the residents, the largest
+  // group's stage, each slot's largest group, and Eq. 10's staging bound (memory_model.hpp)
+  // for the largest fp32 shard; the arena stays within it plus kArenaAlign per area. 0 where
+  // the closed form does not apply (the memory model's limits).
+  std::int64_t bound_bytes = 0;
+  int areas = 0;  // areas laid out (for the alignment allowance)
+};
+
+// Throws InvalidArgument for an empty list, a missing plan, or plans of different topologies.
+CommunicatorArena communicator_arena(const std::vector<ArenaGroup>& groups);
+
+}  // namespace tide::program

@@ -1,0 +1,141 @@
+// NOTE [communicator arena]: the layout of one communicator's arena and its Sec. 5.4 bound.
+#include "tide/program/communicator_arena.hpp"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "tide/core/error.hpp"
+#include "tide/core/memory_model.hpp"
+
+namespace tide::program {
+namespace {
+
+std::int64_t aligned(std::int64_t x) {
+  return (x + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+}
+
+// Eq. 10 for the largest group's fp32 shard, in bytes; 0 where the closed form does not
+// apply (the memory model's limits, e.g. n_par > 2).
+std::int64_t staging_bound(const std::vector<ArenaGroup>& groups) {
+  const RsPlan& first = *groups.front().reduce_scatter;
+  const Topology& topo = first.layout().topology();
+  std::int64_t fp32_shard = 0;
+  int generations = 1, slots = 1;
+  for (const ArenaGroup& g : groups) {
+    fp32_shard = std::max(fp32_shard, g.reduce_scatter->layout().fp32_shard_bytes());
+    generations = std::max(generations, g.reduce_scatter->generations());
+    slots = std::max(slots, g.reduce_scatter->options().staging_slots);
+  }
+  MemoryModelInput in;
+  in.nodes = topo.nodes();
+  in.gpus_per_node = topo.gpus_per_node();
+  in.round_width = first.round_width();
+  in.inbox_generations = generations;
+  in.staging_slots = slots;
+  in.grad_bytes = static_cast<int>(item_bytes(first.layout().grad_dtype()));
+  try {
+    const MemoryModel m = evaluate_memory_model(in);
+    const double blocks = first.options().mode == RsMode::kSlotReuse ? m.slot_reuse_staging_blocks
+                                                                     : m.in_place_staging_blocks;
+    return static_cast<std::int64_t>(blocks * static_cast<double>(fp32_shard));
+  } catch (const InvalidArgument&) {
+    return 0;
+  }
+}
+
+}  // namespace
+
+CommunicatorArena communicator_arena(const std::vector<ArenaGroup>& groups) {
+  if (groups.empty()) throw InvalidArgument("communicator arena: no groups");
+  for (const ArenaGroup& g : groups) {
+    if (g.all_gather == nullptr || g.reduce_scatter == nullptr) {
+      throw InvalidArgument("communicator arena: a group without its plans");
+    }
+    if (!(g.all_gather->layout().topology() == groups.front().all_gather->layout().topology())) {
+      throw InvalidArgument("communicator arena: groups of different topologies");
+    }
+  }
+  CommunicatorArena a;
+  a.all_gather.resize(groups.size());
+  std::int64_t at = 0;
+  // 1. residents
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const AgPlan& plan = *groups[g].all_gather;
+    a.all_gather[g].resident = at;
+    if (!plan.options().shard_in_stage()) {
+      at += aligned(plan.layout().shard_bytes());
+      ++a.areas;
+    }
+  }
+  a.resident_bytes = at;
+  // 2. the shared receive stage
+  std::int64_t stage = 0;
+  for (const ArenaGroup& g : groups)
+    stage = std::max(stage, aligned(g.all_gather->stage_bytes()));
+  const std::int64_t stage_at = at;
+  at += stage;
+  a.stage_bytes = stage;
+  a.areas += 1;
+  // 3. landing slots, in order of first use by a group
+  std::map<int, int> slot_index;  // slot id -> index into a.slots
+  a.slot_of.resize(groups.size());
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const int id = groups[g].landing_slot;
+    int index = -1;
+    if (id >= 0) {
+      if (auto it = slot_index.find(id); it != slot_index.end()) index = it->second;
+    }
+    if (index < 0) {
+      index = static_cast<int>(a.slots.size());
+      a.slots.push_back(LandingSlot{id, 0, 0, {}});
+      if (id >= 0) slot_index[id] = index;
+    }
+    LandingSlot& slot = a.slots[static_cast<std::size_t>(index)];
+    slot.bytes = std::max(slot.bytes, groups[g].all_gather->layout().unsharded_bytes());
+    slot.groups.push_back(static_cast<int>(g));
+    a.slot_of[g] = index;
+  }
+  const std::int64_t landings_at = at;
+  for (LandingSlot& slot : a.slots) {
+    slot.offset = at;
+    at += aligned(slot.bytes);
+    ++a.areas;
+  }
+  a.landing_bytes = at - landings_at;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    AgSequenceAreas& areas = a.all_gather[g];
+    areas.stage[0] = stage_at;
+    areas.stage[1] = stage_at;  // one stage: the lane handoff orders its users
+    areas.landing = a.slots[static_cast<std::size_t>(a.slot_of[g])].offset;
+  }
+  // 4. TIDE-RS's areas
+  std::vector<const RsPlan*> rs_plans;
+  for (const ArenaGroup& g : groups)
+    rs_plans.push_back(g.reduce_scatter);
+  a.reduce_scatter = rs_arena_layout(rs_plans);
+  for (std::int64_t* offset : {&a.reduce_scatter.staging, &a.reduce_scatter.outbox,
+                               &a.reduce_scatter.spares, &a.reduce_scatter.inbox})
+    *offset += at;
+  a.reduce_scatter_bytes = aligned(a.reduce_scatter.arena_bytes);
+  a.areas += 1;
+  at += a.reduce_scatter_bytes;
+  a.arena_bytes = at;
+  a.reduce_scatter.arena_bytes = at;
+  for (AgSequenceAreas& areas : a.all_gather)
+    areas.bytes = at;
+
+  // The Sec. 5.4 bound for these groups.
+  std::int64_t residents = 0, stage_bound = 0, slots_bound = 0;
+  for (const ArenaGroup& g : groups) {
+    if (!g.all_gather->options().shard_in_stage()) residents += g.all_gather->layout().shard_bytes();
+    stage_bound = std::max(stage_bound, g.all_gather->stage_bytes());
+  }
+  for (const LandingSlot& slot : a.slots)
+    slots_bound += slot.bytes;
+  const std::int64_t staging = staging_bound(groups);
+  a.bound_bytes = staging > 0 ? residents + stage_bound + slots_bound + staging : 0;
+  return a;
+}
+
+}  // namespace tide::program
