@@ -103,6 +103,17 @@ def _all_gather(*args, **kwargs):
     for shard, numel in zip(shards, numels):
         if shard.numel() != numel or not shard.is_contiguous():
             raise RuntimeError(f"tide.fsdp: {group.name}: sharded data is not FSDP2's padded shard")
+    # NOTE [landing slots]: a slot another group still holds sends this group to stock for good.
+    if not group.comm.holds_slot(group.gid):
+        holder = group.slot_holder()
+        if holder is not None:
+            group.fall_back(
+                f"its landing slot {group.slot} was still held by group '{holder.name}' when it was "
+                "all-gathered (more groups unsharded at once than the ring has slots); stock FSDP2 "
+                "from then on"
+            )
+            group.stock_calls += 1
+            return _installed["foreach_all_gather"](*args, **kwargs)
     ag_stream.wait_stream(copy_in_stream)
     with handle.stream(ag_stream):
         group.comm.all_gather(group.gid, _stream_handle(ag_stream), [s.data_ptr() for s in shards])
@@ -180,7 +191,7 @@ def _reduce(*args, **kwargs):
         rs_group is not group.pg
         or defer_all_reduce
         or a["partial_reduce_output"] is not None
-        or any(g.dtype not in (group.grad_dtype, torch.bfloat16) for g in grads)
+        or any(g.dtype != group.grad_dtype or not g.is_contiguous() for g in grads)
         or any(fp not in group.index for fp in params)
     ):
         return _stock_reduce(group, args, kwargs)
@@ -193,19 +204,19 @@ def _reduce(*args, **kwargs):
     hook = a["all_reduce_hook"]
     follows = ar_group is not None or hook is not None or post not in (None, 1)
 
-    # Gradients in the registered dtype, in group order; zeros for parameters without one.
+    # The gradients where autograd left them, in group order (TIDE-RS reads them in place and
+    # reduces in fp32: no upcast); zeros for parameters without one.
     by_index: dict[int, torch.Tensor] = {}
     for fp, grad in zip(params, grads):
-        if grad.dtype != group.grad_dtype:
-            grad = grad.to(group.grad_dtype)  # bf16 -> fp32 is exact
-        by_index[group.index[fp]] = grad.contiguous()
+        by_index[group.index[fp]] = grad
     all_params = group.fsdp_group.fsdp_params
-    ordered = [
-        by_index.get(p)
-        if p in by_index
-        else torch.zeros(fp.sharded_param.shape, dtype=group.grad_dtype, device=device)
-        for p, fp in enumerate(all_params)
-    ]
+    ordered = []
+    for p, fp in enumerate(all_params):
+        if p not in by_index:
+            zeros = torch.zeros(fp.sharded_param.shape, dtype=group.grad_dtype, device=device)
+            group.zero_fill_bytes += zeros.numel() * zeros.element_size()
+            by_index[p] = zeros
+        ordered.append(by_index[p])
 
     packed = _accumulation_target(group, params) if not follows and len(params) == len(all_params) else None
     accumulate = packed is not None

@@ -11,8 +11,26 @@ a tensor whose storage is rooted at p's matrix in the group's landing zone (TIDE
 autograd's back, so no version counter moves (FSDP2 itself wraps its copy-out in
 ``_unsafe_preserve_version_counter`` for the same reason). The landing is persistent, so the
 parameter's alloc and free become no-ops: its memory is the arena's, reported by
-``arena_bytes`` and not by torch's allocator. A ``copy.deepcopy`` of such a tensor (or of a
-state dict) clones the storage into ordinary memory, as for any tensor.
+``tide.fsdp.memory`` and not by torch's allocator. A ``copy.deepcopy`` of such a tensor (or of
+a state dict) clones the storage into ordinary memory, as for any tensor.
+
+NOTE [landing slots]
+The landing is not the group's alone: groups share the communicator's two ring slots (NOTE
+[communicator arena] in the C++ runtime; paper App. F), so the landing views of groups in
+one slot alias. ``assign_slots`` gives each group its slot in module order, which is FSDP2's
+forward order: ring groups alternate slots 0 and 1; a group whose parameters stay unsharded
+across other groups' lifetimes gets a slot of its own: the root (FSDP2 never reshards it
+after forward), a group with ``reshard_after_forward=False`` (except the last block, which
+the paper folds into the ring: it is the first one backward uses), and a group resharded
+after forward to a smaller mesh (whose backward all-gather is FSDP2's, into the landing).
+A group holds its slot from its all-gather until FSDP2 reshards it (``_to_sharded``, wrapped
+here), which releases it on the current stream: the slot's next all-gather waits on the
+device for that stream's work so far. An all-gather into a slot that another group still
+holds (prefetching deeper than the ring, a module used twice, an unusual root) is refused by
+the runtime before anything is written; the group then returns to stock FSDP2 for good, with
+the reason in the report. So no group's parameters are ever overwritten while FSDP2 holds
+them unsharded. A tensor kept from a resharded parameter (FSDP2 frees its storage; TIDE's
+cannot be freed) reads whatever its slot holds now: FSDP2 itself never reads one.
 """
 
 from __future__ import annotations
@@ -112,6 +130,12 @@ class TideGroup:
         self.world = 1
         self.stock_calls = 0
         self.views_installed = False
+        self.slot = -1  # NOTE [landing slots]: the slot id (-1: its own)
+        self.slot_reason = ""
+        self.zero_fill_bytes = 0  # reduce-scatter inputs TIDE made (parameters without a gradient)
+        self.stats_when_stock = None  # the TIDE calls' stats when it fell back
+        self.registered_id = -1  # its id in the communicator (kept after a fall-back)
+        self.peers: list = []  # every TideGroup of the same enable()
 
     @property
     def on_tide(self) -> bool:
@@ -126,11 +150,12 @@ class TideGroup:
 
     def plan_dtypes(self) -> None:
         fp = self.fsdp_group.fsdp_params[0]
-        _, param, reduce = _dtypes(self.fsdp_group, fp)
+        _, param, _ = _dtypes(self.fsdp_group, fp)
         self.cast = param == torch.bfloat16
         self.ag_dtype = torch.bfloat16 if self.cast else torch.float32
-        # The dtype autograd produces the unsharded gradients in, unless FSDP upcasts them.
-        self.grad_dtype = torch.float32 if reduce == torch.float32 or not self.cast else torch.bfloat16
+        # The dtype autograd leaves the unsharded gradients in (the parameters'): TIDE-RS reads
+        # them there and reduces in fp32 whatever the reduce dtype (no upcast copy).
+        self.grad_dtype = self.ag_dtype
 
     def register(self, comm, pg, mode: str) -> str:
         """Registers the group with the communicator; returns the runtime's refusal or ''.
@@ -145,10 +170,13 @@ class TideGroup:
             _memory.dtype_name(self.grad_dtype),
             mode,
             self.cast,
+            staged_shards=not self.cast,  # FSDP2 keeps the shards: no resident copy in TIDE
+            landing_slot=self.slot,
         )
         if gid < 0:
             return reason or "refused by the TIDE runtime"
         self.comm, self.gid, self.pg, self.world = comm, gid, pg, pg.size()
+        self.registered_id = gid
         return ""
 
     def describe(self) -> str:
@@ -163,10 +191,57 @@ class TideGroup:
         return ""
 
     def bind(self) -> None:
-        """Routes the group's FSDP2 calls to TIDE (views follow at the first all-gather)."""
+        """Routes the group's FSDP2 calls to TIDE (views follow at the first all-gather) and
+        releases its slot whenever FSDP2 reshards it (NOTE [landing slots])."""
         for p, fp in enumerate(self.fsdp_group.fsdp_params):
             self.index[fp] = p
             GROUP_OF_PARAM[fp] = self
+        for name in ("_to_sharded", "_to_sharded_post_forward"):
+            original = getattr(self.fsdp_group, name)
+
+            def resharded(_original=original):
+                _original()
+                self.release()
+
+            setattr(self.fsdp_group, name, resharded)
+
+    def release(self) -> None:
+        """FSDP2 resharded the group: its slot is free after the current stream's work."""
+        if self.on_tide and self.comm.holds_slot(self.gid):
+            device = self.fsdp_group.device
+            stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+            self.comm.release(self.gid, stream)
+
+    def slot_holder(self):
+        """The other group on TIDE whose parameters fill this group's slot now, or None."""
+        if self.slot < 0:
+            return None
+        for other in self.peers:
+            if (
+                other is not self
+                and other.on_tide
+                and other.comm is self.comm
+                and other.slot == self.slot
+                and self.comm.holds_slot(other.gid)
+            ):
+                return other
+        return None
+
+    def fall_back(self, reason: str) -> None:
+        """Returns the group to stock FSDP2 for good (NOTE [landing slots]): FSDP2's own
+        all-gather outputs and unsharded parameters come back at its next all-gather."""
+        if self.gid >= 0:
+            self.stats_when_stock = dict(self.comm.stats(self.gid))
+        self.gid, self.reason = -1, reason
+        for fp in self.fsdp_group.fsdp_params:
+            GROUP_OF_PARAM.pop(fp, None)
+            if self.views_installed:
+                for name in ("alloc_all_gather_outputs", "free_all_gather_outputs", "free_unsharded_param"):
+                    fp.__dict__.pop(name, None)
+                if hasattr(fp, "_unsharded_param"):
+                    del fp._unsharded_param
+                fp.all_gather_outputs = []
+        self.views_installed = False
 
     def install_views(self, device: torch.device) -> None:
         """Points each parameter's all-gather output at its landing matrix (see NOTE above).
@@ -196,9 +271,28 @@ class TideGroup:
         return self.fsdp_group.fsdp_params[p].all_gather_outputs[0]
 
     def stats(self) -> dict:
-        if not self.on_tide:
-            return {"all_gathers": 0, "reduce_scatters": 0, "copy_bytes_avoided": 0}
-        return dict(self.comm.stats(self.gid))
+        if self.comm is None or self.gid < 0 and self.stats_when_stock is None:
+            return {"all_gathers": 0, "reduce_scatters": 0, "copy_bytes_avoided": 0, "copy_bytes_made": 0}
+        return dict(self.comm.stats(self.gid)) if self.gid >= 0 else dict(self.stats_when_stock)
+
+
+def assign_slots(groups: list, root_groups: list) -> None:
+    """Each eligible group's landing slot, in module order (NOTE [landing slots])."""
+    candidates = [g for g in groups if not g.reason]
+    ring = 0
+    for i, group in enumerate(candidates):
+        fsdp_group = group.fsdp_group
+        after_forward = getattr(fsdp_group, "post_forward_mesh_info", None)
+        last = i == len(candidates) - 1
+        if any(fsdp_group is r for r in root_groups):
+            group.slot_reason = "the root: FSDP2 keeps it unsharded from its forward to its backward"
+        elif after_forward is None and not last:
+            group.slot_reason = "reshard_after_forward=False: unsharded from its forward to its backward"
+        elif after_forward is not None and after_forward != fsdp_group.mesh_info:
+            group.slot_reason = "resharded after forward to a smaller mesh: FSDP2 gathers it into the landing"
+        else:
+            group.slot, group.slot_reason = ring % 2, ""
+            ring += 1
 
 
 def _no_op() -> None:

@@ -19,7 +19,7 @@ import torch.nn as nn
 
 from . import _fsdp_calls, _fsdp_compat, _fsdp_group, _runtime
 
-__all__ = ["enable", "report", "UnsupportedTorch"]
+__all__ = ["enable", "report", "memory", "close", "UnsupportedTorch"]
 
 UnsupportedTorch = _fsdp_compat.UnsupportedTorch
 
@@ -85,6 +85,8 @@ def enable(
     groups = [_fsdp_group.TideGroup(g, name) for name, g in _fsdp_groups(module)]
     if not groups:
         raise ValueError("tide.fsdp.enable: no FSDP parameter groups (call fully_shard first)")
+    for group in groups:
+        group.peers = groups
 
     reasons = []
     for group in groups:
@@ -94,14 +96,16 @@ def enable(
         )
         reasons.append(_fsdp_group.local_reason(group.fsdp_group, layout_reason))
     reasons = _agree(reasons)
+    for group, reason in zip(groups, reasons):
+        group.reason = reason
+    _fsdp_group.assign_slots(groups, _own_groups(module))
 
     # One communicator per shard process group, created and used in module order on every
     # rank of that group (a collective over the group's store prefix).
     generation = _runtime.next_generation()
     communicators: dict[int, object] = {}
-    for group, reason in zip(groups, reasons):
-        group.reason = reason
-        if reason:
+    for group in groups:
+        if group.reason:
             continue
         pg = group.fsdp_group.mesh_info.shard_process_group
         device = group.fsdp_group.device
@@ -128,12 +132,27 @@ def enable(
     return result
 
 
+def _own_groups(module: nn.Module) -> list:
+    """The FSDP parameter groups of ``module`` itself, when it is an FSDP module (the root)."""
+    from torch.distributed.fsdp import FSDPModule  # noqa: PLC0415
+
+    if not isinstance(module, FSDPModule):
+        return []
+    state = module._get_fsdp_state()
+    groups = list(getattr(state, "_fsdp_param_groups", None) or [])
+    if not groups and getattr(state, "_fsdp_param_group", None) is not None:
+        groups = [state._fsdp_param_group]
+    return groups
+
+
 def report(module: nn.Module) -> list[dict]:
     """One dict per FSDP parameter group: group, backend ("tide" or "stock"), reason,
-    all_gathers, reduce_scatters, copy_bytes_avoided (TIDE calls so far),
-    all_gather_replays and reduce_scatter_replays (GPU calls that launched their slot's CUDA
-    graph: tens of microseconds of host time; docs/runtime.md), and stock_calls, params,
-    arena_bytes."""
+    all_gathers, reduce_scatters, copy_bytes_avoided (FSDP2's layout copies that TIDE calls
+    did not make), copy_bytes_made and copies (the copies they still made, by kind, and why:
+    docs/fsdp.md), all_gather_replays and reduce_scatter_replays (GPU calls that launched their
+    slot's CUDA graph: tens of microseconds of host time; docs/runtime.md), stock_calls,
+    params, slot (its landing slot id: groups of one id share the memory; -1: its own) with
+    slot_reason (why its own), and landing_bytes. ``memory(module)`` gives the arena."""
     state = getattr(module, _ATTRIBUTE, None)
     if state is None:
         return [
@@ -144,11 +163,15 @@ def report(module: nn.Module) -> list[dict]:
                 "all_gathers": 0,
                 "reduce_scatters": 0,
                 "copy_bytes_avoided": 0,
+                "copy_bytes_made": 0,
+                "copies": {},
                 "all_gather_replays": 0,
                 "reduce_scatter_replays": 0,
                 "stock_calls": 0,
                 "params": len(g.fsdp_params),
-                "arena_bytes": 0,
+                "slot": None,
+                "slot_reason": "",
+                "landing_bytes": 0,
             }
             for name, g in _fsdp_groups(module)
         ]
@@ -156,6 +179,18 @@ def report(module: nn.Module) -> list[dict]:
     rows = []
     for group in groups:
         stats = group.stats()
+        copies = {}
+        if stats.get("copy_bytes_made", 0):
+            copies["all_gather_shards"] = {
+                "bytes": int(stats["copy_bytes_made"]),
+                "why": "each all-gather casts (bf16) or copies (fp32) this rank's shards into the "
+                "shared stage: FSDP2 keeps the shards, TIDE keeps no resident copy",
+            }
+        if group.zero_fill_bytes:
+            copies["zero_gradients"] = {
+                "bytes": group.zero_fill_bytes,
+                "why": "parameters without a gradient get zeros (TIDE-RS reduces every parameter)",
+            }
         rows.append(
             {
                 "group": group.name,
@@ -164,14 +199,43 @@ def report(module: nn.Module) -> list[dict]:
                 "all_gathers": int(stats["all_gathers"]),
                 "reduce_scatters": int(stats["reduce_scatters"]),
                 "copy_bytes_avoided": int(stats["copy_bytes_avoided"]),
+                "copy_bytes_made": sum(c["bytes"] for c in copies.values()),
+                "copies": copies,
                 "all_gather_replays": int(stats.get("all_gather_replays", 0)),
                 "reduce_scatter_replays": int(stats.get("reduce_scatter_replays", 0)),
                 "stock_calls": group.stock_calls,
                 "params": len(group.fsdp_group.fsdp_params),
-                "arena_bytes": int(group.info.get("region_bytes", 0)) if group.on_tide else 0,
+                "slot": group.slot if group.on_tide else None,
+                "slot_reason": group.slot_reason if group.on_tide else "",
+                "landing_bytes": int(group.info.get("landing_bytes", 0)) if group.on_tide else 0,
             }
         )
     return rows
+
+
+def memory(module: nn.Module) -> dict:
+    """TIDE's memory on this rank (NOTE [communicator arena], docs/fsdp.md): ``arena_bytes``
+    over every communicator, and per communicator its arena's bytes by kind (resident, stage,
+    landing slots, reduce-scatter areas), the Sec. 5.4 bound for its groups and its slots
+    with the groups in each. On CPU the arena is shared memory, part of the process's RSS; on
+    GPUs it is outside torch's allocator (see docs/fsdp.md)."""
+    state = getattr(module, _ATTRIBUTE, None)
+    if state is None:
+        return {"arena_bytes": 0, "communicators": []}
+    groups, communicators = state
+    names = {}
+    for group in groups:
+        if group.comm is not None and group.gid >= 0 or group.stats_when_stock is not None:
+            names.setdefault(id(group.comm), {})[group.registered_id] = group.name
+    out = []
+    for comm in communicators:
+        arena = dict(comm.arena())
+        by_id = names.get(id(comm), {})
+        arena["slots"] = [
+            dict(s, groups=[by_id.get(i, str(i)) for i in s["groups"]]) for s in arena["slots"]
+        ]
+        out.append(arena)
+    return {"arena_bytes": sum(a["arena_bytes"] for a in out), "communicators": out}
 
 
 def close(module: nn.Module) -> None:

@@ -51,6 +51,8 @@ struct CheckRuntimeArgs {
   std::string mode = "in-place";
   std::string sub_slices = std::string(sub_slices_name(RsOptions{}.sub_slices));
   bool cast = false;
+  bool staged_shards = false;
+  bool ring = false;
   int kill_rank = -1;
   int kill_at_call = -1;
   int misorder_rank = -1;
@@ -162,6 +164,7 @@ struct WorkerResult {
   int calls = 0;
   std::int64_t mismatches = 0;
   std::string error;
+  runtime::ArenaInfo arena;
 };
 
 // A call's buffers in the backend's memory, freed when the next call's are made (so every
@@ -225,6 +228,9 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
     spec.mode = mode;
     spec.sub_slices = parse_sub_slices(a.sub_slices);
     spec.cast = a.cast;
+    spec.staged_shards = a.staged_shards;
+    // FSDP2's ring (App. F): group g lands in slot g mod 2, released after its check.
+    spec.landing_slot = a.ring ? static_cast<int>(ids.size()) % 2 : -1;
     const runtime::Registration reg = comm->register_group(spec);
     if (reg.group < 0) throw Unsupported("group '" + g.name + "' refused: " + reg.reason);
     ids.push_back(reg.group);
@@ -249,7 +255,8 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
       const AgInputs in = ag_inputs(rng, layout, a.cast);
       const auto& packed = in.packed[static_cast<std::size_t>(rank)];
       std::vector<const void*> shards;
-      const bool by_pointer = a.cast || call % 2 == 1;  // odd calls copy in from pointers
+      // Odd calls copy in from pointers; shards staged per call always come by pointer.
+      const bool by_pointer = a.cast || a.staged_shards || call % 2 == 1;
       for (int p = 0; p < layout.param_count() && by_pointer; ++p) {
         const ParamLayout& pl = layout.param(p);
         const std::size_t first = static_cast<std::size_t>(pl.offset / 2);
@@ -279,6 +286,7 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
           }
         }
       }
+      comm->release(ids[static_cast<std::size_t>(g)], memory->stream());  // NOTE [runtime] 7
     } else {
       const std::vector<RankGrads> grads = random_grads(rng, layout);
       const float alpha = (call % 3 == 0) ? 1.0f : 1.0f / static_cast<float>(a.procs);
@@ -318,7 +326,18 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
     }
     ++result.calls;
   }
+  result.arena = comm->arena();
   return result;
+}
+
+json arena_json(const runtime::ArenaInfo& a) {
+  json slots = json::array();
+  for (const runtime::ArenaInfo::Slot& s : a.slots)
+    slots.push_back({{"id", s.id}, {"bytes", s.bytes}, {"groups", s.groups}});
+  return {{"arena_bytes", a.arena_bytes},       {"resident_bytes", a.resident_bytes},
+          {"stage_bytes", a.stage_bytes},       {"landing_bytes", a.landing_bytes},
+          {"reduce_scatter_bytes", a.reduce_scatter_bytes}, {"bound_bytes", a.bound_bytes},
+          {"slots", slots}};
 }
 
 std::string one_line(std::string s) {
@@ -425,7 +444,10 @@ void run_check_runtime(CheckRuntimeArgs a) {
       int status = 0;
       try {
         const WorkerResult r = run_worker(a, groups, rank, dir / "store");
-        out = {{"rank", rank}, {"calls", r.calls}, {"mismatches", r.mismatches}};
+        out = {{"rank", rank},
+               {"calls", r.calls},
+               {"mismatches", r.mismatches},
+               {"arena", arena_json(r.arena)}};
         status = r.mismatches == 0 ? 0 : 1;
       } catch (const std::exception& e) {
         out = {{"rank", rank}, {"error", one_line(e.what())}};
@@ -483,11 +505,14 @@ void run_check_runtime(CheckRuntimeArgs a) {
     ranks.push_back(row);
   }
   std::filesystem::remove_all(dir);
-  const json summary = {{"calls", a.calls},        {"ranks", a.procs},
-                        {"groups", groups.size()}, {"backend", a.backend},
-                        {"mode", a.mode},          {"sub_slices", a.sub_slices},
-                        {"seed", a.seed},          {"mismatches", mismatches},
-                        {"passed", passed},        {"per_rank", ranks}};
+  json summary = {{"calls", a.calls},        {"ranks", a.procs},
+                  {"groups", groups.size()}, {"backend", a.backend},
+                  {"mode", a.mode},          {"sub_slices", a.sub_slices},
+                  {"ring", a.ring},          {"staged_shards", a.staged_shards},
+                  {"seed", a.seed},          {"mismatches", mismatches},
+                  {"passed", passed},        {"per_rank", ranks}};
+  // Every rank lays out the same arena (NOTE [communicator arena]): rank 0's stands for all.
+  if (!ranks.empty() && ranks.front().contains("arena")) summary["arena"] = ranks.front()["arena"];
   if (a.json) {
     std::cout << summary.dump(2) << '\n';
   } else {
@@ -541,6 +566,10 @@ void add_check_runtime_command(CLI::App& app) {
                   "TIDE-RS sub-slice geometry: across-ranks (paper), per-rank or node-contiguous")
       ->capture_default_str();
   cmd->add_flag("--cast", args->cast, "All-gather fp32 master shards as bf16");
+  cmd->add_flag("--staged-shards", args->staged_shards,
+                "Shards by pointer with every all-gather, no resident shard (as tide.fsdp)");
+  cmd->add_flag("--ring", args->ring,
+                "Group g lands in shared slot g mod 2, released after each all-gather's check");
   cmd->add_option("--kill-rank", args->kill_rank, "Kill this rank (SIGKILL) at --kill-at-call");
   cmd->add_option("--kill-at-call", args->kill_at_call, "The call at which --kill-rank dies");
   cmd->add_option("--stall-rank", args->stall_rank,

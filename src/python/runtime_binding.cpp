@@ -94,7 +94,7 @@ class PyCommunicator {
   std::pair<int, std::string> register_group(
       const std::string& name, const std::vector<std::pair<std::int64_t, std::int64_t>>& shapes,
       const std::string& ag_dtype, const std::string& grad_dtype, const std::string& mode,
-      bool cast) {
+      bool cast, bool staged_shards, int landing_slot) {
     runtime::GroupSpec spec;
     spec.name = name;
     for (std::size_t p = 0; p < shapes.size(); ++p)
@@ -103,6 +103,8 @@ class PyCommunicator {
     spec.grad_dtype = parse_dtype(grad_dtype, "grad_dtype");
     spec.mode = parse_mode(mode);
     spec.cast = cast;
+    spec.staged_shards = staged_shards;
+    spec.landing_slot = landing_slot;
     runtime::Registration r;
     {
       nb::gil_scoped_release release;
@@ -127,7 +129,8 @@ class PyCommunicator {
     d["landing_ptr"] = reinterpret_cast<std::uintptr_t>(info->landing);
     d["landing_bytes"] = info->landing_bytes;
     d["resident_ptr"] = reinterpret_cast<std::uintptr_t>(info->resident);
-    d["region_bytes"] = info->region_bytes;
+    d["landing_slot"] = info->landing_slot;
+    d["landing_slot_id"] = info->landing_slot_id;
     d["ag_period"] = info->ag_period;
     d["rs_period"] = info->rs_period;
     d["graph_period"] = info->graph_period;
@@ -154,12 +157,45 @@ class PyCommunicator {
     d["all_gathers"] = s.all_gathers;
     d["reduce_scatters"] = s.reduce_scatters;
     d["copy_bytes_avoided"] = s.copy_bytes_avoided;
+    d["copy_bytes_made"] = s.copy_bytes_made;
     d["all_gather_replays"] = s.all_gather_replays;
     d["reduce_scatter_replays"] = s.reduce_scatter_replays;
     return d;
   }
 
+  void release(int group, std::uintptr_t stream) {
+    nb::gil_scoped_release release;
+    get().release(group, stream);
+  }
+
+  bool holds_slot(int group) { return get().holds_slot(group); }
+
   std::int64_t arena_bytes() { return get().arena_bytes(); }
+
+  nb::dict arena() {
+    runtime::ArenaInfo a;
+    {
+      nb::gil_scoped_release release;  // the first use creates the arena (collective)
+      a = get().arena();
+    }
+    nb::dict d;
+    d["arena_bytes"] = a.arena_bytes;
+    d["resident_bytes"] = a.resident_bytes;
+    d["stage_bytes"] = a.stage_bytes;
+    d["landing_bytes"] = a.landing_bytes;
+    d["reduce_scatter_bytes"] = a.reduce_scatter_bytes;
+    d["bound_bytes"] = a.bound_bytes;
+    nb::list slots;
+    for (const runtime::ArenaInfo::Slot& s : a.slots) {
+      nb::dict slot;
+      slot["id"] = s.id;
+      slot["bytes"] = s.bytes;
+      slot["groups"] = s.groups;
+      slots.append(slot);
+    }
+    d["slots"] = slots;
+    return d;
+  }
   int rank() { return get().rank(); }
   int world() { return get().world(); }
 
@@ -222,7 +258,8 @@ void bind_runtime(nb::module_& m) {
            nb::arg("timeout_s") = 300.0, nb::arg("device") = -1)
       .def("register_group", &PyCommunicator::register_group, nb::arg("name"), nb::arg("shapes"),
            nb::arg("ag_dtype") = "bf16", nb::arg("grad_dtype") = "bf16",
-           nb::arg("mode") = "in-place", nb::arg("cast") = false,
+           nb::arg("mode") = "in-place", nb::arg("cast") = false, nb::arg("staged_shards") = false,
+           nb::arg("landing_slot") = -1,
            "(group id, reason): id -1 when TIDE cannot run the group (reason says why)")
       .def("group_info", &PyCommunicator::group_info, nb::arg("group"))
       .def("all_gather", &PyCommunicator::all_gather, nb::arg("group"), nb::arg("stream"),
@@ -230,7 +267,13 @@ void bind_runtime(nb::module_& m) {
       .def("reduce_scatter", &PyCommunicator::reduce_scatter, nb::arg("group"), nb::arg("stream"),
            nb::arg("grads"), nb::arg("out"), nb::arg("alpha") = 1.0f, nb::arg("accumulate") = false)
       .def("stats", &PyCommunicator::stats, nb::arg("group"))
+      .def("release", &PyCommunicator::release, nb::arg("group"), nb::arg("stream"),
+           "The caller is done with the group's landing slot after `stream`'s work so far "
+           "(NOTE [runtime] 7)")
+      .def("holds_slot", &PyCommunicator::holds_slot, nb::arg("group"))
       .def("arena_bytes", &PyCommunicator::arena_bytes)
+      .def("arena", &PyCommunicator::arena,
+           "The arena's layout: bytes by kind, the Sec. 5.4 bound, the landing slots")
       .def("rank", &PyCommunicator::rank)
       .def("world", &PyCommunicator::world)
       .def("abort", &PyCommunicator::abort, nb::arg("reason"))

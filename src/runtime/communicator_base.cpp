@@ -40,6 +40,8 @@ Registration CommunicatorBase::register_group(const GroupSpec& spec) {
   g.rs.mode = spec.mode;
   g.rs.sub_slices = spec.sub_slices;
   g.ag.mixed_precision_cast = spec.cast;
+  g.ag.staged_shards = spec.staged_shards && !spec.cast;
+  g.landing_slot = spec.landing_slot;
   g.host_transport = host_transport();
   d.caps = capabilities();
   Decision decision;
@@ -58,17 +60,76 @@ Registration CommunicatorBase::register_group(const GroupSpec& spec) {
                         "registered after the communicator's first call; register every "
                         "group before the first all-gather or reduce-scatter"};
   }
+  if (spec.landing_slot < -1) {
+    return Registration{-1, "landing slot " + std::to_string(spec.landing_slot) +
+                                " is not a slot id (>= 0, or -1 for a slot of its own)"};
+  }
   try {
-    auto group = make_group(spec, topology_, rs_options_, regions_bytes_, signal_words_);
-    regions_bytes_ += group->region_bytes;
-    signal_words_ += sequence_counters(*group);
-    groups_.push_back(std::move(group));
+    groups_.push_back(
+        make_group(static_cast<int>(groups_.size()), spec, topology_, rs_options_));
   } catch (const Unsupported& e) {
     return Registration{-1, e.what()};
   } catch (const InvalidArgument& e) {
     return Registration{-1, e.what()};
   }
   return Registration{static_cast<int>(groups_.size()) - 1, {}};
+}
+
+void CommunicatorBase::lay_out() const {
+  layout_ = arena_of(groups_);
+  arena_bytes_ = layout_.arena_bytes;
+  signal_words_ = program::kHandoffWords + place_groups(groups_, layout_, program::kHandoffWords);
+  handoffs_[0] = handoff_state(options_.world, program::kAllGatherHandoffWord);
+  handoffs_[1] = handoff_state(options_.world, program::kReduceScatterHandoffWord);
+  occupant_.assign(layout_.slots.size(), -1);
+  released_.assign(layout_.slots.size(), false);
+}
+
+bool CommunicatorBase::take_slot(const Group& g) {
+  const auto slot = static_cast<std::size_t>(g.slot);
+  const int holder = occupant_[slot];
+  if (holder >= 0 && holder != g.index) {
+    throw InvalidArgument(
+        "all_gather of group '" + g.spec.name + "': its landing slot " +
+        std::to_string(g.slot) + " still holds the parameters of group '" +
+        groups_[static_cast<std::size_t>(holder)]->spec.name +
+        "' (not released since its all-gather); release that group first, or give the groups "
+        "different slots (NOTE [runtime] 7)");
+  }
+  occupant_[slot] = g.index;
+  return released_[slot];
+}
+
+void CommunicatorBase::release(int group, std::uintptr_t stream) {
+  Group& g = group_at(group);
+  commit();
+  const auto slot = static_cast<std::size_t>(g.slot);
+  if (occupant_[slot] != g.index) {
+    throw InvalidArgument("release of group '" + g.spec.name +
+                          "': it holds no landing slot (no all-gather since its last release)");
+  }
+  record_release(g.slot, stream);
+  occupant_[slot] = -1;
+  released_[slot] = true;
+}
+
+bool CommunicatorBase::holds_slot(int group) const {
+  const Group& g = group_at(group);
+  return committed() && occupant_[static_cast<std::size_t>(g.slot)] == g.index;
+}
+
+ArenaInfo CommunicatorBase::arena() const {
+  commit();
+  ArenaInfo a;
+  a.arena_bytes = layout_.arena_bytes;
+  a.resident_bytes = layout_.resident_bytes;
+  a.stage_bytes = layout_.stage_bytes;
+  a.landing_bytes = layout_.landing_bytes;
+  a.reduce_scatter_bytes = layout_.reduce_scatter_bytes;
+  a.bound_bytes = layout_.bound_bytes;
+  for (const program::LandingSlot& s : layout_.slots)
+    a.slots.push_back(ArenaInfo::Slot{s.id, s.bytes, s.groups});
+  return a;
 }
 
 const GroupInfo& CommunicatorBase::info(int group) const {

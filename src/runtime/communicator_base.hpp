@@ -1,6 +1,7 @@
-// What every backend's communicator shares (NOTE [runtime] 1-4): registration through the
-// capability agreement, the groups and their regions, call bookkeeping. A backend adds its
-// capabilities, its arena (commit) and how a call runs.
+// What every backend's communicator shares (NOTE [runtime] 1-4, 7): registration through the
+// capability agreement, the groups and their places in the one arena, the lanes' handoffs,
+// the landing slots' occupants, call bookkeeping. A backend adds its capabilities, its arena
+// (commit) and how a call runs.
 #pragma once
 
 #include <memory>
@@ -26,6 +27,9 @@ class CommunicatorBase : public Communicator {
   }
   int rank() const final { return options_.rank; }
   int world() const final { return options_.world; }
+  void release(int group, std::uintptr_t stream) final;
+  bool holds_slot(int group) const final;
+  ArenaInfo arena() const final;
 
  protected:
   // What this rank can do, and whether the groups run on the host transport.
@@ -38,27 +42,42 @@ class CommunicatorBase : public Communicator {
   virtual void add_path_stats(int /*group*/, GroupStats& /*stats*/) const {}
   bool committed() const { return committed_; }
   void mark_committed() const { committed_ = true; }
+  // NOTE [communicator arena]: at commit, before the backend creates its arena: lays out the
+  // arena for every group, places their sequences and the handoffs (arena_bytes_, words_).
+  void lay_out() const;
+  // The backend's part of release(): order the slot's next all-gather after `stream`'s work.
+  virtual void record_release(int /*slot*/, std::uintptr_t /*stream*/) {}
+  // NOTE [runtime] 7, before an all-gather of `g`: refuses a slot another group holds, then
+  // takes it; returns whether the slot was released before (its next user must wait for it).
+  bool take_slot(const Group& g);
 
   Group& group_at(int group) const;
   // Checks a call's pointer counts; the (group, collective) tag of the next call.
   void check_all_gather(const Group& g, std::size_t shards) const;
   void check_reduce_scatter(const Group& g, std::size_t grads, const float* out) const;
   std::int64_t next_call_index() { return calls_++; }
+  // Distinct per (group, collective); the lanes' handoffs have tags of their own.
   static std::int64_t call_tag(const Group& g, int collective) {
-    return (g.region_offset << 1) | collective;  // distinct per (group, collective)
+    return (std::int64_t{g.index} << 1) | collective;
   }
+  static std::int64_t handoff_tag(int collective) { return -1 - collective; }
 
   CommunicatorOptions options_;
   Topology topology_;
   RsOptions rs_options_;  // the library's defaults
   std::vector<std::unique_ptr<Group>> groups_;
-  std::int64_t regions_bytes_ = 0;  // the arena: every group's region
-  int signal_words_ = 0;            // every group's sequences' counters
+  // Set by lay_out(): the arena, its size and the signal words (the handoffs' first).
+  mutable program::CommunicatorArena layout_;
+  mutable std::int64_t arena_bytes_ = 0;
+  mutable int signal_words_ = 0;
+  mutable SequenceState handoffs_[2];  // NOTE [lane handoff]: the all-gather and RS lanes
 
  private:
   int registrations_ = 0;
   std::int64_t calls_ = 0;
   mutable bool committed_ = false;
+  mutable std::vector<int> occupant_;   // per slot: the group holding it, or -1 (lay_out)
+  mutable std::vector<bool> released_;  // per slot: released at least once
 };
 
 }  // namespace tide::runtime::detail

@@ -6,14 +6,10 @@
 namespace tide::runtime::detail {
 namespace {
 
-constexpr std::int64_t kAlign = 4096;
-std::int64_t aligned(std::int64_t x) {
-  return (x + kAlign - 1) / kAlign * kAlign;
-}
-
 AgOptions ag_options(const GroupSpec& spec) {
   AgOptions o;
   o.mixed_precision_cast = spec.cast;
+  o.staged_shards = spec.staged_shards && !spec.cast;
   return o;
 }
 
@@ -41,34 +37,17 @@ void SequenceState::advance(int rank) {
   ++calls;
 }
 
-std::unique_ptr<Group> make_group(const GroupSpec& spec, const Topology& topology,
-                                  const RsOptions& rs_options, std::int64_t region_offset,
-                                  int first_counter) {
+std::unique_ptr<Group> make_group(int index, const GroupSpec& spec, const Topology& topology,
+                                  const RsOptions& rs_options) {
   GroupLayout layout(topology, spec.params, spec.ag_dtype, spec.grad_dtype);
   AgPlan ag(layout, ag_options(spec));
   RsPlan rs(layout, rs_options_for(spec, rs_options));
-  auto g = std::make_unique<Group>(spec, layout, std::move(ag), std::move(rs));
-  g->ag_areas = program::ag_sequence_areas(g->ag);
-  program::RsArenaLayout rs_areas = program::rs_arena_layout(g->rs);
-  const std::int64_t rs_at = aligned(g->ag_areas.bytes);
-  for (std::int64_t* offset : {&rs_areas.staging, &rs_areas.outbox, &rs_areas.spares,
-                               &rs_areas.inbox, &rs_areas.arena_bytes})
-    *offset += rs_at;
-  g->region_offset = region_offset;
-  g->region_bytes = aligned(rs_areas.arena_bytes);
-
-  program::CallSequence ag_seq = program::ag_call_sequence(g->ag, g->ag_areas);
-  program::CallSequence rs_seq = program::rs_call_sequence(g->rs, {}, rs_areas);
-  // Both sequences see the whole region as their arena (offsets are region-relative).
-  for (program::CallSequence* s : {&ag_seq, &rs_seq}) {
-    for (program::CallTemplate& t : s->templates) {
-      for (program::BufferSizes& b : t.program.buffers)
-        b.arena_bytes = g->region_bytes;
-    }
-  }
-  const int rs_first = first_counter + ag_seq.counters;
-  g->all_gathers = sequence_state(std::move(ag_seq), first_counter);
-  g->reduce_scatters = sequence_state(std::move(rs_seq), rs_first);
+  auto g = std::make_unique<Group>(index, spec, layout, std::move(ag), std::move(rs));
+  // Registration refuses what cannot run: the sequences on an arena of the group's own
+  // (place_groups builds them again in the communicator's arena).
+  const program::CommunicatorArena own = program::communicator_arena({{&g->ag, &g->rs, -1}});
+  (void)program::ag_call_sequence(g->ag, own.all_gather.front());
+  (void)program::rs_call_sequence(g->rs, {}, own.reduce_scatter);
 
   GroupInfo& info = g->info;
   info.name = spec.name;
@@ -82,20 +61,51 @@ std::unique_ptr<Group> make_group(const GroupSpec& spec, const Topology& topolog
     info.landing_offsets.push_back(layout.landing_offset(p, 0));
   }
   info.landing_bytes = layout.unsharded_bytes();
-  info.region_bytes = g->region_bytes;
-  info.ag_period = g->all_gathers.sequence.period;
-  info.rs_period = g->reduce_scatters.sequence.period;
+  info.landing_slot_id = spec.landing_slot;
   return g;
 }
 
-int sequence_counters(const Group& g) {
-  return g.all_gathers.sequence.counters + g.reduce_scatters.sequence.counters;
+program::CommunicatorArena arena_of(const std::vector<std::unique_ptr<Group>>& groups) {
+  std::vector<program::ArenaGroup> list;
+  for (const auto& g : groups)
+    list.push_back({&g->ag, &g->rs, g->spec.landing_slot});
+  return program::communicator_arena(list);
+}
+
+int place_groups(const std::vector<std::unique_ptr<Group>>& groups,
+                 const program::CommunicatorArena& arena, int first_counter) {
+  int counter = first_counter;
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    Group& g = *groups[i];
+    g.ag_areas = arena.all_gather[i];
+    g.slot = arena.slot_of[i];
+    program::CallSequence ag_seq = program::ag_call_sequence(g.ag, g.ag_areas);
+    program::CallSequence rs_seq = program::rs_call_sequence(g.rs, {}, arena.reduce_scatter);
+    const int rs_first = counter + ag_seq.counters;
+    g.all_gathers = sequence_state(std::move(ag_seq), counter);
+    g.reduce_scatters = sequence_state(std::move(rs_seq), rs_first);
+    counter = rs_first + g.reduce_scatters.sequence.counters;
+    g.info.landing_slot = g.slot;
+    g.info.ag_period = g.all_gathers.sequence.period;
+    g.info.rs_period = g.reduce_scatters.sequence.period;
+  }
+  return counter - first_counter;
+}
+
+SequenceState handoff_state(int ranks, int word) {
+  return sequence_state(program::handoff_sequence(ranks), word);
 }
 
 std::int64_t all_gather_copy_bytes(const GroupLayout& layout) {
-  // FSDP2 copies the shards into its flat input (S) and the gathered buffer out into the
-  // parameters (N S).
-  return layout.shard_bytes() + layout.unsharded_bytes();
+  // FSDP2 copies the gathered buffer out into the parameters (N S). Its copy-in of the shards
+  // into the flat input (S) TIDE still makes (all_gather_copy_in_bytes), unless the caller
+  // keeps the shard in TIDE's resident shard and passes none.
+  return layout.unsharded_bytes();
+}
+
+std::int64_t all_gather_copy_in_bytes(const Group& group) {
+  // The shards cast or copied into stage slot 0 (or into the resident shard): S bytes written.
+  return group.layout.shard_bytes();
 }
 
 std::int64_t reduce_scatter_copy_bytes(const GroupLayout& layout) {

@@ -1,5 +1,5 @@
-// A registered group: its plans, its region of the arena, its call sequences and how far each
-// has run on this rank (NOTE [runtime] 2).
+// A registered group: its plans, its places in the communicator's arena, its call sequences
+// and how far each has run on this rank (NOTE [runtime] 2).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,8 @@
 #include "tide/core/layout.hpp"
 #include "tide/core/rs_plan.hpp"
 #include "tide/program/call_sequence.hpp"
+#include "tide/program/communicator_arena.hpp"
+#include "tide/program/lanes.hpp"
 #include "tide/runtime/communicator.hpp"
 
 namespace tide::runtime::detail {
@@ -29,33 +31,39 @@ struct SequenceState {
 };
 
 struct Group {
-  Group(GroupSpec s, GroupLayout l, AgPlan a, RsPlan r)
-      : spec(std::move(s)), layout(std::move(l)), ag(std::move(a)), rs(std::move(r)) {}
+  Group(int i, GroupSpec s, GroupLayout l, AgPlan a, RsPlan r)
+      : index(i), spec(std::move(s)), layout(std::move(l)), ag(std::move(a)), rs(std::move(r)) {}
+  int index = 0;  // its id
   GroupSpec spec;
   GroupLayout layout;
   AgPlan ag;
   RsPlan rs;
-  program::AgSequenceAreas ag_areas;  // offsets inside the region
-  std::int64_t region_offset = 0;     // in the arena
-  std::int64_t region_bytes = 0;
+  program::AgSequenceAreas ag_areas;  // in the communicator's arena (NOTE [communicator arena])
+  int slot = 0;                       // its landing slot: index into the arena's slots
   SequenceState all_gathers;
   SequenceState reduce_scatters;
   GroupInfo info;
   GroupStats stats;
 };
 
-// Plans, areas and call sequences of an agreed group. `region_offset` and `first_counter`
-// place it in the communicator's arena and signal words. Throws Unsupported when its calls
-// cannot be expressed as a call sequence.
-std::unique_ptr<Group> make_group(const GroupSpec& spec, const Topology& topology,
-                                  const RsOptions& rs_options, std::int64_t region_offset,
-                                  int first_counter);
+// The plans of an agreed group, and its layout's part of info(). Throws Unsupported when its
+// calls cannot be expressed as call sequences (checked on an arena of its own).
+std::unique_ptr<Group> make_group(int index, const GroupSpec& spec, const Topology& topology,
+                                  const RsOptions& rs_options);
 
-// The signal words a group's two sequences use.
-int sequence_counters(const Group& group);
+// NOTE [communicator arena]: the arena of every registered group; then each group's call
+// sequences in it, their signal words from `first_counter` on (returns the words used).
+program::CommunicatorArena arena_of(const std::vector<std::unique_ptr<Group>>& groups);
+int place_groups(const std::vector<std::unique_ptr<Group>>& groups,
+                 const program::CommunicatorArena& arena, int first_counter);
 
-// The bytes of FSDP2's layout copies that a call replaces (GroupStats::copy_bytes_avoided).
+// The lane handoff's state (NOTE [lane handoff]) for a world of `ranks`, at signal word `word`.
+SequenceState handoff_state(int ranks, int word);
+
+// The bytes of FSDP2's layout copies that a call replaces (GroupStats::copy_bytes_avoided),
+// and those of the copies it still makes (GroupStats::copy_bytes_made).
 std::int64_t all_gather_copy_bytes(const GroupLayout& layout);
 std::int64_t reduce_scatter_copy_bytes(const GroupLayout& layout);
+std::int64_t all_gather_copy_in_bytes(const Group& group);
 
 }  // namespace tide::runtime::detail

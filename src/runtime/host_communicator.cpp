@@ -25,8 +25,10 @@ class HostCommunicator final : public CommunicatorBase {
     Group& g = group_at(group);
     check_all_gather(g, shards.size());
     commit();
+    // NOTE [runtime] 7: calls run on this thread, so a release has already happened.
+    (void)take_slot(g);
     exec::HostCallBindings bindings;
-    if (g.spec.cast) {
+    if (g.ag.options().shard_in_stage()) {
       for (const void* s : shards)
         bindings.tensors.push_back(static_cast<std::byte*>(const_cast<void*>(s)));
     } else {
@@ -39,6 +41,11 @@ class HostCommunicator final : public CommunicatorBase {
     run(g, g.all_gathers, bindings, 0, "all_gather");
     ++g.stats.all_gathers;
     g.stats.copy_bytes_avoided += all_gather_copy_bytes(g.layout);
+    if (shards.empty()) {
+      g.stats.copy_bytes_avoided += g.layout.shard_bytes();  // FSDP2's copy-in, not needed
+    } else {
+      g.stats.copy_bytes_made += all_gather_copy_in_bytes(g);
+    }
   }
 
   void reduce_scatter(int group, std::uintptr_t, std::span<const void* const> grads, float* out,
@@ -78,30 +85,41 @@ class HostCommunicator final : public CommunicatorBase {
     fabric::HostFabricOptions o;
     o.rank = options_.rank;
     o.world = options_.world;
-    o.arena_bytes = regions_bytes_;
+    lay_out();
+    o.arena_bytes = arena_bytes_;
     o.counters = signal_words_;
     o.key_prefix = options_.key_prefix;
     o.timeout = options_.timeout;
     fabric_ = std::make_unique<fabric::HostFabric>(*options_.store, o);
     for (auto& g : groups_) {
-      std::byte* region = fabric_->arena(options_.rank) + g->region_offset;
-      g->info.landing = region + g->ag_areas.landing;
-      g->info.resident = g->spec.cast ? nullptr : region + g->ag_areas.resident;
+      std::byte* arena = fabric_->arena(options_.rank);
+      g->info.landing = arena + g->ag_areas.landing;
+      g->info.resident = g->ag.options().shard_in_stage() ? nullptr : arena + g->ag_areas.resident;
     }
     mark_committed();
   }
 
  private:
+  // NOTE [lane handoff]: the collective's handoff, then the call.
   void run(Group& g, SequenceState& s, const exec::HostCallBindings& bindings, int collective,
            const char* name) {
+    const std::string what = std::string(name) + " of group '" + g.spec.name + "'";
+    run_sequence(handoffs_[collective], {}, handoff_tag(collective),
+                 "the handoff before " + what + " (every rank finishing the previous " +
+                     std::string(name) + ")");
+    run_sequence(s, bindings, call_tag(g, collective), what);
+  }
+
+  void run_sequence(SequenceState& s, const exec::HostCallBindings& bindings, std::int64_t tag,
+                    std::string what) {
     exec::HostSequencePlace place;
-    place.region_offset = g.region_offset;
+    place.region_offset = 0;
     place.first_counter = s.first_counter;
-    exec::HostCallTag tag;
-    tag.index = next_call_index();
-    tag.tag = call_tag(g, collective);
-    tag.what = std::string(name) + " of group '" + g.spec.name + "'";
-    exec::run_host_call(s.next(), *fabric_, place, s.counter_base, bindings, tag, options_.timeout);
+    exec::HostCallTag t;
+    t.index = next_call_index();
+    t.tag = tag;
+    t.what = std::move(what);
+    exec::run_host_call(s.next(), *fabric_, place, s.counter_base, bindings, t, options_.timeout);
     s.advance(options_.rank);
   }
 

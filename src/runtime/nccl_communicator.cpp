@@ -52,6 +52,8 @@ class NcclCommunicator final : public CommunicatorBase {
       if (stuck()) {  // NOTE [runtime] 5: nothing that synchronises may run; leak it all
         for (auto& r : runners_)
           static_cast<void>(r.release());
+        for (auto& r : handoff_runners_)
+          static_cast<void>(r.release());
         if (window_) window_->release();
         static_cast<void>(window_.release());
         static_cast<void>(nccl_.release());
@@ -60,6 +62,10 @@ class NcclCommunicator final : public CommunicatorBase {
       (void)cudaDeviceSynchronize();
     }
     runners_.clear();
+    for (auto& r : handoff_runners_)
+      r.reset();
+    for (cudaEvent_t e : release_events_)
+      (void)cudaEventDestroy(e);
     if (stall_gate_ != nullptr) (void)cudaFree(stall_gate_);
     window_.reset();
     nccl_.reset();
@@ -72,9 +78,15 @@ class NcclCommunicator final : public CommunicatorBase {
     commit();
     check_alive();
     const auto caller = reinterpret_cast<cudaStream_t>(stream);
+    // NOTE [runtime] 7: the slot's previous occupant is done with it (an event, on the device).
+    if (take_slot(g)) {
+      TIDE_CUDA_CHECK(cudaStreamWaitEventWithFlags(
+          caller, release_events_[static_cast<std::size_t>(g.slot)],
+          capturing(caller) ? cudaEventWaitExternal : cudaEventWaitDefault));
+    }
     std::vector<exec::CudaCallBindings> bindings(static_cast<std::size_t>(options_.world));
     exec::CudaCallBindings& mine = bindings[static_cast<std::size_t>(options_.rank)];
-    if (g.spec.cast) {
+    if (g.ag.options().shard_in_stage()) {
       mine.tensors.assign(shards.begin(), shards.end());
     } else {
       // The previous all-gather (maybe on another stream) may still read the resident shard.
@@ -87,9 +99,14 @@ class NcclCommunicator final : public CommunicatorBase {
       }
     }
     stall_if_injected(caller);
-    runner(group, 0).enqueue(bindings, 1.0f, false, caller);
+    run_in_lane(0, runner(group, 0), bindings, 1.0f, false, caller);
     ++g.stats.all_gathers;
     g.stats.copy_bytes_avoided += all_gather_copy_bytes(g.layout);
+    if (shards.empty()) {
+      g.stats.copy_bytes_avoided += g.layout.shard_bytes();  // FSDP2's copy-in, not needed
+    } else {
+      g.stats.copy_bytes_made += all_gather_copy_in_bytes(g);
+    }
   }
 
   void reduce_scatter(int group, std::uintptr_t stream, std::span<const void* const> grads,
@@ -104,17 +121,23 @@ class NcclCommunicator final : public CommunicatorBase {
     mine.tensors.assign(grads.begin(), grads.end());
     mine.output = out;
     stall_if_injected(reinterpret_cast<cudaStream_t>(stream));
-    runner(group, 1).enqueue(bindings, alpha, accumulate, reinterpret_cast<cudaStream_t>(stream));
+    run_in_lane(1, runner(group, 1), bindings, alpha, accumulate,
+                reinterpret_cast<cudaStream_t>(stream));
     ++g.stats.reduce_scatters;
     g.stats.copy_bytes_avoided += reduce_scatter_copy_bytes(g.layout);
   }
 
+  // A lane's handoff calls are captured with the calls they precede (group -1).
   GraphCalls take_graph_calls() override {
     GraphCalls out;
     for (std::size_t i = 0; i < runners_.size(); ++i) {
       const exec::CudaCapturedCalls c = runners_[i]->take_captured();
       if (c.calls > 0)
         out.sequences.push_back({static_cast<int>(i / 2), i % 2 == 1, c.first_call, c.calls});
+    }
+    for (int lane = 0; lane < 2 && committed(); ++lane) {
+      const exec::CudaCapturedCalls c = handoff_runners_[lane]->take_captured();
+      if (c.calls > 0) out.sequences.push_back({-1, lane == 1, c.first_call, c.calls});
     }
     return out;
   }
@@ -126,12 +149,15 @@ class NcclCommunicator final : public CommunicatorBase {
     if (!committed() && !calls.sequences.empty()) {
       throw InvalidArgument("prepare_graph_launch: no call was captured yet");
     }
-    for (const GraphCalls::Sequence& q : calls.sequences) {
+    auto captured = [this](const GraphCalls::Sequence& q) -> exec::CudaSequenceRunner& {
+      if (q.group == -1) return *handoff_runners_[q.reduce_scatter ? 1 : 0];
       (void)group_at(q.group);
-      runner(q.group, q.reduce_scatter ? 1 : 0).check_replay({q.first_call, q.calls});
-    }
+      return runner(q.group, q.reduce_scatter ? 1 : 0);
+    };
     for (const GraphCalls::Sequence& q : calls.sequences)
-      runner(q.group, q.reduce_scatter ? 1 : 0).prepare_replay({q.first_call, q.calls});
+      captured(q).check_replay({q.first_call, q.calls});
+    for (const GraphCalls::Sequence& q : calls.sequences)
+      captured(q).prepare_replay({q.first_call, q.calls});
   }
 
   std::int64_t arena_bytes() const override { return nccl_ ? nccl_->arena_bytes() : 0; }
@@ -147,7 +173,7 @@ class NcclCommunicator final : public CommunicatorBase {
       if (!aborted_.empty()) return;
       aborted_ = reason;
     }
-    for (auto& r : runners_) {
+    for (exec::CudaSequenceRunner* r : every_runner()) {
       try {
         r->release_waits();
       } catch (const std::exception& e) {
@@ -186,10 +212,11 @@ class NcclCommunicator final : public CommunicatorBase {
     o.device = device_;
     o.nodes = 1;  // one host: every rank an LSA peer (NOTE [nccl window fabric])
     o.gpus_per_node = options_.world;
-    o.arena_bytes = fabric::NcclWindowFabric::required_window_bytes(regions_bytes_, signal_words_);
+    lay_out();
+    o.arena_bytes = fabric::NcclWindowFabric::required_window_bytes(arena_bytes_, signal_words_);
     o.timeout = options_.timeout;
     nccl_ = std::make_unique<fabric::NcclFabric>(options_.rank, options_.world, id, o);
-    window_ = std::make_unique<fabric::NcclWindowFabric>(*nccl_, regions_bytes_, signal_words_);
+    window_ = std::make_unique<fabric::NcclWindowFabric>(*nccl_, arena_bytes_, signal_words_);
     exec::CudaSequenceOptions runner_options;
     runner_options.replay_graphs = !env::flag("TIDE_NO_GRAPH_REPLAY");
     if (options_.rank == options_.stall_rank && options_.stall_at_call >= 0) {
@@ -201,17 +228,26 @@ class NcclCommunicator final : public CommunicatorBase {
       runner_options.gate_rank = options_.rank;
       runner_options.gate_word = stall_gate_;
     }
+    exec::CudaSequenceOptions handoff_options;  // never gated: the stall is a group's call
+    handoff_options.replay_graphs = runner_options.replay_graphs;
+    for (int lane = 0; lane < 2; ++lane) {
+      handoff_runners_[lane] = std::make_unique<exec::CudaSequenceRunner>(
+          handoffs_[lane].sequence, *window_,
+          exec::CudaSequencePlace{0, handoffs_[lane].first_counter}, handoff_options);
+    }
+    release_events_.assign(layout_.slots.size(), nullptr);
+    for (cudaEvent_t& e : release_events_)
+      TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     for (auto& g : groups_) {
       runners_.push_back(std::make_unique<exec::CudaSequenceRunner>(
           g->all_gathers.sequence, *window_,
-          exec::CudaSequencePlace{g->region_offset, g->all_gathers.first_counter}, runner_options));
+          exec::CudaSequencePlace{0, g->all_gathers.first_counter}, runner_options));
       runners_.push_back(std::make_unique<exec::CudaSequenceRunner>(
           g->reduce_scatters.sequence, *window_,
-          exec::CudaSequencePlace{g->region_offset, g->reduce_scatters.first_counter},
-          runner_options));
-      std::byte* region = static_cast<std::byte*>(nccl_->arena()) + g->region_offset;
-      g->info.landing = region + g->ag_areas.landing;
-      g->info.resident = g->spec.cast ? nullptr : region + g->ag_areas.resident;
+          exec::CudaSequencePlace{0, g->reduce_scatters.first_counter}, runner_options));
+      std::byte* arena = static_cast<std::byte*>(nccl_->arena());
+      g->info.landing = arena + g->ag_areas.landing;
+      g->info.resident = g->ag.options().shard_in_stage() ? nullptr : arena + g->ag_areas.resident;
       g->info.graph_period =
           std::lcm(runners_[runners_.size() - 2]->event_slots(), runners_.back()->event_slots());
     }
@@ -230,6 +266,31 @@ class NcclCommunicator final : public CommunicatorBase {
   }
 
  private:
+  static bool capturing(cudaStream_t stream) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    TIDE_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+    return status != cudaStreamCaptureStatusNone;
+  }
+
+  void record_release(int slot, std::uintptr_t stream) override {
+    const auto s = reinterpret_cast<cudaStream_t>(stream);
+    TIDE_CUDA_CHECK(cudaEventRecordWithFlags(release_events_[static_cast<std::size_t>(slot)], s,
+                                             capturing(s) ? cudaEventRecordExternal
+                                                          : cudaEventRecordDefault));
+  }
+
+  // NOTE [lane handoff]: the caller stream after the lane's previous call (which may have run
+  // on another stream), the handoff, then the call.
+  void run_in_lane(int lane, exec::CudaSequenceRunner& call,
+                   std::span<const exec::CudaCallBindings> bindings, float alpha, bool accumulate,
+                   cudaStream_t caller) {
+    if (lane_previous_[lane] != nullptr) lane_previous_[lane]->order_after_previous(caller);
+    const std::vector<exec::CudaCallBindings> none(static_cast<std::size_t>(options_.world));
+    handoff_runners_[lane]->enqueue(none, 1.0f, false, caller);
+    call.enqueue(bindings, alpha, accumulate, caller);
+    lane_previous_[lane] = &call;
+  }
+
   // NOTE [runtime] 6: the first call sets up the arena and synchronises, which a capture
   // cannot hold.
   void check_not_first_under_capture(std::uintptr_t stream) const {
@@ -287,13 +348,18 @@ class NcclCommunicator final : public CommunicatorBase {
         dead < 0 ? options_.timeout
                  : std::min(options_.timeout,
                             std::max(std::chrono::milliseconds(1000), options_.timeout / 10));
-    for (std::size_t i = 0; i < runners_.size(); ++i) {
-      const std::optional<exec::CudaStalledCall> stall = runners_[i]->stalled(bound);
+    const std::vector<exec::CudaSequenceRunner*> all = every_runner();
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      const std::optional<exec::CudaStalledCall> stall = all[i]->stalled(bound);
       if (!stall) continue;
-      const Group& g = *groups_[i / 2];
-      const std::string call = std::string(i % 2 == 0 ? "all-gather" : "reduce-scatter") +
-                               " call " + std::to_string(stall->call) + " of group '" +
-                               g.spec.name + "'";
+      const bool handoff = i >= runners_.size();
+      const int collective = handoff ? static_cast<int>(i - runners_.size()) : static_cast<int>(i % 2);
+      const std::string kind = collective == 0 ? "all-gather" : "reduce-scatter";
+      const std::string call =
+          handoff ? "the handoff before " + kind + " " + std::to_string(stall->call) +
+                        " of the communicator (every rank finishing the previous " + kind + ")"
+                  : kind + " call " + std::to_string(stall->call) + " of group '" +
+                        groups_[i / 2]->spec.name + "'";
       std::string reason =
           dead >= 0
               ? "rank " + std::to_string(dead) + " died (process " +
@@ -334,9 +400,20 @@ class NcclCommunicator final : public CommunicatorBase {
 
   bool stuck() const {
     bool any = false;
-    for (const auto& r : runners_)
+    for (const exec::CudaSequenceRunner* r : every_runner())
       any = any || r->stuck();
     return any;
+  }
+
+  // The groups' runners (2 g + collective), then the lanes' handoffs (NOTE [lane handoff]).
+  std::vector<exec::CudaSequenceRunner*> every_runner() const {
+    std::vector<exec::CudaSequenceRunner*> all;
+    for (const auto& r : runners_)
+      all.push_back(r.get());
+    for (const auto& r : handoff_runners_) {
+      if (r) all.push_back(r.get());
+    }
+    return all;
   }
 
   // Waits, bounded by the timeout, until every runner's calls completed; aborts otherwise.
@@ -344,7 +421,7 @@ class NcclCommunicator final : public CommunicatorBase {
     const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
     for (;;) {
       bool idle = true;
-      for (auto& r : runners_)
+      for (const exec::CudaSequenceRunner* r : every_runner())
         idle = idle && r->idle();
       if (idle) return;
       if (std::chrono::steady_clock::now() > deadline) {
@@ -366,6 +443,10 @@ class NcclCommunicator final : public CommunicatorBase {
   mutable std::unique_ptr<fabric::NcclFabric> nccl_;
   mutable std::unique_ptr<fabric::NcclWindowFabric> window_;
   mutable std::vector<std::unique_ptr<exec::CudaSequenceRunner>> runners_;
+  // NOTE [lane handoff]: per lane its handoff's runner, and the runner of its last call.
+  mutable std::unique_ptr<exec::CudaSequenceRunner> handoff_runners_[2];
+  exec::CudaSequenceRunner* lane_previous_[2] = {nullptr, nullptr};
+  mutable std::vector<cudaEvent_t> release_events_;  // per slot: NOTE [runtime] 7
   mutable std::unique_ptr<Watchdog> watchdog_;  // after runners_: stopped before they go
 };
 

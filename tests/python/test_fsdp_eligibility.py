@@ -51,7 +51,12 @@ def test_eligible_groups_go_on_tide():
     rows = _by_group(tide.fsdp.enable(model))
     assert set(rows) == {"0", "1"}  # the root holds no parameters of its own
     assert all(r["backend"] == "tide" and r["reason"] == "" for r in rows.values()), rows
-    assert all(r["arena_bytes"] > 0 for r in rows.values())
+    # NOTE [landing slots]: the two blocks take ring slots 0 and 1, the arena is reported once.
+    assert [rows[g]["slot"] for g in ("0", "1")] == [0, 1], rows
+    assert all(r["landing_bytes"] == 9 * 9 * 4 + 9 * 4 for r in rows.values())
+    arena = tide.fsdp.memory(model)
+    assert arena["arena_bytes"] > 0 and len(arena["communicators"]) == 1
+    assert arena["arena_bytes"] == arena["communicators"][0]["arena_bytes"]
     model(torch.randn(3, 9)).sum().backward()
     after = _by_group(tide.fsdp.report(model))
     assert all(r["reduce_scatters"] == 1 for r in after.values()), after

@@ -15,13 +15,15 @@
 //    (NOTE [capability agreement]) decides, the same on every rank. Plans are validated
 //    there (App. D); a group TIDE cannot run returns a reason and no id, never an internal
 //    error, so the caller keeps its stock collectives for it.
-// 2. An accepted group gets its own region of the arena (resident shard, two all-gather
-//    receive stages, the landing, TIDE-RS's staging, outbox, spares and inbox) at its own
-//    offset, and its own signal words; no two groups alias. Its all-gather and reduce-scatter
-//    calls are call sequences (NOTE [call sequences]): templates built here, once.
-// 3. The arena is created at the first call, sized by the sum of the regions (the memory
-//    model, Sec. 5.4, per group), and reported by arena_bytes(). Groups registered after
-//    the first call are refused with a reason.
+// 2. The communicator has one arena (NOTE [communicator arena]): the groups share one
+//    all-gather receive stage and TIDE-RS's areas (sized by the largest group), groups of one
+//    landing slot id share that slot (GroupSpec::landing_slot), and only a group that keeps a
+//    resident shard has an area of its own. Each group has its own signal words. Its
+//    all-gather and reduce-scatter calls are call sequences (NOTE [call sequences]) placed in
+//    that arena, and every call follows its collective's lane handoff (NOTE [lane handoff]),
+//    a device-side wait until every rank finished the previous call of that collective.
+// 3. The arena is created at the first call (or info()), laid out for every group registered
+//    by then, and reported by arena(). Groups registered after it are refused with a reason.
 // 4. A call binds what changes (the caller's gradient, shard and output pointers, alpha,
 //    accumulate) into the group's next template and runs or enqueues it. Calls of different
 //    groups interleave in any order that every rank shares (FSDP2's); a rank that issues
@@ -50,6 +52,13 @@
 //    Calls inside a graph are not watched (no timeout) and are counted in stats() when
 //    captured, not per launch. A graph must not be launched after the communicator is
 //    closed (it holds the communicator's device words and events).
+// 7. Landing slots: an all-gather of group g writes g's slot, which holds g's parameters
+//    until release(g, stream) says the caller is done with them (FSDP2's reshard). An
+//    all-gather into a slot that another group still holds throws InvalidArgument naming both
+//    (nothing is written); one into a released slot first makes its stream wait, on the
+//    device, for the stream work before that release (an event: no host synchronisation), so
+//    the slot's previous occupant has finished reading it. A group's own next all-gather waits
+//    for its own release the same way. Groups with slots of their own need no release.
 // Backends: kHost runs calls on the calling thread over shared memory (exec/host), so a call
 // has completed when it returns; CPU tensors have no streams, and `stream` is ignored.
 // kNccl (one process per GPU, the ranks of one host) enqueues each call on the caller's
@@ -107,6 +116,11 @@ struct GroupSpec {
   // fp32 master shards all-gathered in ag_dtype (mixed precision, Sec. 3.2): the all-gather
   // reads per-parameter fp32 shards instead of the resident packed shard.
   bool cast = false;
+  // Without a cast: the all-gather reads per-parameter shards in ag_dtype with every call
+  // (copied into the shared stage) instead of a resident shard of the group's own.
+  bool staged_shards = false;
+  // NOTE [runtime] 7: groups with one slot id >= 0 land in one shared slot; -1: its own.
+  int landing_slot = -1;
 };
 
 struct Registration {
@@ -124,8 +138,9 @@ struct GroupInfo {
   std::vector<std::int64_t> landing_offsets;  // bytes from landing: p's (N R_p, K_p) matrix
   std::byte* landing = nullptr;               // the parameters after an all-gather (stable)
   std::int64_t landing_bytes = 0;             // N S
-  std::byte* resident = nullptr;              // this rank's packed shard (nullptr with a cast)
-  std::int64_t region_bytes = 0;
+  std::byte* resident = nullptr;  // this rank's packed shard (nullptr: shards per call)
+  int landing_slot = -1;          // its slot: index into ArenaInfo::slots (NOTE [runtime] 7)
+  int landing_slot_id = -1;       // GroupSpec::landing_slot
   int ag_period = 0;  // calls per template cycle (NOTE [call sequences])
   int rs_period = 0;
   // NOTE [runtime] 6: a CUDA graph must hold a multiple of this many of the group's calls of
@@ -138,7 +153,7 @@ struct GroupInfo {
 // indices of its calls.
 struct GraphCalls {
   struct Sequence {
-    int group = -1;
+    int group = -1;               // -1: the lane's handoffs (NOTE [lane handoff])
     bool reduce_scatter = false;  // false: the group's all-gathers
     std::int64_t first_call = 0;
     int calls = 0;
@@ -152,12 +167,31 @@ struct GroupStats {
   // Bytes FSDP2's layout copies would have moved on this rank for these calls: copy-in and
   // copy-out per all-gather, the bf16 -> fp32 pack per reduce-scatter (Sec. 1, Eq. 3).
   std::int64_t copy_bytes_avoided = 0;
+  // Bytes these calls still copy on this rank: the shards cast or copied into the stage (or
+  // the resident shard) by every all-gather that reads them per call (S each).
+  std::int64_t copy_bytes_made = 0;
   // nccl backend: calls that ran as a launch of their slot's CUDA graph (pointers unchanged,
   // or re-pointed: all-gathers; tens of microseconds of host time), the others on the stream
   // path. A reduce-scatter launches its graph when its gradients are where the slot's
   // previous call found them.
   std::int64_t all_gather_replays = 0;
   std::int64_t reduce_scatter_replays = 0;
+};
+
+// The communicator's arena on each rank (NOTE [communicator arena]).
+struct ArenaInfo {
+  struct Slot {
+    int id = -1;  // GroupSpec::landing_slot (-1: one group's own)
+    std::int64_t bytes = 0;
+    std::vector<int> groups;
+  };
+  std::int64_t arena_bytes = 0;
+  std::int64_t resident_bytes = 0;
+  std::int64_t stage_bytes = 0;
+  std::int64_t landing_bytes = 0;
+  std::int64_t reduce_scatter_bytes = 0;
+  std::int64_t bound_bytes = 0;  // Sec. 5.4 for these groups (0: not computed)
+  std::vector<Slot> slots;
 };
 
 class Communicator {
@@ -190,7 +224,16 @@ class Communicator {
   virtual GraphCalls take_graph_calls() = 0;
   virtual void prepare_graph_launch(const GraphCalls& calls) = 0;
 
+  // NOTE [runtime] 7: the caller is done with the group's landing after the work enqueued
+  // on `stream` so far (host backend: now). Throws InvalidArgument when the group holds no
+  // slot (no all-gather since its last release).
+  virtual void release(int group, std::uintptr_t stream) = 0;
+  // Whether the group's slot holds its parameters (an all-gather since the last release).
+  virtual bool holds_slot(int group) const = 0;
+
   virtual std::int64_t arena_bytes() const = 0;  // 0 before the first call
+  // The arena's layout; creates it like info() (collective at the first use).
+  virtual ArenaInfo arena() const = 0;
   virtual int rank() const = 0;
   virtual int world() const = 0;
   // Fail-stop by hand: every rank's next wait raises with `reason`.

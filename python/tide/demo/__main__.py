@@ -130,7 +130,9 @@ def main(argv=None) -> None:
           f"TIDE {median(tide['step_times_s'][steady]) * 1e3:.1f} ms")
     print(f"layout-copy bytes avoided {_mib(median(avoided[steady]))} per step")
     print(f"peak memory              stock {_mib(stock['peak_memory_bytes'])}, TIDE {_mib(tide['peak_memory_bytes'])}"
-          + ("  (RSS of a rank)" if not gpus else "  (allocated + TIDE arena)"))
+          + ("  (RSS of a rank, the arena included)" if not gpus else "  (allocated + TIDE arena)"))
+    print(f"TIDE arena               {_mib(tide.get('arena_bytes', 0))} per rank (one per communicator: "
+          "ring slots, stage, reduce-scatter areas)")
     print(f"groups on TIDE           {len(groups)} of {len(tide['report'])}: {', '.join(groups)}")
     if stock_groups:
         print(f"groups on stock          {', '.join(stock_groups)}")
@@ -154,6 +156,7 @@ def main(argv=None) -> None:
         "step_time_ms_tide": [t * 1e3 for t in tide["step_times_s"]],
         "peak_memory_bytes_stock": stock["peak_memory_bytes"],
         "peak_memory_bytes_tide": tide["peak_memory_bytes"],
+        "arena_bytes_tide": tide.get("arena_bytes", 0),
         "report": tide["report"],
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))

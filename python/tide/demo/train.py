@@ -110,7 +110,9 @@ def main(argv=None) -> None:
         import tide.fsdp  # noqa: PLC0415
 
         report = tide.fsdp.report(model)
-    arena = sum(r.get("arena_bytes", 0) for r in report)
+        arena = tide.fsdp.memory(model)["arena_bytes"]
+    else:
+        arena = 0
     peaks: list = [None] * world
     dist.all_gather_object(peaks, _peak_memory_bytes(device, arena))
     per_step = [b - a for a, b in zip([0] + avoided[:-1], avoided)]
@@ -127,6 +129,7 @@ def main(argv=None) -> None:
             "losses": losses,
             "step_times_s": times,
             "peak_memory_bytes": max(peaks),
+            "arena_bytes": arena,
             "copy_bytes_avoided_per_step": per_step,
             "report": report,
         }
