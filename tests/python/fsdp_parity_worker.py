@@ -349,6 +349,14 @@ def configure_step(case, step, model) -> set[str] | None:
     return {"<root>"} | {f"blocks.{i}" for i in model.route}
 
 
+def summed(losses):
+    """The losses' sum (a single loss itself, not 0 + loss)."""
+    out = losses[0]
+    for loss in losses[1:]:
+        out = out + loss
+    return out
+
+
 def run_case(case, world, rank, seed):
     started = time.perf_counter()
     torch.manual_seed(seed)
@@ -432,8 +440,8 @@ def run_case(case, world, rank, seed):
             parts_t = [tide_model.loss(x) for x in xs]
             failures.extend(f"step {step}: stock: {p}" for p in check_after_forward(case, stock, world))
             failures.extend(f"step {step}: TIDE: {p}" for p in check_after_forward(case, tide_model, world))
-            sum(parts_s).backward()
-            sum(parts_t).backward()
+            summed(parts_s).backward()
+            summed(parts_t).backward()
             terms += terms_per_backward
             losses.extend((ls.item(), lt.item()) for ls, lt in zip(parts_s, parts_t))
             if case == "f" and step == 5 and micro == 0:
