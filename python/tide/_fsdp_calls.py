@@ -206,9 +206,7 @@ def _reduce(*args, **kwargs):
 
     # The gradients where autograd left them, in group order (TIDE-RS reads them in place and
     # reduces in fp32: no upcast); zeros for parameters without one.
-    by_index: dict[int, torch.Tensor] = {}
-    for fp, grad in zip(params, grads):
-        by_index[group.index[fp]] = grad
+    by_index: dict[int, torch.Tensor] = {group.index[fp]: g for fp, g in zip(params, grads)}
     all_params = group.fsdp_group.fsdp_params
     ordered = []
     for p, fp in enumerate(all_params):
@@ -221,6 +219,16 @@ def _reduce(*args, **kwargs):
     packed = _accumulation_target(group, params) if not follows and len(params) == len(all_params) else None
     accumulate = packed is not None
     shard_elems = int(group.info["shard_elems"])
+    # Slot-Reuse (paper Sec. 5.3): the layer vacated its slot at reshard; its gradients move
+    # there and their storage is freed at this host point. TIDE-RS then reads the slot, and the
+    # slot's next all-gather waits for those reads. Where another group holds the slot already,
+    # the gradients are read in place as In-Place does.
+    staged = group.mode == "slot-reuse" and group.slot_holder() is None and not group.comm.holds_slot(group.gid)
+    if staged:
+        group.comm.stage_gradients(group.gid, _stream_handle(current), [g.data_ptr() for g in ordered])
+        grads.clear()
+        del by_index
+        ordered = []
     rs_stream.wait_stream(current)
     with handle.stream(rs_stream):
         if packed is None:
@@ -234,9 +242,10 @@ def _reduce(*args, **kwargs):
             accumulate,
         )
         if device.type == "cuda":
-            for g in ordered:
+            for g in ordered:  # In-Place: autograd's gradients live until TIDE-RS read them
                 g.record_stream(rs_stream)
         grads.clear()
+        del ordered
         rs_event = rs_stream.record_event()
         post_stream = rs_stream
         all_reduce_input = all_reduce_event = None

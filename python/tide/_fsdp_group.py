@@ -136,6 +136,7 @@ class TideGroup:
         self.stats_when_stock = None  # the TIDE calls' stats when it fell back
         self.registered_id = -1  # its id in the communicator (kept after a fall-back)
         self.peers: list = []  # every TideGroup of the same enable()
+        self.mode = "in-place"
 
     @property
     def on_tide(self) -> bool:
@@ -163,6 +164,7 @@ class TideGroup:
         Collective over ``pg``; every group of a communicator registers before any
         ``describe()``, since the runtime places its arena at the first use of a group."""
         self.plan_dtypes()
+        self.mode = mode
         gid, reason = comm.register_group(
             self.name,
             self.shapes(),

@@ -99,23 +99,7 @@ std::vector<NamedGroup> parse_groups(const CheckRuntimeArgs& a) {
     }
     find_model_group(a.model);  // throws, listing the known names
   }
-  std::size_t start = 0;
-  while (start <= a.groups.size()) {
-    const std::size_t end = a.groups.find(';', start);
-    const std::string text = a.groups.substr(start, end == std::string::npos ? end : end - start);
-    if (text.empty()) {
-      throw InvalidArgument("--groups entry " + std::to_string(groups.size()) +
-                            " is empty (groups are separated by ';')");
-    }
-    try {
-      groups.push_back({"group" + std::to_string(groups.size()), parse_shapes(text)});
-    } catch (const InvalidArgument& e) {
-      throw InvalidArgument("--groups entry " + std::to_string(groups.size()) + ": " + e.what());
-    }
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return groups;
+  return parse_group_list(a.groups, "group");
 }
 
 // Swaps the first two reduce-scatters of different groups (the step-call-order fault).

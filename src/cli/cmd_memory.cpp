@@ -10,8 +10,11 @@
 #include "shapes.hpp"
 #include "table.hpp"
 #include "tide/core/dtype.hpp"
+#include "tide/core/error.hpp"
 #include "tide/core/layout.hpp"
 #include "tide/core/memory_model.hpp"
+#include "tide/core/rs_plan.hpp"
+#include "tide/program/communicator_arena.hpp"
 
 namespace tide::cli {
 namespace {
@@ -23,9 +26,123 @@ struct MemoryArgs {
   std::string model;
   std::string grad_dtype = "bf16";
   bool json = false;
+  // A communicator's groups: its arena as the runtime lays it out (NOTE [communicator arena]).
+  std::string groups;
+  std::string slots = "ring";
+  std::string ag_dtype = "bf16";
+  std::string mode = "in-place";
+  bool cast = false;
 };
 
+std::vector<int> parse_slots(const std::string& text, std::size_t groups) {
+  std::vector<int> slots;
+  if (text == "ring") {
+    for (std::size_t g = 0; g < groups; ++g)
+      slots.push_back(static_cast<int>(g % 2));
+    return slots;
+  }
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t end = text.find(',', start);
+    const std::string entry = text.substr(start, end == std::string::npos ? end : end - start);
+    try {
+      std::size_t used = 0;
+      slots.push_back(std::stoi(entry, &used));
+      if (used != entry.size() || slots.back() < -1) throw std::invalid_argument(entry);
+    } catch (const std::exception&) {
+      throw InvalidArgument("--slots entry '" + entry +
+                            "' is not a slot id (an integer >= 0, or -1 for a slot of its own)");
+    }
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  if (slots.size() != groups) {
+    throw InvalidArgument("--slots has " + std::to_string(slots.size()) + " entries for " +
+                          std::to_string(groups) + " groups (or give 'ring')");
+  }
+  return slots;
+}
+
+// The communicator arena of `a.groups` on M x L, with the runtime's plan defaults.
+program::CommunicatorArena groups_arena(const MemoryArgs& a) {
+  const Topology topo(a.in.nodes, a.in.gpus_per_node);
+  const std::vector<NamedGroup> named = parse_group_list(a.groups, "group");
+  const std::vector<int> slots = parse_slots(a.slots, named.size());
+  const DType ag_dtype = parse_dtype(a.ag_dtype, "--ag-dtype");
+  const DType grad_dtype = parse_dtype(a.grad_dtype, "--grad-dtype");
+  if (a.cast && ag_dtype != DType::kBf16) {
+    throw InvalidArgument("--cast all-gathers fp32 masters as bf16: give --ag-dtype bf16");
+  }
+  RsOptions rs;
+  if (a.mode == "slot-reuse") {
+    rs.mode = RsMode::kSlotReuse;
+  } else if (a.mode == "in-place") {
+    rs.mode = RsMode::kInPlace;
+  } else {
+    throw InvalidArgument("--mode '" + a.mode + "' is not one of: in-place, slot-reuse");
+  }
+  std::vector<GroupLayout> layouts;
+  layouts.reserve(named.size());
+  std::vector<AgPlan> ag;
+  ag.reserve(named.size());
+  std::vector<RsPlan> plans;
+  plans.reserve(named.size());
+  std::vector<program::ArenaGroup> groups;
+  for (std::size_t g = 0; g < named.size(); ++g) {
+    layouts.emplace_back(topo, named[g].params, ag_dtype, grad_dtype);
+    AgOptions ao;
+    ao.mixed_precision_cast = a.cast;
+    ao.staged_shards = !a.cast;  // as tide.fsdp registers its groups
+    ag.emplace_back(layouts.back(), ao);
+    plans.emplace_back(layouts.back(), rs);
+    groups.push_back({&ag.back(), &plans.back(), slots[g]});
+  }
+  return program::communicator_arena(groups);
+}
+
+nlohmann::json arena_json(const program::CommunicatorArena& a) {
+  nlohmann::json slots = nlohmann::json::array();
+  for (const program::LandingSlot& s : a.slots)
+    slots.push_back({{"id", s.id}, {"bytes", s.bytes}, {"groups", s.groups}});
+  return {{"arena_bytes", a.arena_bytes},
+          {"resident_bytes", a.resident_bytes},
+          {"stage_bytes", a.stage_bytes},
+          {"landing_bytes", a.landing_bytes},
+          {"reduce_scatter_bytes", a.reduce_scatter_bytes},
+          {"bound_bytes", a.bound_bytes},
+          {"slots", slots}};
+}
+
+void run_groups_arena(const MemoryArgs& a) {
+  const program::CommunicatorArena arena = groups_arena(a);
+  if (a.json) {
+    nlohmann::json out = {{"nodes", a.in.nodes},
+                          {"gpus_per_node", a.in.gpus_per_node},
+                          {"mode", a.mode},
+                          {"arena", arena_json(arena)}};
+    std::cout << out.dump(2) << '\n';
+    return;
+  }
+  std::cout << fmt::format(
+      "Communicator arena (NOTE [communicator arena]) of {} groups on M={}, L={}, mode {}:\n",
+      arena.all_gather.size(), a.in.nodes, a.in.gpus_per_node, a.mode);
+  Table table({"area", "bytes"});
+  table.row({"resident shards", bytes(arena.resident_bytes)});
+  table.row({"receive stage (shared)", bytes(arena.stage_bytes)});
+  for (const program::LandingSlot& s : arena.slots) {
+    table.row({fmt::format("landing slot {} ({} groups)", s.id, s.groups.size()), bytes(s.bytes)});
+  }
+  table.row({"TIDE-RS areas (shared)", bytes(arena.reduce_scatter_bytes)});
+  table.row({"arena", bytes(arena.arena_bytes)});
+  table.row({"Sec. 5.4 bound", arena.bound_bytes > 0 ? bytes(arena.bound_bytes) : "n/a"});
+  table.print(std::cout);
+}
+
 void run_memory(MemoryArgs& a) {
+  if (!a.groups.empty()) {
+    run_groups_arena(a);
+    return;
+  }
   a.in.grad_bytes = static_cast<int>(item_bytes(parse_dtype(a.grad_dtype, "--grad-dtype")));
   if (a.shard_bytes != 0) a.in.shard_bytes = a.shard_bytes;
   std::string group_name;
@@ -136,6 +253,19 @@ void add_memory_command(CLI::App& app) {
   cmd->add_option("--grad-dtype", args->grad_dtype, "Gradient dtype: bf16 or fp32")
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print JSON");
+  auto* groups = cmd->add_option(
+      "--groups", args->groups,
+      "A communicator's groups \"D0xK0,...;D1xK1,...\": its arena as the runtime lays it out");
+  groups->excludes(shard)->excludes(shapes)->excludes(model);
+  cmd->add_option("--slots", args->slots,
+                  "With --groups: each group's landing slot id, comma-separated (-1: its own), "
+                  "or ring (group g in slot g mod 2)")
+      ->capture_default_str();
+  cmd->add_option("--ag-dtype", args->ag_dtype, "With --groups: all-gather dtype (bf16 or fp32)")
+      ->capture_default_str();
+  cmd->add_option("--mode", args->mode, "With --groups: in-place or slot-reuse")
+      ->capture_default_str();
+  cmd->add_flag("--cast", args->cast, "With --groups: fp32 masters all-gathered as bf16");
   cmd->callback([args] { run_memory(*args); });
 }
 

@@ -52,16 +52,7 @@ std::vector<NamedGroup> step_groups(const SimulateArgs& a) {
     if (!a.shapes.empty() || !a.model.empty()) {
       throw InvalidArgument("give --groups or one of --shapes/--model, not both");
     }
-    std::size_t start = 0;
-    while (start <= a.groups.size()) {
-      const std::size_t end = a.groups.find(';', start);
-      const std::string text = a.groups.substr(start, end == std::string::npos ? end : end - start);
-      const std::string name = "group " + std::to_string(groups.size());
-      groups.push_back({name, parse_shapes(text, "--groups " + name)});
-      if (end == std::string::npos) break;
-      start = end + 1;
-    }
-    return groups;
+    return parse_group_list(a.groups, "group ");
   }
   if (!a.model.empty() && a.model.find(':') == std::string::npos) {
     const ModelPreset* preset = nullptr;

@@ -79,4 +79,23 @@ NamedGroup resolve_group(const std::string& shapes, const std::string& model) {
   return {model.find(':') == std::string::npos ? model + ":" + group.name : model, group.params};
 }
 
+std::vector<NamedGroup> parse_group_list(std::string_view text, const std::string& prefix) {
+  std::vector<NamedGroup> groups;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t end = text.find(';', start);
+    const std::string_view entry =
+        text.substr(start, end == std::string_view::npos ? end : end - start);
+    const std::string name = prefix + std::to_string(groups.size());
+    if (entry.empty()) {
+      throw InvalidArgument("--groups entry " + std::to_string(groups.size()) +
+                            " is empty (groups are separated by ';')");
+    }
+    groups.push_back({name, parse_shapes(entry, "--groups " + name)});
+    if (end == std::string_view::npos) break;
+    start = end + 1;
+  }
+  return groups;
+}
+
 }  // namespace tide::cli

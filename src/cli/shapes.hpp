@@ -22,4 +22,8 @@ struct NamedGroup {
 // The group named by exactly one of `--shapes` and `--model` (the other left empty).
 NamedGroup resolve_group(const std::string& shapes, const std::string& model);
 
+// `--groups "D0xK0,D1xK1;D2xK2;..."`: shape sets separated by ';', named `prefix` + index.
+// Throws InvalidArgument naming an empty or bad entry.
+std::vector<NamedGroup> parse_group_list(std::string_view text, const std::string& prefix);
+
 }  // namespace tide::cli

@@ -158,6 +158,7 @@ class PyCommunicator {
     d["reduce_scatters"] = s.reduce_scatters;
     d["copy_bytes_avoided"] = s.copy_bytes_avoided;
     d["copy_bytes_made"] = s.copy_bytes_made;
+    d["gradient_bytes_staged"] = s.gradient_bytes_staged;
     d["all_gather_replays"] = s.all_gather_replays;
     d["reduce_scatter_replays"] = s.reduce_scatter_replays;
     return d;
@@ -169,6 +170,12 @@ class PyCommunicator {
   }
 
   bool holds_slot(int group) { return get().holds_slot(group); }
+
+  void stage_gradients(int group, std::uintptr_t stream, const std::vector<std::uintptr_t>& grads) {
+    const std::vector<const void*> ptrs = pointers(grads);
+    nb::gil_scoped_release release;
+    get().stage_gradients(group, stream, ptrs);
+  }
 
   std::int64_t arena_bytes() { return get().arena_bytes(); }
 
@@ -271,6 +278,9 @@ void bind_runtime(nb::module_& m) {
            "The caller is done with the group's landing slot after `stream`'s work so far "
            "(NOTE [runtime] 7)")
       .def("holds_slot", &PyCommunicator::holds_slot, nb::arg("group"))
+      .def("stage_gradients", &PyCommunicator::stage_gradients, nb::arg("group"),
+           nb::arg("stream"), nb::arg("grads"),
+           "Slot-Reuse: copies the gradients into the group's vacated slot (NOTE [runtime] 8)")
       .def("arena_bytes", &PyCommunicator::arena_bytes)
       .def("arena", &PyCommunicator::arena,
            "The arena's layout: bytes by kind, the Sec. 5.4 bound, the landing slots")

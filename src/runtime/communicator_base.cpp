@@ -88,6 +88,10 @@ void CommunicatorBase::lay_out() const {
 bool CommunicatorBase::take_slot(const Group& g) {
   const auto slot = static_cast<std::size_t>(g.slot);
   const int holder = occupant_[slot];
+  if (holder == g.index && g.gradients_staged) {
+    throw InvalidArgument("all_gather of group '" + g.spec.name +
+                          "': its slot holds its staged gradients; reduce-scatter them first");
+  }
   if (holder >= 0 && holder != g.index) {
     throw InvalidArgument(
         "all_gather of group '" + g.spec.name + "': its landing slot " +
@@ -108,9 +112,75 @@ void CommunicatorBase::release(int group, std::uintptr_t stream) {
     throw InvalidArgument("release of group '" + g.spec.name +
                           "': it holds no landing slot (no all-gather since its last release)");
   }
+  if (g.gradients_staged) {
+    throw InvalidArgument("release of group '" + g.spec.name +
+                          "': its slot holds staged gradients; the reduce-scatter releases it");
+  }
   record_release(g.slot, stream);
   occupant_[slot] = -1;
   released_[slot] = true;
+}
+
+void CommunicatorBase::stage_gradients(int group, std::uintptr_t stream,
+                                       std::span<const void* const> grads) {
+  Group& g = group_at(group);
+  commit();
+  const std::size_t params = static_cast<std::size_t>(g.layout.param_count());
+  if (grads.size() != params) {
+    throw InvalidArgument("stage_gradients of group '" + g.spec.name + "': " +
+                          std::to_string(grads.size()) + " gradient pointers for " +
+                          std::to_string(params) + " parameters");
+  }
+  if (g.spec.grad_dtype != g.spec.ag_dtype) {
+    throw InvalidArgument("stage_gradients of group '" + g.spec.name +
+                          "': gradients in another dtype than the all-gather's do not have the "
+                          "slot's geometry; read them in place");
+  }
+  if (g.gradients_staged) {
+    throw InvalidArgument("stage_gradients of group '" + g.spec.name +
+                          "': its slot already holds gradients no reduce-scatter has read");
+  }
+  const bool wait = take_slot(g);  // throws where another group holds it
+  std::vector<std::pair<const void*, void*>> copies;
+  std::vector<std::int64_t> bytes;
+  for (std::size_t p = 0; p < params; ++p) {
+    const ParamLayout& pl = g.layout.param(static_cast<int>(p));
+    copies.push_back({grads[p], g.info.landing + g.layout.landing_offset(static_cast<int>(p), 0)});
+    bytes.push_back(pl.rows * pl.cols * item_bytes(g.spec.grad_dtype));
+  }
+  copy_into_slot(g.slot, wait, stream, copies, bytes);
+  g.gradients_staged = true;
+  for (std::int64_t b : bytes) {
+    g.stats.copy_bytes_made += b;
+    g.stats.gradient_bytes_staged += b;
+  }
+}
+
+std::vector<const void*> CommunicatorBase::gradients_of(Group& g,
+                                                        std::span<const void* const> grads) const {
+  if (!grads.empty()) {
+    if (g.gradients_staged) {
+      throw InvalidArgument("reduce_scatter of group '" + g.spec.name +
+                            "': its gradients are staged in its slot; pass no gradient pointers");
+    }
+    return {grads.begin(), grads.end()};
+  }
+  if (!g.gradients_staged) {
+    throw InvalidArgument("reduce_scatter of group '" + g.spec.name +
+                          "': no gradient pointers and none staged (stage_gradients)");
+  }
+  std::vector<const void*> out;
+  for (int p = 0; p < g.layout.param_count(); ++p)
+    out.push_back(g.info.landing + g.layout.landing_offset(p, 0));
+  return out;
+}
+
+void CommunicatorBase::release_staged(Group& g, std::uintptr_t stream) {
+  if (!g.gradients_staged) return;
+  g.gradients_staged = false;
+  record_release(g.slot, stream);
+  occupant_[static_cast<std::size_t>(g.slot)] = -1;
+  released_[static_cast<std::size_t>(g.slot)] = true;
 }
 
 bool CommunicatorBase::holds_slot(int group) const {
@@ -163,7 +233,7 @@ void CommunicatorBase::check_all_gather(const Group& g, std::size_t shards) cons
 void CommunicatorBase::check_reduce_scatter(const Group& g, std::size_t grads,
                                             const float* out) const {
   const std::size_t params = static_cast<std::size_t>(g.layout.param_count());
-  if (grads != params) {
+  if (grads != params && !(grads == 0 && g.gradients_staged)) {
     throw InvalidArgument("reduce_scatter of group '" + g.spec.name +
                           "': " + std::to_string(grads) + " gradient pointers for " +
                           std::to_string(params) + " parameters");

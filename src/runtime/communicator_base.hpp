@@ -5,7 +5,9 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "group.hpp"
@@ -28,6 +30,8 @@ class CommunicatorBase : public Communicator {
   int rank() const final { return options_.rank; }
   int world() const final { return options_.world; }
   void release(int group, std::uintptr_t stream) final;
+  void stage_gradients(int group, std::uintptr_t stream,
+                       std::span<const void* const> grads) final;
   bool holds_slot(int group) const final;
   ArenaInfo arena() const final;
 
@@ -47,6 +51,15 @@ class CommunicatorBase : public Communicator {
   void lay_out() const;
   // The backend's part of release(): order the slot's next all-gather after `stream`'s work.
   virtual void record_release(int /*slot*/, std::uintptr_t /*stream*/) {}
+  // The backend's part of stage_gradients(): after waiting for the slot's release where
+  // `wait_release`, copy `bytes` from `src` to `dst` (this rank's memory) on `stream`.
+  virtual void copy_into_slot(int slot, bool wait_release, std::uintptr_t stream,
+                              std::span<const std::pair<const void*, void*>> copies,
+                              std::span<const std::int64_t> bytes) = 0;
+  // NOTE [runtime] 8, in reduce_scatter: the staged gradients' pointers when `grads` is empty
+  // (throws InvalidArgument when nothing is staged); after the call, release_staged().
+  std::vector<const void*> gradients_of(Group& g, std::span<const void* const> grads) const;
+  void release_staged(Group& g, std::uintptr_t stream);
   // NOTE [runtime] 7, before an all-gather of `g`: refuses a slot another group holds, then
   // takes it; returns whether the slot was released before (its next user must wait for it).
   bool take_slot(const Group& g);

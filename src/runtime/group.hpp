@@ -40,6 +40,7 @@ struct Group {
   RsPlan rs;
   program::AgSequenceAreas ag_areas;  // in the communicator's arena (NOTE [communicator arena])
   int slot = 0;                       // its landing slot: index into the arena's slots
+  bool gradients_staged = false;      // NOTE [runtime] 8: its slot holds its gradients
   SequenceState all_gathers;
   SequenceState reduce_scatters;
   GroupInfo info;

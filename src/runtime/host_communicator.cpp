@@ -54,12 +54,13 @@ class HostCommunicator final : public CommunicatorBase {
     check_reduce_scatter(g, grads.size(), out);
     commit();
     exec::HostCallBindings bindings;
-    for (const void* p : grads)
+    for (const void* p : gradients_of(g, grads))
       bindings.tensors.push_back(static_cast<std::byte*>(const_cast<void*>(p)));
     bindings.output = reinterpret_cast<std::byte*>(out);
     bindings.alpha = alpha;
     bindings.accumulate = accumulate;
     run(g, g.reduce_scatters, bindings, 1, "reduce_scatter");
+    release_staged(g, 0);  // its reads are done: the call completed on this thread
     ++g.stats.reduce_scatters;
     g.stats.copy_bytes_avoided += reduce_scatter_copy_bytes(g.layout);
   }
@@ -78,6 +79,13 @@ class HostCommunicator final : public CommunicatorBase {
 
  protected:
   RankCapabilities capabilities() const override { return {}; }  // needs no device
+
+  void copy_into_slot(int, bool, std::uintptr_t,
+                      std::span<const std::pair<const void*, void*>> copies,
+                      std::span<const std::int64_t> bytes) override {
+    for (std::size_t i = 0; i < copies.size(); ++i)
+      std::memcpy(copies[i].second, copies[i].first, static_cast<std::size_t>(bytes[i]));
+  }
   bool host_transport() const override { return true; }
 
   void commit() const override {

@@ -80,7 +80,7 @@ class NcclCommunicator final : public CommunicatorBase {
     const auto caller = reinterpret_cast<cudaStream_t>(stream);
     // NOTE [runtime] 7: the slot's previous occupant is done with it (an event, on the device).
     if (take_slot(g)) {
-      TIDE_CUDA_CHECK(cudaStreamWaitEventWithFlags(
+      TIDE_CUDA_CHECK(cudaStreamWaitEvent(
           caller, release_events_[static_cast<std::size_t>(g.slot)],
           capturing(caller) ? cudaEventWaitExternal : cudaEventWaitDefault));
     }
@@ -118,11 +118,12 @@ class NcclCommunicator final : public CommunicatorBase {
     check_alive();
     std::vector<exec::CudaCallBindings> bindings(static_cast<std::size_t>(options_.world));
     exec::CudaCallBindings& mine = bindings[static_cast<std::size_t>(options_.rank)];
-    mine.tensors.assign(grads.begin(), grads.end());
+    mine.tensors = gradients_of(g, grads);
     mine.output = out;
     stall_if_injected(reinterpret_cast<cudaStream_t>(stream));
     run_in_lane(1, runner(group, 1), bindings, alpha, accumulate,
                 reinterpret_cast<cudaStream_t>(stream));
+    release_staged(g, stream);  // NOTE [runtime] 8: after the call's reads, on its stream
     ++g.stats.reduce_scatters;
     g.stats.copy_bytes_avoided += reduce_scatter_copy_bytes(g.layout);
   }
@@ -270,6 +271,22 @@ class NcclCommunicator final : public CommunicatorBase {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     TIDE_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
     return status != cudaStreamCaptureStatusNone;
+  }
+
+  void copy_into_slot(int slot, bool wait_release, std::uintptr_t stream,
+                      std::span<const std::pair<const void*, void*>> copies,
+                      std::span<const std::int64_t> bytes) override {
+    const auto s = reinterpret_cast<cudaStream_t>(stream);
+    if (wait_release) {
+      TIDE_CUDA_CHECK(cudaStreamWaitEvent(
+          s, release_events_[static_cast<std::size_t>(slot)],
+          capturing(s) ? cudaEventWaitExternal : cudaEventWaitDefault));
+    }
+    for (std::size_t i = 0; i < copies.size(); ++i) {
+      TIDE_CUDA_CHECK(cudaMemcpyAsync(copies[i].second, copies[i].first,
+                                      static_cast<std::size_t>(bytes[i]), cudaMemcpyDeviceToDevice,
+                                      s));
+    }
   }
 
   void record_release(int slot, std::uintptr_t stream) override {

@@ -82,6 +82,37 @@ def main():
               and summary["ranks"] == m * l and summary["calls"] == 14,
               f"exit {p.returncode}: {json.dumps(summary)[:600]}")
 
+    # NOTE [communicator arena]: groups sharing two ring slots (released after each all-gather's
+    # check), one stage and TIDE-RS's areas, shards passed with every call; and `tide memory
+    # --groups` lays out, byte for byte, the arena the runtime reports.
+    for m, l, mode, cast in [(1, 3, "in-place", False), (2, 2, "slot-reuse", True),
+                             (3, 2, "in-place", False), (1, 4, "slot-reuse", False),
+                             (2, 1, "in-place", True)]:
+        groups = ";".join([odd_groups(rng), odd_groups(rng)])  # six groups
+        seed = rng.randrange(1 << 30)
+        args = ["-M", str(m), "-L", str(l), "--groups", groups, "--calls", "26", "--seed",
+                str(seed), "--mode", mode, "--ring", "--staged-shards", "--timeout-s", "60", "--json"]
+        if cast:
+            args.append("--cast")
+        p, _ = run(args)
+        name = f"ring {m}x{l} {mode}{' cast' if cast else ''} groups {groups} seed {seed}"
+        try:
+            summary = json.loads(p.stdout)
+        except json.JSONDecodeError:
+            check(name, False, f"exit {p.returncode}, no JSON: {p.stdout[-400:]} {p.stderr[-400:]}")
+            continue
+        check(name, p.returncode == 0 and summary["passed"] and summary["mismatches"] == 0,
+              f"exit {p.returncode}: {json.dumps(summary)[:600]}")
+        arenas = [r.get("arena") for r in summary["per_rank"]]
+        check(f"{name}: every rank lays out one arena", all(a == arenas[0] for a in arenas), arenas)
+        check(f"{name}: two ring slots", len(summary["arena"]["slots"]) == 2, summary["arena"])
+        memory = subprocess.run([TIDE, "memory", "-M", str(m), "-L", str(l), "--groups", groups,
+                                 "--slots", "ring", "--mode", mode, "--json"]
+                                + (["--cast"] if cast else []), capture_output=True, text=True)
+        laid_out = json.loads(memory.stdout)["arena"] if memory.returncode == 0 else memory.stderr
+        check(f"{name}: tide memory agrees with the runtime", laid_out == summary["arena"],
+              f"memory {laid_out} runtime {summary['arena']}")
+
     # A rank killed mid-run: every other rank fails within the timeout, naming it.
     timeout_s = 5
     p, elapsed = run(["-M", "1", "-L", "4", "--groups", "33x7,5;17x3", "--calls", "20",

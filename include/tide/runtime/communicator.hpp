@@ -59,6 +59,11 @@
 //    device, for the stream work before that release (an event: no host synchronisation), so
 //    the slot's previous occupant has finished reading it. A group's own next all-gather waits
 //    for its own release the same way. Groups with slots of their own need no release.
+// 8. Slot-Reuse (Sec. 5.3): stage_gradients(g, stream, grads) copies the layer's gradients into
+//    g's slot, which it vacated at reshard (same byte geometry: the gradient dtype must be the
+//    all-gather dtype), so the caller frees their storage at once; the group holds the slot
+//    again. The next reduce_scatter(g, ..., no gradient pointers) reads them there and releases
+//    the slot after its reads (on its stream), so the slot's next all-gather waits for them.
 // Backends: kHost runs calls on the calling thread over shared memory (exec/host), so a call
 // has completed when it returns; CPU tensors have no streams, and `stream` is ignored.
 // kNccl (one process per GPU, the ranks of one host) enqueues each call on the caller's
@@ -170,6 +175,8 @@ struct GroupStats {
   // Bytes these calls still copy on this rank: the shards cast or copied into the stage (or
   // the resident shard) by every all-gather that reads them per call (S each).
   std::int64_t copy_bytes_made = 0;
+  // Of those, the gradients stage_gradients copied into the group's slot (Slot-Reuse).
+  std::int64_t gradient_bytes_staged = 0;
   // nccl backend: calls that ran as a launch of their slot's CUDA graph (pointers unchanged,
   // or re-pointed: all-gathers; tens of microseconds of host time), the others on the stream
   // path. A reduce-scatter launches its graph when its gradients are where the slot's
@@ -213,7 +220,7 @@ class Communicator {
                           std::span<const void* const> shards) = 0;
   // TIDE-RS (Sec. 4-5): out (fp32, shard_elems) = alpha * sum over ranks of the gradients'
   // rows of this rank (+ out when accumulating). `grads`: one pointer per parameter, D_p K_p
-  // elements of the gradient dtype, read in place.
+  // elements of the gradient dtype, read in place; none after stage_gradients (NOTE [runtime] 8).
   virtual void reduce_scatter(int group, std::uintptr_t stream, std::span<const void* const> grads,
                               float* out, float alpha, bool accumulate) = 0;
 
@@ -228,6 +235,10 @@ class Communicator {
   // on `stream` so far (host backend: now). Throws InvalidArgument when the group holds no
   // slot (no all-gather since its last release).
   virtual void release(int group, std::uintptr_t stream) = 0;
+  // NOTE [runtime] 8: throws InvalidArgument where the slot is held by another group (the
+  // caller then reads the gradients in place), or the dtypes' geometry differs.
+  virtual void stage_gradients(int group, std::uintptr_t stream,
+                               std::span<const void* const> grads) = 0;
   // Whether the group's slot holds its parameters (an all-gather since the last release).
   virtual bool holds_slot(int group) const = 0;
 
