@@ -103,13 +103,22 @@ def _all_gather(*args, **kwargs):
     for shard, numel in zip(shards, numels):
         if shard.numel() != numel or not shard.is_contiguous():
             raise RuntimeError(f"tide.fsdp: {group.name}: sharded data is not FSDP2's padded shard")
-    # NOTE [landing slots]: a slot another group still holds sends this group to stock for good.
+    # NOTE [landing slots]: the group's own unshard finds its slot held by another group.
     if not group.comm.holds_slot(group.gid):
         holder = group.slot_holder()
         if holder is not None:
+            from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState  # noqa: PLC0415
+
+            if group.fsdp_group._training_state == TrainingState.PRE_BACKWARD:
+                raise RuntimeError(
+                    f"tide.fsdp: group '{group.name}' must be unsharded for its backward while group "
+                    f"'{holder.name}' still holds their shared landing slot {group.slot}; autograd keeps "
+                    "both groups' parameters in that slot. Call tide.fsdp.enable(model, ring=False) "
+                    "to give every group a slot of its own"
+                )
             group.fall_back(
-                f"its landing slot {group.slot} was still held by group '{holder.name}' when it was "
-                "all-gathered (more groups unsharded at once than the ring has slots); stock FSDP2 "
+                f"its landing slot {group.slot} was still held by group '{holder.name}' at its own "
+                "forward all-gather (both unsharded at once, e.g. nested FSDP modules); stock FSDP2 "
                 "from then on"
             )
             group.stock_calls += 1

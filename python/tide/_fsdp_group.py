@@ -21,16 +21,27 @@ one slot alias. ``assign_slots`` gives each group its slot in module order, whic
 forward order: ring groups alternate slots 0 and 1; a group whose parameters stay unsharded
 across other groups' lifetimes gets a slot of its own: the root (FSDP2 never reshards it
 after forward), a group with ``reshard_after_forward=False`` (except the last block, which
-the paper folds into the ring: it is the first one backward uses), and a group resharded
-after forward to a smaller mesh (whose backward all-gather is FSDP2's, into the landing).
+the paper folds into the ring; here it keeps its own, since a second forward before the
+backward would find it still unsharded), and a group resharded after forward to a smaller
+mesh (whose backward all-gather is FSDP2's, into the landing).
 A group holds its slot from its all-gather until FSDP2 reshards it (``_to_sharded``, wrapped
 here), which releases it on the current stream: the slot's next all-gather waits on the
-device for that stream's work so far. An all-gather into a slot that another group still
-holds (prefetching deeper than the ring, a module used twice, an unusual root) is refused by
-the runtime before anything is written; the group then returns to stock FSDP2 for good, with
-the reason in the report. So no group's parameters are ever overwritten while FSDP2 holds
-them unsharded. A tensor kept from a resharded parameter (FSDP2 frees its storage; TIDE's
-cannot be freed) reads whatever its slot holds now: FSDP2 itself never reads one.
+device for that stream's work so far. Autograd keeps the unsharded parameters of a forward
+for its backward, as views of the slot; FSDP2 re-gathers the group into the same storage
+before that backward reads them, so the slot must never hold another group's parameters then.
+What may find its slot held by another group:
+  - a prefetch (FSDP2's forward or backward prefetch, an explicit ``unshard()``): it is
+    deferred: the group is all-gathered at its own pre-forward or pre-backward instead, when
+    FSDP2 has resharded the holder (two forwards before a backward, prefetching deeper than
+    the ring, a module used twice);
+  - a group's own unshard in forward, while another group of its slot is unsharded (nested
+    FSDP modules): the group returns to stock FSDP2 for good, with the reason in the report,
+    before anything is written (no tensor of this iteration views its slot yet);
+  - a group's own unshard in backward: no storage can serve both, so this raises, naming the
+    two groups (enable(..., ring=False) gives every group a slot of its own).
+So no group's parameters are ever overwritten while FSDP2 or autograd holds them. A tensor
+kept by the user from a resharded parameter (FSDP2 frees its storage; TIDE's cannot be
+freed) reads whatever its slot holds now: FSDP2 itself never reads one.
 """
 
 from __future__ import annotations
@@ -137,6 +148,8 @@ class TideGroup:
         self.registered_id = -1  # its id in the communicator (kept after a fall-back)
         self.peers: list = []  # every TideGroup of the same enable()
         self.mode = "in-place"
+        self.own_unshard = False  # inside the group's own pre_forward / pre_backward
+        self.deferred_prefetches = 0
 
     @property
     def on_tide(self) -> bool:
@@ -198,14 +211,35 @@ class TideGroup:
         for p, fp in enumerate(self.fsdp_group.fsdp_params):
             self.index[fp] = p
             GROUP_OF_PARAM[fp] = self
+        fsdp_group = self.fsdp_group
         for name in ("_to_sharded", "_to_sharded_post_forward"):
-            original = getattr(self.fsdp_group, name)
+            original = getattr(fsdp_group, name)
 
             def resharded(_original=original):
                 _original()
                 self.release()
 
-            setattr(self.fsdp_group, name, resharded)
+            setattr(fsdp_group, name, resharded)
+        for name in ("pre_forward", "pre_backward"):
+            original = getattr(fsdp_group, name)
+
+            def own(*args, _original=original, **kwargs):
+                self.own_unshard = True
+                try:
+                    return _original(*args, **kwargs)
+                finally:
+                    self.own_unshard = False
+
+            setattr(fsdp_group, name, own)
+        unshard = fsdp_group.unshard
+
+        def deferred_unshard(*args, **kwargs):
+            if not self.own_unshard and self.on_tide and self.slot_holder() is not None:
+                self.deferred_prefetches += 1  # NOTE [landing slots]: at its own unshard instead
+                return None
+            return unshard(*args, **kwargs)
+
+        fsdp_group.unshard = deferred_unshard
 
     def release(self) -> None:
         """FSDP2 resharded the group: its slot is free after the current stream's work."""
@@ -280,15 +314,13 @@ class TideGroup:
 
 def assign_slots(groups: list, root_groups: list) -> None:
     """Each eligible group's landing slot, in module order (NOTE [landing slots])."""
-    candidates = [g for g in groups if not g.reason]
     ring = 0
-    for i, group in enumerate(candidates):
+    for group in (g for g in groups if not g.reason):
         fsdp_group = group.fsdp_group
         after_forward = getattr(fsdp_group, "post_forward_mesh_info", None)
-        last = i == len(candidates) - 1
         if any(fsdp_group is r for r in root_groups):
             group.slot_reason = "the root: FSDP2 keeps it unsharded from its forward to its backward"
-        elif after_forward is None and not last:
+        elif after_forward is None:
             group.slot_reason = "reshard_after_forward=False: unsharded from its forward to its backward"
         elif after_forward is not None and after_forward != fsdp_group.mesh_info:
             group.slot_reason = "resharded after forward to a smaller mesh: FSDP2 gathers it into the landing"

@@ -67,12 +67,15 @@ def enable(
     mode: str = "in-place",
     timeout_s: float = 600.0,
     strict: bool = False,
+    ring: bool = True,
 ) -> list[dict]:
     """Puts ``module``'s eligible FSDP2 parameter groups on TIDE; returns ``report(module)``.
 
     Call after ``fully_shard`` and before the first forward, on every rank, with the same
     model. ``mode``: "in-place" (the default) or "slot-reuse" (paper Sec. 5). ``strict``:
-    raise instead of falling back when a group cannot run on TIDE. Raises UnsupportedTorch
+    raise instead of falling back when a group cannot run on TIDE. ``ring``: groups share two
+    landing slots (the default; NOTE [landing slots] in _fsdp_group.py); False gives every
+    group a slot of its own (memory grows with the model, as before). Raises UnsupportedTorch
     when this torch's FSDP2 internals differ from those TIDE knows.
     """
     if mode not in _MODES:
@@ -98,7 +101,8 @@ def enable(
     reasons = _agree(reasons)
     for group, reason in zip(groups, reasons):
         group.reason = reason
-    _fsdp_group.assign_slots(groups, _own_groups(module))
+    if ring:
+        _fsdp_group.assign_slots(groups, _own_groups(module))
 
     # One communicator per shard process group, created and used in module order on every
     # rank of that group (a collective over the group's store prefix).
@@ -152,7 +156,9 @@ def report(module: nn.Module) -> list[dict]:
     docs/fsdp.md), all_gather_replays and reduce_scatter_replays (GPU calls that launched their
     slot's CUDA graph: tens of microseconds of host time; docs/runtime.md), stock_calls,
     params, slot (its landing slot id: groups of one id share the memory; -1: its own) with
-    slot_reason (why its own), and landing_bytes. ``memory(module)`` gives the arena."""
+    slot_reason (why its own), deferred_prefetches (prefetches that found the slot held and
+    waited for the group's own unshard) and landing_bytes. ``memory(module)`` gives the
+    arena."""
     state = getattr(module, _ATTRIBUTE, None)
     if state is None:
         return [
@@ -171,6 +177,7 @@ def report(module: nn.Module) -> list[dict]:
                 "params": len(g.fsdp_params),
                 "slot": None,
                 "slot_reason": "",
+                "deferred_prefetches": 0,
                 "landing_bytes": 0,
             }
             for name, g in _fsdp_groups(module)
@@ -207,6 +214,7 @@ def report(module: nn.Module) -> list[dict]:
                 "params": len(group.fsdp_group.fsdp_params),
                 "slot": group.slot if group.on_tide else None,
                 "slot_reason": group.slot_reason if group.on_tide else "",
+                "deferred_prefetches": group.deferred_prefetches,
                 "landing_bytes": int(group.info.get("landing_bytes", 0)) if group.on_tide else 0,
             }
         )

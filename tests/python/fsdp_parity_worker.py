@@ -385,7 +385,7 @@ def run_case(case, world, rank, seed):
 
     stock = shard(copy.deepcopy(base))
     tide_model = shard(copy.deepcopy(base))
-    enabled = tide.fsdp.enable(tide_model)
+    enabled = tide.fsdp.enable(tide_model, mode=os.environ.get("TIDE_PARITY_MODE", "in-place"))
     failures = check_setup(case, stock, world)
     fallbacks: dict[str, dict] = {}
 

@@ -48,9 +48,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_parity(world: int, tmp_path_factory, device: str = "cpu", cases: str = CASES) -> dict:
-    """Runs the parity worker on ``world`` processes (cached per world, device and cases)."""
-    key = (world, device, cases)
+def run_parity(
+    world: int, tmp_path_factory, device: str = "cpu", cases: str = CASES, mode: str = "in-place"
+) -> dict:
+    """Runs the parity worker on ``world`` processes (cached per world, device, cases and TIDE
+    mode: tide.fsdp.enable(mode=...))."""
+    key = (world, device, cases, mode)
     if key in _runs:
         return _runs[key]
     seed = int(os.environ.get("TIDE_TEST_SEED", random.randrange(1, 1 << 30)))
@@ -64,6 +67,7 @@ def run_parity(world: int, tmp_path_factory, device: str = "cpu", cases: str = C
         OMP_NUM_THREADS="1",
         TIDE_PARITY_DEVICE=device,
         TIDE_PARITY_CASES=cases,
+        TIDE_PARITY_MODE=mode,
         PYTHONPATH=os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]),
     )
     procs = []
@@ -93,26 +97,28 @@ def run_parity(world: int, tmp_path_factory, device: str = "cpu", cases: str = C
     return _runs[key]
 
 
-# HSDP 2 x 2 (d) needs 4 processes.
-RUNS = [(world, case) for world in (2, 4) for case in CASES if case != "d" or world == 4]
+# HSDP 2 x 2 (d) needs 4 processes. Both modes share the ring slots (NOTE [landing slots]);
+# Slot-Reuse also stages each layer's gradients in its vacated slot.
+MODES = ("in-place", "slot-reuse")
+RUNS = [(mode, world, case) for mode in MODES for world in (2, 4) for case in CASES if case != "d" or world == 4]
 
 
-def _selected_cases(request, world: int) -> str:
-    """The cases of this session's selected test_parity items at ``world``, in CASES order:
-    one worker run serves them all, and pytest -k narrows it."""
+def _selected_cases(request, world: int, mode: str) -> str:
+    """The cases of this session's selected test_parity items at ``world`` and ``mode``, in
+    CASES order: one worker run serves them all, and pytest -k narrows it."""
     chosen = set()
     for item in request.session.items:
         spec = getattr(item, "callspec", None)
         if getattr(item, "originalname", None) == "test_parity" and spec is not None:
-            if spec.params.get("world") == world:
+            if spec.params.get("world") == world and spec.params.get("mode") == mode:
                 chosen.add(spec.params["case"])
     return "".join(c for c in CASES if c in chosen)
 
 
-@pytest.mark.parametrize(("world", "case"), RUNS)
-def test_parity(world, case, tmp_path_factory, request):
-    cases = _selected_cases(request, world) or case
-    check_case(run_parity(world, tmp_path_factory, cases=cases), case)
+@pytest.mark.parametrize(("mode", "world", "case"), RUNS)
+def test_parity(mode, world, case, tmp_path_factory, request):
+    cases = _selected_cases(request, world, mode) or case
+    check_case(run_parity(world, tmp_path_factory, cases=cases, mode=mode), case)
 
 
 def check_case(run: dict, case: str) -> None:
