@@ -87,6 +87,10 @@ class _TideAllGatherOutput(torch.Tensor):
 
 def _all_gather(*args, **kwargs):
     a = _bind("foreach_all_gather", args, kwargs)
+    traced = _fsdp_group.traced_group(a["fsdp_params"])
+    if traced is not None and not traced.active:  # NOTE [landing slots from the first iteration]
+        traced.tracer.all_gathered(traced)
+        return _installed["foreach_all_gather"](*args, **kwargs)
     group = _fsdp_group.group_of(a["fsdp_params"])
     if group is None or a["group"] is not group.pg or len(a["fsdp_params"]) != len(group.index):
         if group is not None:
@@ -191,6 +195,10 @@ def _stock_reduce(group, args, kwargs):
 def _reduce(*args, **kwargs):
     a = _bind("foreach_reduce", args, kwargs)
     params, grads = a["fsdp_params"], a["unsharded_grads"]
+    traced = _fsdp_group.traced_group(params)
+    if traced is not None and not traced.active:  # NOTE [landing slots from the first iteration]
+        traced.tracer.reduced(traced)
+        return _installed["foreach_reduce"](*args, **kwargs)
     group = _fsdp_group.group_of(params)
     if group is None:
         return _installed["foreach_reduce"](*args, **kwargs)

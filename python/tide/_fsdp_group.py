@@ -15,28 +15,24 @@ parameter's alloc and free become no-ops: its memory is the arena's, reported by
 a state dict) clones the storage into ordinary memory, as for any tensor.
 
 NOTE [landing slots]
-The landing is not the group's alone: groups share the communicator's two ring slots (NOTE
+The landing is not the group's alone: groups share the communicator's landing slots (NOTE
 [communicator arena] in the C++ runtime; paper App. F), so the landing views of groups in
-one slot alias. ``assign_slots`` gives each group its slot in module order, which is FSDP2's
-forward order: ring groups alternate slots 0 and 1; a group whose parameters stay unsharded
-across other groups' lifetimes gets a slot of its own: the root (FSDP2 never reshards it
-after forward), a group with ``reshard_after_forward=False`` (except the last block, which
-the paper folds into the ring; here it keeps its own, since a second forward before the
-backward would find it still unsharded), and a group resharded after forward to a smaller
-mesh (whose backward all-gather is FSDP2's, into the landing).
+one slot alias. Which groups share which slot comes from the first iteration's order (NOTE
+[landing slots from the first iteration] in _fsdp_trace.py): with FSDP2's prefetch depth of 1
+the blocks alternate two slots and the root, which FSDP2 keeps unsharded, has one of its own.
 A group holds its slot from its all-gather until FSDP2 reshards it (``_to_sharded``, wrapped
 here), which releases it on the current stream: the slot's next all-gather waits on the
 device for that stream's work so far. Autograd keeps the unsharded parameters of a forward
 for its backward, as views of the slot; FSDP2 re-gathers the group into the same storage
 before that backward reads them, so the slot must never hold another group's parameters then.
-What may find its slot held by another group:
-  - a prefetch (FSDP2's forward or backward prefetch, an explicit ``unshard()``): it is
+Where a later iteration unshards in a pattern the traced one did not show, a group may find
+its slot held by another group:
+  - at a prefetch (FSDP2's forward or backward prefetch, an explicit ``unshard()``): it is
     deferred: the group is all-gathered at its own pre-forward or pre-backward instead, when
-    FSDP2 has resharded the holder (two forwards before a backward, prefetching deeper than
-    the ring, a module used twice);
-  - a group's own unshard in forward, while another group of its slot is unsharded (nested
-    FSDP modules): the group returns to stock FSDP2 for good, with the reason in the report,
-    before anything is written (no tensor of this iteration views its slot yet);
+    FSDP2 has resharded the holder (e.g. deeper prefetching than traced);
+  - at its own unshard in forward: the group returns to stock FSDP2 for good, with the
+    reason in the report, before anything is written (no tensor of this iteration views its
+    slot yet);
   - a group's own unshard in backward: no storage can serve both, so this raises, naming the
     two groups (enable(..., ring=False) gives every group a slot of its own).
 So no group's parameters are ever overwritten while FSDP2 or autograd holds them. A tensor
@@ -149,6 +145,8 @@ class TideGroup:
         self.peers: list = []  # every TideGroup of the same enable()
         self.mode = "in-place"
         self.own_unshard = False  # inside the group's own pre_forward / pre_backward
+        self.tracer = None  # NOTE [landing slots from the first iteration]
+        self.active = False  # its arena exists: TIDE serves its calls
         self.deferred_prefetches = 0
 
     @property
@@ -196,7 +194,7 @@ class TideGroup:
 
     def describe(self) -> str:
         """Reads the group's layout from the runtime; '' when it matches FSDP2's padding."""
-        self.info = self.comm.group_info(self.gid)
+        self.info = self.comm.group_info(self.gid, create_arena=False)
         for fp, rows in zip(self.fsdp_group.fsdp_params, self.info["rows_per_rank"]):
             if int(fp.padded_sharded_param_size[0]) != int(rows):
                 return (
@@ -234,7 +232,7 @@ class TideGroup:
         unshard = fsdp_group.unshard
 
         def deferred_unshard(*args, **kwargs):
-            if not self.own_unshard and self.on_tide and self.slot_holder() is not None:
+            if not self.own_unshard and self.on_tide and self.active and self.slot_holder() is not None:
                 self.deferred_prefetches += 1  # NOTE [landing slots]: at its own unshard instead
                 return None
             return unshard(*args, **kwargs)
@@ -243,7 +241,9 @@ class TideGroup:
 
     def release(self) -> None:
         """FSDP2 resharded the group: its slot is free after the current stream's work."""
-        if self.on_tide and self.comm.holds_slot(self.gid):
+        if self.on_tide and not self.active and self.tracer is not None:
+            self.tracer.resharded(self)
+        elif self.on_tide and self.comm.holds_slot(self.gid):
             device = self.fsdp_group.device
             stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
             self.comm.release(self.gid, stream)
@@ -312,23 +312,6 @@ class TideGroup:
         return dict(self.comm.stats(self.gid)) if self.gid >= 0 else dict(self.stats_when_stock)
 
 
-def assign_slots(groups: list, root_groups: list) -> None:
-    """Each eligible group's landing slot, in module order (NOTE [landing slots])."""
-    ring = 0
-    for group in (g for g in groups if not g.reason):
-        fsdp_group = group.fsdp_group
-        after_forward = getattr(fsdp_group, "post_forward_mesh_info", None)
-        if any(fsdp_group is r for r in root_groups):
-            group.slot_reason = "the root: FSDP2 keeps it unsharded from its forward to its backward"
-        elif after_forward is None:
-            group.slot_reason = "reshard_after_forward=False: unsharded from its forward to its backward"
-        elif after_forward is not None and after_forward != fsdp_group.mesh_info:
-            group.slot_reason = "resharded after forward to a smaller mesh: FSDP2 gathers it into the landing"
-        else:
-            group.slot, group.slot_reason = ring % 2, ""
-            ring += 1
-
-
 def _no_op() -> None:
     return None
 
@@ -346,6 +329,13 @@ def _free_inner_tensors_of(fp):
 
 
 def group_of(fsdp_params) -> TideGroup | None:
+    """The group TIDE serves these parameters' calls for (its arena exists), or None."""
+    group = traced_group(fsdp_params)
+    return group if group is not None and group.active else None
+
+
+def traced_group(fsdp_params) -> TideGroup | None:
+    """The group on TIDE these parameters belong to, active or still being traced."""
     if not fsdp_params:
         return None
     group = GROUP_OF_PARAM.get(fsdp_params[0])

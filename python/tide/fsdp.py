@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch.distributed as dist
 import torch.nn as nn
 
-from . import _fsdp_calls, _fsdp_compat, _fsdp_group, _runtime
+from . import _fsdp_calls, _fsdp_compat, _fsdp_group, _fsdp_trace, _runtime
 
 __all__ = ["enable", "report", "memory", "close", "UnsupportedTorch"]
 
@@ -73,10 +73,12 @@ def enable(
 
     Call after ``fully_shard`` and before the first forward, on every rank, with the same
     model. ``mode``: "in-place" (the default) or "slot-reuse" (paper Sec. 5). ``strict``:
-    raise instead of falling back when a group cannot run on TIDE. ``ring``: groups share two
-    landing slots (the default; NOTE [landing slots] in _fsdp_group.py); False gives every
-    group a slot of its own (memory grows with the model, as before). Raises UnsupportedTorch
-    when this torch's FSDP2 internals differ from those TIDE knows.
+    raise instead of falling back when a group cannot run on TIDE. ``ring``: groups share
+    landing slots as the first iteration shows they can (the default; that iteration runs on
+    stock FSDP2 while TIDE records the order: NOTE [landing slots from the first iteration]);
+    False gives every group a slot of its own from the first call (memory grows with the
+    model). Raises UnsupportedTorch when this torch's FSDP2 internals differ from those TIDE
+    knows.
     """
     if mode not in _MODES:
         raise ValueError(f"tide.fsdp.enable: mode must be one of {_MODES}, got {mode!r}")
@@ -101,8 +103,6 @@ def enable(
     reasons = _agree(reasons)
     for group, reason in zip(groups, reasons):
         group.reason = reason
-    if ring:
-        _fsdp_group.assign_slots(groups, _own_groups(module))
 
     # One communicator per shard process group, created and used in module order on every
     # rank of that group (a collective over the group's store prefix).
@@ -128,7 +128,18 @@ def enable(
             group.bind()
 
     _fsdp_calls.install(layout)
-    setattr(module, _ATTRIBUTE, (groups, list(communicators.values())))
+    comms = list(communicators.values())
+    setattr(module, _ATTRIBUTE, (groups, comms))
+    # NOTE [landing slots from the first iteration]: stock FSDP2 until a backward has run.
+    tracer = _fsdp_trace.SlotTracer([g for g in groups if g.on_tide])
+    for group in tracer.groups:
+        group.tracer = tracer
+    if ring:
+        module.register_forward_pre_hook(
+            lambda *_: _activate(groups, comms, tracer) if tracer.ready() else None, prepend=True
+        )
+    else:
+        _activate(groups, comms, tracer, own_slots=True)
     result = report(module)
     if strict and any(r["backend"] != "tide" for r in result):
         refused = [f"{r['group']}: {r['reason']}" for r in result if r["backend"] != "tide"]
@@ -136,17 +147,31 @@ def enable(
     return result
 
 
-def _own_groups(module: nn.Module) -> list:
-    """The FSDP parameter groups of ``module`` itself, when it is an FSDP module (the root)."""
-    from torch.distributed.fsdp import FSDPModule  # noqa: PLC0415
-
-    if not isinstance(module, FSDPModule):
-        return []
-    state = module._get_fsdp_state()
-    groups = list(getattr(state, "_fsdp_param_groups", None) or [])
-    if not groups and getattr(state, "_fsdp_param_group", None) is not None:
-        groups = [state._fsdp_param_group]
-    return groups
+def _activate(groups: list, communicators: list, tracer, own_slots: bool = False) -> None:
+    """Gives every registered group its slot and creates each communicator's arena (a
+    collective: every rank reaches it at the same forward), then TIDE serves the groups."""
+    slots = {id(g): -1 for g in tracer.groups} if own_slots else tracer.slots()
+    tracer.done = True
+    try:
+        for comm in communicators:
+            mine = sorted((g for g in groups if g.comm is comm and g.registered_id >= 0),
+                          key=lambda g: g.registered_id)
+            if comm.world() == 1 and not own_slots:  # FSDP2 all-gathers nothing at N = 1
+                for g in mine:
+                    slots[id(g)] = 0
+            comm.assign_landing_slots([slots.get(id(g), -1) for g in mine])
+            comm.arena()
+    except RuntimeError as e:  # e.g. ranks that traced different orders: every rank refuses
+        for group in tracer.groups:
+            group.gid, group.reason = -1, f"the landing slots could not be agreed: {e}"
+        return
+    for group in tracer.groups:
+        group.slot = slots[id(group)]
+        group.active = True
+        if own_slots:
+            group.slot_reason = "enable(ring=False)"
+        elif group.slot < 0:
+            group.slot_reason = "not all-gathered during the traced iteration"
 
 
 def report(module: nn.Module) -> list[dict]:
@@ -175,6 +200,7 @@ def report(module: nn.Module) -> list[dict]:
                 "reduce_scatter_replays": 0,
                 "stock_calls": 0,
                 "params": len(g.fsdp_params),
+                "active": False,
                 "slot": None,
                 "slot_reason": "",
                 "deferred_prefetches": 0,
@@ -212,6 +238,7 @@ def report(module: nn.Module) -> list[dict]:
                 "reduce_scatter_replays": int(stats.get("reduce_scatter_replays", 0)),
                 "stock_calls": group.stock_calls,
                 "params": len(group.fsdp_group.fsdp_params),
+                "active": group.on_tide and group.active,
                 "slot": group.slot if group.on_tide else None,
                 "slot_reason": group.slot_reason if group.on_tide else "",
                 "deferred_prefetches": group.deferred_prefetches,
@@ -235,6 +262,9 @@ def memory(module: nn.Module) -> dict:
     for group in groups:
         if group.comm is not None and group.gid >= 0 or group.stats_when_stock is not None:
             names.setdefault(id(group.comm), {})[group.registered_id] = group.name
+    if any(g.on_tide and not g.active for g in groups):
+        return {"arena_bytes": 0, "communicators": [], "pending": "the first iteration's order "
+                "assigns the landing slots; the arena exists from the second"}
     out = []
     for comm in communicators:
         arena = dict(comm.arena())

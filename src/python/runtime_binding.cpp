@@ -113,11 +113,15 @@ class PyCommunicator {
     return {r.group, r.reason};
   }
 
-  nb::dict group_info(int group) {
+  void assign_landing_slots(const std::vector<int>& slots) { get().assign_landing_slots(slots); }
+
+  nb::dict group_info(int group, bool create_arena) {
     const runtime::GroupInfo* info = nullptr;
-    {
+    if (create_arena) {
       nb::gil_scoped_release release;  // the first use creates the arena (collective)
       info = &get().info(group);
+    } else {
+      info = &get().planned_info(group);
     }
     nb::dict d;
     d["name"] = info->name;
@@ -268,7 +272,11 @@ void bind_runtime(nb::module_& m) {
            nb::arg("mode") = "in-place", nb::arg("cast") = false, nb::arg("staged_shards") = false,
            nb::arg("landing_slot") = -1,
            "(group id, reason): id -1 when TIDE cannot run the group (reason says why)")
-      .def("group_info", &PyCommunicator::group_info, nb::arg("group"))
+      .def("group_info", &PyCommunicator::group_info, nb::arg("group"),
+           nb::arg("create_arena") = true,
+           "The group's layout and (creating the arena, a collective, at the first use) pointers")
+      .def("assign_landing_slots", &PyCommunicator::assign_landing_slots, nb::arg("slots"),
+           "Every group's landing slot id by group id, before the arena exists (NOTE [runtime] 7)")
       .def("all_gather", &PyCommunicator::all_gather, nb::arg("group"), nb::arg("stream"),
            nb::arg("shards").none())
       .def("reduce_scatter", &PyCommunicator::reduce_scatter, nb::arg("group"), nb::arg("stream"),

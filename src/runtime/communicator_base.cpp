@@ -75,7 +75,41 @@ Registration CommunicatorBase::register_group(const GroupSpec& spec) {
   return Registration{static_cast<int>(groups_.size()) - 1, {}};
 }
 
+void CommunicatorBase::assign_landing_slots(std::span<const int> slots) {
+  if (committed()) {
+    throw InvalidArgument("assign_landing_slots: the arena exists already (the first call or "
+                          "info() created it); assign the slots before");
+  }
+  if (slots.size() != groups_.size()) {
+    throw InvalidArgument("assign_landing_slots: " + std::to_string(slots.size()) +
+                          " slots for " + std::to_string(groups_.size()) + " groups");
+  }
+  for (std::size_t g = 0; g < slots.size(); ++g) {
+    if (slots[g] < -1) {
+      throw InvalidArgument("assign_landing_slots: slot " + std::to_string(slots[g]) +
+                            " of group '" + groups_[g]->spec.name +
+                            "' is not a slot id (>= 0, or -1 for a slot of its own)");
+    }
+    groups_[g]->spec.landing_slot = slots[g];
+    groups_[g]->info.landing_slot_id = slots[g];
+  }
+}
+
 void CommunicatorBase::lay_out() const {
+  // Every rank must lay out the same arena: their slot ids are agreed here.
+  std::string mine;
+  for (const auto& g : groups_)
+    mine += std::to_string(g->spec.landing_slot) + ",";
+  const std::vector<std::string> all =
+      all_gather_values(*options_.store, options_.key_prefix + "/landing_slots", options_.rank,
+                        options_.world, mine, options_.timeout);
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    if (all[r] != mine) {
+      throw InvalidArgument("the ranks assigned different landing slots: rank " +
+                            std::to_string(options_.rank) + " has [" + mine + "], rank " +
+                            std::to_string(r) + " has [" + all[r] + "]");
+    }
+  }
   layout_ = arena_of(groups_);
   arena_bytes_ = layout_.arena_bytes;
   signal_words_ = program::kHandoffWords + place_groups(groups_, layout_, program::kHandoffWords);

@@ -22,6 +22,8 @@ class CommunicatorBase : public Communicator {
 
   Registration register_group(const GroupSpec& spec) final;
   const GroupInfo& info(int group) const final;
+  const GroupInfo& planned_info(int group) const final { return group_at(group).info; }
+  void assign_landing_slots(std::span<const int> slots) final;
   GroupStats stats(int group) const final {
     GroupStats s = group_at(group).stats;
     add_path_stats(group, s);

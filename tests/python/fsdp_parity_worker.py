@@ -278,18 +278,24 @@ class Probe:
     prefetching did run: at each block's forward (after FSDP2's pre-forward) the next
     ``model.ahead`` blocks are unsharded or being all-gathered (explicit unshard(): 1, prefetch
     lists: 2), and with lists of two, at each block's unshard in backward the block before it
-    already is (FSDP2's default prefetch would come only after that unshard)."""
+    already is (FSDP2's default prefetch would come only after that unshard). On TIDE a
+    prefetch into a landing slot that another group still holds is deferred to the group's
+    own unshard (NOTE [landing slots]): there a missing prefetch must be one TIDE deferred."""
 
     def __init__(self, case, model, problems):
         self.calls = [0] * len(model.blocks)
         groups = [tide.fsdp._fsdp_groups(block)[0][1] for block in model.blocks]
+
+        def held_or_deferred(group):
+            on_tide = tide._fsdp_group.GROUP_OF_PARAM.get(group.fsdp_params[0])
+            return held(group) or (on_tide is not None and on_tide.deferred_prefetches > 0)
         for i, group in enumerate(groups):
             original = group.wait_for_unshard
 
             def wait_for_unshard(*a, _orig=original, _i=i, **k):
                 out = _orig(*a, **k)
                 backward = groups[_i]._training_state.name == "PRE_BACKWARD"
-                if case == "i" and model.ahead == 2 and backward and _i > 0 and not held(groups[_i - 1]):
+                if case == "i" and model.ahead == 2 and backward and _i > 0 and not held_or_deferred(groups[_i - 1]):
                     problems.append(f"blocks.{_i - 1} not unsharded or in flight at blocks.{_i}'s backward")
                 return out
 
@@ -300,7 +306,7 @@ class Probe:
                 self.calls[_i] += 1
                 if case == "i" and torch.is_grad_enabled():
                     for j in range(_i + 1, min(_i + 1 + model.ahead, len(groups))):
-                        if not held(groups[j]):
+                        if not held_or_deferred(groups[j]):
                             problems.append(f"blocks.{j} not unsharded or in flight at blocks.{_i}'s forward")
 
             block.register_forward_pre_hook(pre_forward)

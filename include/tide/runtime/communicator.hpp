@@ -209,7 +209,15 @@ class Communicator {
   virtual ~Communicator() = default;
 
   virtual Registration register_group(const GroupSpec& spec) = 0;
+  // Creates the arena at the first use (collective; NOTE [runtime] 3).
   virtual const GroupInfo& info(int group) const = 0;
+  // The group's layout as info() gives it, without creating the arena: no pointers yet.
+  virtual const GroupInfo& planned_info(int group) const = 0;
+  // NOTE [runtime] 7: every group's landing slot id (GroupSpec::landing_slot), by group id,
+  // replacing those given at registration, before the arena is created; every rank must pass
+  // the same (checked when the arena is created). Throws InvalidArgument after it, or for a
+  // list of another length or an id below -1.
+  virtual void assign_landing_slots(std::span<const int> slots) = 0;
   virtual GroupStats stats(int group) const = 0;
 
   // TIDE-AG (Sec. 3): afterwards the landing holds every rank's shard of every parameter.
