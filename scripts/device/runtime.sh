@@ -2,18 +2,22 @@
 # The runtime and the Python package on the device machine, in one call.
 #   here:   scripts/stage-deps.sh            (once: GoogleTest and headers into .deps/)
 #   device: run(command="bash scripts/device/runtime.sh", carry=[".deps"])
-# STEPS (default "build gputests nccl package graphs fsdp") picks steps:
+# STEPS (default "build gputests nccl ring package graphs fsdp demo") picks steps:
 #   build     the C++ tree with CUDA and NCCL (tests, tide, the module)
 #   gputests  every GPU test binary (kernels, executor, sequence runner, golden vectors);
 #             GPUTESTS=<regex> keeps the binaries whose names match
 #   nccl      tide check-runtime --backend nccl on every GPU of the machine, bitwise
+#   ring      the same with the communicator arena's ring slots and shards per call (--ring
+#             --staged-shards), both modes, with and without a cast (NOTE [communicator arena])
 #   package   pip install . against the image's torch; import tide; the tide CLI
 #   graphs    TIDE calls in a torch CUDA graph, nccl backend (tests/python/test_runtime_graph_gpu.py;
 #             after package)
 #   fsdp      the FSDP2 parity suite on GPUs (tests/python/test_fsdp_gpu.py)
-# Writes under $OUT: summary.md, gputests.log, nccl.json, package.log, fsdp.log, logs.tgz.
+#   demo      scripts/main.sh's demo on the GPUs (losses, peak memory, the arena; after package)
+# Writes under $OUT: summary.md, nccl.json, nccl-stall.json, ring.json, fsdp.log,
+# demo-summary.json, logs.tgz (gputests.log, package.log, graphs.log and the rest).
 set -uo pipefail
-NAME=runtime DEFAULT_STEPS="build gputests nccl package graphs fsdp" source "$(dirname "$0")/common.sh"
+NAME=runtime DEFAULT_STEPS="build gputests nccl ring package graphs fsdp demo" source "$(dirname "$0")/common.sh"
 BUILD=${BUILD_DIR:-build-runtime}
 finish() { pack_logs; exit "$1"; }
 export PYTHONUNBUFFERED=1
@@ -38,17 +42,17 @@ if has build; then
 fi
 
 if has gputests; then
-  : > "$OUT/gputests.log"
+  : > "$LOG/gputests.log"
   for t in $(find "$BUILD/tests" -type f -executable -name 'tide_*tests' | sort); do
     case "$t" in *kernel*|*cuda*|*sequence*|*golden*|*fabric*) ;; *) continue ;; esac
     [[ -n "${GPUTESTS:-}" && ! "$(basename "$t")" =~ ${GPUTESTS} ]] && continue
     timeout 300 "$t" > "$LOG/one-test.log" 2>&1
     rc=$?
-    cat "$LOG/one-test.log" >> "$OUT/gputests.log"
+    cat "$LOG/one-test.log" >> "$LOG/gputests.log"
     [[ $rc -ne 0 ]] && rc_all=$rc
     note "$(basename "$t") rc=$rc $(stamp): $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOG/one-test.log" | tr '\n' ' ')"
   done
-  grep -E "^\[  FAILED|Failure" "$OUT/gputests.log" | head -30 | tee -a "$summary"
+  grep -E "^\[  FAILED|Failure" "$LOG/gputests.log" | head -30 | tee -a "$summary"
 fi
 
 if has nccl; then
@@ -99,6 +103,22 @@ if has nccl; then
   fi
 fi
 
+if has ring; then
+  tide="$BUILD/src/cli/tide"
+  for variant in "in-place" "slot-reuse" "in-place --cast" "slot-reuse --cast"; do
+    name=$(echo "$variant" | tr -d ' -')
+    # shellcheck disable=SC2086
+    timeout 300 "$tide" check-runtime --backend nccl -M 1 -L "$gpus" \
+      --groups "37x5,16,1000x33;20x7,9x11;4096x1024,4096;300x17;64x64,64" --calls 30 --seed 12 \
+      --ring --staged-shards --mode $variant --timeout-s 60 --json \
+      > "$LOG/ring-$name.json" 2> "$LOG/ring-$name.err"
+    rc=$?
+    [[ $rc -ne 0 ]] && rc_all=$rc
+    note "check-runtime nccl ring 1x$gpus $variant rc=$rc $(stamp): $(python3 -c "import json; d=json.load(open('$LOG/ring-$name.json')); print('passed' if d['passed'] else 'FAILED', d['mismatches'], 'mismatches; arena', d.get('arena', {}).get('arena_bytes'), [r.get('error','') for r in d['per_rank'] if 'error' in r])" 2>&1) $(head -c 300 "$LOG/ring-$name.err")"
+  done
+  cp "$LOG/ring-inplace.json" "$OUT/ring.json" 2>/dev/null
+fi
+
 if has package; then
   python=python3
   {
@@ -106,20 +126,20 @@ if has package; then
       $python -m pip install --no-build-isolation --no-deps -v . &&
       $python -c "import tide, torch; print('tide', tide.__version__, 'torch', torch.__version__); import tide._C as C; print('backends: host', C.Communicator is not None)" &&
       tide --version
-  } > "$OUT/package.log" 2>&1
+  } > "$LOG/package.log" 2>&1
   rc=$?
   [[ $rc -ne 0 ]] && rc_all=$rc
-  note "package rc=$rc $(stamp): $(tail -3 "$OUT/package.log" | tr '\n' ' ')"
+  note "package rc=$rc $(stamp): $(tail -3 "$LOG/package.log" | tr '\n' ' ')"
 fi
 
 if has graphs; then
   timeout 200 python3 -m pytest tests/python/test_runtime_graph_gpu.py -q -rs -s \
-    -p no:cacheprovider > "$OUT/graphs.log" 2>&1
+    -p no:cacheprovider > "$LOG/graphs.log" 2>&1
   rc=$?
   # On the device a skipped test is a failure: there is a GPU, so it should have run.
-  if [[ $rc -eq 0 ]] && grep -q "skipped" "$OUT/graphs.log"; then rc=1; fi
+  if [[ $rc -eq 0 ]] && grep -q "skipped" "$LOG/graphs.log"; then rc=1; fi
   [[ $rc -ne 0 ]] && rc_all=$rc
-  note "cuda graph calls rc=$rc $(stamp): $(tail -2 "$OUT/graphs.log" | tr '\n' ' ')"
+  note "cuda graph calls rc=$rc $(stamp): $(tail -2 "$LOG/graphs.log" | tr '\n' ' ')"
 fi
 
 if has fsdp; then
@@ -128,6 +148,14 @@ if has fsdp; then
   rc=$?
   [[ $rc -ne 0 ]] && rc_all=$rc
   note "fsdp gpu parity rc=$rc $(stamp): $(tail -2 "$OUT/fsdp.log" | tr '\n' ' ')"
+fi
+
+if has demo; then
+  timeout 300 python3 -m tide.demo --steps 8 --out "$LOG/demo" > "$LOG/demo.log" 2>&1
+  rc=$?
+  [[ $rc -ne 0 ]] && rc_all=$rc
+  note "demo rc=$rc $(stamp): $(grep -E "max loss|peak memory|TIDE arena|groups on" "$LOG/demo.log" | tr '\n' ' ')"
+  cp "$LOG/demo/summary.json" "$OUT/demo-summary.json" 2>/dev/null
 fi
 
 note "done rc=$rc_all $(stamp)"

@@ -85,6 +85,8 @@ def main(argv=None) -> None:
     parser.add_argument("--layers", type=int, default=0, help="decoder layers (0: the model's)")
     parser.add_argument("--seq", type=int, default=0, help="sequence length (0: the model's)")
     parser.add_argument("--batch", type=int, default=4, help="sequences per rank per step")
+    parser.add_argument("--mode", default="in-place", choices=("in-place", "slot-reuse"),
+                        help="TIDE's reduce-scatter mode (paper Sec. 5.3)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -93,7 +95,7 @@ def main(argv=None) -> None:
     where = f"{procs} GPUs, NCCL" if gpus else f"{procs} CPU processes, TIDE host backend (gloo for stock)"
     print(f"tide.demo: a small Llama-style decoder, FSDP2, {args.steps} steps, {where}", flush=True)
     common = ["--steps", str(args.steps), "--out", str(out), "--model", args.model, "--layers",
-              str(args.layers), "--seq", str(args.seq), "--batch", str(args.batch)]
+              str(args.layers), "--seq", str(args.seq), "--batch", str(args.batch), "--mode", args.mode]
     with open(out / "train.log", "w") as log:
         for name, extra in (("stock FSDP2", []), ("FSDP2 + TIDE", ["--tide"])):
             print(f"tide.demo: training with {name} ...", flush=True)

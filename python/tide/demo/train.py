@@ -37,6 +37,8 @@ def _args(argv=None):
                         help="demo (small), or Llama-3.1-70B decoder layers (GPUs)")
     parser.add_argument("--layers", type=int, default=0, help="decoder layers (0: the model's)")
     parser.add_argument("--seq", type=int, default=0, help="sequence length (0: the model's)")
+    parser.add_argument("--mode", default="in-place", choices=("in-place", "slot-reuse"),
+                        help="TIDE's reduce-scatter mode (paper Sec. 5.3)")
     return parser.parse_args(argv)
 
 
@@ -79,7 +81,7 @@ def main(argv=None) -> None:
     if args.tide:
         import tide.fsdp  # noqa: PLC0415
 
-        report = tide.fsdp.enable(model)
+        report = tide.fsdp.enable(model, mode=args.mode)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
 
     losses, times, avoided = [], [], []

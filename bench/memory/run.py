@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""TIDE's memory against stock FSDP2's, per rank: the memory issue's benchmark.
+
+For each model (the demo decoder at 4, 16 and 64 layers, and a wide one) and each world size,
+trains a few steps three times, each time in fresh processes: stock FSDP2, TIDE In-Place,
+TIDE Slot-Reuse (bench/memory/worker.py; CPU with gloo and TIDE's host backend, or GPUs).
+Repeats the whole sweep --repeats times and reports, per row, the median over repeats of the
+largest rank's figure, with the spread (min-max over repeats) of the peaks. Writes
+results.json and README.md under --out.
+
+    python3 bench/memory/run.py --out bench/results/memory            # the committed table
+    python3 bench/memory/run.py --worlds 2 --depths 4 --repeats 1     # a quick look
+
+Figures per rank: model and shard bytes, TIDE's arena, the Sec. 5.4 bound of the same groups
+(computed by `tide memory --groups`, which also lays out the arena: the two must agree), peak
+RSS (CPU: the process's maximum resident set, TIDE's shared arena pages it touched included),
+or torch.cuda.max_memory_allocated + the arena (GPU, where the arena is outside torch's
+allocator).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SYSTEMS = ("stock", "in-place", "slot-reuse")
+MODELS = {  # name: (dim, hidden, heads, precision)
+    "decoder": (96, 260, 4, "fp32"),
+    "wide": (768, 2048, 12, "fp32"),
+}
+MIB = 1 << 20
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(world: int, system: str, layers: int, model: str, steps: int, scratch: Path) -> list[dict]:
+    dim, hidden, heads, precision = MODELS[model]
+    out = scratch / f"{model}-{layers}-{world}-{system}"
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               WORLD_SIZE=str(world), OMP_NUM_THREADS="1", LOCAL_WORLD_SIZE=str(world))
+    procs = [
+        subprocess.Popen([sys.executable, str(HERE / "worker.py"), str(out), system, str(layers),
+                          str(dim), str(hidden), str(heads), str(steps), precision],
+                         env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+        for r in range(world)
+    ]
+    logs = [p.communicate(timeout=1800)[0] for p in procs]
+    if any(p.returncode for p in procs):
+        raise SystemExit(f"{model} x{layers} N={world} {system} failed:\n" + "\n".join(logs)[-4000:])
+    return [json.loads((Path(f"{out}.rank{r}")).read_text()) for r in range(world)]
+
+
+def row_of(runs: list[list[dict]]) -> dict:
+    """One configuration over its repeats: largest rank per repeat, median over repeats."""
+    def per_repeat(key):
+        return [max(r.get(key, 0) for r in ranks) for ranks in runs]
+
+    first = runs[0][0]
+    peaks = per_repeat("peak_rss_bytes")
+    row = {k: first[k] for k in ("system", "layers", "dim", "hidden", "precision", "world", "device")}
+    row.update(
+        model_bytes=first["model_bytes"],
+        shard_bytes=max(r["shard_bytes"] for r in runs[0]),
+        arena_bytes=max(per_repeat("arena_bytes")),
+        bound_bytes=max(per_repeat("bound_bytes")),
+        tide_memory_agrees=all(r.get("tide_memory_arena_bytes", 0) == r["arena_bytes"] for ranks in runs for r in ranks),
+        peak_rss_bytes=statistics.median(peaks),
+        peak_rss_spread_bytes=[min(peaks), max(peaks)],
+        losses=first["losses"],
+        slots=first.get("slots"),
+        groups_on_stock=first.get("groups_on_stock", {}),
+    )
+    if "cuda_max_allocated_bytes" in first:
+        allocated = per_repeat("cuda_max_allocated_bytes")
+        row["cuda_max_allocated_bytes"] = statistics.median(allocated)
+        row["cuda_reserved_bytes"] = statistics.median(per_repeat("cuda_reserved_bytes"))
+        row["peak_bytes"] = row["cuda_max_allocated_bytes"] + row["arena_bytes"]
+    else:
+        row["peak_bytes"] = row["peak_rss_bytes"]
+    return row
+
+
+def table(rows: list[dict]) -> list[str]:
+    stock = {(r["layers"], r["dim"], r["world"]): r for r in rows if r["system"] == "stock"}
+    lines = [
+        "| model | layers | N | system | model MiB | shard MiB | TIDE arena MiB | Sec. 5.4 bound MiB "
+        "| peak MiB [min, max] | peak vs stock |",
+        "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        base = stock[(r["layers"], r["dim"], r["world"])]
+        name = "wide" if r["dim"] == MODELS["wide"][0] else "decoder"
+        spread = r["peak_rss_spread_bytes"]
+        vs = (r["peak_bytes"] / base["peak_bytes"] - 1) * 100
+        lines.append(
+            f"| {name} | {r['layers']} | {r['world']} | {r['system']} | {r['model_bytes'] / MIB:.1f} "
+            f"| {r['shard_bytes'] / MIB:.2f} | {r['arena_bytes'] / MIB:.2f} "
+            f"| {r['bound_bytes'] / MIB:.2f} | {r['peak_bytes'] / MIB:.1f} [{spread[0] / MIB:.1f}, "
+            f"{spread[1] / MIB:.1f}] | {vs:+.1f}% |"
+        )
+    return lines
+
+
+def goals(rows: list[dict]) -> dict:
+    """The issue's goals, checked on these rows."""
+    out = {"arena_flat_in_depth": True, "arena_within_bound": True, "in_place_peak_within_10pct": True,
+           "slot_reuse_peak_at_or_below_stock": True, "tide_memory_agrees": True, "losses_equal": True}
+    stock = {(r["layers"], r["dim"], r["world"]): r for r in rows if r["system"] == "stock"}
+    by_world = {}
+    for r in rows:
+        if r["system"] == "stock":
+            continue
+        base = stock[(r["layers"], r["dim"], r["world"])]
+        out["tide_memory_agrees"] &= r["tide_memory_agrees"]
+        out["arena_within_bound"] &= r["arena_bytes"] <= r["bound_bytes"] + 16 * 4096
+        out["losses_equal"] &= r["losses"] == base["losses"]
+        if r["system"] == "in-place":
+            out["in_place_peak_within_10pct"] &= r["peak_bytes"] <= 1.10 * base["peak_bytes"]
+        else:
+            out["slot_reuse_peak_at_or_below_stock"] &= r["peak_bytes"] <= base["peak_bytes"]
+        if r["dim"] == MODELS["decoder"][0]:
+            by_world.setdefault((r["world"], r["system"]), []).append(r["arena_bytes"])
+    for arenas in by_world.values():
+        out["arena_flat_in_depth"] &= max(arenas) <= 1.10 * min(arenas)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="bench/results/memory")
+    parser.add_argument("--worlds", type=int, nargs="+", default=[2, 4, 8])
+    parser.add_argument("--depths", type=int, nargs="+", default=[4, 16, 64])
+    parser.add_argument("--wide-layers", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    configs = [("decoder", d) for d in args.depths] + [("wide", args.wide_layers)]
+    started = time.time()
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for world in args.worlds:
+            for model, layers in configs:
+                for system in SYSTEMS:
+                    runs = [launch(world, system, layers, model, args.steps, Path(scratch)) for _ in range(args.repeats)]
+                    rows.append(row_of(runs))
+                    r = rows[-1]
+                    print(f"{model} x{layers} N={world} {system:10s} arena {r['arena_bytes'] / MIB:7.2f} MiB "
+                          f"bound {r['bound_bytes'] / MIB:7.2f} MiB peak {r['peak_bytes'] / MIB:8.1f} MiB", flush=True)
+    result = {
+        "machine": f"{platform.node()} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
+        "date": date.today().isoformat(),
+        "command": " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:]),
+        "seconds": round(time.time() - started),
+        "goals": goals(rows),
+        "rows": rows,
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
+    lines = [
+        "# TIDE's memory per rank against stock FSDP2",
+        "",
+        f"Made by `{result['command']}` on {result['machine']}, {result['date']} "
+        f"({result['seconds']} s). Each row: the largest rank's figure, median of {args.repeats} "
+        "repeats in fresh processes (peak: [min, max] over the repeats). Peak is the RSS on CPU "
+        "(TIDE's arena is shared memory, in it), torch's max_memory_allocated plus the arena on GPUs. "
+        f"{args.steps} training steps; TIDE's first runs on stock FSDP2 while it traces the order "
+        "(NOTE [landing slots from the first iteration]).",
+        "",
+        *table(rows),
+        "",
+        "Goals (the memory issue): " + ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in result["goals"].items()),
+        "",
+    ]
+    (out / "README.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
