@@ -90,7 +90,8 @@ def row_of(runs: list[list[dict]]) -> dict:
         allocated = per_repeat("cuda_max_allocated_bytes")
         row["cuda_max_allocated_bytes"] = statistics.median(allocated)
         row["cuda_reserved_bytes"] = statistics.median(per_repeat("cuda_reserved_bytes"))
-        row["peak_bytes"] = row["cuda_max_allocated_bytes"] + row["arena_bytes"]
+        inside = all(r.get("arena_in_torch_allocator", False) for ranks in runs for r in ranks)
+        row["peak_bytes"] = row["cuda_max_allocated_bytes"] + (0 if inside else row["arena_bytes"])
     else:
         row["peak_bytes"] = row["peak_rss_bytes"]
     return row

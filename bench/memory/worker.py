@@ -113,6 +113,7 @@ def main() -> None:
         memory = tide.fsdp.memory(model)
         rows = tide.fsdp.report(model)
         result["arena_bytes"] = memory["arena_bytes"]
+        result["arena_in_torch_allocator"] = all(c.get("in_torch_allocator") for c in memory["communicators"])
         result["arena"] = memory["communicators"]
         result["slots"] = {r["group"]: r["slot"] for r in rows}
         result["groups_on_stock"] = {r["group"]: r["reason"] for r in rows if r["backend"] != "tide"}

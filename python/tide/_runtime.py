@@ -41,6 +41,28 @@ def gpus_per_node(group: dist.ProcessGroup, device: torch.device) -> int:
     return max(1, min(world, local))
 
 
+def torch_arena(comm, group: dist.ProcessGroup, device: torch.device):
+    """The communicator's arena allocated by torch, before the arena exists (collective).
+
+    On GPUs TIDE's arena must be ncclMemAlloc memory (its NCCL windows need it). PyTorch's NCCL
+    process group exposes that allocator (``mem_allocator``), so the arena is a tensor of a
+    ``torch.cuda.MemPool`` over it: ``memory_allocated``, ``max_memory_allocated`` and
+    ``memory_reserved`` then include it. Returns (tensor, pool, "") with the memory handed to
+    the communicator, or (None, None, why not) where the backend allocates it itself."""
+    needed = int(comm.arena_request())
+    if needed == 0 or device.type != "cuda":
+        return None, None, "the host backend's arena is shared memory (in the RSS)"
+    try:
+        allocator = group._get_backend(device).mem_allocator
+        pool = torch.cuda.MemPool(allocator)
+        with torch.cuda.use_mem_pool(pool, device=device):
+            tensor = torch.empty(needed, dtype=torch.uint8, device=device)
+    except (AttributeError, RuntimeError, TypeError) as e:
+        return None, None, f"outside torch's allocator: NCCL's allocator is not available here ({e})"
+    comm.provide_arena(tensor.data_ptr(), needed)
+    return tensor, pool, ""
+
+
 def create(group: dist.ProcessGroup, device: torch.device, timeout_s: float, generation: int):
     ranks = dist.get_process_group_ranks(group)
     prefix = f"tide/{generation}/{'-'.join(map(str, ranks))}/"

@@ -24,6 +24,9 @@ __all__ = ["enable", "report", "memory", "close", "UnsupportedTorch"]
 UnsupportedTorch = _fsdp_compat.UnsupportedTorch
 
 _MODES = ("in-place", "slot-reuse")
+# id(communicator) -> (torch tensor holding its arena or None, its MemPool, why not torch's):
+# kept until close(), after the communicator (NOTE [communicator arena]).
+_ARENAS: dict = {}
 _ATTRIBUTE = "_tide_groups"
 
 
@@ -160,6 +163,10 @@ def _activate(groups: list, communicators: list, tracer, own_slots: bool = False
                 for g in mine:
                     slots[id(g)] = 0
             comm.assign_landing_slots([slots.get(id(g), -1) for g in mine])
+            if mine:
+                first = mine[0]
+                tensor, pool, why = _runtime.torch_arena(comm, first.pg, first.fsdp_group.device)
+                _ARENAS[id(comm)] = (tensor, pool, why)
             comm.arena()
     except RuntimeError as e:  # e.g. ranks that traced different orders: every rank refuses
         for group in tracer.groups:
@@ -253,7 +260,8 @@ def memory(module: nn.Module) -> dict:
     over every communicator, and per communicator its arena's bytes by kind (resident, stage,
     landing slots, reduce-scatter areas), the Sec. 5.4 bound for its groups and its slots
     with the groups in each. On CPU the arena is shared memory, part of the process's RSS; on
-    GPUs it is outside torch's allocator (see docs/fsdp.md)."""
+    GPUs it is a tensor of a torch.cuda.MemPool over NCCL's allocator, so torch's memory
+    statistics include it (``in_torch_allocator``; ``allocator_note`` says why where not)."""
     state = getattr(module, _ATTRIBUTE, None)
     if state is None:
         return {"arena_bytes": 0, "communicators": []}
@@ -268,6 +276,8 @@ def memory(module: nn.Module) -> dict:
     out = []
     for comm in communicators:
         arena = dict(comm.arena())
+        arena["in_torch_allocator"] = bool(arena.pop("provided", False))
+        arena["allocator_note"] = _ARENAS.get(id(comm), (None, None, ""))[2]
         by_id = names.get(id(comm), {})
         arena["slots"] = [
             dict(s, groups=[by_id.get(i, str(i)) for i in s["groups"]]) for s in arena["slots"]
@@ -283,4 +293,5 @@ def close(module: nn.Module) -> None:
         return
     for comm in state[1]:
         comm.close()
+        _ARENAS.pop(id(comm), None)  # the arena's memory goes after its communicator
 

@@ -183,6 +183,15 @@ class PyCommunicator {
 
   std::int64_t arena_bytes() { return get().arena_bytes(); }
 
+  std::int64_t arena_request() {
+    nb::gil_scoped_release release;  // lays the arena out: the slots are agreed (collective)
+    return get().arena_request();
+  }
+
+  void provide_arena(std::uintptr_t memory, std::int64_t bytes) {
+    get().provide_arena(memory, bytes);
+  }
+
   nb::dict arena() {
     runtime::ArenaInfo a;
     {
@@ -196,6 +205,7 @@ class PyCommunicator {
     d["landing_bytes"] = a.landing_bytes;
     d["reduce_scatter_bytes"] = a.reduce_scatter_bytes;
     d["bound_bytes"] = a.bound_bytes;
+    d["provided"] = a.provided;
     nb::list slots;
     for (const runtime::ArenaInfo::Slot& s : a.slots) {
       nb::dict slot;
@@ -246,17 +256,25 @@ void bind_runtime(nb::module_& m) {
       "The TIDE calls a CUDA graph captured (NOTE [runtime] 6): pass it to "
       "Communicator.prepare_graph_launch before every launch of that graph")
       .def_prop_ro("calls",
-                   [](const runtime::GraphCalls& g) {
+                   [](const runtime::GraphCalls& g) {  // the groups' collectives
                      int n = 0;
                      for (const auto& q : g.sequences)
-                       n += q.calls;
+                       n += q.group >= 0 ? q.calls : 0;
+                     return n;
+                   })
+      .def_prop_ro("handoffs",
+                   [](const runtime::GraphCalls& g) {  // NOTE [lane handoff]: one per call
+                     int n = 0;
+                     for (const auto& q : g.sequences)
+                       n += q.group < 0 ? q.calls : 0;
                      return n;
                    })
       .def("__repr__", [](const runtime::GraphCalls& g) {
         std::string text = "GraphCalls(";
         for (std::size_t i = 0; i < g.sequences.size(); ++i) {
           const auto& q = g.sequences[i];
-          text += (i ? ", " : "") + std::string("group ") + std::to_string(q.group) +
+          text += (i ? ", " : "") +
+                  (q.group >= 0 ? "group " + std::to_string(q.group) : std::string("handoffs")) +
                   (q.reduce_scatter ? " reduce-scatter" : " all-gather") + " x" +
                   std::to_string(q.calls);
         }
@@ -290,6 +308,10 @@ void bind_runtime(nb::module_& m) {
            nb::arg("stream"), nb::arg("grads"),
            "Slot-Reuse: copies the gradients into the group's vacated slot (NOTE [runtime] 8)")
       .def("arena_bytes", &PyCommunicator::arena_bytes)
+      .def("arena_request", &PyCommunicator::arena_request,
+           "Device bytes the arena needs, to allocate through torch (0: the backend allocates)")
+      .def("provide_arena", &PyCommunicator::provide_arena, nb::arg("memory"), nb::arg("bytes"),
+           "Memory from ncclMemAlloc for the arena, before it exists; it must outlive the communicator")
       .def("arena", &PyCommunicator::arena,
            "The arena's layout: bytes by kind, the Sec. 5.4 bound, the landing slots")
       .def("rank", &PyCommunicator::rank)

@@ -76,7 +76,7 @@ Registration CommunicatorBase::register_group(const GroupSpec& spec) {
 }
 
 void CommunicatorBase::assign_landing_slots(std::span<const int> slots) {
-  if (committed()) {
+  if (committed() || laid_out()) {
     throw InvalidArgument("assign_landing_slots: the arena exists already (the first call or "
                           "info() created it); assign the slots before");
   }
@@ -96,6 +96,7 @@ void CommunicatorBase::assign_landing_slots(std::span<const int> slots) {
 }
 
 void CommunicatorBase::lay_out() const {
+  if (laid_out_) return;
   // Every rank must lay out the same arena: their slot ids are agreed here.
   std::string mine;
   for (const auto& g : groups_)
@@ -117,6 +118,7 @@ void CommunicatorBase::lay_out() const {
   handoffs_[1] = handoff_state(options_.world, program::kReduceScatterHandoffWord);
   occupant_.assign(layout_.slots.size(), -1);
   released_.assign(layout_.slots.size(), false);
+  laid_out_ = true;
 }
 
 bool CommunicatorBase::take_slot(const Group& g) {
@@ -231,6 +233,7 @@ ArenaInfo CommunicatorBase::arena() const {
   a.landing_bytes = layout_.landing_bytes;
   a.reduce_scatter_bytes = layout_.reduce_scatter_bytes;
   a.bound_bytes = layout_.bound_bytes;
+  a.provided = provided_memory_ != 0;
   for (const program::LandingSlot& s : layout_.slots)
     a.slots.push_back(ArenaInfo::Slot{s.id, s.bytes, s.groups});
   return a;

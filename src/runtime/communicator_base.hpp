@@ -48,9 +48,13 @@ class CommunicatorBase : public Communicator {
   virtual void add_path_stats(int /*group*/, GroupStats& /*stats*/) const {}
   bool committed() const { return committed_; }
   void mark_committed() const { committed_ = true; }
-  // NOTE [communicator arena]: at commit, before the backend creates its arena: lays out the
-  // arena for every group, places their sequences and the handoffs (arena_bytes_, words_).
+  // NOTE [communicator arena]: at commit (or arena_request()), before the backend creates its
+  // arena: lays out the arena for every group, places their sequences and the handoffs
+  // (arena_bytes_, signal_words_). Collective the first time; then does nothing.
   void lay_out() const;
+  bool laid_out() const { return laid_out_; }
+  std::uintptr_t provided_memory_ = 0;  // provide_arena()
+  std::int64_t provided_bytes_ = 0;
   // The backend's part of release(): order the slot's next all-gather after `stream`'s work.
   virtual void record_release(int /*slot*/, std::uintptr_t /*stream*/) {}
   // The backend's part of stage_gradients(): after waiting for the slot's release where
@@ -91,6 +95,7 @@ class CommunicatorBase : public Communicator {
   int registrations_ = 0;
   std::int64_t calls_ = 0;
   mutable bool committed_ = false;
+  mutable bool laid_out_ = false;
   mutable std::vector<int> occupant_;   // per slot: the group holding it, or -1 (lay_out)
   mutable std::vector<bool> released_;  // per slot: released at least once
 };

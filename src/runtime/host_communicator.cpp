@@ -69,6 +69,12 @@ class HostCommunicator final : public CommunicatorBase {
 
   void check() const override {}  // host calls raise on the calling thread
 
+  std::int64_t arena_request() const override { return 0; }  // shared memory, not a device's
+  void provide_arena(std::uintptr_t, std::int64_t) override {
+    throw InvalidArgument(
+        "provide_arena: the host backend's arena is POSIX shared memory it creates itself");
+  }
+
   GraphCalls take_graph_calls() override { throw no_graphs(); }
   void prepare_graph_launch(const GraphCalls&) override { throw no_graphs(); }
 

@@ -163,6 +163,24 @@ class NcclCommunicator final : public CommunicatorBase {
 
   std::int64_t arena_bytes() const override { return nccl_ ? nccl_->arena_bytes() : 0; }
 
+  std::int64_t arena_request() const override {
+    if (committed()) throw InvalidArgument("arena_request: the arena exists already");
+    lay_out();
+    return fabric::NcclFabric::rounded_arena_bytes(
+        fabric::NcclWindowFabric::required_window_bytes(arena_bytes_, signal_words_));
+  }
+
+  void provide_arena(std::uintptr_t memory, std::int64_t bytes) override {
+    const std::int64_t needed = arena_request();
+    if (memory == 0 || bytes < needed) {
+      throw InvalidArgument("provide_arena: " + std::to_string(bytes) + " bytes at " +
+                            std::to_string(memory) + " for an arena of " +
+                            std::to_string(needed) + " bytes (ask arena_request())");
+    }
+    provided_memory_ = memory;
+    provided_bytes_ = bytes;
+  }
+
   // Fail-stop (NOTE [runtime] 5), from the caller's or the watchdog's thread: the reason is
   // kept for every later call, the runners' waits are released so that their streams (and
   // the caller streams joined to them) drain, and the NCCL communicators are aborted.
@@ -215,6 +233,7 @@ class NcclCommunicator final : public CommunicatorBase {
     o.gpus_per_node = options_.world;
     lay_out();
     o.arena_bytes = fabric::NcclWindowFabric::required_window_bytes(arena_bytes_, signal_words_);
+    o.external_arena = reinterpret_cast<void*>(provided_memory_);  // nullptr: its own
     o.timeout = options_.timeout;
     nccl_ = std::make_unique<fabric::NcclFabric>(options_.rank, options_.world, id, o);
     window_ = std::make_unique<fabric::NcclWindowFabric>(*nccl_, arena_bytes_, signal_words_);

@@ -127,6 +127,7 @@ def test_calls_captured_in_a_torch_graph_replay_bitwise():
                 _run_step(comm, ids, landing_views, step, accumulate=e % 2 == 1)
         calls = comm.take_graph_calls()
         assert calls.calls == 2 * len(ids) * period, repr(calls)
+        assert calls.handoffs == calls.calls, repr(calls)  # NOTE [lane handoff]: one per call
 
         for replay in range(3):
             for step in steps:

@@ -78,6 +78,11 @@ struct NcclFabricOptions {
   int gpus_per_node = 1;       // L
   bool virtual_nodes = false;  // one host declared as M nodes (every peer is an LSA peer)
   std::int64_t arena_bytes = std::int64_t{2} << 20;  // the same on every rank
+  // Memory from ncclMemAlloc that the caller owns and frees after the fabric (e.g. a tensor of
+  // a torch.cuda.MemPool over NCCL's allocator, so that torch's statistics count it), of at
+  // least arena_bytes rounded up to NCCL_WIN_REQUIRED_ALIGNMENT; nullptr: the fabric
+  // allocates the arena itself.
+  void* external_arena = nullptr;
   // Channel cap of both communicators (ncclConfig_t maxCTAs; minCTAs is set to match when
   // lower). 1 is the paper's setting; 0 keeps NCCL's defaults.
   int max_ctas = 1;
@@ -128,6 +133,9 @@ class NcclFabric {
   ncclComm_t main_comm() const;
   ncclComm_t rail_comm() const;
 
+  // The bytes an arena of `arena_bytes` takes (rounded up to NCCL_WIN_REQUIRED_ALIGNMENT): what
+  // NcclFabricOptions::external_arena must hold.
+  static std::int64_t rounded_arena_bytes(std::int64_t arena_bytes);
   // This rank's arena (ncclMemAlloc), and its size (arena_bytes rounded up to 4 KiB).
   void* arena() const;
   std::int64_t arena_bytes() const;

@@ -198,6 +198,7 @@ struct ArenaInfo {
   std::int64_t landing_bytes = 0;
   std::int64_t reduce_scatter_bytes = 0;
   std::int64_t bound_bytes = 0;  // Sec. 5.4 for these groups (0: not computed)
+  bool provided = false;         // in memory the caller provided (provide_arena)
   std::vector<Slot> slots;
 };
 
@@ -251,6 +252,14 @@ class Communicator {
   virtual bool holds_slot(int group) const = 0;
 
   virtual std::int64_t arena_bytes() const = 0;  // 0 before the first call
+  // Before the arena exists (collective, like info()): the bytes of device memory the
+  // backend would allocate for it, so that the caller can allocate them instead through its
+  // own allocator (torch's statistics then count them); 0 where the backend cannot take
+  // memory from outside (the host backend's arena is shared memory). The memory must come
+  // from ncclMemAlloc (nccl backend) and outlive the communicator; provide_arena() hands it
+  // over. Throws InvalidArgument after the arena exists, or for fewer bytes than asked.
+  virtual std::int64_t arena_request() const = 0;
+  virtual void provide_arena(std::uintptr_t memory, std::int64_t bytes) = 0;
   // The arena's layout; creates it like info() (collective at the first use).
   virtual ArenaInfo arena() const = 0;
   virtual int rank() const = 0;

@@ -132,7 +132,8 @@ def main(argv=None) -> None:
           f"TIDE {median(tide['step_times_s'][steady]) * 1e3:.1f} ms")
     print(f"layout-copy bytes avoided {_mib(median(avoided[steady]))} per step")
     print(f"peak memory              stock {_mib(stock['peak_memory_bytes'])}, TIDE {_mib(tide['peak_memory_bytes'])}"
-          + ("  (RSS of a rank, the arena included)" if not gpus else "  (allocated + TIDE arena)"))
+          + ("  (RSS of a rank, the arena included)" if not gpus
+             else "  (torch's max_memory_allocated; TIDE's arena in a torch MemPool, included)"))
     print(f"TIDE arena               {_mib(tide.get('arena_bytes', 0))} per rank (one per communicator: "
           "ring slots, stage, reduce-scatter areas)")
     print(f"groups on TIDE           {len(groups)} of {len(tide['report'])}: {', '.join(groups)}")

@@ -52,6 +52,7 @@ def config(args) -> Config:
 
 
 def _peak_memory_bytes(device: torch.device, arena: int) -> int:
+    """torch's peak plus TIDE's arena where torch's allocator does not hold it (GPUs); the RSS."""
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device)) + arena
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
@@ -112,11 +113,13 @@ def main(argv=None) -> None:
         import tide.fsdp  # noqa: PLC0415
 
         report = tide.fsdp.report(model)
-        arena = tide.fsdp.memory(model)["arena_bytes"]
+        memory = tide.fsdp.memory(model)
+        arena = memory["arena_bytes"]
+        outside = sum(c["arena_bytes"] for c in memory["communicators"] if not c.get("in_torch_allocator"))
     else:
-        arena = 0
+        arena = outside = 0
     peaks: list = [None] * world
-    dist.all_gather_object(peaks, _peak_memory_bytes(device, arena))
+    dist.all_gather_object(peaks, _peak_memory_bytes(device, outside))
     per_step = [b - a for a, b in zip([0] + avoided[:-1], avoided)]
     if rank == 0:
         out = Path(args.out)

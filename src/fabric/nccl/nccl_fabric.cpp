@@ -50,6 +50,7 @@ struct NcclFabric::State {
   ncclComm_t main = nullptr;
   ncclComm_t rail = nullptr;
   void* arena = nullptr;
+  bool owns_arena = true;  // false: NcclFabricOptions::external_arena
   std::int64_t arena_bytes = 0;
   ncclWindow_t main_window = nullptr;
   ncclWindow_t rail_window = nullptr;
@@ -148,7 +149,7 @@ struct NcclFabric::State {
         if (main_window != nullptr) {
           settle(main, ncclCommWindowDeregister(main, main_window), "ncclCommWindowDeregister");
         }
-        if (arena != nullptr) (void)ncclMemFree(arena);
+        if (arena != nullptr && owns_arena) (void)ncclMemFree(arena);
         arena = nullptr;
         for (ncclComm_t* c : {&rail, &main}) {
           if (*c == nullptr) continue;
@@ -239,10 +240,14 @@ NcclFabric::NcclFabric(int rank, int world, std::span<const std::byte> unique_id
                                            s.topology.node_of(rank), &s.rail, &rail_config);
   s.settle(s.rail != nullptr ? s.rail : s.main, split, "ncclCommSplit");
   // 3. The arena, one symmetric window in each domain.
-  s.arena_bytes = (options.arena_bytes + NCCL_WIN_REQUIRED_ALIGNMENT - 1) /
-                  NCCL_WIN_REQUIRED_ALIGNMENT * NCCL_WIN_REQUIRED_ALIGNMENT;
-  s.settle(nullptr, ncclMemAlloc(&s.arena, static_cast<std::size_t>(s.arena_bytes)),
-           "ncclMemAlloc");
+  s.arena_bytes = rounded_arena_bytes(options.arena_bytes);
+  if (options.external_arena != nullptr) {
+    s.arena = options.external_arena;
+    s.owns_arena = false;
+  } else {
+    s.settle(nullptr, ncclMemAlloc(&s.arena, static_cast<std::size_t>(s.arena_bytes)),
+             "ncclMemAlloc");
+  }
   s.settle(s.main,
            ncclCommWindowRegister(s.main, s.arena, static_cast<std::size_t>(s.arena_bytes),
                                   &s.main_window, NCCL_WIN_COLL_SYMMETRIC),
@@ -298,6 +303,11 @@ ncclComm_t NcclFabric::rail_comm() const {
 void* NcclFabric::arena() const {
   return state_->arena;
 }
+std::int64_t NcclFabric::rounded_arena_bytes(std::int64_t arena_bytes) {
+  return (arena_bytes + NCCL_WIN_REQUIRED_ALIGNMENT - 1) / NCCL_WIN_REQUIRED_ALIGNMENT *
+         NCCL_WIN_REQUIRED_ALIGNMENT;
+}
+
 std::int64_t NcclFabric::arena_bytes() const {
   return state_->arena_bytes;
 }
