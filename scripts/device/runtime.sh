@@ -156,6 +156,7 @@ if has demo; then
   [[ $rc -ne 0 ]] && rc_all=$rc
   note "demo rc=$rc $(stamp): $(grep -E "max loss|peak memory|TIDE arena|groups on" "$LOG/demo.log" | tr '\n' ' ')"
   cp "$LOG/demo/summary.json" "$OUT/demo-summary.json" 2>/dev/null
+  note "demo arena: $(python3 -c "import json; m=json.load(open('$LOG/demo/summary.json'))['tide_memory']; print([(c['arena_bytes'], c['in_torch_allocator'], c['allocator_note']) for c in m['communicators']])" 2>&1)"
 fi
 
 note "done rc=$rc_all $(stamp)"

@@ -160,6 +160,7 @@ def main(argv=None) -> None:
         "peak_memory_bytes_stock": stock["peak_memory_bytes"],
         "peak_memory_bytes_tide": tide["peak_memory_bytes"],
         "arena_bytes_tide": tide.get("arena_bytes", 0),
+        "tide_memory": tide.get("tide_memory", {}),
         "report": tide["report"],
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))

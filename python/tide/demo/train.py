@@ -118,6 +118,7 @@ def main(argv=None) -> None:
         outside = sum(c["arena_bytes"] for c in memory["communicators"] if not c.get("in_torch_allocator"))
     else:
         arena = outside = 0
+        memory = {}
     peaks: list = [None] * world
     dist.all_gather_object(peaks, _peak_memory_bytes(device, outside))
     per_step = [b - a for a, b in zip([0] + avoided[:-1], avoided)]
@@ -135,6 +136,7 @@ def main(argv=None) -> None:
             "step_times_s": times,
             "peak_memory_bytes": max(peaks),
             "arena_bytes": arena,
+            "tide_memory": memory,
             "copy_bytes_avoided_per_step": per_step,
             "report": report,
         }
