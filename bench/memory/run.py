@@ -121,7 +121,8 @@ def table(rows: list[dict]) -> list[str]:
 def goals(rows: list[dict]) -> dict:
     """The issue's goals, checked on these rows."""
     out = {"arena_flat_in_depth": True, "arena_within_bound": True, "in_place_peak_within_10pct": True,
-           "slot_reuse_peak_at_or_below_stock": True, "tide_memory_agrees": True, "losses_equal": True}
+           "slot_reuse_peak_at_or_below_stock": True, "tide_memory_agrees": True,
+           "losses_within_1e-6_relative": True}
     stock = {(r["layers"], r["dim"], r["world"]): r for r in rows if r["system"] == "stock"}
     by_world = {}
     for r in rows:
@@ -130,7 +131,10 @@ def goals(rows: list[dict]) -> dict:
         base = stock[(r["layers"], r["dim"], r["world"])]
         out["tide_memory_agrees"] &= r["tide_memory_agrees"]
         out["arena_within_bound"] &= r["arena_bytes"] <= r["bound_bytes"] + 16 * 4096
-        out["losses_equal"] &= r["losses"] == base["losses"]
+        # TIDE-RS sums in another order than gloo's reduce-scatter: gradients differ in their
+        # last bits (NOTE [reassociation bound] in the parity suite), so later losses may too.
+        out["losses_within_1e-6_relative"] &= all(
+            abs(a - b) <= 1e-6 * abs(b) for a, b in zip(r["losses"], base["losses"]))
         if r["system"] == "in-place":
             out["in_place_peak_within_10pct"] &= r["peak_bytes"] <= 1.10 * base["peak_bytes"]
         else:
@@ -150,7 +154,14 @@ def main() -> None:
     parser.add_argument("--wide-layers", type=int, default=4)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--report-only", action="store_true",
+                        help="rewrite README.md (and the goals) from --out's results.json")
     args = parser.parse_args()
+    if args.report_only:
+        result = json.loads((Path(args.out) / "results.json").read_text())
+        result["goals"] = goals(result["rows"])
+        write(Path(args.out), result, result.get("repeats", args.repeats), result.get("steps", args.steps))
+        return
     configs = [("decoder", d) for d in args.depths] + [("wide", args.wide_layers)]
     started = time.time()
     rows = []
@@ -168,20 +179,26 @@ def main() -> None:
         "date": date.today().isoformat(),
         "command": " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:]),
         "seconds": round(time.time() - started),
+        "repeats": args.repeats,
+        "steps": args.steps,
         "goals": goals(rows),
         "rows": rows,
     }
-    out = Path(args.out)
+    write(Path(args.out), result, args.repeats, args.steps)
+
+
+def write(out: Path, result: dict, repeats: int, steps: int) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
+    rows = result["rows"]
     lines = [
         "# TIDE's memory per rank against stock FSDP2",
         "",
         f"Made by `{result['command']}` on {result['machine']}, {result['date']} "
-        f"({result['seconds']} s). Each row: the largest rank's figure, median of {args.repeats} "
+        f"({result['seconds']} s). Each row: the largest rank's figure, median of {repeats} "
         "repeats in fresh processes (peak: [min, max] over the repeats). Peak is the RSS on CPU "
         "(TIDE's arena is shared memory, in it), torch's max_memory_allocated plus the arena on GPUs. "
-        f"{args.steps} training steps; TIDE's first runs on stock FSDP2 while it traces the order "
+        f"{steps} training steps; TIDE's first runs on stock FSDP2 while it traces the order "
         "(NOTE [landing slots from the first iteration]).",
         "",
         *table(rows),

@@ -41,6 +41,25 @@ def gpus_per_node(group: dist.ProcessGroup, device: torch.device) -> int:
     return max(1, min(world, local))
 
 
+def _nccl_allocators(group: dist.ProcessGroup, device: torch.device, errors: list):
+    """ncclMemAlloc as torch allocators: the NCCL process group's own, else tide._C's."""
+    try:
+        yield group._get_backend(device).mem_allocator
+    except (AttributeError, RuntimeError, TypeError) as e:
+        errors.append(f"the process group's NCCL allocator: {e}")
+    from . import _C  # noqa: PLC0415
+
+    if getattr(_C, "nccl_allocator", False):
+        try:
+            yield torch.cuda.memory.CUDAPluggableAllocator(
+                _C.__file__, "tide_nccl_mem_alloc", "tide_nccl_mem_free"
+            ).allocator()
+        except (AttributeError, RuntimeError, TypeError, OSError) as e:
+            errors.append(f"tide's NCCL allocator: {e}")
+    else:
+        errors.append("this build of tide._C has no NCCL allocator (built without NCCL)")
+
+
 def torch_arena(comm, group: dist.ProcessGroup, device: torch.device):
     """The communicator's arena allocated by torch, before the arena exists (collective).
 
@@ -52,13 +71,17 @@ def torch_arena(comm, group: dist.ProcessGroup, device: torch.device):
     needed = int(comm.arena_request())
     if needed == 0 or device.type != "cuda":
         return None, None, "the host backend's arena is shared memory (in the RSS)"
-    try:
-        allocator = group._get_backend(device).mem_allocator
-        pool = torch.cuda.MemPool(allocator)
-        with torch.cuda.use_mem_pool(pool, device=device):
-            tensor = torch.empty(needed, dtype=torch.uint8, device=device)
-    except (AttributeError, RuntimeError, TypeError) as e:
-        return None, None, f"outside torch's allocator: NCCL's allocator is not available here ({e})"
+    errors = []
+    for allocator in _nccl_allocators(group, device, errors):
+        try:
+            pool = torch.cuda.MemPool(allocator)
+            with torch.cuda.use_mem_pool(pool, device=device):
+                tensor = torch.empty(needed, dtype=torch.uint8, device=device)
+            break
+        except (AttributeError, RuntimeError, TypeError) as e:
+            errors.append(str(e))
+    else:
+        return None, None, "outside torch's allocator: " + "; ".join(errors)
     comm.provide_arena(tensor.data_ptr(), needed)
     return tensor, pool, ""
 

@@ -152,10 +152,10 @@ struct Builder : Emitter {
       auto& op = add<CopyOp>(rank, caller, who + "copy the shards into stage slot 0");
       for (int p = 0; p < layout.param_count(); ++p) {
         const ParamLayout& pl = layout.param(p);
-        op.copies.push_back(CopyDescriptor{
-            Region{Buffer{rank, Space::kTensor, at.tensor_base + p}, 0, pl.shard_bytes,
-                   pl.shard_bytes, 1},
-            arena_region(rank, slot_offset(0) + pl.offset, pl.shard_bytes)});
+        op.copies.push_back(
+            CopyDescriptor{Region{Buffer{rank, Space::kTensor, at.tensor_base + p}, 0,
+                                  pl.shard_bytes, pl.shard_bytes, 1},
+                           arena_region(rank, slot_offset(0) + pl.offset, pl.shard_bytes)});
       }
     }
     if (!injected(Fault::kAgNoLandingReadiness)) {

@@ -128,7 +128,8 @@ CommunicatorArena communicator_arena(const std::vector<ArenaGroup>& groups) {
   // The Sec. 5.4 bound for these groups.
   std::int64_t residents = 0, stage_bound = 0, slots_bound = 0;
   for (const ArenaGroup& g : groups) {
-    if (!g.all_gather->options().shard_in_stage()) residents += g.all_gather->layout().shard_bytes();
+    if (!g.all_gather->options().shard_in_stage())
+      residents += g.all_gather->layout().shard_bytes();
     stage_bound = std::max(stage_bound, g.all_gather->stage_bytes());
   }
   for (const LandingSlot& slot : a.slots)

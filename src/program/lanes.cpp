@@ -56,7 +56,7 @@ class LaneWriter {
   // Where one template instance goes.
   struct Place {
     int first_counter = 0;
-    std::string prefix;                      // stream names: prefix + template's name
+    std::string prefix;                         // stream names: prefix + template's name
     const std::vector<int>* earlier = nullptr;  // event bases of the sequence's earlier calls
     int tensor_base = 0;
     int output_base = 0;
@@ -151,7 +151,8 @@ LaneProgram lane_program(const std::vector<LaneGroup>& groups, const std::vector
                                      std::pair{g.reduce_scatter, g.reduce_scatter_first_counter}}) {
       if (!seq) continue;
       const int r = seq->templates.front().program.ranks;
-      if (ranks != 0 && r != ranks) throw InvalidArgument("lane program: groups of different ranks");
+      if (ranks != 0 && r != ranks)
+        throw InvalidArgument("lane program: groups of different ranks");
       ranks = r;
       counters = std::max(counters, first + seq->counters);
     }
@@ -161,8 +162,8 @@ LaneProgram lane_program(const std::vector<LaneGroup>& groups, const std::vector
   LaneWriter w(ranks, counters);
   LaneProgram out;
   std::vector<std::vector<int>> earlier(2 * groups.size());  // per (group, collective)
-  std::vector<int> handoffs[2];                               // per lane: its event bases
-  std::map<int, int> released;                                // slot -> its release event
+  std::vector<int> handoffs[2];                              // per lane: its event bases
+  std::map<int, int> released;                               // slot -> its release event
   const int compute = w.stream("compute");
   for (const LaneCall& c : calls) {
     if (c.group < 0 || c.group >= static_cast<int>(groups.size())) {
@@ -178,8 +179,8 @@ LaneProgram lane_program(const std::vector<LaneGroup>& groups, const std::vector
     if (lane == 0 && options.fault != Fault::kAgNoSlotRelease) {
       if (auto it = released.find(g.landing_slot); it != released.end()) {
         for (int r = 0; r < ranks; ++r) {
-          w.program().ops.push_back(make_op(r, caller, "lane: wait for the slot's release",
-                                            EventWaitOp{it->second}));
+          w.program().ops.push_back(
+              make_op(r, caller, "lane: wait for the slot's release", EventWaitOp{it->second}));
         }
       }
     }
@@ -218,14 +219,16 @@ LaneProgram lane_program(const std::vector<LaneGroup>& groups, const std::vector
       sizes.output_bytes = {g.landing_bytes};
       buffers.output = at.output_base;
       for (int r = 0; r < ranks; ++r) {
-        w.program().ops.push_back(make_op(r, caller, "lane: parameters ready", EventRecordOp{ready}));
+        w.program().ops.push_back(
+            make_op(r, caller, "lane: parameters ready", EventRecordOp{ready}));
         w.program().ops.push_back(make_op(r, compute, "layer: wait", EventWaitOp{ready}));
         CopyOp read;
-        read.copies = {CopyDescriptor{
-            Region{Buffer{r, Space::kArena, 0}, g.landing_offset, g.landing_bytes, g.landing_bytes, 1},
-            Region{Buffer{r, Space::kOutput, at.output_base}, 0, g.landing_bytes, g.landing_bytes,
-                   1}}};
-        w.program().ops.push_back(make_op(r, compute, "layer: reads its parameters", std::move(read)));
+        read.copies = {CopyDescriptor{Region{Buffer{r, Space::kArena, 0}, g.landing_offset,
+                                             g.landing_bytes, g.landing_bytes, 1},
+                                      Region{Buffer{r, Space::kOutput, at.output_base}, 0,
+                                             g.landing_bytes, g.landing_bytes, 1}}};
+        w.program().ops.push_back(
+            make_op(r, compute, "layer: reads its parameters", std::move(read)));
         w.program().ops.push_back(make_op(r, compute, "layer: release", EventRecordOp{release}));
       }
       released[g.landing_slot] = release;

@@ -304,14 +304,15 @@ void bind_runtime(nb::module_& m) {
            "The caller is done with the group's landing slot after `stream`'s work so far "
            "(NOTE [runtime] 7)")
       .def("holds_slot", &PyCommunicator::holds_slot, nb::arg("group"))
-      .def("stage_gradients", &PyCommunicator::stage_gradients, nb::arg("group"),
-           nb::arg("stream"), nb::arg("grads"),
+      .def("stage_gradients", &PyCommunicator::stage_gradients, nb::arg("group"), nb::arg("stream"),
+           nb::arg("grads"),
            "Slot-Reuse: copies the gradients into the group's vacated slot (NOTE [runtime] 8)")
       .def("arena_bytes", &PyCommunicator::arena_bytes)
       .def("arena_request", &PyCommunicator::arena_request,
            "Device bytes the arena needs, to allocate through torch (0: the backend allocates)")
       .def("provide_arena", &PyCommunicator::provide_arena, nb::arg("memory"), nb::arg("bytes"),
-           "Memory from ncclMemAlloc for the arena, before it exists; it must outlive the communicator")
+           "Memory from ncclMemAlloc for the arena, before it exists; it must outlive the "
+           "communicator")
       .def("arena", &PyCommunicator::arena,
            "The arena's layout: bytes by kind, the Sec. 5.4 bound, the landing slots")
       .def("rank", &PyCommunicator::rank)

@@ -65,8 +65,7 @@ Registration CommunicatorBase::register_group(const GroupSpec& spec) {
                                 " is not a slot id (>= 0, or -1 for a slot of its own)"};
   }
   try {
-    groups_.push_back(
-        make_group(static_cast<int>(groups_.size()), spec, topology_, rs_options_));
+    groups_.push_back(make_group(static_cast<int>(groups_.size()), spec, topology_, rs_options_));
   } catch (const Unsupported& e) {
     return Registration{-1, e.what()};
   } catch (const InvalidArgument& e) {
@@ -77,12 +76,13 @@ Registration CommunicatorBase::register_group(const GroupSpec& spec) {
 
 void CommunicatorBase::assign_landing_slots(std::span<const int> slots) {
   if (committed() || laid_out()) {
-    throw InvalidArgument("assign_landing_slots: the arena exists already (the first call or "
-                          "info() created it); assign the slots before");
+    throw InvalidArgument(
+        "assign_landing_slots: the arena exists already (the first call or "
+        "info() created it); assign the slots before");
   }
   if (slots.size() != groups_.size()) {
-    throw InvalidArgument("assign_landing_slots: " + std::to_string(slots.size()) +
-                          " slots for " + std::to_string(groups_.size()) + " groups");
+    throw InvalidArgument("assign_landing_slots: " + std::to_string(slots.size()) + " slots for " +
+                          std::to_string(groups_.size()) + " groups");
   }
   for (std::size_t g = 0; g < slots.size(); ++g) {
     if (slots[g] < -1) {
@@ -130,8 +130,8 @@ bool CommunicatorBase::take_slot(const Group& g) {
   }
   if (holder >= 0 && holder != g.index) {
     throw InvalidArgument(
-        "all_gather of group '" + g.spec.name + "': its landing slot " +
-        std::to_string(g.slot) + " still holds the parameters of group '" +
+        "all_gather of group '" + g.spec.name + "': its landing slot " + std::to_string(g.slot) +
+        " still holds the parameters of group '" +
         groups_[static_cast<std::size_t>(holder)]->spec.name +
         "' (not released since its all-gather); release that group first, or give the groups "
         "different slots (NOTE [runtime] 7)");
@@ -163,8 +163,8 @@ void CommunicatorBase::stage_gradients(int group, std::uintptr_t stream,
   commit();
   const std::size_t params = static_cast<std::size_t>(g.layout.param_count());
   if (grads.size() != params) {
-    throw InvalidArgument("stage_gradients of group '" + g.spec.name + "': " +
-                          std::to_string(grads.size()) + " gradient pointers for " +
+    throw InvalidArgument("stage_gradients of group '" + g.spec.name +
+                          "': " + std::to_string(grads.size()) + " gradient pointers for " +
                           std::to_string(params) + " parameters");
   }
   if (g.spec.grad_dtype != g.spec.ag_dtype) {

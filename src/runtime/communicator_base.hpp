@@ -32,8 +32,7 @@ class CommunicatorBase : public Communicator {
   int rank() const final { return options_.rank; }
   int world() const final { return options_.world; }
   void release(int group, std::uintptr_t stream) final;
-  void stage_gradients(int group, std::uintptr_t stream,
-                       std::span<const void* const> grads) final;
+  void stage_gradients(int group, std::uintptr_t stream, std::span<const void* const> grads) final;
   bool holds_slot(int group) const final;
   ArenaInfo arena() const final;
 

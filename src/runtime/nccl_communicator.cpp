@@ -80,9 +80,9 @@ class NcclCommunicator final : public CommunicatorBase {
     const auto caller = reinterpret_cast<cudaStream_t>(stream);
     // NOTE [runtime] 7: the slot's previous occupant is done with it (an event, on the device).
     if (take_slot(g)) {
-      TIDE_CUDA_CHECK(cudaStreamWaitEvent(
-          caller, release_events_[static_cast<std::size_t>(g.slot)],
-          capturing(caller) ? cudaEventWaitExternal : cudaEventWaitDefault));
+      TIDE_CUDA_CHECK(
+          cudaStreamWaitEvent(caller, release_events_[static_cast<std::size_t>(g.slot)],
+                              capturing(caller) ? cudaEventWaitExternal : cudaEventWaitDefault));
     }
     std::vector<exec::CudaCallBindings> bindings(static_cast<std::size_t>(options_.world));
     exec::CudaCallBindings& mine = bindings[static_cast<std::size_t>(options_.rank)];
@@ -174,8 +174,8 @@ class NcclCommunicator final : public CommunicatorBase {
     const std::int64_t needed = arena_request();
     if (memory == 0 || bytes < needed) {
       throw InvalidArgument("provide_arena: " + std::to_string(bytes) + " bytes at " +
-                            std::to_string(memory) + " for an arena of " +
-                            std::to_string(needed) + " bytes (ask arena_request())");
+                            std::to_string(memory) + " for an arena of " + std::to_string(needed) +
+                            " bytes (ask arena_request())");
     }
     provided_memory_ = memory;
     provided_bytes_ = bytes;
@@ -297,9 +297,9 @@ class NcclCommunicator final : public CommunicatorBase {
                       std::span<const std::int64_t> bytes) override {
     const auto s = reinterpret_cast<cudaStream_t>(stream);
     if (wait_release) {
-      TIDE_CUDA_CHECK(cudaStreamWaitEvent(
-          s, release_events_[static_cast<std::size_t>(slot)],
-          capturing(s) ? cudaEventWaitExternal : cudaEventWaitDefault));
+      TIDE_CUDA_CHECK(
+          cudaStreamWaitEvent(s, release_events_[static_cast<std::size_t>(slot)],
+                              capturing(s) ? cudaEventWaitExternal : cudaEventWaitDefault));
     }
     for (std::size_t i = 0; i < copies.size(); ++i) {
       TIDE_CUDA_CHECK(cudaMemcpyAsync(copies[i].second, copies[i].first,
@@ -310,9 +310,9 @@ class NcclCommunicator final : public CommunicatorBase {
 
   void record_release(int slot, std::uintptr_t stream) override {
     const auto s = reinterpret_cast<cudaStream_t>(stream);
-    TIDE_CUDA_CHECK(cudaEventRecordWithFlags(release_events_[static_cast<std::size_t>(slot)], s,
-                                             capturing(s) ? cudaEventRecordExternal
-                                                          : cudaEventRecordDefault));
+    TIDE_CUDA_CHECK(
+        cudaEventRecordWithFlags(release_events_[static_cast<std::size_t>(slot)], s,
+                                 capturing(s) ? cudaEventRecordExternal : cudaEventRecordDefault));
   }
 
   // NOTE [lane handoff]: the caller stream after the lane's previous call (which may have run
@@ -389,7 +389,8 @@ class NcclCommunicator final : public CommunicatorBase {
       const std::optional<exec::CudaStalledCall> stall = all[i]->stalled(bound);
       if (!stall) continue;
       const bool handoff = i >= runners_.size();
-      const int collective = handoff ? static_cast<int>(i - runners_.size()) : static_cast<int>(i % 2);
+      const int collective =
+          handoff ? static_cast<int>(i - runners_.size()) : static_cast<int>(i % 2);
       const std::string kind = collective == 0 ? "all-gather" : "reduce-scatter";
       const std::string call =
           handoff ? "the handoff before " + kind + " " + std::to_string(stall->call) +
@@ -483,7 +484,7 @@ class NcclCommunicator final : public CommunicatorBase {
   mutable std::unique_ptr<exec::CudaSequenceRunner> handoff_runners_[2];
   exec::CudaSequenceRunner* lane_previous_[2] = {nullptr, nullptr};
   mutable std::vector<cudaEvent_t> release_events_;  // per slot: NOTE [runtime] 7
-  mutable std::unique_ptr<Watchdog> watchdog_;  // after runners_: stopped before they go
+  mutable std::unique_ptr<Watchdog> watchdog_;       // after runners_: stopped before they go
 };
 
 }  // namespace

@@ -143,9 +143,9 @@ Data make_data(const Communicator& m, const std::vector<program::LaneCall>& call
         }
       }
       // Not accumulating: the output's previous contents must not matter.
-      std::vector<std::vector<float>> initial(static_cast<std::size_t>(world),
-                                              std::vector<float>(static_cast<std::size_t>(
-                                                  layout.shard_elems())));
+      std::vector<std::vector<float>> initial(
+          static_cast<std::size_t>(world),
+          std::vector<float>(static_cast<std::size_t>(layout.shard_elems())));
       for (auto& v : initial)
         for (float& x : v)
           x = random_value(rng, DType::kFp32);
@@ -182,10 +182,10 @@ Data make_data(const Communicator& m, const std::vector<program::LaneCall>& call
           const std::int64_t elems = layout.valid_rows(p, src) * pl.cols;
           std::span<const float> values(masters[static_cast<std::size_t>(src)].data() + at,
                                         static_cast<std::size_t>(elems));
-          store_values(values, cast ? DType::kBf16 : DType::kFp32,
-                       std::span(landing).subspan(
-                           static_cast<std::size_t>(layout.landing_offset(p, src)),
-                           static_cast<std::size_t>(elems * (cast ? 2 : 4))));
+          store_values(
+              values, cast ? DType::kBf16 : DType::kFp32,
+              std::span(landing).subspan(static_cast<std::size_t>(layout.landing_offset(p, src)),
+                                         static_cast<std::size_t>(elems * (cast ? 2 : 4))));
           at += pl.shard_elems();
         }
       }
@@ -227,8 +227,8 @@ bool matches(const GroupLayout& layout, bool all_gather, bool cast, std::span<co
   for (int src = 0; src < world; ++src) {
     for (int p = 0; p < layout.param_count(); ++p) {
       const std::size_t at = static_cast<std::size_t>(layout.landing_offset(p, src));
-      const std::size_t bytes =
-          static_cast<std::size_t>(layout.valid_rows(p, src) * layout.param(p).cols * (cast ? 2 : 4));
+      const std::size_t bytes = static_cast<std::size_t>(layout.valid_rows(p, src) *
+                                                         layout.param(p).cols * (cast ? 2 : 4));
       if (std::memcmp(got.data() + at, want.data() + at, bytes) != 0) return false;
     }
   }
@@ -340,8 +340,8 @@ TEST(CommunicatorArena, FlatInDepthAndWithinTheBound) {
         std::vector<std::unique_ptr<RsPlan>> rs;
         std::vector<program::ArenaGroup> groups;
         for (int g = 0; g <= depth; ++g) {
-          layouts.push_back(
-              std::make_unique<GroupLayout>(topo, g == 0 ? root : block, DType::kBf16, DType::kBf16));
+          layouts.push_back(std::make_unique<GroupLayout>(topo, g == 0 ? root : block, DType::kBf16,
+                                                          DType::kBf16));
           AgOptions ao;
           ao.mixed_precision_cast = true;
           ag.push_back(std::make_unique<AgPlan>(*layouts.back(), ao));

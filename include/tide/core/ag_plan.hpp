@@ -34,7 +34,7 @@ struct AgOptions {
   bool staged_shards = false;
   // Where the rank's own shard (slot 0) is read from: stage slot 0, or the resident shard.
   bool shard_in_stage() const { return mixed_precision_cast || staged_shards; }
-  int min_strided_run = 4;            // merge runs of at least this many slots
+  int min_strided_run = 4;  // merge runs of at least this many slots
   int max_last_round_groups = 4;
   std::int64_t head_bytes = std::int64_t{8} << 20;  // lead-based pacing: heads per round
 };

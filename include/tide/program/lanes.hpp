@@ -45,8 +45,8 @@ struct LaneGroup {
   const CallSequence* reduce_scatter = nullptr;  // idem
   int all_gather_first_counter = 0;              // where its sequences' counters are
   int reduce_scatter_first_counter = 0;
-  int landing_slot = 0;               // its slot, by index: groups of one index alias
-  std::int64_t landing_offset = 0;    // the slot's bytes the layer reads after an all-gather
+  int landing_slot = 0;             // its slot, by index: groups of one index alias
+  std::int64_t landing_offset = 0;  // the slot's bytes the layer reads after an all-gather
   std::int64_t landing_bytes = 0;
 };
 

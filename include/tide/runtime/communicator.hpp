@@ -143,10 +143,10 @@ struct GroupInfo {
   std::vector<std::int64_t> landing_offsets;  // bytes from landing: p's (N R_p, K_p) matrix
   std::byte* landing = nullptr;               // the parameters after an all-gather (stable)
   std::int64_t landing_bytes = 0;             // N S
-  std::byte* resident = nullptr;  // this rank's packed shard (nullptr: shards per call)
-  int landing_slot = -1;          // its slot: index into ArenaInfo::slots (NOTE [runtime] 7)
-  int landing_slot_id = -1;       // GroupSpec::landing_slot
-  int ag_period = 0;  // calls per template cycle (NOTE [call sequences])
+  std::byte* resident = nullptr;              // this rank's packed shard (nullptr: shards per call)
+  int landing_slot = -1;     // its slot: index into ArenaInfo::slots (NOTE [runtime] 7)
+  int landing_slot_id = -1;  // GroupSpec::landing_slot
+  int ag_period = 0;         // calls per template cycle (NOTE [call sequences])
   int rs_period = 0;
   // NOTE [runtime] 6: a CUDA graph must hold a multiple of this many of the group's calls of
   // each collective (the event slots Q of both sequences; 0 on the host backend, and on the
