@@ -52,7 +52,7 @@ def tide_memory(model, world: int, mode: str, cast: bool) -> dict:
 def main() -> None:
     out, system, layers, dim, hidden, heads, steps, mp = sys.argv[1:9]
     layers, dim, hidden, heads, steps = int(layers), int(dim), int(hidden), int(heads), int(steps)
-    use_cuda = torch.cuda.is_available() and os.environ.get("TIDE_BENCH_CPU") != "1"
+    use_cuda = torch.cuda.is_available()
     if use_cuda:
         local = int(os.environ.get("LOCAL_RANK", "0"))
         device = torch.device("cuda", local % torch.cuda.device_count())
