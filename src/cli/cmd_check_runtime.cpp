@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "arena_json.hpp"
 #include "call_memory.hpp"
 #include "commands.hpp"
 #include "shapes.hpp"
@@ -312,19 +313,6 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
   }
   result.arena = comm->arena();
   return result;
-}
-
-json arena_json(const runtime::ArenaInfo& a) {
-  json slots = json::array();
-  for (const runtime::ArenaInfo::Slot& s : a.slots)
-    slots.push_back({{"id", s.id}, {"bytes", s.bytes}, {"groups", s.groups}});
-  return {{"arena_bytes", a.arena_bytes},
-          {"resident_bytes", a.resident_bytes},
-          {"stage_bytes", a.stage_bytes},
-          {"landing_bytes", a.landing_bytes},
-          {"reduce_scatter_bytes", a.reduce_scatter_bytes},
-          {"bound_bytes", a.bound_bytes},
-          {"slots", slots}};
 }
 
 std::string one_line(std::string s) {

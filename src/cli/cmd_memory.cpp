@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "arena_json.hpp"
 #include "commands.hpp"
 #include "shapes.hpp"
 #include "table.hpp"
@@ -100,26 +101,13 @@ program::CommunicatorArena groups_arena(const MemoryArgs& a) {
   return program::communicator_arena(groups);
 }
 
-nlohmann::json arena_json(const program::CommunicatorArena& a) {
-  nlohmann::json slots = nlohmann::json::array();
-  for (const program::LandingSlot& s : a.slots)
-    slots.push_back({{"id", s.id}, {"bytes", s.bytes}, {"groups", s.groups}});
-  return {{"arena_bytes", a.arena_bytes},
-          {"resident_bytes", a.resident_bytes},
-          {"stage_bytes", a.stage_bytes},
-          {"landing_bytes", a.landing_bytes},
-          {"reduce_scatter_bytes", a.reduce_scatter_bytes},
-          {"bound_bytes", a.bound_bytes},
-          {"slots", slots}};
-}
-
 void run_groups_arena(const MemoryArgs& a) {
   const program::CommunicatorArena arena = groups_arena(a);
   if (a.json) {
     nlohmann::json out = {{"nodes", a.in.nodes},
                           {"gpus_per_node", a.in.gpus_per_node},
                           {"mode", a.mode},
-                          {"arena", arena_json(arena)}};
+                          {"arena", arena_json(runtime::describe_arena(arena))}};
     std::cout << out.dump(2) << '\n';
     return;
   }

@@ -226,16 +226,8 @@ bool CommunicatorBase::holds_slot(int group) const {
 
 ArenaInfo CommunicatorBase::arena() const {
   commit();
-  ArenaInfo a;
-  a.arena_bytes = layout_.arena_bytes;
-  a.resident_bytes = layout_.resident_bytes;
-  a.stage_bytes = layout_.stage_bytes;
-  a.landing_bytes = layout_.landing_bytes;
-  a.reduce_scatter_bytes = layout_.reduce_scatter_bytes;
-  a.bound_bytes = layout_.bound_bytes;
+  ArenaInfo a = describe_arena(layout_);
   a.provided = provided_memory_ != 0;
-  for (const program::LandingSlot& s : layout_.slots)
-    a.slots.push_back(ArenaInfo::Slot{s.id, s.bytes, s.groups});
   return a;
 }
 
@@ -281,3 +273,20 @@ void CommunicatorBase::check_reduce_scatter(const Group& g, std::size_t grads,
 }
 
 }  // namespace tide::runtime::detail
+
+namespace tide::runtime {
+
+ArenaInfo describe_arena(const program::CommunicatorArena& arena) {
+  ArenaInfo a;
+  a.arena_bytes = arena.arena_bytes;
+  a.resident_bytes = arena.resident_bytes;
+  a.stage_bytes = arena.stage_bytes;
+  a.landing_bytes = arena.landing_bytes;
+  a.reduce_scatter_bytes = arena.reduce_scatter_bytes;
+  a.bound_bytes = arena.bound_bytes;
+  for (const program::LandingSlot& s : arena.slots)
+    a.slots.push_back(ArenaInfo::Slot{s.id, s.bytes, s.groups});
+  return a;
+}
+
+}  // namespace tide::runtime

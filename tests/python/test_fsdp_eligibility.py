@@ -3,11 +3,9 @@ version checks refusing an FSDP2 whose internals differ, and report() before ena
 
 from __future__ import annotations
 
-import socket
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import Shard
@@ -16,14 +14,7 @@ import tide.fsdp
 from tide import _fsdp_compat
 
 
-@pytest.fixture(scope="module", autouse=True)
-def world_of_one():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("world_of_one")
 
 
 def _model(blocks: int = 2, width: int = 9) -> nn.Module:

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import os
 import random
-import socket
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -27,14 +25,7 @@ import tide.fsdp
 SEED = int(os.environ.get("TIDE_TEST_SEED", random.randrange(1, 1 << 30)))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def world_of_one():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("world_of_one")
 
 
 COPIES = {"_to_copy", "copy_", "_chunk_cat", "cat"}

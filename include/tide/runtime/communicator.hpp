@@ -84,6 +84,10 @@
 #include "tide/core/rs_plan.hpp"
 #include "tide/runtime/store.hpp"
 
+namespace tide::program {
+struct CommunicatorArena;
+}
+
 namespace tide::runtime {
 
 enum class BackendKind : std::uint8_t { kHost, kNccl };
@@ -201,6 +205,9 @@ struct ArenaInfo {
   bool provided = false;         // in memory the caller provided (provide_arena)
   std::vector<Slot> slots;
 };
+
+// The arena's summary (ArenaInfo) of a layout (NOTE [communicator arena]).
+ArenaInfo describe_arena(const program::CommunicatorArena& arena);
 
 class Communicator {
  public:
