@@ -548,6 +548,7 @@ def run_case(case, world, rank, seed):
     final = tide.fsdp.report(tide_model)
     check_backends(final, "end")
     stats["report"] = final
+    stats["memory"] = tide.fsdp.memory(tide_model)
     stats["fallbacks"] = list(fallbacks.values())
     stats["failures"] = failures
     stats["max_groups_held"] = cap_s.max_held  # the most groups unsharded or in flight at once (stock)

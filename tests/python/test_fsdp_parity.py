@@ -143,3 +143,12 @@ def check_case(run: dict, case: str) -> None:
         f"{context}: {report}"
     )
     assert result["max_grad_ratio"] <= 1.0, context
+    # NOTE [communicator arena]: one arena per communicator, within the Sec. 5.4 bound of its
+    # groups plus one 4 KiB alignment per area (the residents, stage, slots and RS areas).
+    memory = result["memory"]
+    assert memory["arena_bytes"] > 0 and memory["communicators"], f"{context}: {memory}"
+    for comm in memory["communicators"]:
+        areas = len(comm["slots"]) + 3
+        assert comm["bound_bytes"] > 0 and comm["arena_bytes"] <= comm["bound_bytes"] + areas * 4096, (
+            f"{context}: arena over its bound: {comm}"
+        )
