@@ -88,8 +88,7 @@ std::vector<NamedGroup> parse_group_list(std::string_view text, const std::strin
         text.substr(start, end == std::string_view::npos ? end : end - start);
     const std::string name = prefix + std::to_string(groups.size());
     if (entry.empty()) {
-      throw InvalidArgument("--groups entry " + std::to_string(groups.size()) +
-                            " is empty (groups are separated by ';')");
+      throw InvalidArgument("--groups " + name + " is empty (groups are separated by ';')");
     }
     groups.push_back({name, parse_shapes(entry, "--groups " + name)});
     if (end == std::string_view::npos) break;
