@@ -197,13 +197,23 @@ def write(out: Path, result: dict, repeats: int, steps: int) -> None:
         f"Made by `{result['command']}` on {result['machine']}, {result['date']} "
         f"({result['seconds']} s). Each row: the largest rank's figure, median of {repeats} "
         "repeats in fresh processes (peak: [min, max] over the repeats). Peak is the RSS on CPU "
-        "(TIDE's arena is shared memory, in it), torch's max_memory_allocated plus the arena on GPUs. "
+        "(TIDE's arena is shared memory: a rank's RSS holds its own arena and the pages of its "
+        "peers' arenas it touched), torch's max_memory_allocated on GPUs (the arena is in a torch "
+        "MemPool there; otherwise it is added). "
         f"{steps} training steps; TIDE's first runs on stock FSDP2 while it traces the order "
         "(NOTE [landing slots from the first iteration]).",
         "",
         *table(rows),
         "",
         "Goals (the memory issue): " + ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in result["goals"].items()),
+        "",
+        "Reading it: the decoder's arena is the same at 4, 16 and 64 layers (two ring slots of one "
+        "block, the root's slot, one stage, TIDE-RS's areas of the largest group). At one node "
+        "(M = 1) TIDE-RS's staging dominates it: Eq. 10 gives (n_stg L b/4 + L n_par + 2) S_fp32, "
+        "more than FSDP2's fp32 packing buffer, so where the model is small against torch's own "
+        "memory (the 4-layer decoder) or its layers are large (the wide model) TIDE's peak is above "
+        "stock's, Slot-Reuse included; smaller staging chunks (RsOptions::staging_chunk_elems) "
+        "would bound it, a default for the sizing solver to set.",
         "",
     ]
     (out / "README.md").write_text("\n".join(lines))
