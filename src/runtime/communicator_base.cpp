@@ -1,4 +1,5 @@
-// NOTE [runtime] 1-4: registration, regions and call checks, for every backend.
+// NOTE [runtime] 1-4, 7-8: registration, the arena, the landing slots and call checks, for every
+// backend.
 #include "communicator_base.hpp"
 
 #include <unistd.h>

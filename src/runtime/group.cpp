@@ -1,4 +1,5 @@
-// A registered group's plans, region and call sequences (NOTE [runtime] 2).
+// A registered group: its plans, its place in the communicator arena, its call sequences (NOTE
+// [runtime] 2).
 #include "group.hpp"
 
 #include <algorithm>
