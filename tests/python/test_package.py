@@ -62,3 +62,41 @@ def test_host_backend_has_no_cuda_graphs():
     with pytest.raises(Exception, match="host backend"):
         comm.take_graph_calls()
     comm.close()
+
+
+def test_landing_slots_refuse_bad_use():
+    """NOTE [runtime] 7-8, host backend, one rank: groups of one slot share its memory; an
+    all-gather into a slot another group holds, a release of a slot not held, slots assigned
+    after the arena exists, and Slot-Reuse staging in another dtype are refused with a reason."""
+    import torch
+    import torch.distributed as dist
+
+    from tide import _C
+
+    comm = _C.Communicator(0, 1, 1, "host", dist.HashStore(), 10.0, -1)
+    a, _ = comm.register_group("a", [(7, 3)], "fp32", "fp32", staged_shards=True, landing_slot=0)
+    b, _ = comm.register_group("b", [(5, 2)], "fp32", "fp32", staged_shards=True, landing_slot=0)
+    c, _ = comm.register_group("c", [(5, 2)], "bf16", "fp32", staged_shards=True)
+    assert min(a, b, c) >= 0
+    with pytest.raises(ValueError, match="holds no landing slot"):
+        comm.release(a, 0)
+    arena = comm.arena()
+    assert [s["groups"] for s in arena["slots"]] == [[a, b], [c]], arena
+    assert comm.group_info(a)["landing_ptr"] == comm.group_info(b)["landing_ptr"]  # they alias
+    with pytest.raises(ValueError, match="exists already"):
+        comm.assign_landing_slots([-1, -1, -1])
+    shard_a = torch.randn(7 * 3, dtype=torch.float32)
+    comm.all_gather(a, 0, [shard_a.data_ptr()])
+    assert comm.holds_slot(a)
+    with pytest.raises(ValueError, match="still holds the parameters of group 'a'"):
+        comm.all_gather(b, 0, [torch.randn(5 * 2).data_ptr()])
+    comm.release(a, 0)
+    shard_b = torch.randn(5 * 2, dtype=torch.float32)
+    comm.all_gather(b, 0, [shard_b.data_ptr()])
+    from tide._memory import tensor_at
+
+    view = tensor_at(comm.group_info(b)["landing_ptr"], 5 * 2, torch.float32, torch.device("cpu"))
+    assert torch.equal(view, shard_b), "group b's parameters are in the shared slot"
+    with pytest.raises(ValueError, match="geometry"):
+        comm.stage_gradients(c, 0, [torch.randn(5 * 2, dtype=torch.bfloat16).data_ptr()])
+    comm.close()
