@@ -20,10 +20,19 @@ std::uint64_t host_id() {
 }  // namespace
 
 CommunicatorBase::CommunicatorBase(const CommunicatorOptions& options)
-    : options_(options), topology_(options.world / options.gpus_per_node, options.gpus_per_node) {}
+    : options_(options),
+      topology_(options.world / options.gpus_per_node, options.gpus_per_node),
+      store_(options.store) {
+  options_.store.reset();  // store_ holds it until the arena exists
+}
 
 Registration CommunicatorBase::register_group(const GroupSpec& spec) {
   const int index = registrations_++;
+  if (committed_) {  // every rank makes the same calls: all refuse it, without the store
+    return Registration{-1,
+                        "registered after the communicator's first call; register every "
+                        "group before the first all-gather or reduce-scatter"};
+  }
   const std::string key = options_.key_prefix + "/group/" + std::to_string(index);
   RankDescription d;
   d.rank = options_.rank;
@@ -48,7 +57,7 @@ Registration CommunicatorBase::register_group(const GroupSpec& spec) {
   Decision decision;
   try {
     const std::vector<std::string> blobs = all_gather_values(
-        *options_.store, key, options_.rank, options_.world, serialize(d), options_.timeout);
+        store(), key, options_.rank, options_.world, serialize(d), options_.timeout);
     decision = agree_serialized(blobs);
   } catch (const InconsistentGroup& e) {
     return Registration{-1, e.what()};
@@ -56,11 +65,6 @@ Registration CommunicatorBase::register_group(const GroupSpec& spec) {
     return Registration{-1, std::string("the group cannot be described: ") + e.what()};
   }
   if (decision.backend != Backend::kTide) return Registration{-1, decision.reason};
-  if (committed_) {
-    return Registration{-1,
-                        "registered after the communicator's first call; register every "
-                        "group before the first all-gather or reduce-scatter"};
-  }
   if (spec.landing_slot < -1) {
     return Registration{-1, "landing slot " + std::to_string(spec.landing_slot) +
                                 " is not a slot id (>= 0, or -1 for a slot of its own)"};
@@ -103,7 +107,7 @@ void CommunicatorBase::lay_out() const {
   for (const auto& g : groups_)
     mine += std::to_string(g->spec.landing_slot) + ",";
   const std::vector<std::string> all =
-      all_gather_values(*options_.store, options_.key_prefix + "/landing_slots", options_.rank,
+      all_gather_values(store(), options_.key_prefix + "/landing_slots", options_.rank,
                         options_.world, mine, options_.timeout);
   for (std::size_t r = 0; r < all.size(); ++r) {
     if (all[r] != mine) {

@@ -46,7 +46,15 @@ class CommunicatorBase : public Communicator {
   // How the group's calls ran, where the backend knows (GroupStats::*_replays).
   virtual void add_path_stats(int /*group*/, GroupStats& /*stats*/) const {}
   bool committed() const { return committed_; }
-  void mark_committed() const { committed_ = true; }
+  // Also lets go of the bootstrap store: nothing after the arena's creation needs it, and a
+  // caller's store (torch's TCPStore, whose server runs on rank 0) must not be kept alive by
+  // a communicator past the caller's own teardown.
+  void mark_committed() const {
+    committed_ = true;
+    store_.reset();
+  }
+  // The bootstrap store until the arena exists (registration, agreement, the arena).
+  Store& store() const { return *store_; }
   // NOTE [communicator arena]: at commit (or arena_request()), before the backend creates its
   // arena: lays out the arena for every group, places their sequences and the handoffs
   // (arena_bytes_, signal_words_). Collective the first time; then does nothing.
@@ -94,6 +102,7 @@ class CommunicatorBase : public Communicator {
   int registrations_ = 0;
   std::int64_t calls_ = 0;
   mutable bool committed_ = false;
+  mutable std::shared_ptr<Store> store_;
   mutable bool laid_out_ = false;
   mutable std::vector<int> occupant_;   // per slot: the group holding it, or -1 (lay_out)
   mutable std::vector<bool> released_;  // per slot: released at least once

@@ -104,7 +104,7 @@ class HostCommunicator final : public CommunicatorBase {
     o.counters = signal_words_;
     o.key_prefix = options_.key_prefix;
     o.timeout = options_.timeout;
-    fabric_ = std::make_unique<fabric::HostFabric>(*options_.store, o);
+    fabric_ = std::make_unique<fabric::HostFabric>(store(), o);
     for (auto& g : groups_) {
       std::byte* arena = fabric_->arena(options_.rank);
       g->info.landing = arena + g->ag_areas.landing;

@@ -221,9 +221,9 @@ class NcclCommunicator final : public CommunicatorBase {
     std::vector<std::byte> id;
     if (options_.rank == 0) {
       id = fabric::NcclFabric::make_unique_id();
-      options_.store->set(key, std::string(reinterpret_cast<const char*>(id.data()), id.size()));
+      store().set(key, std::string(reinterpret_cast<const char*>(id.data()), id.size()));
     } else {
-      const std::string bytes = options_.store->get(key, options_.timeout);
+      const std::string bytes = store().get(key, options_.timeout);
       id.assign(reinterpret_cast<const std::byte*>(bytes.data()),
                 reinterpret_cast<const std::byte*>(bytes.data()) + bytes.size());
     }
@@ -274,7 +274,7 @@ class NcclCommunicator final : public CommunicatorBase {
     // Every runner zeroed its rank's signal words; no rank may signal a peer before that.
     // Every rank's pid: all are on this host, so the watchdog can name a peer that died.
     for (const std::string& pid :
-         all_gather_values(*options_.store, options_.key_prefix + "/nccl/ready", options_.rank,
+         all_gather_values(store(), options_.key_prefix + "/nccl/ready", options_.rank,
                            options_.world, std::to_string(getpid()), options_.timeout)) {
       peer_pids_.push_back(std::stoi(pid));
     }
