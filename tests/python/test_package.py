@@ -85,6 +85,8 @@ def test_landing_slots_refuse_bad_use():
     assert comm.group_info(a)["landing_ptr"] == comm.group_info(b)["landing_ptr"]  # they alias
     with pytest.raises(ValueError, match="exists already"):
         comm.assign_landing_slots([-1, -1, -1])
+    late, reason = comm.register_group("late", [(3, 3)])  # the store is gone: no agreement
+    assert late == -1 and "before the first all-gather" in reason, reason
     shard_a = torch.randn(7 * 3, dtype=torch.float32)
     comm.all_gather(a, 0, [shard_a.data_ptr()])
     assert comm.holds_slot(a)
