@@ -220,11 +220,19 @@ def report(module: nn.Module) -> list[dict]:
     for group in groups:
         stats = group.stats()
         copies = {}
-        if stats.get("copy_bytes_made", 0):
+        staged = int(stats.get("gradient_bytes_staged", 0))
+        shards = int(stats.get("copy_bytes_made", 0)) - staged
+        if shards:
             copies["all_gather_shards"] = {
-                "bytes": int(stats["copy_bytes_made"]),
+                "bytes": shards,
                 "why": "each all-gather casts (bf16) or copies (fp32) this rank's shards into the "
                 "shared stage: FSDP2 keeps the shards, TIDE keeps no resident copy",
+            }
+        if staged:
+            copies["staged_gradients"] = {
+                "bytes": staged,
+                "why": "Slot-Reuse moves each layer's gradients into the slot it vacated, so that "
+                "autograd's storage is freed at once (paper Sec. 5.3)",
             }
         if group.zero_fill_bytes:
             copies["zero_gradients"] = {

@@ -118,7 +118,11 @@ def _selected_cases(request, world: int, mode: str) -> str:
 @pytest.mark.parametrize(("mode", "world", "case"), RUNS)
 def test_parity(mode, world, case, tmp_path_factory, request):
     cases = _selected_cases(request, world, mode) or case
-    check_case(run_parity(world, tmp_path_factory, cases=cases, mode=mode), case)
+    run = run_parity(world, tmp_path_factory, cases=cases, mode=mode)
+    check_case(run, case)
+    if mode == "slot-reuse":  # Sec. 5.3: gradients moved into their vacated slots, and counted
+        rows = [r for r in run["cases"][case]["report"] if r["backend"] == "tide"]
+        assert any("staged_gradients" in r["copies"] for r in rows), rows
 
 
 def check_case(run: dict, case: str) -> None:
