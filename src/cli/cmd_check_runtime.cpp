@@ -193,7 +193,7 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
   o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(a.timeout_s * 1000));
   o.stall_rank = a.stall_rank;
   o.stall_at_call = a.stall_at_call;
-  const bool gpu = o.backend == runtime::BackendKind::kNccl;
+  const bool gpu = o.backend != runtime::BackendKind::kHost;
   if (gpu) {
     const int devices = visible_devices();
     if (devices < 1) throw Unsupported("no CUDA device is visible to rank " + std::to_string(rank));
@@ -323,8 +323,8 @@ std::string one_line(std::string s) {
 }
 
 void check_args(CheckRuntimeArgs& a) {
-  if (a.backend != "host" && a.backend != "nccl") {
-    throw InvalidArgument("--backend must be host or nccl (got '" + a.backend + "')");
+  if (a.backend != "host" && a.backend != "nccl" && a.backend != "ipc") {
+    throw InvalidArgument("--backend must be host, nccl or ipc (got '" + a.backend + "')");
   }
   if (a.mode != "in-place" && a.mode != "slot-reuse") {
     throw InvalidArgument("--mode must be in-place or slot-reuse (got '" + a.mode + "')");
@@ -353,22 +353,25 @@ void check_args(CheckRuntimeArgs& a) {
   if ((a.stall_rank >= 0) != (a.stall_at_call >= 0)) {
     throw InvalidArgument("--stall-rank and --stall-at-call go together");
   }
-  if (a.stall_rank >= 0 && a.backend != "nccl") {
+  if (a.stall_rank >= 0 && a.backend == "host") {
     throw InvalidArgument(
-        "--stall-rank is for --backend nccl (host calls run on the caller's "
+        "--stall-rank is for the GPU backends, nccl and ipc (host calls run on the caller's "
         "thread; --kill-rank tests their failures)");
   }
   if (a.stall_rank >= a.procs || a.stall_at_call >= a.calls) {
     throw InvalidArgument("--stall-rank must be below --procs and --stall-at-call below --calls");
   }
-  if (a.backend == "nccl") {
-    if (!runtime::backend_built(runtime::BackendKind::kNccl)) {
-      throw Unsupported("this tide was built without CUDA and NCCL (use --backend host)");
+  if (a.backend != "host") {
+    if (!runtime::backend_built(runtime::parse_backend(a.backend))) {
+      throw Unsupported("this tide was built without " +
+                        std::string(a.backend == "nccl" ? "CUDA and NCCL" : "CUDA") +
+                        " (use --backend host)");
     }
     // No CUDA call here: the ranks are forked from this process, and CUDA must not be
     // initialised before a fork.
     if (!std::filesystem::exists("/dev/nvidiactl")) {
-      throw Unsupported("--backend nccl needs GPUs; this machine has no NVIDIA device");
+      throw Unsupported("--backend " + a.backend +
+                        " needs GPUs; this machine has no NVIDIA device");
     }
   }
 }
@@ -527,7 +530,9 @@ void add_check_runtime_command(CLI::App& app) {
       "check-runtime",
       "Run the runtime across processes (one per rank) and check every output against the "
       "reference");
-  cmd->add_option("--backend", args->backend, "host (CPU processes) or nccl (GPUs)")
+  cmd->add_option("--backend", args->backend,
+                  "host (CPU processes), nccl (a GPU per process) or ipc (GPU processes of one "
+                  "host over CUDA IPC; processes may share a GPU)")
       ->capture_default_str();
   cmd->add_option("--procs", args->procs, "Processes (default M x L)");
   cmd->add_option("--nodes,-M", args->nodes, "Nodes M")->required();
@@ -547,10 +552,11 @@ void add_check_runtime_command(CLI::App& app) {
                 "Group g lands in shared slot g mod 2, released after each all-gather's check");
   cmd->add_option("--kill-rank", args->kill_rank, "Kill this rank (SIGKILL) at --kill-at-call");
   cmd->add_option("--kill-at-call", args->kill_at_call, "The call at which --kill-rank dies");
-  cmd->add_option("--stall-rank", args->stall_rank,
-                  "nccl: from --stall-at-call on, this rank's calls wait for a gate that never "
-                  "opens (a peer that stopped signalling); every rank must fail within the "
-                  "timeout, the watchdog naming the stalled call");
+  cmd->add_option(
+      "--stall-rank", args->stall_rank,
+      "nccl, ipc: from --stall-at-call on, this rank's calls wait for a gate that never "
+      "opens (a peer that stopped signalling); every rank must fail within the "
+      "timeout, the watchdog naming the stalled call");
   cmd->add_option("--stall-at-call", args->stall_at_call, "The call at which --stall-rank stalls");
   cmd->add_option("--misorder-rank", args->misorder_rank,
                   "This rank issues two reduce-scatters in the other order");

@@ -153,6 +153,7 @@ void write_group(Writer& w, const GroupSignature& g) {
   w.i32(g.landing_slot);
   w.boolean(g.multicast_opt_in);
   w.boolean(g.host_transport);
+  w.boolean(g.ipc_transport);
 }
 
 GroupSignature read_group(Reader& r) {
@@ -207,6 +208,7 @@ GroupSignature read_group(Reader& r) {
   g.landing_slot = r.i32("group.landing_slot");
   g.multicast_opt_in = r.boolean("group.multicast_opt_in");
   g.host_transport = r.boolean("group.host_transport");
+  g.ipc_transport = r.boolean("group.ipc_transport");
   return g;
 }
 
@@ -393,6 +395,13 @@ std::optional<Fallback> check_support(const std::vector<RankDescription>& ds,
                         std::to_string(kMinSharedMemoryPerBlock)};
   }
   const int nccl = ds.front().caps.nccl_version;  // agreed
+  if (g.ipc_transport) {  // CUDA IPC windows (NOTE [ipc fabric]): no NCCL feature is needed
+    if (const int r = first_rank_without(ds, kFlagMemops); r >= 0) {
+      return Fallback{FallbackReason::kDeviceFeatures,
+                      "rank " + std::to_string(r) + " has no 64-bit stream memory operations"};
+    }
+    return std::nullopt;
+  }
   if (nccl < kMinNcclVersion) {
     return Fallback{FallbackReason::kNccl, "NCCL " + nccl_text(nccl) + ", TIDE needs " +
                                                nccl_text(kMinNcclVersion) +
@@ -508,6 +517,7 @@ std::vector<std::pair<std::string, std::string>> agreed_fields(const RankDescrip
   add("group.landing_slot", std::to_string(g.landing_slot));
   add("group.multicast_opt_in", flag(g.multicast_opt_in));
   add("group.host_transport", flag(g.host_transport));
+  add("group.ipc_transport", flag(g.ipc_transport));
   add("caps.cuda_runtime_version", std::to_string(d.caps.cuda_runtime_version));
   add("caps.nccl_version", nccl_text(d.caps.nccl_version));
   return f;

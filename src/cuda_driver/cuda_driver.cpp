@@ -42,6 +42,8 @@ DriverApi load() {
   resolve(d.mem_map, "cuMemMap");
   resolve(d.mem_unmap, "cuMemUnmap");
   resolve(d.mem_set_access, "cuMemSetAccess");
+  resolve(d.mem_export_to_shareable_handle, "cuMemExportToShareableHandle");
+  resolve(d.mem_import_from_shareable_handle, "cuMemImportFromShareableHandle");
   resolve(d.stream_wait_value64, "cuStreamWaitValue64");
   resolve(d.stream_write_value64, "cuStreamWriteValue64");
   resolve(d.stream_wait_value32, "cuStreamWaitValue32");

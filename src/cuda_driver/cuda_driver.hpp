@@ -26,6 +26,11 @@ struct DriverApi {
   CUresult (*mem_unmap)(CUdeviceptr, std::size_t) = nullptr;
   CUresult (*mem_set_access)(CUdeviceptr, std::size_t, const CUmemAccessDesc*,
                              std::size_t) = nullptr;
+  CUresult (*mem_export_to_shareable_handle)(void*, CUmemGenericAllocationHandle,
+                                             CUmemAllocationHandleType,
+                                             unsigned long long) = nullptr;
+  CUresult (*mem_import_from_shareable_handle)(CUmemGenericAllocationHandle*, void*,
+                                               CUmemAllocationHandleType) = nullptr;
   CUresult (*stream_wait_value64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int) = nullptr;
   CUresult (*stream_write_value64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int) = nullptr;
   CUresult (*stream_wait_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;

@@ -13,4 +13,10 @@ NB_MODULE(_C, module) {
 #else
   module.attr("nccl_allocator") = false;
 #endif
+#ifdef TIDE_IPC_ALLOCATOR
+  // tide_ipc_mem_alloc / tide_ipc_mem_free: the ipc backend's exportable windows for torch.
+  module.attr("ipc_allocator") = true;
+#else
+  module.attr("ipc_allocator") = false;
+#endif
 }

@@ -9,20 +9,42 @@ namespace tide::runtime {
 BackendKind parse_backend(std::string_view text) {
   if (text == "host") return BackendKind::kHost;
   if (text == "nccl") return BackendKind::kNccl;
-  throw InvalidArgument("backend '" + std::string(text) + "' is not one of: host, nccl");
+  if (text == "ipc") return BackendKind::kIpc;
+  throw InvalidArgument("backend '" + std::string(text) + "' is not one of: host, nccl, ipc");
 }
 
 std::string_view backend_name(BackendKind backend) {
-  return backend == BackendKind::kHost ? "host" : "nccl";
+  switch (backend) {
+    case BackendKind::kHost:
+      return "host";
+    case BackendKind::kNccl:
+      return "nccl";
+    case BackendKind::kIpc:
+      return "ipc";
+  }
+  return "unknown";
 }
 
 bool backend_built(BackendKind backend) {
+  switch (backend) {
+    case BackendKind::kHost:
+      return true;
 #ifdef TIDE_RUNTIME_NCCL
-  (void)backend;
-  return true;
+    case BackendKind::kNccl:
+      return true;
 #else
-  return backend == BackendKind::kHost;
+    case BackendKind::kNccl:
+      return false;
 #endif
+#ifdef TIDE_RUNTIME_CUDA
+    case BackendKind::kIpc:
+      return true;
+#else
+    case BackendKind::kIpc:
+      return false;
+#endif
+  }
+  return false;
 }
 
 std::unique_ptr<Communicator> Communicator::create(const CommunicatorOptions& options) {
@@ -38,16 +60,29 @@ std::unique_ptr<Communicator> Communicator::create(const CommunicatorOptions& op
   if (!options.store) throw InvalidArgument("a communicator needs a bootstrap store");
   if (options.timeout.count() <= 0) throw InvalidArgument("the timeout must be positive");
   if (!backend_built(options.backend)) {
-    throw Unsupported(
-        "this TIDE was built without CUDA and NCCL, so its runtime has no nccl "
-        "backend; rebuild where nvcc and NCCL are found, or use the host backend");
+    throw Unsupported(options.backend == BackendKind::kNccl
+                          ? "this TIDE was built without CUDA and NCCL, so its runtime has no "
+                            "nccl backend; rebuild where nvcc and NCCL are found, or use the "
+                            "host backend"
+                          : "this TIDE was built without CUDA, so its runtime has no ipc "
+                            "backend; rebuild where nvcc is found, or use the host backend");
   }
-  if (options.backend == BackendKind::kHost) return detail::make_host_communicator(options);
+  switch (options.backend) {
+    case BackendKind::kHost:
+      return detail::make_host_communicator(options);
 #ifdef TIDE_RUNTIME_NCCL
-  return detail::make_nccl_communicator(options);
-#else
-  throw InternalError("unreachable: nccl backend not built");
+    case BackendKind::kNccl:
+      return detail::make_nccl_communicator(options);
 #endif
+#ifdef TIDE_RUNTIME_CUDA
+    case BackendKind::kIpc:
+      return detail::make_ipc_communicator(options);
+#endif
+    default:
+      break;
+  }
+  throw InternalError("unreachable: backend " + std::string(backend_name(options.backend)) +
+                      " not built");
 }
 
 }  // namespace tide::runtime

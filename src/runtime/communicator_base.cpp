@@ -53,6 +53,7 @@ Registration CommunicatorBase::register_group(const GroupSpec& spec) {
   g.ag.staged_shards = spec.staged_shards && !spec.cast;
   g.landing_slot = spec.landing_slot;
   g.host_transport = host_transport();
+  g.ipc_transport = options_.backend == BackendKind::kIpc;
   d.caps = capabilities();
   Decision decision;
   try {

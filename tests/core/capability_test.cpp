@@ -83,6 +83,30 @@ TEST(Capability, HostTransportNeedsNoDevice) {
   EXPECT_EQ(agree(ds).reason_code, FallbackReason::kComputeCapability);
 }
 
+// The ipc transport (NOTE [ipc fabric]) needs the GPU's features but none of NCCL's: a world
+// without NCCL windows (or NCCL at all) runs TIDE over it, and still falls back without the GPU
+// features.
+TEST(Capability, IpcTransportNeedsNoNccl) {
+  auto ds = cluster(1, 4);
+  for (RankDescription& d : ds) {
+    d.caps.nccl_version = 0;
+    d.caps.symmetric_windows = false;
+    d.caps.nccl_device_api = false;
+    d.caps.vmm = false;  // cudaIpc handles need no VMM
+    d.group.ipc_transport = true;
+  }
+  EXPECT_EQ(agree(ds).backend, Backend::kTide) << agree(ds).reason;
+  ds[2].caps.stream_memops = false;
+  const Decision no_memops = agree(ds);
+  EXPECT_EQ(no_memops.reason_code, FallbackReason::kDeviceFeatures);
+  EXPECT_NE(no_memops.reason.find("rank 2"), std::string::npos) << no_memops.reason;
+  for (RankDescription& d : ds) {
+    d.caps.stream_memops = true;
+    d.group.ipc_transport = false;
+  }
+  EXPECT_EQ(agree(ds).reason_code, FallbackReason::kNccl);
+}
+
 TEST(Capability, AgreementSelectsTide) {
   std::vector<std::string> logged;
   const Decision d = agree(cluster(2, 4), [&](std::string_view s) { logged.emplace_back(s); });
@@ -280,7 +304,7 @@ TEST(CapabilityInconsistent, EachAgreedField) {
     std::string fragment;
   };
   const std::vector<Case> cases = {
-      {"format_version", [](RankDescription& d) { d.format_version = 4; }, "rank 0 has 3"},
+      {"format_version", [](RankDescription& d) { d.format_version = 5; }, "rank 0 has 4"},
       {"group.name", [](RankDescription& d) { d.group.name = "other"; }, "'other'"},
       {"group.nodes", [](RankDescription& d) { d.group.nodes = 4; }, ""},
       {"group.gpus_per_node", [](RankDescription& d) { d.group.gpus_per_node = 2; }, ""},
@@ -319,6 +343,7 @@ TEST(CapabilityInconsistent, EachAgreedField) {
       {"group.ag_stages", [](RankDescription& d) { d.group.ag_stages = 1; }, ""},
       {"group.multicast_opt_in", [](RankDescription& d) { d.group.multicast_opt_in = true; }, ""},
       {"group.host_transport", [](RankDescription& d) { d.group.host_transport = true; }, ""},
+      {"group.ipc_transport", [](RankDescription& d) { d.group.ipc_transport = true; }, ""},
       {"group.rs.rounds_in_flight", [](RankDescription& d) { d.group.rs.rounds_in_flight = 2; },
        ""},
       {"caps.cuda_runtime_version", [](RankDescription& d) { d.caps.cuda_runtime_version = 12090; },

@@ -45,7 +45,7 @@
 namespace tide {
 
 // The serialised format's version; a rank running another TIDE build disagrees on it.
-inline constexpr std::uint32_t kCapabilityFormatVersion = 3;
+inline constexpr std::uint32_t kCapabilityFormatVersion = 4;
 // What TIDE needs from every rank (Sec. 2.5): sm_90+, NCCL 2.28 (symmetric windows, LSA).
 inline constexpr int kMinComputeCapability = 90;  // major * 10 + minor
 inline constexpr int kMinNcclVersion = 22800;     // NCCL_VERSION(2, 28, 0)
@@ -69,6 +69,9 @@ struct GroupSignature {
   // The group runs on the host backend (CPU processes of one host, shared memory): no GPU,
   // NCCL or device feature is needed, only a plan TIDE accepts.
   bool host_transport = false;
+  // The group runs on the ipc backend (GPU processes of one host, windows shared through CUDA
+  // IPC, NOTE [ipc fabric]): the GPU features are needed, NCCL's are not.
+  bool ipc_transport = false;
 };
 
 // What one rank's process can do. Versions are agreed; the rest is reduced.

@@ -32,6 +32,8 @@ inline constexpr EnvKnob kEnvKnobs[] = {
   {"TIDE_LOCAL_RANK", "TIDE_RANK", "this process's rank on its host (its GPU), set by `tide-nccl --spawn`"},
   {"TIDE_RENDEZVOUS", "a fresh /tmp directory (--spawn); under torchrun /tmp/tide-rendezvous-<job>", "the directory where rank 0 publishes the NCCL unique id for the other ranks"},
   {"TIDE_FABRIC_TIMEOUT_S", "NcclFabricOptions::timeout (tide-nccl --fabric-timeout)", "seconds (> 0) any wait of the NCCL fabric may take; overrides the option"},
+  {"TIDE_BACKEND", "auto", "host, nccl or ipc forces the runtime backend tide.fsdp.enable picks (auto: host for CPU, nccl where every rank has its own GPU and NCCL windows, else ipc); a forced backend that cannot serve falls back to stock with the reason"},
+  {"TIDE_IPC_HANDLES", "auto", "fd or cuda-ipc: how the ipc backend shares arenas between processes (auto: cuMem POSIX file descriptors through pidfd_getfd where the device and the kernel allow it, else cudaIpc handles; NOTE [ipc fabric])"},
   {"TIDE_NO_GRAPH_REPLAY", "0", "1 runs every runtime call on GPUs through the stream path, never as a replayed CUDA graph (NOTE [CUDA call sequences] 3)"},
   {"TIDE_ENABLE_MULTIMEM", "0", "1 allows the multimem (NVSwitch reduction) landing where the caller also opts in; never on machines where NVLink multicast is off limits"},
   {"TIDE_KERNEL_TEST_QUICK", "0", "1 keeps the GPU kernel tests to their small cases (compute-sanitizer runs)"},

@@ -9,12 +9,10 @@
 namespace tide::fabric {
 
 // NOTE [nccl window fabric]
-// The runtime keeps every registered group in one symmetric window per rank (NOTE [runtime]):
-// the groups' regions from offset 0, then `signal_words` 64-bit signal words at the regions'
-// end rounded up to 4 KiB, an offset that is the same on every rank. Arenas and words of
-// LSA-reachable ranks are addressed through their LSA pointers; tensors and outputs are not
-// the fabric's (the caller binds them per call), so pointer() answers only arenas. Ranks
-// that are not load/store reachable (another host) are not supported by the runtime yet.
+// The runtime's window (NOTE [runtime window]) is one symmetric NCCL window per rank. Arenas and
+// words of LSA-reachable ranks are addressed through their LSA pointers; tensors and outputs are
+// not the fabric's (the caller binds them per call), so pointer() answers only arenas. Ranks that
+// are not load/store reachable (another host) are not supported by the runtime yet.
 class NcclWindowFabric final : public Fabric {
  public:
   static std::int64_t required_window_bytes(std::int64_t arena_bytes, std::int64_t signal_words);

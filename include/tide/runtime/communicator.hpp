@@ -68,7 +68,10 @@
 // has completed when it returns; CPU tensors have no streams, and `stream` is ignored.
 // kNccl (one process per GPU, the ranks of one host) enqueues each call on the caller's
 // stream (a cudaStream_t as an integer) through the CUDA sequence runner (NOTE [CUDA call
-// sequences]) and returns at once; pointers are device pointers.
+// sequences]) and returns at once; pointers are device pointers. kIpc does the same over
+// windows shared through CUDA IPC (NOTE [ipc fabric]): processes of one host, which may share
+// a GPU, and no NCCL. Both are the same communicator (src/runtime/cuda_communicator.hpp) over
+// another fabric.
 #pragma once
 
 #include <chrono>
@@ -90,11 +93,11 @@ struct CommunicatorArena;
 
 namespace tide::runtime {
 
-enum class BackendKind : std::uint8_t { kHost, kNccl };
+enum class BackendKind : std::uint8_t { kHost, kNccl, kIpc };
 
 BackendKind parse_backend(std::string_view text);
 std::string_view backend_name(BackendKind backend);
-// Whether this build has the backend (nccl: built with CUDA and NCCL).
+// Whether this build has the backend (nccl: built with CUDA and NCCL; ipc: with CUDA).
 bool backend_built(BackendKind backend);
 
 struct CommunicatorOptions {
@@ -105,8 +108,8 @@ struct CommunicatorOptions {
   std::shared_ptr<Store> store;
   std::string key_prefix = "tide";  // store keys of this communicator
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
-  int device = -1;  // the CUDA device (nccl backend)
-  // Fault injection for tests (nccl backend): from this rank's call `stall_at_call` on
+  int device = -1;  // the CUDA device (nccl and ipc backends)
+  // Fault injection for tests (nccl and ipc backends): from this rank's call `stall_at_call` on
   // (counting every all-gather and reduce-scatter of the communicator), its calls wait for a
   // gate that never opens, as if a peer's signals never came; the watchdog must find it.
   int stall_rank = -1;

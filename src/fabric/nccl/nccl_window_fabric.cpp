@@ -2,28 +2,20 @@
 #include "tide/fabric/nccl_window_fabric.hpp"
 
 #include "tide/core/error.hpp"
+#include "tide/fabric/runtime_window.hpp"
 
 namespace tide::fabric {
-namespace {
-
-constexpr std::int64_t kPage = 4096;
-std::int64_t page_rounded(std::int64_t x) {
-  return (x + kPage - 1) / kPage * kPage;
-}
-
-}  // namespace
 
 std::int64_t NcclWindowFabric::required_window_bytes(std::int64_t arena_bytes,
                                                      std::int64_t signal_words) {
-  return page_rounded(arena_bytes) +
-         std::max<std::int64_t>(1, signal_words) * static_cast<std::int64_t>(sizeof(std::uint64_t));
+  return window_bytes(arena_bytes, signal_words);
 }
 
 NcclWindowFabric::NcclWindowFabric(NcclFabric& nccl, std::int64_t arena_bytes,
                                    std::int64_t signal_words)
     : nccl_(nccl),
       arena_bytes_(arena_bytes),
-      signal_offset_(page_rounded(arena_bytes)),
+      signal_offset_(window_signal_offset(arena_bytes)),
       signal_words_(signal_words) {
   if (nccl.arena_bytes() < required_window_bytes(arena_bytes, signal_words)) {
     throw InvalidArgument("NcclWindowFabric: the window holds " +

@@ -1,9 +1,12 @@
 // device_capabilities(): this process's GPU, CUDA runtime and NCCL, for the agreement.
+// Built with CUDA; the NCCL fields are filled where the build has NCCL (TIDE_CAPS_WITH_NCCL).
 #include "tide/fabric/device_capabilities.hpp"
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#if TIDE_CAPS_WITH_NCCL
 #include <nccl.h>
+#endif
 
 #include "cuda_driver.hpp"
 #include "tide/kernels/cuda_check.hpp"
@@ -15,7 +18,9 @@ RankCapabilities device_capabilities(int device) {
   RankCapabilities c;
   c.cuda_runtime_version = CUDART_VERSION;
   int nccl = 0;
+#if TIDE_CAPS_WITH_NCCL
   if (ncclGetVersion(&nccl) == ncclSuccess) c.nccl_version = nccl;
+#endif
   const int dev = device;
   cudaDeviceProp prop{};
   TIDE_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
@@ -34,9 +39,11 @@ RankCapabilities device_capabilities(int device) {
   int driver_version = 0;
   TIDE_CUDA_CHECK(cudaDriverGetVersion(&driver_version));
   c.copy_engine_batch = TIDE_HAS_CUDA_MEMCPY_BATCH && driver_version >= 12080;
+#if TIDE_CAPS_WITH_NCCL
   c.symmetric_windows = TIDE_HAS_NCCL_SYMMETRIC_WINDOWS && nccl >= 22700;
   c.nccl_device_api = TIDE_HAS_NCCL_DEVICE_API && nccl >= 22800;
   c.nccl_host_rma = TIDE_HAS_NCCL_HOST_RMA && nccl >= 22900;
+#endif
   return c;
 }
 

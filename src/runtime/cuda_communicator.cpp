@@ -1,0 +1,438 @@
+// NOTE [runtime] 5-8 on GPUs: the communicator of the nccl and ipc backends
+// (cuda_communicator.hpp).
+#include "cuda_communicator.hpp"
+
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tide/core/env.hpp"
+#include "tide/core/error.hpp"
+#include "tide/core/process.hpp"
+#include "tide/exec/cuda_sequence.hpp"
+#include "tide/fabric/device_capabilities.hpp"
+#include "tide/fabric/runtime_window.hpp"
+#include "tide/kernels/cuda_check.hpp"
+
+namespace tide::runtime::detail {
+namespace {
+
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  TIDE_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace
+
+CudaCommunicator::CudaCommunicator(const CommunicatorOptions& options) : CommunicatorBase(options) {
+  device_ = options.device;
+  if (device_ < 0) TIDE_CUDA_CHECK(cudaGetDevice(&device_));
+  TIDE_CUDA_CHECK(cudaSetDevice(device_));
+  caps_ = fabric::device_capabilities(device_);
+}
+
+CudaCommunicator::~CudaCommunicator() {
+  // The watchdog first; then the calls still running get the timeout to finish (a stalled
+  // one aborts, which releases its waits, so nothing below can hang); then the runners
+  // (their streams and events), the window and the communicators.
+  watchdog_.reset();
+  if (committed()) {
+    drain();
+    if (stuck()) {  // NOTE [runtime] 5: nothing that synchronises may run; leak it all
+      for (auto& r : runners_)
+        static_cast<void>(r.release());
+      for (auto& r : handoff_runners_)
+        static_cast<void>(r.release());
+      if (windows_) windows_->release();
+      static_cast<void>(windows_.release());
+      return;
+    }
+    (void)cudaDeviceSynchronize();
+  }
+  runners_.clear();
+  for (auto& r : handoff_runners_)
+    r.reset();
+  for (cudaEvent_t e : release_events_)
+    (void)cudaEventDestroy(e);
+  if (stall_gate_ != nullptr) (void)cudaFree(stall_gate_);
+  windows_.reset();
+}
+
+void CudaCommunicator::all_gather(int group, std::uintptr_t stream,
+                                  std::span<const void* const> shards) {
+  Group& g = group_at(group);
+  check_all_gather(g, shards.size());
+  check_not_first_under_capture(stream);
+  commit();
+  check_alive();
+  const auto caller = reinterpret_cast<cudaStream_t>(stream);
+  // NOTE [runtime] 7: the slot's previous occupant is done with it (an event, on the device).
+  if (take_slot(g)) {
+    TIDE_CUDA_CHECK(
+        cudaStreamWaitEvent(caller, release_events_[static_cast<std::size_t>(g.slot)],
+                            capturing(caller) ? cudaEventWaitExternal : cudaEventWaitDefault));
+  }
+  std::vector<exec::CudaCallBindings> bindings(static_cast<std::size_t>(options_.world));
+  exec::CudaCallBindings& mine = bindings[static_cast<std::size_t>(options_.rank)];
+  if (g.ag.options().shard_in_stage()) {
+    mine.tensors.assign(shards.begin(), shards.end());
+  } else {
+    // The previous all-gather (maybe on another stream) may still read the resident shard.
+    runner(group, 0).order_after_previous(caller);
+    for (std::size_t p = 0; p < shards.size(); ++p) {  // copy-in: a local copy of S bytes
+      const ParamLayout& pl = g.layout.param(static_cast<int>(p));
+      TIDE_CUDA_CHECK(cudaMemcpyAsync(g.info.resident + pl.offset, shards[p],
+                                      static_cast<std::size_t>(pl.shard_bytes),
+                                      cudaMemcpyDeviceToDevice, caller));
+    }
+  }
+  stall_if_injected(caller);
+  run_in_lane(0, runner(group, 0), bindings, 1.0f, false, caller);
+  ++g.stats.all_gathers;
+  g.stats.copy_bytes_avoided += all_gather_copy_bytes(g.layout);
+  if (shards.empty()) {
+    g.stats.copy_bytes_avoided += g.layout.shard_bytes();  // FSDP2's copy-in, not needed
+  } else {
+    g.stats.copy_bytes_made += all_gather_copy_in_bytes(g);
+  }
+}
+
+void CudaCommunicator::reduce_scatter(int group, std::uintptr_t stream,
+                                      std::span<const void* const> grads, float* out, float alpha,
+                                      bool accumulate) {
+  Group& g = group_at(group);
+  check_reduce_scatter(g, grads.size(), out);
+  check_not_first_under_capture(stream);
+  commit();
+  check_alive();
+  std::vector<exec::CudaCallBindings> bindings(static_cast<std::size_t>(options_.world));
+  exec::CudaCallBindings& mine = bindings[static_cast<std::size_t>(options_.rank)];
+  mine.tensors = gradients_of(g, grads);
+  mine.output = out;
+  stall_if_injected(reinterpret_cast<cudaStream_t>(stream));
+  run_in_lane(1, runner(group, 1), bindings, alpha, accumulate,
+              reinterpret_cast<cudaStream_t>(stream));
+  release_staged(g, stream);  // NOTE [runtime] 8: after the call's reads, on its stream
+  ++g.stats.reduce_scatters;
+  g.stats.copy_bytes_avoided += reduce_scatter_copy_bytes(g.layout);
+}
+
+// A lane's handoff calls are captured with the calls they precede (group -1).
+GraphCalls CudaCommunicator::take_graph_calls() {
+  GraphCalls out;
+  for (std::size_t i = 0; i < runners_.size(); ++i) {
+    const exec::CudaCapturedCalls c = runners_[i]->take_captured();
+    if (c.calls > 0)
+      out.sequences.push_back({static_cast<int>(i / 2), i % 2 == 1, c.first_call, c.calls});
+  }
+  for (int lane = 0; lane < 2 && committed(); ++lane) {
+    const exec::CudaCapturedCalls c = handoff_runners_[lane]->take_captured();
+    if (c.calls > 0) out.sequences.push_back({-1, lane == 1, c.first_call, c.calls});
+  }
+  return out;
+}
+
+// Every sequence is checked before any advances, so a refused launch leaves the host's
+// call indices as they were.
+void CudaCommunicator::prepare_graph_launch(const GraphCalls& calls) {
+  check_alive();
+  if (!committed() && !calls.sequences.empty()) {
+    throw InvalidArgument("prepare_graph_launch: no call was captured yet");
+  }
+  auto captured = [this](const GraphCalls::Sequence& q) -> exec::CudaSequenceRunner& {
+    if (q.group == -1) return *handoff_runners_[q.reduce_scatter ? 1 : 0];
+    (void)group_at(q.group);
+    return runner(q.group, q.reduce_scatter ? 1 : 0);
+  };
+  for (const GraphCalls::Sequence& q : calls.sequences)
+    captured(q).check_replay({q.first_call, q.calls});
+  for (const GraphCalls::Sequence& q : calls.sequences)
+    captured(q).prepare_replay({q.first_call, q.calls});
+}
+
+std::int64_t CudaCommunicator::arena_request() const {
+  if (committed()) throw InvalidArgument("arena_request: the arena exists already");
+  lay_out();
+  return allocation_bytes(fabric::window_bytes(arena_bytes_, signal_words_));
+}
+
+void CudaCommunicator::provide_arena(std::uintptr_t memory, std::int64_t bytes) {
+  const std::int64_t needed = arena_request();
+  if (memory == 0 || bytes < needed) {
+    throw InvalidArgument("provide_arena: " + std::to_string(bytes) + " bytes at " +
+                          std::to_string(memory) + " for an arena of " + std::to_string(needed) +
+                          " bytes (ask arena_request())");
+  }
+  provided_memory_ = memory;
+  provided_bytes_ = bytes;
+}
+
+// Fail-stop (NOTE [runtime] 5), from the caller's or the watchdog's thread: the reason is
+// kept for every later call, the runners' waits are released so that their streams (and
+// the caller streams joined to them) drain, and the NCCL communicators are aborted.
+
+void CudaCommunicator::abort(const std::string& reason) {
+  {
+    std::lock_guard lock(abort_mutex_);
+    if (!aborted_.empty()) return;
+    aborted_ = reason;
+  }
+  for (exec::CudaSequenceRunner* r : every_runner()) {
+    try {
+      r->release_waits();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tide: rank %d: releasing the waits failed: %s\n", options_.rank,
+                   e.what());
+    }
+  }
+  if (windows_) windows_->abort();
+}
+
+void CudaCommunicator::add_path_stats(int group, GroupStats& stats) const {
+  if (!committed()) return;
+  const auto at = static_cast<std::size_t>(2 * group);
+  stats.all_gather_replays = runners_[at]->graph_launches();
+  stats.reduce_scatter_replays = runners_[at + 1]->graph_launches();
+}
+
+void CudaCommunicator::commit() const {
+  if (committed()) return;
+  TIDE_CUDA_CHECK(cudaSetDevice(device_));
+  lay_out();
+  windows_ = open_windows(fabric::window_bytes(arena_bytes_, signal_words_),
+                          reinterpret_cast<void*>(provided_memory_));  // nullptr: its own
+  exec::CudaSequenceOptions runner_options;
+  runner_options.replay_graphs = !env::flag("TIDE_NO_GRAPH_REPLAY");
+  if (options_.rank == options_.stall_rank && options_.stall_at_call >= 0) {
+    void* gate = nullptr;
+    TIDE_CUDA_CHECK(cudaMalloc(&gate, 8));
+    const std::uint64_t open = 1;
+    TIDE_CUDA_CHECK(cudaMemcpy(gate, &open, 8, cudaMemcpyHostToDevice));
+    stall_gate_ = static_cast<std::uint64_t*>(gate);
+    runner_options.gate_rank = options_.rank;
+    runner_options.gate_word = stall_gate_;
+  }
+  exec::CudaSequenceOptions handoff_options;  // never gated: the stall is a group's call
+  handoff_options.replay_graphs = runner_options.replay_graphs;
+  for (int lane = 0; lane < 2; ++lane) {
+    handoff_runners_[lane] = std::make_unique<exec::CudaSequenceRunner>(
+        handoffs_[lane].sequence, windows_->fabric(),
+        exec::CudaSequencePlace{0, handoffs_[lane].first_counter}, handoff_options);
+  }
+  release_events_.assign(layout_.slots.size(), nullptr);
+  for (cudaEvent_t& e : release_events_)
+    TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  for (auto& g : groups_) {
+    runners_.push_back(std::make_unique<exec::CudaSequenceRunner>(
+        g->all_gathers.sequence, windows_->fabric(),
+        exec::CudaSequencePlace{0, g->all_gathers.first_counter}, runner_options));
+    runners_.push_back(std::make_unique<exec::CudaSequenceRunner>(
+        g->reduce_scatters.sequence, windows_->fabric(),
+        exec::CudaSequencePlace{0, g->reduce_scatters.first_counter}, runner_options));
+    std::byte* arena = windows_->window();
+    g->info.landing = arena + g->ag_areas.landing;
+    g->info.resident = g->ag.options().shard_in_stage() ? nullptr : arena + g->ag_areas.resident;
+    g->info.graph_period =
+        std::lcm(runners_[runners_.size() - 2]->event_slots(), runners_.back()->event_slots());
+  }
+  // Every runner zeroed its rank's signal words; no rank may signal a peer before that.
+  // Every rank's pid: all are on this host, so the watchdog can name a peer that died.
+  for (const std::string& pid :
+       all_gather_values(store(), options_.key_prefix + "/cuda/ready", options_.rank,
+                         options_.world, std::to_string(getpid()), options_.timeout)) {
+    peer_pids_.push_back(std::stoi(pid));
+  }
+  mark_committed();
+  watchdog_ = std::make_unique<Watchdog>(
+      [this] { return stalled_call(); },
+      [this](const std::string& reason) { const_cast<CudaCommunicator*>(this)->fail(reason); },
+      watchdog_period());
+}
+
+void CudaCommunicator::copy_into_slot(int slot, bool wait_release, std::uintptr_t stream,
+                                      std::span<const std::pair<const void*, void*>> copies,
+                                      std::span<const std::int64_t> bytes) {
+  const auto s = reinterpret_cast<cudaStream_t>(stream);
+  if (wait_release) {
+    TIDE_CUDA_CHECK(
+        cudaStreamWaitEvent(s, release_events_[static_cast<std::size_t>(slot)],
+                            capturing(s) ? cudaEventWaitExternal : cudaEventWaitDefault));
+  }
+  for (std::size_t i = 0; i < copies.size(); ++i) {
+    TIDE_CUDA_CHECK(cudaMemcpyAsync(copies[i].second, copies[i].first,
+                                    static_cast<std::size_t>(bytes[i]), cudaMemcpyDeviceToDevice,
+                                    s));
+  }
+}
+
+void CudaCommunicator::record_release(int slot, std::uintptr_t stream) {
+  const auto s = reinterpret_cast<cudaStream_t>(stream);
+  TIDE_CUDA_CHECK(
+      cudaEventRecordWithFlags(release_events_[static_cast<std::size_t>(slot)], s,
+                               capturing(s) ? cudaEventRecordExternal : cudaEventRecordDefault));
+}
+
+// NOTE [lane handoff]: the caller stream after the lane's previous call (which may have run
+// on another stream), the handoff, then the call.
+void CudaCommunicator::run_in_lane(int lane, exec::CudaSequenceRunner& call,
+                                   std::span<const exec::CudaCallBindings> bindings, float alpha,
+                                   bool accumulate, cudaStream_t caller) {
+  if (lane_previous_[lane] != nullptr) lane_previous_[lane]->order_after_previous(caller);
+  const std::vector<exec::CudaCallBindings> none(static_cast<std::size_t>(options_.world));
+  handoff_runners_[lane]->enqueue(none, 1.0f, false, caller);
+  call.enqueue(bindings, alpha, accumulate, caller);
+  lane_previous_[lane] = &call;
+}
+
+// NOTE [runtime] 6: the first call sets up the arena and synchronises, which a capture
+// cannot hold.
+void CudaCommunicator::check_not_first_under_capture(std::uintptr_t stream) const {
+  if (committed()) return;
+  TIDE_CUDA_CHECK(cudaSetDevice(device_));
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  TIDE_CUDA_CHECK(cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(stream), &status));
+  if (status != cudaStreamCaptureStatusNone) {
+    throw InvalidArgument(
+        "a TIDE call cannot be the communicator's first while its stream is being captured "
+        "into a CUDA graph (the first call creates the arena and synchronises): make one "
+        "call of every group before capturing, as a warm-up step does");
+  }
+}
+
+// The injected stall (CommunicatorOptions::stall_rank): the gate closes before that call.
+void CudaCommunicator::stall_if_injected(cudaStream_t caller) {
+  if (stall_gate_ != nullptr && calls_ == options_.stall_at_call) {
+    TIDE_CUDA_CHECK(cudaMemsetAsync(stall_gate_, 0, 8, caller));
+  }
+  ++calls_;
+}
+
+void CudaCommunicator::check_alive() const {
+  std::lock_guard lock(abort_mutex_);
+  if (!aborted_.empty()) {
+    throw CommunicationError("rank " + std::to_string(options_.rank) +
+                             ": communicator aborted: " + aborted_);
+  }
+}
+
+// A tenth of the timeout, between 1 ms and 100 ms.
+std::chrono::milliseconds CudaCommunicator::watchdog_period() const {
+  return std::clamp(options_.timeout / 10, std::chrono::milliseconds(1),
+                    std::chrono::milliseconds(100));
+}
+
+// The watchdog's check: the first call of any runner past the timeout, named.
+// The watchdog's check: the first call of any runner past the timeout, or, where a peer's
+// process is gone, the first call still running a tenth of the timeout (at least 1 s)
+// after its enqueue (a peer that finished its job and exited is no failure while this
+// rank's calls still complete).
+std::optional<std::string> CudaCommunicator::stalled_call() const {
+  TIDE_CUDA_CHECK(cudaSetDevice(device_));
+  int dead = -1;
+  for (std::size_t r = 0; r < peer_pids_.size() && dead < 0; ++r) {
+    if (static_cast<int>(r) != options_.rank && !process_alive(peer_pids_[r])) {
+      dead = static_cast<int>(r);
+    }
+  }
+  const auto bound = dead < 0 ? options_.timeout
+                              : std::min(options_.timeout, std::max(std::chrono::milliseconds(1000),
+                                                                    options_.timeout / 10));
+  const std::vector<exec::CudaSequenceRunner*> all = every_runner();
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const std::optional<exec::CudaStalledCall> stall = all[i]->stalled(bound);
+    if (!stall) continue;
+    const bool handoff = i >= runners_.size();
+    const int collective =
+        handoff ? static_cast<int>(i - runners_.size()) : static_cast<int>(i % 2);
+    const std::string kind = collective == 0 ? "all-gather" : "reduce-scatter";
+    const std::string call =
+        handoff ? "the handoff before " + kind + " " + std::to_string(stall->call) +
+                      " of the communicator (every rank finishing the previous " + kind + ")"
+                : kind + " call " + std::to_string(stall->call) + " of group '" +
+                      groups_[i / 2]->spec.name + "'";
+    std::string reason =
+        dead >= 0
+            ? "rank " + std::to_string(dead) + " died (process " +
+                  std::to_string(peer_pids_[static_cast<std::size_t>(dead)]) + " is gone); rank " +
+                  std::to_string(options_.rank) + " was waiting in " + call
+            : "rank " + std::to_string(options_.rank) + ": " + call + " did not complete within " +
+                  std::to_string(options_.timeout.count()) +
+                  " ms (a peer stalled, died or issued another call order)";
+    if (!stall->waits.empty()) reason += "; unsatisfied: ";
+    for (std::size_t k = 0; k < stall->waits.size(); ++k)
+      reason += (k == 0 ? "" : "; ") + stall->waits[k];
+    return reason;
+  }
+  return std::nullopt;
+}
+
+// The watchdog's verdict (NOTE [runtime] 5): one line, the abort, then a bounded wait for
+// the released streams to drain. Streams that stay held (a release copy queued behind a
+// held hardware queue) would hang the process's next synchronisation forever, so the
+// process then ends, as PyTorch's NCCL watchdog ends it after a collective's timeout.
+void CudaCommunicator::fail(const std::string& reason) {
+  std::fprintf(stderr, "tide: %s\n", reason.c_str());
+  std::fflush(stderr);
+  abort(reason);
+  const auto grace = std::min(options_.timeout, std::chrono::milliseconds(10000));
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!stuck()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::fprintf(stderr,
+               "tide: rank %d: the GPU's streams stay held after the abort; ending the "
+               "process (fail-stop)\n",
+               options_.rank);
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+bool CudaCommunicator::stuck() const {
+  bool any = false;
+  for (const exec::CudaSequenceRunner* r : every_runner())
+    any = any || r->stuck();
+  return any;
+}
+
+// The groups' runners (2 g + collective), then the lanes' handoffs (NOTE [lane handoff]).
+std::vector<exec::CudaSequenceRunner*> CudaCommunicator::every_runner() const {
+  std::vector<exec::CudaSequenceRunner*> all;
+  for (const auto& r : runners_)
+    all.push_back(r.get());
+  for (const auto& r : handoff_runners_) {
+    if (r) all.push_back(r.get());
+  }
+  return all;
+}
+
+// Waits, bounded by the timeout, until every runner's calls completed; aborts otherwise.
+void CudaCommunicator::drain() {
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  for (;;) {
+    bool idle = true;
+    for (const exec::CudaSequenceRunner* r : every_runner())
+      idle = idle && r->idle();
+    if (idle) return;
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::optional<std::string> reason = stalled_call();
+      abort(reason ? *reason : "calls still running at teardown after the timeout");
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+}  // namespace tide::runtime::detail

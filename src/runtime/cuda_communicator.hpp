@@ -1,0 +1,111 @@
+// The communicator of the GPU backends (nccl, ipc): one process per rank on the GPUs of one
+// host. Each group's all-gather and reduce-scatter sequences run on the CUDA sequence runner
+// (NOTE [CUDA call sequences]) over the backend's windows (NOTE [runtime window]), enqueued on
+// the caller's stream with no host synchronisation; a watchdog makes failure fail-stop
+// (NOTE [runtime] 5). A backend adds only where its windows come from (CudaWindows).
+// Built only with CUDA (TIDE_RUNTIME_CUDA).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "communicator_base.hpp"
+#include "tide/exec/cuda_sequence.hpp"
+#include "tide/fabric/fabric.hpp"
+#include "watchdog.hpp"
+
+namespace tide::runtime::detail {
+
+// A GPU backend's windows: this rank's and its peers', as the runner's fabric.
+class CudaWindows {
+ public:
+  virtual ~CudaWindows() = default;
+  virtual fabric::Fabric& fabric() = 0;
+  virtual std::byte* window() const = 0;   // this rank's (the arena at offset 0)
+  virtual std::int64_t bytes() const = 0;  // as allocated
+  // From any thread (the watchdog's): the transport's own waits fail from now on. Idempotent.
+  virtual void abort() noexcept {}
+  // Gives up every resource without freeing it (device work that could not be drained).
+  virtual void release() noexcept = 0;
+
+ protected:
+  CudaWindows() = default;
+};
+
+class CudaCommunicator : public CommunicatorBase {
+ public:
+  explicit CudaCommunicator(const CommunicatorOptions& options);
+  ~CudaCommunicator() override;
+
+  void all_gather(int group, std::uintptr_t stream, std::span<const void* const> shards) override;
+  void reduce_scatter(int group, std::uintptr_t stream, std::span<const void* const> grads,
+                      float* out, float alpha, bool accumulate) override;
+  GraphCalls take_graph_calls() override;
+  void prepare_graph_launch(const GraphCalls& calls) override;
+  std::int64_t arena_bytes() const override { return windows_ ? windows_->bytes() : 0; }
+  std::int64_t arena_request() const override;
+  void provide_arena(std::uintptr_t memory, std::int64_t bytes) override;
+  void check() const override { check_alive(); }
+  void abort(const std::string& reason) override;
+
+ protected:
+  // The backend's part. allocation_bytes: what a window of `window_bytes` takes as allocated
+  // (what provide_arena() must hold). open_windows: collective, through store(); `provided` is
+  // the caller's memory (provide_arena) or nullptr.
+  virtual std::int64_t allocation_bytes(std::int64_t window_bytes) const = 0;
+  virtual std::unique_ptr<CudaWindows> open_windows(std::int64_t window_bytes,
+                                                    void* provided) const = 0;
+
+  int device_ = 0;
+  RankCapabilities caps_;
+
+ private:
+  RankCapabilities capabilities() const override { return caps_; }
+  void add_path_stats(int group, GroupStats& stats) const override;
+  bool host_transport() const override { return false; }
+  void commit() const override;
+
+  void copy_into_slot(int slot, bool wait_release, std::uintptr_t stream,
+                      std::span<const std::pair<const void*, void*>> copies,
+                      std::span<const std::int64_t> bytes) override;
+  void record_release(int slot, std::uintptr_t stream) override;
+  void run_in_lane(int lane, exec::CudaSequenceRunner& call,
+                   std::span<const exec::CudaCallBindings> bindings, float alpha, bool accumulate,
+                   cudaStream_t caller);
+  void check_not_first_under_capture(std::uintptr_t stream) const;
+  exec::CudaSequenceRunner& runner(int group, int collective) {
+    return *runners_[static_cast<std::size_t>(2 * group + collective)];
+  }
+  void stall_if_injected(cudaStream_t caller);
+  void check_alive() const;
+  std::chrono::milliseconds watchdog_period() const;
+  std::optional<std::string> stalled_call() const;
+  void fail(const std::string& reason);
+  bool stuck() const;
+  std::vector<exec::CudaSequenceRunner*> every_runner() const;
+  void drain();
+
+  mutable std::vector<int> peer_pids_;           // by rank, set at the first call
+  std::int64_t calls_ = 0;                       // calls of every group so far
+  mutable std::uint64_t* stall_gate_ = nullptr;  // CommunicatorOptions::stall_rank's gate
+  mutable std::mutex abort_mutex_;
+  std::string aborted_;  // the fail-stop reason; empty while alive
+  mutable std::unique_ptr<CudaWindows> windows_;
+  mutable std::vector<std::unique_ptr<exec::CudaSequenceRunner>> runners_;
+  // NOTE [lane handoff]: per lane its handoff's runner, and the runner of its last call.
+  mutable std::unique_ptr<exec::CudaSequenceRunner> handoff_runners_[2];
+  exec::CudaSequenceRunner* lane_previous_[2] = {nullptr, nullptr};
+  mutable std::vector<cudaEvent_t> release_events_;  // per slot: NOTE [runtime] 7
+  mutable std::unique_ptr<Watchdog> watchdog_;       // after runners_: stopped before they go
+};
+
+}  // namespace tide::runtime::detail
