@@ -148,6 +148,7 @@ AgInputs ag_inputs(std::mt19937_64& rng, const GroupLayout& layout, bool cast) {
 struct WorkerResult {
   int calls = 0;
   std::int64_t mismatches = 0;
+  std::int64_t replays = 0;  // calls that ran as replayed CUDA graphs (GPU backends)
   std::string error;
   runtime::ArenaInfo arena;
 };
@@ -312,6 +313,10 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
     ++result.calls;
   }
   result.arena = comm->arena();
+  for (const int id : ids) {
+    const runtime::GroupStats s = comm->stats(id);
+    result.replays += s.all_gather_replays + s.reduce_scatter_replays;
+  }
   return result;
 }
 
@@ -425,6 +430,7 @@ void run_check_runtime(CheckRuntimeArgs a) {
         out = {{"rank", rank},
                {"calls", r.calls},
                {"mismatches", r.mismatches},
+               {"replays", r.replays},
                {"arena", arena_json(r.arena)}};
         status = r.mismatches == 0 ? 0 : 1;
       } catch (const std::exception& e) {

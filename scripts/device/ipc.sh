@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# Several GPU ranks on one GPU through the ipc backend (NOTE [ipc fabric]), in one call.
+#   here:   scripts/stage-deps.sh            (once: GoogleTest and headers into .deps/)
+#   device: run(command="bash scripts/device/ipc.sh", carry=[".deps"])
+# STEPS (default "build fabric splits faults sanitizer package fsdp demo") picks steps:
+#   build      the C++ tree with CUDA (tests, tide)
+#   fabric     tide_ipc_fabric_tests: 2-3 processes map each other's windows, both handle kinds
+#   splits     tide check-runtime --backend ipc, 2-8 processes on the GPU, splits 1x2 2x1 1x3 2x2
+#              4x1 1x4 2x4 8x1; both modes, bf16 and fp32 masters (--cast), graph replay (the
+#              default) and the stream path (TIDE_NO_GRAPH_REPLAY=1); bitwise
+#   faults     --kill-rank (SIGKILL mid-call), --stall-rank, --misorder-rank at 2 and 4
+#              processes: every other rank raises within the timeout, nothing left behind
+#   sanitizer  compute-sanitizer memcheck on a 2-process check-runtime run
+#   package    pip install . against the image's torch
+#   fsdp       FSDP2 parity, 2 and 4 processes on the GPU (4: HSDP 2 x 2), TIDE on ipc vs stock
+#              on gloo (tests/python/test_fsdp_ipc_gpu.py)
+#   demo       scripts/main.sh's demo with 4 processes on the GPU
+# SPLITS and VARIANTS (comma-separated) narrow the splits step.
+# Writes under $OUT: summary.md, rows.jsonl (one JSON row per run, for ipc_results.py),
+# logs.tgz. Then here: python3 scripts/device/ipc_results.py <files_at> writes
+# bench/results/ipc/{summary.json,README.md}.
+set -uo pipefail
+NAME=ipc DEFAULT_STEPS="build fabric splits faults sanitizer package fsdp demo" source "$(dirname "$0")/common.sh"
+BUILD=${BUILD_DIR:-build-ipc}
+tide="$BUILD/src/cli/tide"
+rows="$OUT/rows.jsonl"
+: > "$rows"
+finish() { pack_logs; exit "$1"; }
+row() { echo "$1" >> "$rows"; }
+export PYTHONUNBUFFERED=1
+gpu_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
+tide_procs() { pgrep -f "tide check-runtime|fsdp_parity_worker|tide.demo" | wc -l; }
+
+nvidia-smi > "$LOG/nvidia-smi.txt" 2>&1
+note "## ipc.sh on $(hostname) $(date -u +%FT%TZ): $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); kernel $(uname -r); ptrace_scope $(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null || echo none)"
+row "{\"kind\": \"machine\", \"machine\": \"$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), $(nproc) cores, kernel $(uname -r)\", \"date\": \"$(date -u +%FT%TZ)\", \"command\": \"bash scripts/device/ipc.sh (STEPS='$STEPS')\", \"gpu_used_mib_start\": $(gpu_used)}"
+
+rc_all=0
+if has build; then
+  if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDE_CUDA=ON -DTIDE_WERROR=OFF \
+       > "$LOG/build.log" 2>&1; then
+    note "CONFIGURE FAILED $(stamp)"; tail -40 "$LOG/build.log" | tee -a "$summary"; finish 1
+  fi
+  if ! cmake --build "$BUILD" -j 16 --target tide tide_ipc_fabric_tests ${EXTRA_TARGETS:-} >> "$LOG/build.log" 2>&1; then
+    note "BUILD FAILED $(stamp)"; grep -E "error|FAILED" "$LOG/build.log" | head -40 | tee -a "$summary"
+    finish 1
+  fi
+  note "build ok $(stamp)"
+fi
+
+if has fabric; then
+  timeout 120 "$BUILD/tests/fabric_ipc/tide_ipc_fabric_tests" > "$LOG/fabric.log" 2>&1
+  rc=$?
+  [[ $rc -ne 0 ]] && rc_all=$rc
+  # On the device a skipped GPU case is a failure, unless it says why its handles are refused.
+  note "ipc fabric tests rc=$rc $(stamp): $(grep -E '^\[  (PASSED|FAILED|SKIPPED) |ipc fabric:|skip' "$LOG/fabric.log" | tr '\n' ' ' | cut -c1-900)"
+fi
+
+# One check-runtime run: name, procs, M, L, then its extra arguments; a row either way.
+check() {
+  local name=$1 procs=$2 m=$3 l=$4; shift 4
+  local start; start=$(date +%s.%N)
+  timeout 300 "$tide" check-runtime --backend ipc --procs "$procs" -M "$m" -L "$l" --json "$@" \
+    > "$LOG/$name.json" 2> "$LOG/$name.err"
+  local rc=$?
+  local took; took=$(python3 -c "import time; print(round(time.time() - $start, 2))")
+  echo "$rc $took"
+}
+
+if has splits; then
+  groups="37x5,16,1000x33;20x7,9x11;300x17;64x64,64"
+  for split in ${SPLITS:-1x2 2x1 1x3 2x2 4x1 1x4 2x4 8x1}; do
+    m=${split%x*}; l=${split#*x}; procs=$((m * l))
+    IFS=, read -r -a variants <<< "${VARIANTS:-in-place,slot-reuse,in-place --cast,slot-reuse --cast,stream}"
+    for variant in "${variants[@]}"; do
+      args=(--mode "${variant%% *}"); [[ $variant == *--cast ]] && args+=(--cast)
+      path=replay
+      if [[ $variant == stream ]]; then args=(--mode in-place); path=stream; export TIDE_NO_GRAPH_REPLAY=1; fi
+      name="split-$split-$(echo "$variant" | tr -d ' -')"
+      read -r rc took < <(check "$name" "$procs" "$m" "$l" --groups "$groups" --calls 16 \
+        --seed $((procs * 7 + m)) --ring --staged-shards "${args[@]}" --timeout-s 60)
+      unset TIDE_NO_GRAPH_REPLAY
+      [[ $rc -ne 0 ]] && rc_all=$rc
+      line=$(python3 - "$LOG/$name.json" "$procs" "$m" "$l" "${variant%% *}" "$([[ $variant == *--cast ]] && echo fp32 || echo bf16)" "$path" "$took" "$rc" <<'PY'
+import json, sys
+f, procs, m, l, mode, dtype, path, took, rc = sys.argv[1:]
+try:
+    d = json.load(open(f))
+except Exception as e:
+    d = {"passed": False, "mismatches": None, "per_rank": [{"error": f"no JSON: {e}"}]}
+errors = [r["error"] for r in d.get("per_rank", []) if "error" in r]
+print(json.dumps({"kind": "split", "procs": int(procs), "M": int(m), "L": int(l),
+                  "mode": mode if mode != "stream" else "in-place", "dtype": dtype, "path": path,
+                  "passed": bool(d.get("passed")) and rc == "0", "mismatches": d.get("mismatches"),
+                  "replays": sum(r.get("replays", 0) for r in d.get("per_rank", [])),
+                  "calls": d.get("calls"), "seconds": float(took),
+                  "arena_bytes": d.get("arena", {}).get("arena_bytes"), "errors": errors[:2]}))
+PY
+)
+      row "$line"
+      note "split $split $variant: rc=$rc ${took}s $(echo "$line" | python3 -c "import json,sys; r=json.load(sys.stdin); print('passed' if r['passed'] else 'FAILED', r['mismatches'], 'mismatches,', r['replays'], 'replays', r['errors'][:1])" | cut -c1-400)"
+    done
+  done
+fi
+
+# A fault run: name, procs, the grep that every surviving rank's error must match, arguments.
+fault() {
+  local name=$1 procs=$2 pattern=$3 fault_kind=$4; shift 4
+  local before; before=$(gpu_used)
+  read -r rc took < <(check "$name" "$procs" 1 "$procs" --groups "37x5,16;20x7" --calls 12 "$@")
+  sleep 1
+  local left; left=$(tide_procs)
+  local after; after=$(gpu_used)
+  local line
+  line=$(python3 - "$LOG/$name.json" "$procs" "$pattern" "$fault_kind" "$took" "$rc" "$left" "$before" "$after" <<'PY'
+import json, re, sys
+f, procs, pattern, kind, took, rc, left, before, after = sys.argv[1:]
+try:
+    d = json.load(open(f))
+except Exception as e:
+    d = {"per_rank": []}
+rows = d.get("per_rank", [])
+victim = {"kill": "killed by signal 9"}.get(kind)
+survivors = [r for r in rows if not (victim and r.get("error", "").startswith(victim))]
+named = [r for r in survivors if re.search(pattern, r.get("error", ""))]
+timeout_s = 5.0
+print(json.dumps({"kind": "fault", "fault": kind, "procs": int(procs),
+                  "all_ranks_raised_within_timeout": rc == "1" and len(named) == len(survivors) > 0
+                      and max((r.get("seconds", 1e9) for r in survivors), default=1e9) < 60,
+                  "seconds": max((r.get("seconds", 0) for r in survivors), default=None),
+                  "left_behind": {"processes": int(left), "gpu_mib_before": int(before),
+                                  "gpu_mib_after": int(after)},
+                  "errors": [r.get("error", "")[:300] for r in survivors][:2]}))
+PY
+)
+  row "$line"
+  [[ $(echo "$line" | python3 -c "import json,sys; r=json.load(sys.stdin); print(int(r['all_ranks_raised_within_timeout'] and r['left_behind']['processes']==0))") == 1 ]] || rc_all=1
+  note "fault $name: rc=$rc ${took}s, $left processes left, GPU ${before}->${after} MiB: $(echo "$line" | cut -c1-600)"
+}
+
+if has faults; then
+  for procs in 2 4; do
+    fault "kill-$procs" "$procs" "rank 1 died" kill --seed 4 --kill-rank 1 --kill-at-call 5 --timeout-s 5
+    fault "stall-$procs" "did not complete within|stalled|died" stall --seed 3 --stall-rank 0 --stall-at-call 4 --timeout-s 5
+  done
+  fault "misorder-2" "did not complete within|order" misorder --seed 5 --misorder-rank 1 --timeout-s 5
+fi
+
+if has sanitizer; then
+  if command -v compute-sanitizer > /dev/null; then
+    timeout 400 compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 \
+      "$tide" check-runtime --backend ipc --procs 2 -M 1 -L 2 --groups "37x5,16;20x7" --calls 6 \
+      --seed 21 --ring --staged-shards --timeout-s 120 --json > "$LOG/sanitizer.json" 2> "$LOG/sanitizer.err"
+    rc=$?
+    summary_line=$(grep -E "ERROR SUMMARY|error" "$LOG/sanitizer.err" | sort | uniq -c | head -5 | tr '\n' ' ')
+    row "{\"kind\": \"sanitizer\", \"rc\": $rc, \"summary\": $(python3 -c "import json,sys; print(json.dumps(sys.argv[1]))" "$summary_line")}"
+    note "compute-sanitizer memcheck 2 procs rc=$rc $(stamp): $summary_line $(head -c 300 "$LOG/sanitizer.json")"
+  else
+    note "compute-sanitizer: not on this machine"
+  fi
+fi
+
+if has package; then
+  {
+    CMAKE_ARGS="-DTIDE_CUDA=ON -DTIDE_WERROR=OFF" CMAKE_BUILD_PARALLEL_LEVEL=16 \
+      python3 -m pip install --no-build-isolation --no-deps -v . &&
+      python3 -c "import tide, tide._C as C; print('tide', tide.__version__, 'ipc allocator', C.ipc_allocator)"
+  } > "$LOG/package.log" 2>&1
+  rc=$?
+  [[ $rc -ne 0 ]] && rc_all=$rc
+  note "package rc=$rc $(stamp): $(tail -2 "$LOG/package.log" | tr '\n' ' ')"
+fi
+
+if has fsdp; then
+  timeout 500 python3 -m pytest tests/python/test_fsdp_ipc_gpu.py -q -rs -p no:cacheprovider \
+    > "$LOG/fsdp.log" 2>&1
+  rc=$?
+  [[ $rc -ne 0 ]] && rc_all=$rc
+  cp "$LOG"/fsdp-ipc-*.json "$OUT/" 2>/dev/null
+  for f in "$LOG"/fsdp-ipc-*.json; do [[ -f $f ]] && row "$(cat "$f")"; done
+  note "fsdp ipc parity rc=$rc $(stamp): $(tail -3 "$LOG/fsdp.log" | tr '\n' ' ')"
+fi
+
+if has demo; then
+  TIDE_DEMO_PROCS=4 timeout 400 bash scripts/main.sh --procs 4 --steps 6 --out "$LOG/demo" > "$LOG/demo.log" 2>&1
+  rc=$?
+  [[ $rc -ne 0 ]] && rc_all=$rc
+  note "demo 4 procs rc=$rc $(stamp): $(grep -E "max loss|peak memory|TIDE arena|groups on" "$LOG/demo.log" | tr '\n' ' ')"
+  [[ -f "$LOG/demo/summary.json" ]] && cp "$LOG/demo/summary.json" "$OUT/demo-summary.json"
+fi
+
+row "{\"kind\": \"end\", \"gpu_used_mib_end\": $(gpu_used), \"tide_processes_left\": $(tide_procs)}"
+note "done rc=$rc_all $(stamp)"
+finish "$rc_all"
