@@ -77,7 +77,7 @@ if has splits; then
       path=replay
       if [[ $variant == stream ]]; then args=(--mode in-place); path=stream; export TIDE_NO_GRAPH_REPLAY=1; fi
       name="split-$split-$(echo "$variant" | tr -d ' -')"
-      read -r rc took < <(check "$name" "$procs" "$m" "$l" --groups "$groups" --calls 16 \
+      read -r rc took < <(check "$name" "$procs" "$m" "$l" --groups "$groups" --calls "${CALLS:-48}" \
         --seed $((procs * 7 + m)) --ring --staged-shards "${args[@]}" --timeout-s 60)
       unset TIDE_NO_GRAPH_REPLAY
       [[ $rc -ne 0 ]] && rc_all=$rc
@@ -112,9 +112,9 @@ fault() {
   local left; left=$(tide_procs)
   local after; after=$(gpu_used)
   local line
-  line=$(python3 - "$LOG/$name.json" "$procs" "$pattern" "$fault_kind" "$took" "$rc" "$left" "$before" "$after" <<'PY'
+  line=$(python3 - "$LOG/$name.json" "$procs" "$pattern" "$fault_kind" "$took" "$rc" "$left" "$before" "$after" "${CUDA_DEVICE_MAX_CONNECTIONS:-default}" <<'PY'
 import json, re, sys
-f, procs, pattern, kind, took, rc, left, before, after = sys.argv[1:]
+f, procs, pattern, kind, took, rc, left, before, after, connections = sys.argv[1:]
 try:
     d = json.load(open(f))
 except Exception as e:
@@ -124,7 +124,8 @@ victim = {"kill": "killed by signal 9"}.get(kind)
 survivors = [r for r in rows if not (victim and r.get("error", "").startswith(victim))]
 named = [r for r in survivors if re.search(pattern, r.get("error", ""))]
 timeout_s = 5.0
-print(json.dumps({"kind": "fault", "fault": kind, "procs": int(procs),
+print(json.dumps({"kind": "fault", "fault": kind, "procs": int(procs), "connections": connections,
+                  "ended_process": sum("ended the process" in r.get("error", "") for r in survivors),
                   "all_ranks_raised_within_timeout": rc == "1" and len(named) == len(survivors) > 0
                       and max((r.get("seconds", 1e9) for r in survivors), default=1e9) < 60,
                   "seconds": max((r.get("seconds", 0) for r in survivors), default=None),
@@ -141,9 +142,14 @@ PY
 if has faults; then
   for procs in 2 4; do
     fault "kill-$procs" "$procs" "rank 1 died" kill --seed 4 --kill-rank 1 --kill-at-call 5 --timeout-s 5
-    fault "stall-$procs" "did not complete within|stalled|died" stall --seed 3 --stall-rank 0 --stall-at-call 4 --timeout-s 5
+    fault "stall-$procs" "$procs" "did not complete within|stalled|died" stall --seed 3 --stall-rank 0 --stall-at-call 4 --timeout-s 5
   done
-  fault "misorder-2" "did not complete within|order" misorder --seed 5 --misorder-rank 1 --timeout-s 5
+  fault "misorder-2" 2 "did not complete within|order" misorder --seed 5 --misorder-rank 1 --timeout-s 5
+  # Hardware queues (paper App. E): the same faults with 32 connections instead of the default 8.
+  export CUDA_DEVICE_MAX_CONNECTIONS=32
+  fault "kill-4-c32" 4 "rank 1 died" kill --seed 4 --kill-rank 1 --kill-at-call 5 --timeout-s 5
+  fault "stall-4-c32" 4 "did not complete within|stalled|died" stall --seed 3 --stall-rank 0 --stall-at-call 4 --timeout-s 5
+  unset CUDA_DEVICE_MAX_CONNECTIONS
 fi
 
 if has sanitizer; then

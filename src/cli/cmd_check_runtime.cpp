@@ -6,6 +6,7 @@
 // reduce-scatters bit for bit against collective_reference). Faults: a rank killed at a call,
 // or a rank issuing two calls in the other order; every other rank must then fail within the
 // timeout with one line naming the cause.
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -320,6 +321,16 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
   return result;
 }
 
+// The lines a rank's process wrote to its stderr file that start with "tide: ".
+std::vector<std::string> tide_lines(const std::filesystem::path& path) {
+  std::vector<std::string> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("tide: ", 0) == 0) lines.push_back(line);
+  }
+  return lines;
+}
+
 std::string one_line(std::string s) {
   for (char& c : s) {
     if (c == '\n') c = ' ';
@@ -423,6 +434,14 @@ void run_check_runtime(CheckRuntimeArgs a) {
     if (pid < 0) throw InvalidArgument("fork failed: " + std::string(std::strerror(errno)));
     if (pid == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the launcher
+      // The rank's stderr in a file of its own: a rank that the fail-stop path ends (NOTE
+      // [runtime] 5) leaves no result, and its one line is then its error.
+      const std::string err_path = (dir / ("rank" + std::to_string(rank) + ".err")).string();
+      const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (err >= 0) {
+        dup2(err, STDERR_FILENO);
+        close(err);
+      }
       json out;
       int status = 0;
       try {
@@ -474,7 +493,8 @@ void run_check_runtime(CheckRuntimeArgs a) {
   for (int r = 0; r < a.procs; ++r) {
     json row;
     std::ifstream in(dir / ("rank" + std::to_string(r) + ".json"));
-    if (in) {
+    const bool has_result = static_cast<bool>(in);
+    if (has_result) {
       in >> row;
     } else {
       const int st = status[static_cast<std::size_t>(r)];
@@ -483,6 +503,14 @@ void run_check_runtime(CheckRuntimeArgs a) {
                                        : "exited without a result"}};
     }
     row["seconds"] = seconds[static_cast<std::size_t>(r)];
+    const std::vector<std::string> said = tide_lines(dir / ("rank" + std::to_string(r) + ".err"));
+    for (const std::string& line : said)
+      std::cerr << line << '\n';
+    if (!has_result && !said.empty() && WIFEXITED(status[static_cast<std::size_t>(r)])) {
+      row["error"] = "ended the process (status " +
+                     std::to_string(WEXITSTATUS(status[static_cast<std::size_t>(r)])) +
+                     "): " + said.front();
+    }
     mismatches += row.value("mismatches", std::int64_t{0});
     calls_done += row.value("calls", 0);
     if (row.contains("error") || row.value("mismatches", std::int64_t{0}) != 0) passed = false;

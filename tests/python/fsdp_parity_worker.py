@@ -562,10 +562,15 @@ def main():
     seed = int(os.environ.get("TIDE_TEST_SEED", "1234"))
     cases = os.environ.get("TIDE_PARITY_CASES", "abcdefghijklmn")
     global DEVICE
-    if os.environ.get("TIDE_PARITY_DEVICE", "cpu") == "cuda":
+    device = os.environ.get("TIDE_PARITY_DEVICE", "cpu")
+    if device == "cuda":
         DEVICE = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(DEVICE)
         dist.init_process_group("nccl", device_id=DEVICE)
+    elif device == "cuda-shared":  # every rank on GPU 0, gloo with CUDA tensors (ipc backend)
+        DEVICE = torch.device("cuda", 0)
+        torch.cuda.set_device(DEVICE)
+        dist.init_process_group("gloo")
     else:
         dist.init_process_group("gloo")
     results = {}

@@ -42,7 +42,7 @@ inline constexpr EnvKnob kEnvKnobs[] = {
   {"TIDE_FUZZ_RUNS", "200", "random argument sets tests/cli/test_cli_fuzz.py runs"},
   {"TIDE_PARITY_CASES", "abcdefghijklmn", "the FSDP2 parity cases fsdp_parity_worker.py runs, one letter each"},
   {"TIDE_PARITY_MODE", "in-place", "the TIDE mode (in-place or slot-reuse) fsdp_parity_worker.py enables"},
-  {"TIDE_PARITY_DEVICE", "cpu", "cuda runs the FSDP2 parity run on GPUs (NCCL) instead of the CPU (gloo)"},
+  {"TIDE_PARITY_DEVICE", "cpu", "cuda runs the FSDP2 parity run on GPUs (NCCL) instead of the CPU (gloo); cuda-shared puts every rank on GPU 0 (gloo with CUDA tensors for stock, the ipc backend for TIDE)"},
   {"TIDE_BUILD_DIR", "build", "scripts/build.sh, scripts/test.sh: the CMake build directory"},
   {"TIDE_BUILD_TYPE", "RelWithDebInfo", "scripts/build.sh: the CMake build type"},
 };

@@ -92,7 +92,13 @@ def main(argv=None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     gpus = _gpus()
     procs = args.procs or (gpus if gpus else 4)
-    where = f"{procs} GPUs, NCCL" if gpus else f"{procs} CPU processes, TIDE host backend (gloo for stock)"
+    if not gpus:
+        where = f"{procs} CPU processes, TIDE host backend (gloo for stock)"
+    elif procs > gpus:
+        where = (f"{procs} processes on {gpus} GPU(s): gloo with CUDA tensors for stock, TIDE's "
+                 "ipc backend; the GPU time-slices the processes, so step times are no speed claim")
+    else:
+        where = f"{procs} GPUs, NCCL"
     print(f"tide.demo: a small Llama-style decoder, FSDP2, {args.steps} steps, {where}", flush=True)
     common = ["--steps", str(args.steps), "--out", str(out), "--model", args.model, "--layers",
               str(args.layers), "--seq", str(args.seq), "--batch", str(args.batch), "--mode", args.mode]

@@ -58,17 +58,32 @@ def _peak_memory_bytes(device: torch.device, arena: int) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def _backend(tide_run: bool, use_cuda: bool, shared: bool, report: list) -> str:
+    """The collectives' backend: stock's process group, or the TIDE runtime's the report names."""
+    if not tide_run:
+        return "nccl" if use_cuda and not shared else "gloo"
+    named = {r.get("runtime_backend") for r in report if r.get("backend") == "tide"} - {None}
+    if named:
+        return ",".join(sorted(named))
+    return "host" if not use_cuda else ("ipc" if shared else "nccl")
+
+
 def main(argv=None) -> None:
     args = _args(argv)
     use_cuda = torch.cuda.is_available()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    # More processes than GPUs: ranks share GPUs, which NCCL refuses; stock FSDP2 then runs on
+    # gloo with CUDA tensors and TIDE on its ipc backend (time-sliced: not a speed claim).
+    shared = use_cuda and world_size > torch.cuda.device_count()
     if use_cuda:
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
     else:
         torch.set_num_threads(1)
         device = torch.device("cpu")
-    dist.init_process_group("nccl" if use_cuda else "gloo", device_id=device if use_cuda else None)
+    nccl = use_cuda and not shared
+    dist.init_process_group("nccl" if nccl else "gloo", device_id=device if nccl else None)
     rank, world = dist.get_rank(), dist.get_world_size()
 
     torch.manual_seed(args.seed)
@@ -96,11 +111,11 @@ def main(argv=None) -> None:
         optimizer.step()
         optimizer.zero_grad()
         value = loss.detach()
-        dist.all_reduce(value, op=dist.ReduceOp.AVG if use_cuda else dist.ReduceOp.SUM)
+        dist.all_reduce(value, op=dist.ReduceOp.AVG if nccl else dist.ReduceOp.SUM)
         if use_cuda:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
-        losses.append(value.item() if use_cuda else value.item() / world)
+        losses.append(value.item() if nccl else value.item() / world)
         if args.tide:
             import tide.fsdp  # noqa: PLC0415
 
@@ -127,7 +142,8 @@ def main(argv=None) -> None:
         out.mkdir(parents=True, exist_ok=True)
         result = {
             "run": "tide" if args.tide else "stock",
-            "backend": ("nccl" if use_cuda else "host") if args.tide else ("nccl" if use_cuda else "gloo"),
+            "backend": _backend(args.tide, use_cuda, shared, report),
+            "ranks_share_gpus": shared,
             "world": world,
             "device": torch.cuda.get_device_name(device) if use_cuda else "cpu",
             "torch": torch.__version__,

@@ -1,0 +1,146 @@
+"""bench/results/ipc/ from one scripts/device/ipc.sh run: summary.json (the issue's fields) and
+README.md (tables read at a glance).
+
+    python3 scripts/device/ipc_results.py <the run's files_at directory> [bench/results/ipc]
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+
+def load_rows(where: Path) -> list[dict]:
+    return [json.loads(line) for line in (where / "rows.jsonl").read_text().splitlines() if line.strip()]
+
+
+def summarize(rows: list[dict], demo: dict | None) -> dict:
+    machine = next((r for r in rows if r["kind"] == "machine"), {})
+    end = next((r for r in rows if r["kind"] == "end"), {})
+    out = {
+        "machine": machine.get("machine"),
+        "date": machine.get("date"),
+        "command": machine.get("command"),
+        "splits": [
+            {k: r[k] for k in ("procs", "M", "L", "mode", "dtype", "path", "passed", "mismatches",
+                               "replays", "calls", "seconds", "arena_bytes", "errors")}
+            for r in rows if r["kind"] == "split"
+        ],
+        "faults": [
+            {k: r[k] for k in ("fault", "procs", "all_ranks_raised_within_timeout", "seconds",
+                               "left_behind", "ended_process", "errors") if k in r}
+            | ({"cuda_device_max_connections": r["connections"]} if "connections" in r else {})
+            for r in rows if r["kind"] == "fault"
+        ],
+        "fsdp_parity": [
+            {k: r[k] for k in ("world", "mode", "cases", "failed", "passed", "seed")}
+            for r in rows if r["kind"] == "fsdp_parity"
+        ],
+        "sanitizer": next(({k: r[k] for k in ("rc", "summary")} for r in rows if r["kind"] == "sanitizer"), None),
+        "gpu_memory_used_mib": {"start": machine.get("gpu_used_mib_start"), "end": end.get("gpu_used_mib_end")},
+        "tide_processes_left": end.get("tide_processes_left"),
+    }
+    if demo:
+        stock, tide = demo.get("stock", {}), demo.get("tide", {})
+        out["demo"] = {
+            "procs": demo.get("world"),
+            "steps": demo.get("steps"),
+            "loss_max_diff": demo.get("loss_max_diff"),
+            "peak_bytes_stock": stock.get("peak_memory_bytes_max"),
+            "peak_bytes_tide": tide.get("peak_memory_bytes_max"),
+            "arena_bytes": demo.get("tide_memory", {}).get("arena_bytes"),
+            "groups_on_tide": demo.get("groups_on_tide"),
+            "backend": tide.get("backend"),
+            "note": "the GPU time-slices the processes: step times are not a speed claim",
+        }
+    return out
+
+
+def table(rows: list[list], head: list[str]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def readme(s: dict) -> str:
+    splits: dict = {}
+    for r in s["splits"]:
+        key = (r["procs"], r["M"], r["L"])
+        splits.setdefault(key, []).append(r)
+    split_rows = []
+    for (procs, m, l), runs in sorted(splits.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        ok = sum(r["passed"] for r in runs)
+        variants = ", ".join(f"{r['mode']}/{r['dtype']}/{r['path']}" for r in runs)
+        split_rows.append([procs, f"{m} x {l}", f"{ok}/{len(runs)}", sum(r["replays"] or 0 for r in runs),
+                           f"{max(r['seconds'] for r in runs):.1f}", variants])
+    fault_rows = [[f["fault"], f["procs"], f.get("cuda_device_max_connections", "default"),
+                   "yes" if f["all_ranks_raised_within_timeout"] else "NO",
+                   f"{f['seconds']:.1f}" if f.get("seconds") is not None else "-",
+                   f["left_behind"]["processes"],
+                   f"{f['left_behind']['gpu_mib_before']} -> {f['left_behind']['gpu_mib_after']}",
+                   (f["errors"][0] if f["errors"] else "")[:160].replace("|", "/")]
+                  for f in s["faults"]]
+    parity_rows = [[p["world"], p["mode"], p["cases"], "passed" if p["passed"] else f"FAILED: {p['failed']}", p["seed"]]
+                   for p in s["fsdp_parity"]]
+    parts = [
+        "# The ipc backend with several processes on one GPU",
+        "",
+        f"Machine: {s['machine']}. Date: {s['date']}. Made by `{s['command']}`, then "
+        "`python3 scripts/device/ipc_results.py <files>`; every row is in `summary.json`.",
+        "",
+        "Several processes share the one H200 (no MPS): the GPU time-slices their contexts, so the "
+        "seconds below are wall times of correctness runs, not speed claims.",
+        "",
+        "## Splits: `tide check-runtime --backend ipc`, bitwise against the CPU reference",
+        "",
+        "Each split runs in-place and slot-reuse, with bf16 shards and with fp32 masters cast "
+        "(`--cast`), over the ring (`--ring --staged-shards`) with fresh pointers every call; "
+        "`replay` is the default path (calls replayed as CUDA graphs, re-pointed), `stream` sets "
+        "`TIDE_NO_GRAPH_REPLAY=1`.",
+        "",
+        table(split_rows, ["procs", "M x L", "passed", "graph replays", "slowest s", "variants"]),
+        "",
+        "## Faults: every other rank raises within the timeout (5 s), nothing left behind",
+        "",
+        table(fault_rows, ["fault", "procs", "CUDA_DEVICE_MAX_CONNECTIONS", "all raised in time",
+                           "s", "processes left", "GPU MiB used before -> after", "first line"]),
+        "",
+    ]
+    if parity_rows:
+        parts += ["## FSDP2 parity: stock on gloo (CUDA tensors) vs TIDE on ipc, one GPU", "",
+                  table(parity_rows, ["world", "mode", "cases", "result", "seed"]), ""]
+    if "demo" in s:
+        d = s["demo"]
+        parts += ["## The demo, 4 processes on one GPU", "",
+                  table([[d["procs"], d["steps"], d["loss_max_diff"], d["peak_bytes_stock"],
+                          d["peak_bytes_tide"], d["arena_bytes"], d["groups_on_tide"], d["backend"]]],
+                        ["procs", "steps", "max loss diff", "peak bytes stock", "peak bytes TIDE",
+                         "arena bytes", "groups on TIDE", "backend"]),
+                  "", d["note"] + ".", ""]
+    if s.get("sanitizer"):
+        parts += ["## compute-sanitizer memcheck, 2 processes", "",
+                  f"rc {s['sanitizer']['rc']}: {s['sanitizer']['summary']}", ""]
+    parts += [f"GPU memory used at start / end of the run: {s['gpu_memory_used_mib']['start']} / "
+              f"{s['gpu_memory_used_mib']['end']} MiB; TIDE processes left: {s['tide_processes_left']}.", ""]
+    return "\n".join(parts)
+
+
+def main() -> None:
+    where = Path(sys.argv[1])
+    dest = Path(sys.argv[2] if len(sys.argv) > 2 else "bench/results/ipc")
+    dest.mkdir(parents=True, exist_ok=True)
+    demo_file = where / "demo-summary.json"
+    demo = json.loads(demo_file.read_text()) if demo_file.exists() else None
+    s = summarize(load_rows(where), demo)
+    (dest / "summary.json").write_text(json.dumps(s, indent=1) + "\n")
+    (dest / "README.md").write_text(readme(s))
+    for name in ("summary.md", "rows.jsonl", "logs.tgz"):
+        if (where / name).exists():
+            shutil.copyfile(where / name, dest / ("device-" + name))
+    print((dest / "README.md").read_text())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""The FSDP2 parity run with several processes on ONE GPU: stock FSDP2 on gloo with CUDA
+tensors against TIDE on its ipc backend (NOTE [ipc fabric]), every rank on GPU 0. World 2 runs
+every case; world 4 adds (d) HSDP 2 x 2. Both TIDE modes at world 2. Skips where no GPU is
+present. Where TIDE_IPC_RESULTS names a directory, one JSON row per run goes there
+(scripts/device/ipc.sh collects them)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from test_fsdp_parity import CASES, check_case, run_parity
+
+GPU = torch.cuda.is_available() and torch.cuda.device_count() > 0
+RUNS = [(2, "in-place"), (2, "slot-reuse"), (4, "in-place")]
+
+
+def _record(world: int, mode: str, run: dict) -> None:
+    where = os.environ.get("TIDE_IPC_RESULTS")
+    if not where:
+        return
+    cases = sorted(run["cases"])
+    failed = [c for c in cases if run["cases"][c]["failures"]]
+    row = {
+        "kind": "fsdp_parity",
+        "world": world,
+        "mode": mode,
+        "cases": "".join(cases),
+        "failed": "".join(failed),
+        "passed": not failed,
+        "seed": run.get("seed"),
+    }
+    Path(where, f"fsdp-ipc-{world}-{mode}.json").write_text(json.dumps(row))
+
+
+@pytest.mark.skipif(not GPU, reason="no GPU: the one-GPU ipc parity run needs one")
+@pytest.mark.parametrize("world,mode", RUNS, ids=[f"{w}-{m}" for w, m in RUNS])
+@pytest.mark.parametrize("case", list(CASES))
+def test_parity_one_gpu(world, mode, case, tmp_path_factory):
+    if case == "d" and world < 4:
+        pytest.skip("HSDP 2 x 2 needs 4 ranks")
+    run = run_parity(world, tmp_path_factory, device="cuda-shared", cases=CASES, mode=mode)
+    _record(world, mode, run)
+    check_case(run, case)
