@@ -162,6 +162,15 @@ def main():
         check(f"bad input {' '.join(bad[4:])}", p.returncode == 2 and len(lines) == 1
               and "internal error" not in p.stderr, f"exit {p.returncode}: {p.stderr!r}")
 
+    # The GPU backends without a GPU: one line that says so, nothing forked.
+    if not os.path.exists("/dev/nvidiactl"):
+        for backend in ("ipc", "nccl"):
+            p, _ = run(["--backend", backend, "-M", "1", "-L", "2", "--groups", "9x5"])
+            lines = p.stderr.strip().splitlines()
+            check(f"{backend} without a GPU: one line", p.returncode != 0 and len(lines) == 1
+                  and ("needs GPUs" in p.stderr or "built without" in p.stderr)
+                  and "internal error" not in p.stderr, f"exit {p.returncode}: {p.stderr!r}")
+
     if FAILURES:
         print(f"{len(FAILURES)} failures (seed {SEED})")
         sys.exit(1)
