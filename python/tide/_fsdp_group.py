@@ -148,6 +148,7 @@ class TideGroup:
         self.tracer = None  # NOTE [landing slots from the first iteration]
         self.active = False  # its arena exists: TIDE serves its calls
         self.deferred_prefetches = 0
+        self.wrapped: dict = {}  # FSDP group methods bind() replaced, by name
 
     @property
     def on_tide(self) -> bool:
@@ -217,7 +218,7 @@ class TideGroup:
                 _original()
                 self.release()
 
-            setattr(fsdp_group, name, resharded)
+            self._wrap(name, resharded)
         for name in ("pre_forward", "pre_backward"):
             original = getattr(fsdp_group, name)
 
@@ -228,7 +229,7 @@ class TideGroup:
                 finally:
                     self.own_unshard = False
 
-            setattr(fsdp_group, name, own)
+            self._wrap(name, own)
         unshard = fsdp_group.unshard
 
         def deferred_unshard(*args, **kwargs):
@@ -237,7 +238,26 @@ class TideGroup:
                 return None
             return unshard(*args, **kwargs)
 
-        fsdp_group.unshard = deferred_unshard
+        self._wrap("unshard", deferred_unshard)
+
+    def _wrap(self, name: str, wrapper) -> None:
+        """Sets ``wrapper`` as the FSDP group's method ``name`` (an instance attribute over
+        the class's method, removed again by unbind)."""
+        setattr(self.fsdp_group, name, wrapper)
+        self.wrapped[name] = wrapper
+
+    def unbind(self, reason: str) -> None:
+        """Returns the group to stock FSDP2 for good (tide.fsdp.close): its calls, its
+        parameters' all-gather outputs and its FSDP2 methods are stock again."""
+        if self.on_tide:
+            self.fall_back(reason)
+        for name, wrapper in self.wrapped.items():
+            if self.fsdp_group.__dict__.get(name) is wrapper:
+                delattr(self.fsdp_group, name)
+        self.wrapped.clear()
+        self.index.clear()
+        self.comm = self.tracer = None
+        self.active = False
 
     def release(self) -> None:
         """FSDP2 resharded the group: its slot is free after the current stream's work."""

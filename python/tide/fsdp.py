@@ -6,38 +6,52 @@
 
 ``enable`` checks every FSDP parameter group against what TIDE supports, agrees the
 decision with every rank, registers the eligible groups with one TIDE communicator per
-process group (``host`` backend for CPU processes, ``nccl`` for GPUs), and replaces, for
-those groups only, FSDP2's all-gather with its copy-in and copy-out, the unsharded
-parameter allocation, and the reduce-scatter with its ``_chunk_cat`` packing. Other groups
-keep stock FSDP2 and the report says why. See docs/fsdp.md.
+process group (``host`` backend for CPU processes, ``nccl`` or ``ipc`` for GPUs: NOTE
+[backend selection] in _runtime.py), and replaces, for those groups only, FSDP2's all-gather
+with its copy-in and copy-out, the unsharded parameter allocation, and the reduce-scatter
+with its ``_chunk_cat`` packing. Other groups keep stock FSDP2 and the report says why; a
+communicator that fails while serving stops the job with ``CommunicationError`` (NOTE [job
+stop] in _failure.py); ``close(model)`` returns the model to stock FSDP2. See docs/fsdp.md.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch.distributed as dist
 import torch.nn as nn
 
-from . import _fsdp_calls, _fsdp_compat, _fsdp_group, _fsdp_trace, _runtime
+from . import _failure, _fsdp_calls, _fsdp_compat, _fsdp_group, _fsdp_trace, _runtime
 
-__all__ = ["enable", "report", "memory", "close", "UnsupportedTorch"]
+__all__ = ["enable", "report", "memory", "close", "UnsupportedTorch", "CommunicationError"]
 
 UnsupportedTorch = _fsdp_compat.UnsupportedTorch
+CommunicationError = _failure.CommunicationError
 
 _MODES = ("in-place", "slot-reuse")
 # id(communicator) -> (torch tensor holding its arena or None, its MemPool, why not torch's):
 # kept until close(), after the communicator (NOTE [communicator arena]).
 _ARENAS: dict = {}
 _ATTRIBUTE = "_tide_groups"
+_CLOSED = "_tide_closed"
+
+
+@dataclass
+class _Enabled:
+    """What enable() did to a module, for report(), memory() and close() (held on the module)."""
+
+    groups: list
+    communicators: list
+    strict: bool = False
+    hooks: list = field(default_factory=list)  # removable handles
+    undo: list = field(default_factory=list)  # callables restoring what was wrapped
+    tracer: object = None
 
 
 def _fsdp_groups(module: nn.Module) -> list[tuple[str, object]]:
     """(module path, FSDPParamGroup) for every FSDP parameter group under ``module``."""
-    from torch.distributed.fsdp import FSDPModule  # noqa: PLC0415
-
     found, seen = [], set()
-    for path, sub in module.named_modules():
-        if not isinstance(sub, FSDPModule):
-            continue
+    for path, sub in _fsdp_modules(module):
         state = sub._get_fsdp_state()
         groups = list(getattr(state, "_fsdp_param_groups", None) or [])
         if not groups and getattr(state, "_fsdp_param_group", None) is not None:
@@ -51,17 +65,55 @@ def _fsdp_groups(module: nn.Module) -> list[tuple[str, object]]:
     return found
 
 
-def _agree(reasons: list[str]) -> list[str]:
-    """Every rank's reasons, merged: a group runs on TIDE only where no rank refuses it."""
-    if not dist.is_initialized() or dist.get_world_size() == 1:
+def _fsdp_modules(module: nn.Module) -> list[tuple[str, nn.Module]]:
+    from torch.distributed.fsdp import FSDPModule  # noqa: PLC0415
+
+    return [(path, sub) for path, sub in module.named_modules() if isinstance(sub, FSDPModule)]
+
+
+def _check_module(function: str, module) -> None:
+    if not isinstance(module, nn.Module):
+        raise TypeError(
+            f"tide.fsdp.{function}: module must be a torch.nn.Module (the model after "
+            f"fully_shard), got {type(module).__name__}"
+        )
+
+
+def _check_arguments(module, mode, timeout_s, strict, ring) -> None:
+    """TypeError for an argument of the wrong type, ValueError for a wrong value: each names
+    the argument."""
+    _check_module("enable", module)
+    if not isinstance(mode, str):
+        raise TypeError(f"tide.fsdp.enable: mode must be a str, got {type(mode).__name__}")
+    if mode not in _MODES:
+        raise ValueError(f"tide.fsdp.enable: mode must be one of {_MODES}, got {mode!r}")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
+        raise TypeError(f"tide.fsdp.enable: timeout_s must be a number, got {type(timeout_s).__name__}")
+    if not timeout_s > 0:
+        raise ValueError(f"tide.fsdp.enable: timeout_s must be positive, got {timeout_s!r}")
+    for name, value in (("strict", strict), ("ring", ring)):
+        if not isinstance(value, bool):
+            raise TypeError(f"tide.fsdp.enable: {name} must be a bool, got {type(value).__name__}")
+
+
+def _agree(reasons: list[str], pg=None) -> list[str]:
+    """Every rank's reasons, merged over ``pg`` (the world when None): a group runs on TIDE
+    only where no rank refuses it; the reason names the first rank (global) that did."""
+    size = dist.get_world_size() if pg is None else pg.size()
+    if size == 1:
         return reasons
-    everyone: list = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, reasons)
+    everyone: list = [None] * size
+    dist.all_gather_object(everyone, reasons, group=pg)
+    ranks = list(range(size)) if pg is None else dist.get_process_group_ranks(pg)
     merged = []
     for index in range(len(reasons)):
-        mine = [(rank, r[index]) for rank, r in enumerate(everyone) if r[index]]
+        mine = [(ranks[i], r[index]) for i, r in enumerate(everyone) if r[index]]
         merged.append(f"rank {mine[0][0]}: {mine[0][1]}" if mine else "")
     return merged
+
+
+def _agree_one(reason: str, pg) -> str:
+    return _agree([reason], pg)[0]
 
 
 def enable(
@@ -75,104 +127,245 @@ def enable(
     """Puts ``module``'s eligible FSDP2 parameter groups on TIDE; returns ``report(module)``.
 
     Call after ``fully_shard`` and before the first forward, on every rank, with the same
-    model. ``mode``: "in-place" (the default) or "slot-reuse" (paper Sec. 5). ``strict``:
-    raise instead of falling back when a group cannot run on TIDE. ``ring``: groups share
-    landing slots as the first iteration shows they can (the default; that iteration runs on
-    stock FSDP2 while TIDE records the order: NOTE [landing slots from the first iteration]);
-    False gives every group a slot of its own from the first call (memory grows with the
-    model). Raises UnsupportedTorch when this torch's FSDP2 internals differ from those TIDE
-    knows.
+    model. ``mode``: "in-place" (the default) or "slot-reuse" (paper Sec. 5). Whatever TIDE
+    cannot serve (a group outside its contract, a process group or backend it cannot run on,
+    an NCCL setting, this torch's FSDP2 internals, a communicator or arena that cannot be
+    created) stays on stock FSDP2 with the reason in the report; ``strict=True`` raises
+    instead, naming the reason (UnsupportedTorch for torch's internals). ``ring``: groups
+    share landing slots as the first iteration shows they can (the default; that iteration
+    runs on stock FSDP2 while TIDE records the order: NOTE [landing slots from the first
+    iteration]); False gives every group a slot of its own from the first call (memory grows
+    with the model). A communicator that fails once it serves calls raises
+    CommunicationError and stops the job (NOTE [job stop]). A module with FSDP modules but no
+    parameter groups gets an empty report.
     """
-    if mode not in _MODES:
-        raise ValueError(f"tide.fsdp.enable: mode must be one of {_MODES}, got {mode!r}")
+    _check_arguments(module, mode, timeout_s, strict, ring)
     if not dist.is_initialized():
         raise RuntimeError("tide.fsdp.enable: torch.distributed is not initialized")
     if getattr(module, _ATTRIBUTE, None) is not None:
-        raise RuntimeError("tide.fsdp.enable: already enabled on this module")
-    layout = _fsdp_compat.check(_fsdp_calls.replaced())
-    groups = [_fsdp_group.TideGroup(g, name) for name, g in _fsdp_groups(module)]
-    if not groups:
-        raise ValueError("tide.fsdp.enable: no FSDP parameter groups (call fully_shard first)")
+        raise RuntimeError(
+            "tide.fsdp.enable: already enabled on this module (tide.fsdp.close(module) returns "
+            "it to stock FSDP2 first)"
+        )
+    found = _fsdp_groups(module)
+    if not found:
+        if not _fsdp_modules(module):
+            raise ValueError("tide.fsdp.enable: no FSDP module under it (call fully_shard first)")
+        return []  # FSDP2 has nothing to communicate for it: nothing for TIDE either
+    layout, torch_reason = _fsdp_layout(strict)
+    groups = [_fsdp_group.TideGroup(g, name) for name, g in found]
     for group in groups:
         group.peers = groups
 
+    communicators: dict = {}
+    world_reason = _runtime.unservable_process_group(dist.group.WORLD)
+    if world_reason:  # not even the agreement can run: decided alike on every rank
+        for group in groups:
+            group.reason = world_reason
+    else:
+        _decide_eligibility(groups, torch_reason)
+        communicators = _open_communicators(groups, timeout_s, mode)
+        # The runtime's answers are agreed too: a group runs on TIDE only where every rank
+        # registered it.
+        final = _agree([g.reason for g in groups])
+        for group, reason in zip(groups, final):
+            if reason:
+                group.gid, group.reason = -1, reason
+    served = [g for g in groups if g.on_tide]
+    comms = [c for c in communicators.values() if any(g.comm is c for g in served)]
+    if strict and len(served) < len(groups):
+        for comm in communicators.values():
+            comm.close()
+        _refuse_strictly(groups)
+    for comm in communicators.values():
+        if comm not in comms:  # no group of it runs on TIDE
+            comm.close()
+    state = _Enabled(groups, comms, strict)
+    if served:
+        _serve(module, state, layout, ring)
+    setattr(module, _ATTRIBUTE, state)
+    if hasattr(module, _CLOSED):
+        delattr(module, _CLOSED)
+    return report(module)
+
+
+def _fsdp_layout(strict: bool):
+    """(this torch's FSDP2 layout, '') or, where TIDE does not know its internals, (None, why);
+    strict: UnsupportedTorch."""
+    try:
+        return _fsdp_compat.check(_fsdp_calls.replaced()), ""
+    except UnsupportedTorch as e:
+        if strict:
+            raise
+        return None, f"this torch's FSDP2 internals are not those TIDE knows: {e}"
+
+
+def _decide_eligibility(groups: list, torch_reason: str) -> None:
+    """Each group's reason to stay stock from its parameters and policies, agreed by every rank."""
     reasons = []
     for group in groups:
         params = group.fsdp_group.fsdp_params
-        layout_reason = next(
+        layout_reason = torch_reason or next(
             (r for r in (_fsdp_compat.check_fsdp_param(p) for p in params) if r), ""
         )
         reasons.append(_fsdp_group.local_reason(group.fsdp_group, layout_reason))
-    reasons = _agree(reasons)
-    for group, reason in zip(groups, reasons):
+    for group, reason in zip(groups, _agree(reasons)):
         group.reason = reason
 
-    # One communicator per shard process group, created and used in module order on every
-    # rank of that group (a collective over the group's store prefix).
+
+def _open_communicators(groups: list, timeout_s: float, mode: str) -> dict:
+    """One communicator per shard process group, created and used in module order on every
+    rank of that group (collectives over the group), with the groups registered on it.
+    Returns {id(process group): GuardedCommunicator}."""
     generation = _runtime.next_generation()
-    communicators: dict[int, object] = {}
+    communicators: dict = {}
     for group in groups:
         if group.reason:
             continue
         pg = group.fsdp_group.mesh_info.shard_process_group
-        device = group.fsdp_group.device
         if id(pg) not in communicators:
-            communicators[id(pg)] = _runtime.create(pg, device, timeout_s, generation)
-        group.reason = group.register(communicators[id(pg)], pg, mode)
+            communicators[id(pg)] = _open_communicator(pg, group.fsdp_group.device, timeout_s, generation)
+    for group in groups:
+        if group.reason:
+            continue
+        comm, reason = communicators[id(group.fsdp_group.mesh_info.shard_process_group)]
+        group.reason = reason or _register(group, comm, mode)
     for group in groups:  # after every registration: the first description places the arena
         if group.gid >= 0:
             group.reason = group.describe()
-    # The runtime's answers are agreed too: a group runs on TIDE only where every rank registered it.
-    final = _agree([g.reason for g in groups])
-    for group, reason in zip(groups, final):
-        if reason:
-            group.gid, group.reason = -1, reason
-        else:
-            group.bind()
+    return {key: comm for key, (comm, _) in communicators.items() if comm is not None}
 
+
+def _open_communicator(pg, device, timeout_s: float, generation: int):
+    """(GuardedCommunicator, '') on the backend chosen for ``pg`` (NOTE [backend selection]),
+    or (None, why not), the same on every rank of ``pg``. Every collective here is over
+    ``pg``, reached by all its ranks: the facts, then the agreement on what each rank found
+    alone (its store, its communicator)."""
+    unservable = _runtime.unservable_process_group(pg)
+    if unservable:
+        return None, unservable
+    local, store = "", None
+    try:
+        store = _runtime.store_for(pg, generation)
+        _runtime.announce(store, pg)
+    except (RuntimeError, ValueError, KeyError) as e:
+        local = f"torch's default store cannot bootstrap TIDE: {e}"
+    facts = _runtime.gather_facts(pg, device)
+    choice = _runtime.choose_backend(facts)
+    if not choice.backend:
+        return None, choice.reason
+    local = local or _runtime.store_not_shared(store, pg)
+    comm = None
+    if not local:
+        try:
+            local_ranks = _runtime.gpus_per_node(facts, choice.backend)
+            raw = _runtime.create(pg, device, timeout_s, choice.backend, store, local_ranks)
+            comm = _failure.GuardedCommunicator(raw, choice.backend, choice.reason)
+        except (RuntimeError, ValueError, TypeError, OSError) as e:
+            local = f"the {choice.backend} communicator could not be created: {e}"
+    reason = _agree_one(local, pg)
+    if reason and comm is not None:
+        comm.close()
+    return (None, reason) if reason else (comm, "")
+
+
+def _register(group, comm, mode: str) -> str:
+    """Registers the group (a collective over the store); a bootstrap that fails (a peer that
+    does not answer within the timeout) is a reason, agreed later, not an error."""
+    try:
+        return group.register(comm, group.fsdp_group.mesh_info.shard_process_group, mode)
+    except (RuntimeError, ValueError) as e:
+        return f"registration with the TIDE runtime failed: {e}"
+
+
+def _refuse_strictly(groups: list) -> None:
+    refused = [f"{g.name}: {g.reason}" for g in groups if not g.on_tide]
+    raise RuntimeError(
+        f"tide.fsdp.enable(strict=True): {len(refused)} of {len(groups)} FSDP parameter "
+        "group(s) cannot run on TIDE: " + "; ".join(refused) + ". Remove the cause named, or "
+        "call enable() without strict=True to train these groups on stock FSDP2"
+    )
+
+
+def _serve(module: nn.Module, state: _Enabled, layout, ring: bool) -> None:
+    """Routes the served groups' calls to TIDE and hooks the health checks (NOTE [job stop])."""
+    for group in state.groups:
+        if group.on_tide:
+            group.bind()
     _fsdp_calls.install(layout)
-    comms = list(communicators.values())
-    setattr(module, _ATTRIBUTE, (groups, comms))
+    comms = state.communicators
     # NOTE [landing slots from the first iteration]: stock FSDP2 until a backward has run.
-    tracer = _fsdp_trace.SlotTracer([g for g in groups if g.on_tide])
+    tracer = _fsdp_trace.SlotTracer([g for g in state.groups if g.on_tide])
+    state.tracer = tracer
     for group in tracer.groups:
         group.tracer = tracer
+    state.hooks.append(
+        module.register_forward_pre_hook(lambda *_: _failure.check_health(comms), prepend=True)
+    )
+    _check_after_backward(module, state)
     if ring:
-        module.register_forward_pre_hook(
-            lambda *_: _activate(groups, comms, tracer) if tracer.ready() else None, prepend=True
+        state.hooks.append(
+            module.register_forward_pre_hook(
+                lambda *_: _activate(state) if tracer.ready() else None, prepend=True
+            )
         )
     else:
-        _activate(groups, comms, tracer, own_slots=True)
-    result = report(module)
-    if strict and any(r["backend"] != "tide" for r in result):
-        refused = [f"{r['group']}: {r['reason']}" for r in result if r["backend"] != "tide"]
-        raise RuntimeError("tide.fsdp.enable(strict=True): " + "; ".join(refused))
-    return result
+        _activate(state, own_slots=True)
 
 
-def _activate(groups: list, communicators: list, tracer, own_slots: bool = False) -> None:
+def _check_after_backward(module: nn.Module, state: _Enabled) -> None:
+    """NOTE [job stop] 2: the communicators' health at the root's post-backward, after FSDP2's
+    own (the last reduce-scatter issued, before an optimizer step can read its output). FSDP2
+    queues that callback from whichever state's pre-backward runs first, so every state of the
+    module gets the check."""
+    name = "_root_post_backward_final_callback"
+    for _, sub in _fsdp_modules(module):
+        fsdp_state = sub._get_fsdp_state()
+        if not hasattr(fsdp_state, name):
+            continue  # the forward pre-hook still checks once per step
+        original = getattr(fsdp_state, name)
+
+        def checked(_original=original) -> None:
+            _original()
+            _failure.check_health(state.communicators)
+
+        setattr(fsdp_state, name, checked)
+
+        def restore(_state=fsdp_state, _checked=checked) -> None:
+            if _state.__dict__.get(name) is _checked:
+                delattr(_state, name)
+
+        state.undo.append(restore)
+
+
+def _activate(state: _Enabled, own_slots: bool = False) -> None:
     """Gives every registered group its slot and creates each communicator's arena (a
-    collective: every rank reaches it at the same forward), then TIDE serves the groups."""
+    collective: every rank reaches it at the same forward), then TIDE serves the groups. A
+    communicator whose arena any rank cannot lay out, allocate or create leaves its groups
+    on stock FSDP2 with the reason, on every rank (NOTE [job stop] 3)."""
+    tracer = state.tracer
     slots = {id(g): -1 for g in tracer.groups} if own_slots else tracer.slots()
     tracer.done = True
-    try:
-        for comm in communicators:
-            mine = sorted((g for g in groups if g.comm is comm and g.registered_id >= 0),
-                          key=lambda g: g.registered_id)
-            if comm.world() == 1 and not own_slots:  # FSDP2 all-gathers nothing at N = 1
-                for g in mine:
-                    slots[id(g)] = 0
-            comm.assign_landing_slots([slots.get(id(g), -1) for g in mine])
-            if mine:
-                first = mine[0]
-                tensor, pool, why = _runtime.torch_arena(comm, first.pg, first.fsdp_group.device)
-                _ARENAS[id(comm)] = (tensor, pool, why)
-            comm.arena()
-    except RuntimeError as e:  # e.g. ranks that traced different orders: every rank refuses
-        for group in tracer.groups:
-            group.gid, group.reason = -1, f"the landing slots could not be agreed: {e}"
-        return
+    for comm in state.communicators:
+        mine = sorted((g for g in state.groups if g.comm is comm and g.registered_id >= 0),
+                      key=lambda g: g.registered_id)
+        if not any(g.on_tide for g in mine):  # the same on every rank (agreed at enable)
+            continue
+        reason = _create_arena(comm, mine, slots, own_slots)
+        if reason:
+            for group in mine:
+                if group.on_tide:
+                    group.fall_back(reason)
+            if state.strict:
+                raise RuntimeError(
+                    f"tide.fsdp (strict=True): {reason}. Call enable() without strict=True to "
+                    "train these groups on stock FSDP2"
+                )
+            continue
+        comm.serving = True
     for group in tracer.groups:
+        if not group.on_tide:
+            continue
         group.slot = slots[id(group)]
         group.active = True
         if own_slots:
@@ -181,86 +374,127 @@ def _activate(groups: list, communicators: list, tracer, own_slots: bool = False
             group.slot_reason = "not all-gathered during the traced iteration"
 
 
+def _create_arena(comm, mine: list, slots: dict, own_slots: bool) -> str:
+    """Lays out, allocates and creates the communicator's arena; '' or why not, agreed over
+    its process group (each step that a rank may fail alone is agreed before the next
+    collective, so that no rank waits for one that gave up)."""
+    pg, device = mine[0].pg, mine[0].fsdp_group.device
+    local = ""
+    try:
+        if comm.world() == 1 and not own_slots:  # FSDP2 all-gathers nothing at N = 1
+            for group in mine:
+                slots[id(group)] = 0
+        # Slot ids every rank assigns alike, or differently: arena_request's agreement then
+        # refuses on every rank (e.g. ranks that traced different orders).
+        comm.assign_landing_slots([slots.get(id(g), -1) for g in mine])
+        _ARENAS[id(comm)] = _runtime.torch_arena(comm, pg, device, comm.backend)
+    except (RuntimeError, ValueError, MemoryError) as e:
+        local = f"the arena could not be laid out or allocated: {e}"
+    reason = _agree_one(local, pg)
+    if reason:
+        return f"the landing slots could not be agreed or the arena allocated: {reason}"
+    try:
+        comm.arena()  # creates it: collective
+    except (RuntimeError, ValueError, MemoryError) as e:
+        local = f"the arena could not be created: {e}"
+    reason = _agree_one(local, pg)
+    return f"the communicator's arena: {reason}" if reason else ""
+
+
 def report(module: nn.Module) -> list[dict]:
-    """One dict per FSDP parameter group: group, backend ("tide" or "stock"), reason,
-    all_gathers, reduce_scatters, copy_bytes_avoided (FSDP2's layout copies that TIDE calls
-    did not make), copy_bytes_made and copies (the copies they still made, by kind, and why:
-    docs/fsdp.md), all_gather_replays and reduce_scatter_replays (GPU calls that launched their
-    slot's CUDA graph: tens of microseconds of host time; docs/runtime.md), stock_calls,
-    params, slot (its landing slot id: groups of one id share the memory; -1: its own) with
-    slot_reason (why its own), deferred_prefetches (prefetches that found the slot held and
-    waited for the group's own unshard) and landing_bytes. ``memory(module)`` gives the
-    arena."""
+    """One dict per FSDP parameter group: group, backend ("tide" or "stock"), reason (why it is
+    on stock FSDP2: docs/fsdp.md, Failure and fallback), runtime_backend (the TIDE runtime's
+    backend serving it: "host", "nccl" or "ipc"; "" on stock) with runtime_backend_reason (why
+    not the first choice, e.g. ipc for ranks sharing a GPU), all_gathers, reduce_scatters,
+    copy_bytes_avoided (FSDP2's layout copies that TIDE calls did not make), copy_bytes_made
+    and copies (the copies they still made, by kind, and why: docs/fsdp.md),
+    all_gather_replays and reduce_scatter_replays (GPU calls that launched their slot's CUDA
+    graph: tens of microseconds of host time; docs/runtime.md), stock_calls, params, slot (its
+    landing slot id: groups of one id share the memory; -1: its own) with slot_reason (why its
+    own), deferred_prefetches (prefetches that found the slot held and waited for the group's
+    own unshard) and landing_bytes. ``memory(module)`` gives the arena."""
+    _check_module("report", module)
     state = getattr(module, _ATTRIBUTE, None)
     if state is None:
-        return [
-            {
-                "group": name,
-                "backend": "stock",
-                "reason": "tide.fsdp.enable was not called",
-                "all_gathers": 0,
-                "reduce_scatters": 0,
-                "copy_bytes_avoided": 0,
-                "copy_bytes_made": 0,
-                "copies": {},
-                "all_gather_replays": 0,
-                "reduce_scatter_replays": 0,
-                "stock_calls": 0,
-                "params": len(g.fsdp_params),
-                "active": False,
-                "slot": None,
-                "slot_reason": "",
-                "deferred_prefetches": 0,
-                "landing_bytes": 0,
-            }
-            for name, g in _fsdp_groups(module)
-        ]
-    groups, _ = state
-    rows = []
-    for group in groups:
-        stats = group.stats()
-        copies = {}
-        staged = int(stats.get("gradient_bytes_staged", 0))
-        shards = int(stats.get("copy_bytes_made", 0)) - staged
-        if shards:
-            copies["all_gather_shards"] = {
-                "bytes": shards,
-                "why": "each all-gather casts (bf16) or copies (fp32) this rank's shards into the "
-                "shared stage: FSDP2 keeps the shards, TIDE keeps no resident copy",
-            }
-        if staged:
-            copies["staged_gradients"] = {
-                "bytes": staged,
-                "why": "Slot-Reuse moves each layer's gradients into the slot it vacated, so that "
-                "autograd's storage is freed at once (paper Sec. 5.3)",
-            }
-        if group.zero_fill_bytes:
-            copies["zero_gradients"] = {
-                "bytes": group.zero_fill_bytes,
-                "why": "parameters without a gradient get zeros (TIDE-RS reduces every parameter)",
-            }
-        rows.append(
-            {
-                "group": group.name,
-                "backend": "tide" if group.on_tide else "stock",
-                "reason": group.reason,
-                "all_gathers": int(stats["all_gathers"]),
-                "reduce_scatters": int(stats["reduce_scatters"]),
-                "copy_bytes_avoided": int(stats["copy_bytes_avoided"]),
-                "copy_bytes_made": sum(c["bytes"] for c in copies.values()),
-                "copies": copies,
-                "all_gather_replays": int(stats.get("all_gather_replays", 0)),
-                "reduce_scatter_replays": int(stats.get("reduce_scatter_replays", 0)),
-                "stock_calls": group.stock_calls,
-                "params": len(group.fsdp_group.fsdp_params),
-                "active": group.on_tide and group.active,
-                "slot": group.slot if group.on_tide else None,
-                "slot_reason": group.slot_reason if group.on_tide else "",
-                "deferred_prefetches": group.deferred_prefetches,
-                "landing_bytes": int(group.info.get("landing_bytes", 0)) if group.on_tide else 0,
-            }
-        )
-    return rows
+        reason = ("tide.fsdp.close returned it to stock FSDP2" if getattr(module, _CLOSED, False)
+                  else "tide.fsdp.enable was not called")
+        return [_stock_row(name, g, reason) for name, g in _fsdp_groups(module)]
+    return [_row(group) for group in state.groups]
+
+
+def _stock_row(name: str, fsdp_group, reason: str) -> dict:
+    return {
+        "group": name,
+        "backend": "stock",
+        "reason": reason,
+        "runtime_backend": "",
+        "runtime_backend_reason": "",
+        "all_gathers": 0,
+        "reduce_scatters": 0,
+        "copy_bytes_avoided": 0,
+        "copy_bytes_made": 0,
+        "copies": {},
+        "all_gather_replays": 0,
+        "reduce_scatter_replays": 0,
+        "stock_calls": 0,
+        "params": len(fsdp_group.fsdp_params),
+        "active": False,
+        "slot": None,
+        "slot_reason": "",
+        "deferred_prefetches": 0,
+        "landing_bytes": 0,
+    }
+
+
+def _copies(group, stats: dict) -> dict:
+    copies = {}
+    staged = int(stats.get("gradient_bytes_staged", 0))
+    shards = int(stats.get("copy_bytes_made", 0)) - staged
+    if shards:
+        copies["all_gather_shards"] = {
+            "bytes": shards,
+            "why": "each all-gather casts (bf16) or copies (fp32) this rank's shards into the "
+            "shared stage: FSDP2 keeps the shards, TIDE keeps no resident copy",
+        }
+    if staged:
+        copies["staged_gradients"] = {
+            "bytes": staged,
+            "why": "Slot-Reuse moves each layer's gradients into the slot it vacated, so that "
+            "autograd's storage is freed at once (paper Sec. 5.3)",
+        }
+    if group.zero_fill_bytes:
+        copies["zero_gradients"] = {
+            "bytes": group.zero_fill_bytes,
+            "why": "parameters without a gradient get zeros (TIDE-RS reduces every parameter)",
+        }
+    return copies
+
+
+def _row(group) -> dict:
+    stats = group.stats()
+    copies = _copies(group, stats)
+    on_tide = group.on_tide
+    return {
+        "group": group.name,
+        "backend": "tide" if on_tide else "stock",
+        "reason": group.reason,
+        "runtime_backend": group.comm.backend if on_tide else "",
+        "runtime_backend_reason": group.comm.choice_reason if on_tide else "",
+        "all_gathers": int(stats["all_gathers"]),
+        "reduce_scatters": int(stats["reduce_scatters"]),
+        "copy_bytes_avoided": int(stats["copy_bytes_avoided"]),
+        "copy_bytes_made": sum(c["bytes"] for c in copies.values()),
+        "copies": copies,
+        "all_gather_replays": int(stats.get("all_gather_replays", 0)),
+        "reduce_scatter_replays": int(stats.get("reduce_scatter_replays", 0)),
+        "stock_calls": group.stock_calls,
+        "params": len(group.fsdp_group.fsdp_params),
+        "active": on_tide and group.active,
+        "slot": group.slot if on_tide else None,
+        "slot_reason": group.slot_reason if on_tide else "",
+        "deferred_prefetches": group.deferred_prefetches,
+        "landing_bytes": int(group.info.get("landing_bytes", 0)) if on_tide else 0,
+    }
 
 
 def memory(module: nn.Module) -> dict:
@@ -270,10 +504,11 @@ def memory(module: nn.Module) -> dict:
     with the groups in each. On CPU the arena is shared memory, part of the process's RSS; on
     GPUs it is a tensor of a torch.cuda.MemPool over NCCL's allocator, so torch's memory
     statistics include it (``in_torch_allocator``; ``allocator_note`` says why where not)."""
+    _check_module("memory", module)
     state = getattr(module, _ATTRIBUTE, None)
     if state is None:
         return {"arena_bytes": 0, "communicators": []}
-    groups, communicators = state
+    groups = state.groups
     names = {}
     for group in groups:
         if group.comm is not None and group.gid >= 0 or group.stats_when_stock is not None:
@@ -282,7 +517,9 @@ def memory(module: nn.Module) -> dict:
         return {"arena_bytes": 0, "communicators": [], "pending": "the first iteration's order "
                 "assigns the landing slots; the arena exists from the second"}
     out = []
-    for comm in communicators:
+    for comm in state.communicators:
+        if not comm.serving:  # its arena was never created (its groups fell back)
+            continue
         arena = dict(comm.arena())
         arena["in_torch_allocator"] = bool(arena.pop("provided", False))
         arena["allocator_note"] = _ARENAS.get(id(comm), (None, None, ""))[2]
@@ -295,11 +532,27 @@ def memory(module: nn.Module) -> dict:
 
 
 def close(module: nn.Module) -> None:
-    """Closes the module's TIDE communicators; its TIDE groups must not run afterwards."""
+    """Returns the module to stock FSDP2: every group leaves TIDE, the hooks go and the
+    communicators close. Call it on every rank, between steps (no group unsharded); the model
+    then trains on stock FSDP2, and enable() may be called again."""
+    _check_module("close", module)
     state = getattr(module, _ATTRIBUTE, None)
     if state is None:
         return
-    for comm in state[1]:
+    unsharded = [g.name for g in state.groups if g.on_tide and g.fsdp_group.is_unsharded]
+    if unsharded:
+        raise RuntimeError(
+            "tide.fsdp.close: groups " + ", ".join(unsharded) + " are unsharded (their parameters "
+            "are in TIDE's arena): call close() between steps, after the backward"
+        )
+    for handle in state.hooks:
+        handle.remove()
+    for restore in state.undo:
+        restore()
+    for group in state.groups:
+        group.unbind("tide.fsdp.close returned it to stock FSDP2")
+    for comm in state.communicators:
         comm.close()
         _ARENAS.pop(id(comm), None)  # the arena's memory goes after its communicator
-
+    delattr(module, _ATTRIBUTE)
+    setattr(module, _CLOSED, True)

@@ -108,11 +108,41 @@ def test_bad_arguments():
     fully_shard(model)
     with pytest.raises(ValueError, match="mode"):
         tide.fsdp.enable(model, mode="sideways")
-    with pytest.raises(ValueError, match="no FSDP parameter groups"):
+    with pytest.raises(ValueError, match="call fully_shard first"):
         tide.fsdp.enable(_model())
     tide.fsdp.enable(model)
-    with pytest.raises(RuntimeError, match="already enabled"):
+    with pytest.raises(RuntimeError, match="already enabled.*close"):
         tide.fsdp.enable(model)
+
+
+@pytest.mark.parametrize(
+    ("call", "argument"),
+    [
+        (lambda m: tide.fsdp.enable(None), "module"),
+        (lambda m: tide.fsdp.enable("model"), "module"),
+        (lambda m: tide.fsdp.enable(m, mode=1), "mode"),
+        (lambda m: tide.fsdp.enable(m, timeout_s="10"), "timeout_s"),
+        (lambda m: tide.fsdp.enable(m, strict="yes"), "strict"),
+        (lambda m: tide.fsdp.enable(m, ring=None), "ring"),
+        (lambda m: tide.fsdp.report(None), "module"),
+        (lambda m: tide.fsdp.memory(3), "module"),
+        (lambda m: tide.fsdp.close([]), "module"),
+    ],
+)
+def test_wrong_types_name_the_argument(call, argument):
+    model = _model()
+    fully_shard(model)
+    with pytest.raises(TypeError, match=rf"\b{argument} must be"):
+        call(model)
+    assert tide.fsdp.report(model)[0]["reason"] == "tide.fsdp.enable was not called"  # untouched
+
+
+def test_parameter_free_model_gets_an_empty_report():
+    model = nn.Sequential(nn.ReLU(), nn.Identity())
+    fully_shard(model)
+    assert tide.fsdp.enable(model) == []
+    assert tide.fsdp.report(model) == []
+    model(torch.randn(2, 3)).sum()  # and it runs
 
 
 def test_version_check_refuses_other_internals(monkeypatch):
@@ -131,8 +161,12 @@ def test_version_check_refuses_other_internals(monkeypatch):
     model = _model()
     fully_shard(model)
     with pytest.raises(tide.fsdp.UnsupportedTorch):
-        tide.fsdp.enable(model)
-    assert tide.fsdp.report(model)[0]["backend"] == "stock"  # left untouched
+        tide.fsdp.enable(model, strict=True)
+    assert tide.fsdp.report(model)[0]["reason"] == "tide.fsdp.enable was not called"  # untouched
+    # Without strict, the job still trains: every group on stock FSDP2, saying why.
+    rows = tide.fsdp.enable(model)
+    assert rows[0]["backend"] == "stock" and "foreach_reduce" in rows[0]["reason"], rows
+    assert "internals" in rows[0]["reason"], rows
 
 
 def test_version_check_accepts_this_torch():
