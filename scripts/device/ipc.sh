@@ -145,6 +145,11 @@ if has faults; then
     fault "stall-$procs" "$procs" "did not complete within|stalled|died" stall --seed 3 --stall-rank 0 --stall-at-call 4 --timeout-s 5
   done
   fault "misorder-2" 2 "did not complete within|order" misorder --seed 5 --misorder-rank 1 --timeout-s 5
+  fault "misorder-4" 4 "did not complete within|order" misorder --seed 6 --misorder-rank 2 --timeout-s 5
+  # At the first reduce-scatter (NOTE [preloaded kernels]: a kernel's first launch behind a
+  # held wait once hung the host there).
+  fault "stall-2-rs0" 2 "did not complete within|stalled|died" stall --seed 7 --stall-rank 0 --stall-at-call 3 --timeout-s 5
+  fault "kill-2-rs0" 2 "rank 1 died" kill --seed 8 --kill-rank 1 --kill-at-call 3 --timeout-s 5
   # Hardware queues (paper App. E): the same faults with 32 connections instead of the default 8.
   export CUDA_DEVICE_MAX_CONNECTIONS=32
   fault "kill-4-c32" 4 "rank 1 died" kill --seed 4 --kill-rank 1 --kill-at-call 5 --timeout-s 5

@@ -56,6 +56,11 @@ __global__ void __launch_bounds__(kCastThreads)
 
 }  // namespace
 
+void prepare_cast() {
+  cudaFuncAttributes attributes{};  // needs the loaded function: loads it
+  TIDE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, cast_kernel));
+}
+
 void launch_cast_fp32_to_bf16(std::uint16_t* dst, const float* src, std::int64_t n,
                               cudaStream_t stream, int ctas) {
   const std::string who = "launch_cast_fp32_to_bf16: ";

@@ -188,6 +188,19 @@ LandingLaunch landing_launch(const LandingArgs& a) {
   return launch;
 }
 
+void prepare_landing() {
+  using Select = const void* (*)(bool);
+  static constexpr Select kernels[kMaxWave] = {kernel_for<1>, kernel_for<2>, kernel_for<3>,
+                                               kernel_for<4>, kernel_for<5>, kernel_for<6>,
+                                               kernel_for<7>, kernel_for<8>};
+  for (const Select select : kernels) {
+    for (const bool read_out : {false, true}) {
+      cudaFuncAttributes attributes{};  // needs the loaded function: loads it
+      TIDE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, select(read_out)));
+    }
+  }
+}
+
 void launch_landing(const LandingArgs& a, cudaStream_t stream) {
   LandingLaunch launch = landing_launch(a);
   if (launch.empty) return;

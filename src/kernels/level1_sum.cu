@@ -1132,4 +1132,38 @@ void launch_level1_sum(const Level1SumArgs& a, cudaStream_t stream, const Level1
   }
 }
 
+// ---------------------------------------------------------------------------------------
+// Preloading (NOTE [preloaded kernels]).
+
+namespace {
+
+// cudaFuncGetAttributes needs the loaded function, so it loads it (lazy loading).
+void load(const void* kernel) {
+  cudaFuncAttributes attributes{};
+  TIDE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+}
+
+template <typename In, bool kAccumulate>
+void load_variants() {
+  load(reinterpret_cast<const void*>(&level1_sum_kernel<In, kAccumulate>));
+  Level1SumParams p;
+  std::memset(&p, 0, sizeof(p));
+  for (const int staged : {0, kMaxLevel1Staged}) {  // a run-time count, L = 8
+    for (const float alpha : {1.0f, 0.5f}) {        // no multiply, a scale
+      p.num_staged = staged;
+      p.alpha = alpha;
+      load(reinterpret_cast<const void*>(pick_direct_kernel<In, kAccumulate>(p)));
+    }
+  }
+}
+
+}  // namespace
+
+void prepare_level1_sum() {
+  load_variants<std::uint16_t, false>();
+  load_variants<std::uint16_t, true>();
+  load_variants<float, false>();
+  load_variants<float, true>();
+}
+
 }  // namespace tide::kernels

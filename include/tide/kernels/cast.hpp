@@ -19,4 +19,7 @@ inline constexpr int kMaxCastCtas = 65535;
 void launch_cast_fp32_to_bf16(std::uint16_t* dst, const float* src, std::int64_t n,
                               cudaStream_t stream, int ctas = 0);
 
+// Loads the cast kernel on the current device (NOTE [preloaded kernels]). Idempotent.
+void prepare_cast();
+
 }  // namespace tide::kernels

@@ -38,6 +38,10 @@ struct LandingArgs {
 // Validates (throws InvalidArgument) and enqueues the pull landing on `stream`.
 void launch_landing(const LandingArgs& args, cudaStream_t stream);
 
+// Loads every pull-landing kernel (W = 1..8, reading the output or not) on the current
+// device, so that no launch_landing loads one lazily (NOTE [preloaded kernels]). Idempotent.
+void prepare_landing();
+
 // ---- Multimem (switch-reduction) landing: written, never executed here. ----
 //
 // The opt-in is the environment knob TIDE_ENABLE_MULTIMEM=1 (read in one place, landing.cu)

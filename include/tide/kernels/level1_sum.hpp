@@ -127,6 +127,14 @@ inline Level1Tuning recommended_level1_tuning(int ctas) {
 void launch_level1_sum(const Level1SumArgs& args, cudaStream_t stream,
                        const Level1Tuning& tuning = {});
 
+// Loads every kernel launch_level1_sum can pick (each dtype, accumulate, pipeline and
+// warp-direct variant) on the current device. Under CUDA's lazy loading (the default since
+// 12.2) a kernel's first launch loads it, and a load may synchronise the context: a first
+// launch while a stream of the context waits for a peer deadlocks the host inside the launch
+// (NOTE [preloaded kernels] in src/exec/cuda/sequence_runner.cpp). Call it before any stream
+// can wait. Idempotent.
+void prepare_level1_sum();
+
 namespace detail {
 
 // The kernel's parameters (plain data, 2.3 KB, passed by value).
