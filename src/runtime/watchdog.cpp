@@ -1,6 +1,8 @@
 // NOTE [runtime] 5: the watchdog thread.
 #include "watchdog.hpp"
 
+#include <cuda_runtime_api.h>
+
 #include <exception>
 #include <utility>
 
@@ -21,6 +23,11 @@ Watchdog::~Watchdog() {
 }
 
 void Watchdog::loop() {
+  // Every CUDA call of this thread (the checks' event and stream queries, the abort's copies)
+  // in the relaxed stream-capture mode: a capture that another thread runs in the global mode
+  // (torch.cuda.graph's default) is never invalidated by them (NOTE [CUDA call sequences] 6).
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
   std::unique_lock lock(mutex_);
   while (!wake_.wait_for(lock, period_, [this] { return stop_; })) {
     lock.unlock();

@@ -1,6 +1,8 @@
 // A watchdog thread (NOTE [runtime] 5): every `period` it asks `check` whether a call has
 // stalled; the first reason it gets goes to `fire`, once, and the thread ends. The caller's
-// thread never polls. Destruction stops and joins the thread.
+// thread never polls. Destruction stops and joins the thread. The thread's CUDA calls run in
+// the relaxed stream-capture mode (a capture elsewhere in the process is never invalidated
+// by its queries). Built with CUDA only.
 #pragma once
 
 #include <chrono>

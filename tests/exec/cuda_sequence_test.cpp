@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -21,12 +22,14 @@
 
 #include "kernels/gpu_test_util.hpp"
 #include "sequence_test_kernels.hpp"
+#include "sequence_test_util.hpp"
 #include "tide/core/arithmetic.hpp"
 #include "tide/core/collective_reference.hpp"
 #include "tide/core/error.hpp"
 #include "tide/exec/cuda_executor.hpp"
 #include "tide/fabric/virtual_fabric.hpp"
 #include "tide/kernels/cuda_check.hpp"
+#include "watchdog.hpp"
 
 namespace tide {
 namespace {
@@ -36,106 +39,7 @@ using exec::CudaSequenceOptions;
 using exec::CudaSequenceRunner;
 using exec::testing::launch_compute_copy;
 using program::CallSequence;
-
-constexpr std::int64_t kRegionOffset = 8192;  // the group's region is not at the arena's start
-constexpr int kFirstWord = 3;                 // nor its counters at word 0
-
-std::uint64_t test_seed() {
-  if (const char* s = std::getenv("TIDE_TEST_SEED")) return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
-}
-
-std::vector<ParamShape> odd_shapes(std::mt19937_64& rng, int count) {
-  std::vector<ParamShape> shapes;
-  for (int p = 0; p < count; ++p) {
-    shapes.push_back(ParamShape{"p" + std::to_string(p), 1 + static_cast<std::int64_t>(rng() % 29),
-                                1 + static_cast<std::int64_t>(rng() % 41)});
-  }
-  return shapes;
-}
-
-struct Topo {
-  int nodes, gpus;
-};
-
-// A device allocation, or with `mapped` pinned host memory the GPU reaches through its
-// mapping (the gate tests read it while GPU queues are held, without any GPU work).
-class Dev {
- public:
-  explicit Dev(std::size_t bytes, bool mapped = false) : bytes_(bytes), mapped_(mapped) {
-    const std::size_t n = bytes == 0 ? 16 : bytes;
-    if (mapped) {
-      TIDE_CUDA_CHECK(cudaHostAlloc(&p_, n, cudaHostAllocMapped));
-    } else {
-      TIDE_CUDA_CHECK(cudaMalloc(&p_, n));
-    }
-  }
-  ~Dev() { (void)(mapped_ ? cudaFreeHost(p_) : cudaFree(p_)); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  void* get() const { return p_; }
-  std::size_t bytes() const { return bytes_; }
-  void upload(const void* host) {
-    TIDE_CUDA_CHECK(cudaMemcpy(p_, host, bytes_, cudaMemcpyDefault));
-  }
-  void fill(unsigned char byte) {
-    if (mapped_) {
-      std::memset(p_, byte, bytes_);
-    } else {
-      TIDE_CUDA_CHECK(cudaMemset(p_, byte, bytes_));
-    }
-  }
-  std::vector<std::byte> download() const {
-    std::vector<std::byte> out(bytes_);
-    TIDE_CUDA_CHECK(cudaMemcpy(out.data(), p_, bytes_, cudaMemcpyDefault));
-    return out;
-  }
-  // Whether the bytes equal `want`, read by the host from mapped memory (no GPU work).
-  bool equals(const std::vector<std::byte>& want) const {
-    const auto* v = static_cast<const volatile std::byte*>(p_);
-    if (want.size() != bytes_) return false;
-    for (std::size_t i = 0; i < bytes_; ++i)
-      if (v[i] != want[i]) return false;
-    return true;
-  }
-  // Bytes other than `byte`, read by the host from mapped memory (no GPU work).
-  std::size_t count_other_than(unsigned char byte) const {
-    std::size_t n = 0;
-    const auto* v = static_cast<const volatile unsigned char*>(p_);
-    for (std::size_t i = 0; i < bytes_; ++i)
-      n += v[i] != byte;
-    return n;
-  }
-
- private:
-  void* p_ = nullptr;
-  std::size_t bytes_ = 0;
-  bool mapped_ = false;
-};
-
-std::unique_ptr<fabric::VirtualFabric> fabric_for(const CallSequence& seq) {
-  std::vector<program::BufferSizes> sizes;
-  for (const program::BufferSizes& b : seq.templates[0].program.buffers) {
-    program::BufferSizes s;
-    s.arena_bytes = kRegionOffset + b.arena_bytes;  // tensors and outputs are the caller's
-    sizes.push_back(s);
-  }
-  fabric::VirtualFabricOptions o;
-  o.signal_words = seq.counters + kFirstWord + 2;
-  return std::make_unique<fabric::VirtualFabric>(sizes, o);
-}
-
-class Stream {
- public:
-  Stream() { TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-  ~Stream() { (void)cudaStreamDestroy(s_); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
+using namespace sequence_testing;  // NOLINT(google-build-using-namespace)
 
 // ---- Reduce-scatter -----------------------------------------------------------------------
 
@@ -346,16 +250,26 @@ TEST_P(RsStream, ManyCallsWithFreshPointersMatchTheDefinition) {
 // with the nodes that carry bindings re-pointed (NOTE [CUDA call sequences] 3).
 class RsGraphs : public ::testing::TestWithParam<std::tuple<Topo, bool, RsSubSlices>> {};
 
-// Whether some template copies a gradient in 2-D (strided rows): across ranks whenever a
-// piece is real on more than one destination rank, never per rank (NOTE [sub-slice geometry]).
+// Whether some template copies caller memory (a kTensor or kOutput region, on either side)
+// in 2-D: the runner's rule (NOTE [CUDA call sequences] 3): a copy is one 1-D node only where
+// both sides are one contiguous run (one row, or pitch == width), and CUDA updates only 1-D
+// copy nodes. Across ranks a piece real on more than one destination rank is read in strided
+// rows, and a gradient piece whose rows are contiguous in the caller's tensor can still land
+// in strided staging rows (seed 636197128 at 1 x 4: 3 rows of 6 bytes into a pitch of 8);
+// per rank every such copy is 1-D (NOTE [sub-slice geometry]).
 bool reads_gradients_in_2d(const CallSequence& seq) {
+  const auto caller = [](const program::Region& r) {
+    return r.buffer.space == program::Space::kTensor || r.buffer.space == program::Space::kOutput;
+  };
+  const auto contiguous = [](const program::Region& r) {
+    return r.rows <= 1 || r.pitch == r.width;
+  };
   for (const program::CallTemplate& t : seq.templates)
     for (const program::Op& op : t.program.ops)
-      if (const auto* copy = op.get_if<program::CopyOp>(); copy != nullptr)
-        for (const program::CopyDescriptor& c : copy->copies)
-          if (c.src.buffer.space == program::Space::kTensor && c.src.rows > 1 &&
-              c.src.pitch != c.src.width)
-            return true;
+      for (const program::CopyDescriptor& c : program::copies_of(op))
+        if (c.src.bytes() > 0 && (caller(c.src) || caller(c.dst)) &&
+            !(contiguous(c.src) && contiguous(c.dst)))
+          return true;
   return false;
 }
 
@@ -417,30 +331,6 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Bool(),
                        ::testing::Values(RsSubSlices::kAcrossRanks, RsSubSlices::kPerRank,
                                          RsSubSlices::kNodeContiguous)));
-
-// Holds a rank back at the start of its calls while the word is 0. The word is mapped host
-// memory: the host opens the gate with a store, through no GPU queue (streams aliased onto
-// the held queues could not run a copy).
-class Gate {
- public:
-  Gate() : word_(8, true) { set(1); }
-  const std::uint64_t* word() const { return static_cast<const std::uint64_t*>(word_.get()); }
-  void set(std::uint64_t v) {
-    *static_cast<volatile std::uint64_t*>(word_.get()) = v;
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-  }
-
- private:
-  Dev word_;
-};
-
-// Options whose rank `rank` waits for `gate` at the start of every call.
-CudaSequenceOptions gated(const Gate& gate, int rank) {
-  CudaSequenceOptions o;
-  o.gate_rank = rank;
-  o.gate_word = gate.word();
-  return o;
-}
 
 // While the gated rank has not started its call, every other rank's output must still hold
 // the caller's poison: each of its elements needs the gated rank's contribution, so a
@@ -961,6 +851,240 @@ TEST(CudaSequence, WatchFindsAStalledCallAndReleasesIt) {
   } catch (const CudaError& e) {
     EXPECT_NE(std::string(e.what()).find("aborted"), std::string::npos) << e.what();
   }
+}
+
+// Seed 636197128 at M x L = 1 x 4, across ranks (it once failed on the H200): a gradient piece
+// whose 3 rows of 6 bytes are contiguous in the caller's tensor lands in staging rows of pitch 8, a
+// 2-D copy on its destination side. The test's rule must count it as the runner does (it once
+// looked at the source alone). No GPU needed.
+TEST(CudaSequence, TwoDRuleCountsAContiguousGradientIntoStridedRows) {
+  std::mt19937_64 rng(636197128);
+  const int count = 1 + static_cast<int>(rng() % 4);
+  const GroupLayout layout(Topology(1, 4), odd_shapes(rng, count), DType::kBf16, DType::kBf16);
+  const RsPlan plan(layout, RsHarness::rs_options(Topo{1, 4}, RsSubSlices::kAcrossRanks));
+  const CallSequence seq = program::rs_call_sequence(plan, {}, program::rs_arena_layout(plan));
+  bool contiguous_into_strided = false;
+  for (const program::CallTemplate& t : seq.templates)
+    for (const program::Op& op : t.program.ops)
+      for (const program::CopyDescriptor& c : program::copies_of(op))
+        contiguous_into_strided =
+            contiguous_into_strided ||
+            (c.src.buffer.space == program::Space::kTensor && c.src.rows > 1 &&
+             c.src.pitch == c.src.width && c.dst.pitch != c.dst.width);
+  EXPECT_TRUE(contiguous_into_strided) << "the seed no longer makes the case";
+  EXPECT_TRUE(reads_gradients_in_2d(seq));
+}
+
+// NOTE [CUDA call sequences] 6: calls from two host threads, each on its own caller stream with
+// its own buffers, while a third thread polls the watch and the counts as the runtime's
+// watchdog does. With `agreed` the threads take turns (FSDP2's main and autograd threads call
+// in an order every rank agrees on); otherwise they race for the runner's lock. Every call
+// must match bitwise, and the runner must count every call.
+void calls_from_two_threads(bool agreed, bool graphs) {
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED), agreed " +
+               std::to_string(agreed) + ", graphs " + std::to_string(graphs));
+  CudaSequenceOptions options;
+  options.replay_graphs = graphs;
+  RsHarness h(Topo{1, 4}, seed, options, /*accumulate=*/true);
+  const int per_thread = 2 * h.runner().event_slots() + 2;
+  Stream streams[2];
+  std::vector<std::unique_ptr<RsBuffers>> buffers;
+  std::vector<std::vector<std::unique_ptr<RsCallData>>> data(2);
+  std::vector<std::vector<float>> alphas(2);
+  for (int t = 0; t < 2; ++t) {
+    buffers.push_back(h.buffers());
+    for (int k = 0; k < per_thread; ++k) {
+      alphas[static_cast<std::size_t>(t)].push_back(k % 2 == 0 ? 1.0f : 0.5f);
+      data[static_cast<std::size_t>(t)].push_back(
+          h.data(alphas[static_cast<std::size_t>(t)].back()));
+    }
+  }
+  std::atomic<int> turn = 0;
+  std::atomic<bool> stop = false;
+  std::atomic<int> polls = 0;
+  std::thread watchdog([&] {
+    while (!stop) {
+      (void)h.runner().stalled(std::chrono::hours(1));
+      (void)h.runner().idle();
+      (void)h.runner().calls();
+      (void)h.runner().graph_launches();
+      (void)h.runner().repointed_launches();
+      ++polls;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 2; ++t) {
+    callers.emplace_back([&, t] {
+      try {
+        for (int k = 0; k < per_thread; ++k) {
+          if (agreed)
+            while (turn.load() % 2 != t)
+              std::this_thread::yield();
+          const auto ut = static_cast<std::size_t>(t);
+          h.step(*buffers[ut], *data[ut][static_cast<std::size_t>(k)],
+                 alphas[ut][static_cast<std::size_t>(k)], streams[t].get());
+          if (agreed) ++turn;
+        }
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(t)] = e.what();
+        turn = 1 << 20;  // let the other thread finish
+      }
+    });
+  }
+  for (std::thread& c : callers)
+    c.join();
+  stop = true;
+  watchdog.join();
+  ASSERT_EQ(errors[0], "");
+  ASSERT_EQ(errors[1], "");
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(streams[0].get()));
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(streams[1].get()));
+  EXPECT_GT(polls, 0);
+  EXPECT_EQ(h.runner().calls(), 2 * per_thread);
+  EXPECT_TRUE(h.runner().idle());
+  for (int t = 0; t < 2; ++t)
+    for (int k = 0; k < per_thread; ++k)
+      h.expect_equal(*data[static_cast<std::size_t>(t)][static_cast<std::size_t>(k)],
+                     "thread " + std::to_string(t) + " call " + std::to_string(k));
+}
+
+TEST(CudaSequence, CallsFromTwoThreadsInAnAgreedOrder) {
+  TIDE_REQUIRE_GPU();
+  calls_from_two_threads(true, true);
+}
+
+TEST(CudaSequence, CallsFromTwoThreadsRacingForTheLock) {
+  TIDE_REQUIRE_GPU();
+  calls_from_two_threads(false, true);
+  calls_from_two_threads(false, false);
+}
+
+// Runs `poll` on this thread while another thread captures unrelated work (two device-to-device
+// copies) into a graph in the global capture mode, then launches the graph. Returns what
+// cudaStreamEndCapture said (the capture's copy is checked where it succeeded).
+cudaError_t capture_elsewhere_while(const std::function<void()>& poll) {
+  const std::size_t bytes = std::size_t{1} << 16;
+  Dev src(bytes), dst(bytes);
+  std::vector<unsigned char> pattern(bytes);
+  std::mt19937_64 rng(bytes);
+  for (unsigned char& b : pattern)
+    b = static_cast<unsigned char>(rng());
+  src.upload(pattern.data());
+  dst.fill(0);
+  std::atomic<int> phase = 0;
+  cudaError_t end = cudaErrorUnknown;
+  cudaError_t ran = cudaErrorUnknown;
+  std::thread capturer([&] {
+    (void)cudaSetDevice(0);
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;  // this thread: the default
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
+    cudaStream_t s = nullptr;
+    (void)cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    (void)cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+    auto* d = static_cast<std::byte*>(dst.get());
+    const auto* from = static_cast<const std::byte*>(src.get());
+    (void)cudaMemcpyAsync(d, from, bytes / 2, cudaMemcpyDeviceToDevice, s);
+    phase = 1;
+    while (phase.load() != 2)
+      std::this_thread::yield();
+    (void)cudaMemcpyAsync(d + bytes / 2, from + bytes / 2, bytes / 2, cudaMemcpyDeviceToDevice, s);
+    cudaGraph_t graph = nullptr;
+    end = cudaStreamEndCapture(s, &graph);
+    if (end == cudaSuccess && graph != nullptr) {
+      cudaGraphExec_t exec = nullptr;
+      ran = cudaGraphInstantiate(&exec, graph, 0);
+      if (ran == cudaSuccess) ran = cudaGraphLaunch(exec, s);
+      if (ran == cudaSuccess) ran = cudaStreamSynchronize(s);
+      if (exec != nullptr) (void)cudaGraphExecDestroy(exec);
+    }
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    (void)cudaStreamDestroy(s);
+  });
+  while (phase.load() != 1)
+    std::this_thread::yield();
+  poll();
+  phase = 2;
+  capturer.join();
+  if (end == cudaSuccess) {
+    EXPECT_EQ(ran, cudaSuccess) << cudaGetErrorName(ran);
+    std::vector<unsigned char> got(bytes);
+    TIDE_CUDA_CHECK(cudaMemcpy(got.data(), dst.get(), bytes, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(got, pattern) << "the captured copies did not run";
+  }
+  return end;
+}
+
+// NOTE [CUDA call sequences] 6: while another thread captures in the global mode
+// (torch.cuda.graph's default), the watch's queries (stalled() reading the words of a call held
+// by the gate, idle(), stuck()) from this thread, in the default mode, and from the runtime's
+// watchdog thread, must not invalidate that capture. The control: a plain cudaEventQuery of a
+// pending event from this thread does invalidate it on this driver (else the check proves
+// nothing here, and says so).
+TEST(CudaSequence, WatchQueriesLeaveAGlobalCaptureElsewhereIntact) {
+  TIDE_REQUIRE_GPU();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  Gate gate;
+  RsHarness h(Topo{1, 4}, seed, gated(gate, 1), false, /*mapped=*/true);
+  Stream caller;
+  const auto buffers = h.buffers();
+  const auto d = h.data(1.0f);
+  gate.set(0);
+  h.step(*buffers, *d, 1.0f, caller.get());  // held: its events stay pending
+  cudaEvent_t pending = nullptr;
+  TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&pending, cudaEventDisableTiming));
+  TIDE_CUDA_CHECK(cudaEventRecord(pending, caller.get()));
+
+  const cudaError_t control = capture_elsewhere_while([&] {
+    (void)cudaEventQuery(pending);
+    (void)cudaGetLastError();
+  });
+  if (control == cudaSuccess) {
+    std::printf(
+        "note: a plain cudaEventQuery did not invalidate a global capture on another "
+        "thread here; the checks below prove less\n");
+  } else {
+    EXPECT_EQ(control, cudaErrorStreamCaptureInvalidated) << cudaGetErrorName(control);
+  }
+
+  int stalls = 0;
+  const cudaError_t direct = capture_elsewhere_while([&] {
+    for (int i = 0; i < 5; ++i) {
+      stalls += h.runner().stalled(std::chrono::milliseconds(0)).has_value() ? 1 : 0;
+      EXPECT_FALSE(h.runner().idle());
+      EXPECT_FALSE(h.runner().stuck());
+    }
+  });
+  EXPECT_EQ(direct, cudaSuccess) << cudaGetErrorName(direct)
+                                 << ": the watch's queries invalidated the capture";
+  EXPECT_EQ(stalls, 5) << "the held call was not seen (the queries did not reach the device)";
+
+  std::atomic<int> checks = 0;
+  const cudaError_t dog = capture_elsewhere_while([&] {
+    runtime::detail::Watchdog watchdog(
+        [&]() -> std::optional<std::string> {
+          (void)h.runner().stalled(std::chrono::milliseconds(0));
+          (void)h.runner().idle();
+          ++checks;
+          return std::nullopt;
+        },
+        [](const std::string&) {}, std::chrono::milliseconds(1));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (checks < 5 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  EXPECT_GE(checks, 5);
+  EXPECT_EQ(dog, cudaSuccess) << cudaGetErrorName(dog)
+                              << ": the watchdog thread's queries invalidated the capture";
+
+  gate.set(1);
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
+  (void)cudaEventDestroy(pending);
+  h.expect_equal(*d, "the held call");
 }
 
 }  // namespace

@@ -118,13 +118,56 @@
 //    kWatchedCalls. stalled() (any thread, e.g. the runtime's watchdog) finds the oldest
 //    call whose event has not completed `timeout` after its enqueue and names its unsatisfied
 //    waits: the threshold of each is base + value, base being what earlier calls added (a
-//    closed form of the period's additions), against the word read on a private stream.
+//    closed form of the period's additions), against the word read on a private stream, and
+//    the ranks that signal it; with published abort words, the ranks that aborted first.
 //    release_waits() then writes a huge value into every signal word of the sequence (and
 //    the test gate), so that the streams drain instead of hanging after an abort. Calls in a
-//    caller's graph are not watched.
+//    caller's graph are not watched. No garbage after a release (the contract):
+//    - Abort words. Every local rank has one (CudaSequencePlace::abort_word: a signal word
+//      of its own that its peers can read, one per rank for every sequence of a
+//      communicator; or, without one, a private device word). release_waits() writes it
+//      (nonzero) before it releases any signal word: each reader stream waits for every
+//      local rank's abort write before its release copy.
+//    - (a) A released rank never signals as if its data were valid: every counter addition
+//      (kSignal, kRailPut) is a kernel that adds nothing once its rank's abort word is set.
+//      A wait that passed only because of the release was met by a value written after the
+//      abort word, and every addition after it in stream (or event) order reads the word as
+//      set. Additions whose waits were all met by real signals may or may not count: their
+//      data are valid either way. Cost: one load of a local word per addition kernel.
+//    - (b) So a peer that waits for a released rank never completes that call: its waits
+//      for the released rank's later signals are never met, its own watchdog times the call
+//      out, and stalled() names the waits with the rank that signals them ("signalled by rank
+//      0") and, with published words, the aborted rank. With published abort words a call
+//      also ends with a 1-warp check on the caller stream (abort_check.hpp; only where some
+//      rank is another process's): while every other process's abort word is 0 it returns
+//      at once; where one is set, it holds the call until this rank's own release. This
+//      covers data a released rank's copies overwrite after the release (a copy waiting for
+//      a released credit runs early and may overwrite a buffer the peer still reads: copy
+//      engines cannot be made conditional): the check reads the words after every read of
+//      the call's data, and such a copy runs only after the word is written.
+//    - (c) Void calls: first_void_call() is the first call whose completion had not been
+//      observed when the waits were released (calls run one after another, so every call
+//      before it completed on real signals). Every call from it on (in flight, enqueued, or
+//      in a caller's graph launched since) has garbage outputs; enqueue() and
+//      prepare_replay() refuse from then on. The runtime must raise rather than return
+//      those calls' outputs as valid, and stop the job: work the caller enqueued after a
+//      void call (e.g. an optimizer step) still runs once the streams drain.
+//    Not covered: data a released rank's early copies overwrite in a peer's buffer after the
+//    peer's call completed (an all-gather's landing slot the peer's compute still reads);
+//    the peer's next call then holds (its check, or its waits), so its job stops too, but
+//    the compute between the two calls read it. The runtime may put the same check before it
+//    releases a landing slot (enqueue_abort_check()).
 // 6. Limits: every rank's signal words and every arena must be load/store reachable (the
 //    virtual fabric; messages are not built here); one caller stream per call for all local
-//    ranks; calls are issued from one host thread.
+//    ranks. Threads: every public member may be called from any thread (FSDP2 calls from
+//    its main thread and from autograd's; the watchdog polls from its own). Calls are
+//    serialised by one lock and take the next call index in the order they take it (ranks
+//    of several processes must agree on that order: their callers order them); the lock is
+//    never held while waiting for the device. The watch (stalled(), idle(), stuck(),
+//    release_waits()) has its own lock, never waits for an enqueue (a launch can block
+//    while the device's queues are full), and runs its CUDA calls in the relaxed stream-
+//    capture mode, so that its queries never invalidate a capture that another thread runs
+//    in the global mode (torch.cuda.graph's default).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -146,6 +189,10 @@ namespace tide::exec {
 struct CudaSequencePlace {
   std::int64_t region_offset = 0;  // the group's region in every rank's arena
   int first_signal_word = 0;       // the sequence's counter 0 among each rank's signal words
+  // Every rank's abort word among its signal words, outside the sequence's counters (NOTE
+  // [CUDA call sequences] 5), shared by the sequences of a communicator; -1: a private word
+  // per device that other processes cannot read (then no end-of-call check).
+  int abort_word = -1;
 };
 
 // One local rank's pointers for one call.
@@ -248,10 +295,22 @@ class CudaSequenceRunner {
   // After release_waits(): a watched call is still running (its streams could not drain).
   // The runner's destructor then frees nothing that synchronises; the process must end.
   bool stuck() const;
-  // Thread-safe: satisfies every wait of the sequence on the local ranks, so that its streams
-  // drain after a fail-stop abort. The outputs of calls still running are garbage after it,
-  // and the runner refuses every later call.
+  // Thread-safe: writes the local ranks' abort words, then satisfies every wait of the
+  // sequence on the local ranks, so that its streams drain after a fail-stop abort (NOTE
+  // [CUDA call sequences] 5). Their later signals count for nothing; the outputs of every
+  // call from first_void_call() on are garbage, and the runner refuses every later call and
+  // replay. Idempotent.
   void release_waits();
+  // Thread-safe: whether release_waits() ran.
+  bool released() const;
+  // Enqueues on `stream` (on the first local rank's device) the end-of-call check of NOTE
+  // [CUDA call sequences] 5: the stream's later work runs only while no other process's rank
+  // has released its waits (else only after this rank's own release). Nothing without
+  // published abort words or without ranks of other processes. Capturable.
+  void enqueue_abort_check(cudaStream_t stream) const;
+  // Thread-safe: after release_waits(), the first call whose outputs are void (every call
+  // from it on; calls before it completed before the release); -1 before.
+  std::int64_t first_void_call() const;
 
   std::int64_t calls() const;           // calls enqueued (or replayed) so far
   int event_slots() const;              // Q
@@ -270,6 +329,7 @@ class CudaSequenceRunner {
  private:
   void enqueue_checked(std::span<const CudaCallBindings> bindings, float alpha, bool accumulate,
                        cudaStream_t caller);
+  void check_replay_locked(const CudaCapturedCalls& calls) const;
   struct State;
   std::unique_ptr<State> state_;
 };

@@ -1,6 +1,8 @@
 // The counter additions of kSignal and kRailPut (NOTE [CUDA executor op mapping]): a 1-thread
 // kernel that adds to 64-bit device counters after a system-wide fence; the sequence runner
-// adds to several counters in one launch (NOTE [CUDA call sequences]).
+// adds to several counters in one launch (NOTE [CUDA call sequences]). With an abort word
+// (NOTE [CUDA call sequences] 5) an addition that runs once the word is nonzero adds nothing:
+// a rank whose waits were released never signals a peer as if its data were valid.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -11,8 +13,10 @@
 namespace tide::exec::cuda_detail {
 
 // Enqueues *counter += add on `stream` (atomic, system scope: __threadfence_system() then
-// atomicAdd_system). Checks the launch.
-void launch_counter_add(std::uint64_t* counter, std::uint64_t add, cudaStream_t stream);
+// atomicAdd_system), unless `abort` (a device word on the stream's device; nullptr: none)
+// holds a nonzero value when the kernel runs. Checks the launch.
+void launch_counter_add(std::uint64_t* counter, std::uint64_t add, cudaStream_t stream,
+                        const std::uint64_t* abort = nullptr);
 
 // One addition of a batch.
 struct CounterAdd {
@@ -24,8 +28,12 @@ struct CounterAdd {
 inline constexpr std::size_t kMaxCounterAddsPerLaunch = 32;
 
 // Enqueues the additions in order on `stream`, each as launch_counter_add's (fence, then
-// atomicAdd_system), in one 1-thread kernel per kMaxCounterAddsPerLaunch of them. Checks the
-// launches; nothing for an empty batch.
-void launch_counter_adds(std::span<const CounterAdd> adds, cudaStream_t stream);
+// atomicAdd_system; none once `abort` is nonzero), in one 1-thread kernel per
+// kMaxCounterAddsPerLaunch of them. Checks the launches; nothing for an empty batch.
+void launch_counter_adds(std::span<const CounterAdd> adds, cudaStream_t stream,
+                         const std::uint64_t* abort = nullptr);
+
+// Loads both counter-addition kernels on the current device (NOTE [preloaded kernels]).
+void prepare_counter_adds();
 
 }  // namespace tide::exec::cuda_detail

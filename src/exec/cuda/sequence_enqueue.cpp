@@ -221,19 +221,22 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
         if (slotted) record_node(s, m, index, static_cast<int>(k), capture);
       }
       if (m.kind == OpKind::kRailPut)
-        cuda_detail::launch_counter_add(m.word, static_cast<std::uint64_t>(m.value), s);
+        cuda_detail::launch_counter_add(m.word, static_cast<std::uint64_t>(m.value), s,
+                                        abort_of(m.rank));
       break;
     case OpKind::kSignal: {
       std::array<cuda_detail::CounterAdd, cuda_detail::kMaxCounterAddsPerLaunch> adds{};
+      // NOTE [CUDA call sequences] 5: none of them counts once the rank's abort word is set.
       if (m.adds.empty()) {
-        cuda_detail::launch_counter_add(m.word, static_cast<std::uint64_t>(m.value), s);
+        cuda_detail::launch_counter_add(m.word, static_cast<std::uint64_t>(m.value), s,
+                                        abort_of(m.rank));
         break;
       }
       for (std::size_t first = 0; first < m.adds.size(); first += adds.size()) {
         const std::size_t n = std::min(adds.size(), m.adds.size() - first);
         for (std::size_t k = 0; k < n; ++k)
           adds[k] = {m.adds[first + k].word, static_cast<std::uint64_t>(m.adds[first + k].value)};
-        cuda_detail::launch_counter_adds(std::span(adds.data(), n), s);
+        cuda_detail::launch_counter_adds(std::span(adds.data(), n), s, abort_of(m.rank));
       }
       break;
     }
@@ -315,6 +318,12 @@ void CudaSequenceRunner::State::enqueue_call(std::int64_t e,
         cudaEventRecord(done[static_cast<std::size_t>(i)], streams[static_cast<std::size_t>(i)]));
     TIDE_CUDA_CHECK(cudaStreamWaitEvent(caller, done[static_cast<std::size_t>(i)], 0));
   }
+  // NOTE [CUDA call sequences] 5: the call completes only while no other process's rank has
+  // released its waits.
+  if (peer_check.watched_count > 0) {
+    use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
+    cuda_detail::launch_abort_check(peer_check, caller);
+  }
 }
 
 void CudaSequenceRunner::State::order_after_previous(cudaStream_t caller) {
@@ -338,6 +347,11 @@ void CudaSequenceRunner::State::advance(std::vector<std::int64_t>& base, std::in
 void CudaSequenceRunner::enqueue(std::span<const CudaCallBindings> bindings, float alpha,
                                  bool accumulate, cudaStream_t caller) {
   State& s = *state_;
+  // NOTE [CUDA call sequences] 6: one call at a time, from any thread. A release may come
+  // while the call is enqueued: the call is then void (first_void_call()) and its signals
+  // count for nothing.
+  std::lock_guard lock(s.mutex);
+  s.current_device = -1;  // the CUDA device is per thread
   if (s.released()) {
     throw CudaError(
         "CudaSequenceRunner: the sequence was aborted (its waits were released); no call can "

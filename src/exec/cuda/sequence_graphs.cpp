@@ -217,13 +217,24 @@ bool CudaSequenceRunner::State::repoint_kernels(cudaGraphExec_t exec,
 }
 
 CudaCapturedCalls CudaSequenceRunner::take_captured() {
+  std::lock_guard lock(state_->mutex);
   CudaCapturedCalls out = std::move(state_->captured);
   state_->captured = {};
   return out;
 }
 
 void CudaSequenceRunner::check_replay(const CudaCapturedCalls& calls) const {
+  std::lock_guard lock(state_->mutex);
+  check_replay_locked(calls);
+}
+
+void CudaSequenceRunner::check_replay_locked(const CudaCapturedCalls& calls) const {
   const State& s = *state_;
+  if (s.released()) {
+    throw CudaError(
+        "CudaSequenceRunner: the sequence was aborted (its waits were released); a captured "
+        "graph of its calls cannot be launched");
+  }
   if (s.broken) {
     throw CudaError("CudaSequenceRunner: an earlier call failed part-way through its enqueue");
   }
@@ -238,7 +249,8 @@ void CudaSequenceRunner::check_replay(const CudaCapturedCalls& calls) const {
 }
 
 void CudaSequenceRunner::prepare_replay(const CudaCapturedCalls& calls) {
-  check_replay(calls);
+  std::lock_guard lock(state_->mutex);
+  check_replay_locked(calls);
   State& s = *state_;
   for (int k = 0; k < calls.calls; ++k) {
     s.advance(s.totals, s.call);
@@ -251,6 +263,7 @@ void CudaSequenceRunner::order_after_previous(cudaStream_t caller) {
   // ordered by the stream it is launched on (NOTE [CUDA call sequences] 4).
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   TIDE_CUDA_CHECK(cudaStreamIsCapturing(caller, &status));
+  std::lock_guard lock(state_->mutex);
   if (status == cudaStreamCaptureStatusNone) state_->order_after_previous(caller);
 }
 

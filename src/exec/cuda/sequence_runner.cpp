@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "counter_add.hpp"
 #include "generation_wait.hpp"
 #include "op_resolution.hpp"
 #include "program_checks.hpp"
@@ -14,7 +15,10 @@
 #include "sequence_watch.hpp"
 #include "tide/core/dtype.hpp"
 #include "tide/core/error.hpp"
+#include "tide/kernels/cast.hpp"
 #include "tide/kernels/cuda_check.hpp"
+#include "tide/kernels/landing.hpp"
+#include "tide/kernels/level1_sum.hpp"
 #include "tide/version_gates.hpp"
 
 namespace tide::exec {
@@ -217,6 +221,14 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
                           std::to_string(place.first_signal_word) + " .. " +
                           std::to_string(place.first_signal_word + sequence.counters - 1));
   }
+  if (place.abort_word >= 0 && (place.abort_word >= fabric.signal_words() ||
+                                (place.abort_word >= place.first_signal_word &&
+                                 place.abort_word < place.first_signal_word + sequence.counters))) {
+    throw InvalidArgument("CudaSequenceRunner: abort word " + std::to_string(place.abort_word) +
+                          " is not a signal word outside the sequence's counters " +
+                          std::to_string(place.first_signal_word) + " .. " +
+                          std::to_string(place.first_signal_word + sequence.counters - 1));
+  }
   for (int r = 0; r < s.ranks; ++r) {
     if (!fabric.local(r)) continue;
     s.local_ranks.push_back(r);
@@ -255,7 +267,23 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
       s.batch_waits[device] =
           can != 0 && sequence_detail::graph_driver().stream_batch_mem_op != nullptr;
     }
+    // NOTE [preloaded kernels]
+    // Every kernel a call can launch is loaded here, before any stream of the context can
+    // wait. Under CUDA's lazy loading (the default since CUDA 12.2) a kernel's first launch
+    // loads it, and a load may synchronise the context: wait for every stream, including one
+    // held by a cuStreamWaitValue64 for a peer. The first reduce-scatter launches its Level 1
+    // sum after the sum stream's wait for the peer's push; where the peer issued another call
+    // there (or stalled or died), the host spun inside that launch forever, before
+    // watch_call, so the watchdog saw no unfinished call, and after a few seconds its own
+    // CUDA calls blocked in the driver as well (measured on the H200 with 2 ipc ranks and
+    // --misorder-rank: both hung until their launcher killed them). A first launch behind a
+    // pending cuStreamWaitValue64 does not return; after cudaFuncGetAttributes of that
+    // kernel it returns at once. Each kernel (each template instance) is loaded on its own.
     cuda_detail::prepare_generation_waits();
+    cuda_detail::prepare_counter_adds();
+    kernels::prepare_level1_sum();
+    kernels::prepare_landing();
+    kernels::prepare_cast();
     TIDE_CUDA_CHECK(cudaMemset(fabric.signals(r) + place.first_signal_word, 0,
                                static_cast<std::size_t>(sequence.counters) * 8));
   }
@@ -308,6 +336,7 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
   TIDE_CUDA_CHECK(cudaMemset(s.generations, 0, static_cast<std::size_t>(s.q) * 8));
   TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&s.last_done, cudaEventDisableTiming));
   s.graphs.resize(static_cast<std::size_t>(s.q));
+  s.set_up_abort_words();
   s.create_watch();
   TIDE_CUDA_CHECK(cudaDeviceSynchronize());
 }
@@ -338,6 +367,9 @@ CudaSequenceRunner::State::~State() {
   if (entry != nullptr) (void)cudaEventDestroy(entry);
   if (last_done != nullptr) (void)cudaEventDestroy(last_done);
   if (generations != nullptr) (void)cudaFree(generations);
+  for (const auto& [device, word] : private_abort)
+    (void)cudaFree(word);
+  if (check_tables != nullptr) (void)cudaFree(check_tables);
   for (cudaStream_t st : streams)
     (void)cudaStreamDestroy(st);
   if (origin != nullptr) (void)cudaStreamDestroy(origin);
@@ -347,25 +379,31 @@ CudaSequenceRunner::State::~State() {
 
 CudaSequenceRunner::~CudaSequenceRunner() = default;
 
+// NOTE [CUDA call sequences] 6: what calls change is read under the runner's lock.
 std::int64_t CudaSequenceRunner::calls() const {
+  std::lock_guard lock(state_->mutex);
   return state_->call;
 }
 int CudaSequenceRunner::event_slots() const {
-  return state_->q;
+  return state_->q;  // fixed at construction
 }
 std::int64_t CudaSequenceRunner::graph_launches() const {
+  std::lock_guard lock(state_->mutex);
   return state_->graph_launches;
 }
 std::string CudaSequenceRunner::graphs_unavailable() const {
-  return state_->no_graph_waits;
+  return state_->no_graph_waits;  // fixed at construction
 }
 std::string CudaSequenceRunner::repoint_failure() const {
+  std::lock_guard lock(state_->mutex);
   return state_->repoint_failure;
 }
 std::int64_t CudaSequenceRunner::nodes_repointed() const {
+  std::lock_guard lock(state_->mutex);
   return state_->nodes_repointed;
 }
 std::int64_t CudaSequenceRunner::repointed_launches() const {
+  std::lock_guard lock(state_->mutex);
   return state_->repointed_launches;
 }
 

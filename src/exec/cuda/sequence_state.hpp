@@ -13,11 +13,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "abort_check.hpp"
 #include "sequence_watch.hpp"
 #include "tide/exec/cuda_sequence.hpp"
 #include "tide/kernels/landing.hpp"
@@ -162,10 +164,21 @@ struct CudaSequenceRunner::State {
   cudaEvent_t entry = nullptr;
   std::vector<cudaEvent_t> events;  // (slot * ranks + rank) * events_per_call + id
   std::vector<sequence_detail::Template> templates;
+  // NOTE [CUDA call sequences] 6: guards every member that calls change (enqueue, capture
+  // records, replays, graphs, the counts below), so that calls may come from several host
+  // threads. Never held while waiting for the device; the watch has its own lock.
+  mutable std::mutex mutex;
   std::vector<std::int64_t> totals;  // what every call so far added, rank * counters + id
   std::int64_t call = 0;
-  bool broken = false;  // a call failed part-way: every later call is refused
-  int current_device = -1;
+  bool broken = false;      // a call failed part-way: every later call is refused
+  int current_device = -1;  // this thread's, as last set (reset at every entry: threads differ)
+  // NOTE [CUDA call sequences] 5: per rank its abort word (local ranks: the published word or a
+  // private device word of its device; other ranks: the published word through the peer
+  // mapping, else null), the private words per device, and the end-of-call peer check.
+  std::vector<std::uint64_t*> abort_words;
+  std::map<int, std::uint64_t*> private_abort;
+  const std::uint64_t** check_tables = nullptr;  // device: watched words, then own words
+  cuda_detail::AbortCheck peer_check{};          // watched_count 0: no check
   // Caller capture (NOTE [CUDA call sequences] 4): the calls captured so far and the shadow
   // cursor and totals they were built with.
   CudaCapturedCalls captured;
@@ -252,6 +265,11 @@ struct CudaSequenceRunner::State {
   void destroy_watch() noexcept;
   bool released() const;
   void watch_call(std::int64_t e, cudaStream_t caller);
+  const std::uint64_t* abort_of(int rank) const {
+    return abort_words[static_cast<std::size_t>(rank)];
+  }
+  void set_up_abort_words();
+  std::vector<std::string> aborted_ranks() const;
   std::vector<std::int64_t> totals_before(std::int64_t e) const;
   std::vector<std::string> unsatisfied_waits(std::int64_t e) const;
   static void release_repoints(sequence_detail::SlotGraph& g);

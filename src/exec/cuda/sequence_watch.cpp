@@ -1,8 +1,11 @@
 // The CUDA sequence runner, step 5 of NOTE [CUDA call sequences]: completion events per call,
-// the stalled call and its unsatisfied waits, and the release of every wait after an abort.
+// the stalled call and its unsatisfied waits, the release of every wait after an abort, and
+// the abort words that keep a released rank's later signals from counting.
 #include "sequence_watch.hpp"
 
 #include <algorithm>
+#include <map>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -12,6 +15,7 @@
 
 namespace tide::exec {
 
+using sequence_detail::RelaxedCaptureMode;
 using sequence_detail::Watch;
 
 namespace {
@@ -39,6 +43,16 @@ double seconds_since(Watch::Clock::time_point t) {
   return std::chrono::duration<double>(Watch::Clock::now() - t).count();
 }
 
+// Whether `s` completed its work within kReadBound.
+bool completes_in_bound(cudaStream_t s) {
+  const auto deadline = Watch::Clock::now() + kReadBound;
+  cudaError_t read = cudaErrorNotReady;
+  while ((read = cudaStreamQuery(s)) == cudaErrorNotReady && Watch::Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (read != cudaSuccess && read != cudaErrorNotReady) (void)cudaGetLastError();
+  return read == cudaSuccess;
+}
+
 }  // namespace
 
 void CudaSequenceRunner::State::create_watch() {
@@ -52,7 +66,15 @@ void CudaSequenceRunner::State::create_watch() {
     TIDE_CUDA_CHECK(
         cudaHostAlloc(&words, static_cast<std::size_t>(counters + 1) * 16, cudaHostAllocDefault));
     watch->host_words.push_back(static_cast<std::uint64_t*>(words));
+    cudaEvent_t e = nullptr;
+    TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    watch->aborts_written.push_back(e);
   }
+  void* abort = nullptr;
+  TIDE_CUDA_CHECK(
+      cudaHostAlloc(&abort, static_cast<std::size_t>(ranks + 1) * 8, cudaHostAllocDefault));
+  watch->host_abort = static_cast<std::uint64_t*>(abort);
+  watch->host_abort[0] = 1;
   use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
   watch->events.assign(static_cast<std::size_t>(kWatchedCalls), nullptr);
   for (cudaEvent_t& e : watch->events)
@@ -63,25 +85,81 @@ void CudaSequenceRunner::State::destroy_watch() noexcept {
   if (!watch) return;
   for (cudaEvent_t e : watch->events)
     if (e != nullptr) (void)cudaEventDestroy(e);
+  for (cudaEvent_t e : watch->aborts_written)
+    (void)cudaEventDestroy(e);
   for (cudaStream_t s : watch->readers)
     (void)cudaStreamDestroy(s);
   for (std::uint64_t* w : watch->host_words)
     (void)cudaFreeHost(w);
+  if (watch->host_abort != nullptr) (void)cudaFreeHost(watch->host_abort);
   watch.reset();
 }
 
-bool CudaSequenceRunner::State::released() const {
-  std::lock_guard lock(watch->mutex);
-  return watch->released;
+// NOTE [CUDA call sequences] 5: the abort word of every local rank (the published one, or a
+// private word per device), the published words of the other ranks, and the end-of-call
+// check's tables where some rank is another process's. Called at construction.
+void CudaSequenceRunner::State::set_up_abort_words() {
+  abort_words.assign(static_cast<std::size_t>(ranks), nullptr);
+  const int word = place.abort_word;
+  for (int r = 0; r < ranks; ++r) {
+    if (word >= 0) {
+      std::uint64_t* words = fabric.signals(r);
+      if (words == nullptr) {
+        throw Unsupported("CudaSequenceRunner: the signal words of rank " + std::to_string(r) +
+                          " are not load/store reachable from this process");
+      }
+      abort_words[static_cast<std::size_t>(r)] = words + word;
+    } else if (fabric.local(r)) {
+      const int device = fabric.device_of(r);
+      std::uint64_t*& own = private_abort[device];
+      if (own == nullptr) {
+        use_device_of(r);
+        TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&own), 8));
+      }
+      abort_words[static_cast<std::size_t>(r)] = own;
+    }
+  }
+  for (const int r : local_ranks) {
+    use_device_of(r);
+    TIDE_CUDA_CHECK(cudaMemset(abort_words[static_cast<std::size_t>(r)], 0, 8));
+  }
+  if (word < 0) return;
+  std::vector<const std::uint64_t*> table;
+  for (int r = 0; r < ranks; ++r)
+    if (!fabric.local(r)) table.push_back(abort_words[static_cast<std::size_t>(r)]);
+  const auto watched = static_cast<int>(table.size());
+  if (watched == 0) return;  // every rank is this process's: nobody else can abort
+  for (const int r : local_ranks)
+    table.push_back(abort_words[static_cast<std::size_t>(r)]);
+  use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);  // the caller stream's device
+  const std::size_t bytes = table.size() * sizeof(const std::uint64_t*);
+  TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&check_tables), bytes));
+  TIDE_CUDA_CHECK(cudaMemcpy(check_tables, table.data(), bytes, cudaMemcpyHostToDevice));
+  peer_check.watched = check_tables;
+  peer_check.watched_count = watched;
+  peer_check.own = check_tables + watched;
+  peer_check.own_count = static_cast<int>(table.size()) - watched;
 }
 
+bool CudaSequenceRunner::State::released() const {
+  return watch->released.load();
+}
+
+// Records call e's completion event on `caller`. The record is made outside the watch's lock:
+// a launch may block while the device's queues are full, and the watchdog must still get in.
 void CudaSequenceRunner::State::watch_call(std::int64_t e, cudaStream_t caller) {
   use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);  // the events' device
-  std::lock_guard lock(watch->mutex);
-  if (watch->entries.size() == watch->events.size()) watch->entries.pop_front();
-  const int slot = watch->next;
-  watch->next = (watch->next + 1) % static_cast<int>(watch->events.size());
+  int slot = 0;
+  {
+    std::lock_guard lock(watch->mutex);
+    watch->pop_completed();
+    if (watch->entries.size() == watch->events.size()) watch->entries.pop_front();  // unseen
+    slot = watch->next;
+    watch->next = (watch->next + 1) % static_cast<int>(watch->events.size());
+  }
+  // Only this (enqueueing) thread touches the slot until its entry is pushed.
   TIDE_CUDA_CHECK(cudaEventRecord(watch->events[static_cast<std::size_t>(slot)], caller));
+  std::lock_guard lock(watch->mutex);
   watch->entries.push_back({e, Watch::Clock::now(), slot});
 }
 
@@ -97,11 +175,36 @@ std::vector<std::int64_t> CudaSequenceRunner::State::totals_before(std::int64_t 
   return base;
 }
 
+// The ranks whose published abort word is set, one line each (NOTE [CUDA call sequences] 5);
+// read on the first reader stream, bounded. Empty without published words.
+std::vector<std::string> CudaSequenceRunner::State::aborted_ranks() const {
+  std::vector<std::string> lines;
+  if (place.abort_word < 0 || local_ranks.empty()) return lines;
+  std::uint64_t* host = watch->host_abort + 1;
+  std::fill(host, host + ranks, std::uint64_t{0});
+  TIDE_CUDA_CHECK(cudaSetDevice(fabric.device_of(local_ranks[0])));
+  for (int r = 0; r < ranks; ++r)
+    TIDE_CUDA_CHECK(cudaMemcpyAsync(host + r, abort_words[static_cast<std::size_t>(r)], 8,
+                                    cudaMemcpyDefault, watch->readers[0]));
+  if (!completes_in_bound(watch->readers[0])) {
+    lines.emplace_back("the ranks' abort words could not be read (the GPU's queues are held)");
+    return lines;
+  }
+  for (int r = 0; r < ranks; ++r) {
+    if (host[r] == 0) continue;
+    lines.push_back("rank " + std::to_string(r) +
+                    " aborted (its waits were released: what it signals after that is void, so "
+                    "no call that waits for it completes)");
+  }
+  return lines;
+}
+
 std::vector<std::string> CudaSequenceRunner::State::unsatisfied_waits(std::int64_t e) const {
   // The local ranks' words, read on private streams into pinned memory, with a bound: the
   // caller's streams may be blocked behind the stalled call, and a private stream may share
   // a hardware queue with one of its waits.
-  std::vector<std::string> lines;
+  std::lock_guard read_lock(watch->read_mutex);
+  std::vector<std::string> lines = aborted_ranks();
   if (options.gate_word != nullptr && fabric.local(options.gate_rank)) {
     const volatile std::uint64_t* gate = host_view(options.gate_word);
     if (gate != nullptr && *gate < 1) {
@@ -116,13 +219,7 @@ std::vector<std::string> CudaSequenceRunner::State::unsatisfied_waits(std::int64
     TIDE_CUDA_CHECK(cudaSetDevice(fabric.device_of(r)));
     TIDE_CUDA_CHECK(cudaMemcpyAsync(host, fabric.signals(r) + place.first_signal_word, n * 8,
                                     cudaMemcpyDefault, watch->readers[k]));
-    const auto deadline = Watch::Clock::now() + kReadBound;
-    cudaError_t read = cudaErrorNotReady;
-    while ((read = cudaStreamQuery(watch->readers[k])) == cudaErrorNotReady &&
-           Watch::Clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    if (read != cudaSuccess) {
+    if (!completes_in_bound(watch->readers[k])) {
       lines.push_back("its waits could not be read (rank " + std::to_string(r) +
                       "'s word read did not complete: the GPU's queues are held)");
       return lines;
@@ -131,24 +228,48 @@ std::vector<std::string> CudaSequenceRunner::State::unsatisfied_waits(std::int64
   }
   const std::vector<std::int64_t> base = totals_before(e);
   const program::Program& p = sequence.for_call(e).program;
-  std::size_t unnamed = 0;
+  // Who adds to each counter: the ranks a wait waits for.
+  std::map<std::size_t, std::set<int>> signallers;
+  for (const program::Op& op : p.ops) {
+    if (const auto add = program::addition_of(op)) {
+      signallers[static_cast<std::size_t>(add->counter.rank) * n +
+                 static_cast<std::size_t>(add->counter.id)]
+          .insert(op.rank);
+    }
+  }
+  // Waits for another process's rank first: a wait for a local rank is often held only
+  // because that rank waits for another process.
+  std::vector<std::string> remote, local;
   for (const program::Op& op : p.ops) {
     const auto* wait = op.get_if<program::WaitOp>();
     if (wait == nullptr || !fabric.local(wait->counter.rank)) continue;
-    const std::size_t total =
-        static_cast<std::size_t>(wait->counter.rank) * static_cast<std::size_t>(counters) +
-        static_cast<std::size_t>(wait->counter.id);
+    const std::size_t total = static_cast<std::size_t>(wait->counter.rank) * n +
+                              static_cast<std::size_t>(wait->counter.id);
     const std::int64_t threshold = base[total] + wait->value;
     const auto holds = static_cast<std::int64_t>(words[total]);
     if (threshold <= 0 || holds >= threshold) continue;
-    if (lines.size() >= kMaxNamedWaits) {
-      ++unnamed;
-      continue;
+    std::string from;
+    bool other_process = false;
+    for (const int r : signallers[total]) {
+      from += (from.empty() ? " (signalled by rank " : ", ") + std::to_string(r);
+      other_process = other_process || !fabric.local(r);
     }
-    lines.push_back("rank " + std::to_string(op.rank) + " stream '" +
-                    p.stream_names[static_cast<std::size_t>(op.stream)] + "' waits ('" + op.label +
-                    "') for counter " + std::to_string(wait->counter.id) +
-                    " >= " + std::to_string(threshold) + ", holds " + std::to_string(holds));
+    if (!from.empty()) from += ")";
+    (other_process ? remote : local)
+        .push_back("rank " + std::to_string(op.rank) + " stream '" +
+                   p.stream_names[static_cast<std::size_t>(op.stream)] + "' waits ('" + op.label +
+                   "') for counter " + std::to_string(wait->counter.id) +
+                   " >= " + std::to_string(threshold) + ", holds " + std::to_string(holds) + from);
+  }
+  std::size_t unnamed = 0;
+  for (std::vector<std::string>* group : {&remote, &local}) {
+    for (std::string& line : *group) {
+      if (lines.size() >= kMaxNamedWaits) {
+        ++unnamed;
+      } else {
+        lines.push_back(std::move(line));
+      }
+    }
   }
   if (unnamed > 0) lines.push_back("and " + std::to_string(unnamed) + " more waits");
   return lines;
@@ -156,30 +277,26 @@ std::vector<std::string> CudaSequenceRunner::State::unsatisfied_waits(std::int64
 
 std::optional<CudaStalledCall> CudaSequenceRunner::stalled(
     std::chrono::milliseconds timeout) const {
+  const RelaxedCaptureMode relaxed;
   const State& s = *state_;
   Watch& w = *s.watch;
   CudaStalledCall out;
   {
     std::lock_guard lock(w.mutex);
-    for (;;) {
-      if (w.entries.empty()) return std::nullopt;
-      const Watch::Entry& e = w.entries.front();
-      const cudaError_t q = cudaEventQuery(w.events[static_cast<std::size_t>(e.slot)]);
-      if (q == cudaSuccess) {
-        w.entries.pop_front();
-        continue;
-      }
-      out.call = e.call;
-      out.seconds = seconds_since(e.enqueued);
-      if (q != cudaErrorNotReady) {
-        (void)cudaGetLastError();
-        out.waits.push_back(std::string("CUDA error ") + cudaGetErrorName(q) + ": " +
-                            cudaGetErrorString(q));
-        return out;
-      }
-      if (out.seconds * 1000.0 < static_cast<double>(timeout.count())) return std::nullopt;
-      break;
+    w.pop_completed();
+    if (w.entries.empty()) return std::nullopt;
+    const Watch::Entry& e = w.entries.front();
+    const cudaError_t q = cudaEventQuery(w.events[static_cast<std::size_t>(e.slot)]);
+    out.call = e.call;
+    out.seconds = seconds_since(e.enqueued);
+    if (q != cudaErrorNotReady && q != cudaSuccess) {
+      (void)cudaGetLastError();
+      out.waits.push_back(std::string("CUDA error ") + cudaGetErrorName(q) + ": " +
+                          cudaGetErrorString(q));
+      return out;
     }
+    if (q == cudaSuccess || out.seconds * 1000.0 < static_cast<double>(timeout.count()))
+      return std::nullopt;
   }
   try {
     out.waits = s.unsatisfied_waits(out.call);
@@ -190,13 +307,10 @@ std::optional<CudaStalledCall> CudaSequenceRunner::stalled(
 }
 
 bool CudaSequenceRunner::idle() const {
+  const RelaxedCaptureMode relaxed;
   Watch& w = *state_->watch;
   std::lock_guard lock(w.mutex);
-  while (!w.entries.empty() &&
-         cudaEventQuery(w.events[static_cast<std::size_t>(w.entries.front().slot)]) ==
-             cudaSuccess) {
-    w.entries.pop_front();
-  }
+  w.pop_completed();
   return w.entries.empty();
 }
 
@@ -204,30 +318,73 @@ bool CudaSequenceRunner::stuck() const {
   return state_->released() && !idle();
 }
 
+void CudaSequenceRunner::enqueue_abort_check(cudaStream_t stream) const {
+  const State& s = *state_;
+  if (s.peer_check.watched_count == 0) return;
+  TIDE_CUDA_CHECK(cudaSetDevice(s.fabric.device_of(s.local_ranks[0])));
+  cuda_detail::launch_abort_check(s.peer_check, stream);
+}
+
+bool CudaSequenceRunner::released() const {
+  return state_->released();
+}
+
+std::int64_t CudaSequenceRunner::first_void_call() const {
+  Watch& w = *state_->watch;
+  std::lock_guard lock(w.mutex);
+  return w.first_void;
+}
+
+// NOTE [CUDA call sequences] 5. Asynchronous from pinned memory, never waited for unbounded: a
+// copy queued behind a held hardware queue completes only if that queue drains (the caller of
+// release_waits checks idle()). Every local rank's abort word is written before any of its
+// signal words is released (each reader stream waits for every reader's abort write), so that
+// every counter addition that a released wait lets run reads the word as set.
 void CudaSequenceRunner::release_waits() {
+  const RelaxedCaptureMode relaxed;
   State& s = *state_;
   Watch& w = *s.watch;
-  std::lock_guard lock(w.mutex);
-  w.released = true;
-  // Asynchronous from pinned memory, never waited for: a copy queued behind a held hardware
-  // queue completes only if that queue drains (the caller of release_waits checks idle()).
+  std::lock_guard release_lock(w.release_mutex);
+  {
+    std::lock_guard lock(w.mutex);
+    if (w.released.load()) return;
+    w.pop_completed();
+    w.first_void = w.confirmed;
+    w.released.store(true);
+  }
   const std::size_t n = static_cast<std::size_t>(s.counters);
+  for (std::size_t k = 0; k < s.local_ranks.size(); ++k) {
+    const int r = s.local_ranks[k];
+    TIDE_CUDA_CHECK(cudaSetDevice(s.fabric.device_of(r)));
+    TIDE_CUDA_CHECK(cudaMemcpyAsync(s.abort_words[static_cast<std::size_t>(r)], w.host_abort, 8,
+                                    cudaMemcpyDefault, w.readers[k]));
+    TIDE_CUDA_CHECK(cudaEventRecord(w.aborts_written[k], w.readers[k]));
+  }
+  bool host_gate = false;
   for (std::size_t k = 0; k < s.local_ranks.size(); ++k) {
     const int r = s.local_ranks[k];
     std::uint64_t* host = w.host_words[k] + (n + 1);  // the release half
     std::fill(host, host + n + 1, kReleased);
     TIDE_CUDA_CHECK(cudaSetDevice(s.fabric.device_of(r)));
+    for (cudaEvent_t written : w.aborts_written)
+      TIDE_CUDA_CHECK(cudaStreamWaitEvent(w.readers[k], written, 0));
     TIDE_CUDA_CHECK(cudaMemcpyAsync(s.fabric.signals(r) + s.place.first_signal_word, host, n * 8,
                                     cudaMemcpyDefault, w.readers[k]));
     if (r == s.options.gate_rank && s.options.gate_word != nullptr) {
-      if (volatile std::uint64_t* gate = host_view(s.options.gate_word)) {
-        *gate = kReleased;
+      if (host_view(s.options.gate_word) != nullptr) {
+        host_gate = true;
       } else {
         TIDE_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint64_t*>(s.options.gate_word), host + n,
                                         8, cudaMemcpyDefault, w.readers[k]));
       }
     }
   }
+  if (!host_gate) return;
+  // The test gate in mapped host memory is opened by a store, through no GPU queue: only once
+  // the abort words are written (else the gated rank's signals could still count).
+  for (cudaStream_t reader : w.readers)
+    if (!completes_in_bound(reader)) return;  // the gate stays closed: stuck() says so
+  *host_view(s.options.gate_word) = kReleased;
 }
 
 }  // namespace tide::exec

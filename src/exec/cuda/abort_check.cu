@@ -1,0 +1,42 @@
+// The peer abort check (see abort_check.hpp).
+#include "abort_check.hpp"
+#include "tide/kernels/cuda_check.hpp"
+
+namespace tide::exec::cuda_detail {
+namespace {
+
+__global__ void abort_check_kernel(AbortCheck check) {
+  // Steps: 1. every lane reads its share of the watched words (peers' abort words, through
+  // peer mappings) after a system-scope fence, so that the reads follow every read of the
+  // call's data on this stream; a word found 0 means that rank's releases (and so every copy
+  // it makes on a released wait, which runs after the word is written) come after those
+  // reads. 2. If any was set: spin until every own word is set, with a backoff. 3. A
+  // system-scope fence before the caller's later work.
+  __threadfence_system();
+  bool set = false;
+  for (int i = static_cast<int>(threadIdx.x); i < check.watched_count; i += 32)
+    set = set || *static_cast<const volatile unsigned long long*>(
+                     static_cast<const void*>(check.watched[i])) != 0;
+  if (__any_sync(0xffffffffu, set) && threadIdx.x == 0) {
+    unsigned backoff = 256;
+    for (int i = 0; i < check.own_count; ++i) {
+      const auto* own =
+          static_cast<const volatile unsigned long long*>(static_cast<const void*>(check.own[i]));
+      while (*own == 0) {
+        __nanosleep(backoff);
+        backoff = backoff < 8192 ? backoff * 2 : 8192;
+      }
+    }
+  }
+  __syncwarp();
+  __threadfence_system();
+}
+
+}  // namespace
+
+void launch_abort_check(const AbortCheck& check, cudaStream_t stream) {
+  abort_check_kernel<<<1, 32, 0, stream>>>(check);
+  TIDE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tide::exec::cuda_detail

@@ -1,0 +1,27 @@
+// The peer check at the end of every call of a sequence whose ranks publish abort words
+// (NOTE [CUDA call sequences] 5): a 1-warp kernel on the caller stream that lets the call
+// complete only while no rank's waits have been released.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace tide::exec::cuda_detail {
+
+// Device tables (on the caller stream's device): `watched` are the abort words of the ranks
+// that other processes run (peer mappings), `own` this process's ranks' words.
+struct AbortCheck {
+  const std::uint64_t* const* watched = nullptr;
+  int watched_count = 0;
+  const std::uint64_t* const* own = nullptr;
+  int own_count = 0;
+};
+
+// Enqueues the check on `stream`: returns at once while every watched word is 0; where one is
+// set, spins until every own word is set (this process released its waits: its watchdog
+// timed the call out), so that the call, and the caller's work after it, never completes as
+// valid. Graph-capturable (fixed pointers). Checks the launch.
+void launch_abort_check(const AbortCheck& check, cudaStream_t stream);
+
+}  // namespace tide::exec::cuda_detail
