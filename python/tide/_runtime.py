@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Sequence
 
 import torch
@@ -81,6 +82,7 @@ class RankFacts:
     nccl_unusable: str = ""  # why this rank's NCCL cannot give TIDE windows ("": it can)
     ipc_unusable: str = ""  # why this rank's tide._C has no ipc backend ("": it has)
     forced: str = "auto"  # this rank's TIDE_BACKEND
+    unknown: str = ""  # why this rank could not tell its facts ("": it could)
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,7 @@ def nccl_unusable(environ=os.environ, version: tuple | None = None) -> str:
         )
     if version is None:
         try:
-            version = tuple(torch.cuda.nccl.version())
+            version = _version_tuple(torch.cuda.nccl.version())
         except (AttributeError, RuntimeError, TypeError) as e:
             return f"torch reports no NCCL ({e})"
     if tuple(version[:2]) < NCCL_WITH_WINDOWS:
@@ -148,6 +150,14 @@ def nccl_unusable(environ=os.environ, version: tuple | None = None) -> str:
         need = ".".join(map(str, NCCL_WITH_WINDOWS))
         return f"the NCCL torch loaded is {found}; its symmetric windows need NCCL >= {need}"
     return ""
+
+
+def _version_tuple(version) -> tuple:
+    """torch.cuda.nccl.version(): a tuple, or NCCL_VERSION_CODE (major * 10000 + minor * 100
+    + patch) on older torch."""
+    if isinstance(version, int):
+        return (version // 10000, version // 100 % 100, version % 100)
+    return tuple(version)
 
 
 _built: dict = {}
@@ -190,8 +200,13 @@ def local_facts(device: torch.device) -> RankFacts:
 
 
 def gather_facts(pg, device: torch.device) -> list[RankFacts]:
-    """Every rank's facts, in group rank order (a collective over ``pg``)."""
-    mine = local_facts(device)
+    """Every rank's facts, in group rank order (a collective over ``pg``, which every rank
+    reaches: a rank that cannot tell its facts says why instead)."""
+    try:
+        mine = local_facts(device)
+    except Exception as e:  # noqa: BLE001 (the peers wait in the gather: never skip it)
+        mine = RankFacts(dist.get_rank(), socket.gethostname(), os.getpid(), device.type,
+                         unknown=f"{type(e).__name__}: {e}")
     if pg.size() == 1:
         return [mine]
     everyone: list = [None] * pg.size()
@@ -214,6 +229,9 @@ def _first_pair(facts: Sequence[RankFacts], key) -> tuple | None:
 
 def choose_backend(facts: Sequence[RankFacts]) -> Choice:
     """The runtime backend for a process group of these ranks (NOTE [backend selection])."""
+    unknown = next((f for f in facts if f.unknown), None)
+    if unknown is not None:
+        return Choice("", f"rank {unknown.rank} could not describe its device: {unknown.unknown}")
     forced = {f.forced for f in facts}
     if len(forced) > 1:
         return Choice("", f"the ranks set TIDE_BACKEND differently ({', '.join(sorted(forced))})")
@@ -289,10 +307,31 @@ def gpus_per_node(facts: Sequence[RankFacts], backend: str) -> int:
 # --- The store every rank must share -----------------------------------------------------------
 
 
-def store_for(pg, generation: int):
+class BoundedStore:
+    """The store a communicator bootstraps over, its waits bounded by the communicator's
+    timeout: torch's stores wait for their own timeout (the process group's, 30 minutes by
+    default), so a peer that never answers would hold enable() that long. The binding uses
+    set and a blocking get; a get past the timeout raises (the binding's CommunicationError)."""
+
+    def __init__(self, store, timeout_s: float) -> None:
+        self._store = store
+        self._timeout = timedelta(seconds=float(timeout_s))
+
+    def set(self, key: str, value) -> None:
+        self._store.set(key, value)
+
+    def get(self, key: str):
+        self._store.wait([key], self._timeout)
+        return self._store.get(key)
+
+    def check(self, keys: list) -> bool:
+        return self._store.check(keys)
+
+
+def store_for(pg, generation: int, timeout_s: float) -> BoundedStore:
     ranks = dist.get_process_group_ranks(pg)
     prefix = f"tide/{generation}/{'-'.join(map(str, ranks))}/"
-    return dist.PrefixStore(prefix, default_store())
+    return BoundedStore(dist.PrefixStore(prefix, default_store()), timeout_s)
 
 
 def announce(store, pg) -> None:

@@ -225,11 +225,17 @@ def _open_communicators(groups: list, timeout_s: float, mode: str) -> dict:
         pg = group.fsdp_group.mesh_info.shard_process_group
         if id(pg) not in communicators:
             communicators[id(pg)] = _open_communicator(pg, group.fsdp_group.device, timeout_s, generation)
+    failed: dict = {}  # id(comm) -> why its bootstrap failed: no later group waits on it again
     for group in groups:
         if group.reason:
             continue
         comm, reason = communicators[id(group.fsdp_group.mesh_info.shard_process_group)]
-        group.reason = reason or _register(group, comm, mode)
+        if reason or id(comm) in failed:
+            group.reason = reason or failed[id(comm)]
+            continue
+        group.reason, broken = _register(group, comm, mode)
+        if broken:
+            failed[id(comm)] = group.reason
     for group in groups:  # after every registration: the first description places the arena
         if group.gid >= 0:
             group.reason = group.describe()
@@ -246,7 +252,7 @@ def _open_communicator(pg, device, timeout_s: float, generation: int):
         return None, unservable
     local, store = "", None
     try:
-        store = _runtime.store_for(pg, generation)
+        store = _runtime.store_for(pg, generation, timeout_s)
         _runtime.announce(store, pg)
     except (RuntimeError, ValueError, KeyError) as e:
         local = f"torch's default store cannot bootstrap TIDE: {e}"
@@ -269,13 +275,14 @@ def _open_communicator(pg, device, timeout_s: float, generation: int):
     return (None, reason) if reason else (comm, "")
 
 
-def _register(group, comm, mode: str) -> str:
-    """Registers the group (a collective over the store); a bootstrap that fails (a peer that
-    does not answer within the timeout) is a reason, agreed later, not an error."""
+def _register(group, comm, mode: str) -> tuple[str, bool]:
+    """Registers the group (a collective over the store): (the runtime's refusal or '', whether
+    the bootstrap itself failed). A bootstrap that fails (a peer that does not answer within
+    the timeout) is a reason, agreed later, not an error."""
     try:
-        return group.register(comm, group.fsdp_group.mesh_info.shard_process_group, mode)
+        return group.register(comm, group.fsdp_group.mesh_info.shard_process_group, mode), False
     except (RuntimeError, ValueError) as e:
-        return f"registration with the TIDE runtime failed: {e}"
+        return f"registration with the TIDE runtime failed (is every rank calling enable()?): {e}", True
 
 
 def _refuse_strictly(groups: list) -> None:

@@ -10,6 +10,8 @@ reassociation (or bitwise, where both run stock FSDP2). Scenarios:
   close      3 steps on TIDE, close(), 3 on stock FSDP2, enable() again, 3 on TIDE
   arena      rank 1's arena allocation fails: every rank falls back at once, and trains
   store      torch's default store is replaced by one per process: not shared, stock
+  unreachable  rank 1's registration fails at once; rank 0's waits for it until the timeout,
+             and every rank trains on stock FSDP2
   abort      rank 1 aborts the communicator inside step 4's backward: CommunicationError
   kill       rank 2 ends itself (SIGKILL) inside step 4's forward: CommunicationError
   watchdog   rank 1's check() fails (as after a watchdog abort) at step 4's post-backward
@@ -36,6 +38,7 @@ import tide.fsdp
 from tide import _C, _runtime
 
 TIMEOUT_S = 20.0
+UNREACHABLE_TIMEOUT_S = 4.0
 
 
 def _model(widths: list[int]) -> nn.Module:
@@ -143,6 +146,19 @@ def scenario_arena(run: Run, out: dict) -> None:
         run.step()
     out["seconds"] = time.monotonic() - start
     out["report"] = tide.fsdp.report(run.tide)
+
+
+def scenario_unreachable(run: Run, out: dict) -> None:
+    if run.rank == 1:  # its bootstrap fails at once: rank 0 waits for it until the timeout
+        def register(self, comm, pg, mode):
+            raise _C.CommunicationError("store: unreachable (simulated by the test)")
+
+        tide._fsdp_group.TideGroup.register = register
+    start = time.monotonic()
+    out["report"] = tide.fsdp.enable(run.tide, timeout_s=UNREACHABLE_TIMEOUT_S)
+    out["seconds"] = time.monotonic() - start
+    for _ in range(3):
+        run.step(exact_grads=True)
 
 
 def scenario_store(run: Run, out: dict) -> None:

@@ -111,6 +111,17 @@ def test_a_store_not_shared_falls_back_without_waiting(tmp_path):
         assert out["seconds"] < TIMEOUT_S, context
 
 
+def test_an_unreachable_peer_falls_back_within_the_timeout(tmp_path):
+    results, codes, seed, context = run_scenario("unreachable", 2, tmp_path)
+    assert codes == {0: 0, 1: 0} and len(results) == 2, context
+    for rank, out in results.items():
+        assert not out["failures"], f"{context}\nrank {rank}: {out['failures']}"
+        rows = out["report"]
+        assert rows and all(r["backend"] == "stock" and "registration" in r["reason"] for r in rows), rows
+        # One timeout (4 s) for the communicator, not one per group.
+        assert out["seconds"] < 2 * 4.0 + 3, f"{context}: {out['seconds']:.1f} s"
+
+
 def _assert_job_stopped(out: dict, context: str) -> None:
     assert out["raised"] == "tide._failure.CommunicationError", f"{context}\n{out.get('traceback')}"
     assert "The job must stop" in out["message"], out["message"]
