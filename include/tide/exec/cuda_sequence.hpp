@@ -126,8 +126,9 @@
 //    - Abort words. Every local rank has one (CudaSequencePlace::abort_word: a signal word
 //      of its own that its peers can read, one per rank for every sequence of a
 //      communicator; or, without one, a private device word). release_waits() writes it
-//      (nonzero) before it releases any signal word: each reader stream waits for every
-//      local rank's abort write before its release copy.
+//      (nonzero) before it releases any signal word: each reader stream writes every local
+//      rank's abort word before its release copy (the readers stay independent: one may be
+//      held until another's release lands).
 //    - (a) A released rank never signals as if its data were valid: every counter addition
 //      (kSignal, kRailPut) is a kernel that adds nothing once its rank's abort word is set.
 //      A wait that passed only because of the release was met by a value written after the

@@ -36,10 +36,9 @@ struct Watch {
   // Calls < confirmed are known complete (calls run one after another: a completed call's
   // predecessors completed before it).
   std::int64_t confirmed = 0;
-  std::int64_t first_void = -1;             // set by release_waits(): the first call not confirmed
-  std::atomic<bool> released = false;       // release_waits() ran: every later call is refused
-  std::mutex release_mutex;                 // one release at a time
-  std::vector<cudaEvent_t> aborts_written;  // per reader: its abort word written (release)
+  std::int64_t first_void = -1;        // set by release_waits(): the first call not confirmed
+  std::atomic<bool> released = false;  // release_waits() ran: every later call is refused
+  std::mutex release_mutex;            // one release at a time
 
   // Pops the completed entries at the front (under `mutex`), advancing `confirmed`.
   void pop_completed() {
