@@ -11,6 +11,7 @@
 #   faults     --kill-rank (SIGKILL mid-call), --stall-rank, --misorder-rank at 2 and 4
 #              processes: every other rank raises within the timeout, nothing left behind
 #   sanitizer  compute-sanitizer memcheck on a 2-process check-runtime run
+#   module     tide._C built with the tree, python/tide beside it on PYTHONPATH (no pip)
 #   package    pip install . against the image's torch
 #   fsdp       FSDP2 parity, 2 and 4 processes on the GPU (4: HSDP 2 x 2), TIDE on ipc vs stock
 #              on gloo (tests/python/test_fsdp_ipc_gpu.py)
@@ -171,6 +172,23 @@ if has sanitizer; then
   fi
 fi
 
+if has module; then
+  # The package without pip: tide._C built in $BUILD (TIDE_PYTHON=ON) beside python/tide, on
+  # PYTHONPATH (pip install . rebuilds the whole tree: minutes of device time).
+  if cmake -S . -B "$BUILD" -DTIDE_PYTHON=ON >> "$LOG/build.log" 2>&1 &&
+     cmake --build "$BUILD" -j 16 --target _C >> "$LOG/build.log" 2>&1; then
+    root="$PWD/$BUILD/pyroot"
+    rm -rf "$root" && mkdir -p "$root/tide"
+    cp -r python/tide/. "$root/tide/"
+    cp "$BUILD"/src/python/_C*.so "$BUILD"/src/python/_version.py "$root/tide/"
+    export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+    note "module ok $(stamp): $(python3 -c "import tide, tide._C as C; print(tide.__file__, 'ipc allocator', C.ipc_allocator)" 2>&1 | tail -1)"
+  else
+    rc_all=1
+    note "MODULE BUILD FAILED $(stamp)"; grep -E "error|FAILED" "$LOG/build.log" | tail -20 | tee -a "$summary"
+  fi
+fi
+
 if has package; then
   {
     CMAKE_ARGS="-DTIDE_CUDA=ON -DTIDE_WERROR=OFF" CMAKE_BUILD_PARALLEL_LEVEL=16 \
@@ -183,8 +201,8 @@ if has package; then
 fi
 
 if has fsdp; then
-  timeout 500 python3 -m pytest tests/python/test_fsdp_ipc_gpu.py -q -rs -p no:cacheprovider \
-    > "$LOG/fsdp.log" 2>&1
+  TIDE_IPC_RESULTS="$LOG" timeout "${FSDP_TIMEOUT:-500}" python3 -m pytest tests/python/test_fsdp_ipc_gpu.py \
+    -q -rs -p no:cacheprovider ${FSDP_SELECT:+-k "$FSDP_SELECT"} > "$LOG/fsdp.log" 2>&1
   rc=$?
   [[ $rc -ne 0 ]] && rc_all=$rc
   cp "$LOG"/fsdp-ipc-*.json "$OUT/" 2>/dev/null
@@ -193,7 +211,7 @@ if has fsdp; then
 fi
 
 if has demo; then
-  TIDE_DEMO_PROCS=4 timeout 400 bash scripts/main.sh --procs 4 --steps 6 --out "$LOG/demo" > "$LOG/demo.log" 2>&1
+  timeout "${DEMO_TIMEOUT:-400}" python3 -m tide.demo --procs 4 --steps "${DEMO_STEPS:-6}" --out "$LOG/demo" > "$LOG/demo.log" 2>&1
   rc=$?
   [[ $rc -ne 0 ]] && rc_all=$rc
   note "demo 4 procs rc=$rc $(stamp): $(grep -E "max loss|peak memory|TIDE arena|groups on" "$LOG/demo.log" | tr '\n' ' ')"

@@ -43,16 +43,16 @@ def summarize(rows: list[dict], demo: dict | None) -> dict:
         "tide_processes_left": end.get("tide_processes_left"),
     }
     if demo:
-        stock, tide = demo.get("stock", {}), demo.get("tide", {})
+        peaks = lambda v: max(v) if isinstance(v, list) else v  # noqa: E731 (per rank or one)
         out["demo"] = {
             "procs": demo.get("world"),
-            "steps": demo.get("steps"),
-            "loss_max_diff": demo.get("loss_max_diff"),
-            "peak_bytes_stock": stock.get("peak_memory_bytes_max"),
-            "peak_bytes_tide": tide.get("peak_memory_bytes_max"),
-            "arena_bytes": demo.get("tide_memory", {}).get("arena_bytes"),
+            "steps": len(demo.get("steps", [])),
+            "loss_max_diff": demo.get("max_loss_diff"),
+            "peak_bytes_stock": peaks(demo.get("peak_memory_bytes_stock")),
+            "peak_bytes_tide": peaks(demo.get("peak_memory_bytes_tide")),
+            "arena_bytes": demo.get("arena_bytes_tide"),
             "groups_on_tide": demo.get("groups_on_tide"),
-            "backend": tide.get("backend"),
+            "backend": demo.get("backend"),
             "note": "the GPU time-slices the processes: step times are not a speed claim",
         }
     return out

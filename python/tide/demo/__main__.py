@@ -33,6 +33,9 @@ def _gpus() -> int:
 def _launch(procs: int, train_args: list[str], log) -> None:
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
                WORLD_SIZE=str(procs), LOCAL_WORLD_SIZE=str(procs), OMP_NUM_THREADS="1")
+    # Device-side waits hold hardware queues; with CUDA's default 8 a held TIDE wait stalls
+    # unrelated work (bench/results/hwqueues/): both runs get the paper's 32 (App. E).
+    env.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
     children = []
     for rank in range(procs):
         child_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank))

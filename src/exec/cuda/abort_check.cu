@@ -39,4 +39,9 @@ void launch_abort_check(const AbortCheck& check, cudaStream_t stream) {
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
+void prepare_abort_check() {
+  cudaFuncAttributes attributes{};  // needs the loaded function: loads it
+  TIDE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, abort_check_kernel));
+}
+
 }  // namespace tide::exec::cuda_detail

@@ -24,4 +24,7 @@ struct AbortCheck {
 // valid. Graph-capturable (fixed pointers). Checks the launch.
 void launch_abort_check(const AbortCheck& check, cudaStream_t stream);
 
+// Loads the abort check's kernel on the current device (NOTE [preloaded kernels]).
+void prepare_abort_check();
+
 }  // namespace tide::exec::cuda_detail

@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "abort_check.hpp"
 #include "counter_add.hpp"
 #include "generation_wait.hpp"
 #include "op_resolution.hpp"
@@ -284,6 +285,7 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
     kernels::prepare_level1_sum();
     kernels::prepare_landing();
     kernels::prepare_cast();
+    cuda_detail::prepare_abort_check();
     TIDE_CUDA_CHECK(cudaMemset(fabric.signals(r) + place.first_signal_word, 0,
                                static_cast<std::size_t>(sequence.counters) * 8));
   }
