@@ -234,8 +234,11 @@ def _open_communicators(groups: list, timeout_s: float, mode: str) -> dict:
             group.reason = reason or failed[id(comm)]
             continue
         group.reason, broken = _register(group, comm, mode)
-        if broken:
+        if broken:  # the communicator's bootstrap is unusable: none of its groups runs on TIDE
             failed[id(comm)] = group.reason
+            for other in groups:
+                if other.comm is comm and other.gid >= 0:
+                    other.gid, other.reason = -1, group.reason
     for group in groups:  # after every registration: the first description places the arena
         if group.gid >= 0:
             group.reason = group.describe()
@@ -363,6 +366,8 @@ def _activate(state: _Enabled, own_slots: bool = False) -> None:
             for group in mine:
                 if group.on_tide:
                     group.fall_back(reason)
+            comm.close()
+            _ARENAS.pop(id(comm), None)  # after its communicator (NOTE [communicator arena])
             if state.strict:
                 raise RuntimeError(
                     f"tide.fsdp (strict=True): {reason}. Call enable() without strict=True to "
@@ -396,16 +401,16 @@ def _create_arena(comm, mine: list, slots: dict, own_slots: bool) -> str:
         comm.assign_landing_slots([slots.get(id(g), -1) for g in mine])
         _ARENAS[id(comm)] = _runtime.torch_arena(comm, pg, device, comm.backend)
     except (RuntimeError, ValueError, MemoryError) as e:
-        local = f"the arena could not be laid out or allocated: {e}"
+        local = str(e)
     reason = _agree_one(local, pg)
     if reason:
-        return f"the landing slots could not be agreed or the arena allocated: {reason}"
+        return f"the communicator's arena could not be laid out or allocated ({reason}); stock FSDP2 from then on"
     try:
         comm.arena()  # creates it: collective
     except (RuntimeError, ValueError, MemoryError) as e:
-        local = f"the arena could not be created: {e}"
+        local = str(e)
     reason = _agree_one(local, pg)
-    return f"the communicator's arena: {reason}" if reason else ""
+    return f"the communicator's arena could not be created ({reason}); stock FSDP2 from then on" if reason else ""
 
 
 def report(module: nn.Module) -> list[dict]:
