@@ -164,7 +164,7 @@ if has sanitizer; then
       "$tide" check-runtime --backend ipc --procs 2 -M 1 -L 2 --groups "37x5,16;20x7" --calls 6 \
       --seed 21 --ring --staged-shards --timeout-s 120 --json > "$LOG/sanitizer.json" 2> "$LOG/sanitizer.err"
     rc=$?
-    summary_line=$(grep -E "ERROR SUMMARY|error" "$LOG/sanitizer.err" | sort | uniq -c | head -5 | tr '\n' ' ')
+    summary_line=$(cat "$LOG/sanitizer.err" "$LOG/sanitizer.json" | grep -E "ERROR SUMMARY" | sort | uniq -c | head -5 | tr '\n' ' ')
     row "{\"kind\": \"sanitizer\", \"rc\": $rc, \"summary\": $(python3 -c "import json,sys; print(json.dumps(sys.argv[1]))" "$summary_line")}"
     note "compute-sanitizer memcheck 2 procs rc=$rc $(stamp): $summary_line $(head -c 300 "$LOG/sanitizer.json")"
   else

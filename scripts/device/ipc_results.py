@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tarfile
 import sys
 from pathlib import Path
 
@@ -122,6 +123,7 @@ def readme(s: dict) -> str:
     if s.get("sanitizer"):
         parts += ["## compute-sanitizer memcheck, 2 processes", "",
                   f"rc {s['sanitizer']['rc']}: {s['sanitizer']['summary']}", ""]
+    parts += ["What this run did not cover, and what changed after it: `STATUS.md` beside this file.", ""]
     parts += [f"GPU memory used at start / end of the run: {s['gpu_memory_used_mib']['start']} / "
               f"{s['gpu_memory_used_mib']['end']} MiB; TIDE processes left: {s['tide_processes_left']}.", ""]
     return "\n".join(parts)
@@ -134,6 +136,17 @@ def main() -> None:
     demo_file = where / "demo-summary.json"
     demo = json.loads(demo_file.read_text()) if demo_file.exists() else None
     s = summarize(load_rows(where), demo)
+    if s.get("sanitizer") is not None and (where / "logs.tgz").exists():
+        # compute-sanitizer writes its report to the run's stdout (sanitizer.json) as well.
+        with tarfile.open(where / "logs.tgz") as tar:
+            for name in ("logs/sanitizer.json", "logs/sanitizer.err"):
+                try:
+                    text = tar.extractfile(name).read().decode(errors="replace")
+                except (KeyError, AttributeError):
+                    continue
+                lines = sorted({ln.strip() for ln in text.splitlines() if "ERROR SUMMARY" in ln})
+                if lines:
+                    s["sanitizer"]["summary"] = "; ".join(lines)
     (dest / "summary.json").write_text(json.dumps(s, indent=1) + "\n")
     (dest / "README.md").write_text(readme(s))
     for name in ("summary.md", "rows.jsonl", "logs.tgz"):
