@@ -24,6 +24,15 @@ Before the gather, ``unservable_process_group`` refuses, without any collective,
 groups whose backend TIDE does not know (torch's ``threaded`` and ``fake`` test backends
 among them: their ranks are threads of one process, or no processes at all), so nothing
 waits on a peer that cannot answer.
+
+NOTE [shared store]
+The runtime bootstraps over torch's default store; a process group whose ranks do not share
+it (a store of each process's own) would leave every registration waiting until the timeout.
+So each rank sets a key of its own before the facts are gathered; the gather is a collective
+over the group, so after it every key is set, and a rank that does not see them all (checked
+without waiting) keeps the group on stock FSDP2, agreed with its peers. The store's waits are
+bounded by the communicator's timeout (``BoundedStore``): a peer that stops answering holds
+enable() for ``timeout_s`` once per communicator, never torch's store timeout.
 """
 
 from __future__ import annotations
@@ -335,14 +344,13 @@ def store_for(pg, generation: int, timeout_s: float) -> BoundedStore:
 
 
 def announce(store, pg) -> None:
-    """This rank's key, set before the facts are gathered (NOTE [shared store])."""
+    """This rank's key, set before the facts are gathered: NOTE [shared store]."""
     store.set(f"present/{pg.rank()}", str(os.getpid()))
 
 
 def store_not_shared(store, pg) -> str:
-    """NOTE [shared store]: after a collective over ``pg`` every rank has set its key; a rank
-    that cannot see them all does not share the store with its peers, and the runtime's
-    bootstrap would wait on it until the timeout. Checked without waiting."""
+    """Why this rank does not share the store with its peers ('' when it does), after a
+    collective over ``pg``: NOTE [shared store]."""
     for rank in range(pg.size()):
         if not store.check([f"present/{rank}"]):
             return (
