@@ -285,7 +285,16 @@ def _register(group, comm, mode: str) -> tuple[str, bool]:
     try:
         return group.register(comm, group.fsdp_group.mesh_info.shard_process_group, mode), False
     except (RuntimeError, ValueError) as e:
-        return f"registration with the TIDE runtime failed (is every rank calling enable()?): {e}", True
+        why = _one_line(str(e))
+        return f"registration with the TIDE runtime failed (is every rank calling enable()?): {why}", True
+
+
+def _one_line(text: str) -> str:
+    """An error's text for a report: a Python traceback the binding passed on (a store's
+    error) shortened to the text before it and its last line."""
+    head, _, trace = text.partition("Traceback (most recent call last):")
+    last = [line.strip() for line in trace.splitlines() if line.strip()]
+    return (head.strip() + " " + last[-1]).strip() if last else text.strip()
 
 
 def _refuse_strictly(groups: list) -> None:

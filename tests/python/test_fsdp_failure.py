@@ -118,6 +118,7 @@ def test_an_unreachable_peer_falls_back_within_the_timeout(tmp_path):
         assert not out["failures"], f"{context}\nrank {rank}: {out['failures']}"
         rows = out["report"]
         assert rows and all(r["backend"] == "stock" and "registration" in r["reason"] for r in rows), rows
+        assert all("\n" not in r["reason"] and "Traceback" not in r["reason"] for r in rows), rows
         # One timeout (4 s) for the communicator, not one per group.
         assert out["seconds"] < 2 * 4.0 + 3, f"{context}: {out['seconds']:.1f} s"
 
