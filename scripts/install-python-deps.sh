@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the Python package, its tests and the demo need, from PyPI: torch (>= 2.11),
-# nanobind and scikit-build-core (to build), matplotlib (the demo's plot), pytest and numpy.
+# nanobind and scikit-build-core (to build), matplotlib (the demo's plot), pytest, numpy and
+# expecttest (torch's own FSDP2 test classes import it).
 # Into the python3 on the PATH, or into .venv (made here, seeing the system's packages) where
 # that python3 refuses installs (PEP 668). Idempotent: what is present is left alone.
 # Prints the python to use on its last line.
@@ -27,7 +28,7 @@ except ImportError:
 major, minor = (int(x) for x in torch.__version__.split(".")[:2])
 sys.exit(0 if (major, minor) >= (2, 11) else 1)
 PY
-for module in nanobind scikit_build_core matplotlib pytest numpy; do
+for module in nanobind scikit_build_core matplotlib pytest numpy expecttest; do
   "$python" -c "import $module" >/dev/null 2>&1 || missing+=("$module")
 done
 if [ ${#missing[@]} -gt 0 ]; then

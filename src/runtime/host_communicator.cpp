@@ -67,7 +67,17 @@ class HostCommunicator final : public CommunicatorBase {
 
   std::int64_t arena_bytes() const override { return fabric_ ? fabric_->arena_bytes() : 0; }
 
-  void check() const override {}  // host calls raise on the calling thread
+  // Host calls raise on the calling thread; between calls (the adapter checks once per step) a
+  // peer's abort is seen here rather than at the next call. A dead peer is not: a peer that
+  // finished its job may exit without closing its fabric, and the next call names a real one.
+  void check() const override {
+    if (!fabric_) return;
+    const std::string reason = fabric_->aborted();
+    if (!reason.empty()) {
+      throw CommunicationError("rank " + std::to_string(options_.rank) +
+                               ": communicator aborted: " + reason);
+    }
+  }
 
   std::int64_t arena_request() const override { return 0; }  // shared memory, not a device's
   void provide_arena(std::uintptr_t, std::int64_t) override {

@@ -41,6 +41,7 @@ inline constexpr EnvKnob kEnvKnobs[] = {
   {"TIDE_TEST_SEED", "a fresh random seed, printed", "the seed of the randomised tests that print theirs (call sequences, the host runtime, the FSDP2 parity run)"},
   {"TIDE_FUZZ_RUNS", "200", "random argument sets tests/cli/test_cli_fuzz.py runs"},
   {"TIDE_PARITY_CASES", "abcdefghijklmn", "the FSDP2 parity cases fsdp_parity_worker.py runs, one letter each"},
+  {"TIDE_IPC_RESULTS", "unset", "a directory: tests/python/test_fsdp_ipc_gpu.py writes one JSON row per parity run there (scripts/device/ipc.sh sets it)"},
   {"TIDE_PARITY_MODE", "in-place", "the TIDE mode (in-place or slot-reuse) fsdp_parity_worker.py enables"},
   {"TIDE_PARITY_DEVICE", "cpu", "cuda runs the FSDP2 parity run on GPUs (NCCL) instead of the CPU (gloo); cuda-shared puts every rank on GPU 0 (gloo with CUDA tensors for stock, the ipc backend for TIDE)"},
   {"TIDE_BUILD_DIR", "build", "scripts/build.sh, scripts/test.sh: the CMake build directory"},
