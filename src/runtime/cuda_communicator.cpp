@@ -100,13 +100,7 @@ void CudaCommunicator::all_gather(int group, std::uintptr_t stream,
   }
   stall_if_injected(caller);
   run_in_lane(0, runner(group, 0), bindings, 1.0f, false, caller);
-  ++g.stats.all_gathers;
-  g.stats.copy_bytes_avoided += all_gather_copy_bytes(g.layout);
-  if (shards.empty()) {
-    g.stats.copy_bytes_avoided += g.layout.shard_bytes();  // FSDP2's copy-in, not needed
-  } else {
-    g.stats.copy_bytes_made += all_gather_copy_in_bytes(g);
-  }
+  count_all_gather(g, !shards.empty());
 }
 
 void CudaCommunicator::reduce_scatter(int group, std::uintptr_t stream,
@@ -125,8 +119,7 @@ void CudaCommunicator::reduce_scatter(int group, std::uintptr_t stream,
   run_in_lane(1, runner(group, 1), bindings, alpha, accumulate,
               reinterpret_cast<cudaStream_t>(stream));
   release_staged(g, stream);  // NOTE [runtime] 8: after the call's reads, on its stream
-  ++g.stats.reduce_scatters;
-  g.stats.copy_bytes_avoided += reduce_scatter_copy_bytes(g.layout);
+  count_reduce_scatter(g);
 }
 
 // A lane's handoff calls are captured with the calls they precede (group -1).

@@ -97,21 +97,23 @@ SequenceState handoff_state(int ranks, int word) {
   return sequence_state(program::handoff_sequence(ranks), word);
 }
 
-std::int64_t all_gather_copy_bytes(const GroupLayout& layout) {
-  // FSDP2 copies the gathered buffer out into the parameters (N S). Its copy-in of the shards
-  // into the flat input (S) TIDE still makes (all_gather_copy_in_bytes), unless the caller
-  // keeps the shard in TIDE's resident shard and passes none.
-  return layout.unsharded_bytes();
+void count_all_gather(Group& g, bool shards_given) {
+  ++g.stats.all_gathers;
+  // FSDP2 copies the gathered buffer out into the parameters (N S): never made here.
+  g.stats.copy_bytes_avoided += g.layout.unsharded_bytes();
+  if (shards_given) {
+    // The shards cast or copied into stage slot 0 (or into the resident shard): S bytes.
+    g.stats.copy_bytes_made += g.layout.shard_bytes();
+  } else {
+    // The caller keeps the shard in TIDE's resident shard: FSDP2's copy-in is not needed.
+    g.stats.copy_bytes_avoided += g.layout.shard_bytes();
+  }
 }
 
-std::int64_t all_gather_copy_in_bytes(const Group& group) {
-  // The shards cast or copied into stage slot 0 (or into the resident shard): S bytes written.
-  return group.layout.shard_bytes();
-}
-
-std::int64_t reduce_scatter_copy_bytes(const GroupLayout& layout) {
+void count_reduce_scatter(Group& g) {
+  ++g.stats.reduce_scatters;
   // FSDP2's _chunk_cat writes the fp32 packing buffer (Eq. 3).
-  return layout.pack_buffer_bytes();
+  g.stats.copy_bytes_avoided += g.layout.pack_buffer_bytes();
 }
 
 }  // namespace tide::runtime::detail

@@ -61,10 +61,10 @@ int place_groups(const std::vector<std::unique_ptr<Group>>& groups,
 // The lane handoff's state (NOTE [lane handoff]) for a world of `ranks`, at signal word `word`.
 SequenceState handoff_state(int ranks, int word);
 
-// The bytes of FSDP2's layout copies that a call replaces (GroupStats::copy_bytes_avoided),
-// and those of the copies it still makes (GroupStats::copy_bytes_made).
-std::int64_t all_gather_copy_bytes(const GroupLayout& layout);
-std::int64_t reduce_scatter_copy_bytes(const GroupLayout& layout);
-std::int64_t all_gather_copy_in_bytes(const Group& group);
+// A call's statistics, once it is made (every backend): the count, the bytes of FSDP2's layout
+// copies it replaces (GroupStats::copy_bytes_avoided) and of the copies it still makes
+// (GroupStats::copy_bytes_made). `shards_given`: the all-gather read shards by pointer.
+void count_all_gather(Group& group, bool shards_given);
+void count_reduce_scatter(Group& group);
 
 }  // namespace tide::runtime::detail

@@ -39,13 +39,7 @@ class HostCommunicator final : public CommunicatorBase {
       }
     }
     run(g, g.all_gathers, bindings, 0, "all_gather");
-    ++g.stats.all_gathers;
-    g.stats.copy_bytes_avoided += all_gather_copy_bytes(g.layout);
-    if (shards.empty()) {
-      g.stats.copy_bytes_avoided += g.layout.shard_bytes();  // FSDP2's copy-in, not needed
-    } else {
-      g.stats.copy_bytes_made += all_gather_copy_in_bytes(g);
-    }
+    count_all_gather(g, !shards.empty());
   }
 
   void reduce_scatter(int group, std::uintptr_t, std::span<const void* const> grads, float* out,
@@ -61,8 +55,7 @@ class HostCommunicator final : public CommunicatorBase {
     bindings.accumulate = accumulate;
     run(g, g.reduce_scatters, bindings, 1, "reduce_scatter");
     release_staged(g, 0);  // its reads are done: the call completed on this thread
-    ++g.stats.reduce_scatters;
-    g.stats.copy_bytes_avoided += reduce_scatter_copy_bytes(g.layout);
+    count_reduce_scatter(g);
   }
 
   std::int64_t arena_bytes() const override { return fabric_ ? fabric_->arena_bytes() : 0; }
