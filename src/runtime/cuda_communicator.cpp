@@ -191,6 +191,20 @@ void CudaCommunicator::abort(const std::string& reason) {
     }
   }
   if (windows_) windows_->abort();
+  // NOTE [CUDA call sequences] 5 (c): the calls whose outputs are garbage, named in every later
+  // raise, so that nobody takes one of them for a result.
+  std::string void_calls;
+  for (std::size_t i = 0; i < runners_.size(); ++i) {
+    const std::int64_t first = runners_[i]->first_void_call();
+    if (first < 0 || first >= runners_[i]->calls()) continue;  // none was in flight
+    void_calls += std::string(void_calls.empty() ? "" : ", ") +
+                  (i % 2 == 0 ? "all-gather" : "reduce-scatter") + " calls " +
+                  std::to_string(first) + " on of group '" + groups_[i / 2]->spec.name + "'";
+  }
+  if (!void_calls.empty()) {
+    std::lock_guard lock(abort_mutex_);
+    aborted_ += "; outputs void (never use them): " + void_calls;
+  }
 }
 
 void CudaCommunicator::add_path_stats(int group, GroupStats& stats) const {

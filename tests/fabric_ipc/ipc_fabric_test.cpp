@@ -50,6 +50,24 @@ TEST(IpcFabric, RefusesBadArgumentsBeforeAnyExchange) {
   EXPECT_THROW(IpcFabric(0, 2, o, IpcExchange{}), InvalidArgument);
 }
 
+// A bad TIDE_IPC_HANDLES is refused before any CUDA call (so also on machines without a GPU).
+TEST(IpcFabric, RefusesAnUnknownHandleSetting) {
+  const char* before = std::getenv("TIDE_IPC_HANDLES");
+  const std::string saved = before != nullptr ? before : "";
+  setenv("TIDE_IPC_HANDLES", "shm", 1);
+  try {
+    (void)choose_ipc_handles(0);
+    ADD_FAILURE() << "TIDE_IPC_HANDLES=shm was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("fd, cuda-ipc"), std::string::npos) << e.what();
+  }
+  if (before != nullptr) {
+    setenv("TIDE_IPC_HANDLES", saved.c_str(), 1);
+  } else {
+    unsetenv("TIDE_IPC_HANDLES");
+  }
+}
+
 TEST(IpcFabric, HandleNames) {
   EXPECT_EQ(ipc_handles_name(IpcHandles::kPosixFd), "fd");
   EXPECT_EQ(ipc_handles_name(IpcHandles::kCudaIpc), "cuda-ipc");
