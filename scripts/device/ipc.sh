@@ -29,7 +29,10 @@ rows="$OUT/rows.jsonl"
 finish() { pack_logs; exit "$1"; }
 row() { echo "$1" >> "$rows"; }
 export PYTHONUNBUFFERED=1
-gpu_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
+# GPU memory in use, in MiB: the total minus what is free (nvidia-smi's memory.used read 0 there);
+# and the processes that hold a context on the GPU.
+gpu_used() { nvidia-smi --query-gpu=memory.total,memory.free --format=csv,noheader,nounits | head -1 | awk -F', ' '{print $1 - $2}'; }
+gpu_apps() { nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | grep -c . ; }
 tide_procs() { pgrep -f "tide check-runtime|fsdp_parity_worker|tide.demo" | wc -l; }
 
 nvidia-smi > "$LOG/nvidia-smi.txt" 2>&1
@@ -112,6 +115,7 @@ fault() {
   sleep 1
   local left; left=$(tide_procs)
   local after; after=$(gpu_used)
+  left=$((left + $(gpu_apps)))  # a process that still holds the GPU counts as left behind
   local line
   line=$(python3 - "$LOG/$name.json" "$procs" "$pattern" "$fault_kind" "$took" "$rc" "$left" "$before" "$after" "${CUDA_DEVICE_MAX_CONNECTIONS:-default}" <<'PY'
 import json, re, sys
