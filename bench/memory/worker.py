@@ -60,7 +60,10 @@ def main() -> None:
     else:
         torch.set_num_threads(1)
         device = torch.device("cpu")
-    dist.init_process_group("gloo" if device.type == "cpu" else "nccl")
+    # NCCL refuses two ranks on one GPU: where ranks share one, stock FSDP2 runs on gloo with the
+    # same CUDA tensors, and TIDE picks its ipc backend (docs/runtime.md).
+    shared_gpu = use_cuda and int(os.environ["WORLD_SIZE"]) > torch.cuda.device_count()
+    dist.init_process_group("gloo" if device.type == "cpu" or shared_gpu else "nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
     cfg = Config(vocab=512, dim=dim, layers=layers, heads=heads, hidden=hidden, seq=32)
     torch.manual_seed(0)

@@ -214,22 +214,25 @@ def _decide_eligibility(groups: list, torch_reason: str) -> None:
 
 
 def _open_communicators(groups: list, timeout_s: float, mode: str) -> dict:
-    """One communicator per shard process group, created and used in module order on every
-    rank of that group (collectives over the group), with the groups registered on it.
-    Returns {id(process group): GuardedCommunicator}."""
+    """One communicator per set of shard ranks, created and used in module order on every rank
+    of those ranks (collectives over the first group's process group), with the groups
+    registered on it. Groups whose process groups are distinct objects over the same ranks
+    share it (one arena, one ring): DeviceMesh makes a new process group per mesh where the
+    default backend is gloo and CUDA is present, so every fully_shard call has its own.
+    Returns {shard ranks: GuardedCommunicator}."""
     generation = _runtime.next_generation()
     communicators: dict = {}
     for group in groups:
         if group.reason:
             continue
         pg = group.fsdp_group.mesh_info.shard_process_group
-        if id(pg) not in communicators:
-            communicators[id(pg)] = _open_communicator(pg, group.fsdp_group.device, timeout_s, generation)
+        if _shard_ranks(group) not in communicators:
+            communicators[_shard_ranks(group)] = _open_communicator(pg, group.fsdp_group.device, timeout_s, generation)
     failed: dict = {}  # id(comm) -> why its bootstrap failed: no later group waits on it again
     for group in groups:
         if group.reason:
             continue
-        comm, reason = communicators[id(group.fsdp_group.mesh_info.shard_process_group)]
+        comm, reason = communicators[_shard_ranks(group)]
         if reason or id(comm) in failed:
             group.reason = reason or failed[id(comm)]
             continue
@@ -243,6 +246,12 @@ def _open_communicators(groups: list, timeout_s: float, mode: str) -> dict:
         if group.gid >= 0:
             group.reason = group.describe()
     return {key: comm for key, (comm, _) in communicators.items() if comm is not None}
+
+
+def _shard_ranks(group) -> tuple[int, ...]:
+    """The global ranks of the group's shard process group: what its communicator serves (the
+    store keys of one enable() are unique per communicator: _runtime.store_for)."""
+    return tuple(dist.get_process_group_ranks(group.fsdp_group.mesh_info.shard_process_group))
 
 
 def _open_communicator(pg, device, timeout_s: float, generation: int):

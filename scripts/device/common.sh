@@ -9,6 +9,21 @@ LOG="$OUT/logs"
 mkdir -p "$OUT" "$LOG"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 unset TIDE_ENABLE_MULTIMEM
+# tide._C must share torch's libstdc++ (cmake/CheckSharedCxxRuntime.cmake): the image's CXX
+# (/opt/gcc) links it statically, so where CXX does, build with the system's GCC instead.
+# COMPILERS carries the choice into a build directory configured before (cmake -S ... "${COMPILERS[@]}").
+COMPILERS=()
+if [[ -n ${CXX:-} && $CXX != /usr/bin/g++ && -x /usr/bin/g++ ]]; then
+  probe=$(mktemp -d)
+  printf '#include <string>\nstd::string f(long x) { return std::to_string(x); }\n' > "$probe/p.cpp"
+  if "$CXX" -shared -fPIC -o "$probe/p.so" "$probe/p.cpp" 2>/dev/null &&
+     ! objdump -p "$probe/p.so" | grep -q 'NEEDED.*libstdc++'; then
+    export CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++
+  fi
+  rm -rf "$probe"
+fi
+[[ -n ${CXX:-} ]] && COMPILERS=(-DCMAKE_CXX_COMPILER="$CXX" -DCMAKE_C_COMPILER="${CC:-gcc}")
+[[ -n ${CUDAHOSTCXX:-} ]] && COMPILERS+=(-DCMAKE_CUDA_HOST_COMPILER="$CUDAHOSTCXX")
 STEPS=${STEPS:-$DEFAULT_STEPS}
 summary="$OUT/summary.md"
 : > "$summary"

@@ -16,6 +16,7 @@
 #   fsdp       FSDP2 parity, 2 and 4 processes on the GPU (4: HSDP 2 x 2), TIDE on ipc vs stock
 #              on gloo (tests/python/test_fsdp_ipc_gpu.py)
 #   demo       scripts/main.sh's demo with 4 processes on the GPU
+#   memory     bench/memory/run.py on the GPU (MEMORY_WORLDS, MEMORY_DEPTHS, MEMORY_REPEATS)
 # SPLITS and VARIANTS (comma-separated) narrow the splits step.
 # Writes under $OUT: summary.md, rows.jsonl (one JSON row per run, for ipc_results.py),
 # logs.tgz. Then here: python3 scripts/device/ipc_results.py <files_at> writes
@@ -41,7 +42,7 @@ row "{\"kind\": \"machine\", \"machine\": \"$(nvidia-smi --query-gpu=name,driver
 
 rc_all=0
 if has build; then
-  if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDE_CUDA=ON -DTIDE_WERROR=OFF \
+  if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDE_CUDA=ON -DTIDE_WERROR=OFF "${COMPILERS[@]}" \
        > "$LOG/build.log" 2>&1; then
     note "CONFIGURE FAILED $(stamp)"; tail -40 "$LOG/build.log" | tee -a "$summary"; finish 1
   fi
@@ -220,6 +221,17 @@ if has demo; then
   [[ $rc -ne 0 ]] && rc_all=$rc
   note "demo 4 procs rc=$rc $(stamp): $(grep -E "max loss|peak memory|TIDE arena|groups on" "$LOG/demo.log" | tr '\n' ' ')"
   [[ -f "$LOG/demo/summary.json" ]] && cp "$LOG/demo/summary.json" "$OUT/demo-summary.json"
+fi
+
+if has memory; then
+  # The memory issue's GPU figures: torch's peak and reserved memory, stock vs TIDE, with the
+  # processes sharing the GPU (stock on gloo, TIDE on ipc). `tide memory` is the tree's CLI.
+  PATH="$PWD/$BUILD/src/cli:$PATH" timeout "${MEMORY_TIMEOUT:-400}" python3 bench/memory/run.py \
+    --worlds ${MEMORY_WORLDS:-2 4} --depths ${MEMORY_DEPTHS:-4 16 64} --repeats "${MEMORY_REPEATS:-2}" \
+    --out "$OUT/memory" > "$LOG/memory.log" 2>&1
+  rc=$?
+  [[ $rc -ne 0 ]] && rc_all=$rc
+  note "memory rc=$rc $(stamp): $(grep -A8 '^Goals' "$OUT/memory/README.md" 2>/dev/null | head -1) $(tail -2 "$LOG/memory.log" | tr '\n' ' ' | cut -c1-400)"
 fi
 
 row "{\"kind\": \"end\", \"gpu_used_mib_end\": $(gpu_used), \"tide_processes_left\": $(tide_procs)}"

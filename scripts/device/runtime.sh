@@ -30,7 +30,7 @@ note "torch $(python3 -c 'import torch; print(torch.__version__, torch.cuda.nccl
 rc_all=0
 if has build; then
   # g++ 13 there warns falsely at -O3 (stringop-overflow, array-bounds): no -Werror there.
-  if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDE_CUDA=ON -DTIDE_WERROR=OFF \
+  if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDE_CUDA=ON -DTIDE_WERROR=OFF "${COMPILERS[@]}" \
        > "$LOG/build.log" 2>&1; then
     note "CONFIGURE FAILED $(stamp)"; tail -40 "$LOG/build.log" | tee -a "$summary"; finish 1
   fi

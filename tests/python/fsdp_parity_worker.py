@@ -11,7 +11,7 @@ at every step:
     TIDE must still move their counters, and at least one group must be on TIDE);
   - groups a step does not run (case m) move no counter and get no gradient.
 
-Cases (a)-(f) are described in test_fsdp_parity.py, with (g)-(n): (g) activation
+Cases (a)-(f) are described in test_fsdp_parity.py, with (g)-(o): (g) activation
 checkpointing around each block of the decoder; (h) two forwards (two micro-batches' losses
 summed), then one backward; (i) explicit prefetching, rotating per step: each block's forward
 preceded by the next block's unshard() (async_op=False; async_op=True with .wait()), or
@@ -21,7 +21,8 @@ all-gather runs over 2), 1 at 2 ranks (FSDP2 turns it into False); (l) gradients
 without zero_grad: two synchronised backwards per step, an optimizer step every second step
 (four backwards per gradient); (m) partial forwards: some steps run only the first 1, 2 or 3
 of 4 blocks; (n) shared modules: two blocks, each fully_shard-ed, routed A -> B -> A (and
-B -> A -> B).
+B -> A -> B); (o) the MLP with each fully_shard over a process group of its own, all over the
+same ranks: one TIDE communicator (one arena) serves every group.
 
 NOTE [reassociation bound]
 A sum of n fp32 terms in any order has an error of at
@@ -381,12 +382,21 @@ def run_case(case, world, rank, seed):
         mesh = init_device_mesh(DEVICE.type, (2, world // 2), mesh_dim_names=("replicate", "shard"))
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if case == "b" else MixedPrecisionPolicy()
 
+    def own_mesh():
+        """(o): a process group of its own over every rank, as DeviceMesh makes per mesh where
+        the default backend is gloo and CUDA is present; else the case's mesh."""
+        if case != "o":
+            return mesh
+        from torch.distributed.device_mesh import DeviceMesh
+
+        return DeviceMesh.from_group(dist.new_group(list(range(world))), DEVICE.type)
+
     def shard(model):
         blocks = list(model.blocks)
         for i, block in enumerate(blocks):
             reshard = reshard_after_forward(case, i, len(blocks), world)
-            fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
-        fully_shard(model, mesh=mesh, mp_policy=mp)
+            fully_shard(block, mesh=own_mesh(), mp_policy=mp, reshard_after_forward=reshard)
+        fully_shard(model, mesh=own_mesh(), mp_policy=mp)
         return model
 
     stock = shard(copy.deepcopy(base))
@@ -549,6 +559,13 @@ def run_case(case, world, rank, seed):
     check_backends(final, "end")
     stats["report"] = final
     stats["memory"] = tide.fsdp.memory(tide_model)
+    if case == "o":
+        pgs = {id(fs._get_fsdp_state()._fsdp_param_group.mesh_info.shard_process_group)
+               for fs in [tide_model, *tide_model.blocks]}
+        served = len(stats["memory"]["communicators"])
+        if len(pgs) != len(tide_model.blocks) + 1 or served != 1:
+            failures.append(f"(o): {len(pgs)} process groups for {len(tide_model.blocks) + 1} "
+                            f"groups, served by {served} communicators (expected one)")
     stats["fallbacks"] = list(fallbacks.values())
     stats["failures"] = failures
     stats["max_groups_held"] = cap_s.max_held  # the most groups unsharded or in flight at once (stock)
@@ -560,7 +577,7 @@ def main():
     out = sys.argv[1]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     seed = int(os.environ.get("TIDE_TEST_SEED", "1234"))
-    cases = os.environ.get("TIDE_PARITY_CASES", "abcdefghijklmn")
+    cases = os.environ.get("TIDE_PARITY_CASES", "abcdefghijklmno")
     global DEVICE
     device = os.environ.get("TIDE_PARITY_DEVICE", "cpu")
     if device == "cuda":

@@ -37,12 +37,25 @@ def _record(world: int, mode: str, run: dict) -> None:
     Path(where, f"fsdp-ipc-{world}-{mode}.json").write_text(json.dumps(row))
 
 
+def _record_failure(world: int, mode: str, error: str) -> None:
+    """A run that did not finish: its row says so, with the workers' last output."""
+    where = os.environ.get("TIDE_IPC_RESULTS")
+    if where:
+        row = {"kind": "fsdp_parity", "world": world, "mode": mode, "cases": "", "failed": "run",
+               "passed": False, "error": error[-6000:]}
+        Path(where, f"fsdp-ipc-{world}-{mode}.json").write_text(json.dumps(row))
+
+
 @pytest.mark.skipif(not GPU, reason="no GPU: the one-GPU ipc parity run needs one")
 @pytest.mark.parametrize("world,mode", RUNS, ids=[f"{w}-{m}" for w, m in RUNS])
 @pytest.mark.parametrize("case", list(CASES))
 def test_parity_one_gpu(world, mode, case, tmp_path_factory):
     if case == "d" and world < 4:
         pytest.skip("HSDP 2 x 2 needs 4 ranks")
-    run = run_parity(world, tmp_path_factory, device="cuda-shared", cases=CASES, mode=mode)
+    try:
+        run = run_parity(world, tmp_path_factory, device="cuda-shared", cases=CASES, mode=mode)
+    except pytest.fail.Exception as failed:
+        _record_failure(world, mode, str(failed))
+        raise
     _record(world, mode, run)
     check_case(run, case)
