@@ -1,7 +1,11 @@
-"""bench/results/ipc/ from one scripts/device/ipc.sh run: summary.json (the issue's fields) and
+"""bench/results/ipc/ from scripts/device/ipc.sh runs: summary.json (the issue's fields) and
 README.md (tables read at a glance).
 
-    python3 scripts/device/ipc_results.py <the run's files_at directory> [bench/results/ipc]
+    python3 scripts/device/ipc_results.py <files_at directory> [...] [--out bench/results/ipc]
+
+Several runs (calls with different STEPS) merge in the order given: the machine row and the
+date of the first, every call's command, and for a row that a later run repeats (an FSDP2
+parity run of one world and mode, the demo, the sanitizer) the later one.
 """
 
 from __future__ import annotations
@@ -17,13 +21,24 @@ def load_rows(where: Path) -> list[dict]:
     return [json.loads(line) for line in (where / "rows.jsonl").read_text().splitlines() if line.strip()]
 
 
+def latest_parity(rows: list[dict]) -> list[dict]:
+    """The last FSDP2 parity row per (world, mode), in order of first appearance."""
+    last: dict = {}
+    for r in rows:
+        if r["kind"] == "fsdp_parity":
+            last[(r["world"], r["mode"])] = r
+    return list(last.values())
+
+
 def summarize(rows: list[dict], demo: dict | None) -> dict:
-    machine = next((r for r in rows if r["kind"] == "machine"), {})
-    end = next((r for r in rows if r["kind"] == "end"), {})
+    machines = [r for r in rows if r["kind"] == "machine"]
+    machine = machines[0] if machines else {}
+    ends = [r for r in rows if r["kind"] == "end"]
+    end = ends[-1] if ends else {}
     out = {
         "machine": machine.get("machine"),
         "date": machine.get("date"),
-        "command": machine.get("command"),
+        "command": " ; ".join(m.get("command", "") for m in machines),
         "splits": [
             {k: r[k] for k in ("procs", "M", "L", "mode", "dtype", "path", "passed", "mismatches",
                                "replays", "calls", "seconds", "arena_bytes", "errors")}
@@ -36,10 +51,12 @@ def summarize(rows: list[dict], demo: dict | None) -> dict:
             for r in rows if r["kind"] == "fault"
         ],
         "fsdp_parity": [
-            {k: r[k] for k in ("world", "mode", "cases", "failed", "passed", "seed")}
-            for r in rows if r["kind"] == "fsdp_parity"
+            {k: r.get(k) for k in ("world", "mode", "cases", "failed", "passed", "seed")}
+            | ({"error": r["error"][-600:]} if r.get("error") else {})
+            for r in latest_parity(rows)
         ],
-        "sanitizer": next(({k: r[k] for k in ("rc", "summary")} for r in rows if r["kind"] == "sanitizer"), None),
+        "sanitizer": next(({k: r[k] for k in ("rc", "summary")} for r in reversed(rows)
+                           if r["kind"] == "sanitizer"), None),
         "gpu_memory_used_mib": {"start": machine.get("gpu_used_mib_start"), "end": end.get("gpu_used_mib_end")},
         "tide_processes_left": end.get("tide_processes_left"),
     }
@@ -129,29 +146,53 @@ def readme(s: dict) -> str:
     return "\n".join(parts)
 
 
+def sanitizer_summary(where: Path) -> str:
+    """compute-sanitizer's ERROR SUMMARY lines from a run's logs ('' where none)."""
+    if not (where / "logs.tgz").exists():
+        return ""
+    with tarfile.open(where / "logs.tgz") as tar:
+        for name in ("logs/sanitizer.json", "logs/sanitizer.err"):
+            try:
+                text = tar.extractfile(name).read().decode(errors="replace")
+            except (KeyError, AttributeError):
+                continue
+            lines = sorted({ln.strip() for ln in text.splitlines() if "ERROR SUMMARY" in ln})
+            if lines:
+                return "; ".join(lines)
+    return ""
+
+
 def main() -> None:
-    where = Path(sys.argv[1])
-    dest = Path(sys.argv[2] if len(sys.argv) > 2 else "bench/results/ipc")
+    args = sys.argv[1:]
+    dest = Path("bench/results/ipc")
+    if "--out" in args:
+        at = args.index("--out")
+        dest = Path(args[at + 1])
+        del args[at : at + 2]
+    runs = [Path(a) for a in args]
+    if not runs:
+        raise SystemExit(__doc__)
     dest.mkdir(parents=True, exist_ok=True)
-    demo_file = where / "demo-summary.json"
-    demo = json.loads(demo_file.read_text()) if demo_file.exists() else None
-    s = summarize(load_rows(where), demo)
-    if s.get("sanitizer") is not None and (where / "logs.tgz").exists():
+    rows: list[dict] = []
+    demo = None
+    sanitized = ""
+    for where in runs:
+        rows += load_rows(where)
+        if (where / "demo-summary.json").exists():
+            demo = json.loads((where / "demo-summary.json").read_text())
+        sanitized = sanitizer_summary(where) or sanitized
+    s = summarize(rows, demo)
+    if s.get("sanitizer") is not None and sanitized:
         # compute-sanitizer writes its report to the run's stdout (sanitizer.json) as well.
-        with tarfile.open(where / "logs.tgz") as tar:
-            for name in ("logs/sanitizer.json", "logs/sanitizer.err"):
-                try:
-                    text = tar.extractfile(name).read().decode(errors="replace")
-                except (KeyError, AttributeError):
-                    continue
-                lines = sorted({ln.strip() for ln in text.splitlines() if "ERROR SUMMARY" in ln})
-                if lines:
-                    s["sanitizer"]["summary"] = "; ".join(lines)
+        s["sanitizer"]["summary"] = sanitized
     (dest / "summary.json").write_text(json.dumps(s, indent=1) + "\n")
     (dest / "README.md").write_text(readme(s))
-    for name in ("summary.md", "rows.jsonl", "logs.tgz"):
-        if (where / name).exists():
-            shutil.copyfile(where / name, dest / ("device-" + name))
+    for old in dest.glob("device-*"):
+        old.unlink()
+    for n, where in enumerate(runs, 1):
+        for name in ("summary.md", "rows.jsonl", "logs.tgz"):
+            if (where / name).exists():
+                shutil.copyfile(where / name, dest / f"device-{n}-{name}")
     print((dest / "README.md").read_text())
 
 
