@@ -129,6 +129,7 @@ json rs_json(const RsPlan& rs, const ValidationResult& validation) {
           {"block_rows", rs.block_rows()},
           {"wave_width", rs.wave_width()},
           {"round_width", rs.round_width()},
+          {"rounds_in_flight", rs.options().rounds_in_flight},
           {"passes", rs.passes()},
           {"sub_slice_elems", rs.sub_slice_elems()},
           {"pass_elems", rs.pass_elems()},
@@ -217,13 +218,13 @@ void print_rs(const RsPlan& rs, const ValidationResult& validation) {
   const Topology& t = rs.layout().topology();
   const int l = t.gpus_per_node();
   std::cout << fmt::format(
-      "\nTIDE-RS (Sec. 4-5): mode {}, sub-slices {} ({} rows), W_wave={}, k={}, n_part={}, "
+      "\nTIDE-RS (Sec. 4-5): mode {}, sub-slices {} ({} rows), W_wave={}, k={}, d={}, n_part={}, "
       "E_sub={} elements, E_pass={}, {} waves, {} network rounds, {} inbox generation(s), outbox "
       "depth n_out={}\n",
       mode_name(rs.options().mode), sub_slices_name(rs.options().sub_slices), rs.block_rows(),
-      rs.wave_width(), rs.round_width(), rs.passes(), num(rs.sub_slice_elems()),
-      num(rs.pass_elems()), rs.waves().size(), rs.rounds().size(), rs.generations(),
-      rs.outbox_depth());
+      rs.wave_width(), rs.round_width(), rs.options().rounds_in_flight, rs.passes(),
+      num(rs.sub_slice_elems()), num(rs.pass_elems()), rs.waves().size(), rs.rounds().size(),
+      rs.generations(), rs.outbox_depth());
   Table waves({"wave", "pass", "gen", "contributors", "rounds", "zeroed blocks per GPU j"});
   for (std::size_t i = 0; i < rs.waves().size(); ++i) {
     const RsWave& w = rs.waves()[i];

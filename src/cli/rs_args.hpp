@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tide/core/error.hpp"
+#include "tide/core/rs_defaults.hpp"
 #include "tide/core/rs_plan.hpp"
 
 namespace tide::cli {
@@ -14,7 +15,7 @@ namespace tide::cli {
 struct RsArgs {
   int wave_width = 0;
   int round_width = 4;
-  int rounds_in_flight = 1;
+  int rounds_in_flight = 0;  // 0: not given, the sizing solver's default (rs_defaults.hpp)
   int passes = 1;
   int staging_slots = 2;
   std::int64_t chunk_bytes = 0;
@@ -27,8 +28,9 @@ struct RsArgs {
     cmd.add_option("--round-width", round_width, "Rail transfers per round k")
         ->capture_default_str();
     cmd.add_option("--rounds-in-flight", rounds_in_flight,
-                   "Network rounds in flight d (1: lockstep; tide solve suggests one)")
-        ->capture_default_str();
+                   "Network rounds in flight d (1: lockstep; default: the sizing solver's d for "
+                   "the group on App. G's rates, as tide solve prints it)")
+        ->check(CLI::Range(1, kMaxRoundsInFlight));
     cmd.add_option("--passes", passes, "Sub-slice passes n_part")->capture_default_str();
     cmd.add_option("--staging-slots", staging_slots, "Level 1 staging slots n_stg")
         ->capture_default_str();
@@ -49,7 +51,6 @@ struct RsArgs {
     RsOptions o;
     o.wave_width = wave_width;
     o.round_width = round_width;
-    o.rounds_in_flight = rounds_in_flight;
     o.passes = passes;
     o.staging_slots = staging_slots;
     o.mode = parse_mode(mode);
@@ -61,7 +62,11 @@ struct RsArgs {
       o.staging_chunk_elems = std::max<std::int64_t>(
           1, chunk_bytes / ((l - 1) * rows * item_bytes(layout.grad_dtype())));
     }
-    return o;
+    if (rounds_in_flight > 0) {
+      o.rounds_in_flight = rounds_in_flight;  // an explicit value wins
+      return o;
+    }
+    return with_default_rounds_in_flight(o, layout);
   }
 };
 

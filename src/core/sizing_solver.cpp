@@ -80,7 +80,7 @@ SolverResult solve_sizing(const SolverInput& in) {
 
   // Round width: widen while per-round waits exceed 10% of the wire time and widening helps.
   r.round_wait_budget_ms = 0.10 * r.t_nic_ms;
-  int k = std::max(1, std::min(2, m - 1));
+  int k = std::max(1, std::min({2, m - 1, in.max_round_width}));  // never past k_max
   while (true) {
     RoundWidthStep step;
     step.round_width = k;

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "tide/core/error.hpp"
+#include "tide/core/rs_defaults.hpp"
 
 namespace tide::runtime::detail {
 namespace {
@@ -15,6 +16,20 @@ std::uint64_t host_id() {
   char name[256] = {};
   gethostname(name, sizeof name - 1);
   return std::hash<std::string>{}(name);
+}
+
+// The group's reduce-scatter options: the communicator's, the spec's mode and geometry, and
+// the sizing solver's rounds in flight for this group's shard (rs_defaults.hpp; 1 at M = 1).
+// A layout that cannot be formed keeps the communicator's d: make_group reports it.
+RsOptions group_rs_options(const GroupSpec& spec, const Topology& topology, RsOptions o) {
+  o.mode = spec.mode;
+  o.sub_slices = spec.sub_slices;
+  try {
+    return with_default_rounds_in_flight(
+        o, GroupLayout(topology, spec.params, spec.ag_dtype, spec.grad_dtype));
+  } catch (const InvalidArgument&) {
+    return o;
+  }
 }
 
 }  // namespace
@@ -46,9 +61,8 @@ Registration CommunicatorBase::register_group(const GroupSpec& spec) {
   g.params = spec.params;
   g.ag_dtype = spec.ag_dtype;
   g.grad_dtype = spec.grad_dtype;
-  g.rs = rs_options_;
-  g.rs.mode = spec.mode;
-  g.rs.sub_slices = spec.sub_slices;
+  const RsOptions rs = group_rs_options(spec, topology_, rs_options_);
+  g.rs = rs;
   g.ag.mixed_precision_cast = spec.cast;
   g.ag.staged_shards = spec.staged_shards && !spec.cast;
   g.landing_slot = spec.landing_slot;
@@ -71,7 +85,7 @@ Registration CommunicatorBase::register_group(const GroupSpec& spec) {
                                 " is not a slot id (>= 0, or -1 for a slot of its own)"};
   }
   try {
-    groups_.push_back(make_group(static_cast<int>(groups_.size()), spec, topology_, rs_options_));
+    groups_.push_back(make_group(static_cast<int>(groups_.size()), spec, topology_, rs));
   } catch (const Unsupported& e) {
     return Registration{-1, e.what()};
   } catch (const InvalidArgument& e) {

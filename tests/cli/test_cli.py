@@ -106,6 +106,29 @@ class OtherCommands(unittest.TestCase):
                        "--gpus-per-node", "8", "--shard-bytes", str(32 << 20))
         self.assertEqual((out["sum_ctas"], out["landing_ctas"], out["round_width"]), (4, 4, 4))
 
+    def test_default_rounds_in_flight_is_the_solvers(self):
+        # Without --rounds-in-flight, plan and simulate take tide solve's d on App. G's rates
+        # for the group's shard (docs/core.md, "The default d"); a given value wins.
+        for m, want in ((1, 1), (2, 1), (8, 2), (64, 4)):
+            plan = run_json("plan", "--model", "llama3.1-70b", "--nodes", str(m),
+                            "--gpus-per-node", "8")
+            self.assertEqual(plan["rs"]["rounds_in_flight"], want, m)
+            solved = run_json("solve", "--bw-nic", "47.5", "--bw-sum", "99", "--bw-land", "21",
+                              "--bw-cap", "90", "--t-round", "1.3", "--nodes", str(m),
+                              "--gpus-per-node", "8", "--shard-bytes",
+                              str(plan["layout"]["grad_shard_bytes"]))
+            self.assertEqual(solved["rounds_in_flight"], want, m)
+            given = run_json("plan", "--model", "llama3.1-70b", "--nodes", str(m),
+                             "--gpus-per-node", "8", "--rounds-in-flight", "1")
+            self.assertEqual(given["rs"]["rounds_in_flight"], 1, m)
+        sim = ["simulate", "reduce-scatter", "--model", "llama3.1-70b", "--nodes", "8",
+               "--gpus-per-node", "8", "--timing-only", "--jitter", "0"]
+        default = run_json(*sim)["predicted_ms"]
+        self.assertEqual(default, run_json(*sim, "--rounds-in-flight", "2")["predicted_ms"])
+        self.assertLess(default, run_json(*sim, "--rounds-in-flight", "1")["predicted_ms"])
+        result = run("plan", "--model", "llama3.1-70b", "--nodes", "8", "--rounds-in-flight", "0")
+        self.assertEqual(result.returncode, 2, result.stderr)
+
 
 def read_npy(path):
     """A minimal .npy reader (no numpy needed): returns (descr, shape, values)."""
