@@ -191,7 +191,7 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
   o.world = a.procs;
   o.gpus_per_node = a.gpus_per_node;
   o.backend = runtime::parse_backend(a.backend);
-  o.store = std::make_shared<runtime::FileStore>(store_dir);
+  o.store = std::make_shared<FileStore>(store_dir);
   o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(a.timeout_s * 1000));
   o.stall_rank = a.stall_rank;
   o.stall_at_call = a.stall_at_call;

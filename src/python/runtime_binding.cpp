@@ -29,7 +29,7 @@ namespace {
 
 // A Python store as the runtime's Store. Its get blocks in Python until the key exists (with
 // the store's own timeout), so `timeout` is the store's to enforce.
-class PythonStore final : public runtime::Store {
+class PythonStore final : public Store {
  public:
   explicit PythonStore(nb::object store) : store_(std::move(store)) {}
   ~PythonStore() override {

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "tide/core/error.hpp"
+#include "tide/core/store.hpp"
 #include "tide/fabric/ipc_memory.hpp"
 #include "tide/fabric/runtime_window.hpp"
-#include "tide/runtime/store.hpp"
 
 namespace tide::fabric {
 namespace {
@@ -88,9 +88,9 @@ std::vector<std::uint8_t> pattern(std::uint64_t seed, int rank, std::int64_t byt
 // One rank's process: "ok", "skip: why" or the failure, written to `report`.
 std::string run_rank(int rank, int world, const std::filesystem::path& dir, std::uint64_t seed,
                      bool own_window) {
-  runtime::FileStore store(dir / "store");
+  FileStore store(dir / "store");
   const IpcExchange exchange = [&](const std::string& step, const std::string& mine) {
-    return runtime::all_gather_values(store, "ipc/" + step, rank, world, mine, kTimeout);
+    return all_gather_values(store, "ipc/" + step, rank, world, mine, kTimeout);
   };
   const std::int64_t arena = 3 * 4096 + 512;  // not a page multiple: the words' offset rounds
   const std::int64_t words = 5;

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "tide/runtime/store.hpp"
+#include "tide/core/store.hpp"
 
 namespace tide::fabric {
 
@@ -42,7 +42,7 @@ struct HostFabricOptions {
 class HostFabric {
  public:
   // Collective: every rank of the world constructs it with the same sizes and prefix.
-  HostFabric(runtime::Store& store, const HostFabricOptions& options);
+  HostFabric(Store& store, const HostFabricOptions& options);
   ~HostFabric();
   HostFabric(const HostFabric&) = delete;
   HostFabric& operator=(const HostFabric&) = delete;

@@ -85,7 +85,7 @@
 #include "tide/core/dtype.hpp"
 #include "tide/core/layout.hpp"
 #include "tide/core/rs_plan.hpp"
-#include "tide/runtime/store.hpp"
+#include "tide/core/store.hpp"
 
 namespace tide::program {
 struct CommunicatorArena;

@@ -50,8 +50,7 @@ SegmentHeader* header_of(void* base) {
 
 }  // namespace
 
-HostFabric::HostFabric(runtime::Store& store, const HostFabricOptions& options)
-    : options_(options) {
+HostFabric::HostFabric(Store& store, const HostFabricOptions& options) : options_(options) {
   if (options.world < 1 || options.rank < 0 || options.rank >= options.world) {
     throw InvalidArgument("host fabric: rank " + std::to_string(options.rank) +
                           " outside a world of " + std::to_string(options.world));

@@ -1,5 +1,5 @@
 // FileStore and the store-based exchange.
-#include "tide/runtime/store.hpp"
+#include "tide/core/store.hpp"
 
 #include <fstream>
 #include <iterator>
@@ -10,7 +10,7 @@
 
 #include "tide/core/error.hpp"
 
-namespace tide::runtime {
+namespace tide {
 
 FileStore::FileStore(std::filesystem::path directory) : directory_(std::move(directory)) {
   std::error_code ec;
@@ -73,4 +73,4 @@ std::vector<std::string> all_gather_values(Store& store, const std::string& key,
   return values;
 }
 
-}  // namespace tide::runtime
+}  // namespace tide

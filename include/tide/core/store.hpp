@@ -1,6 +1,7 @@
-// The bootstrap key-value store a communicator agrees through (rendezvous of shared-memory
-// names, NCCL unique ids, the capability agreement). Python hands over torch's Store; C++
-// tools and tests use FileStore.
+// The bootstrap key-value store that fabrics and communicators agree through (rendezvous of
+// shared-memory names, NCCL unique ids, the capability agreement). It sits in core, below the
+// fabrics and the runtime that both use it. Python hands over torch's Store; C++ tools and
+// tests use FileStore.
 #pragma once
 
 #include <chrono>
@@ -9,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace tide::runtime {
+namespace tide {
 
 class Store {
  public:
@@ -38,4 +39,4 @@ std::vector<std::string> all_gather_values(Store& store, const std::string& key,
                                            int world, const std::string& value,
                                            std::chrono::milliseconds timeout);
 
-}  // namespace tide::runtime
+}  // namespace tide
