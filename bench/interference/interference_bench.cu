@@ -61,7 +61,7 @@
 #include "tide/calibrate/level1_problem.hpp"
 #include "tide/calibrate/stream_memops.hpp"
 #include "tide/calibrate/timing.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 #include "tide/kernels/level1_sum.hpp"
 
 namespace {

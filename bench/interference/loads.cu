@@ -11,7 +11,7 @@
 
 #include "device_util.cuh"
 #include "interference.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 
 namespace tide::bench {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "interference.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 
 namespace tide::bench {
 namespace {

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "ptx.cuh"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 
 namespace {
 using namespace tide::kernels;

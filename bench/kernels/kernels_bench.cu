@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "tide/core/arithmetic.hpp"
+#include "tide/cuda/check.hpp"
 #include "tide/kernels/cast.hpp"
-#include "tide/kernels/cuda_check.hpp"
 #include "tide/kernels/fill_random.hpp"
 #include "tide/kernels/landing.hpp"
 #include "tide/kernels/level1_sum.hpp"

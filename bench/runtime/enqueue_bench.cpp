@@ -51,9 +51,9 @@
 #include "tide/core/layout.hpp"
 #include "tide/core/models.hpp"
 #include "tide/core/rs_plan.hpp"
+#include "tide/cuda/check.hpp"
 #include "tide/exec/cuda_sequence.hpp"
 #include "tide/fabric/virtual_fabric.hpp"
-#include "tide/kernels/cuda_check.hpp"
 #include "tide/program/call_sequence.hpp"
 
 namespace {

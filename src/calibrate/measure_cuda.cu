@@ -9,7 +9,7 @@
 
 #include "measure_parts.hpp"
 #include "tide/core/error.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 
 namespace tide::calibrate {
 

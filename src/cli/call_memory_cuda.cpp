@@ -3,7 +3,7 @@
 
 #include "call_memory.hpp"
 #include "tide/core/error.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 
 namespace tide::cli {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 #include "tide/version_gates.hpp"
 
 namespace tide::fabric::detail {

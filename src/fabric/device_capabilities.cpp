@@ -9,7 +9,7 @@
 #endif
 
 #include "cuda_driver.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 #include "tide/version_gates.hpp"
 
 namespace tide::fabric {

@@ -16,8 +16,8 @@
 #include <string>
 
 #include "tide/core/error.hpp"
+#include "tide/cuda/check.hpp"
 #include "tide/kernels/cast.hpp"
-#include "tide/kernels/cuda_check.hpp"
 
 namespace tide::kernels {
 namespace {

@@ -3,7 +3,7 @@
 // Steps: each thread writes elements i, i + stride, ...: 24 random bits of a hash of
 // (i, seed) scaled to [-2, 2), stored as bf16 (the high half of the fp32) or fp32. No
 // synchronisation: every element is written by one thread.
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 #include "tide/kernels/fill_random.hpp"
 
 namespace tide::kernels {

@@ -30,7 +30,7 @@
 #include "ptx.cuh"
 #include "tide/core/env.hpp"
 #include "tide/core/error.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 #include "tide/kernels/landing.hpp"
 
 namespace tide::kernels {

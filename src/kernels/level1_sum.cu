@@ -59,7 +59,7 @@
 
 #include "ptx.cuh"
 #include "tide/core/error.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 #include "tide/kernels/level1_sum.hpp"
 
 namespace tide::kernels {

@@ -1,6 +1,6 @@
 // Stock FSDP2's layout work (baseline.hpp): one grid-stride kernel per parameter.
 #include "baseline.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 
 namespace tide::nccl_cli {
 namespace {

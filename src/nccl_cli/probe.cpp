@@ -17,7 +17,7 @@
 
 #include "commands.hpp"
 #include "session.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 #include "timing.hpp"
 
 namespace tide::nccl_cli {

@@ -11,8 +11,8 @@
 
 #include "cuda_driver.hpp"
 #include "tide/core/error.hpp"
+#include "tide/cuda/check.hpp"
 #include "tide/fabric/device_capabilities.hpp"
-#include "tide/kernels/cuda_check.hpp"
 #include "tide/version_gates.hpp"
 
 namespace tide::nccl_cli {

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 
 namespace tide::nccl_cli {
 

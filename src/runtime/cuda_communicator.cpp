@@ -20,10 +20,10 @@
 #include "tide/core/env.hpp"
 #include "tide/core/error.hpp"
 #include "tide/core/process.hpp"
+#include "tide/cuda/check.hpp"
 #include "tide/exec/cuda_sequence.hpp"
 #include "tide/fabric/device_capabilities.hpp"
 #include "tide/fabric/runtime_window.hpp"
-#include "tide/kernels/cuda_check.hpp"
 
 namespace tide::runtime::detail {
 namespace {

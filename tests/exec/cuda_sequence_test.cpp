@@ -26,9 +26,9 @@
 #include "tide/core/arithmetic.hpp"
 #include "tide/core/collective_reference.hpp"
 #include "tide/core/error.hpp"
+#include "tide/cuda/check.hpp"
 #include "tide/exec/cuda_executor.hpp"
 #include "tide/fabric/virtual_fabric.hpp"
-#include "tide/kernels/cuda_check.hpp"
 #include "watchdog.hpp"
 
 namespace tide {

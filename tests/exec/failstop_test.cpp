@@ -29,8 +29,8 @@
 #include "sequence_test_util.hpp"
 #include "tide/core/collective_reference.hpp"
 #include "tide/core/error.hpp"
+#include "tide/cuda/check.hpp"
 #include "tide/exec/cuda_sequence.hpp"
-#include "tide/kernels/cuda_check.hpp"
 
 namespace tide {
 namespace {

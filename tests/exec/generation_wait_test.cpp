@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "kernels/gpu_test_util.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 
 namespace tide::exec::cuda_detail {
 namespace {

@@ -1,7 +1,7 @@
 // The caller's compute kernel of the sequence runner tests: a byte copy on the caller stream,
 // standing in for the training step's kernels that write gradients and read outputs.
 #include "sequence_test_kernels.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 
 namespace tide::exec::testing {
 namespace {

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "tide/core/layout.hpp"
+#include "tide/cuda/check.hpp"
 #include "tide/exec/cuda_sequence.hpp"
 #include "tide/fabric/virtual_fabric.hpp"
-#include "tide/kernels/cuda_check.hpp"
 #include "tide/program/call_sequence.hpp"
 
 namespace tide::sequence_testing {

@@ -16,7 +16,7 @@
 
 #include "tide/core/arithmetic.hpp"
 #include "tide/core/env.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 
 namespace tide::kernels::testing {
 

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 
 namespace tide::calibrate {
 

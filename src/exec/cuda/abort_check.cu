@@ -1,6 +1,6 @@
 // The peer abort check (see abort_check.hpp).
 #include "abort_check.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 
 namespace tide::exec::cuda_detail {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "executor_state.hpp"
 #include "tide/core/error.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 
 namespace tide::exec {
 

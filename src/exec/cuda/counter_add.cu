@@ -2,7 +2,7 @@
 #include <algorithm>
 
 #include "counter_add.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 
 namespace tide::exec::cuda_detail {
 namespace {

@@ -9,8 +9,8 @@
 #include "executor_state.hpp"
 #include "op_resolution.hpp"
 #include "tide/core/error.hpp"
+#include "tide/cuda/check.hpp"
 #include "tide/kernels/cast.hpp"
-#include "tide/kernels/cuda_check.hpp"
 
 namespace tide::exec {
 

@@ -28,7 +28,7 @@
 #include "cuda_driver.hpp"
 #include "executor_state.hpp"
 #include "tide/core/error.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 
 namespace tide::exec {
 

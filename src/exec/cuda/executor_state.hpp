@@ -21,9 +21,9 @@
 
 #include "messages.hpp"
 #include "program_checks.hpp"
+#include "tide/cuda/check.hpp"
 #include "tide/exec/cuda_executor.hpp"
 #include "tide/fabric/fabric.hpp"
-#include "tide/kernels/cuda_check.hpp"
 #include "tide/kernels/landing.hpp"
 #include "tide/kernels/level1_sum.hpp"
 

@@ -2,7 +2,7 @@
 #include <algorithm>
 
 #include "generation_wait.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 
 namespace tide::exec::cuda_detail {
 namespace {

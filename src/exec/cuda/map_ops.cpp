@@ -10,7 +10,7 @@
 #include "op_resolution.hpp"
 #include "tide/core/dtype.hpp"
 #include "tide/core/error.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 
 namespace tide::exec {
 

@@ -6,7 +6,7 @@
 #include "counter_add.hpp"
 #include "program_checks.hpp"
 #include "tide/core/error.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 
 namespace tide::exec::cuda_detail {
 

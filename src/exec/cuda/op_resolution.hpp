@@ -27,7 +27,7 @@
 
 #include "program_checks.hpp"
 #include "tide/core/dtype.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 #include "tide/kernels/landing.hpp"
 #include "tide/kernels/level1_sum.hpp"
 #include "tide/program/program.hpp"

@@ -12,8 +12,8 @@
 #include "op_resolution.hpp"
 #include "sequence_state.hpp"
 #include "tide/core/error.hpp"
+#include "tide/cuda/check.hpp"
 #include "tide/kernels/cast.hpp"
-#include "tide/kernels/cuda_check.hpp"
 
 namespace tide::exec {
 

@@ -7,7 +7,7 @@
 #include "cuda_driver.hpp"
 #include "sequence_state.hpp"
 #include "tide/core/error.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 #include "tide/kernels/landing.hpp"
 
 namespace tide::exec {

@@ -11,8 +11,8 @@
 #include "../../cuda_driver/cuda_driver.hpp"
 #include "pidfd.hpp"
 #include "tide/core/error.hpp"
+#include "tide/cuda/check.hpp"
 #include "tide/fabric/runtime_window.hpp"
-#include "tide/kernels/cuda_check.hpp"
 
 namespace tide::fabric {
 namespace {

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "lsa_peers.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 #include "tide/version_gates.hpp"
 
 #if !TIDE_HAS_NCCL_FABRIC

@@ -10,7 +10,7 @@
 #include "lsa_peers.hpp"
 #include "tide/core/env.hpp"
 #include "tide/core/error.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 #include "tide/version_gates.hpp"
 
 #if !TIDE_HAS_NCCL_FABRIC

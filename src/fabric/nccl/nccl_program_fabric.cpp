@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "tide/core/error.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 #include "tide/version_gates.hpp"
 
 namespace tide::fabric {

@@ -11,7 +11,7 @@
 
 #include "cuda_driver.hpp"
 #include "tide/core/error.hpp"
-#include "tide/kernels/cuda_check.hpp"
+#include "tide/cuda/check.hpp"
 
 namespace tide::fabric {
 

@@ -1,5 +1,7 @@
-// CUDA error checks for TIDE's launchers: every runtime call and every launch is checked, and
-// a failure throws tide::CudaError with the call, the file, the line and CUDA's own message.
+// CUDA error checks for every layer that calls CUDA (kernels, fabrics, executors, runtime,
+// calibration, tools): every runtime call and every launch is checked, and a failure throws
+// tide::CudaError with the call, the file, the line and CUDA's own message. CUDA support, not
+// part of any one layer; core stays free of CUDA.
 #pragma once
 
 #include <cuda_runtime_api.h>
