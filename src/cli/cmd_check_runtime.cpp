@@ -193,8 +193,8 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
   o.backend = runtime::parse_backend(a.backend);
   o.store = std::make_shared<FileStore>(store_dir);
   o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(a.timeout_s * 1000));
-  o.stall_rank = a.stall_rank;
-  o.stall_at_call = a.stall_at_call;
+  o.fault_injection.stall_rank = a.stall_rank;
+  o.fault_injection.stall_at_call = a.stall_at_call;
   const bool gpu = o.backend != runtime::BackendKind::kHost;
   if (gpu) {
     const int devices = visible_devices();

@@ -222,14 +222,15 @@ void CudaCommunicator::commit() const {
                           reinterpret_cast<void*>(provided_memory_));  // nullptr: its own
   exec::CudaSequenceOptions runner_options;
   runner_options.replay_graphs = !env::flag("TIDE_NO_GRAPH_REPLAY");
-  if (options_.rank == options_.stall_rank && options_.stall_at_call >= 0) {
+  if (options_.rank == options_.fault_injection.stall_rank &&
+      options_.fault_injection.stall_at_call >= 0) {
     void* gate = nullptr;
     TIDE_CUDA_CHECK(cudaMalloc(&gate, 8));
     const std::uint64_t open = 1;
     TIDE_CUDA_CHECK(cudaMemcpy(gate, &open, 8, cudaMemcpyHostToDevice));
     stall_gate_ = static_cast<std::uint64_t*>(gate);
-    runner_options.gate_rank = options_.rank;
-    runner_options.gate_word = stall_gate_;
+    runner_options.fault_injection.gate_rank = options_.rank;
+    runner_options.fault_injection.gate_word = stall_gate_;
   }
   exec::CudaSequenceOptions handoff_options;  // never gated: the stall is a group's call
   handoff_options.replay_graphs = runner_options.replay_graphs;
@@ -318,9 +319,9 @@ void CudaCommunicator::check_not_first_under_capture(std::uintptr_t stream) cons
   }
 }
 
-// The injected stall (CommunicatorOptions::stall_rank): the gate closes before that call.
+// The injected stall (CommunicatorFaultInjection::stall_rank): the gate closes before that call.
 void CudaCommunicator::stall_if_injected(cudaStream_t caller) {
-  if (stall_gate_ != nullptr && calls_ == options_.stall_at_call) {
+  if (stall_gate_ != nullptr && calls_ == options_.fault_injection.stall_at_call) {
     TIDE_CUDA_CHECK(cudaMemsetAsync(stall_gate_, 0, 8, caller));
   }
   ++calls_;

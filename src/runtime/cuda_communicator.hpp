@@ -96,7 +96,7 @@ class CudaCommunicator : public CommunicatorBase {
 
   mutable std::vector<int> peer_pids_;           // by rank, set at the first call
   std::int64_t calls_ = 0;                       // calls of every group so far
-  mutable std::uint64_t* stall_gate_ = nullptr;  // CommunicatorOptions::stall_rank's gate
+  mutable std::uint64_t* stall_gate_ = nullptr;  // CommunicatorFaultInjection::stall_rank's gate
   mutable std::mutex abort_mutex_;
   std::string aborted_;  // the fail-stop reason; empty while alive
   mutable std::unique_ptr<CudaWindows> windows_;

@@ -1,7 +1,7 @@
 // Shared by the CUDA sequence runner's tests (cuda_sequence_test.cpp, failstop_test.cpp): the
 // seed, random shapes, device buffers (mapped host memory for what the host reads while GPU
 // queues are held), streams, the virtual fabric a sequence needs, and the gate that holds a
-// rank back (CudaSequenceOptions::gate_word).
+// rank back (CudaSequenceFaultInjection::gate_word).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -146,8 +146,8 @@ class Gate {
 // Options whose rank `rank` waits for `gate` at the start of every call.
 inline CudaSequenceOptions gated(const Gate& gate, int rank) {
   CudaSequenceOptions o;
-  o.gate_rank = rank;
-  o.gate_word = gate.word();
+  o.fault_injection.gate_rank = rank;
+  o.fault_injection.gate_word = gate.word();
   return o;
 }
 

@@ -202,16 +202,22 @@ struct CudaCallBindings {
   void* output = nullptr;            // kOutput 0 (the RS shard); may be null where unused
 };
 
+// Fault injection, not a production setting: only tests and `tide check-runtime` (through
+// runtime::CommunicatorFaultInjection) set it; the defaults inject nothing.
+struct CudaSequenceFaultInjection {
+  // Every stream of rank `gate_rank` waits, at the start of every call, until the device word
+  // `gate_word` holds >= 1 (a peer whose signals are late).
+  int gate_rank = -1;
+  const std::uint64_t* gate_word = nullptr;
+};
+
 struct CudaSequenceOptions {
   bool replay_graphs = true;  // NOTE [CUDA call sequences] 3
   // With replay_graphs: calls with fresh bindings also replay the slot's graph, with the
   // nodes that carry them re-pointed (NOTE [CUDA call sequences] 3); off: only calls whose
   // bindings equal the slot's last call's replay.
   bool repoint_graphs = true;
-  // Fault injection for tests: every stream of rank `gate_rank` waits, at the start of every
-  // call, until the device word `gate_word` holds >= 1 (a peer whose signals are late).
-  int gate_rank = -1;
-  const std::uint64_t* gate_word = nullptr;
+  CudaSequenceFaultInjection fault_injection;  // tests only
 };
 
 // One wait of a batch: `word` >= the counter total `total` (what earlier calls added to it;

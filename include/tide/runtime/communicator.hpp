@@ -100,6 +100,16 @@ std::string_view backend_name(BackendKind backend);
 // Whether this build has the backend (nccl: built with CUDA and NCCL; ipc: with CUDA).
 bool backend_built(BackendKind backend);
 
+// Fault injection, not a production setting: only tests and `tide check-runtime` set it; the
+// defaults inject nothing.
+struct CommunicatorFaultInjection {
+  // nccl and ipc backends: from rank `stall_rank`'s call `stall_at_call` on (counting every
+  // all-gather and reduce-scatter of the communicator), that rank's calls wait for a gate that
+  // never opens, as if a peer's signals never came; the watchdog must find it.
+  int stall_rank = -1;
+  std::int64_t stall_at_call = -1;
+};
+
 struct CommunicatorOptions {
   int rank = 0;
   int world = 1;
@@ -108,12 +118,8 @@ struct CommunicatorOptions {
   std::shared_ptr<Store> store;
   std::string key_prefix = "tide";  // store keys of this communicator
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
-  int device = -1;  // the CUDA device (nccl and ipc backends)
-  // Fault injection for tests (nccl and ipc backends): from this rank's call `stall_at_call` on
-  // (counting every all-gather and reduce-scatter of the communicator), its calls wait for a
-  // gate that never opens, as if a peer's signals never came; the watchdog must find it.
-  int stall_rank = -1;
-  std::int64_t stall_at_call = -1;
+  int device = -1;                             // the CUDA device (nccl and ipc backends)
+  CommunicatorFaultInjection fault_injection;  // tests and `tide check-runtime` only
 };
 
 struct GroupSpec {

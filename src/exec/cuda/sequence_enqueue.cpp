@@ -295,8 +295,9 @@ void CudaSequenceRunner::State::enqueue_call(std::int64_t e,
     cudaStream_t s = streams[static_cast<std::size_t>(i)];
     TIDE_CUDA_CHECK(cudaStreamWaitEvent(s, entry, 0));
     const int r = stream_rank[static_cast<std::size_t>(i)];
-    if (r == options.gate_rank && options.gate_word != nullptr) {
-      const sequence_detail::WaitTerm gate{const_cast<std::uint64_t*>(options.gate_word),
+    const CudaSequenceFaultInjection& faults = options.fault_injection;
+    if (r == faults.gate_rank && faults.gate_word != nullptr) {
+      const sequence_detail::WaitTerm gate{const_cast<std::uint64_t*>(faults.gate_word),
                                            sequence_detail::kConstantWait, 1};
       wait_terms(s, r, e, std::span(&gate, 1), base, capture);
     }

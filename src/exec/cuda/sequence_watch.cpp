@@ -200,10 +200,11 @@ std::vector<std::string> CudaSequenceRunner::State::unsatisfied_waits(std::int64
   // a hardware queue with one of its waits.
   std::lock_guard read_lock(watch->read_mutex);
   std::vector<std::string> lines = aborted_ranks();
-  if (options.gate_word != nullptr && fabric.local(options.gate_rank)) {
-    const volatile std::uint64_t* gate = host_view(options.gate_word);
+  const CudaSequenceFaultInjection& faults = options.fault_injection;
+  if (faults.gate_word != nullptr && fabric.local(faults.gate_rank)) {
+    const volatile std::uint64_t* gate = host_view(faults.gate_word);
     if (gate != nullptr && *gate < 1) {
-      lines.push_back("rank " + std::to_string(options.gate_rank) + ": held by the test gate");
+      lines.push_back("rank " + std::to_string(faults.gate_rank) + ": held by the test gate");
     }
   }
   std::vector<std::uint64_t> words(totals.size(), 0);
@@ -354,6 +355,7 @@ void CudaSequenceRunner::release_waits() {
     if (std::find(aborts.begin(), aborts.end(), word) == aborts.end()) aborts.push_back(word);
   }
   const std::size_t n = static_cast<std::size_t>(s.counters);
+  const CudaSequenceFaultInjection& faults = s.options.fault_injection;
   bool host_gate = false;
   for (std::size_t k = 0; k < s.local_ranks.size(); ++k) {
     const int r = s.local_ranks[k];
@@ -364,12 +366,12 @@ void CudaSequenceRunner::release_waits() {
       TIDE_CUDA_CHECK(cudaMemcpyAsync(word, w.host_abort, 8, cudaMemcpyDefault, w.readers[k]));
     TIDE_CUDA_CHECK(cudaMemcpyAsync(s.fabric.signals(r) + s.place.first_signal_word, host, n * 8,
                                     cudaMemcpyDefault, w.readers[k]));
-    if (r == s.options.gate_rank && s.options.gate_word != nullptr) {
-      if (host_view(s.options.gate_word) != nullptr) {
+    if (r == faults.gate_rank && faults.gate_word != nullptr) {
+      if (host_view(faults.gate_word) != nullptr) {
         host_gate = true;
       } else {
-        TIDE_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint64_t*>(s.options.gate_word), host + n,
-                                        8, cudaMemcpyDefault, w.readers[k]));
+        TIDE_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint64_t*>(faults.gate_word), host + n, 8,
+                                        cudaMemcpyDefault, w.readers[k]));
       }
     }
   }
@@ -377,7 +379,7 @@ void CudaSequenceRunner::release_waits() {
   // copy may sit behind a queue the gate holds). The gate stands for a peer that is only
   // late: what the gated rank does before its next released wait is valid, and what follows
   // such a wait reads the abort word as set.
-  if (host_gate) *host_view(s.options.gate_word) = kReleased;
+  if (host_gate) *host_view(faults.gate_word) = kReleased;
 }
 
 }  // namespace tide::exec
