@@ -126,6 +126,7 @@ def main() -> None:
         result["tide_memory_arena_bytes"] = laid_out["arena_bytes"]
     with open(f"{out}.rank{rank}", "w") as f:
         f.write(json.dumps(result) + "\n")
+    dist.barrier()  # no rank tears gloo down while a peer is in a collective (demo/train.py)
     dist.destroy_process_group()
 
 

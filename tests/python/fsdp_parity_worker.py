@@ -612,6 +612,7 @@ def main():
             ]
         with open(out, "w") as f:
             json.dump({"seed": seed, "world": world, "cases": merged}, f, indent=1, default=str)
+    dist.barrier()  # no rank tears gloo down while a peer is in a collective (demo/train.py)
     dist.destroy_process_group()
 
 

@@ -157,6 +157,10 @@ def main(argv=None) -> None:
             "report": report,
         }
         (out / f"run-{result['run']}.json").write_text(json.dumps(result, indent=1))
+    # Every rank past its last collective before any tears gloo down: a rank destroying its
+    # process group while a peer is still in one was seen to abort ("terminate called without
+    # an active exception", a stock run on a loaded 2-core machine).
+    dist.barrier()
     dist.destroy_process_group()
 
 
