@@ -115,7 +115,7 @@ void CommunicatorBase::assign_landing_slots(std::span<const int> slots) {
   }
 }
 
-void CommunicatorBase::lay_out() const {
+void CommunicatorBase::lay_out() {
   if (laid_out_) return;
   // Every rank must lay out the same arena: their slot ids are agreed here.
   std::string mine;
@@ -244,25 +244,33 @@ bool CommunicatorBase::holds_slot(int group) const {
   return committed() && occupant_[static_cast<std::size_t>(g.slot)] == g.index;
 }
 
-ArenaInfo CommunicatorBase::arena() const {
+ArenaInfo CommunicatorBase::arena() {
   commit();
   ArenaInfo a = describe_arena(layout_);
   a.provided = provided_memory_ != 0;
   return a;
 }
 
-const GroupInfo& CommunicatorBase::info(int group) const {
+const GroupInfo& CommunicatorBase::info(int group) {
   Group& g = group_at(group);
   commit();
   return g.info;
 }
 
-Group& CommunicatorBase::group_at(int group) const {
+std::size_t CommunicatorBase::group_slot(int group) const {
   if (group < 0 || group >= static_cast<int>(groups_.size())) {
     throw InvalidArgument("group id " + std::to_string(group) + " was not registered (" +
                           std::to_string(groups_.size()) + " groups)");
   }
-  return *groups_[static_cast<std::size_t>(group)];
+  return static_cast<std::size_t>(group);
+}
+
+Group& CommunicatorBase::group_at(int group) {
+  return *groups_[group_slot(group)];
+}
+
+const Group& CommunicatorBase::group_at(int group) const {
+  return *groups_[group_slot(group)];
 }
 
 void CommunicatorBase::check_all_gather(const Group& g, std::size_t shards) const {

@@ -21,7 +21,7 @@ class CommunicatorBase : public Communicator {
   explicit CommunicatorBase(const CommunicatorOptions& options);
 
   Registration register_group(const GroupSpec& spec) final;
-  const GroupInfo& info(int group) const final;
+  const GroupInfo& info(int group) final;
   const GroupInfo& planned_info(int group) const final { return group_at(group).info; }
   void assign_landing_slots(std::span<const int> slots) final;
   GroupStats stats(int group) const final {
@@ -34,7 +34,7 @@ class CommunicatorBase : public Communicator {
   void release(int group, std::uintptr_t stream) final;
   void stage_gradients(int group, std::uintptr_t stream, std::span<const void* const> grads) final;
   bool holds_slot(int group) const final;
-  ArenaInfo arena() const final;
+  ArenaInfo arena() final;
 
  protected:
   // What this rank can do, and whether the groups run on the host transport.
@@ -42,23 +42,23 @@ class CommunicatorBase : public Communicator {
   virtual bool host_transport() const = 0;
   // NOTE [runtime] 3: creates the arena at the first use (collective); sets every group's
   // info().landing and info().resident.
-  virtual void commit() const = 0;
+  virtual void commit() = 0;
   // How the group's calls ran, where the backend knows (GroupStats::*_replays).
   virtual void add_path_stats(int /*group*/, GroupStats& /*stats*/) const {}
   bool committed() const { return committed_; }
   // Also lets go of the bootstrap store: nothing after the arena's creation needs it, and a
   // caller's store (torch's TCPStore, whose server runs on rank 0) must not be kept alive by
   // a communicator past the caller's own teardown.
-  void mark_committed() const {
+  void mark_committed() {
     committed_ = true;
     store_.reset();
   }
   // The bootstrap store until the arena exists (registration, agreement, the arena).
-  Store& store() const { return *store_; }
+  Store& store() { return *store_; }
   // NOTE [communicator arena]: at commit (or arena_request()), before the backend creates its
   // arena: lays out the arena for every group, places their sequences and the handoffs
   // (arena_bytes_, signal_words_). Collective the first time; then does nothing.
-  void lay_out() const;
+  void lay_out();
   bool laid_out() const { return laid_out_; }
   std::uintptr_t provided_memory_ = 0;  // provide_arena()
   std::int64_t provided_bytes_ = 0;
@@ -77,7 +77,8 @@ class CommunicatorBase : public Communicator {
   // takes it; returns whether the slot was released before (its next user must wait for it).
   bool take_slot(const Group& g);
 
-  Group& group_at(int group) const;
+  Group& group_at(int group);  // throws InvalidArgument for an id not registered
+  const Group& group_at(int group) const;
   // Checks a call's pointer counts; the (group, collective) tag of the next call.
   void check_all_gather(const Group& g, std::size_t shards) const;
   void check_reduce_scatter(const Group& g, std::size_t grads, const float* out) const;
@@ -93,19 +94,20 @@ class CommunicatorBase : public Communicator {
   RsOptions rs_options_;  // the library's defaults
   std::vector<std::unique_ptr<Group>> groups_;
   // Set by lay_out(): the arena, its size and the signal words (the handoffs' first).
-  mutable program::CommunicatorArena layout_;
-  mutable std::int64_t arena_bytes_ = 0;
-  mutable int signal_words_ = 0;
-  mutable SequenceState handoffs_[2];  // NOTE [lane handoff]: the all-gather and RS lanes
+  program::CommunicatorArena layout_;
+  std::int64_t arena_bytes_ = 0;
+  int signal_words_ = 0;
+  SequenceState handoffs_[2];  // NOTE [lane handoff]: the all-gather and RS lanes
 
  private:
+  std::size_t group_slot(int group) const;  // the index of a registered group id, or throws
   int registrations_ = 0;
   std::int64_t calls_ = 0;
-  mutable bool committed_ = false;
-  mutable std::shared_ptr<Store> store_;
-  mutable bool laid_out_ = false;
-  mutable std::vector<int> occupant_;   // per slot: the group holding it, or -1 (lay_out)
-  mutable std::vector<bool> released_;  // per slot: released at least once
+  bool committed_ = false;
+  std::shared_ptr<Store> store_;
+  bool laid_out_ = false;
+  std::vector<int> occupant_;   // per slot: the group holding it, or -1 (lay_out)
+  std::vector<bool> released_;  // per slot: released at least once
 };
 
 }  // namespace tide::runtime::detail

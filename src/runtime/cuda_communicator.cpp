@@ -155,7 +155,7 @@ void CudaCommunicator::prepare_graph_launch(const GraphCalls& calls) {
     captured(q).prepare_replay({q.first_call, q.calls});
 }
 
-std::int64_t CudaCommunicator::arena_request() const {
+std::int64_t CudaCommunicator::arena_request() {
   if (committed()) throw InvalidArgument("arena_request: the arena exists already");
   lay_out();
   return allocation_bytes(fabric::window_bytes(arena_bytes_, signal_words_));
@@ -214,7 +214,7 @@ void CudaCommunicator::add_path_stats(int group, GroupStats& stats) const {
   stats.reduce_scatter_replays = runners_[at + 1]->graph_launches();
 }
 
-void CudaCommunicator::commit() const {
+void CudaCommunicator::commit() {
   if (committed()) return;
   TIDE_CUDA_CHECK(cudaSetDevice(device_));
   lay_out();
@@ -263,10 +263,9 @@ void CudaCommunicator::commit() const {
     peer_pids_.push_back(std::stoi(pid));
   }
   mark_committed();
-  watchdog_ = std::make_unique<Watchdog>(
-      [this] { return stalled_call(); },
-      [this](const std::string& reason) { const_cast<CudaCommunicator*>(this)->fail(reason); },
-      watchdog_period());
+  watchdog_ = std::make_unique<Watchdog>([this] { return stalled_call(); },
+                                         [this](const std::string& reason) { fail(reason); },
+                                         watchdog_period());
 }
 
 void CudaCommunicator::copy_into_slot(int slot, bool wait_release, std::uintptr_t stream,

@@ -52,7 +52,7 @@ class CudaCommunicator : public CommunicatorBase {
   GraphCalls take_graph_calls() override;
   void prepare_graph_launch(const GraphCalls& calls) override;
   std::int64_t arena_bytes() const override { return windows_ ? windows_->bytes() : 0; }
-  std::int64_t arena_request() const override;
+  std::int64_t arena_request() override;
   void provide_arena(std::uintptr_t memory, std::int64_t bytes) override;
   void check() const override { check_alive(); }
   void abort(const std::string& reason) override;
@@ -62,8 +62,7 @@ class CudaCommunicator : public CommunicatorBase {
   // (what provide_arena() must hold). open_windows: collective, through store(); `provided` is
   // the caller's memory (provide_arena) or nullptr.
   virtual std::int64_t allocation_bytes(std::int64_t window_bytes) const = 0;
-  virtual std::unique_ptr<CudaWindows> open_windows(std::int64_t window_bytes,
-                                                    void* provided) const = 0;
+  virtual std::unique_ptr<CudaWindows> open_windows(std::int64_t window_bytes, void* provided) = 0;
 
   int device_ = 0;
   RankCapabilities caps_;
@@ -72,7 +71,7 @@ class CudaCommunicator : public CommunicatorBase {
   RankCapabilities capabilities() const override { return caps_; }
   void add_path_stats(int group, GroupStats& stats) const override;
   bool host_transport() const override { return false; }
-  void commit() const override;
+  void commit() override;
 
   void copy_into_slot(int slot, bool wait_release, std::uintptr_t stream,
                       std::span<const std::pair<const void*, void*>> copies,
@@ -94,18 +93,18 @@ class CudaCommunicator : public CommunicatorBase {
   std::vector<exec::CudaSequenceRunner*> every_runner() const;
   void drain();
 
-  mutable std::vector<int> peer_pids_;           // by rank, set at the first call
-  std::int64_t calls_ = 0;                       // calls of every group so far
-  mutable std::uint64_t* stall_gate_ = nullptr;  // CommunicatorFaultInjection::stall_rank's gate
-  mutable std::mutex abort_mutex_;
-  std::string aborted_;  // the fail-stop reason; empty while alive
-  mutable std::unique_ptr<CudaWindows> windows_;
-  mutable std::vector<std::unique_ptr<exec::CudaSequenceRunner>> runners_;
+  std::vector<int> peer_pids_;           // by rank, set at the first call
+  std::int64_t calls_ = 0;               // calls of every group so far
+  std::uint64_t* stall_gate_ = nullptr;  // CommunicatorFaultInjection::stall_rank's gate
+  mutable std::mutex abort_mutex_;       // aborted_, from the caller's and the watchdog's thread
+  std::string aborted_;                  // the fail-stop reason; empty while alive
+  std::unique_ptr<CudaWindows> windows_;
+  std::vector<std::unique_ptr<exec::CudaSequenceRunner>> runners_;
   // NOTE [lane handoff]: per lane its handoff's runner, and the runner of its last call.
-  mutable std::unique_ptr<exec::CudaSequenceRunner> handoff_runners_[2];
+  std::unique_ptr<exec::CudaSequenceRunner> handoff_runners_[2];
   exec::CudaSequenceRunner* lane_previous_[2] = {nullptr, nullptr};
-  mutable std::vector<cudaEvent_t> release_events_;  // per slot: NOTE [runtime] 7
-  mutable std::unique_ptr<Watchdog> watchdog_;       // after runners_: stopped before they go
+  std::vector<cudaEvent_t> release_events_;  // per slot: NOTE [runtime] 7
+  std::unique_ptr<Watchdog> watchdog_;       // after runners_: stopped before they go
 };
 
 }  // namespace tide::runtime::detail

@@ -72,7 +72,7 @@ class HostCommunicator final : public CommunicatorBase {
     }
   }
 
-  std::int64_t arena_request() const override { return 0; }  // shared memory, not a device's
+  std::int64_t arena_request() override { return 0; }  // shared memory, not a device's
   void provide_arena(std::uintptr_t, std::int64_t) override {
     throw InvalidArgument(
         "provide_arena: the host backend's arena is POSIX shared memory it creates itself");
@@ -97,7 +97,7 @@ class HostCommunicator final : public CommunicatorBase {
   }
   bool host_transport() const override { return true; }
 
-  void commit() const override {
+  void commit() override {
     if (committed()) return;
     fabric::HostFabricOptions o;
     o.rank = options_.rank;
@@ -140,7 +140,7 @@ class HostCommunicator final : public CommunicatorBase {
     s.advance(options_.rank);
   }
 
-  mutable std::unique_ptr<fabric::HostFabric> fabric_;
+  std::unique_ptr<fabric::HostFabric> fabric_;
 };
 
 }  // namespace

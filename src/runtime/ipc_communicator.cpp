@@ -38,8 +38,7 @@ class IpcCommunicator final : public CudaCommunicator {
     return fabric::ipc_allocation_bytes(window_bytes, device_);
   }
 
-  std::unique_ptr<CudaWindows> open_windows(std::int64_t window_bytes,
-                                            void* provided) const override {
+  std::unique_ptr<CudaWindows> open_windows(std::int64_t window_bytes, void* provided) override {
     (void)window_bytes;  // the fabric lays out the same window (NOTE [runtime window])
     fabric::IpcFabricOptions o;
     o.device = device_;

@@ -47,8 +47,7 @@ class NcclCommunicator final : public CudaCommunicator {
     return fabric::NcclFabric::rounded_arena_bytes(window_bytes);
   }
 
-  std::unique_ptr<CudaWindows> open_windows(std::int64_t window_bytes,
-                                            void* provided) const override {
+  std::unique_ptr<CudaWindows> open_windows(std::int64_t window_bytes, void* provided) override {
     // The unique id travels through the store, as torch's NCCL process groups do theirs.
     const std::string key = options_.key_prefix + "/nccl/unique_id";
     std::vector<std::byte> id;

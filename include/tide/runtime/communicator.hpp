@@ -226,8 +226,8 @@ class Communicator {
   virtual ~Communicator() = default;
 
   virtual Registration register_group(const GroupSpec& spec) = 0;
-  // Creates the arena at the first use (collective; NOTE [runtime] 3).
-  virtual const GroupInfo& info(int group) const = 0;
+  // Creates the arena at the first use (collective; NOTE [runtime] 3), hence not const.
+  virtual const GroupInfo& info(int group) = 0;
   // The group's layout as info() gives it, without creating the arena: no pointers yet.
   virtual const GroupInfo& planned_info(int group) const = 0;
   // NOTE [runtime] 7: every group's landing slot id (GroupSpec::landing_slot), by group id,
@@ -274,10 +274,10 @@ class Communicator {
   // memory from outside (the host backend's arena is shared memory). The memory must come
   // from ncclMemAlloc (nccl backend) and outlive the communicator; provide_arena() hands it
   // over. Throws InvalidArgument after the arena exists, or for fewer bytes than asked.
-  virtual std::int64_t arena_request() const = 0;
+  virtual std::int64_t arena_request() = 0;  // lays the arena out (collective)
   virtual void provide_arena(std::uintptr_t memory, std::int64_t bytes) = 0;
   // The arena's layout; creates it like info() (collective at the first use).
-  virtual ArenaInfo arena() const = 0;
+  virtual ArenaInfo arena() = 0;
   virtual int rank() const = 0;
   virtual int world() const = 0;
   // Fail-stop by hand: every rank's next wait raises with `reason`.
