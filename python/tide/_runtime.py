@@ -29,8 +29,11 @@ NOTE [shared store]
 The runtime bootstraps over torch's default store; a process group whose ranks do not share
 it (a store of each process's own) would leave every registration waiting until the timeout.
 So each rank sets a key of its own before the facts are gathered; the gather is a collective
-over the group, so after it every key is set, and a rank that does not see them all (checked
-without waiting) keeps the group on stock FSDP2, agreed with its peers. The store's waits are
+over the group, so after it every key has been sent, and a rank that does not see them all
+keeps the group on stock FSDP2, agreed with its peers. Sent is not stored: torch's TCPStore
+answers no set, so a peer's key may reach the server after this rank's check (seen with
+torch 2.15 on a loaded machine). A key not yet there is waited for, at most
+SHARED_STORE_GRACE_S, before the store counts as not shared. The store's waits are
 bounded by the communicator's timeout (``BoundedStore``): a peer that stops answering holds
 enable() for ``timeout_s`` once per communicator, never torch's store timeout.
 """
@@ -47,6 +50,7 @@ import torch
 import torch.distributed as dist
 
 _generation = 0
+SHARED_STORE_GRACE_S = 5.0  # NOTE [shared store]: how long a peer's sent key may take to land
 BACKENDS = ("host", "nccl", "ipc")
 # Process group backends TIDE runs beside: it needs one process per rank and torch's default
 # store shared by them (the runtime moves no data through the process group itself).
@@ -336,6 +340,17 @@ class BoundedStore:
     def check(self, keys: list) -> bool:
         return self._store.check(keys)
 
+    def arrives(self, keys: list, within_s: float) -> bool:
+        """Whether every key is in the store, waiting at most ``within_s`` for those not yet."""
+        missing = [k for k in keys if not self._store.check([k])]
+        if not missing:
+            return True
+        try:
+            self._store.wait(missing, timedelta(seconds=min(within_s, self._timeout.total_seconds())))
+        except (RuntimeError, ValueError):  # torch's store raises on its timeout
+            return False
+        return True
+
 
 def store_for(pg, generation: int, timeout_s: float) -> BoundedStore:
     ranks = dist.get_process_group_ranks(pg)
@@ -351,8 +366,11 @@ def announce(store, pg) -> None:
 def store_not_shared(store, pg) -> str:
     """Why this rank does not share the store with its peers ('' when it does), after a
     collective over ``pg``: NOTE [shared store]."""
-    for rank in range(pg.size()):
-        if not store.check([f"present/{rank}"]):
+    keys = [f"present/{rank}" for rank in range(pg.size())]
+    if store.arrives(keys, SHARED_STORE_GRACE_S):
+        return ""
+    for rank, key in enumerate(keys):
+        if not store.check([key]):
             return (
                 f"torch's default store is not shared by the process group's ranks (group rank "
                 f"{rank}'s key is missing on group rank {pg.rank()}); TIDE bootstraps over it"
