@@ -9,6 +9,7 @@
 
 #include "tide/calibrate/calibration.hpp"
 #include "tide/core/cta_budgets.hpp"
+#include "tide/core/machine_rates.hpp"
 
 namespace tide::calibrate {
 
@@ -18,10 +19,12 @@ struct MeasureOptions {
   bool quick = false;                      // fewer repeats and smaller buffers (a smoke run, ~5 s)
   int sum_ctas = kDefaultSumCtas;          // BW_sum is the per-CTA rate at this Level 1 budget
   int landing_ctas = kDefaultLandingCtas;  // BW_land is the per-CTA rate at this landing budget
-  double nic_gbps = 47.5;        // rail NIC per GPU (App. G BW_NIC); never measurable here
-  double t_round_ms = 1.3;       // per-round wait overhead (App. G t_rnd); needs a rail peer
-  double rail_latency_us = 5.0;  // RDMA put + signal latency (cost-model default)
-  double nvlink_gbps = 450.0;    // peer rate per GPU, used when fewer than 2 GPUs are visible
+  double nic_gbps =
+      kDefaultMachineRates.bw_nic_gbps;  // rail NIC per GPU (App. G BW_NIC); never measurable here
+  double t_round_ms =
+      kDefaultMachineRates.t_round_ms;  // per-round wait (App. G t_rnd); needs a rail peer
+  double rail_latency_us = 5.0;         // RDMA put + signal latency (cost-model default)
+  double nvlink_gbps = 450.0;  // peer rate per GPU, used when fewer than 2 GPUs are visible
   std::string nic_source = "default: App. G calibration BW_NIC = 47.5 GB/s";
   std::string t_round_source = "default: App. G calibration t_rnd = 1.3 ms";
   std::string rail_latency_source = "default: cost-model assumption";

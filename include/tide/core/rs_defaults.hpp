@@ -23,23 +23,12 @@
 #include <cstdint>
 
 #include "tide/core/layout.hpp"
+#include "tide/core/machine_rates.hpp"
 #include "tide/core/rs_plan.hpp"
 #include "tide/core/sizing_solver.hpp"
 #include "tide/core/topology.hpp"
 
 namespace tide {
-
-// Rates of one GPU of the evaluation platform (H200, 400 Gb/s rail per GPU): App. G's
-// calibration. The cost model's defaults (exec/cost_model.hpp) and `tide calibrate`'s given
-// values (calibrate/measure.hpp) take theirs from here.
-struct MachineRates {
-  double bw_nic_gbps = 0;   // BW_NIC: sustained per-rail throughput, GB/s
-  double bw_sum_gbps = 0;   // BW_sum: Level 1 sum rate per CTA, logical GB/s
-  double bw_land_gbps = 0;  // BW_land: landing rate per CTA, GB/s in situ
-  double bw_cap_gbps = 0;   // BW_cap: landing fabric ceiling, GB/s
-  double t_round_ms = 0;    // t_rnd: per-round wait overhead, ms
-};
-inline constexpr MachineRates kDefaultMachineRates{47.5, 99.0, 21.0, 90.0, 1.3};
 
 struct RsPacing {
   int rounds_in_flight = 1;  // d: RsOptions::rounds_in_flight

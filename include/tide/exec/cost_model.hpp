@@ -48,6 +48,7 @@
 #include <iosfwd>
 #include <string>
 
+#include "tide/core/machine_rates.hpp"
 #include "tide/program/program.hpp"
 
 namespace tide::exec {
@@ -61,21 +62,21 @@ struct CostModel {
   // Peer (NVLink) copy rate per GPU, one direction: H200 NVLink 4 is 900 GB/s bidirectional,
   // 450 GB/s per direction (NVIDIA H200 datasheet). Not calibrated on our machines.
   double nvlink_gbps = 450.0;
-  // Rail NIC rate per GPU: App. G calibration BW_NIC = 47.5 GB/s.
-  double nic_gbps = 47.5;
-  // Level 1 sum rate per CTA in logical bytes: App. G BW_sum = 99 GB/s/CTA.
-  double sum_cta_gbps = 99.0;
-  // Landing rate per CTA in fp32 output bytes, and its fabric ceiling: App. G BW_land =
-  // 21 GB/s/CTA in situ, BW_cap = 90 GB/s.
-  double land_cta_gbps = 21.0;
-  double land_cap_gbps = 90.0;
+  // Rail NIC rate per GPU: App. G calibration BW_NIC (core/machine_rates.hpp).
+  double nic_gbps = kDefaultMachineRates.bw_nic_gbps;
+  // Level 1 sum rate per CTA in logical bytes: App. G BW_sum.
+  double sum_cta_gbps = kDefaultMachineRates.bw_sum_gbps;
+  // Landing rate per CTA in fp32 output bytes, and its fabric ceiling: App. G BW_land in
+  // situ, BW_cap.
+  double land_cta_gbps = kDefaultMachineRates.bw_land_gbps;
+  double land_cap_gbps = kDefaultMachineRates.bw_cap_gbps;
   // fp32 -> bf16 cast rate per CTA (read + write bytes). Assumed equal to BW_sum: an
   // elementwise streaming kernel like the Level 1 sum. Not calibrated.
-  double cast_cta_gbps = 99.0;
+  double cast_cta_gbps = kDefaultMachineRates.bw_sum_gbps;
   // Zero fill rate (cudaMemsetAsync): assumed the same-GPU copy rate. Not calibrated.
   double memset_gbps = 2000.0;
-  // Per network round wait overhead: App. G t_rnd = 1.3 ms.
-  double round_wait_us = 1300.0;
+  // Per network round wait overhead: App. G t_rnd.
+  double round_wait_us = kDefaultMachineRates.t_round_ms * 1000.0;
   // GPU-side start latency of a kernel (sum, land, cast, zero). Assumed typical CUDA value.
   double kernel_launch_us = 4.0;
   // GPU-side start latency of a copy-engine copy (batched or not). Assumed.
