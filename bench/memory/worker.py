@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from tide.demo.model import Config, Decoder, batch
+from tide.demo.teardown import end_distributed_run
 
 
 def tide_memory(model, world: int, mode: str, cast: bool) -> dict:
@@ -126,8 +127,7 @@ def main() -> None:
         result["tide_memory_arena_bytes"] = laid_out["arena_bytes"]
     with open(f"{out}.rank{rank}", "w") as f:
         f.write(json.dumps(result) + "\n")
-    dist.barrier()  # no rank tears gloo down while a peer is in a collective (demo/train.py)
-    dist.destroy_process_group()
+    end_distributed_run()  # NOTE [gloo teardown]
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from torch.distributed.fsdp import fully_shard
 
 import tide.fsdp
 from tide import _C, _runtime
+from tide.demo.teardown import end_distributed_run
 
 TIMEOUT_S = 20.0
 UNREACHABLE_TIMEOUT_S = 4.0
@@ -237,9 +238,9 @@ def main() -> None:
     out["losses"] = run.losses
     out["failures"] = run.failures
     (out_dir / f"rank{rank}.json").write_text(json.dumps(out, default=str))
-    if dist.is_initialized():
-        dist.destroy_process_group()
     print(f"rank {rank}: {scenario} done", flush=True)
+    # No barrier: a scenario's peer may be dead, and its groups aborted (NOTE [gloo teardown]).
+    end_distributed_run(barrier=False)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ from torch.utils.checkpoint import checkpoint
 
 import tide.fsdp
 from tide.demo.model import Config, Decoder, batch
+from tide.demo.teardown import end_distributed_run
 
 U = 2.0**-24
 LOSS_BOUND_ULPS = 8
@@ -612,8 +613,7 @@ def main():
             ]
         with open(out, "w") as f:
             json.dump({"seed": seed, "world": world, "cases": merged}, f, indent=1, default=str)
-    dist.barrier()  # no rank tears gloo down while a peer is in a collective (demo/train.py)
-    dist.destroy_process_group()
+    end_distributed_run()  # NOTE [gloo teardown]
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from .model import LLAMA_3_1_70B, Config, Decoder, batch
+from .teardown import end_distributed_run
 
 DEMO = Config(vocab=512, dim=128, layers=4, heads=4, hidden=347, seq=64)
 MODELS = {"demo": DEMO, "llama3.1-70b": LLAMA_3_1_70B}
@@ -157,11 +158,7 @@ def main(argv=None) -> None:
             "report": report,
         }
         (out / f"run-{result['run']}.json").write_text(json.dumps(result, indent=1))
-    # Every rank past its last collective before any tears gloo down: a rank destroying its
-    # process group while a peer is still in one was seen to abort ("terminate called without
-    # an active exception", a stock run on a loaded 2-core machine).
-    dist.barrier()
-    dist.destroy_process_group()
+    end_distributed_run()  # NOTE [gloo teardown]
 
 
 if __name__ == "__main__":
