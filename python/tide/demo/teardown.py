@@ -1,6 +1,7 @@
 """The end of a distributed run of the demo, the memory bench and the test workers.
 
-NOTE [gloo teardown]: with torch 2.15's gloo, two aborts ("terminate called without an active
+NOTE [gloo teardown]
+With torch 2.15's gloo, two aborts ("terminate called without an active
 exception") were seen at the end of runs whose work had all completed:
 - a rank destroyed its process group while a peer was still in a collective (the demo, 2 of 4
   runs on a loaded 2-core machine);
