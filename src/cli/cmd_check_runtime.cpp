@@ -55,6 +55,7 @@ struct CheckRuntimeArgs {
   bool cast = false;
   bool staged_shards = false;
   bool ring = false;
+  bool nodes_as_hosts = false;
   int kill_rank = -1;
   int kill_at_call = -1;
   int misorder_rank = -1;
@@ -149,7 +150,9 @@ AgInputs ag_inputs(std::mt19937_64& rng, const GroupLayout& layout, bool cast) {
 struct WorkerResult {
   int calls = 0;
   std::int64_t mismatches = 0;
-  std::int64_t replays = 0;  // calls that ran as replayed CUDA graphs (GPU backends)
+  std::int64_t replays = 0;        // calls that ran as replayed CUDA graphs (GPU backends)
+  std::int64_t rail_messages = 0;  // sent to ranks of other hosts (--nodes-as-hosts)
+  std::int64_t rail_message_bytes = 0;
   std::string error;
   runtime::ArenaInfo arena;
 };
@@ -195,6 +198,7 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
   o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(a.timeout_s * 1000));
   o.fault_injection.stall_rank = a.stall_rank;
   o.fault_injection.stall_at_call = a.stall_at_call;
+  o.emulation.nodes_as_hosts = a.nodes_as_hosts;
   const bool gpu = o.backend != runtime::BackendKind::kHost;
   if (gpu) {
     const int devices = visible_devices();
@@ -317,6 +321,8 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
   for (const int id : ids) {
     const runtime::GroupStats s = comm->stats(id);
     result.replays += s.all_gather_replays + s.reduce_scatter_replays;
+    result.rail_messages += s.rail_messages;
+    result.rail_message_bytes += s.rail_message_bytes;
   }
   return result;
 }
@@ -376,6 +382,11 @@ void check_args(CheckRuntimeArgs& a) {
   }
   if (a.stall_rank >= a.procs || a.stall_at_call >= a.calls) {
     throw InvalidArgument("--stall-rank must be below --procs and --stall-at-call below --calls");
+  }
+  if (a.nodes_as_hosts && a.backend != "host") {
+    throw InvalidArgument(
+        "--nodes-as-hosts is for the host backend (the nccl and ipc backends serve the ranks "
+        "of one host)");
   }
   if (a.backend != "host") {
     if (!runtime::backend_built(runtime::parse_backend(a.backend))) {
@@ -450,6 +461,8 @@ void run_check_runtime(CheckRuntimeArgs a) {
                {"calls", r.calls},
                {"mismatches", r.mismatches},
                {"replays", r.replays},
+               {"rail_messages", r.rail_messages},
+               {"rail_message_bytes", r.rail_message_bytes},
                {"arena", arena_json(r.arena)}};
         status = r.mismatches == 0 ? 0 : 1;
       } catch (const std::exception& e) {
@@ -517,12 +530,19 @@ void run_check_runtime(CheckRuntimeArgs a) {
     ranks.push_back(row);
   }
   std::filesystem::remove_all(dir);
-  json summary = {{"calls", a.calls},        {"ranks", a.procs},
-                  {"groups", groups.size()}, {"backend", a.backend},
-                  {"mode", a.mode},          {"sub_slices", a.sub_slices},
-                  {"ring", a.ring},          {"staged_shards", a.staged_shards},
-                  {"seed", a.seed},          {"mismatches", mismatches},
-                  {"passed", passed},        {"per_rank", ranks}};
+  json summary = {{"calls", a.calls},
+                  {"ranks", a.procs},
+                  {"groups", groups.size()},
+                  {"backend", a.backend},
+                  {"mode", a.mode},
+                  {"sub_slices", a.sub_slices},
+                  {"ring", a.ring},
+                  {"staged_shards", a.staged_shards},
+                  {"nodes_as_hosts", a.nodes_as_hosts},
+                  {"seed", a.seed},
+                  {"mismatches", mismatches},
+                  {"passed", passed},
+                  {"per_rank", ranks}};
   // Every rank lays out the same arena (NOTE [communicator arena]): rank 0's stands for all.
   if (!ranks.empty() && ranks.front().contains("arena")) summary["arena"] = ranks.front()["arena"];
   if (a.json) {
@@ -584,6 +604,9 @@ void add_check_runtime_command(CLI::App& app) {
                 "Shards by pointer with every all-gather, no resident shard (as tide.fsdp)");
   cmd->add_flag("--ring", args->ring,
                 "Group g lands in shared slot g mod 2, released after each all-gather's check");
+  cmd->add_flag("--nodes-as-hosts", args->nodes_as_hosts,
+                "host backend: each node of L ranks is a host of its own, reached by rail "
+                "messages only (NOTE [runtime] 9)");
   cmd->add_option("--kill-rank", args->kill_rank, "Kill this rank (SIGKILL) at --kill-at-call");
   cmd->add_option("--kill-at-call", args->kill_at_call, "The call at which --kill-rank dies");
   cmd->add_option(

@@ -165,6 +165,8 @@ class PyCommunicator {
     d["gradient_bytes_staged"] = s.gradient_bytes_staged;
     d["all_gather_replays"] = s.all_gather_replays;
     d["reduce_scatter_replays"] = s.reduce_scatter_replays;
+    d["rail_messages"] = s.rail_messages;
+    d["rail_message_bytes"] = s.rail_message_bytes;
     return d;
   }
 

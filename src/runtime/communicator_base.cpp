@@ -1,10 +1,11 @@
-// NOTE [runtime] 1-4, 7-8: registration, the arena, the landing slots and call checks, for every
-// backend.
+// NOTE [runtime] 1-4, 7-9: registration, the hosts, the arena, the landing slots and call checks,
+// for every backend.
 #include "communicator_base.hpp"
 
 #include <unistd.h>
 
 #include <functional>
+#include <utility>
 
 #include "tide/core/error.hpp"
 #include "tide/core/rs_defaults.hpp"
@@ -12,10 +13,10 @@
 namespace tide::runtime::detail {
 namespace {
 
-std::uint64_t host_id() {
+std::string host_name() {
   char name[256] = {};
   gethostname(name, sizeof name - 1);
-  return std::hash<std::string>{}(name);
+  return name;
 }
 
 // The group's reduce-scatter options: the communicator's, the spec's mode and geometry, and
@@ -39,10 +40,37 @@ CommunicatorBase::CommunicatorBase(const CommunicatorOptions& options)
       topology_(options.world / options.gpus_per_node, options.gpus_per_node),
       store_(options.store) {
   options_.store.reset();  // store_ holds it until the arena exists
+  std::string id = host_name();
+  if (options_.emulation.nodes_as_hosts) {
+    id += "#node" + std::to_string(options_.rank / options_.gpus_per_node);
+  }
+  host_id_ = std::hash<std::string>{}(id);
+}
+
+void CommunicatorBase::discover_hosts() {
+  const std::vector<std::string> ids =
+      all_gather_values(store(), options_.key_prefix + "/hosts", options_.rank, options_.world,
+                        std::to_string(host_id_), options_.timeout);
+  HostTopology t = topology_of_hosts(ids, options_.gpus_per_node);
+  hosts_ = std::move(t.hosts);
+  if (!t.topology) {
+    hosts_refusal_ = t.refusal;
+    return;
+  }
+  topology_ = *t.topology;
+  if (const int hosts = hosts_.back() + 1; hosts > 1) hosts_refusal_ = no_rail_messages(hosts);
 }
 
 Registration CommunicatorBase::register_group(const GroupSpec& spec) {
   const int index = registrations_++;
+  if (index == 0 && !committed_) {
+    try {
+      discover_hosts();
+    } catch (const CommunicationError& e) {  // a bootstrap that fails: refused on every rank
+      hosts_refusal_ = std::string("the ranks' hosts could not be gathered: ") + e.what();
+    }
+  }
+  if (!hosts_refusal_.empty()) return Registration{-1, hosts_refusal_};
   if (committed_) {  // every rank makes the same calls: all refuse it, without the store
     return Registration{-1,
                         "registered after the communicator's first call; register every "
@@ -52,12 +80,12 @@ Registration CommunicatorBase::register_group(const GroupSpec& spec) {
   RankDescription d;
   d.rank = options_.rank;
   d.world = options_.world;
-  d.host_id = host_id();
+  d.host_id = host_id_;
   GroupSignature& g = d.group;
   g.name = spec.name;
   g.nodes = topology_.nodes();
   g.gpus_per_node = topology_.gpus_per_node();
-  g.virtual_nodes = true;  // one host for now: every rank must share it
+  g.virtual_nodes = hosts_.empty() || hosts_.back() == 0;  // NOTE [runtime] 9
   g.params = spec.params;
   g.ag_dtype = spec.ag_dtype;
   g.grad_dtype = spec.grad_dtype;

@@ -40,6 +40,12 @@ class CommunicatorBase : public Communicator {
   // What this rank can do, and whether the groups run on the host transport.
   virtual RankCapabilities capabilities() const = 0;
   virtual bool host_transport() const = 0;
+  // NOTE [runtime] 9: why this backend cannot carry rail traffic between `hosts` hosts (empty
+  // when it can).
+  virtual std::string no_rail_messages(int hosts) const = 0;
+  // NOTE [runtime] 9: rank r's host index (0, 1, ... in rank order), after the first
+  // registration.
+  const std::vector<int>& hosts() const { return hosts_; }
   // NOTE [runtime] 3: creates the arena at the first use (collective); sets every group's
   // info().landing and info().resident.
   virtual void commit() = 0;
@@ -101,6 +107,12 @@ class CommunicatorBase : public Communicator {
 
  private:
   std::size_t group_slot(int group) const;  // the index of a registered group id, or throws
+  // NOTE [runtime] 9: collective, at the first registration: hosts_, topology_ and, where the
+  // topology cannot be served, hosts_refusal_.
+  void discover_hosts();
+  std::uint64_t host_id_ = 0;  // this rank's (emulated: per node)
+  std::vector<int> hosts_;
+  std::string hosts_refusal_;
   int registrations_ = 0;
   std::int64_t calls_ = 0;
   bool committed_ = false;

@@ -96,6 +96,12 @@ class HostCommunicator final : public CommunicatorBase {
       std::memcpy(copies[i].second, copies[i].first, static_cast<std::size_t>(bytes[i]));
   }
   bool host_transport() const override { return true; }
+  // NOTE [runtime] 9: shared memory carries the messages between emulated hosts only.
+  std::string no_rail_messages(int hosts) const override {
+    if (options_.emulation.nodes_as_hosts) return {};
+    return "the ranks are on " + std::to_string(hosts) +
+           " hosts, and the host backend's shared memory serves the processes of one host";
+  }
 
   void commit() override {
     if (committed()) return;
@@ -107,6 +113,7 @@ class HostCommunicator final : public CommunicatorBase {
     o.counters = signal_words_;
     o.key_prefix = options_.key_prefix;
     o.timeout = options_.timeout;
+    o.hosts = hosts();
     fabric_ = std::make_unique<fabric::HostFabric>(store(), o);
     for (auto& g : groups_) {
       std::byte* arena = fabric_->arena(options_.rank);
@@ -124,11 +131,13 @@ class HostCommunicator final : public CommunicatorBase {
     run_sequence(handoffs_[collective], {}, handoff_tag(collective),
                  "the handoff before " + what + " (every rank finishing the previous " +
                      std::string(name) + ")");
-    run_sequence(s, bindings, call_tag(g, collective), what);
+    const exec::HostCallTraffic sent = run_sequence(s, bindings, call_tag(g, collective), what);
+    g.stats.rail_messages += sent.messages;
+    g.stats.rail_message_bytes += sent.bytes;
   }
 
-  void run_sequence(SequenceState& s, const exec::HostCallBindings& bindings, std::int64_t tag,
-                    std::string what) {
+  exec::HostCallTraffic run_sequence(SequenceState& s, const exec::HostCallBindings& bindings,
+                                     std::int64_t tag, std::string what) {
     exec::HostSequencePlace place;
     place.region_offset = 0;
     place.first_counter = s.first_counter;
@@ -136,8 +145,10 @@ class HostCommunicator final : public CommunicatorBase {
     t.index = next_call_index();
     t.tag = tag;
     t.what = std::move(what);
-    exec::run_host_call(s.next(), *fabric_, place, s.counter_base, bindings, t, options_.timeout);
+    const exec::HostCallTraffic sent = exec::run_host_call(
+        s.next(), *fabric_, place, s.counter_base, bindings, t, options_.timeout);
     s.advance(options_.rank);
+    return sent;
   }
 
   std::unique_ptr<fabric::HostFabric> fabric_;

@@ -113,6 +113,57 @@ def main():
         check(f"{name}: tide memory agrees with the runtime", laid_out == summary["arena"],
               f"memory {laid_out} runtime {summary['arena']}")
 
+    # NOTE [runtime] 9: each node a host of its own (--nodes-as-hosts). Rail traffic between
+    # hosts travels as two-sided messages (NOTE [host rail transport]); bitwise as before, and
+    # messages flow exactly where there are several hosts. Shapes above the transport's
+    # 64 KiB chunk are included.
+    for m, l, mode, cast, extra in [(2, 1, "in-place", False, []), (2, 2, "slot-reuse", True, []),
+                                    (3, 2, "in-place", False, ["--ring", "--staged-shards"]),
+                                    (4, 1, "slot-reuse", False, ["--sub-slices", "per-rank"]),
+                                    (2, 4, "in-place", True, ["--sub-slices", "node-contiguous"]),
+                                    (1, 3, "in-place", False, [])]:
+        groups = odd_groups(rng) + ";" + f"{rng.randint(500, 700)}x{rng.randint(200, 300)},7"
+        seed = rng.randrange(1 << 30)
+        args = ["-M", str(m), "-L", str(l), "--groups", groups, "--calls", "10", "--seed",
+                str(seed), "--mode", mode, "--nodes-as-hosts", "--timeout-s", "60", "--json",
+                *extra] + (["--cast"] if cast else [])
+        p, _ = run(args)
+        name = f"hosts {m}x{l} {mode} {' '.join(extra)}{' cast' if cast else ''} groups {groups} seed {seed}"
+        try:
+            summary = json.loads(p.stdout)
+        except json.JSONDecodeError:
+            check(name, False, f"exit {p.returncode}, no JSON: {p.stdout[-400:]} {p.stderr[-400:]}")
+            continue
+        check(name, p.returncode == 0 and summary["passed"] and summary["mismatches"] == 0
+              and summary["nodes_as_hosts"], f"exit {p.returncode}: {json.dumps(summary)[:600]}")
+        sent = [r.get("rail_messages", -1) for r in summary["per_rank"]]
+        check(f"{name}: rail messages between hosts only",
+              all(n > 0 for n in sent) if m > 1 else all(n == 0 for n in sent), sent)
+    p, _ = run(["-M", "2", "-L", "2", "--groups", "33x7,5", "--calls", "4", "--json"])
+    summary = json.loads(p.stdout)
+    check("one host: no rail messages", p.returncode == 0 and
+          all(r.get("rail_messages") == 0 for r in summary["per_rank"]), json.dumps(summary)[:600])
+
+    # Across hosts, a killed rank and another call order fail every rank as on one host.
+    timeout_s = 5
+    p, elapsed = run(["-M", "2", "-L", "2", "--groups", "33x7,5;17x3", "--calls", "20",
+                      "--kill-rank", "3", "--kill-at-call", "6", "--nodes-as-hosts",
+                      "--timeout-s", str(timeout_s), "--json"], timeout=120)
+    summary = json.loads(p.stdout)
+    others = [r for r in summary["per_rank"] if r["rank"] != 3]
+    check("hosts kill: every other rank names the dead rank", p.returncode == 1 and
+          all("rank 3 died" in r.get("error", "") for r in others), json.dumps(others))
+    check("hosts kill: within the timeout", all(r["seconds"] < timeout_s + 5 for r in others),
+          json.dumps(others))
+    p, elapsed = run(["-M", "2", "-L", "1", "--groups", "9x5;7x3,11", "--calls", "8",
+                      "--misorder-rank", "1", "--nodes-as-hosts", "--timeout-s", "10", "--json"],
+                     timeout=120)
+    summary = json.loads(p.stdout)
+    check("hosts misorder: every rank reports a call-order mismatch", p.returncode == 1 and
+          all("call-order mismatch" in r.get("error", "") for r in summary["per_rank"]),
+          json.dumps(summary["per_rank"]))
+    check("hosts misorder: found well before the timeout", elapsed < 10, f"{elapsed:.1f} s")
+
     # A rank killed mid-run: every other rank fails within the timeout, naming it.
     timeout_s = 5
     p, elapsed = run(["-M", "1", "-L", "4", "--groups", "33x7,5;17x3", "--calls", "20",
@@ -156,7 +207,8 @@ def main():
                 ["-M", "1", "-L", "2", "--groups", "9x5", "--misorder-rank", "0"],
                 ["-M", "1", "-L", "2", "--groups", "9x5", "--stall-rank", "0", "--stall-at-call", "1"],
                 ["-M", "1", "-L", "2", "--groups", "9x5", "--stall-rank", "0"],
-                ["-M", "1", "-L", "2", "--groups", "100000x100000"]):
+                ["-M", "1", "-L", "2", "--groups", "100000x100000"],
+                ["-M", "2", "-L", "1", "--groups", "9x5", "--nodes-as-hosts", "--backend", "ipc"]):
         p, _ = run(bad)
         lines = p.stderr.strip().splitlines()
         check(f"bad input {' '.join(bad[4:])}", p.returncode == 2 and len(lines) == 1

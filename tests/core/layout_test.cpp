@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "test_seed.hpp"
 #include "tide/core/error.hpp"
@@ -35,6 +37,41 @@ TEST(Topology, RejectsOutOfRange) {
     EXPECT_NE(std::string(e.what()).find("L = 9"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("1..8"), std::string::npos) << e.what();
   }
+}
+
+// NOTE [runtime] 9: M x L from the ranks' host ids.
+TEST(Topology, FromHostIds) {
+  const std::vector<std::string> one(6, "a");
+  HostTopology t = topology_of_hosts(one, 6);
+  ASSERT_TRUE(t.topology) << t.refusal;
+  EXPECT_EQ(*t.topology, Topology(1, 6));
+  EXPECT_EQ(t.hosts, std::vector<int>(6, 0));
+  t = topology_of_hosts(one, 2);  // emulated nodes inside one host
+  ASSERT_TRUE(t.topology) << t.refusal;
+  EXPECT_EQ(*t.topology, Topology(3, 2));
+
+  const std::vector<std::string> three{"x", "x", "y", "y", "z", "z"};
+  t = topology_of_hosts(three, 8);  // L is capped by the ranks per host
+  ASSERT_TRUE(t.topology) << t.refusal;
+  EXPECT_EQ(*t.topology, Topology(3, 2));
+  EXPECT_EQ(t.hosts, (std::vector<int>{0, 0, 1, 1, 2, 2}));
+  t = topology_of_hosts(three, 1);
+  ASSERT_TRUE(t.topology) << t.refusal;
+  EXPECT_EQ(*t.topology, Topology(6, 1));
+}
+
+TEST(Topology, FromHostIdsRefusesWhatItCannotServe) {
+  const auto refusal = [](std::vector<std::string> ids, int l) {
+    const HostTopology t = topology_of_hosts(ids, l);
+    EXPECT_FALSE(t.topology);
+    return t.refusal;
+  };
+  EXPECT_NE(refusal({"x", "y", "x", "y"}, 2).find("ranks 0 and 2 share a host"), std::string::npos);
+  EXPECT_NE(refusal({"x", "x", "x", "y"}, 1).find("3 on host 0, 1 on host 1"), std::string::npos);
+  EXPECT_NE(refusal({"x", "x", "x", "y", "y", "y"}, 2).find("does not divide the 3 ranks"),
+            std::string::npos);
+  EXPECT_NE(refusal(std::vector<std::string>(12, "x"), 12).find("L = 12"), std::string::npos);
+  EXPECT_NE(refusal({}, 1).find("no ranks"), std::string::npos);
 }
 
 // N = 4 (M = 2, L = 2); D_p < N, K_p = 1 and a padded last rank, computed by hand.

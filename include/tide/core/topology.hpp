@@ -3,6 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
 
 namespace tide {
 
@@ -28,6 +32,17 @@ class Topology {
   int nodes_;
   int gpus_per_node_;
 };
+
+// M x L from the ranks' host ids (NOTE [runtime] 9 in include/tide/runtime/communicator.hpp).
+struct HostTopology {
+  std::vector<int> hosts;            // rank r's host: 0, 1, ... in rank order
+  std::optional<Topology> topology;  // M x L, where it can be formed
+  std::string refusal;               // why not (one line), when topology is empty
+};
+// `ids[r]`: rank r's host identity. The ranks of a host must be consecutive and every host
+// must hold as many, C; L is `gpus_per_node` where that divides C (emulated nodes inside a
+// host), or C where gpus_per_node is larger; M = ranks / L.
+HostTopology topology_of_hosts(std::span<const std::string> ids, int gpus_per_node);
 
 // Non-negative remainder: mod(-1, 5) == 4.
 constexpr int mod(std::int64_t a, std::int64_t m) {

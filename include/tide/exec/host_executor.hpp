@@ -16,6 +16,14 @@
 // 4. Fail-stop: a wait past the timeout, a dead peer or an abort by another rank aborts the
 //    fabric (every rank's next wait raises) and throws CommunicationError naming the rank and
 //    the wait.
+// 5. Rail messages: a kRailPut or kSignal from rank s to a rank d of another host (the
+//    fabric's load_store(s, d) is false) travels through the host rail transport (NOTE [host
+//    rail transport]): s packs the put's sources in descriptor order and sends them at the
+//    op's place in the order; d, at the same place of its own walk of that order, receives
+//    them into the destinations and then adds the op's value to its own counter. Every rank
+//    walks the one order, so each pair's sends and receives match in number and order, and
+//    the earliest unfinished message has both ends waiting on it: no rank blocks for good.
+//    A put whose destinations are not all on its counter's rank is tide::Unsupported.
 #pragma once
 
 #include <chrono>
@@ -50,11 +58,18 @@ struct HostSequencePlace {
   int first_counter = 0;           // the sequence's counter 0 among the fabric's words
 };
 
+// What a call sent as rail messages (NOTE [host execution] 5) from this rank.
+struct HostCallTraffic {
+  std::int64_t messages = 0;
+  std::int64_t bytes = 0;
+};
+
 // Runs this rank's ops of `call`. `counter_base[id]`: what earlier calls of the sequence
 // added to this rank's counter id (the caller advances it by the template's additions).
-void run_host_call(const program::CallTemplate& call, fabric::HostFabric& fabric,
-                   const HostSequencePlace& place, std::span<const std::int64_t> counter_base,
-                   const HostCallBindings& bindings, const HostCallTag& tag,
-                   std::chrono::milliseconds timeout);
+HostCallTraffic run_host_call(const program::CallTemplate& call, fabric::HostFabric& fabric,
+                              const HostSequencePlace& place,
+                              std::span<const std::int64_t> counter_base,
+                              const HostCallBindings& bindings, const HostCallTag& tag,
+                              std::chrono::milliseconds timeout);
 
 }  // namespace tide::exec

@@ -18,11 +18,34 @@
 // 5. Fail-stop (Sec. 7.5): abort() sets the flag and reason in every rank's header, so each
 //    rank's waits see it at once. A dead peer is found from its pid (/proc/<pid>/stat: gone,
 //    zombie or dead, and not closed) by any rank that waits for it.
+// 6. Hosts. `hosts[r]` is rank r's host (empty: one host). Ranks of one host address each
+//    other's arenas and signal words; ranks of different hosts do not (load_store is false),
+//    and reach each other only by two-sided messages (NOTE [host rail transport]): the host
+//    backend's stand-in for NCCL's point-to-point on the rail, so that one machine can run
+//    the protocol of M hosts with the semantics of the real transport.
+//
+// NOTE [host rail transport]
+// Each rank's segment holds one channel per peer (only where `hosts` has two or more hosts):
+// the words `posted` (receives the peer has posted), `sent` and `taken` (chunks), a chunk
+// header (message number, tag, bytes) and kChunkBytes of data. A message of B bytes from s to
+// d is message k of the pair (both count their messages), carried by s's channel for d:
+//   receiver d: posted += 1 (release); then for each chunk: wait until sent > taken, check the
+//     header (the k-th message, the tag and size d expects), copy the chunk out, taken += 1;
+//   sender s: wait until posted > k (a send waits for its matching receive, the strictest
+//     semantics NCCL allows, so that a mismatched order deadlocks here as it could there);
+//     then for each chunk: wait until taken == sent (the buffer is free), write header and
+//     data, sent += 1 (release); the send returns once the last chunk is taken.
+// A message of 0 bytes is one chunk of 0 bytes (a signal's token). The waits are the
+// caller's (`Waiter`): they see aborts, dead peers and the timeout as every other wait does.
+// A header that is not the one expected (another message number, tag or size) means the two
+// ranks issued their messages in different orders: InternalError names both.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -37,6 +60,7 @@ struct HostFabricOptions {
   int counters = 0;
   std::string key_prefix = "tide";  // store keys of this fabric
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  std::vector<int> hosts;  // NOTE [host fabric] 6: rank r's host; empty: every rank on one
 };
 
 class HostFabric {
@@ -50,8 +74,21 @@ class HostFabric {
   int rank() const { return options_.rank; }
   int world() const { return options_.world; }
   std::int64_t arena_bytes() const { return options_.arena_bytes; }
+  // A rank of another host (NOTE [host fabric] 6) has no arena or counters this process may
+  // touch: both throw InternalError for it.
   std::byte* arena(int rank) const;
   std::int64_t* counter(int rank, int id) const;  // use through std::atomic_ref
+
+  // NOTE [host fabric] 6: whether `from` addresses `to`'s arena and signal words.
+  bool load_store(int from, int to) const;
+  int host_of(int rank) const;
+
+  // NOTE [host rail transport]. `wait(done, what)` returns once done() holds, or throws; the
+  // executor's waits (abort, dead peer, timeout). `tag` identifies the message on both sides.
+  static constexpr std::size_t kChunkBytes = std::size_t{64} << 10;
+  using Waiter = std::function<void(const std::function<bool()>& done, const std::string& what)>;
+  void send(int peer, std::span<const std::byte> data, std::int64_t tag, const Waiter& wait);
+  void recv(int peer, std::span<std::byte> data, std::int64_t tag, const Waiter& wait);
 
   // The first peer found dead, or -1.
   int dead_peer() const;
@@ -73,10 +110,16 @@ class HostFabric {
     void* base = nullptr;
     std::size_t bytes = 0;
   };
+  struct Channel;
+  Channel& channel(int owner, int peer) const;  // owner's channel for messages to peer
+
   HostFabricOptions options_;
   std::size_t counters_offset_ = 0;
+  std::size_t channels_offset_ = 0;  // 0: one host, no channels
   std::size_t arena_offset_ = 0;
   std::vector<Mapping> maps_;
+  std::vector<std::int64_t> sent_messages_;      // per peer: messages this rank sent it
+  std::vector<std::int64_t> received_messages_;  // per peer: messages this rank received
 };
 
 }  // namespace tide::fabric

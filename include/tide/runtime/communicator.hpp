@@ -64,6 +64,18 @@
 //    all-gather dtype), so the caller frees their storage at once; the group holds the slot
 //    again. The next reduce_scatter(g, ..., no gradient pointers) reads them there and releases
 //    the slot after its reads (on its stream), so the slot's next all-gather waits for them.
+// 9. Hosts (the topology). At the first registration every rank publishes its host's id and
+//    the communicator derives M x L from them: the ranks of a host must be consecutive
+//    (host-major, as torchrun numbers them) and every host must hold as many, C; L is
+//    gpus_per_node where that divides C (emulated nodes inside a host), and M = world / L.
+//    Ranks of one host form one set of virtual nodes, all addressable; groups over several
+//    hosts are described with real nodes (each node inside one host: the agreement checks
+//    it) and their rail traffic between hosts travels as two-sided messages. A topology the
+//    communicator cannot serve refuses every group with the reason, the same on every rank:
+//    ranks not host-major, hosts of unequal sizes, an L that does not divide C, or hosts on a
+//    backend without rail messages. The host backend carries messages over shared memory, so
+//    its "hosts" are emulated ones (CommunicatorEmulation::nodes_as_hosts); the nccl and ipc
+//    backends serve the ranks of one host.
 // Backends: kHost runs calls on the calling thread over shared memory (exec/host), so a call
 // has completed when it returns; CPU tensors have no streams, and `stream` is ignored.
 // kNccl (one process per GPU, the ranks of one host) enqueues each call on the caller's
@@ -110,6 +122,13 @@ struct CommunicatorFaultInjection {
   std::int64_t stall_at_call = -1;
 };
 
+// Emulation, not a production setting: only tests and `tide check-runtime` set it.
+struct CommunicatorEmulation {
+  // Every node of gpus_per_node ranks reports a host of its own (NOTE [runtime] 9): one
+  // machine runs the protocol of M hosts, whose ranks reach each other by rail messages only.
+  bool nodes_as_hosts = false;
+};
+
 struct CommunicatorOptions {
   int rank = 0;
   int world = 1;
@@ -120,6 +139,7 @@ struct CommunicatorOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   int device = -1;                             // the CUDA device (nccl and ipc backends)
   CommunicatorFaultInjection fault_injection;  // tests and `tide check-runtime` only
+  CommunicatorEmulation emulation;             // tests and `tide check-runtime` only
 };
 
 struct GroupSpec {
@@ -196,6 +216,10 @@ struct GroupStats {
   // previous call found them.
   std::int64_t all_gather_replays = 0;
   std::int64_t reduce_scatter_replays = 0;
+  // Rail messages this rank sent for these calls, and their bytes (NOTE [runtime] 9: the
+  // traffic to ranks of other hosts; 0 where every peer is addressable).
+  std::int64_t rail_messages = 0;
+  std::int64_t rail_message_bytes = 0;
 };
 
 // The communicator's arena on each rank (NOTE [communicator arena]).

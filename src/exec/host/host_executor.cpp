@@ -2,8 +2,12 @@
 #include "tide/exec/host_executor.hpp"
 
 #include <atomic>
+#include <cstring>
+#include <functional>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tide/core/error.hpp"
 #include "tide/exec/data_effects.hpp"
@@ -61,14 +65,17 @@ void check_call_order(fabric::HostFabric& fabric, const HostCallTag& tag) {
   }
 }
 
-void wait_for(fabric::HostFabric& fabric, std::int64_t* word, std::int64_t threshold, const Op& op,
-              const HostCallTag& tag, std::chrono::milliseconds timeout) {
-  std::atomic_ref<std::int64_t> value(*word);
-  if (value.load(std::memory_order_acquire) >= threshold) return;
+// Returns once done() holds; throws CommunicationError (after aborting the fabric) on a
+// peer's abort, a call-order mismatch, a dead peer or the timeout. `stalled()` says what the
+// wait waited for, for the timeout's message.
+template <class Done, class Stalled>
+void wait_until(fabric::HostFabric& fabric, Done&& done, Stalled&& stalled, const Op& op,
+                const HostCallTag& tag, std::chrono::milliseconds timeout) {
+  if (done()) return;
   const auto start = std::chrono::steady_clock::now();
   auto pause = std::chrono::microseconds(1);
   for (std::int64_t spins = 0;; ++spins) {
-    if (value.load(std::memory_order_acquire) >= threshold) return;
+    if (done()) return;
     if (spins < 256) continue;
     if (spins % 64 == 0) {
       if (std::string why = fabric.aborted(); !why.empty()) {
@@ -84,9 +91,7 @@ void wait_for(fabric::HostFabric& fabric, std::int64_t* word, std::int64_t thres
       if (waited > timeout) {
         fail(fabric, "rank " + std::to_string(fabric.rank()) + " timed out in " + tag.what +
                          " after " + std::to_string(timeout.count()) + " ms in '" + op.label +
-                         "': counter " + std::to_string(op.as<program::WaitOp>().counter.id) +
-                         " holds " + std::to_string(value.load()) + " < " +
-                         std::to_string(threshold) +
+                         "': " + stalled() +
                          " (a peer stalled or issued its calls in another order)");
       }
     }
@@ -99,12 +104,99 @@ void wait_for(fabric::HostFabric& fabric, std::int64_t* word, std::int64_t thres
   }
 }
 
+void wait_for(fabric::HostFabric& fabric, std::int64_t* word, std::int64_t threshold, const Op& op,
+              const HostCallTag& tag, std::chrono::milliseconds timeout) {
+  std::atomic_ref<std::int64_t> value(*word);
+  wait_until(
+      fabric, [&] { return value.load(std::memory_order_acquire) >= threshold; },
+      [&] {
+        return "counter " + std::to_string(op.as<program::WaitOp>().counter.id) + " holds " +
+               std::to_string(value.load()) + " < " + std::to_string(threshold);
+      },
+      op, tag, timeout);
+}
+
+// NOTE [host execution] 5: whether `op` travels as a rail message (a put or a signal to a rank
+// of another host), and its addition.
+std::optional<program::CounterUse> message_of(const Op& op, const fabric::HostFabric& fabric) {
+  std::optional<program::CounterUse> add = program::addition_of(op);
+  if (!add || add->counter.rank == op.rank || fabric.load_store(op.rank, add->counter.rank)) {
+    return std::nullopt;
+  }
+  return add;
+}
+
+// The message's tag: the call and the op's place in it, the same on both ranks.
+std::int64_t message_tag(const program::CallTemplate& call, int op_index, const HostCallTag& tag) {
+  return tag.index * static_cast<std::int64_t>(call.program.ops.size()) + op_index;
+}
+
+// The bytes of a put's descriptors, in order, on the side that owns `region_of`'s regions.
+template <class RegionOf>
+std::int64_t message_bytes(const Op& op, RegionOf&& region_of) {
+  std::int64_t total = 0;
+  for (const program::CopyDescriptor& c : program::copies_of(op))
+    total += region_of(c).bytes();
+  return total;
+}
+
+// Returns the bytes sent.
+std::int64_t send_message(const program::CallTemplate& call, const Op& op, int op_index,
+                          const program::CounterUse& add, HostBytes& bytes,
+                          fabric::HostFabric& fabric, const HostCallTag& tag,
+                          std::chrono::milliseconds timeout) {
+  std::vector<std::byte> packed;
+  packed.reserve(static_cast<std::size_t>(
+      message_bytes(op, [](const program::CopyDescriptor& c) { return c.src; })));
+  for (const program::CopyDescriptor& c : program::copies_of(op)) {
+    if (c.dst.buffer.rank != add.counter.rank) {
+      throw Unsupported("a put whose destination (rank " + std::to_string(c.dst.buffer.rank) +
+                        ") is not its counter's rank (" + std::to_string(add.counter.rank) +
+                        ") cannot travel as a rail message");
+    }
+    for_each_run(c.src, [&](std::int64_t offset, std::int64_t n) {
+      const std::byte* from = bytes.at(c.src.buffer, offset);
+      packed.insert(packed.end(), from, from + n);
+    });
+  }
+  fabric.send(add.counter.rank, packed, message_tag(call, op_index, tag),
+              [&](const std::function<bool()>& done, const std::string& what) {
+                wait_until(
+                    fabric, done, [&] { return "waiting for " + what; }, op, tag, timeout);
+              });
+  return static_cast<std::int64_t>(packed.size());
+}
+
+void receive_message(const program::CallTemplate& call, const Op& op, int op_index,
+                     const program::CounterUse& add, HostBytes& bytes, fabric::HostFabric& fabric,
+                     const HostSequencePlace& place, const HostCallTag& tag,
+                     std::chrono::milliseconds timeout) {
+  std::vector<std::byte> packed(static_cast<std::size_t>(
+      message_bytes(op, [](const program::CopyDescriptor& c) { return c.dst; })));
+  fabric.recv(op.rank, packed, message_tag(call, op_index, tag),
+              [&](const std::function<bool()>& done, const std::string& what) {
+                wait_until(
+                    fabric, done, [&] { return "waiting for " + what; }, op, tag, timeout);
+              });
+  std::size_t at = 0;
+  for (const program::CopyDescriptor& c : program::copies_of(op)) {
+    for_each_run(c.dst, [&](std::int64_t offset, std::int64_t n) {
+      std::memcpy(bytes.at(c.dst.buffer, offset), packed.data() + at, static_cast<std::size_t>(n));
+      at += static_cast<std::size_t>(n);
+    });
+  }
+  std::atomic_ref<std::int64_t>(
+      *fabric.counter(fabric.rank(), place.first_counter + add.counter.id))
+      .fetch_add(add.value, std::memory_order_acq_rel);
+}
+
 }  // namespace
 
-void run_host_call(const program::CallTemplate& call, fabric::HostFabric& fabric,
-                   const HostSequencePlace& place, std::span<const std::int64_t> counter_base,
-                   const HostCallBindings& bindings, const HostCallTag& tag,
-                   std::chrono::milliseconds timeout) {
+HostCallTraffic run_host_call(const program::CallTemplate& call, fabric::HostFabric& fabric,
+                              const HostSequencePlace& place,
+                              std::span<const std::int64_t> counter_base,
+                              const HostCallBindings& bindings, const HostCallTag& tag,
+                              std::chrono::milliseconds timeout) {
   if (std::string why = fabric.aborted(); !why.empty()) {
     throw CommunicationError("rank " + std::to_string(fabric.rank()) +
                              ": communicator aborted earlier: " + why);
@@ -112,8 +204,19 @@ void run_host_call(const program::CallTemplate& call, fabric::HostFabric& fabric
   const int me = fabric.rank();
   fabric.announce({tag.index, tag.tag});
   HostBytes bytes(fabric, place, bindings);
+  HostCallTraffic traffic;
   for (const int index : call.order.order) {
     const Op& op = call.program.ops[static_cast<std::size_t>(index)];
+    const std::optional<program::CounterUse> message = message_of(op, fabric);
+    if (message) {  // NOTE [host execution] 5: both ends, at the op's place in the order
+      if (op.rank == me) {
+        traffic.bytes += send_message(call, op, index, *message, bytes, fabric, tag, timeout);
+        ++traffic.messages;
+      } else if (message->counter.rank == me) {
+        receive_message(call, op, index, *message, bytes, fabric, place, tag, timeout);
+      }
+      continue;
+    }
     if (op.rank != me) continue;
     switch (op.kind()) {
       case OpKind::kWait: {
@@ -167,6 +270,7 @@ void run_host_call(const program::CallTemplate& call, fabric::HostFabric& fabric
         break;
     }
   }
+  return traffic;
 }
 
 }  // namespace tide::exec

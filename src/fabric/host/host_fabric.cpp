@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -40,6 +41,13 @@ std::string errno_text() {
   return std::strerror(errno);
 }
 
+// How many hosts `hosts` names (0 for an empty list: one host).
+std::size_t distinct_hosts(const std::vector<int>& hosts) {
+  std::vector<int> sorted = hosts;
+  std::sort(sorted.begin(), sorted.end());
+  return static_cast<std::size_t>(std::unique(sorted.begin(), sorted.end()) - sorted.begin());
+}
+
 std::string segment_name(const std::string& job, int rank) {
   return "/tide-" + job + "-r" + std::to_string(rank);
 }
@@ -50,6 +58,18 @@ SegmentHeader* header_of(void* base) {
 
 }  // namespace
 
+// NOTE [host rail transport]: one per (owner, peer); the owner sends, the peer receives.
+struct alignas(64) HostFabric::Channel {
+  std::int64_t posted;   // receives the peer posted (written by the peer)
+  std::int64_t sent;     // chunks the owner wrote
+  std::int64_t taken;    // chunks the peer copied out (written by the peer)
+  std::int64_t message;  // the chunk's header: the pair's message number,
+  std::int64_t tag;      // its tag,
+  std::int64_t bytes;    // this chunk's bytes
+  std::int64_t total;    // and the message's
+  std::byte data[kChunkBytes];
+};
+
 HostFabric::HostFabric(Store& store, const HostFabricOptions& options) : options_(options) {
   if (options.world < 1 || options.rank < 0 || options.rank >= options.world) {
     throw InvalidArgument("host fabric: rank " + std::to_string(options.rank) +
@@ -58,9 +78,25 @@ HostFabric::HostFabric(Store& store, const HostFabricOptions& options) : options
   if (options.arena_bytes < 0 || options.counters < 0) {
     throw InvalidArgument("host fabric: negative arena or counter count");
   }
+  if (!options.hosts.empty()) {
+    if (options.hosts.size() != static_cast<std::size_t>(options.world)) {
+      throw InvalidArgument("host fabric: " + std::to_string(options.hosts.size()) +
+                            " host ids for a world of " + std::to_string(options.world));
+    }
+    if (*std::min_element(options.hosts.begin(), options.hosts.end()) < 0) {
+      throw InvalidArgument("host fabric: a negative host id");
+    }
+  }
   counters_offset_ = round_up(sizeof(SegmentHeader), 64);
-  arena_offset_ = round_up(
-      counters_offset_ + sizeof(std::int64_t) * static_cast<std::size_t>(options.counters), 4096);
+  std::size_t end =
+      counters_offset_ + sizeof(std::int64_t) * static_cast<std::size_t>(options.counters);
+  if (distinct_hosts(options.hosts) > 1) {  // NOTE [host rail transport]: a channel per peer
+    channels_offset_ = round_up(end, alignof(Channel));
+    end = channels_offset_ + sizeof(Channel) * static_cast<std::size_t>(options.world);
+    sent_messages_.assign(static_cast<std::size_t>(options.world), 0);
+    received_messages_.assign(static_cast<std::size_t>(options.world), 0);
+  }
+  arena_offset_ = round_up(end, 4096);
   const std::size_t bytes =
       std::max<std::size_t>(arena_offset_ + static_cast<std::size_t>(options.arena_bytes), 4096);
 
@@ -156,6 +192,11 @@ HostFabric::~HostFabric() {
 }
 
 std::byte* HostFabric::arena(int rank) const {
+  if (!load_store(options_.rank, rank)) {
+    throw InternalError("host fabric: rank " + std::to_string(options_.rank) +
+                        " addressed the arena of rank " + std::to_string(rank) +
+                        ", on another host (NOTE [host fabric] 6)");
+  }
   return static_cast<std::byte*>(maps_.at(static_cast<std::size_t>(rank)).base) + arena_offset_;
 }
 
@@ -163,6 +204,11 @@ std::int64_t* HostFabric::counter(int rank, int id) const {
   if (id < 0 || id >= options_.counters) {
     throw InternalError("host fabric: counter " + std::to_string(id) + " outside " +
                         std::to_string(options_.counters));
+  }
+  if (!load_store(options_.rank, rank)) {
+    throw InternalError("host fabric: rank " + std::to_string(options_.rank) +
+                        " addressed a signal word of rank " + std::to_string(rank) +
+                        ", on another host (NOTE [host fabric] 6)");
   }
   return reinterpret_cast<std::int64_t*>(
              static_cast<std::byte*>(maps_.at(static_cast<std::size_t>(rank)).base) +
@@ -224,6 +270,87 @@ HostFabric::CallAnnouncement HostFabric::announced(int rank) const {
       std::atomic_ref<std::int64_t>(h->call_index).load(std::memory_order_acquire);
   a.index = before == after ? after : -1;
   return a;
+}
+
+}  // namespace tide::fabric
+
+namespace tide::fabric {
+
+int HostFabric::host_of(int rank) const {
+  if (rank < 0 || rank >= options_.world) {
+    throw InternalError("host fabric: rank " + std::to_string(rank) + " outside a world of " +
+                        std::to_string(options_.world));
+  }
+  return options_.hosts.empty() ? 0 : options_.hosts[static_cast<std::size_t>(rank)];
+}
+
+bool HostFabric::load_store(int from, int to) const {
+  return host_of(from) == host_of(to);
+}
+
+HostFabric::Channel& HostFabric::channel(int owner, int peer) const {
+  if (channels_offset_ == 0 || load_store(owner, peer)) {
+    throw InternalError("host fabric: a message between ranks " + std::to_string(owner) + " and " +
+                        std::to_string(peer) +
+                        ", which address each other (messages travel between hosts only)");
+  }
+  return reinterpret_cast<Channel*>(
+      static_cast<std::byte*>(maps_.at(static_cast<std::size_t>(owner)).base) +
+      channels_offset_)[peer];
+}
+
+void HostFabric::send(int peer, std::span<const std::byte> data, std::int64_t tag,
+                      const Waiter& wait) {
+  Channel& c = channel(options_.rank, peer);
+  const std::int64_t k = sent_messages_[static_cast<std::size_t>(peer)]++;
+  std::atomic_ref<std::int64_t> posted(c.posted), sent(c.sent), taken(c.taken);
+  const std::string what = "message " + std::to_string(k) + " to rank " + std::to_string(peer);
+  wait([&] { return posted.load(std::memory_order_acquire) > k; }, "the receive matching " + what);
+  const auto chunk_free = [&] {
+    return taken.load(std::memory_order_acquire) == sent.load(std::memory_order_relaxed);
+  };
+  std::size_t offset = 0;
+  do {
+    const std::size_t n = std::min(kChunkBytes, data.size() - offset);
+    wait(chunk_free, "rank " + std::to_string(peer) + " taking a chunk of " + what);
+    c.message = k;
+    c.tag = tag;
+    c.bytes = static_cast<std::int64_t>(n);
+    c.total = static_cast<std::int64_t>(data.size());
+    if (n > 0) std::memcpy(c.data, data.data() + offset, n);
+    sent.fetch_add(1, std::memory_order_release);
+    offset += n;
+  } while (offset < data.size());
+  wait(chunk_free, "rank " + std::to_string(peer) + " taking the last chunk of " + what);
+}
+
+void HostFabric::recv(int peer, std::span<std::byte> data, std::int64_t tag, const Waiter& wait) {
+  Channel& c = channel(peer, options_.rank);
+  const std::int64_t k = received_messages_[static_cast<std::size_t>(peer)]++;
+  std::atomic_ref<std::int64_t> posted(c.posted), sent(c.sent), taken(c.taken);
+  const std::string what = "message " + std::to_string(k) + " from rank " + std::to_string(peer);
+  posted.store(k + 1, std::memory_order_release);
+  std::size_t offset = 0;
+  do {
+    wait(
+        [&] {
+          return sent.load(std::memory_order_acquire) > taken.load(std::memory_order_relaxed);
+        },
+        "a chunk of " + what);
+    const std::size_t n = std::min(kChunkBytes, data.size() - offset);
+    if (c.message != k || c.tag != tag || c.total != static_cast<std::int64_t>(data.size()) ||
+        c.bytes != static_cast<std::int64_t>(n)) {
+      throw InternalError("host rail transport: rank " + std::to_string(options_.rank) +
+                          " expected " + what + " (tag " + std::to_string(tag) + ", " +
+                          std::to_string(data.size()) + " bytes) and got message " +
+                          std::to_string(c.message) + " (tag " + std::to_string(c.tag) + ", " +
+                          std::to_string(c.total) +
+                          " bytes): the two ranks issued their messages in different orders");
+    }
+    if (n > 0) std::memcpy(data.data() + offset, c.data, n);
+    taken.fetch_add(1, std::memory_order_release);
+    offset += n;
+  } while (offset < data.size());
 }
 
 }  // namespace tide::fabric
