@@ -307,11 +307,18 @@ def _nccl_why_not(facts: Sequence[RankFacts]) -> str:
     return next((f"rank {f.rank}: {f.nccl_unusable}" for f in facts if f.nccl_unusable), "")
 
 
+def emulated_hosts() -> bool:
+    """TIDE_EMULATE_HOSTS=1 (tests): on the host backend, each node of LOCAL_WORLD_SIZE ranks
+    is a host of its own, reached by rail messages only (NOTE [runtime] 9)."""
+    return os.environ.get("TIDE_EMULATE_HOSTS", "").strip() == "1"
+
+
 def gpus_per_node(facts: Sequence[RankFacts], backend: str) -> int:
     """L: processes of this group on one host (every rank: one host, NOTE [backend selection]),
-    or LOCAL_WORLD_SIZE where that is smaller (emulated nodes of M x L splits)."""
+    or LOCAL_WORLD_SIZE where that is smaller (emulated nodes of M x L splits; on the host
+    backend only with emulated hosts)."""
     world = len(facts)
-    if backend == "host":
+    if backend == "host" and not emulated_hosts():
         return world
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world) or world)
     return max(1, min(world, local))
@@ -386,7 +393,8 @@ def create(pg, device: torch.device, timeout_s: float, backend: str, store, loca
     else:
         device_index = device.index if device.index is not None else torch.cuda.current_device()
     return communicator_class()(
-        pg.rank(), pg.size(), local, backend, store, float(timeout_s), device_index
+        pg.rank(), pg.size(), local, backend, store, float(timeout_s), device_index,
+        nodes_as_hosts=backend == "host" and emulated_hosts(),
     )
 
 

@@ -439,7 +439,9 @@ def report(module: nn.Module) -> list[dict]:
     copy_bytes_avoided (FSDP2's layout copies that TIDE calls did not make), copy_bytes_made
     and copies (the copies they still made, by kind, and why: docs/fsdp.md),
     all_gather_replays and reduce_scatter_replays (GPU calls that launched their slot's CUDA
-    graph: tens of microseconds of host time; docs/runtime.md), stock_calls, params, slot (its
+    graph: tens of microseconds of host time; docs/runtime.md), rail_messages and
+    rail_message_bytes (what this rank sent to ranks of other hosts as rail messages:
+    docs/runtime.md, Hosts), stock_calls, params, slot (its
     landing slot id: groups of one id share the memory; -1: its own) with slot_reason (why its
     own), deferred_prefetches (prefetches that found the slot held and waited for the group's
     own unshard) and landing_bytes. ``memory(module)`` gives the arena."""
@@ -466,6 +468,8 @@ def _stock_row(name: str, fsdp_group, reason: str) -> dict:
         "copies": {},
         "all_gather_replays": 0,
         "reduce_scatter_replays": 0,
+        "rail_messages": 0,
+        "rail_message_bytes": 0,
         "stock_calls": 0,
         "params": len(fsdp_group.fsdp_params),
         "active": False,
@@ -517,6 +521,8 @@ def _row(group) -> dict:
         "copies": copies,
         "all_gather_replays": int(stats.get("all_gather_replays", 0)),
         "reduce_scatter_replays": int(stats.get("reduce_scatter_replays", 0)),
+        "rail_messages": int(stats.get("rail_messages", 0)),
+        "rail_message_bytes": int(stats.get("rail_message_bytes", 0)),
         "stock_calls": group.stock_calls,
         "params": len(group.fsdp_group.fsdp_params),
         "active": on_tide and group.active,

@@ -78,7 +78,7 @@ std::vector<const void*> pointers(const std::vector<std::uintptr_t>& addresses) 
 class PyCommunicator {
  public:
   PyCommunicator(int rank, int world, int gpus_per_node, const std::string& backend,
-                 nb::object store, double timeout_s, int device) {
+                 nb::object store, double timeout_s, int device, bool nodes_as_hosts) {
     runtime::CommunicatorOptions o;
     o.rank = rank;
     o.world = world;
@@ -88,6 +88,7 @@ class PyCommunicator {
     if (!(timeout_s > 0)) throw InvalidArgument("timeout_s must be positive");
     o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000.0));
     o.device = device;
+    o.emulation.nodes_as_hosts = nodes_as_hosts;  // tests only (TIDE_EMULATE_HOSTS)
     comm_ = runtime::Communicator::create(o);
   }
 
@@ -284,9 +285,10 @@ void bind_runtime(nb::module_& m) {
       });
   nb::class_<PyCommunicator>(m, "Communicator",
                              "One TIDE communicator per process group (NOTE [runtime])")
-      .def(nb::init<int, int, int, const std::string&, nb::object, double, int>(), nb::arg("rank"),
-           nb::arg("world"), nb::arg("gpus_per_node"), nb::arg("backend"), nb::arg("store"),
-           nb::arg("timeout_s") = 300.0, nb::arg("device") = -1)
+      .def(nb::init<int, int, int, const std::string&, nb::object, double, int, bool>(),
+           nb::arg("rank"), nb::arg("world"), nb::arg("gpus_per_node"), nb::arg("backend"),
+           nb::arg("store"), nb::arg("timeout_s") = 300.0, nb::arg("device") = -1,
+           nb::arg("nodes_as_hosts") = false)
       .def("register_group", &PyCommunicator::register_group, nb::arg("name"), nb::arg("shapes"),
            nb::arg("ag_dtype") = "bf16", nb::arg("grad_dtype") = "bf16",
            nb::arg("mode") = "in-place", nb::arg("cast") = false, nb::arg("staged_shards") = false,

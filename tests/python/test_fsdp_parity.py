@@ -51,11 +51,17 @@ def _free_port() -> int:
 
 
 def run_parity(
-    world: int, tmp_path_factory, device: str = "cpu", cases: str = CASES, mode: str = "in-place"
+    world: int,
+    tmp_path_factory,
+    device: str = "cpu",
+    cases: str = CASES,
+    mode: str = "in-place",
+    hosts: int = 1,
 ) -> dict:
-    """Runs the parity worker on ``world`` processes (cached per world, device, cases and TIDE
-    mode: tide.fsdp.enable(mode=...))."""
-    key = (world, device, cases, mode)
+    """Runs the parity worker on ``world`` processes (cached per world, device, cases, TIDE
+    mode: tide.fsdp.enable(mode=...), and emulated hosts: with ``hosts`` > 1 every
+    world / hosts ranks are a host of their own, TIDE_EMULATE_HOSTS)."""
+    key = (world, device, cases, mode, hosts)
     if key in _runs:
         if "error" in _runs[key]:  # a failed run fails each of its cases once, not re-run per case
             pytest.fail(_runs[key]["error"])
@@ -72,11 +78,13 @@ def run_parity(
         TIDE_PARITY_DEVICE=device,
         TIDE_PARITY_CASES=cases,
         TIDE_PARITY_MODE=mode,
+        TIDE_EMULATE_HOSTS="1" if hosts > 1 else "0",
         PYTHONPATH=os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]),
     )
     procs = []
     for rank in range(world):
-        env_rank = dict(env, RANK=str(rank), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+        local = world // hosts
+        env_rank = dict(env, RANK=str(rank), LOCAL_RANK=str(rank % local), LOCAL_WORLD_SIZE=str(local))
         procs.append(
             subprocess.Popen(
                 [sys.executable, str(HERE / "fsdp_parity_worker.py"), str(out)],
@@ -129,6 +137,25 @@ def test_parity(mode, world, case, tmp_path_factory, request):
     if mode == "slot-reuse":  # Sec. 5.3: gradients moved into their vacated slots, and counted
         rows = [r for r in run["cases"][case]["report"] if r["backend"] == "tide"]
         assert any("staged_gradients" in r["copies"] for r in rows), rows
+
+
+# NOTE [runtime] 9: 4 processes as 2 emulated hosts of 2 (TIDE_EMULATE_HOSTS): the shard
+# groups that span both hosts send their rail traffic as two-sided messages; HSDP (d) shards
+# within a host and replicates across, so its groups send none.
+HOST_CASES = "abdgjlo"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", HOST_CASES)
+def test_parity_across_emulated_hosts(mode, case, tmp_path_factory):
+    run = run_parity(4, tmp_path_factory, cases=HOST_CASES, mode=mode, hosts=2)
+    check_case(run, case)
+    rows = [r for r in run["cases"][case]["report"] if r["backend"] == "tide"]
+    sent = [r["rail_messages"] for r in rows]
+    if case == "d":
+        assert all(n == 0 for n in sent), rows
+    else:
+        assert all(n > 0 for n in sent), rows
 
 
 def check_case(run: dict, case: str) -> None:
