@@ -29,6 +29,16 @@ def run(args, timeout=300):
     return p, time.monotonic() - start
 
 
+def run_json(name, args):
+    """check-runtime's JSON summary, or None after recording a failure for a run without one."""
+    p, _ = run(args)
+    try:
+        return p, json.loads(p.stdout)
+    except json.JSONDecodeError:
+        check(name, False, f"exit {p.returncode}, no JSON: {p.stdout[-400:]} {p.stderr[-400:]}")
+        return p, None
+
+
 def check(name, cond, detail=""):
     if not cond:
         FAILURES.append(f"{name}: {detail}")
@@ -71,12 +81,9 @@ def main():
                 str(seed), "--mode", mode, "--sub-slices", sub_slices, "--timeout-s", "60", "--json"]
         if cast:
             args.append("--cast")
-        p, _ = run(args)
         name = f"{m}x{l} {mode} {sub_slices}{' cast' if cast else ''} groups {groups} seed {seed}"
-        try:
-            summary = json.loads(p.stdout)
-        except json.JSONDecodeError:
-            check(name, False, f"exit {p.returncode}, no JSON: {p.stdout[-400:]} {p.stderr[-400:]}")
+        p, summary = run_json(name, args)
+        if summary is None:
             continue
         check(name, p.returncode == 0 and summary["passed"] and summary["mismatches"] == 0
               and summary["ranks"] == m * l and summary["calls"] == 14,
@@ -94,12 +101,9 @@ def main():
                 str(seed), "--mode", mode, "--ring", "--staged-shards", "--timeout-s", "60", "--json"]
         if cast:
             args.append("--cast")
-        p, _ = run(args)
         name = f"ring {m}x{l} {mode}{' cast' if cast else ''} groups {groups} seed {seed}"
-        try:
-            summary = json.loads(p.stdout)
-        except json.JSONDecodeError:
-            check(name, False, f"exit {p.returncode}, no JSON: {p.stdout[-400:]} {p.stderr[-400:]}")
+        p, summary = run_json(name, args)
+        if summary is None:
             continue
         check(name, p.returncode == 0 and summary["passed"] and summary["mismatches"] == 0,
               f"exit {p.returncode}: {json.dumps(summary)[:600]}")
@@ -127,12 +131,9 @@ def main():
         args = ["-M", str(m), "-L", str(l), "--groups", groups, "--calls", "10", "--seed",
                 str(seed), "--mode", mode, "--nodes-as-hosts", "--timeout-s", "60", "--json",
                 *extra] + (["--cast"] if cast else [])
-        p, _ = run(args)
         name = f"hosts {m}x{l} {mode} {' '.join(extra)}{' cast' if cast else ''} groups {groups} seed {seed}"
-        try:
-            summary = json.loads(p.stdout)
-        except json.JSONDecodeError:
-            check(name, False, f"exit {p.returncode}, no JSON: {p.stdout[-400:]} {p.stderr[-400:]}")
+        p, summary = run_json(name, args)
+        if summary is None:
             continue
         check(name, p.returncode == 0 and summary["passed"] and summary["mismatches"] == 0
               and summary["nodes_as_hosts"], f"exit {p.returncode}: {json.dumps(summary)[:600]}")
