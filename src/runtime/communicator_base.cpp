@@ -66,8 +66,9 @@ Registration CommunicatorBase::register_group(const GroupSpec& spec) {
   if (index == 0 && !committed_) {
     try {
       discover_hosts();
-    } catch (const CommunicationError& e) {  // a bootstrap that fails: refused on every rank
+    } catch (const CommunicationError& e) {  // the bootstrap failed: raised, as a registration's
       hosts_refusal_ = std::string("the ranks' hosts could not be gathered: ") + e.what();
+      throw;  // later registrations are refused with it
     }
   }
   if (!hosts_refusal_.empty()) return Registration{-1, hosts_refusal_};
