@@ -1,11 +1,13 @@
 // Happens-before checking of the reference executor: missing event waits, missing credits,
-// early releases, deadlocks and never-satisfiable waits are reported naming the ops; a
-// correct multi-rank program is clean under 20 seeds with identical outputs.
+// early releases, deadlocks, never-satisfiable waits and landings that sum a partial twice are
+// reported naming the ops; a correct multi-rank program is clean under 20 seeds with identical
+// outputs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "exec_test_util.hpp"
+#include "tide/exec/fault_detection.hpp"
 
 namespace tide::exec::testing {
 namespace {
@@ -267,6 +269,71 @@ TEST(ReferenceRaces, DroppedCreditInRingIsCaught) {
     caught += r.count(ErrorKind::kUnorderedWrite) + r.count(ErrorKind::kUnorderedRead) > 0;
   }
   EXPECT_EQ(caught, 10);
+}
+
+// Two landings on one stream: the first sums partials a and b, the second a' and c, where a'
+// is the bytes of a as `between` left them (NOTE [reference execution semantics] 4).
+enum class Between { kNothing, kRewrite, kZeroBoth };
+
+Program two_landings(Between between, int* first, int* second) {
+  constexpr std::int64_t kB = 16 * 4;
+  Program p = make_program(1, 3 * kB, {kB}, 2 * kB);
+  auto land = [&](std::string label, Region x, Region y, std::int64_t out) {
+    Op op;
+    op.label = std::move(label);
+    auto& l = op.payload.emplace<program::LandOp>();
+    l.dst = bytes(output(0), out, kB);
+    l.sources = {x, y};
+    return add(p, op);
+  };
+  auto zero = [&](std::string label) {
+    Op op;
+    op.label = std::move(label);
+    op.payload.emplace<program::ZeroOp>().dst = bytes(arena(0), 0, kB);
+    add(p, op);
+  };
+  if (between == Between::kZeroBoth) zero("zero a");
+  *first = land("land a + b", bytes(arena(0), 0, kB), bytes(arena(0), kB, kB), 0);
+  if (between == Between::kRewrite) {
+    add(p, copy_op(0, 0, "a' <- next partial", bytes(tensor(0, 0), 0, kB), bytes(arena(0), 0, kB)));
+  }
+  *second = land("land a' + c", bytes(arena(0), 0, kB), bytes(arena(0), 2 * kB, kB), kB);
+  return p;
+}
+
+RunResult run_two_landings(Between between, int* first, int* second) {
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
+  const Program p = two_landings(between, first, second);
+  ReferenceExecutor ex(p);
+  constexpr std::int64_t kB = 16 * 4;
+  if (between != Between::kZeroBoth) fill_normal(ex.input(arena(0), 0, kB), DType::kFp32, rng);
+  fill_normal(ex.input(arena(0), kB, 2 * kB), DType::kFp32, rng);
+  fill_normal(ex.input(tensor(0, 0)), DType::kFp32, rng);
+  return ex.run();
+}
+
+TEST(ReferenceRaces, LandingThatSumsAnAlreadySummedPartialIsAnUninitialisedRead) {
+  int first = 0, second = 0;
+  const RunResult r = run_two_landings(Between::kNothing, &first, &second);
+  ASSERT_EQ(r.error_count, 1) << error_list(r);
+  const ExecError& e = r.errors[0];
+  EXPECT_EQ(e.kind, ErrorKind::kConsumedRead) << error_list(r);
+  EXPECT_EQ(e.op, second);
+  EXPECT_EQ(e.other_op, first);
+  EXPECT_EQ(e.begin, 0);  // only a: c is fresh
+  EXPECT_EQ(e.end, 16 * 4);
+  EXPECT_NE(e.message.find("'land a' + c'"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("'land a + b'"), std::string::npos) << e.message;
+  EXPECT_EQ(program::detection_name(classify_run(r, true, false)), "uninitialised-read");
+}
+
+TEST(ReferenceRaces, LandingsOfRewrittenPartialsOrZerosAreClean) {
+  for (Between between : {Between::kRewrite, Between::kZeroBoth}) {
+    int first = 0, second = 0;
+    const RunResult r = run_two_landings(between, &first, &second);
+    EXPECT_TRUE(r.clean()) << error_list(r);
+  }
 }
 
 TEST(ReferenceRaces, ErrorsAreCapped) {

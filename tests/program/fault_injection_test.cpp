@@ -190,6 +190,62 @@ TEST(FaultInjection, ReduceScatterFaultsShowAsExpected) {
   check_rs_faults(7, 2, 1);
 }
 
+// rs-no-stale-zeroing where every generation's first wave is a full Latin square (M > 2 L,
+// W_wave = L): nothing is ever unwritten, and the only blocks the fault leaves unzeroed hold
+// the partials of the previous wave on that generation, which its landing already summed.
+// That must still show as an uninitialised read (a consumed partial read again), not as
+// corruption. See NOTE [stale-block zeroing].
+void check_stale_partials(int m, int l, const std::vector<ParamShape>& shapes) {
+  SCOPED_TRACE("rs-no-stale-zeroing on M = " + std::to_string(m) + ", L = " + std::to_string(l));
+  const tide::testing::TestSeed data_seed;
+  std::mt19937_64 rng = data_seed.engine();
+  const GroupLayout layout(Topology(m, l), shapes, DType::kBf16, DType::kBf16);
+  const RsPlan plan(layout, RsOptions{});
+  ASSERT_GT(static_cast<int>(plan.waves().size()), plan.generations());
+  for (const RsWave& wave : plan.waves()) {
+    if (wave.index >= plan.generations()) continue;
+    for (std::uint8_t mask : wave.zeroed_blocks)
+      ASSERT_EQ(mask, 0) << "wave " << wave.index << " is a first use that zeroes: not the case";
+  }
+  std::vector<std::vector<std::vector<std::byte>>> grads;
+  for (int r = 0; r < layout.topology().world(); ++r) {
+    grads.emplace_back();
+    for (const ParamLayout& pl : layout.params())
+      grads.back().push_back(random_words(rng, pl.rows * pl.cols * 2, DType::kBf16));
+  }
+  const Inputs inputs = [&](exec::ReferenceExecutor& ex) {
+    for (int r = 0; r < layout.topology().world(); ++r) {
+      for (int p = 0; p < layout.param_count(); ++p) {
+        put(ex, Buffer{r, Space::kTensor, p}, 0,
+            grads[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)]);
+      }
+    }
+  };
+  program::RsProgramOptions options;
+  options.alpha = 1.0f / static_cast<float>(layout.topology().world());
+  options.landing = program::LandingStyle::kSwitchReduce;
+  const program::Program clean = program::build_rs_program(plan, options);
+  options.fault = Fault::kRsNoStaleZeroing;
+  ASSERT_EQ(program::rs_fault_inapplicable(options.fault, plan, options), "");
+  const program::Program faulty = program::build_rs_program(plan, options);
+  expect_detection(options.fault,
+                   [&](std::uint64_t seed) { return detect(clean, faulty, inputs, seed); });
+  exec::ReferenceExecutor ex(faulty);
+  inputs(ex);
+  const exec::RunResult r = ex.run();
+  EXPECT_EQ(r.count(exec::ErrorKind::kUnwrittenRead), 0) << first_errors(r);
+  EXPECT_GT(r.count(exec::ErrorKind::kConsumedRead), 0) << first_errors(r);
+  EXPECT_EQ(program::detection_name(exec::classify_run(r, false, false)), "uninitialised-read");
+}
+
+TEST(FaultInjection, StaleZeroingOfAReusedGenerationIsAnUninitialisedRead) {
+  // The case first reported: tide simulate reduce-scatter -M 20 -L 8 --landing switch-reduce
+  // --shapes 37x5,300x64 --inject rs-no-stale-zeroing.
+  check_stale_partials(20, 8, {{"a", 37, 5}, {"b", 300, 64}});
+  check_stale_partials(5, 2, {{"a", 9, 11}});
+  check_stale_partials(10, 3, {{"a", 37, 5}, {"b", 64, 3}});
+}
+
 // --- Steps: sequences of calls ----------------------------------------------------------------
 
 void check_step_faults(int m, int l, const std::vector<std::vector<ParamShape>>& shapes) {

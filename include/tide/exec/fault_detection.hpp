@@ -6,8 +6,10 @@
 //   deadlock            kDeadlock, kUnsatisfiableWait: a wait nothing will satisfy;
 //   race                kUnorderedRead, kUnorderedWrite: two accesses of the same bytes, at
 //                       least one a write (or a release), with no happens-before edge;
-//   uninitialised-read  kUnwrittenRead, kReleasedRead, with no race: a read of bytes nothing
-//                       wrote, or that were freed, though every access was ordered;
+//   uninitialised-read  kUnwrittenRead, kReleasedRead, kConsumedRead, with no race: a read
+//                       of bytes nothing wrote, that were freed, or (a landing's source)
+//                       that an earlier landing already summed, though every access was
+//                       ordered: the bytes hold nothing this read may use;
 //   corruption          a clean run whose checked output differs from the definition.
 // A race usually also reads unwritten bytes (the reader ran before the writer), so race
 // outranks uninitialised-read: the latter means the protocol ordered every access and still

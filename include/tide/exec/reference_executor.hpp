@@ -37,11 +37,14 @@
 //    its last writer and the readers since (one per component).
 // 4. Reported errors (collected, never thrown; the run continues past races and stops at a
 //    deadlock): reading bytes never written, released, or whose last writer does not
-//    happen before the reader; a write (or release) over bytes whose earlier readers or
-//    writer do not happen before it; a deadlock (one error per blocked stream head, saying
-//    what it waits for); statically, before running, a wait that can never be satisfied
-//    (threshold above everything the program ever adds to its counter, or an event that is
-//    never recorded on the waiter's rank) and malformed ops (out-of-bounds or mismatched
+//    happen before the reader; a landing (kLand) summing source bytes that an earlier
+//    landing already summed with no write between (a landing consumes the partials it sums,
+//    so this is a stale partial, e.g. NOTE [stale-block zeroing] broken; bytes last written
+//    by a zero fill are exempt, since zeros add nothing); a write (or release) over bytes whose
+//    earlier readers or writer do not happen before it; a deadlock (one error per blocked stream
+//    head, saying what it waits for); statically, before running, a wait that can never be
+//    satisfied (threshold above everything the program ever adds to its counter, or an event that
+//    is never recorded on the waiter's rank) and malformed ops (out-of-bounds or mismatched
 //    regions, ids out of range, an event recorded twice; such an op is timed but has no
 //    effect). Copies and rail puts perform all their descriptors; none is legal (a
 //    copy without any is a no-op, a rail put without any is a remote signal).
@@ -69,12 +72,13 @@ enum class ErrorKind : std::uint8_t {
   kUnorderedRead,      // read of bytes whose last writer does not happen before the reader
   kUnwrittenRead,      // read of bytes never written
   kReleasedRead,       // read of bytes released (freed) earlier
+  kConsumedRead,       // a landing sums a partial an earlier landing summed, not rewritten since
   kUnorderedWrite,     // write over bytes still to be read, or whose last write is unordered
   kDeadlock,           // ops left, none can proceed (one per blocked stream head)
   kUnsatisfiableWait,  // static: a wait that can never be satisfied
   kInvalidOp,          // static: a malformed op (bounds, geometry, counter or event ids)
 };
-inline constexpr int kErrorKinds = 7;
+inline constexpr int kErrorKinds = 8;
 
 std::string_view error_kind_name(ErrorKind kind);
 

@@ -20,6 +20,8 @@ std::string_view error_kind_name(ErrorKind kind) {
       return "unwritten-read";
     case ErrorKind::kReleasedRead:
       return "released-read";
+    case ErrorKind::kConsumedRead:
+      return "consumed-read";
     case ErrorKind::kUnorderedWrite:
       return "unordered-write";
     case ErrorKind::kDeadlock:

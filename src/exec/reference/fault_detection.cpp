@@ -18,6 +18,7 @@ Detection class_of(ErrorKind kind) {
       return Detection::kRace;
     case ErrorKind::kUnwrittenRead:
     case ErrorKind::kReleasedRead:
+    case ErrorKind::kConsumedRead:
       return Detection::kUninitialisedRead;
   }
   return Detection::kMalformed;

@@ -23,6 +23,10 @@ void note(std::vector<C>& conflicts, ErrorKind kind, int other, std::int64_t beg
 
 }  // namespace
 
+bool RaceChecker::written_by_zero(const Access& writer) const {
+  return writer.op >= 0 && program_.ops[static_cast<std::size_t>(writer.op)].is<program::ZeroOp>();
+}
+
 RaceChecker::RaceChecker(const program::Program& program, const BufferTable& table, ErrorSink& sink)
     : program_(program), table_(table), sink_(sink) {
   shadow_.reserve(static_cast<std::size_t>(table.count()));
@@ -39,15 +43,19 @@ void RaceChecker::mark_input(int index, std::int64_t begin, std::int64_t end) {
 void RaceChecker::on_complete(int op, const ClockRef& clock) {
   const program::Op& o = program_.ops[static_cast<std::size_t>(op)];
   const Access me{clock.comp, clock.seq, op};
-  for (const program::Region& r : program::reads_of(o))
-    check_read(op, me, clock, r);
+  // reads_of lists a landing's sources first, then its output when it folds into it.
+  const auto* land = o.get_if<program::LandOp>();
+  const std::size_t sources = land != nullptr ? land->sources.size() : 0;
+  const std::vector<program::Region> reads = program::reads_of(o);
+  for (std::size_t i = 0; i < reads.size(); ++i)
+    check_read(op, me, clock, reads[i], i < sources);
   const bool release = o.is<program::ReleaseOp>();
   for (const program::Region& r : program::writes_of(o))
     check_write(op, me, clock, r, release);
 }
 
 void RaceChecker::check_read(int op, const Access& me, const ClockRef& clock,
-                             const program::Region& region) {
+                             const program::Region& region, bool consume) {
   ShadowMap& map = shadow_[static_cast<std::size_t>(table_.index(region.buffer))];
   std::vector<Conflict> conflicts;
   for_each_run(region, [&](std::int64_t offset, std::int64_t bytes) {
@@ -60,8 +68,15 @@ void RaceChecker::check_read(int op, const Access& me, const ClockRef& clock,
           note(conflicts, ErrorKind::kReleasedRead, s.writer.op, b, e);
           break;
         case ByteState::kWritten:
-          if (!happens_before(s.writer, clock))
+          if (!happens_before(s.writer, clock)) {
             note(conflicts, ErrorKind::kUnorderedRead, s.writer.op, b, e);
+          } else if (consume && s.consumed_by >= 0 && s.consumed_by != op &&
+                     !written_by_zero(s.writer)) {
+            // A partial summed twice: stale (NOTE [stale-block zeroing]). Zeros are exempt:
+            // they add nothing, and a zeroed block may stand for several waves.
+            note(conflicts, ErrorKind::kConsumedRead, s.consumed_by, b, e);
+          }
+          if (consume) s.consumed_by = op;
           break;
       }
       auto it = std::find_if(s.readers.begin(), s.readers.end(),
@@ -117,6 +132,10 @@ void RaceChecker::report(int op, const program::Region& region,
         break;
       case ErrorKind::kReleasedRead:
         e.message = me + " reads " + bytes + ", released by " + other;
+        break;
+      case ErrorKind::kConsumedRead:
+        e.message = me + " sums " + bytes + ", a partial that " + other +
+                    " already summed and nothing rewrote since (a stale block)";
         break;
       case ErrorKind::kUnorderedRead:
         e.message = me + " reads " + bytes + " last written by " + other +

@@ -1,6 +1,7 @@
 // Race checking at each op's completion (NOTE [reference execution semantics] 3-4): every
 // read must see bytes whose last writer happens before it; every write (or release) must
-// come after the earlier writer and every reader since.
+// come after the earlier writer and every reader since; a landing must not sum a partial that
+// an earlier landing already summed (NOTE [reference execution semantics] 4).
 #pragma once
 
 #include <cstdint>
@@ -29,9 +30,12 @@ class RaceChecker {
     std::int64_t begin;
     std::int64_t end;
   };
-  void check_read(int op, const Access& me, const ClockRef& clock, const program::Region& r);
+  // `consume`: `r` is a source of a landing, which sums (consumes) the partial there.
+  void check_read(int op, const Access& me, const ClockRef& clock, const program::Region& r,
+                  bool consume);
   void check_write(int op, const Access& me, const ClockRef& clock, const program::Region& r,
                    bool release);
+  bool written_by_zero(const Access& writer) const;
   void report(int op, const program::Region& region, const std::vector<Conflict>& conflicts,
               bool release);
 

@@ -25,6 +25,9 @@ struct Shadow {
   ByteState state = ByteState::kUnwritten;
   Access writer;                // kWritten / kReleased: the write or release
   std::vector<Access> readers;  // since that write, at most one per component
+  // kWritten: the landing that summed these bytes since that write, or -1 (NOTE [reference
+  // execution semantics] 4: a landing consumes the partials it sums).
+  std::int32_t consumed_by = -1;
   bool operator==(const Shadow&) const = default;
 };
 
