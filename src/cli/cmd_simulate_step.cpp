@@ -309,7 +309,10 @@ void simulate_step(const SimulateArgs& a) {
               {"sm_ms_per_gpu", run.sm_time_us / 1000.0 / world},
               {"arena_bytes", step.arena.arena_bytes},
               {"held_bytes", step.held_bytes},
-              {"peak_buffer_bytes", run.peak_buffer_bytes},
+              // Not a peak: every call has its own output (and, stock, its own arena region)
+              // in a step program, so the executor's buffer peak adds up every call's
+              // buffers. held_bytes is the peak (NOTE [step memory]).
+              {"summed_call_buffer_bytes", run.peak_buffer_bytes},
               {"calls", calls}};
   json errors = json::array();
   for (const exec::ExecError& e : run.errors)

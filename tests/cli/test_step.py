@@ -93,6 +93,19 @@ class StepData(unittest.TestCase):
                                     text=True, check=True)
             self.assertTrue(json.loads(result.stdout)["passed"], collective)
 
+    def test_summed_call_buffers_are_not_called_a_peak(self):
+        # Every call of a step program has its own output (and, stock, its own arena region),
+        # so the executor's buffer total adds up the calls: the step JSON names it so, and
+        # held_bytes is the peak. One call's output keeps its peak_buffer_bytes.
+        for extra in ([], ["--baseline"]):
+            out = run_json("-M", "2", "-L", "2", "--groups", GROUPS, *extra)
+            self.assertNotIn("peak_buffer_bytes", out, extra)
+            self.assertGreater(out["summed_call_buffer_bytes"], out["held_bytes"], extra)
+        single = subprocess.run([TIDE, "simulate", "reduce-scatter", "-M", "2", "-L", "2",
+                                 "--shapes", "37x5", "--json"], capture_output=True, text=True,
+                                check=True)
+        self.assertGreater(json.loads(single.stdout)["peak_buffer_bytes"], 0)
+
     def test_calls_follow_fsdp2_order(self):
         out = run_json("-M", "2", "-L", "2", "--shapes", "37x5", "--layers", "3")
         calls = [(c["kind"], c["forward"], c["group"]) for c in out["calls"]]

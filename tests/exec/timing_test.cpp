@@ -89,6 +89,27 @@ TEST(ReferenceTiming, RoundWaitAppliesToNetworkRoundWaitsAndSmTimeCountsCtas) {
   EXPECT_EQ(r.peak_buffer_bytes, 2 << 20);
 }
 
+// Outputs (and the arena) are held for the whole program: a program of several calls, each
+// with its own output, adds them up, which is why `tide simulate step` reports the value as
+// summed_call_buffer_bytes beside the step's peak (held_bytes).
+TEST(ReferenceTiming, PeakBufferBytesHoldEveryOutputAtOnce) {
+  Program p = make_program(1, 4096, {1000}, 512);
+  p.buffers[0].output_bytes = {512, 256};
+  add(p, copy_op(0, 0, "call 0", bytes(tensor(0, 0), 0, 512), bytes(output(0), 0, 512)));
+  Op rel;
+  rel.label = "free G0";
+  rel.payload.emplace<program::ReleaseOp>().dst = bytes(tensor(0, 0), 0, 1000);
+  add(p, rel);
+  add(p, copy_op(0, 0, "call 1", bytes(arena(0), 0, 256),
+                 Region{Buffer{0, Space::kOutput, 1}, 0, 256, 256, 1}));
+  ReferenceExecutor ex(p);
+  ex.input(tensor(0, 0));
+  ex.input(arena(0), 0, 256);
+  const RunResult r = ex.run();
+  ASSERT_TRUE(r.clean()) << error_list(r);
+  EXPECT_EQ(r.peak_buffer_bytes, 4096 + 512 + 256 + 1000);
+}
+
 TEST(ReferenceTiming, PeakBufferBytesFollowTensorLifetimes) {
   Program p = make_program(1, 4096, {1000, 3000}, 512);
   add(p, copy_op(0, 0, "read G0", bytes(tensor(0, 0), 0, 1000), bytes(arena(0), 0, 1000)));

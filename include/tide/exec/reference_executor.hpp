@@ -128,7 +128,9 @@ struct RunResult {
   double sm_time_us = 0.0;
   // The largest, over ranks, of arena + output bytes plus the peak of that rank's live
   // per-parameter tensor bytes (a tensor is live from the start of the first op that
-  // touches it until releases covered its bytes; the same with and without data).
+  // touches it until releases covered its bytes; the same with and without data). Every
+  // output and the whole arena count at once: for a program of several calls with their own
+  // outputs (a step) this adds the calls up and is not their peak.
   std::int64_t peak_buffer_bytes = 0;
   std::vector<OpTime> op_times;  // per Program::ops index, when record_times
 
