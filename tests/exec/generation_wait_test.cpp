@@ -17,15 +17,11 @@
 #include <vector>
 
 #include "kernels/gpu_test_util.hpp"
+#include "test_seed.hpp"
 #include "tide/cuda/check.hpp"
 
 namespace tide::exec::cuda_detail {
 namespace {
-
-std::uint64_t seed() {
-  const char* s = std::getenv("TIDE_TEST_SEED");
-  return s != nullptr ? std::strtoull(s, nullptr, 10) : std::random_device{}();
-}
 
 // What calls 0 .. e - 1 added to counter i.
 std::int64_t base(const std::vector<std::vector<std::int64_t>>& additions, std::int64_t e,
@@ -37,8 +33,8 @@ std::int64_t base(const std::vector<std::vector<std::int64_t>>& additions, std::
 }
 
 TEST(GenerationWaits, ThresholdsFollowEveryCallOfTheSlot) {
-  const std::uint64_t s = seed();
-  SCOPED_TRACE("seed " + std::to_string(s) + " (rerun with TIDE_TEST_SEED)");
+  const tide::testing::TestSeed seed;
+  const std::uint64_t s = seed.value();
   std::mt19937_64 rng(s);
   for (int trial = 0; trial < 300; ++trial) {
     const int p = 1 + static_cast<int>(rng() % 4);
@@ -80,8 +76,8 @@ TEST(GenerationWaits, EachCallSeesItsSlotsCount) {
 // stream must stay held until the last short word reaches its threshold, then finish.
 TEST(GenerationWaits, KernelHoldsTheStreamUntilEveryTermIsMet) {
   TIDE_REQUIRE_GPU();
-  const std::uint64_t s = seed();
-  SCOPED_TRACE("seed " + std::to_string(s) + " (rerun with TIDE_TEST_SEED)");
+  const tide::testing::TestSeed seed;
+  const std::uint64_t s = seed.value();
   std::mt19937_64 rng(s);
   constexpr int kTerms = 40;
   void* host = nullptr;

@@ -15,6 +15,7 @@
 #include <string>
 #include <tuple>
 
+#include "test_seed.hpp"
 #include "tide/core/ag_plan.hpp"
 #include "tide/core/layout.hpp"
 #include "tide/core/models.hpp"
@@ -25,11 +26,6 @@ namespace tide::exec::sequence_detail {
 namespace {
 
 using program::OpKind;
-
-std::uint64_t test_seed() {
-  if (const char* s = std::getenv("TIDE_TEST_SEED")) return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
-}
 
 // Counter words of the hand-made lists.
 std::uint64_t g_words[16];
@@ -333,9 +329,8 @@ program::CallSequence ag_sequence(const GroupLayout& layout, bool cast) {
 }
 
 TEST(SequenceFusion, TemplatesMatchTheOracle) {
-  const std::uint64_t seed = test_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
-  std::mt19937_64 rng(seed);
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
   for (const auto& [nodes, gpus] :
        {std::pair{1, 4}, std::pair{2, 2}, std::pair{3, 2}, std::pair{2, 4}, std::pair{4, 2}}) {
     std::vector<ParamShape> shapes;

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "test_seed.hpp"
 #include "tide/core/layout.hpp"
 #include "tide/cuda/check.hpp"
 #include "tide/exec/cuda_sequence.hpp"
@@ -30,9 +31,9 @@ inline constexpr std::int64_t kRegionOffset =
     8192;                             // the group's region is not at the arena's start
 inline constexpr int kFirstWord = 3;  // nor its counters at word 0
 
+// TIDE_TEST_SEED or a fresh seed (tests/support/test_seed.hpp); callers trace it.
 inline std::uint64_t test_seed() {
-  if (const char* s = std::getenv("TIDE_TEST_SEED")) return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
+  return tide::testing::pick_test_seed();
 }
 
 inline std::vector<ParamShape> odd_shapes(std::mt19937_64& rng, int count) {

@@ -12,9 +12,9 @@
 #include <random>
 #include <string>
 
+#include "test_seed.hpp"
 #include "tide/core/arithmetic.hpp"
 #include "tide/core/collective_reference.hpp"
-#include "tide/core/env.hpp"
 #include "tide/exec/reference_executor.hpp"
 
 namespace tide {
@@ -23,11 +23,6 @@ namespace {
 using exec::ReferenceExecutor;
 using program::Buffer;
 using program::Space;
-
-std::uint64_t test_seed() {
-  if (const auto s = env::value("TIDE_TEST_SEED")) return std::strtoull(s->c_str(), nullptr, 10);
-  return std::random_device{}();
-}
 
 std::vector<ParamShape> odd_shapes(std::mt19937_64& rng, int count) {
   std::vector<ParamShape> shapes;
@@ -53,9 +48,8 @@ class RsSequence : public ::testing::TestWithParam<std::tuple<Topo, RsMode, bool
 
 TEST_P(RsSequence, ManyCallsMatchTheDefinitionBitwise) {
   const auto [topo, mode, accumulate] = GetParam();
-  const std::uint64_t seed = test_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
-  std::mt19937_64 rng(seed);
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
   const GroupLayout layout(Topology(topo.nodes, topo.gpus), odd_shapes(rng, 1 + rng() % 4),
                            DType::kBf16, DType::kBf16);
   RsOptions options;
@@ -94,7 +88,7 @@ TEST_P(RsSequence, ManyCallsMatchTheDefinitionBitwise) {
     expected[static_cast<std::size_t>(e)] = rs_expected(plan, grads, rs.alpha, accumulate, initial);
   }
   exec::RunOptions run;
-  run.seed = seed;
+  run.seed = seed.value();
   run.jitter = 0.5;
   const exec::RunResult result = ex.run(run);
   ASSERT_TRUE(result.clean()) << errors_of(result);
@@ -122,9 +116,8 @@ class AgSequence : public ::testing::TestWithParam<std::tuple<Topo, bool>> {};
 // rewritten by no one, and every call must land it again intact.
 TEST_P(AgSequence, ManyCallsLandEveryShard) {
   const auto [topo, cast] = GetParam();
-  const std::uint64_t seed = test_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
-  std::mt19937_64 rng(seed);
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
   const GroupLayout layout(Topology(topo.nodes, topo.gpus), odd_shapes(rng, 1 + rng() % 4),
                            DType::kBf16, DType::kBf16);
   AgOptions options;
@@ -165,7 +158,7 @@ TEST_P(AgSequence, ManyCallsLandEveryShard) {
     }
   }
   exec::RunOptions run;
-  run.seed = seed;
+  run.seed = seed.value();
   run.jitter = 0.5;
   const exec::RunResult result = ex.run(run);
   ASSERT_TRUE(result.clean()) << errors_of(result);

@@ -9,16 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "tide/core/env.hpp"
+#include "test_seed.hpp"
 #include "tide/testing/cases.hpp"
 
 namespace tide::program {
 namespace {
-
-std::uint64_t base_seed() {
-  const auto seed = env::value("TIDE_TEST_SEED");
-  return seed ? std::strtoull(seed->c_str(), nullptr, 10) : 20261201u;
-}
 
 // Labels of the net stream's puts ("put") and round waits ("arrivals") of rank 0, in order.
 std::vector<std::string> net_sequence(const Program& p) {
@@ -34,11 +29,12 @@ std::vector<std::string> net_sequence(const Program& p) {
 
 TEST(RoundsInFlight, WaitsLagTheSendsByDMinusOneRounds) {
   // 9 x 4, k = 2: 8 remote contributors in waves of 4, two rounds per wave, 4 rounds.
+  const tide::testing::TestSeed seed;
   for (int d : {1, 2, 3, 6}) {
     testing::RsCaseOptions o;
     o.round_width = 2;
     o.rounds_in_flight = d;
-    const testing::CollectiveCase c = testing::rs_case(9, 4, base_seed(), o);
+    const testing::CollectiveCase c = testing::rs_case(9, 4, seed.value(), o);
     const std::vector<std::string> seq = net_sequence(c.program);
     // Every round is observed once, in order; before round i's wait come min(i + d, 4)
     // rounds of puts (2 each).
@@ -59,7 +55,8 @@ TEST(RoundsInFlight, WaitsLagTheSendsByDMinusOneRounds) {
 }
 
 TEST(RoundsInFlight, OutputsAreBitwiseThoseOfLockstepRounds) {
-  const std::uint64_t seed = base_seed();
+  const tide::testing::TestSeed base;
+  const std::uint64_t seed = base.value();
   struct Topo {
     int m, l, k;
   };
@@ -76,7 +73,7 @@ TEST(RoundsInFlight, OutputsAreBitwiseThoseOfLockstepRounds) {
           const auto pipelined = testing::reference_outputs(testing::rs_case(t.m, t.l, s, o));
           EXPECT_EQ(pipelined, lockstep)
               << t.m << " x " << t.l << " k = " << t.k << " d = " << d << " mode "
-              << mode_name(mode) << " (TIDE_TEST_SEED=" << s << ")";
+              << mode_name(mode) << " (case seed " << s << ")";
         }
       }
     }
