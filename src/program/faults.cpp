@@ -72,9 +72,10 @@ const std::vector<FaultInfo>& fault_catalog() {
        "call e-2 still reads it"},
       {Fault::kStepCallOrder, "step-call-order", "step", "Sec. 3.2 same call order (I4)",
        "the last rank issues two consecutive reduce-scatter calls in the other order",
-       Detection::kCorruption,
-       "every rank's ops are well formed and ordered, but the last rank's gradients of one group "
-       "are reduced into the other group's call"},
+       Detection::kCallOrder,
+       "the last rank issues the other group's reduce-scatter at a position where its peers, "
+       "which add to the counters it waits on, issue the first (NOTE [call identities]); "
+       "whatever the two groups' shapes"},
       {Fault::kLaneNoHandoff, "lane-no-handoff", "communicator",
        "NOTE [lane handoff] (App. E, I3 across groups)",
        "start every lane call without waiting until every rank finished the lane's previous call",
@@ -95,6 +96,8 @@ std::string_view detection_name(Detection detection) {
   switch (detection) {
     case Detection::kNone:
       return "";
+    case Detection::kCallOrder:
+      return "call-order-mismatch";
     case Detection::kMalformed:
       return "malformed";
     case Detection::kDeadlock:
@@ -110,13 +113,13 @@ std::string_view detection_name(Detection detection) {
 }
 
 Detection parse_detection(std::string_view name) {
-  for (Detection d : {Detection::kMalformed, Detection::kDeadlock, Detection::kRace,
-                      Detection::kUninitialisedRead, Detection::kCorruption}) {
+  for (Detection d : {Detection::kCallOrder, Detection::kMalformed, Detection::kDeadlock,
+                      Detection::kRace, Detection::kUninitialisedRead, Detection::kCorruption}) {
     if (detection_name(d) == name) return d;
   }
   throw InvalidArgument("'" + std::string(name) +
                         "' is not a detection class (race, deadlock, corruption, malformed, "
-                        "uninitialised-read)");
+                        "uninitialised-read, call-order-mismatch)");
 }
 
 const FaultInfo& fault_info(Fault fault) {

@@ -1,6 +1,7 @@
 #include "tide/program/program.hpp"
 
 #include <algorithm>
+#include <string>
 #include <type_traits>
 #include <variant>
 
@@ -18,6 +19,12 @@ static_assert(kind_indexes<OpKind::kCopy, CopyOp> && kind_indexes<OpKind::kSum, 
               kind_indexes<OpKind::kEventWait, EventWaitOp> &&
               kind_indexes<OpKind::kRelease, ReleaseOp> &&
               std::variant_size_v<OpPayload> == static_cast<std::size_t>(OpKind::kRelease) + 1);
+
+std::string describe_call(const CallIdentity& call) {
+  const std::string group = "group " + std::to_string(call.group);
+  return call.collective + " of " + group +
+         (call.name.empty() || call.name == group ? "" : " ('" + call.name + "')");
+}
 
 std::string_view op_kind_name(OpKind kind) {
   switch (kind) {

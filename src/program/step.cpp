@@ -97,7 +97,9 @@ Program build_calls(std::vector<StepCall>& calls, const std::vector<StepGroup>& 
   const Fault call_fault = options.fault;
   const std::string_view collective =
       call_fault == Fault::kNone ? std::string_view() : fault_info(call_fault).collective;
-  for (StepCall& call : calls) {
+  std::vector<CallIdentity> identities;
+  for (std::size_t position = 0; position < calls.size(); ++position) {
+    StepCall& call = calls[position];
     const StepGroup& group = groups[static_cast<std::size_t>(call.group)];
     CallPlacement at;
     at.counter_base = next_counter;
@@ -136,9 +138,15 @@ Program build_calls(std::vector<StepCall>& calls, const std::vector<StepGroup>& 
     }
     next_counter = std::max(next_counter, program.counters);
     next_event = std::max(next_event, program.events);
+    for (Op& op : program.ops)  // NOTE [call identities]
+      op.call = static_cast<int>(position);
+    identities.push_back(CallIdentity{
+        call.group, call.kind == StepCallKind::kAllGather ? "all-gather" : "reduce-scatter",
+        group.name});
     append(step, std::move(program),
            call.kind == StepCallKind::kAllGather ? "all_gather." : "reduce_scatter.");
   }
+  step.calls.assign(static_cast<std::size_t>(step.ranks), identities);
   return step;
 }
 
@@ -222,6 +230,8 @@ StepProgram build_step_program(const std::vector<StepGroup>& groups, const StepO
     for (const Op& op : other.ops) {
       if (op.rank == faulty) out.program.ops.push_back(op);
     }
+    out.program.calls[static_cast<std::size_t>(faulty)] =
+        other.calls[static_cast<std::size_t>(faulty)];
     out.program.counters = std::max(out.program.counters, other.counters);
     out.program.events = std::max(out.program.events, other.events);
   }
@@ -371,25 +381,12 @@ std::string step_fault_inapplicable(Fault fault, const std::vector<StepGroup>& g
       return count >= 3 ? ""
                         : "bank e mod 2 is reused from the third reduce-scatter on (use "
                           "--layers 3 or more)";
-    case Fault::kStepCallOrder: {
-      if (count < 2 || topo.world() < 2) {
-        return "needs two reduce-scatters and two ranks (use --layers 2 or more)";
-      }
-      // The first two reduce-scatters are of the last two groups. Swapped calls of different
-      // shapes would give ops outside their buffers (malformed) before any data could mix:
-      // they must be interchangeable for the swap to show by its own mechanism.
-      const RsPlan& last = *groups[count - 1].reduce_scatter;
-      const RsPlan& other = *groups[count - 2].reduce_scatter;
-      const auto& a = last.layout().params();
-      const auto& b = other.layout().params();
-      const bool same = std::equal(a.begin(), a.end(), b.begin(), b.end(),
-                                   [](const ParamLayout& x, const ParamLayout& y) {
-                                     return x.rows == y.rows && x.cols == y.cols;
-                                   });
-      return same ? ""
-                  : "the first two reduce-scatters (the last two groups) must have the same "
-                    "shapes (use --shapes or --model NAME:GROUP with --layers 2 or more)";
-    }
+    case Fault::kStepCallOrder:
+      // The swapped calls show as a call-order mismatch whatever their shapes (NOTE [call
+      // identities]).
+      return count >= 2 && topo.world() >= 2
+                 ? ""
+                 : "needs two reduce-scatters and two ranks (use --layers 2 or more)";
     default:
       break;
   }

@@ -186,7 +186,8 @@ class Simulate(unittest.TestCase):
         # (the catalog's expected_detection), with the evidence; tide exits 1 otherwise.
         faults = run_json("simulate", "--list-faults")["faults"]
         self.assertGreaterEqual(len(faults), 15)
-        classes = {"race", "deadlock", "corruption", "malformed", "uninitialised-read"}
+        classes = {"race", "deadlock", "corruption", "malformed", "uninitialised-read",
+                   "call-order-mismatch"}
         for fault in faults:
             self.assertIn(fault["expected_detection"], classes, fault["name"])
             self.assertTrue(fault["mechanism"], fault["name"])

@@ -15,7 +15,7 @@ TIDE = None
 # largest and every call uses only its own geometry inside it.
 GROUPS = "37x5,16x3;20x7;9x11,5x3,3x1"
 # The same, with its last two groups alike: step-call-order swaps the first two reduce-scatters
-# (the last two groups), which must have the same shapes to stay well formed.
+# (the last two groups); it shows as a call-order mismatch with alike and unequal shapes.
 GROUPS_LAST_TWO_ALIKE = "37x5,16x3;9x11,5x3,3x1;9x11,5x3,3x1"
 
 
@@ -132,11 +132,27 @@ class StepFaults(unittest.TestCase):
         for fault, expected in faults.items():
             for m, l in ((2, 2), (3, 2), (5, 1)):
                 for seed in ("1", "2", "3"):
-                    groups = GROUPS_LAST_TWO_ALIKE if fault == "step-call-order" else GROUPS
-                    out = run_json("-M", str(m), "-L", str(l), "--groups", groups, "--inject",
+                    out = run_json("-M", str(m), "-L", str(l), "--groups", GROUPS, "--inject",
                                    fault, "--schedule-seed", seed)
                     self.assertTrue(out["fault_detected"], (fault, m, l, seed))
                     self.assertEqual(out["detected_by"], expected, (fault, m, l, seed))
+
+    def test_call_order_is_a_mismatch_whatever_the_shapes(self):
+        # The swapped reduce-scatters (groups 2 and 1) of unequal and of alike shapes are
+        # reported as a call-order mismatch that names both calls, before the run.
+        for groups in (GROUPS, GROUPS_LAST_TWO_ALIKE):
+            for m, l in ((2, 2), (4, 1), (1, 3)):
+                out = run_json("-M", str(m), "-L", str(l), "--groups", groups, "--inject",
+                               "step-call-order")
+                self.assertEqual(out["detected_by"], "call-order-mismatch", (groups, m, l))
+                self.assertTrue(out["detected_as_expected"], (groups, m, l))
+                self.assertIn("call-order mismatch", out["evidence"])
+                self.assertIn("reduce-scatter of group 2", out["evidence"])
+                self.assertIn("reduce-scatter of group 1", out["evidence"])
+                self.assertTrue(any("call-order mismatch" in e for e in out["errors"]),
+                                (groups, m, l))
+            clean = run_json("-M", "2", "-L", "2", "--groups", groups)
+            self.assertEqual(clean["error_count"], 0)
 
     def test_single_call_faults_inside_a_step_are_caught(self):
         for fault in ("rs-staging-reuse", "rs-release-before-read", "ag-no-completion-fence",
@@ -153,9 +169,10 @@ class StepFaults(unittest.TestCase):
         result = run("-M", "1", "-L", "4", "--shapes", "37x5", "--inject", "ag-no-stage-credit")
         self.assertEqual(result.returncode, 2)
         self.assertIn("--nodes 2", result.stderr)
-        result = run("-M", "2", "-L", "2", "--groups", GROUPS, "--inject", "step-call-order")
+        result = run("-M", "2", "-L", "2", "--shapes", "37x5", "--layers", "1", "--inject",
+                     "step-call-order")
         self.assertEqual(result.returncode, 2)
-        self.assertIn("same shapes", result.stderr)
+        self.assertIn("--layers 2", result.stderr)
 
     def test_step_fault_refused_by_single_call(self):
         result = subprocess.run([TIDE, "simulate", "reduce-scatter", "--shapes", "37x5",

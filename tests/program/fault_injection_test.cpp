@@ -314,5 +314,73 @@ TEST(FaultInjection, StepFaultsShowAsExpected) {
   check_step_faults(2, 4, {a, b, a, a});
 }
 
+// step-call-order on random topologies and groups of random (mostly unequal) shapes: the
+// faulty step shows as a call-order mismatch naming both groups (NOTE [call identities]);
+// the same step without the fault reports none and runs clean.
+TEST(FaultInjection, StepCallOrderShowsWhateverTheShapes) {
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int unequal = 0;
+  for (int trial = 0; trial < 8; ++trial) {
+    int m = pick(1, 4), l = pick(1, 3);
+    if (m * l < 2) l = 2;
+    std::vector<GroupLayout> layouts;
+    const int count = pick(2, 4);
+    for (int g = 0; g < count; ++g) {
+      std::vector<ParamShape> shapes;
+      const int params = pick(1, 3);
+      for (int p = 0; p < params; ++p)
+        shapes.push_back({"p" + std::to_string(p), pick(1, 40), pick(1, 12)});
+      layouts.emplace_back(Topology(m, l), shapes, DType::kBf16, DType::kBf16);
+    }
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": M = " + std::to_string(m) +
+                 ", L = " + std::to_string(l) + ", " + std::to_string(count) + " groups");
+    std::vector<AgPlan> ag;
+    std::vector<RsPlan> rs;
+    for (const GroupLayout& layout : layouts) {
+      ag.emplace_back(layout, AgOptions{});
+      rs.emplace_back(layout, RsOptions{});
+    }
+    std::vector<program::StepGroup> groups;
+    for (std::size_t g = 0; g < layouts.size(); ++g)
+      groups.push_back({"g" + std::to_string(g), &ag[g], &rs[g]});
+    const GroupLayout& last = layouts[layouts.size() - 1];
+    const GroupLayout& other = layouts[layouts.size() - 2];
+    if (last.shard_elems() != other.shard_elems()) ++unequal;
+    program::StepOptions options;
+    options.reduce_scatter.alpha = 0.5f;
+    const program::StepProgram clean = program::build_step_program(groups, options);
+    options.fault = Fault::kStepCallOrder;
+    ASSERT_EQ(program::step_fault_inapplicable(options.fault, groups, options), "");
+    const program::StepProgram faulty = program::build_step_program(groups, options);
+    auto run = [&](const program::Program& p) {
+      exec::ReferenceExecutor ex(p);
+      for (int r = 0; r < p.ranks; ++r) {  // every tensor and the arena: real values
+        ex.input(Buffer{r, Space::kArena, 0});
+        const auto& sizes = p.buffers[static_cast<std::size_t>(r)];
+        for (std::size_t t = 0; t < sizes.tensor_bytes.size(); ++t)
+          ex.input(Buffer{r, Space::kTensor, static_cast<int>(t)});
+      }
+      exec::RunOptions o;
+      o.seed = seed.value() + static_cast<std::uint64_t>(trial);
+      o.max_errors = 1 << 20;
+      return ex.run(o);
+    };
+    const exec::RunResult good = run(clean.program);
+    EXPECT_TRUE(good.clean()) << first_errors(good);
+    EXPECT_EQ(good.count(exec::ErrorKind::kCallOrderMismatch), 0);
+    const exec::RunResult bad = run(faulty.program);
+    EXPECT_GT(bad.count(exec::ErrorKind::kCallOrderMismatch), 0);
+    EXPECT_EQ(exec::classify_run(bad, false, false), Detection::kCallOrder);
+    const std::string evidence = exec::detection_evidence(bad, Detection::kCallOrder);
+    const std::string first = "reduce-scatter of group " + std::to_string(count - 1);
+    const std::string second = "reduce-scatter of group " + std::to_string(count - 2);
+    EXPECT_NE(evidence.find(first), std::string::npos) << evidence;
+    EXPECT_NE(evidence.find(second), std::string::npos) << evidence;
+  }
+  EXPECT_GT(unequal, 0) << "no trial swapped groups of unequal shapes";
+}
+
 }  // namespace
 }  // namespace tide

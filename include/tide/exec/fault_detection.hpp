@@ -2,6 +2,10 @@
 //
 // NOTE [fault detection]
 // A run's findings map to one class, the strongest present:
+//   call-order-mismatch kCallOrderMismatch: ranks issue different calls at one position of
+//                       their sequences, found before running (NOTE [call identities]); it
+//                       outranks everything, since the mixed calls explain what follows
+//                       (ops of one call that meet another call's buffers or counters);
 //   malformed           kInvalidOp: an op that cannot execute, found before running;
 //   deadlock            kDeadlock, kUnsatisfiableWait: a wait nothing will satisfy;
 //   race                kUnorderedRead, kUnorderedWrite: two accesses of the same bytes, at

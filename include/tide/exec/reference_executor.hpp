@@ -46,8 +46,11 @@
 //    satisfied (threshold above everything the program ever adds to its counter, or an event that
 //    is never recorded on the waiter's rank) and malformed ops (out-of-bounds or mismatched
 //    regions, ids out of range, an event recorded twice; such an op is timed but has no
-//    effect). Copies and rail puts perform all their descriptors; none is legal (a
-//    copy without any is a no-op, a rail put without any is a remote signal).
+//    effect), and call-order mismatches (NOTE [call identities] in tide/program/program.hpp:
+//    a rank waits in call i on a counter a peer adds to, and that peer issues another call
+//    as call i; one error per waiting rank, call and peer; the run goes on). Copies and rail puts
+//    perform all their descriptors; none is legal (a copy without any is a no-op, a rail put
+//    without any is a remote signal).
 // 5. Arithmetic: NOTE [arithmetic order] in tide/core/arithmetic.hpp, through tide::arith.
 //    bf16 is stored as 16-bit words, fp32 as IEEE binary32, both little-endian.
 #pragma once
@@ -77,8 +80,9 @@ enum class ErrorKind : std::uint8_t {
   kDeadlock,           // ops left, none can proceed (one per blocked stream head)
   kUnsatisfiableWait,  // static: a wait that can never be satisfied
   kInvalidOp,          // static: a malformed op (bounds, geometry, counter or event ids)
+  kCallOrderMismatch,  // static: ranks issue different calls at one position of their sequences
 };
-inline constexpr int kErrorKinds = 8;
+inline constexpr int kErrorKinds = 9;
 
 std::string_view error_kind_name(ErrorKind kind);
 

@@ -40,6 +40,7 @@ enum class Fault {
 // tide/exec/fault_detection.hpp says which executor findings map to which class).
 enum class Detection : std::uint8_t {
   kNone,               // nothing found
+  kCallOrder,          // ranks issue different calls at one position, found before running
   kMalformed,          // an op that cannot execute (bounds, ids), found before running
   kDeadlock,           // a wait that is never satisfied
   kRace,               // two accesses of the same bytes without a happens-before edge

@@ -187,6 +187,9 @@ struct Op {
   // A step inside one long-running kernel (an NCCL ring step) rather than an operation the
   // host enqueues: it costs no host enqueue time. Any kind of op can be such a step.
   bool inside_kernel = false;
+  // The call of its rank's call sequence the op belongs to: an index into
+  // Program::calls[rank] (NOTE [call identities]); -1 for ops outside any call.
+  int call = -1;
   OpPayload payload;
 
   OpKind kind() const { return static_cast<OpKind>(payload.index()); }
@@ -291,13 +294,34 @@ struct BufferSizes {
   std::vector<std::int64_t> output_bytes;  // per output (kOutput index; one per call of a step)
 };
 
+// NOTE [call identities]
+// A program of several calls (a training step) says which call each op belongs to (Op::call)
+// and, per rank, which call it issues at each position of its sequence (Program::calls).
+// Every rank must issue the same calls in the same order (Sec. 3.2, I4): a rank that waits
+// in call i on a counter a peer adds to, where that peer issues another call as call i, has
+// a call-order mismatch. The reference executor reports it before running (ErrorKind::
+// kCallOrderMismatch), as the runtime reports a mismatched call tag. Programs of one call
+// may leave `calls` empty.
+struct CallIdentity {
+  int group = 0;           // the parameter group (its index in the step)
+  std::string collective;  // "all-gather", "reduce-scatter"
+  std::string name;        // the group's name, for messages
+  bool same_call(const CallIdentity& o) const {
+    return group == o.group && collective == o.collective;
+  }
+};
+
+// "reduce-scatter of group 1 ('b')", for messages.
+std::string describe_call(const CallIdentity& call);
+
 struct Program {
   int ranks = 0;
-  std::vector<std::string> stream_names;  // streams every rank has, by index
-  std::vector<BufferSizes> buffers;       // per rank
-  std::vector<Op> ops;                    // all ranks; list order is stream order
-  int counters = 0;                       // counter ids are 0..counters-1 on every rank
-  int events = 0;                         // event ids are 0..events-1 on every rank
+  std::vector<std::string> stream_names;         // streams every rank has, by index
+  std::vector<BufferSizes> buffers;              // per rank
+  std::vector<Op> ops;                           // all ranks; list order is stream order
+  int counters = 0;                              // counter ids are 0..counters-1 on every rank
+  int events = 0;                                // event ids are 0..events-1 on every rank
+  std::vector<std::vector<CallIdentity>> calls;  // per rank, in issue order (may be empty)
 
   int stream(const std::string& name);  // finds or adds a stream name
 };

@@ -30,6 +30,8 @@ std::string_view error_kind_name(ErrorKind kind) {
       return "unsatisfiable-wait";
     case ErrorKind::kInvalidOp:
       return "invalid-op";
+    case ErrorKind::kCallOrderMismatch:
+      return "call-order-mismatch";
   }
   return "?";
 }

@@ -8,6 +8,8 @@ using program::Detection;
 
 Detection class_of(ErrorKind kind) {
   switch (kind) {
+    case ErrorKind::kCallOrderMismatch:
+      return Detection::kCallOrder;
     case ErrorKind::kInvalidOp:
       return Detection::kMalformed;
     case ErrorKind::kDeadlock:
