@@ -96,6 +96,30 @@ std::vector<std::vector<float>> rs_expected(const RsPlan& plan, const std::vecto
   return out;
 }
 
+std::vector<std::vector<float>> ep_rs_expected(const GroupLayout& layout,
+                                               const std::vector<RankGrads>& grads, float alpha,
+                                               bool accumulate,
+                                               const std::vector<std::vector<float>>& initial) {
+  const int m = layout.topology().world();
+  std::vector<std::vector<float>> out = initial;
+  for (int r = 0; r < m; ++r) {
+    auto& row = out[static_cast<std::size_t>(r)];
+    row.resize(static_cast<std::size_t>(layout.shard_elems()));
+    for (std::int64_t e = 0; e < layout.shard_elems(); ++e) {
+      float part = 0.0f;
+      if (const float* own = grad_at(layout, grads, r, r, e)) {
+        std::vector<float> arrivals;
+        for (int c = 1; c < m; ++c)
+          arrivals.push_back(*grad_at(layout, grads, mod(r - c, m), r, e));
+        part = arith::level1_partial(arrivals, *own, alpha);
+      }
+      float& y = row[static_cast<std::size_t>(e)];
+      y = accumulate ? arith::add(y, part) : part;
+    }
+  }
+  return out;
+}
+
 std::vector<std::vector<double>> rs_float64(const GroupLayout& layout,
                                             const std::vector<RankGrads>& grads, double alpha,
                                             bool accumulate,

@@ -88,6 +88,38 @@ const std::vector<FaultInfo>& fault_catalog() {
        Detection::kRace,
        "no edge from the previous occupant's layer to the all-gather: peers land this group's "
        "shards over parameters that layer still reads"},
+      {Fault::kEpAgNoLandingFree, "ep-ag-no-landing-free", "ep-all-gather",
+       "Sec. 3.2 landing free before overwrite (App. F lane)",
+       "put a round into the target's landing without waiting until the target published it free",
+       Detection::kRace,
+       "no edge from the target's previous user of the landing to the put: the round writes "
+       "landing bytes that layer still reads"},
+      {Fault::kEpAgForwardBeforeArrival, "ep-ag-forward-before-arrival", "ep-all-gather",
+       "I4 (App. F lane)",
+       "forward landing rows in round d before the earlier round that carried them arrived",
+       Detection::kRace,
+       "no edge from round d-1's arrival to round d's put: it forwards landing rows the earlier "
+       "round's put is still writing"},
+      {Fault::kEpAgNoArrivalFence, "ep-ag-no-arrival-fence", "ep-all-gather",
+       "Sec. 3.2 completion before consumption (App. F lane)",
+       "record 'parameters ready' without waiting for every round's arrival", Detection::kRace,
+       "no edge from the rounds' puts to 'parameters ready': the layer reads landing bytes a "
+       "peer's put writes"},
+      {Fault::kEpRsSumBeforeArrival, "ep-rs-sum-before-arrival", "ep-reduce-scatter",
+       "I4 (App. F lane)", "sum a rail part without waiting until every peer's piece arrived",
+       Detection::kRace,
+       "no edge from the peers' rail puts to the fixed 8-source sum: it reads inbox bytes the "
+       "puts write"},
+      {Fault::kEpRsInboxReuse, "ep-rs-inbox-reuse", "ep-reduce-scatter", "I3 (App. F lane)",
+       "put a part into an inbox generation without waiting for the destination's credit",
+       Detection::kRace,
+       "no edge from the destination's sum of part k - 2 to the put of part k: it overwrites "
+       "inbox bytes that sum still reads"},
+      {Fault::kEpRsReleaseBeforeRead, "ep-rs-release-before-read", "ep-reduce-scatter",
+       "I2 (App. F lane)", "release the gradients without waiting for the puts and sums",
+       Detection::kRace,
+       "no edge from the rail puts and the own-contribution reads to the release: it frees "
+       "gradient bytes they still read"},
   };
   return catalog;
 }
@@ -134,6 +166,13 @@ std::string fault_collective_mismatch(Fault fault, std::string_view collective) 
   const std::string_view owner = fault_info(fault).collective;
   if (owner == collective) return "";
   if (owner == "step") return "it breaks a sequence of calls (use tide simulate step)";
+  const bool lane_owner = owner.starts_with("ep-");
+  if (lane_owner || collective.starts_with("ep-")) {
+    return lane_owner ? "it is a fault of the expert-parallel lane's " +
+                            std::string(owner.substr(3)) + " (use --lane ep)"
+                      : "it is a" + std::string(owner == "all-gather" ? "n " : " ") +
+                            std::string(owner) + " fault, not one of the expert-parallel lane";
+  }
   if (owner == "communicator") {
     return "it breaks the ordering between the groups of one communicator (lane programs, "
            "lanes.hpp)";

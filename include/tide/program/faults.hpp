@@ -34,6 +34,13 @@ enum class Fault {
   // A communicator's groups sharing one arena (NOTE [communicator arena], [lane handoff])
   kLaneNoHandoff,    // a lane call starts before every rank finished the lane's previous call
   kAgNoSlotRelease,  // an all-gather into a shared slot before its previous occupant released it
+  // Expert-parallel lanes (App. F, L_sub = 1; ep_lane.hpp)
+  kEpAgNoLandingFree,         // put into a peer's landing before it was published free (3.2)
+  kEpAgForwardBeforeArrival,  // forward landing rows before the round that carried them (I4)
+  kEpAgNoArrivalFence,        // record "parameters ready" before every round arrived (3.2)
+  kEpRsSumBeforeArrival,      // sum a rail part before every piece of it arrived (I4)
+  kEpRsInboxReuse,            // put a part into an inbox generation before its credit (I3)
+  kEpRsReleaseBeforeRead,     // release the gradients before the puts and sums read them (I2)
 };
 
 // How a run shows a fault, strongest first (NOTE [fault detection] in
@@ -55,8 +62,9 @@ Detection parse_detection(std::string_view name);
 struct FaultInfo {
   Fault fault;
   std::string_view name;         // CLI name, e.g. "ag-no-completion-fence"
-  std::string_view collective;   // "all-gather", "reduce-scatter", "step" (several calls) or
-                                 // "communicator" (several groups: lanes.hpp)
+  std::string_view collective;   // "all-gather", "reduce-scatter", "step" (several calls),
+                                 // "communicator" (several groups: lanes.hpp), or the
+                                 // expert-parallel lane's "ep-all-gather", "ep-reduce-scatter"
   std::string_view rule;         // the invariant or safety rule it breaks
   std::string_view description;  // one line
   Detection expected;            // how the reference executor must catch it
