@@ -29,6 +29,7 @@
 #include "tide/exec/fault_detection.hpp"
 #include "tide/exec/reference_executor.hpp"
 #include "tide/program/ag_builder.hpp"
+#include "tide/program/ep_lane.hpp"
 #include "tide/program/fsdp2_baseline.hpp"
 #include "tide/program/rs_builder.hpp"
 #include "tide/testing/checks.hpp"
@@ -388,6 +389,143 @@ Outcome simulate_reduce_scatter(const SimulateArgs& a, const GroupLayout& layout
   return o;
 }
 
+// --lane ep: the expert-parallel lane's all-gather (App. F), checked as TIDE-AG is (Eq. 2 bit
+// for bit in what each rank's layer read).
+Outcome simulate_ep_all_gather(const SimulateArgs& a, const GroupLayout& layout,
+                               program::Fault fault) {
+  if (const std::string why = program::ep_ag_fault_inapplicable(fault, layout); !why.empty()) {
+    throw InvalidArgument("--inject " + a.inject + " cannot show here: " + why);
+  }
+  // TIDE-AG's M x 1 plan holds a receive stage the lane has not: its estimate bounds the lane's.
+  require_call_fits(a, estimate_all_gather(AgPlan(layout, AgOptions{}), !a.timing_only, false));
+  program::EpAgProgramOptions options;
+  options.consumer = !a.timing_only;
+  options.fault = fault;
+  program::EpAgProgramIds ids;
+  const program::Program prog = program::build_ep_ag_program(layout, options, &ids);
+  const program::EpAgArenaLayout arena = program::ep_ag_arena_layout(layout);
+  exec::ReferenceExecutor ex(prog, exec::ExecutorOptions{a.timing_only});
+  std::mt19937_64 rng(a.data_seed);
+  std::vector<AgShard> shards;
+  if (!a.timing_only) {
+    shards = random_shards(rng, layout, false);
+    for (int r = 0; r < layout.topology().world(); ++r) {
+      auto previous =
+          ex.input(Buffer{r, Space::kArena, 0}, arena.landing, layout.unsharded_bytes());
+      for (std::size_t i = 0; i + 1 < previous.size(); i += 2) {
+        const std::uint16_t w = arith::float_to_bf16(random_value(rng, DType::kFp32));
+        std::memcpy(previous.data() + i, &w, 2);
+      }
+      auto bytes = ex.input(Buffer{r, Space::kArena, 0}, arena.resident, layout.shard_bytes());
+      std::memcpy(bytes.data(), shards[static_cast<std::size_t>(r)].packed.data(), bytes.size());
+    }
+  }
+  Outcome o;
+  o.run = ex.run(run_options(a));
+  o.predicted_us = event_time(prog, o.run, ids.ready_event);
+  write_traces(a, prog, o.run);
+  if (a.timing_only) return o;
+  o.data = true;
+  Sha256 digest;
+  CheckResult check;
+  check_landing(
+      layout, shards,
+      [&](int r) {
+        return ex.memory(Buffer{r, Space::kOutput, 0});
+      },
+      [&](std::span<const std::byte> bytes) { digest.update(bytes); }, check);
+  o.bitwise = check.bitwise;
+  o.max_abs_error = check.max_abs_error;
+  o.sha256 = digest.hex();
+  o.passed = o.bitwise && o.run.clean();
+  return o;
+}
+
+// --lane ep: the expert-parallel lane's reduce-scatter (App. F), bit for bit in the lane's
+// arithmetic order (ep_rs_expected) and within the float64 tolerance.
+Outcome simulate_ep_reduce_scatter(const SimulateArgs& a, const GroupLayout& layout,
+                                   program::Fault fault) {
+  if (const std::string why = program::ep_rs_inapplicable(layout); !why.empty()) {
+    throw InvalidArgument("--lane ep: " + why);
+  }
+  const Topology& t = layout.topology();
+  const program::RsProgramOptions rs = rs_program_options(a, t.world());
+  program::EpRsProgramOptions options;
+  options.alpha = rs.alpha;
+  options.accumulate = rs.accumulate;
+  options.sum_ctas = rs.sum_ctas;
+  options.landing_ctas = rs.landing_ctas;
+  options.parts = a.rail_parts;
+  options.fault = fault;
+  if (a.rail_parts < 1) throw InvalidArgument("--rail-parts must be at least 1");
+  if (const std::string why = program::ep_rs_fault_inapplicable(fault, layout, options);
+      !why.empty()) {
+    throw InvalidArgument("--inject " + a.inject + " cannot show here: " + why);
+  }
+  require_call_fits(a, estimate_reduce_scatter(RsPlan(layout, RsOptions{}), !a.timing_only, false));
+  program::EpRsProgramIds ids;
+  const program::Program prog = program::build_ep_rs_program(layout, options, &ids);
+  exec::ReferenceExecutor ex(prog, exec::ExecutorOptions{a.timing_only});
+  std::mt19937_64 rng(a.data_seed);
+  std::vector<RankGrads> grads;
+  std::vector<std::vector<float>> initial(static_cast<std::size_t>(t.world()));
+  if (!a.timing_only) {
+    grads = random_grads(rng, layout);
+    for (int r = 0; r < t.world(); ++r) {
+      for (int p = 0; p < layout.param_count(); ++p) {
+        store_values(grads[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)],
+                     layout.grad_dtype(), ex.input(Buffer{r, Space::kTensor, p}));
+      }
+      auto& init = initial[static_cast<std::size_t>(r)];
+      init.resize(static_cast<std::size_t>(layout.shard_elems()));
+      if (a.accumulate) {
+        for (float& v : init)
+          v = random_value(rng, DType::kFp32);
+        auto bytes = ex.input(Buffer{r, Space::kOutput, 0});
+        std::memcpy(bytes.data(), init.data(), bytes.size());
+      }
+    }
+  }
+  Outcome o;
+  o.run = ex.run(run_options(a));
+  o.predicted_us = event_time(prog, o.run, ids.done_event);
+  write_traces(a, prog, o.run);
+  if (a.timing_only) return o;
+  o.data = true;
+  Sha256 digest;
+  CheckResult check;
+  check_reduce_scatter(
+      layout, ep_rs_expected(layout, grads, options.alpha, a.accumulate, initial), grads,
+      options.alpha, a.accumulate, initial,
+      [&](int r) {
+        return ex.memory(Buffer{r, Space::kOutput, 0});
+      },
+      [&](std::span<const std::byte> bytes) { digest.update(bytes); }, check);
+  o.bitwise = check.bitwise;
+  o.max_abs_error = check.max_abs_error;
+  o.tolerance = check.tolerance;
+  o.sha256 = digest.hex();
+  o.passed = o.run.clean() && o.max_abs_error <= o.tolerance && o.bitwise;
+  return o;
+}
+
+// What --lane ep takes: the one-call collectives of a lane group (L = 1), TIDE's programs only.
+void require_ep_lane_arguments(const SimulateArgs& a) {
+  if (a.lane.empty()) {
+    if (a.rail_parts_given) throw InvalidArgument("--rail-parts is for --lane ep");
+    return;
+  }
+  if (a.lane != "ep") throw InvalidArgument("--lane '" + a.lane + "' must be ep");
+  if (a.collective == "step") {
+    throw InvalidArgument("--lane ep runs one all-gather or reduce-scatter, not a step");
+  }
+  if (a.baseline) throw InvalidArgument("--lane ep runs TIDE's lane; drop --baseline");
+  if (a.cast) throw InvalidArgument("--lane ep gathers resident bf16 shards; drop --cast");
+  if (a.landing != "pull")
+    throw InvalidArgument("--lane ep has no Level 2 landing; drop --landing");
+  if (!a.dump.empty()) throw InvalidArgument("--dump is not written for --lane ep");
+}
+
 void run_simulate(const SimulateArgs& a) {
   if (a.list_faults) {
     Table table({"fault", "collective", "breaks", "detected as", "what it does"});
@@ -413,6 +551,7 @@ void run_simulate(const SimulateArgs& a) {
     if (a.inject.empty()) throw InvalidArgument("--expect-detection needs --inject");
     program::parse_detection(a.expect_detection);  // names the classes when unknown
   }
+  require_ep_lane_arguments(a);
   if (a.collective == "step") return simulate_step(a);
   if (a.collective != "all-gather" && a.collective != "reduce-scatter") {
     throw InvalidArgument("tide simulate needs all-gather, reduce-scatter or step (got '" +
@@ -425,7 +564,8 @@ void run_simulate(const SimulateArgs& a) {
   }
   const program::Fault fault =
       a.inject.empty() ? program::Fault::kNone : program::parse_fault(a.inject);
-  if (const std::string why = program::fault_collective_mismatch(fault, a.collective);
+  const std::string fault_owner = a.lane.empty() ? a.collective : "ep-" + a.collective;
+  if (const std::string why = program::fault_collective_mismatch(fault, fault_owner);
       !why.empty()) {
     throw InvalidArgument("--inject " + a.inject + " cannot show here: " + why);
   }
@@ -443,11 +583,20 @@ void run_simulate(const SimulateArgs& a) {
   const DType ag = a.cast ? DType::kBf16 : parse_dtype(a.ag_dtype, "--ag-dtype");
   const GroupLayout layout(Topology(a.nodes, a.gpus_per_node), std::move(group.params), ag,
                            parse_dtype(a.grad_dtype, "--grad-dtype"));
-  const Outcome o = a.collective == "all-gather" ? simulate_all_gather(a, layout, fault)
-                                                 : simulate_reduce_scatter(a, layout, fault);
+  if (!a.lane.empty()) {
+    if (const std::string why = program::ep_lane_inapplicable(layout); !why.empty()) {
+      throw InvalidArgument("--lane ep: " + why + " (use -L 1)");
+    }
+  }
+  const bool all_gather = a.collective == "all-gather";
+  const Outcome o = a.lane.empty() ? (all_gather ? simulate_all_gather(a, layout, fault)
+                                                 : simulate_reduce_scatter(a, layout, fault))
+                                   : (all_gather ? simulate_ep_all_gather(a, layout, fault)
+                                                 : simulate_ep_reduce_scatter(a, layout, fault));
   const FaultOutcome how = fault_outcome(a, fault, o.run, o.data, o.passed);
   json out = {{"collective", a.collective},
               {"system", a.baseline ? "fsdp2" : "tide"},
+              {"lane", a.lane.empty() ? "tide" : a.lane},
               {"group", group.name},
               {"nodes", a.nodes},
               {"gpus_per_node", a.gpus_per_node},
@@ -479,9 +628,11 @@ void run_simulate(const SimulateArgs& a) {
     std::cout << out.dump(2) << '\n';
   } else {
     std::cout << fmt::format("tide simulate {} {} of {} on M={} x L={} ({}, schedule seed {})\n",
-                             a.baseline ? "stock FSDP2" : "TIDE", a.collective, group.name, a.nodes,
-                             a.gpus_per_node, a.timing_only ? "timing only" : "data",
-                             a.schedule_seed);
+                             a.baseline       ? "stock FSDP2"
+                             : a.lane.empty() ? "TIDE"
+                                              : "TIDE expert-parallel lane",
+                             a.collective, group.name, a.nodes, a.gpus_per_node,
+                             a.timing_only ? "timing only" : "data", a.schedule_seed);
     Table table({"result", "value"});
     table.left_aligned();
     table.row({"predicted latency", fixed(o.predicted_us / 1000.0, 3) + " ms"});
@@ -541,7 +692,7 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--inject", a->inject, "A fault to inject (see --list-faults)");
   cmd->add_option("--expect-detection", a->expect_detection,
                   "With --inject: the detection to require instead of the fault's own (race, "
-                  "deadlock, corruption, malformed, uninitialised-read)");
+                  "deadlock, corruption, malformed, uninitialised-read, call-order-mismatch)");
   cmd->add_flag("--baseline", a->baseline, "Run stock FSDP2's program instead of TIDE's");
   cmd->add_flag("--list-faults", a->list_faults, "List the injectable faults");
   cmd->add_flag("--timing-only", a->timing_only, "No data: schedule and times only");
@@ -554,9 +705,14 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--ag-stages", a->ag_stages, "step: all-gather receive stages, 1 or 2")
       ->capture_default_str();
   cmd->add_option("--groups", a->groups, "step: distinct groups' shapes, 'D0xK0,...;D0xK0,...'");
+  cmd->add_option("--lane", a->lane,
+                  "ep: the expert-parallel lane (App. F) of a group with one rank per node (-L 1)");
+  cmd->add_option("--rail-parts", a->rail_parts, "--lane ep reduce-scatter: rail parts per shard")
+      ->capture_default_str();
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([a, cmd] {
     a->step_options_given = cmd->count("--layers") > 0 || cmd->count("--ag-stages") > 0;
+    a->rail_parts_given = cmd->count("--rail-parts") > 0;
     run_simulate(*a);
   });
 }

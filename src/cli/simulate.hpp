@@ -35,6 +35,9 @@ struct SimulateArgs {
   int ag_stages = 2;                // step: all-gather receive stages (1 or 2)
   std::string groups;               // step: shape sets of distinct groups, "D0xK0,...;D0xK0,..."
   bool step_options_given = false;  // --layers or --ag-stages on the command line
+  std::string lane;                 // "ep": the expert-parallel lane (App. F, program/ep_lane.hpp)
+  int rail_parts = 4;               // --lane ep reduce-scatter: rail parts per shard
+  bool rail_parts_given = false;
 };
 
 // When the last record of `event` completed, over every rank (0 when none ran).

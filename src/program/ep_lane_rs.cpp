@@ -243,7 +243,7 @@ std::string ep_rs_fault_inapplicable(Fault fault, const GroupLayout& layout,
       return ep_rs_arena_layout(layout, options).parts >= 3
                  ? ""
                  : "no inbox generation is reused below three rail parts (use larger shapes or "
-                   "more --parts)";
+                   "more --rail-parts)";
     default:
       return "";
   }

@@ -78,8 +78,15 @@ void check_reduce_scatter(const RsPlan& plan, const std::vector<RankGrads>& grad
                           bool accumulate, const std::vector<std::vector<float>>& initial,
                           const std::function<std::span<const std::byte>(int)>& out,
                           const OutputSink& record, CheckResult& result) {
-  const GroupLayout& layout = plan.layout();
-  const auto exact = rs_expected(plan, grads, alpha, accumulate, initial);
+  check_reduce_scatter(plan.layout(), rs_expected(plan, grads, alpha, accumulate, initial), grads,
+                       alpha, accumulate, initial, out, record, result);
+}
+
+void check_reduce_scatter(const GroupLayout& layout, const std::vector<std::vector<float>>& exact,
+                          const std::vector<RankGrads>& grads, float alpha, bool accumulate,
+                          const std::vector<std::vector<float>>& initial,
+                          const std::function<std::span<const std::byte>(int)>& out,
+                          const OutputSink& record, CheckResult& result) {
   const auto ref = rs_float64(layout, grads, static_cast<double>(alpha), accumulate, initial);
   double norm = 1;
   for (const auto& row : ref) {

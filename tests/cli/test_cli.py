@@ -195,9 +195,13 @@ class Simulate(unittest.TestCase):
                 continue  # sequences of calls: tests/cli/test_step.py
             if fault["collective"] == "communicator":
                 continue  # several groups of one arena: tests/program/lanes_test.cpp
-            if fault["collective"].startswith("ep-"):
-                continue  # expert-parallel lanes: tests/program/ep_lane_test.cpp
-            if fault["collective"] == "all-gather":
+            if fault["collective"] == "ep-all-gather":
+                topologies = [["all-gather", "-M", "5", "-L", "1", "--lane", "ep"],
+                              ["all-gather", "-M", "8", "-L", "1", "--lane", "ep"]]
+            elif fault["collective"] == "ep-reduce-scatter":
+                topologies = [["reduce-scatter", "-M", "5", "-L", "1", "--lane", "ep"],
+                              ["reduce-scatter", "-M", "3", "-L", "1", "--lane", "ep"]]
+            elif fault["collective"] == "all-gather":
                 topologies = [["all-gather", "-M", "5", "-L", "2"],
                               ["all-gather", "-M", "4", "-L", "4"]]
             else:
@@ -216,6 +220,40 @@ class Simulate(unittest.TestCase):
                     self.assertTrue(out["detected_as_expected"], what)
                     if out["detected_by"] != "corruption":
                         self.assertTrue(out["evidence"], what)
+
+    def test_expert_parallel_lane_is_bitwise(self):
+        # App. F lanes (one rank per node): the all-gather lands Eq. 2 bit for bit for M a power
+        # of two or not; the reduce-scatter is bitwise the lane's order and within float64.
+        for m in ("2", "3", "5", "8", "11"):
+            out = run_json("simulate", "all-gather", "--lane", "ep", "-M", m, "-L", "1",
+                           "--shapes", self.SHAPES, "--data-seed", m)
+            self.assertEqual(out["lane"], "ep")
+            self.assertTrue(out["passed"] and out["bitwise_equal_to_reference_order"], m)
+            self.assertEqual(out["error_count"], 0, m)
+        for m, extra in (("2", []), ("4", ["--accumulate"]), ("7", ["--rail-parts", "3"]),
+                         ("8", ["--alpha", "0.3", "--accumulate"])):
+            out = run_json("simulate", "reduce-scatter", "--lane", "ep", "-M", m, "-L", "1",
+                           "--shapes", self.SHAPES, *extra)
+            self.assertTrue(out["passed"] and out["bitwise_equal_to_reference_order"], (m, extra))
+            self.assertLessEqual(out["max_abs_error"], out["tolerance"], (m, extra))
+            other = run_json("simulate", "reduce-scatter", "--lane", "ep", "-M", m, "-L", "1",
+                             "--shapes", self.SHAPES, "--data-seed", "7", *extra)
+            self.assertNotEqual(out["output_sha256"], other["output_sha256"], (m, extra))
+
+    def test_expert_parallel_lane_refusals(self):
+        for args, words in (
+                (["all-gather", "-M", "4", "-L", "2"], "one rank per node"),
+                (["reduce-scatter", "-M", "9", "-L", "1"], "M <= 8"),
+                (["step", "-M", "4", "-L", "1"], "not a step"),
+                (["reduce-scatter", "-M", "4", "-L", "1", "--inject", "rs-land-twice"],
+                 "not one of the expert-parallel lane")):
+            result = run("simulate", *args, "--lane", "ep", "--shapes", self.SHAPES)
+            self.assertEqual(result.returncode, 2, args)
+            self.assertIn(words, result.stderr, args)
+        result = run("simulate", "reduce-scatter", "-M", "4", "-L", "1", "--shapes", self.SHAPES,
+                     "--inject", "ep-rs-inbox-reuse")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--lane ep", result.stderr)
 
     def test_unexpected_detection_exits_1(self):
         # rs-land-twice shows as corruption; requiring a race instead must fail with status 1,

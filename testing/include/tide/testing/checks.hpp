@@ -49,5 +49,12 @@ void check_reduce_scatter(const RsPlan& plan, const std::vector<RankGrads>& grad
                           bool accumulate, const std::vector<std::vector<float>>& initial,
                           const std::function<std::span<const std::byte>(int)>& out,
                           const OutputSink& record, CheckResult& result);
+// The same against a given arithmetic order: `exact[r]` is what rank r's shard must hold bit
+// for bit (e.g. ep_rs_expected for an expert-parallel lane).
+void check_reduce_scatter(const GroupLayout& layout, const std::vector<std::vector<float>>& exact,
+                          const std::vector<RankGrads>& grads, float alpha, bool accumulate,
+                          const std::vector<std::vector<float>>& initial,
+                          const std::function<std::span<const std::byte>(int)>& out,
+                          const OutputSink& record, CheckResult& result);
 
 }  // namespace tide::testing
