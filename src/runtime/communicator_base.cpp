@@ -162,7 +162,7 @@ void CommunicatorBase::lay_out() {
   }
   layout_ = arena_of(groups_);
   arena_bytes_ = layout_.arena_bytes;
-  signal_words_ = program::kHandoffWords + place_groups(groups_, layout_, program::kHandoffWords);
+  signal_words_ = kRuntimeWords + place_groups(groups_, layout_, kRuntimeWords);
   handoffs_[0] = handoff_state(options_.world, program::kAllGatherHandoffWord);
   handoffs_[1] = handoff_state(options_.world, program::kReduceScatterHandoffWord);
   occupant_.assign(layout_.slots.size(), -1);

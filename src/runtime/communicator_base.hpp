@@ -12,9 +12,16 @@
 
 #include "group.hpp"
 #include "tide/core/capability.hpp"
+#include "tide/program/lanes.hpp"
 #include "tide/runtime/communicator.hpp"
 
 namespace tide::runtime::detail {
+
+// NOTE [runtime] 10: the signal words after the lanes' handoff words that the runtime itself
+// uses on every rank; the groups' sequences' words follow them.
+inline constexpr int kAbortWord = program::kHandoffWords;
+inline constexpr int kCallTagWords[2] = {kAbortWord + 1, kAbortWord + 2};  // per lane
+inline constexpr int kRuntimeWords = kAbortWord + 3;  // call_tags.hpp: what the tags hold
 
 class CommunicatorBase : public Communicator {
  public:

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "call_tags.hpp"
 #include "tide/core/env.hpp"
 #include "tide/core/error.hpp"
 #include "tide/core/process.hpp"
@@ -234,21 +235,30 @@ void CudaCommunicator::commit() {
   }
   exec::CudaSequenceOptions handoff_options;  // never gated: the stall is a group's call
   handoff_options.replay_graphs = runner_options.replay_graphs;
+  // NOTE [runtime] 10: this rank's call-tag words start at 0 (the runners zero their own
+  // counters and the abort word).
+  std::uint64_t* words = windows_->fabric().signals(options_.rank);
+  for (const int word : kCallTagWords)
+    TIDE_CUDA_CHECK(cudaMemset(words + word, 0, 8));
   for (int lane = 0; lane < 2; ++lane) {
+    exec::CudaSequencePlace place{0, handoffs_[lane].first_counter};
+    place.abort_word = kAbortWord;
     handoff_runners_[lane] = std::make_unique<exec::CudaSequenceRunner>(
-        handoffs_[lane].sequence, windows_->fabric(),
-        exec::CudaSequencePlace{0, handoffs_[lane].first_counter}, handoff_options);
+        handoffs_[lane].sequence, windows_->fabric(), place, handoff_options);
   }
   release_events_.assign(layout_.slots.size(), nullptr);
   for (cudaEvent_t& e : release_events_)
     TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   for (auto& g : groups_) {
-    runners_.push_back(std::make_unique<exec::CudaSequenceRunner>(
-        g->all_gathers.sequence, windows_->fabric(),
-        exec::CudaSequencePlace{0, g->all_gathers.first_counter}, runner_options));
-    runners_.push_back(std::make_unique<exec::CudaSequenceRunner>(
-        g->reduce_scatters.sequence, windows_->fabric(),
-        exec::CudaSequencePlace{0, g->reduce_scatters.first_counter}, runner_options));
+    for (int collective = 0; collective < 2; ++collective) {
+      const SequenceState& calls = collective == 0 ? g->all_gathers : g->reduce_scatters;
+      exec::CudaSequencePlace place{0, calls.first_counter};
+      place.abort_word = kAbortWord;
+      place.call_tag_word = kCallTagWords[collective];
+      place.call_tag = call_tag_of(g->index);
+      runners_.push_back(std::make_unique<exec::CudaSequenceRunner>(
+          calls.sequence, windows_->fabric(), place, runner_options));
+    }
     std::byte* arena = windows_->window();
     g->info.landing = arena + g->ag_areas.landing;
     g->info.resident = g->ag.options().shard_in_stage() ? nullptr : arena + g->ag_areas.resident;
@@ -284,8 +294,11 @@ void CudaCommunicator::copy_into_slot(int slot, bool wait_release, std::uintptr_
   }
 }
 
+// NOTE [runtime] 10: behind the abort check, so that once a peer released its waits the slot's
+// next occupant (and the caller's work after the release) holds until this rank's own release.
 void CudaCommunicator::record_release(int slot, std::uintptr_t stream) {
   const auto s = reinterpret_cast<cudaStream_t>(stream);
+  handoff_runners_[0]->enqueue_abort_check(s);
   TIDE_CUDA_CHECK(
       cudaEventRecordWithFlags(release_events_[static_cast<std::size_t>(slot)], s,
                                capturing(s) ? cudaEventRecordExternal : cudaEventRecordDefault));
@@ -369,20 +382,43 @@ std::optional<std::string> CudaCommunicator::stalled_call() const {
                       " of the communicator (every rank finishing the previous " + kind + ")"
                 : kind + " call " + std::to_string(stall->call) + " of group '" +
                       groups_[i / 2]->spec.name + "'";
+    const std::optional<std::string> misordered =
+        handoff ? std::nullopt : call_order_mismatch(collective, static_cast<int>(i / 2), *stall);
     std::string reason =
         dead >= 0
             ? "rank " + std::to_string(dead) + " died (process " +
                   std::to_string(peer_pids_[static_cast<std::size_t>(dead)]) + " is gone); rank " +
                   std::to_string(options_.rank) + " was waiting in " + call
-            : "rank " + std::to_string(options_.rank) + ": " + call + " did not complete within " +
-                  std::to_string(options_.timeout.count()) +
-                  " ms (a peer stalled, died or issued another call order)";
+        : misordered ? *misordered
+                     : "rank " + std::to_string(options_.rank) + ": " + call +
+                           " did not complete within " + std::to_string(options_.timeout.count()) +
+                           " ms (a peer stalled, died or issued another call order)";
     if (!stall->waits.empty()) reason += "; unsatisfied: ";
     for (std::size_t k = 0; k < stall->waits.size(); ++k)
       reason += (k == 0 ? "" : "; ") + stall->waits[k];
     return reason;
   }
   return std::nullopt;
+}
+
+// NOTE [runtime] 10: the line of a stalled call of `group` that a peer's call-tag word shows
+// was misordered (call_tags.hpp); nullopt where none does.
+std::optional<std::string> CudaCommunicator::call_order_mismatch(
+    int collective, int group, const exec::CudaStalledCall& stall) const {
+  const std::optional<CallOrderMismatch> m = find_call_order_mismatch(
+      stall.call_tags, options_.rank, group, static_cast<int>(groups_.size()));
+  if (!m) return std::nullopt;
+  const std::string named =
+      m->peer_group >= 0
+          ? "group '" + groups_[static_cast<std::size_t>(m->peer_group)]->spec.name + "''s"
+          : "another group's";
+  return "call-order mismatch (misordered calls): rank " + std::to_string(options_.rank) + "'s " +
+         (collective == 0 ? "all-gather" : "reduce-scatter") + " call " +
+         std::to_string(m->lane_call) + " of the communicator is group '" +
+         groups_[static_cast<std::size_t>(group)]->spec.name + "''s, rank " +
+         std::to_string(m->peer) + "'s is " + named +
+         ": the ranks issued their groups' calls in different orders (every rank must issue the "
+         "same calls in the same order)";
 }
 
 // The watchdog's verdict (NOTE [runtime] 5): one line, the abort, then a bounded wait for

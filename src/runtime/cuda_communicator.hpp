@@ -93,6 +93,8 @@ class CudaCommunicator : public CommunicatorBase {
   void check_alive() const;
   std::chrono::milliseconds watchdog_period() const;
   std::optional<std::string> stalled_call() const;
+  std::optional<std::string> call_order_mismatch(int collective, int group,
+                                                 const exec::CudaStalledCall& stall) const;
   void fail(const std::string& reason);
   bool stuck() const;
   std::vector<exec::CudaSequenceRunner*> every_runner() const;

@@ -8,9 +8,9 @@
 // before its own release must hold the right bits. With published abort words (peers read
 // them) and without (private words), on the stream path and as replay graphs. GPU cases skip
 // without a device. One process holds both runners' streams (16 for RS at 1 x 2, plus their
-// readers): run with CUDA_DEVICE_MAX_CONNECTIONS=32, so that no release copy shares a hardware
-// queue with a held wait (else a release can drain only once the other runner's waits are met:
-// the test then says so and fails, without hanging).
+// readers): they run with CUDA_DEVICE_MAX_CONNECTIONS=32 (device_connections.cpp), so that no
+// release copy shares a hardware queue with a held wait (else a release can drain only once the
+// other runner's waits are met: the test then says so and fails, without hanging).
 #include <gtest/gtest.h>
 
 #include <chrono>

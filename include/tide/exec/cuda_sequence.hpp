@@ -169,6 +169,16 @@
 //    while the device's queues are full), and runs its CUDA calls in the relaxed stream-
 //    capture mode, so that its queries never invalidate a capture that another thread runs
 //    in the global mode (torch.cuda.graph's default).
+// 7. Call-order tags: a call that never completes because a peer issued another call in its
+//    place (FSDP2 ranks that ran their groups in different orders) looks, from its waits,
+//    like a stalled peer. Where the place names a call-tag word, every call's first op on the
+//    caller stream (after the generation bump, before the fault gate) adds the place's
+//    call_tag to each local rank's tag word, a word peers read; graphs capture the addition
+//    with the call, so a replay adds it again. The runtime gives the runners of one lane one
+//    word and each group its own tag (NOTE [runtime] 10), so that a rank's word says how many
+//    of the lane's calls began on its device and which. stalled() returns every rank's word
+//    (read on the first reader stream, bounded, as the abort words are); the caller decodes
+//    them. Not an ordering edge: nothing waits on a tag.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -194,6 +204,12 @@ struct CudaSequencePlace {
   // [CUDA call sequences] 5), shared by the sequences of a communicator; -1: a private word
   // per device that other processes cannot read (then no end-of-call check).
   int abort_word = -1;
+  // The call-order tag (NOTE [CUDA call sequences] 7): where call_tag_word >= 0 (a signal word
+  // outside the sequence's counters, which the sequences of one lane share), every call
+  // first adds `call_tag` to each local rank's word, on the caller stream; stalled() reads
+  // every rank's. -1: no tag.
+  int call_tag_word = -1;
+  std::uint64_t call_tag = 0;
 };
 
 // One local rank's pointers for one call.
@@ -240,6 +256,9 @@ struct CudaStalledCall {
   std::int64_t call = 0;
   double seconds = 0;              // since it was enqueued
   std::vector<std::string> waits;  // its unsatisfied waits, one line each (may be empty)
+  // With a call-tag word (CudaSequencePlace::call_tag_word): every rank's tag word, by rank,
+  // read after the waits; empty without one or where the read did not complete in bound.
+  std::vector<std::uint64_t> call_tags;
 };
 
 // What one call enqueues, averaged over the templates (local ranks only).

@@ -76,6 +76,19 @@
 //    backend without rail messages. The host backend carries messages over shared memory, so
 //    its "hosts" are emulated ones (CommunicatorEmulation::nodes_as_hosts); the nccl and ipc
 //    backends serve the ranks of one host.
+// 10. The GPU backends' fail-stop words (NOTE [CUDA call sequences] 5, 7). After the lanes'
+//    handoff words every rank's signal words hold its abort word and, per lane, its call-tag
+//    word. Abort words are published: after a rank's watchdog releases its waits, every peer's
+//    calls end in a check that holds them (their outputs never complete as valid), the check
+//    also runs before a landing slot's release (a peer's compute after it never reads a slot
+//    that a released rank's copies may still overwrite), and a stalled call's line names the
+//    ranks that aborted. Every group call adds 1 + ((g + 1) << 32) to its lane's tag word
+//    (g: the group's index), so a word counts the lane's calls that began on its rank's device
+//    (low half) and sums their groups (high half). Calls of a lane run one after another, each
+//    behind a handoff, so ranks that issued one order are at most one call apart; a stalled
+//    call whose peer's word counts as many calls but sums other groups was misordered, and its
+//    line says so and names both groups ("call-order mismatch"), where it would otherwise read
+//    as a stalled peer.
 // Backends: kHost runs calls on the calling thread over shared memory (exec/host), so a call
 // has completed when it returns; CPU tensors have no streams, and `stream` is ignored.
 // kNccl (one process per GPU, the ranks of one host) enqueues each call on the caller's

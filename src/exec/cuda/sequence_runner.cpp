@@ -230,6 +230,19 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
                           std::to_string(place.first_signal_word) + " .. " +
                           std::to_string(place.first_signal_word + sequence.counters - 1));
   }
+  const auto outside_counters = [&](int word) {
+    return word < fabric.signal_words() &&
+           (word < place.first_signal_word ||
+            word >= place.first_signal_word + sequence.counters) &&
+           word != place.abort_word;
+  };
+  if (place.call_tag_word >= 0 && !outside_counters(place.call_tag_word)) {
+    throw InvalidArgument(
+        "CudaSequenceRunner: call-tag word " + std::to_string(place.call_tag_word) +
+        " is not a signal word outside the sequence's counters " +
+        std::to_string(place.first_signal_word) + " .. " +
+        std::to_string(place.first_signal_word + sequence.counters - 1) + " and its abort word");
+  }
   for (int r = 0; r < s.ranks; ++r) {
     if (!fabric.local(r)) continue;
     s.local_ranks.push_back(r);

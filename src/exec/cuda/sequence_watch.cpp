@@ -69,7 +69,7 @@ void CudaSequenceRunner::State::create_watch() {
   }
   void* abort = nullptr;
   TIDE_CUDA_CHECK(
-      cudaHostAlloc(&abort, static_cast<std::size_t>(ranks + 1) * 8, cudaHostAllocDefault));
+      cudaHostAlloc(&abort, static_cast<std::size_t>(2 * ranks + 1) * 8, cudaHostAllocDefault));
   watch->host_abort = static_cast<std::uint64_t*>(abort);
   watch->host_abort[0] = 1;
   use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
@@ -194,6 +194,24 @@ std::vector<std::string> CudaSequenceRunner::State::aborted_ranks() const {
   return lines;
 }
 
+// Every rank's call-tag word (NOTE [CUDA call sequences] 7), read on the first reader stream,
+// bounded; empty without a tag word or where the read did not complete.
+std::vector<std::uint64_t> CudaSequenceRunner::State::call_tags() const {
+  if (place.call_tag_word < 0 || local_ranks.empty()) return {};
+  std::lock_guard read_lock(watch->read_mutex);
+  std::uint64_t* host = watch->host_abort + 1 + ranks;
+  std::fill(host, host + ranks, std::uint64_t{0});
+  TIDE_CUDA_CHECK(cudaSetDevice(fabric.device_of(local_ranks[0])));
+  for (int r = 0; r < ranks; ++r) {
+    const std::uint64_t* words = fabric.signals(r);
+    if (words == nullptr) return {};  // not load/store reachable: nothing to compare
+    TIDE_CUDA_CHECK(cudaMemcpyAsync(host + r, words + place.call_tag_word, 8, cudaMemcpyDefault,
+                                    watch->readers[0]));
+  }
+  if (!completes_in_bound(watch->readers[0])) return {};
+  return {host, host + ranks};
+}
+
 std::vector<std::string> CudaSequenceRunner::State::unsatisfied_waits(std::int64_t e) const {
   // The local ranks' words, read on private streams into pinned memory, with a bound: the
   // caller's streams may be blocked behind the stalled call, and a private stream may share
@@ -298,6 +316,11 @@ std::optional<CudaStalledCall> CudaSequenceRunner::stalled(
     out.waits = s.unsatisfied_waits(out.call);
   } catch (const std::exception& x) {
     out.waits.push_back(std::string("its waits could not be read: ") + x.what());
+  }
+  try {
+    out.call_tags = s.call_tags();
+  } catch (const std::exception&) {
+    out.call_tags.clear();  // the waits' lines say why the device could not be read
   }
   return out;
 }

@@ -29,8 +29,8 @@ struct Watch {
   // Pinned host words per local rank, twice `counters` + 1: the target of the reads (the
   // words, then the gate), then the source of release_waits(). Never waited for unbounded.
   std::vector<std::uint64_t*> host_words;
-  // Pinned: one word holding 1 (the source of the abort words' release), and one per rank
-  // (the target of reading the ranks' abort words).
+  // Pinned: one word holding 1 (the source of the abort words' release), one per rank (the
+  // target of reading the ranks' abort words), then one per rank (their call-tag words).
   std::uint64_t* host_abort = nullptr;
   std::mutex read_mutex;  // one reader of the words at a time (unsatisfied_waits)
   // Calls < confirmed are known complete (calls run one after another: a completed call's
