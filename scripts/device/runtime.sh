@@ -133,7 +133,7 @@ if has package; then
 fi
 
 if has graphs; then
-  timeout 200 python3 -m pytest tests/python/test_runtime_graph_gpu.py -q -rs -s \
+  timeout 200 python3 -m pytest tests/python/test_runtime_graph_gpu.py tests/python/test_runtime_streams_gpu.py -q -rs -s \
     -p no:cacheprovider > "$LOG/graphs.log" 2>&1
   rc=$?
   # On the device a skipped test is a failure: there is a GPU, so it should have run.

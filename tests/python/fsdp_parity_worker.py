@@ -160,6 +160,30 @@ def held(group) -> bool:
     return group.is_unsharded or group._all_gather_result is not None
 
 
+# Diagnosis (TIDE_PARITY_REFERENCE=1): every unshard of both models is also checked against a
+# third all-gather, of the shards' CPU copies on a CPU process group, at the same point, so
+# that a mismatch says which side is wrong (a baseline can be wrong too).
+REFERENCE_ALL_GATHER = os.environ.get("TIDE_PARITY_REFERENCE") == "1"
+_reference_groups: dict = {}
+
+
+def reference_unsharded(fp, like: torch.Tensor) -> torch.Tensor:
+    """The unsharded parameter from a gloo all-gather of every rank's padded shard, on CPU
+    (``like`` itself where the shard group is not the whole world: not checked there)."""
+    pg = fp.mesh_info.shard_process_group
+    ranks = tuple(dist.get_process_group_ranks(pg))
+    if len(ranks) != dist.get_world_size():
+        return like  # a shard group of a larger mesh (HSDP): new_group would need every rank
+    if ranks not in _reference_groups:
+        _reference_groups[ranks] = dist.new_group(list(ranks), backend="gloo")
+    shard = fp._sharded_param_data.detach().to("cpu").contiguous()
+    full = torch.empty(shard.numel() * len(ranks), dtype=shard.dtype)
+    dist.all_gather_into_tensor(full, shard, group=_reference_groups[ranks])
+    rows = int(fp.padded_sharded_param_size[0]) * len(ranks)
+    full = full.view((rows,) + tuple(fp.padded_sharded_param_size[1:]))[: like.shape[0]]
+    return full.to(like.dtype).reshape(like.shape).to(like.device)
+
+
 class Capture:
     """Records every unshard's parameters (a wrapper on each group's wait_for_unshard), and
     the most groups held at once (sampled after every unshard and wait_for_unshard)."""
@@ -197,9 +221,12 @@ class Capture:
         values = []
         # TIDE's own checks apply to the groups TIDE serves (in FALLBACK_CASES some may be stock).
         served = on_tide and tide._fsdp_group.group_of(group.fsdp_params) is not None
-        for fp in group.fsdp_params:
+        for i, fp in enumerate(group.fsdp_params):
             param = fp.unsharded_param
             values.append(param.detach().clone())
+            if REFERENCE_ALL_GATHER and not torch.equal(values[-1], reference_unsharded(fp, param)):
+                side = "TIDE" if on_tide else "stock"
+                self.problems.append(f"{name} param {i}: {side}'s unshard differs from a CPU all-gather of the shards")
             if served:
                 if param.storage_offset() != 0:
                     self.problems.append(f"{name}: unsharded param storage_offset {param.storage_offset()}")
@@ -365,6 +392,23 @@ def summed(losses):
     return out
 
 
+def resembles(got, want, records, previous_records) -> str:
+    """What a wrongly all-gathered value holds instead, as a suffix for its failure line: stock's
+    value of another unshard this step or last step (another group's slot contents, a stale
+    landing), zeros, or the share of its elements that are right (a partly landed all-gather)."""
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return f" (dtype {got.dtype} shape {tuple(got.shape)} vs {want.dtype} {tuple(want.shape)})"
+    for when, recs in (("this step", records), ("the previous step", previous_records)):
+        for other, values in recs:
+            for j, v in enumerate(values):
+                if v.shape == got.shape and v.dtype == got.dtype and torch.equal(v, got):
+                    return f" (it equals stock's {other} param {j} of {when})"
+    if got.numel() and not torch.any(got != 0):
+        return " (all zeros)"
+    right = (got.view(-1) == want.view(-1)).float().mean().item() if got.numel() else 1.0
+    return f" ({100 * right:.1f}% of its elements right)"
+
+
 def run_case(case, world, rank, seed):
     started = time.perf_counter()
     torch.manual_seed(seed)
@@ -432,6 +476,7 @@ def run_case(case, world, rank, seed):
     last_counts = None
     terms = 0  # terms per gradient element since the last zero_grad, per rank
 
+    previous_records: list[tuple[str, list[torch.Tensor]]] = []
     for step in range(STEPS):
         if case == "f" and step == 3:
             saved = (copy.deepcopy(stock.state_dict()), copy.deepcopy(tide_model.state_dict()))
@@ -497,7 +542,9 @@ def run_case(case, world, rank, seed):
                 failures.append(f"step {step}: unshard of {name_t} where stock unsharded {name}")
             for i, (a, b) in enumerate(zip(vs, vt)):
                 if a.dtype != b.dtype or a.shape != b.shape or not torch.equal(a.view(-1).view(torch.uint8) if a.numel() else a, b.view(-1).view(torch.uint8) if b.numel() else b):
-                    failures.append(f"step {step}: {name} param {i} all-gathered differently")
+                    seen = resembles(b, a, cap_s.records, previous_records)
+                    failures.append(f"step {step}: {name} param {i} all-gathered differently{seen}")
+        previous_records = list(cap_s.records)
         failures.extend(f"step {step}: {p}" for p in cap_t.problems)
         cap_t.problems.clear()
 

@@ -289,6 +289,11 @@ void CudaSequenceRunner::State::enqueue_call(std::int64_t e,
   // The slot's generation (NOTE [CUDA call sequences] 3), before anything of the call.
   use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
   cuda_detail::launch_counter_add(generations + e % q, 1, caller);
+  if (place.call_tag_word >= 0) {  // NOTE [CUDA call sequences] 7
+    for (const int r : local_ranks)
+      cuda_detail::launch_counter_add(fabric.signals(r) + place.call_tag_word, place.call_tag,
+                                      caller);
+  }
   TIDE_CUDA_CHECK(cudaEventRecord(entry, caller));
   for (const int i : t.streams) {
     use_device_of(stream_rank[static_cast<std::size_t>(i)]);
@@ -328,14 +333,14 @@ void CudaSequenceRunner::State::enqueue_call(std::int64_t e,
 }
 
 void CudaSequenceRunner::State::order_after_previous(cudaStream_t caller) {
-  if (last_caller != nullptr && last_caller != caller)
-    TIDE_CUDA_CHECK(cudaStreamWaitEvent(caller, last_done, 0));
+  if (called && last_caller != caller) TIDE_CUDA_CHECK(cudaStreamWaitEvent(caller, last_done, 0));
 }
 
 void CudaSequenceRunner::State::mark_done(cudaStream_t caller) {
   use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
   TIDE_CUDA_CHECK(cudaEventRecord(last_done, caller));
   last_caller = caller;
+  called = true;
 }
 
 void CudaSequenceRunner::State::advance(std::vector<std::int64_t>& base, std::int64_t e) const {

@@ -195,9 +195,11 @@ struct CudaSequenceRunner::State {
   std::vector<std::int64_t> slot_period_additions;
   std::string no_graph_waits;  // why graphs cannot hold this sequence's waits (empty: they can)
   // Calls run one after another (NOTE [CUDA call sequences] 2): each records last_done on its
-  // caller stream, and a call on another caller stream first waits for it.
+  // caller stream, and a call on another caller stream first waits for it. The legacy default
+  // stream is nullptr, a caller stream like any other: `called` says whether one was seen.
   cudaEvent_t last_done = nullptr;
   cudaStream_t last_caller = nullptr;
+  bool called = false;
   // NOTE [CUDA call sequences] 5 (sequence_watch.cpp).
   std::unique_ptr<sequence_detail::Watch> watch;
   std::string repoint_failure;  // NOTE [CUDA call sequences] 3: the last reason
@@ -270,6 +272,7 @@ struct CudaSequenceRunner::State {
   }
   void set_up_abort_words();
   std::vector<std::string> aborted_ranks() const;
+  std::vector<std::uint64_t> call_tags() const;
   std::vector<std::int64_t> totals_before(std::int64_t e) const;
   std::vector<std::string> unsatisfied_waits(std::int64_t e) const;
   static void release_repoints(sequence_detail::SlotGraph& g);
