@@ -12,10 +12,11 @@ results.json and README.md under --out.
     python3 bench/memory/run.py --worlds 2 --depths 4 --repeats 1     # a quick look
 
 Figures per rank: model and shard bytes, TIDE's arena, the Sec. 5.4 bound of the same groups
-(computed by `tide memory --groups`, which also lays out the arena: the two must agree), peak
-RSS (CPU: the process's maximum resident set, TIDE's shared arena pages it touched included),
-or torch.cuda.max_memory_allocated + the arena (GPU, where the arena is outside torch's
-allocator).
+(computed by `tide memory --groups`, which also lays out the arena: the two must agree), and the
+peak: on CPU the private resident memory (sampled) plus the rank's own arena in full once it
+exists (NOTE [honest peak on CPU] in python/tide/demo/peak.py: the RSS counts a shared arena
+page in every rank that touched it), with the maximum RSS and the PSS at the end beside it; on
+GPUs torch.cuda.max_memory_allocated, plus the arena where it is outside torch's allocator.
 """
 
 from __future__ import annotations
@@ -48,11 +49,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(world: int, system: str, layers: int, model: str, steps: int, scratch: Path) -> list[dict]:
+def launch(world: int, system: str, layers: int, model: str, steps: int, scratch: Path,
+           mmap_threshold: int) -> list[dict]:
     dim, hidden, heads, precision = MODELS[model]
     out = scratch / f"{model}-{layers}-{world}-{system}"
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                WORLD_SIZE=str(world), OMP_NUM_THREADS="1", LOCAL_WORLD_SIZE=str(world))
+    if mmap_threshold:  # NOTE [malloc in the memory benchmark]
+        env["MALLOC_MMAP_THRESHOLD_"] = str(mmap_threshold)
     procs = [
         subprocess.Popen([sys.executable, str(HERE / "worker.py"), str(out), system, str(layers),
                           str(dim), str(hidden), str(heads), str(steps), precision],
@@ -72,7 +76,7 @@ def row_of(runs: list[list[dict]]) -> dict:
         return [max(r.get(key, 0) for r in ranks) for ranks in runs]
 
     first = runs[0][0]
-    peaks = per_repeat("peak_rss_bytes")
+    rss = per_repeat("peak_rss_bytes")
     row = {k: first[k] for k in ("system", "layers", "dim", "hidden", "precision", "world", "device")}
     row.update(
         model_bytes=first["model_bytes"],
@@ -80,8 +84,9 @@ def row_of(runs: list[list[dict]]) -> dict:
         arena_bytes=max(per_repeat("arena_bytes")),
         bound_bytes=max(per_repeat("bound_bytes")),
         tide_memory_agrees=all(r.get("tide_memory_arena_bytes", 0) == r["arena_bytes"] for ranks in runs for r in ranks),
-        peak_rss_bytes=statistics.median(peaks),
-        peak_rss_spread_bytes=[min(peaks), max(peaks)],
+        peak_rss_bytes=statistics.median(rss),
+        peak_rss_spread_bytes=[min(rss), max(rss)],
+        pss_bytes=statistics.median(per_repeat("pss_bytes")),
         losses=first["losses"],
         slots=first.get("slots"),
         groups_on_stock=first.get("groups_on_stock", {}),
@@ -92,8 +97,10 @@ def row_of(runs: list[list[dict]]) -> dict:
         row["cuda_reserved_bytes"] = statistics.median(per_repeat("cuda_reserved_bytes"))
         inside = all(r.get("arena_in_torch_allocator", False) for ranks in runs for r in ranks)
         row["peak_bytes"] = row["cuda_max_allocated_bytes"] + (0 if inside else row["arena_bytes"])
-    else:
-        row["peak_bytes"] = row["peak_rss_bytes"]
+    else:  # NOTE [honest peak on CPU]: private memory, plus the own arena once it exists
+        peaks = per_repeat("peak_bytes")
+        row["peak_bytes"] = statistics.median(peaks)
+        row["peak_spread_bytes"] = [min(peaks), max(peaks)]
     return row
 
 
@@ -101,19 +108,20 @@ def table(rows: list[dict]) -> list[str]:
     stock = {(r["layers"], r["dim"], r["world"]): r for r in rows if r["system"] == "stock"}
     lines = [
         "| model | layers | N | system | model MiB | shard MiB | TIDE arena MiB | Sec. 5.4 bound MiB "
-        "| peak MiB [min, max] | peak vs stock |",
-        "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| peak MiB [min, max] | peak vs stock | max RSS MiB | RSS vs stock |",
+        "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         base = stock[(r["layers"], r["dim"], r["world"])]
         name = "wide" if r["dim"] == MODELS["wide"][0] else "decoder"
-        spread = r["peak_rss_spread_bytes"]
+        spread = r.get("peak_spread_bytes", r["peak_rss_spread_bytes"])
         vs = (r["peak_bytes"] / base["peak_bytes"] - 1) * 100
+        rss_vs = (r["peak_rss_bytes"] / base["peak_rss_bytes"] - 1) * 100
         lines.append(
             f"| {name} | {r['layers']} | {r['world']} | {r['system']} | {r['model_bytes'] / MIB:.1f} "
             f"| {r['shard_bytes'] / MIB:.2f} | {r['arena_bytes'] / MIB:.2f} "
             f"| {r['bound_bytes'] / MIB:.2f} | {r['peak_bytes'] / MIB:.1f} [{spread[0] / MIB:.1f}, "
-            f"{spread[1] / MIB:.1f}] | {vs:+.1f}% |"
+            f"{spread[1] / MIB:.1f}] | {vs:+.1f}% | {r['peak_rss_bytes'] / MIB:.1f} | {rss_vs:+.1f}% |"
         )
     return lines
 
@@ -154,6 +162,15 @@ def main() -> None:
     parser.add_argument("--wide-layers", type=int, default=4)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
+    # NOTE [malloc in the memory benchmark]
+    # With glibc's dynamic mmap threshold, a freed tensor of a few MiB returns to malloc's heap,
+    # not to the OS, and how much of the heap stays resident depends on the order of frees: the
+    # same run's ranks differed by up to 125 MiB (10%) in peak RSS, more than TIDE's effect. A
+    # fixed threshold gives every tensor of 64 KiB or more its own mapping, unmapped when freed,
+    # so the resident set follows the live tensors (as torch.cuda.max_memory_allocated does on
+    # GPUs) and ranks agree within 1 MiB. Stock and TIDE run under the same setting.
+    parser.add_argument("--malloc-mmap-threshold", type=int, default=65536,
+                        help="MALLOC_MMAP_THRESHOLD_ for the workers, bytes (0: glibc's dynamic one)")
     parser.add_argument("--report-only", action="store_true",
                         help="rewrite README.md (and the goals) from --out's results.json")
     args = parser.parse_args()
@@ -169,7 +186,8 @@ def main() -> None:
         for world in args.worlds:
             for model, layers in configs:
                 for system in SYSTEMS:
-                    runs = [launch(world, system, layers, model, args.steps, Path(scratch)) for _ in range(args.repeats)]
+                    runs = [launch(world, system, layers, model, args.steps, Path(scratch),
+                                   args.malloc_mmap_threshold) for _ in range(args.repeats)]
                     rows.append(row_of(runs))
                     r = rows[-1]
                     print(f"{model} x{layers} N={world} {system:10s} arena {r['arena_bytes'] / MIB:7.2f} MiB "
@@ -181,6 +199,7 @@ def main() -> None:
         "seconds": round(time.time() - started),
         "repeats": args.repeats,
         "steps": args.steps,
+        "malloc_mmap_threshold": args.malloc_mmap_threshold,
         "goals": goals(rows),
         "rows": rows,
     }

@@ -9,7 +9,12 @@ nccl backend where the process sees a GPU). Writes one JSON line per rank to OUT
   bound_bytes     the Sec. 5.4 bound of the same groups, from `tide memory --groups`
   tide_memory_arena_bytes  the arena `tide memory` lays out for those groups (must equal
                   arena_bytes: the runtime and the CLI share one layout function)
-  peak_rss_bytes  ru_maxrss at the end (CPU; the arena's shared pages this rank touched are in it)
+  peak_bytes      CPU: max(private peak before the arena, private peak with it + arena_bytes)
+                  (NOTE [honest peak on CPU] in tide/demo/peak.py), with its parts
+                  peak_private_before_shared_bytes, peak_private_with_shared_bytes and
+                  peak_private_bytes (the private peak over the run)
+  peak_rss_bytes  ru_maxrss at the end (CPU; the arena's shared pages this rank touched, its
+                  peers' included, are in it), peak_shmem_bytes, pss_bytes (at the end)
   cuda_max_allocated_bytes, cuda_reserved_bytes  (GPU)
   losses, slots (per group), copies_made (per group, by kind)
 """
@@ -18,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -28,6 +32,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from tide.demo.model import Config, Decoder, batch
+from tide.demo.peak import PeakMeter, peak_bytes
 from tide.demo.teardown import end_distributed_run
 
 
@@ -84,15 +89,27 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     if use_cuda:
         torch.cuda.reset_peak_memory_stats(device)
+    timeline = os.environ.get("TIDE_MEMORY_TIMELINE")  # a path: this rank's samples, for reading
+    meter = PeakMeter(timeline=bool(timeline))
+    for name, module in model.named_modules():  # samples at forward boundaries, besides the thread
+        module.register_forward_pre_hook(lambda *_, n=name: meter.sample(f"fwd> {n}"))
+        module.register_forward_hook(lambda *_, n=name: meter.sample(f"fwd< {n}"))
     losses = []
     for step in range(steps):
         loss = model.loss(batch(cfg, 2, step, rank, device))
+        meter.sample(f"step {step} backward")
         loss.backward()
+        meter.sample(f"step {step} optimizer")
         optimizer.step()
+        meter.sample(f"step {step} zero_grad")
         optimizer.zero_grad()
         losses.append(loss.item())
     if use_cuda:
         torch.cuda.synchronize(device)
+    peak = meter.stop()
+    if timeline:
+        with open(f"{timeline}.rank{rank}", "w") as f:
+            json.dump(meter.timeline, f)
     result = {
         "rank": rank,
         "world": world,
@@ -104,7 +121,8 @@ def main() -> None:
         "precision": mp,
         "model_bytes": model_bytes,
         "shard_bytes": shard_bytes,
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        **peak,
+        "peak_bytes": peak_bytes(peak, 0),
         "losses": losses,
         "arena_bytes": 0,
     }
@@ -117,6 +135,7 @@ def main() -> None:
         memory = tide.fsdp.memory(model)
         rows = tide.fsdp.report(model)
         result["arena_bytes"] = memory["arena_bytes"]
+        result["peak_bytes"] = peak_bytes(peak, memory["arena_bytes"])
         result["arena_in_torch_allocator"] = all(c.get("in_torch_allocator") for c in memory["communicators"])
         result["arena"] = memory["communicators"]
         result["slots"] = {r["group"]: r["slot"] for r in rows}

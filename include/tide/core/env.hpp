@@ -43,6 +43,7 @@ inline constexpr EnvKnob kEnvKnobs[] = {
   {"TIDE_FUZZ_RUNS", "200", "random argument sets tests/cli/test_cli_fuzz.py runs"},
   {"TIDE_PARITY_CASES", "abcdefghijklmno", "the FSDP2 parity cases fsdp_parity_worker.py runs, one letter each"},
   {"TIDE_IPC_RESULTS", "unset", "a directory: tests/python/test_fsdp_ipc_gpu.py writes one JSON row per parity run there (scripts/device/ipc.sh sets it)"},
+  {"TIDE_MEMORY_TIMELINE", "unset", "a path prefix: bench/memory/worker.py writes each rank's memory samples (seconds, label, anonymous, file, shared bytes) to PREFIX.rank<r>, to see where the peak is"},
   {"TIDE_PARITY_MODE", "in-place", "the TIDE mode (in-place or slot-reuse) fsdp_parity_worker.py enables"},
   {"TIDE_PARITY_REFERENCE", "0", "1 (diagnosis): fsdp_parity_worker.py also checks every unshard of both models against a CPU all-gather of the shards, so that a mismatch says which side is wrong"},
   {"TIDE_PARITY_DEVICE", "cpu", "cuda runs the FSDP2 parity run on GPUs (NCCL) instead of the CPU (gloo); cuda-shared puts every rank on GPU 0 (gloo with CUDA tensors for stock, the ipc backend for TIDE)"},

@@ -12,7 +12,6 @@ import argparse
 import dataclasses
 import json
 import os
-import resource
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from .model import LLAMA_3_1_70B, Config, Decoder, batch
+from .peak import PeakMeter, peak_bytes
 from .teardown import end_distributed_run
 
 DEMO = Config(vocab=512, dim=128, layers=4, heads=4, hidden=347, seq=64)
@@ -52,11 +52,12 @@ def config(args) -> Config:
     return cfg
 
 
-def _peak_memory_bytes(device: torch.device, arena: int) -> int:
-    """torch's peak plus TIDE's arena where torch's allocator does not hold it (GPUs); the RSS."""
+def _peak_memory_bytes(device: torch.device, arena: int, figures: dict) -> int:
+    """torch's peak plus TIDE's arena where torch's allocator does not hold it (GPUs); on CPU the
+    private peak plus the arena once it exists (NOTE [honest peak on CPU], peak.py)."""
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device)) + arena
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    return peak_bytes(figures, arena)
 
 
 def _backend(tide_run: bool, use_cuda: bool, shared: bool, report: list) -> str:
@@ -101,6 +102,7 @@ def main(argv=None) -> None:
         report = tide.fsdp.enable(model, mode=args.mode)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
 
+    meter = PeakMeter() if not use_cuda else None
     losses, times, avoided = [], [], []
     for step in range(args.steps):
         tokens = batch(cfg, args.batch, step, rank, device)
@@ -125,6 +127,7 @@ def main(argv=None) -> None:
         if rank == 0:
             print(f"  [{'tide' if args.tide else 'stock'}] step {step + 1}/{args.steps} loss {losses[-1]:.4f}", flush=True)
 
+    figures = meter.stop() if meter is not None else {}
     if args.tide:
         import tide.fsdp  # noqa: PLC0415
 
@@ -136,7 +139,7 @@ def main(argv=None) -> None:
         arena = outside = 0
         memory = {}
     peaks: list = [None] * world
-    dist.all_gather_object(peaks, _peak_memory_bytes(device, outside))
+    dist.all_gather_object(peaks, _peak_memory_bytes(device, outside, figures))
     per_step = [b - a for a, b in zip([0] + avoided[:-1], avoided)]
     if rank == 0:
         out = Path(args.out)
