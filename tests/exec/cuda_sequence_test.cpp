@@ -23,6 +23,7 @@
 #include "kernels/gpu_test_util.hpp"
 #include "sequence_test_kernels.hpp"
 #include "sequence_test_util.hpp"
+#include "slot_policy_model.hpp"
 #include "tide/core/arithmetic.hpp"
 #include "tide/core/collective_reference.hpp"
 #include "tide/core/error.hpp"
@@ -257,19 +258,24 @@ class RsGraphs : public ::testing::TestWithParam<std::tuple<Topo, bool, RsSubSli
 // rows, and a gradient piece whose rows are contiguous in the caller's tensor can still land
 // in strided staging rows (seed 636197128 at 1 x 4: 3 rows of 6 bytes into a pitch of 8);
 // per rank every such copy is 1-D (NOTE [sub-slice geometry]).
-bool reads_gradients_in_2d(const CallSequence& seq) {
+bool template_reads_in_2d(const program::CallTemplate& t) {
   const auto caller = [](const program::Region& r) {
     return r.buffer.space == program::Space::kTensor || r.buffer.space == program::Space::kOutput;
   };
   const auto contiguous = [](const program::Region& r) {
     return r.rows <= 1 || r.pitch == r.width;
   };
+  for (const program::Op& op : t.program.ops)
+    for (const program::CopyDescriptor& c : program::copies_of(op))
+      if (c.src.bytes() > 0 && (caller(c.src) || caller(c.dst)) &&
+          !(contiguous(c.src) && contiguous(c.dst)))
+        return true;
+  return false;
+}
+
+bool reads_gradients_in_2d(const CallSequence& seq) {
   for (const program::CallTemplate& t : seq.templates)
-    for (const program::Op& op : t.program.ops)
-      for (const program::CopyDescriptor& c : program::copies_of(op))
-        if (c.src.bytes() > 0 && (caller(c.src) || caller(c.dst)) &&
-            !(contiguous(c.src) && contiguous(c.dst)))
-          return true;
+    if (template_reads_in_2d(t)) return true;
   return false;
 }
 
@@ -317,6 +323,81 @@ TEST_P(RsGraphs, FreshPointersReplayRepointedGraphs) {
   for (int e = 0; e < calls; ++e)
     h.expect_equal(*data[static_cast<std::size_t>(e)], "call " + std::to_string(e));
 }
+
+// NOTE [slot graph policy]: captures vs replays over a call pattern of fresh and unchanged
+// pointers. Calls go in rounds of Q (one call per event slot); every call of round r binds
+// buffer set kRounds[r] = A A B A C C A D D D D D A. Where a slot cannot re-point (the case's
+// repoint_graphs off, or its template copies caller memory in 2-D) it runs, per slot:
+//   A stream (first visit), A capture, B stream (the graph of A kept), A replay, C stream,
+//   C stream (2 in a row: a second capture needs 4), A replay, D D D stream, D capture (4 in
+//   a row: the graph of A replaced), D replay, A stream (the graph now holds D):
+//   2 captures, 3 replays, 8 stream calls per slot, so graph_captures() = 2 Q and
+//   graph_launches() = 5 Q. (Before the policy every fresh call dropped the graph and the
+//   next unchanged call re-captured it.) Where it can re-point: A stream, A capture, then
+//   every call a replay (re-pointed where the set differs from the slot's previous call's):
+//   1 capture, 11 replays (6 re-pointed) per slot. The expected counts come from the host
+//   model (slot_policy_model.hpp, checked on the CPU by sequence_slot_policy_test.cpp) with
+//   each slot's template: Q = event_slots() slots, slot j runs template j mod P. Every
+//   call's output must match the definition bitwise.
+class RsSlotPolicy
+    : public ::testing::TestWithParam<std::tuple<Topo, RsSubSlices, bool /*repoint_graphs*/>> {};
+
+TEST_P(RsSlotPolicy, CapturesAndReplaysOverFreshAndUnchangedPointers) {
+  TIDE_REQUIRE_GPU();
+  const auto [topo, geometry, repoint] = GetParam();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  CudaSequenceOptions options;
+  options.repoint_graphs = repoint;
+  RsHarness h(topo, seed, options, false, false, geometry);
+  const int q = h.runner().event_slots();
+  const std::vector<int> rounds{0, 0, 1, 0, 2, 2, 0, 3, 3, 3, 3, 3, 0};
+  const float alpha = 0.5f;
+  std::vector<std::unique_ptr<RsBuffers>> sets;
+  for (int k = 0; k < 4; ++k)
+    sets.push_back(h.buffers());
+  std::vector<SlotModel> model(static_cast<std::size_t>(q));
+  for (int j = 0; j < q; ++j) {
+    const program::CallTemplate& t =
+        h.sequence().templates[static_cast<std::size_t>(j % h.sequence().period)];
+    model[static_cast<std::size_t>(j)].may_repoint = repoint && !template_reads_in_2d(t);
+  }
+  Stream caller;
+  std::vector<std::unique_ptr<RsCallData>> data;
+  for (const int set : rounds) {
+    for (int j = 0; j < q; ++j) {
+      data.push_back(h.data(alpha));
+      h.step(*sets[static_cast<std::size_t>(set)], *data.back(), alpha, caller.get());
+      model[static_cast<std::size_t>(j)].call(set);
+    }
+  }
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
+  int captures = 0, launches = 0, repoints = 0;
+  for (const SlotModel& m : model) {
+    captures += m.captures;
+    launches += m.launches();
+    repoints += m.repoints;
+  }
+  const std::string why = "repoint_failure: '" + h.runner().repoint_failure() + "'";
+  EXPECT_EQ(h.runner().calls(), static_cast<std::int64_t>(rounds.size()) * q);
+  EXPECT_EQ(h.runner().graph_captures(), captures) << why;
+  EXPECT_EQ(h.runner().graph_launches(), launches) << why;
+  EXPECT_EQ(h.runner().repointed_launches(), repoints) << why;
+  if (!repoint) {  // the hand count above
+    EXPECT_EQ(captures, 2 * q);
+    EXPECT_EQ(launches, 5 * q);
+  }
+  for (std::size_t e = 0; e < data.size(); ++e)
+    h.expect_equal(*data[e], "call " + std::to_string(e));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, RsSlotPolicy,
+    ::testing::Values(std::make_tuple(Topo{2, 2}, RsSubSlices::kNodeContiguous, false),
+                      std::make_tuple(Topo{1, 4}, RsSubSlices::kPerRank, false),
+                      std::make_tuple(Topo{2, 2}, RsSubSlices::kAcrossRanks, true),
+                      std::make_tuple(Topo{3, 2}, RsSubSlices::kAcrossRanks, true),
+                      std::make_tuple(Topo{1, 4}, RsSubSlices::kPerRank, true)));
 
 INSTANTIATE_TEST_SUITE_P(
     Topologies, RsGraphs,

@@ -58,7 +58,11 @@
 //    counter totals and call index.
 // 3. Slot graphs (CudaSequenceOptions::replay_graphs, on by default): on the second visit of
 //    event slot j = e mod Q the call is captured once into that slot's graph and launched on
-//    the caller stream; every later call of the slot launches it. Waits in a graph cannot
+//    the caller stream; every later call of the slot launches it, as it is or re-pointed.
+//    Where fresh bindings cannot be re-pointed, the slot keeps its graph for calls that bind
+//    what it holds and re-captures only for bindings that recur 2, 4, 8, ... calls in a row
+//    (NOTE [slot graph policy] in src/exec/cuda/sequence_slot_policy.hpp); graph_captures()
+//    counts the captures, graph_launches() captures and replays. Waits in a graph cannot
 //    keep host-computed thresholds: a captured cuStreamWaitValue64 keeps the threshold it was
 //    captured with (with cumulative counters every later replay's wait is met and orders
 //    nothing), and explicit batch-mem-op nodes, though they can be re-targeted, cost
@@ -93,9 +97,11 @@
 //    kernels with the parameters their launcher computes for the new bindings (the launches
 //    captured on a scratch stream, each node's parameters set into the slot graph with
 //    cudaGraphExecKernelNodeSetParams, which may change the kernel instance), then launches.
-//    A capture where some such op did not become exactly one node of the expected type, or a
-//    node update the driver refuses, sends the slot back to the stream path for calls with
-//    fresh bindings (it still replays unchanged ones), and repoint_failure() says why. On
+//    A template that copies caller memory in 2-D (known at construction), a capture where some
+//    such op did not become exactly one node of the expected type, or a node update the
+//    driver refuses (the graph then goes: its nodes hold two calls' bindings), sends the
+//    slot's calls with fresh bindings to the stream path (it still replays unchanged ones,
+//    NOTE [slot graph policy]), and repoint_failure() says why. On
 //    the H200 (driver 580, CUDA 13.0) this is every TIDE-RS slot whose copies read gradients
 //    in 2-D (strided rows): CUDA updates only 1-D copy nodes, and a 2-D copy captured as its
 //    own child graph is refused as well (cudaErrorGraphExecUpdateFailure), so fresh TIDE-RS
@@ -338,13 +344,19 @@ class CudaSequenceRunner {
   // from it on; calls before it completed before the release); -1 before.
   std::int64_t first_void_call() const;
 
-  std::int64_t calls() const;           // calls enqueued (or replayed) so far
-  int event_slots() const;              // Q
-  std::int64_t graph_launches() const;  // calls run as the runner's own graphs
+  std::int64_t calls() const;  // calls enqueued (or replayed) so far
+  int event_slots() const;     // Q
+  // Calls run as launches of the runner's own slot graphs: captures (a call captured, then
+  // launched) and replays (re-pointed or not) together.
+  std::int64_t graph_launches() const;
+  // Of those, the captures: slot graphs captured and instantiated (NOTE [slot graph policy]).
+  // Replays are graph_launches() - graph_captures(); the other calls ran on the stream path.
+  std::int64_t graph_captures() const;
   // Caller-pointer nodes (copies, kernels, memsets) patched so far by fresh calls replayed
   // as graphs (NOTE [CUDA call sequences] 3), and the calls that were.
   std::int64_t nodes_repointed() const;
-  // Why the last slot graph that could not be re-pointed could not (empty when none failed).
+  // Why slot graphs cannot be re-pointed: from construction where a template copies caller
+  // memory in 2-D, else the last capture or node update that failed (empty when none did).
   std::string repoint_failure() const;
   // Why this sequence's calls cannot run in graphs (empty when they can; NOTE [CUDA call
   // sequences] 3).

@@ -419,40 +419,12 @@ void CudaSequenceRunner::enqueue_checked(std::span<const CudaCallBindings> bindi
   if (status != cudaStreamCaptureStatusNone) {
     throw InvalidArgument("CudaSequenceRunner: the caller stream's capture was invalidated");
   }
-  if (s.options.replay_graphs) {
-    // NOTE [CUDA call sequences] 3: the slot's graph, captured on its second visit (or its
-    // second with the same bindings, where fresh bindings cannot be patched in), replayed
-    // where the bindings changed, with their nodes re-pointed; its waits follow on the device.
-    sequence_detail::SlotGraph& g = s.graphs[static_cast<std::size_t>(s.call % s.q)];
-    const bool same = s.same_as_last(g, bindings, alpha, accumulate);
-    const bool may_repoint = s.options.repoint_graphs && !g.repoint_failed;
-    bool ready = false;
-    if (g.exec != nullptr) {
-      if (same) {
-        ready = true;
-      } else if (may_repoint && s.repoint(g, bindings, alpha, accumulate)) {
-        ready = true;
-        ++s.repointed_launches;
-      } else if (may_repoint) {
-        g.repoint_failed = true;  // from now on this slot replays only unchanged bindings
-      }
-    } else if (g.seen && (same || may_repoint)) {
-      s.capture_slot(g, bindings, alpha, accumulate);
-      ready = true;
-    }
-    if (ready) {
-      s.order_after_previous(caller);
-      TIDE_CUDA_CHECK(cudaGraphLaunch(g.exec, caller));
-      s.mark_done(caller);
-      s.watch_call(s.call, caller);
-      ++s.graph_launches;
-      if (!same) s.remember(g, bindings, alpha, accumulate);
-      s.advance(s.totals, s.call);
-      ++s.call;
-      return;
-    }
-    State::drop(g);
-    s.remember(g, bindings, alpha, accumulate);
+  // NOTE [CUDA call sequences] 3, NOTE [slot graph policy]: the slot's graph, replayed,
+  // re-pointed or captured, where the policy says so; its waits follow on the device.
+  if (s.options.replay_graphs && s.run_slot_graph(bindings, alpha, accumulate, caller)) {
+    s.advance(s.totals, s.call);
+    ++s.call;
+    return;
   }
   s.order_after_previous(caller);
   s.enqueue_call(s.call, bindings, alpha, accumulate, caller, s.totals, nullptr);

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "cuda_driver.hpp"
+#include "sequence_slot_policy.hpp"
 #include "sequence_state.hpp"
 #include "tide/core/error.hpp"
 #include "tide/cuda/check.hpp"
@@ -19,39 +20,41 @@ using sequence_detail::Repoint;
 using sequence_detail::SeqOp;
 using sequence_detail::SlotGraph;
 
-bool CudaSequenceRunner::State::same_as_last(const SlotGraph& g,
-                                             std::span<const CudaCallBindings> bindings,
-                                             float alpha, bool accumulate) const {
-  if (!g.seen || g.alpha != alpha || g.accumulate != accumulate) return false;
+bool CudaSequenceRunner::State::same_as(const sequence_detail::SlotBindings& last,
+                                        std::span<const CudaCallBindings> bindings, float alpha,
+                                        bool accumulate) const {
+  if (!last.set || last.alpha != alpha || last.accumulate != accumulate) return false;
   for (const int r : local_ranks) {
     const CudaCallBindings& b = bindings[static_cast<std::size_t>(r)];
-    if (b.output != g.outputs[static_cast<std::size_t>(r)]) return false;
-    if (b.tensors != g.tensors[static_cast<std::size_t>(r)]) return false;
+    if (b.output != last.outputs[static_cast<std::size_t>(r)]) return false;
+    if (b.tensors != last.tensors[static_cast<std::size_t>(r)]) return false;
   }
   return true;
 }
 
-void CudaSequenceRunner::State::remember(SlotGraph& g, std::span<const CudaCallBindings> bindings,
-                                         float alpha, bool accumulate) const {
-  g.seen = true;
-  g.alpha = alpha;
-  g.accumulate = accumulate;
-  g.tensors.assign(static_cast<std::size_t>(ranks), {});
-  g.outputs.assign(static_cast<std::size_t>(ranks), nullptr);
+void CudaSequenceRunner::State::remember(sequence_detail::SlotBindings& last,
+                                         std::span<const CudaCallBindings> bindings, float alpha,
+                                         bool accumulate) const {
+  last.set = true;
+  last.alpha = alpha;
+  last.accumulate = accumulate;
+  last.tensors.assign(static_cast<std::size_t>(ranks), {});
+  last.outputs.assign(static_cast<std::size_t>(ranks), nullptr);
   for (const int r : local_ranks) {
-    g.tensors[static_cast<std::size_t>(r)] = bindings[static_cast<std::size_t>(r)].tensors;
-    g.outputs[static_cast<std::size_t>(r)] = bindings[static_cast<std::size_t>(r)].output;
+    last.tensors[static_cast<std::size_t>(r)] = bindings[static_cast<std::size_t>(r)].tensors;
+    last.outputs[static_cast<std::size_t>(r)] = bindings[static_cast<std::size_t>(r)].output;
   }
 }
 
-// An executable graph still in flight is freed by the driver when it completes.
+// An executable graph still in flight is freed by the driver when it completes. The slot's
+// last bindings, run and capture count stay (NOTE [slot graph policy]).
 void CudaSequenceRunner::State::drop(SlotGraph& g) {
   if (g.exec != nullptr) (void)cudaGraphExecDestroy(g.exec);
   if (g.graph != nullptr) (void)cudaGraphDestroy(g.graph);
   g.exec = nullptr;
   g.graph = nullptr;
   release_repoints(g);
-  g.seen = false;
+  g.held = {};
 }
 
 void CudaSequenceRunner::State::release_repoints(SlotGraph& g) {
@@ -81,6 +84,55 @@ void CudaSequenceRunner::State::capture_slot(SlotGraph& g,
   g.repointable = repointable;
   TIDE_CUDA_CHECK(cudaStreamEndCapture(origin, &g.graph));
   TIDE_CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
+  ++g.captures;
+  ++graph_captures;
+  remember(g.held, bindings, alpha, accumulate);
+}
+
+// NOTE [slot graph policy]: the call's step for its slot, and the launch where it is one.
+bool CudaSequenceRunner::State::run_slot_graph(std::span<const CudaCallBindings> bindings,
+                                               float alpha, bool accumulate, cudaStream_t caller) {
+  const auto slot = static_cast<std::size_t>(call % q);
+  SlotGraph& g = graphs[slot];
+  sequence_detail::SlotView v;
+  v.graph = g.exec != nullptr;
+  v.graph_same = v.graph && same_as(g.held, bindings, alpha, accumulate);
+  v.seen = g.last.set;
+  g.run = same_as(g.last, bindings, alpha, accumulate) ? g.run + 1 : 1;
+  if (g.run > 1 << 30) g.run = 1 << 30;  // capture_run() never asks for more
+  v.run = g.run;
+  v.captures = g.captures;
+  const bool repointable =
+      v.graph ? g.repointable
+              : template_repointable[static_cast<std::size_t>(call % sequence.period)] != 0;
+  v.may_repoint = options.repoint_graphs && !g.repoint_failed && repointable;
+  remember(g.last, bindings, alpha, accumulate);
+  switch (sequence_detail::slot_step(v)) {
+    case sequence_detail::SlotStep::kReplay:
+      break;
+    case sequence_detail::SlotStep::kRepoint:
+      if (!repoint(g, bindings, alpha, accumulate)) {
+        // Some nodes may hold this call's bindings already, others the last: the graph goes.
+        g.repoint_failed = true;
+        drop(g);
+        return false;
+      }
+      ++repointed_launches;
+      remember(g.held, bindings, alpha, accumulate);
+      break;
+    case sequence_detail::SlotStep::kCapture:
+      drop(g);
+      capture_slot(g, bindings, alpha, accumulate);
+      break;
+    case sequence_detail::SlotStep::kStream:
+      return false;
+  }
+  order_after_previous(caller);
+  TIDE_CUDA_CHECK(cudaGraphLaunch(g.exec, caller));
+  mark_done(caller);
+  watch_call(call, caller);
+  ++graph_launches;
+  return true;
 }
 
 // Patches the nodes of the slot's graph whose bindings differ from its last call's: 1-D copies,
@@ -89,7 +141,7 @@ void CudaSequenceRunner::State::capture_slot(SlotGraph& g,
 // parameters their launcher computes for the new bindings (repoint_kernels).
 bool CudaSequenceRunner::State::repoint(SlotGraph& g, std::span<const CudaCallBindings> bindings,
                                         float alpha, bool accumulate) {
-  if (!g.repointable || g.exec == nullptr) {
+  if (!g.repointable || g.exec == nullptr) {  // slot_step() asks only where it is
     if (repoint_failure.empty()) repoint_failure = "the slot graph was captured not repointable";
     return false;
   }
@@ -97,11 +149,12 @@ bool CudaSequenceRunner::State::repoint(SlotGraph& g, std::span<const CudaCallBi
   std::vector<char> changed(static_cast<std::size_t>(ranks), 0);
   for (const int r : local_ranks) {
     const CudaCallBindings& b = bindings[static_cast<std::size_t>(r)];
-    changed[static_cast<std::size_t>(r)] = b.output != g.outputs[static_cast<std::size_t>(r)] ||
-                                           b.tensors != g.tensors[static_cast<std::size_t>(r)];
+    changed[static_cast<std::size_t>(r)] =
+        b.output != g.held.outputs[static_cast<std::size_t>(r)] ||
+        b.tensors != g.held.tensors[static_cast<std::size_t>(r)];
   }
-  const bool alpha_changed = alpha != g.alpha;
-  const bool accumulate_changed = accumulate != g.accumulate;
+  const bool alpha_changed = alpha != g.held.alpha;
+  const bool accumulate_changed = accumulate != g.held.accumulate;
   std::vector<const Repoint*> kernel_nodes;
   for (const Repoint& rp : g.repoints) {
     const SeqOp& m = t.ops[rp.op];

@@ -324,6 +324,21 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
   s.templates.resize(sequence.templates.size());
   for (std::size_t t = 0; t < sequence.templates.size(); ++t)
     s.map_template(sequence.templates[t], s.templates[t]);
+  // NOTE [slot graph policy]: a template that copies caller memory in 2-D cannot re-point (the
+  // same rule enqueue_op applies at capture), so its slots capture only unchanged calls.
+  for (const sequence_detail::Template& t : s.templates) {
+    bool repointable = true;
+    for (const SeqOp& m : t.ops) {
+      if (m.empty || (m.kind != OpKind::kCopy && m.kind != OpKind::kRailPut)) continue;
+      for (const Copy& c : m.copies)
+        if (!c.flat &&
+            (c.dst.slot != sequence_detail::kFixed || c.src.slot != sequence_detail::kFixed))
+          repointable = false;
+    }
+    s.template_repointable.push_back(repointable ? 1 : 0);
+    if (!repointable && s.options.replay_graphs && s.options.repoint_graphs)
+      s.repoint_failure = "copy: a 2-D copy of caller memory (CUDA updates only 1-D copy nodes)";
+  }
   s.totals.assign(static_cast<std::size_t>(s.ranks) * static_cast<std::size_t>(s.counters), 0);
   // Graph waits spin in kernels, at most one per stream at a time, and each waits for work
   // that may itself be a kernel; a device runs at most 128 grids at once (sm_90), so a
@@ -405,6 +420,10 @@ int CudaSequenceRunner::event_slots() const {
 std::int64_t CudaSequenceRunner::graph_launches() const {
   std::lock_guard lock(state_->mutex);
   return state_->graph_launches;
+}
+std::int64_t CudaSequenceRunner::graph_captures() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->graph_captures;
 }
 std::string CudaSequenceRunner::graphs_unavailable() const {
   return state_->no_graph_waits;  // fixed at construction

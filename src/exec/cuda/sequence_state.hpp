@@ -123,13 +123,21 @@ struct Capture {
   bool repointable = true;  // every such node was found (one node per copy / launch)
 };
 
-// A replay graph of one event slot (NOTE [CUDA call sequences] 3).
-struct SlotGraph {
-  bool seen = false;  // `bindings` hold the slot's last call's
+// What a call binds on the local ranks (NOTE [slot graph policy]).
+struct SlotBindings {
+  bool set = false;  // the fields hold a call's
   std::vector<std::vector<const void*>> tensors;
   std::vector<void*> outputs;
   float alpha = 1.0f;
   bool accumulate = false;
+};
+
+// A replay graph of one event slot (NOTE [CUDA call sequences] 3, NOTE [slot graph policy]).
+struct SlotGraph {
+  SlotBindings last;  // the slot's last call's bindings
+  int run = 0;        // consecutive calls of the slot that bound `last` (the last one included)
+  int captures = 0;   // graphs captured for the slot so far
+  SlotBindings held;  // what the graph's nodes hold (set while `exec` is)
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   std::vector<Repoint> repoints;
@@ -164,6 +172,9 @@ struct CudaSequenceRunner::State {
   cudaEvent_t entry = nullptr;
   std::vector<cudaEvent_t> events;  // (slot * ranks + rank) * events_per_call + id
   std::vector<sequence_detail::Template> templates;
+  // Per template: no copy of caller memory is 2-D, so its slot graphs may re-point (NOTE
+  // [CUDA call sequences] 3: CUDA updates only 1-D copy nodes); known at construction.
+  std::vector<char> template_repointable;
   // NOTE [CUDA call sequences] 6: guards every member that calls change (enqueue, capture
   // records, replays, graphs, the counts below), so that calls may come from several host
   // threads. Never held while waiting for the device; the watch has its own lock.
@@ -187,7 +198,8 @@ struct CudaSequenceRunner::State {
   // Replay graphs, per event slot, and the stream they are captured from.
   std::vector<sequence_detail::SlotGraph> graphs;
   cudaStream_t origin = nullptr;
-  std::int64_t graph_launches = 0;
+  std::int64_t graph_launches = 0;  // captures, replays and re-pointed replays
+  std::int64_t graph_captures = 0;  // slot graphs captured and instantiated
   // Graph waits (NOTE [CUDA call sequences] 3): per event slot, a device word counting the
   // slot's calls (on the first local rank's device), and what Q consecutive calls add to
   // each counter (rank * counters + id).
@@ -247,10 +259,14 @@ struct CudaSequenceRunner::State {
   void check_bindings(std::span<const CudaCallBindings> bindings) const;
 
   // Replay graphs.
-  bool same_as_last(const sequence_detail::SlotGraph& g, std::span<const CudaCallBindings> bindings,
-                    float alpha, bool accumulate) const;
-  void remember(sequence_detail::SlotGraph& g, std::span<const CudaCallBindings> bindings,
+  bool same_as(const sequence_detail::SlotBindings& b, std::span<const CudaCallBindings> bindings,
+               float alpha, bool accumulate) const;
+  void remember(sequence_detail::SlotBindings& b, std::span<const CudaCallBindings> bindings,
                 float alpha, bool accumulate) const;
+  // The slot graph step of a call outside any capture (NOTE [slot graph policy]): true where
+  // the call ran as a launch of its slot's graph, false where it must take the stream path.
+  bool run_slot_graph(std::span<const CudaCallBindings> bindings, float alpha, bool accumulate,
+                      cudaStream_t caller);
   void capture_slot(sequence_detail::SlotGraph& g, std::span<const CudaCallBindings> bindings,
                     float alpha, bool accumulate);
   // Fresh bindings into the slot's graph: false (nothing launched, the graph to be dropped)
