@@ -14,6 +14,7 @@
 #include "tide/core/error.hpp"
 #include "tide/core/layout.hpp"
 #include "tide/core/memory_model.hpp"
+#include "tide/core/rs_defaults.hpp"
 #include "tide/core/rs_plan.hpp"
 #include "tide/program/communicator_arena.hpp"
 
@@ -95,7 +96,7 @@ program::CommunicatorArena groups_arena(const MemoryArgs& a) {
     ao.mixed_precision_cast = a.cast;
     ao.staged_shards = !a.cast;  // as tide.fsdp registers its groups
     ag.emplace_back(layouts.back(), ao);
-    plans.emplace_back(layouts.back(), rs);
+    plans.emplace_back(layouts.back(), with_solver_defaults(rs, layouts.back()));  // as the runtime
     groups.push_back({&ag.back(), &plans.back(), slots[g]});
   }
   return program::communicator_arena(groups);

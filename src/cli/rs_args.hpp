@@ -35,7 +35,8 @@ struct RsArgs {
     cmd.add_option("--staging-slots", staging_slots, "Level 1 staging slots n_stg")
         ->capture_default_str();
     cmd.add_option("--chunk-bytes", chunk_bytes,
-                   "Level 1 staging slot size in bytes (0: a whole sub-slice part)")
+                   "Level 1 staging slot size in bytes (0: the sizing solver's default, the "
+                   "n_stg slots within one fp32 block; rs_defaults.hpp)")
         ->capture_default_str();
     cmd.add_option("--mode", mode, "TIDE-RS memory mode: in-place or slot-reuse")
         ->capture_default_str();
@@ -64,9 +65,11 @@ struct RsArgs {
     }
     if (rounds_in_flight > 0) {
       o.rounds_in_flight = rounds_in_flight;  // an explicit value wins
+      if (o.staging_chunk_elems == 0)
+        o.staging_chunk_elems = default_staging_chunk_elems(layout, o);
       return o;
     }
-    return with_default_rounds_in_flight(o, layout);
+    return with_solver_defaults(o, layout);  // d and, without --chunk-bytes, the staging chunk
   }
 };
 

@@ -1,6 +1,7 @@
-// The reduce-scatter's default rounds in flight from the sizing solver (App. G). See the header.
+// The reduce-scatter's defaults from the sizing solver (App. G, Sec. 6.3). See the header.
 #include "tide/core/rs_defaults.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "tide/core/dtype.hpp"
@@ -39,11 +40,31 @@ RsPacing default_rs_pacing(const Topology& topology, int grad_bytes, std::int64_
   return pacing;
 }
 
-RsOptions with_default_rounds_in_flight(RsOptions options, const GroupLayout& layout) {
+std::int64_t default_staging_chunk_elems(const GroupLayout& layout, const RsOptions& options) {
+  RsOptions whole = options;
+  whole.staging_chunk_elems = 0;  // a whole pass part: E_pass
+  const RsPlan plan(layout, whole);
+  const std::int64_t pass = plan.pass_elems();
+  const std::int64_t vec = options.vector_elems;
+  // p R: staging bytes per column, n_stg slots of L - 1 contributions of R rows.
+  const std::int64_t per_column = std::int64_t{options.staging_slots} *
+                                  (layout.topology().gpus_per_node() - 1) * plan.block_rows() *
+                                  static_cast<std::int64_t>(item_bytes(layout.grad_dtype()));
+  if (per_column == 0) return pass;  // L = 1: nothing is staged
+  const std::int64_t c_pack = std::max(vec, layout.pack_buffer_bytes() / per_column / vec * vec);
+  if (c_pack >= pass) return pass;
+  const std::int64_t chunks = (pass + c_pack - 1) / c_pack;
+  return std::min(c_pack, ((pass + chunks - 1) / chunks + vec - 1) / vec * vec);
+}
+
+RsOptions with_solver_defaults(RsOptions options, const GroupLayout& layout) {
   options.rounds_in_flight =
       default_rs_pacing(layout.topology(), static_cast<int>(item_bytes(layout.grad_dtype())),
                         layout.grad_shard_bytes(), options.round_width, options.wave_width)
           .rounds_in_flight;
+  if (options.staging_chunk_elems == 0) {
+    options.staging_chunk_elems = default_staging_chunk_elems(layout, options);
+  }
   return options;
 }
 

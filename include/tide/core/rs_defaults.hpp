@@ -1,6 +1,7 @@
-// The reduce-scatter's default network pacing: how many rounds TIDE-RS keeps in flight when the
-// caller does not say, chosen by the sizing solver (App. G; sizing_solver.hpp) the way it sizes
-// CTA budgets, from the library's default machine rates.
+// The reduce-scatter's defaults that the sizing solver picks when the caller does not say (Sec.
+// 6.3: "a calibrated first-order model picks ... round width k, chunk size, ..."): how many
+// network rounds TIDE-RS keeps in flight (App. G; sizing_solver.hpp), from the library's
+// default machine rates, and how large a Level 1 staging chunk is.
 //
 // Contract of default_rs_pacing(topology, grad_bytes, shard_bytes, round_width, wave_width):
 //   1. It is solve_sizing() on kDefaultMachineRates (App. G's calibration of the evaluation
@@ -17,6 +18,31 @@
 //   4. The plan's round width stays the caller's (RsOptions' k = 4 = k_max unless given): the
 //      solver only picks d > 1 after widening k as far as widening cuts rounds, so its k then
 //      gives as many rounds as k_max does.
+//
+// Contract of default_staging_chunk_elems(layout, options): the Level 1 staging chunk
+// (RsOptions::staging_chunk_elems; Sec. 4.1: "staging is processed and reused in chunks").
+// With R = block_rows() rows, E_pass columns per pass part (the RsPlan of `options` with a
+// whole-part chunk), b_grad the gradient item size, v the vector width, N = M L and
+// p = n_stg (L - 1) b_grad, a chunk of C columns stages p R C bytes in all (n_stg slots of
+// L - 1 contributions). A whole part stages Eq. 10's n_stg (L b_grad / 4) S_fp32: 7 S_fp32
+// at L = 8 with bf16 and n_stg = 2, under FSDP2's fp32 packing buffer B_pack = N S_fp32
+// (Eq. 3), but 14 S_fp32 with fp32 gradients, above it on one node (B_pack = 8 S_fp32).
+//   5. C is the fewest equal chunks whose staging fits B_pack: with C_pack the largest
+//      multiple of v such that p R C_pack <= B_pack (at least v), c = ceil(E_pass / C_pack)
+//      chunks of C = ceil(E_pass / c) rounded up to v (<= C_pack); c = 1 gives C = E_pass.
+//      TIDE-RS then never stages more than FSDP2 packs for the group. L = 8: bf16 stays one
+//      chunk at every M; fp32 takes two at M = 1 and one from M = 2 on.
+//   6. The fewest chunks, not a smaller staging: each chunk is a fill that the owner's sum
+//      waits for, with n_stg slots in flight, and the reference executor's cost model prices
+//      one Llama-3.1-70B layer (bf16, L = 8) at 9.9, 9.7, 12.2, 13.3 and 15.0 ms for 1, 2,
+//      3, 4 and 7 chunks at M = 1 (9.3, 9.6, 10.1, 10.6, 14.2 ms at M = 8; `tide simulate
+//      reduce-scatter --timing-only --jitter 0 --chunk-bytes ...`): staging one fp32 block
+//      (7 chunks) would cost half a reduce-scatter again.
+//   7. A part of fewer than v columns per chunk stages p R v bytes (the plan rounds to v),
+//      which can exceed B_pack for a tiny group. The chunk changes no bit (invariant 2: the
+//      element-to-owner map and the order of the sums do not depend on it), and an explicit
+//      staging_chunk_elems > 0 is left alone.
+//
 // The defaults are pure functions of their arguments: every rank of a group computes the same.
 #pragma once
 
@@ -44,9 +70,20 @@ SolverInput default_solver_input(const Topology& topology, int grad_bytes, std::
 RsPacing default_rs_pacing(const Topology& topology, int grad_bytes, std::int64_t shard_bytes,
                            int round_width = RsOptions{}.round_width, int wave_width = 0);
 
-// `options` with rounds_in_flight replaced by the default for `layout` (its topology, gradient
-// dtype and per-rank gradient shard, S = shard elements x gradient item bytes) at the options'
-// round and wave width: what the runtime and the CLI use when no rounds in flight are given.
-RsOptions with_default_rounds_in_flight(RsOptions options, const GroupLayout& layout);
+// Contract 5-7. Throws InvalidArgument where RsPlan(layout, options) does.
+std::int64_t default_staging_chunk_elems(const GroupLayout& layout, const RsOptions& options);
+
+// `options` with the solver's defaults for `layout`: rounds_in_flight replaced by the default
+// for its topology, gradient dtype and per-rank gradient shard (S = shard elements x gradient
+// item bytes) at the options' round and wave width, and, where staging_chunk_elems is 0, the
+// default staging chunk (contract 5). What the runtime and the CLI use when no rounds in flight
+// are given.
+RsOptions with_solver_defaults(RsOptions options, const GroupLayout& layout);
+
+// with_solver_defaults under its older name, from before it set the staging chunk (the
+// runtime's group_rs_options calls it by this name).
+inline RsOptions with_default_rounds_in_flight(RsOptions options, const GroupLayout& layout) {
+  return with_solver_defaults(options, layout);
+}
 
 }  // namespace tide
