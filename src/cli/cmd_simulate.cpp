@@ -7,11 +7,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <span>
 #include <string>
 
 #include "commands.hpp"
@@ -202,14 +204,111 @@ void prepare_dump_directory(const std::string& dir) {
   if (!std::ofstream(probe)) throw InvalidArgument("--dump " + dir + ": cannot write " + probe);
 }
 
+// Refuses --inject where its fault cannot show: `why` says why (empty where it can).
+void require_fault_can_show(const SimulateArgs& a, const std::string& why) {
+  if (!why.empty()) throw InvalidArgument("--inject " + a.inject + " cannot show here: " + why);
+}
+
+// The landing's previous contents on `rank` (the layer that used it before): random bf16 words.
+void write_previous_landing(exec::ReferenceExecutor& ex, std::mt19937_64& rng,
+                            const GroupLayout& layout, int rank, std::int64_t landing) {
+  auto previous = ex.input(Buffer{rank, Space::kArena, 0}, landing, layout.unsharded_bytes());
+  for (std::size_t i = 0; i + 1 < previous.size(); i += 2) {
+    const std::uint16_t w = arith::float_to_bf16(random_value(rng, DType::kFp32));
+    std::memcpy(previous.data() + i, &w, 2);
+  }
+}
+
+// `rank`'s packed all-gather shard, resident in its arena at `resident`.
+void write_resident_shard(exec::ReferenceExecutor& ex, const GroupLayout& layout, int rank,
+                          std::int64_t resident, const AgShard& shard) {
+  auto bytes = ex.input(Buffer{rank, Space::kArena, 0}, resident, layout.shard_bytes());
+  std::memcpy(bytes.data(), shard.packed.data(), bytes.size());
+}
+
+// A reduce-scatter's inputs: every rank's gradients, and its fp32 output before the call
+// (random with --accumulate, zeros otherwise).
+struct RsInputs {
+  std::vector<RankGrads> grads;
+  std::vector<std::vector<float>> initial;
+};
+
+// Draws random inputs from --data-seed and writes them into `ex`; timing-only runs have none
+// (`initial` then holds an empty row per rank).
+RsInputs write_random_rs_inputs(const SimulateArgs& a, const GroupLayout& layout,
+                                exec::ReferenceExecutor& ex) {
+  const Topology& t = layout.topology();
+  RsInputs in;
+  in.initial.resize(static_cast<std::size_t>(t.world()));
+  if (a.timing_only) return in;
+  std::mt19937_64 rng(a.data_seed);
+  in.grads = random_grads(rng, layout);
+  for (int r = 0; r < t.world(); ++r) {
+    for (int p = 0; p < layout.param_count(); ++p) {
+      const auto& values = in.grads[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)];
+      store_values(values, layout.grad_dtype(), ex.input(Buffer{r, Space::kTensor, p}));
+    }
+    auto& init = in.initial[static_cast<std::size_t>(r)];
+    init.resize(static_cast<std::size_t>(layout.shard_elems()));
+    if (a.accumulate) {
+      for (float& v : init)
+        v = random_value(rng, DType::kFp32);
+      auto bytes = ex.input(Buffer{r, Space::kOutput, 0});
+      std::memcpy(bytes.data(), init.data(), bytes.size());
+    }
+  }
+  return in;
+}
+
+// Runs the call's program; its predicted latency is when `final_event` completed over ranks.
+// Writes --trace and --timeline.
+Outcome run_call(const SimulateArgs& a, const program::Program& prog, exec::ReferenceExecutor& ex,
+                 int final_event) {
+  Outcome o;
+  o.run = ex.run(run_options(a));
+  o.predicted_us = event_time(prog, o.run, final_event);
+  write_traces(a, prog, o.run);
+  return o;
+}
+
+// A check of the checks.hpp form: reads rank r's output as `out(r)`, hands each output it
+// reads to `record`, and fills `result`.
+using OutputCheck = std::function<void(const std::function<std::span<const std::byte>(int)>& out,
+                                       const testing::OutputSink& record, CheckResult& result)>;
+
+// Runs `check` on every rank's output 0, fingerprinting what it reads (output_sha256), and
+// keeps its verdict in `o`; o.passed is the caller's to decide.
+void check_outputs(Outcome& o, exec::ReferenceExecutor& ex, const OutputCheck& check) {
+  o.data = true;
+  Sha256 digest;
+  CheckResult result;
+  check(
+      [&](int r) {
+        return ex.memory(Buffer{r, Space::kOutput, 0});
+      },
+      [&](std::span<const std::byte> bytes) { digest.update(bytes); }, result);
+  o.bitwise = result.bitwise;
+  o.max_abs_error = result.max_abs_error;
+  o.tolerance = result.tolerance;
+  o.sha256 = digest.hex();
+}
+
+// Eq. 2: rank u's shard of parameter p sits at Landing(p, u) on every rank, bit for bit, as
+// the rank's compute stream saw it (its output buffer).
+void check_gathered_landing(Outcome& o, exec::ReferenceExecutor& ex, const GroupLayout& layout,
+                            const std::vector<AgShard>& shards) {
+  check_outputs(o, ex, [&](const auto& seen, const auto& record, CheckResult& result) {
+    check_landing(layout, shards, seen, record, result);
+  });
+  o.passed = o.bitwise && o.run.clean();
+}
+
 Outcome simulate_all_gather(const SimulateArgs& a, const GroupLayout& layout,
                             program::Fault fault) {
   AgOptions plan_options;
   plan_options.mixed_precision_cast = a.cast;
   const AgPlan plan(layout, plan_options);
-  if (const std::string why = program::ag_fault_inapplicable(fault, plan); !why.empty()) {
-    throw InvalidArgument("--inject " + a.inject + " cannot show here: " + why);
-  }
+  require_fault_can_show(a, program::ag_fault_inapplicable(fault, plan));
   require_call_fits(a, estimate_all_gather(plan, !a.timing_only, a.baseline));
   program::AgProgramOptions options;
   options.consumer = !a.timing_only;  // the compute stream's reads matter for checks only
@@ -228,14 +327,7 @@ Outcome simulate_all_gather(const SimulateArgs& a, const GroupLayout& layout,
   if (!a.timing_only) {
     shards = random_shards(rng, layout, a.cast);
     for (int r = 0; r < t.world(); ++r) {
-      if (!a.baseline) {  // the landing's previous contents (the layer that used it before)
-        auto previous =
-            ex.input(Buffer{r, Space::kArena, 0}, arena.landing, layout.unsharded_bytes());
-        for (std::size_t i = 0; i + 1 < previous.size(); i += 2) {
-          const std::uint16_t w = arith::float_to_bf16(random_value(rng, DType::kFp32));
-          std::memcpy(previous.data() + i, &w, 2);
-        }
-      }
+      if (!a.baseline) write_previous_landing(ex, rng, layout, r, arena.landing);
       const AgShard& shard = shards[static_cast<std::size_t>(r)];
       for (int p = 0; p < layout.param_count(); ++p) {
         const ParamLayout& pl = layout.param(p);
@@ -247,32 +339,12 @@ Outcome simulate_all_gather(const SimulateArgs& a, const GroupLayout& layout,
           std::memcpy(bytes.data(), shard.master[static_cast<std::size_t>(p)].data(), bytes.size());
         }
       }
-      if (!a.cast && !a.baseline) {
-        auto bytes = ex.input(Buffer{r, Space::kArena, 0}, arena.resident, layout.shard_bytes());
-        std::memcpy(bytes.data(), shard.packed.data(), bytes.size());
-      }
+      if (!a.cast && !a.baseline) write_resident_shard(ex, layout, r, arena.resident, shard);
     }
   }
-  Outcome o;
-  o.run = ex.run(run_options(a));
-  o.predicted_us = event_time(prog, o.run, final_event);
-  write_traces(a, prog, o.run);
+  Outcome o = run_call(a, prog, ex, final_event);
   if (a.timing_only) return o;
-  o.data = true;
-  // Eq. 2: rank u's shard of parameter p sits at Landing(p, u) on every rank, as the
-  // rank's compute stream saw it (its output buffer).
-  Sha256 digest;
-  CheckResult check;
-  check_landing(
-      layout, shards,
-      [&](int r) {
-        return ex.memory(Buffer{r, Space::kOutput, 0});
-      },
-      [&](std::span<const std::byte> bytes) { digest.update(bytes); }, check);
-  o.bitwise = check.bitwise;
-  o.max_abs_error = check.max_abs_error;
-  o.sha256 = digest.hex();
-  o.passed = o.bitwise && o.run.clean();
+  check_gathered_landing(o, ex, layout, shards);
   if (!a.dump.empty()) {
     json files = json::object();
     const std::string type = item == 2 ? "<u2" : "<f4";
@@ -304,9 +376,7 @@ Outcome simulate_reduce_scatter(const SimulateArgs& a, const GroupLayout& layout
   const Topology& t = layout.topology();
   program::RsProgramOptions options = rs_program_options(a, t.world());
   options.fault = fault;
-  if (const std::string why = program::rs_fault_inapplicable(fault, plan, options); !why.empty()) {
-    throw InvalidArgument("--inject " + a.inject + " cannot show here: " + why);
-  }
+  require_fault_can_show(a, program::rs_fault_inapplicable(fault, plan, options));
   require_call_fits(a, estimate_reduce_scatter(plan, !a.timing_only, a.baseline));
   program::RsProgramIds ids;
   program::Fsdp2Ids stock_ids;
@@ -318,45 +388,14 @@ Outcome simulate_reduce_scatter(const SimulateArgs& a, const GroupLayout& layout
                                     : program::build_rs_program(plan, options, &ids);
   const int final_event = a.baseline ? stock_ids.done_event : ids.done_event;
   exec::ReferenceExecutor ex(prog, exec::ExecutorOptions{a.timing_only});
-  std::mt19937_64 rng(a.data_seed);
-  std::vector<RankGrads> grads;
-  std::vector<std::vector<float>> initial(static_cast<std::size_t>(t.world()));
+  const RsInputs in = write_random_rs_inputs(a, layout, ex);
   const std::int64_t item = item_bytes(layout.grad_dtype());
-  if (!a.timing_only) {
-    grads = random_grads(rng, layout);
-    for (int r = 0; r < t.world(); ++r) {
-      for (int p = 0; p < layout.param_count(); ++p) {
-        const auto& values = grads[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)];
-        store_values(values, layout.grad_dtype(), ex.input(Buffer{r, Space::kTensor, p}));
-      }
-      auto& init = initial[static_cast<std::size_t>(r)];
-      init.resize(static_cast<std::size_t>(layout.shard_elems()));
-      if (a.accumulate) {
-        for (float& v : init)
-          v = random_value(rng, DType::kFp32);
-        auto bytes = ex.input(Buffer{r, Space::kOutput, 0});
-        std::memcpy(bytes.data(), init.data(), bytes.size());
-      }
-    }
-  }
-  Outcome o;
-  o.run = ex.run(run_options(a));
-  o.predicted_us = event_time(prog, o.run, final_event);
-  write_traces(a, prog, o.run);
+  Outcome o = run_call(a, prog, ex, final_event);
   if (a.timing_only) return o;
-  o.data = true;
-  Sha256 digest;
-  CheckResult check;
-  check_reduce_scatter(
-      plan, grads, options.alpha, a.accumulate, initial,
-      [&](int r) {
-        return ex.memory(Buffer{r, Space::kOutput, 0});
-      },
-      [&](std::span<const std::byte> bytes) { digest.update(bytes); }, check);
-  o.bitwise = check.bitwise;
-  o.max_abs_error = check.max_abs_error;
-  o.tolerance = check.tolerance;
-  o.sha256 = digest.hex();
+  check_outputs(o, ex, [&](const auto& out, const auto& record, CheckResult& result) {
+    check_reduce_scatter(plan, in.grads, options.alpha, a.accumulate, in.initial, out, record,
+                         result);
+  });
   const bool exact_required = options.landing == program::LandingStyle::kPull && !a.baseline;
   o.passed = o.run.clean() && o.max_abs_error <= o.tolerance && (o.bitwise || !exact_required);
   if (!a.dump.empty()) {
@@ -364,7 +403,7 @@ Outcome simulate_reduce_scatter(const SimulateArgs& a, const GroupLayout& layout
     for (int r = 0; r < t.world(); ++r) {
       for (int p = 0; p < layout.param_count(); ++p) {
         const ParamLayout& pl = layout.param(p);
-        const auto& values = grads[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)];
+        const auto& values = in.grads[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)];
         std::vector<std::byte> raw(values.size() * static_cast<std::size_t>(item));
         store_values(values, layout.grad_dtype(), raw);
         const std::string name = fmt::format("grad_r{}_p{}.npy", r, p);
@@ -372,7 +411,7 @@ Outcome simulate_reduce_scatter(const SimulateArgs& a, const GroupLayout& layout
         files[name] = fmt::format("rank {}'s gradient of parameter {} (D_p, K_p)", r, p);
       }
       if (a.accumulate) {
-        const auto& init = initial[static_cast<std::size_t>(r)];
+        const auto& init = in.initial[static_cast<std::size_t>(r)];
         const std::string name = fmt::format("out_init_r{}.npy", r);
         write_npy(a.dump + "/" + name, "<f4", {layout.shard_elems()},
                   std::as_bytes(std::span<const float>(init)));
@@ -393,9 +432,7 @@ Outcome simulate_reduce_scatter(const SimulateArgs& a, const GroupLayout& layout
 // for bit in what each rank's layer read).
 Outcome simulate_ep_all_gather(const SimulateArgs& a, const GroupLayout& layout,
                                program::Fault fault) {
-  if (const std::string why = program::ep_ag_fault_inapplicable(fault, layout); !why.empty()) {
-    throw InvalidArgument("--inject " + a.inject + " cannot show here: " + why);
-  }
+  require_fault_can_show(a, program::ep_ag_fault_inapplicable(fault, layout));
   // TIDE-AG's M x 1 plan holds a receive stage the lane has not: its estimate bounds the lane's.
   require_call_fits(a, estimate_all_gather(AgPlan(layout, AgOptions{}), !a.timing_only, false));
   program::EpAgProgramOptions options;
@@ -410,34 +447,13 @@ Outcome simulate_ep_all_gather(const SimulateArgs& a, const GroupLayout& layout,
   if (!a.timing_only) {
     shards = random_shards(rng, layout, false);
     for (int r = 0; r < layout.topology().world(); ++r) {
-      auto previous =
-          ex.input(Buffer{r, Space::kArena, 0}, arena.landing, layout.unsharded_bytes());
-      for (std::size_t i = 0; i + 1 < previous.size(); i += 2) {
-        const std::uint16_t w = arith::float_to_bf16(random_value(rng, DType::kFp32));
-        std::memcpy(previous.data() + i, &w, 2);
-      }
-      auto bytes = ex.input(Buffer{r, Space::kArena, 0}, arena.resident, layout.shard_bytes());
-      std::memcpy(bytes.data(), shards[static_cast<std::size_t>(r)].packed.data(), bytes.size());
+      write_previous_landing(ex, rng, layout, r, arena.landing);
+      write_resident_shard(ex, layout, r, arena.resident, shards[static_cast<std::size_t>(r)]);
     }
   }
-  Outcome o;
-  o.run = ex.run(run_options(a));
-  o.predicted_us = event_time(prog, o.run, ids.ready_event);
-  write_traces(a, prog, o.run);
+  Outcome o = run_call(a, prog, ex, ids.ready_event);
   if (a.timing_only) return o;
-  o.data = true;
-  Sha256 digest;
-  CheckResult check;
-  check_landing(
-      layout, shards,
-      [&](int r) {
-        return ex.memory(Buffer{r, Space::kOutput, 0});
-      },
-      [&](std::span<const std::byte> bytes) { digest.update(bytes); }, check);
-  o.bitwise = check.bitwise;
-  o.max_abs_error = check.max_abs_error;
-  o.sha256 = digest.hex();
-  o.passed = o.bitwise && o.run.clean();
+  check_gathered_landing(o, ex, layout, shards);
   return o;
 }
 
@@ -458,53 +474,19 @@ Outcome simulate_ep_reduce_scatter(const SimulateArgs& a, const GroupLayout& lay
   options.parts = a.rail_parts;
   options.fault = fault;
   if (a.rail_parts < 1) throw InvalidArgument("--rail-parts must be at least 1");
-  if (const std::string why = program::ep_rs_fault_inapplicable(fault, layout, options);
-      !why.empty()) {
-    throw InvalidArgument("--inject " + a.inject + " cannot show here: " + why);
-  }
+  require_fault_can_show(a, program::ep_rs_fault_inapplicable(fault, layout, options));
   require_call_fits(a, estimate_reduce_scatter(RsPlan(layout, RsOptions{}), !a.timing_only, false));
   program::EpRsProgramIds ids;
   const program::Program prog = program::build_ep_rs_program(layout, options, &ids);
   exec::ReferenceExecutor ex(prog, exec::ExecutorOptions{a.timing_only});
-  std::mt19937_64 rng(a.data_seed);
-  std::vector<RankGrads> grads;
-  std::vector<std::vector<float>> initial(static_cast<std::size_t>(t.world()));
-  if (!a.timing_only) {
-    grads = random_grads(rng, layout);
-    for (int r = 0; r < t.world(); ++r) {
-      for (int p = 0; p < layout.param_count(); ++p) {
-        store_values(grads[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)],
-                     layout.grad_dtype(), ex.input(Buffer{r, Space::kTensor, p}));
-      }
-      auto& init = initial[static_cast<std::size_t>(r)];
-      init.resize(static_cast<std::size_t>(layout.shard_elems()));
-      if (a.accumulate) {
-        for (float& v : init)
-          v = random_value(rng, DType::kFp32);
-        auto bytes = ex.input(Buffer{r, Space::kOutput, 0});
-        std::memcpy(bytes.data(), init.data(), bytes.size());
-      }
-    }
-  }
-  Outcome o;
-  o.run = ex.run(run_options(a));
-  o.predicted_us = event_time(prog, o.run, ids.done_event);
-  write_traces(a, prog, o.run);
+  const RsInputs in = write_random_rs_inputs(a, layout, ex);
+  Outcome o = run_call(a, prog, ex, ids.done_event);
   if (a.timing_only) return o;
-  o.data = true;
-  Sha256 digest;
-  CheckResult check;
-  check_reduce_scatter(
-      layout, ep_rs_expected(layout, grads, options.alpha, a.accumulate, initial), grads,
-      options.alpha, a.accumulate, initial,
-      [&](int r) {
-        return ex.memory(Buffer{r, Space::kOutput, 0});
-      },
-      [&](std::span<const std::byte> bytes) { digest.update(bytes); }, check);
-  o.bitwise = check.bitwise;
-  o.max_abs_error = check.max_abs_error;
-  o.tolerance = check.tolerance;
-  o.sha256 = digest.hex();
+  check_outputs(o, ex, [&](const auto& out, const auto& record, CheckResult& result) {
+    check_reduce_scatter(layout,
+                         ep_rs_expected(layout, in.grads, options.alpha, a.accumulate, in.initial),
+                         in.grads, options.alpha, a.accumulate, in.initial, out, record, result);
+  });
   o.passed = o.run.clean() && o.max_abs_error <= o.tolerance && o.bitwise;
   return o;
 }
@@ -565,10 +547,7 @@ void run_simulate(const SimulateArgs& a) {
   const program::Fault fault =
       a.inject.empty() ? program::Fault::kNone : program::parse_fault(a.inject);
   const std::string fault_owner = a.lane.empty() ? a.collective : "ep-" + a.collective;
-  if (const std::string why = program::fault_collective_mismatch(fault, fault_owner);
-      !why.empty()) {
-    throw InvalidArgument("--inject " + a.inject + " cannot show here: " + why);
-  }
+  require_fault_can_show(a, program::fault_collective_mismatch(fault, fault_owner));
   if (fault != program::Fault::kNone && a.baseline) {
     throw InvalidArgument("--inject applies to TIDE's programs, not to --baseline");
   }

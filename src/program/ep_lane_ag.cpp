@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <string>
 
+#include "ep_lane_builder.hpp"
 #include "tide/core/error.hpp"
 #include "tide/core/topology.hpp"
 #include "tide/program/emitter.hpp"
@@ -193,10 +194,7 @@ EpAgArenaLayout ep_ag_arena_layout(const GroupLayout& layout) {
 Program build_ep_ag_program(const GroupLayout& layout, const EpAgProgramOptions& options,
                             EpAgProgramIds* ids) {
   if (const std::string why = ep_lane_inapplicable(layout); !why.empty()) throw Unsupported(why);
-  if (const std::string why = ep_ag_fault_inapplicable(options.fault, layout); !why.empty()) {
-    throw InvalidArgument("fault " + std::string(fault_info(options.fault).name) +
-                          " cannot show on this lane: " + why);
-  }
+  require_fault_shows_on_lane(options.fault, ep_ag_fault_inapplicable(options.fault, layout));
   Builder b{{}, layout, options, ep_ag_arena_layout(layout), {}};
   b.m = layout.topology().nodes();
   b.rounds = ep_ag_rounds(b.m);
@@ -206,14 +204,9 @@ Program build_ep_ag_program(const GroupLayout& layout, const EpAgProgramOptions&
   b.caller = p.stream("caller");
   b.completion = p.stream("completion");
   b.compute = p.stream("compute");
-  p.counters = b.counters();
-  p.events = kEvents;
-  for (int n = 0; n < b.m; ++n)
-    b.build_rank(n);
   BufferSizes sizes;
-  sizes.arena_bytes = b.arena.arena_bytes;
   if (options.consumer) sizes.output_bytes = {layout.unsharded_bytes()};
-  p.buffers.assign(static_cast<std::size_t>(p.ranks), sizes);
+  emit_lane_ranks(b, kEvents, sizes);
   if (ids) {
     ids->ready_event = kReadyEvent;
     ids->used_event = kUsedEvent;

@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <string>
 
+#include "ep_lane_builder.hpp"
 #include "tide/core/error.hpp"
 #include "tide/core/topology.hpp"
 #include "tide/program/emitter.hpp"
@@ -204,11 +205,8 @@ EpRsArenaLayout ep_rs_arena_layout(const GroupLayout& layout, const EpRsProgramO
 Program build_ep_rs_program(const GroupLayout& layout, const EpRsProgramOptions& options,
                             EpRsProgramIds* ids) {
   if (const std::string why = ep_rs_inapplicable(layout); !why.empty()) throw Unsupported(why);
-  if (const std::string why = ep_rs_fault_inapplicable(options.fault, layout, options);
-      !why.empty()) {
-    throw InvalidArgument("fault " + std::string(fault_info(options.fault).name) +
-                          " cannot show on this lane: " + why);
-  }
+  require_fault_shows_on_lane(options.fault,
+                              ep_rs_fault_inapplicable(options.fault, layout, options));
   Builder b{{}, layout, options, ep_rs_arena_layout(layout, options)};
   b.m = layout.topology().nodes();
   Program& p = b.program;
@@ -216,16 +214,11 @@ Program build_ep_rs_program(const GroupLayout& layout, const EpRsProgramOptions&
   b.net = p.stream("net");
   b.sum = p.stream("sum");
   b.host = p.stream("host");
-  p.counters = b.counters();
-  p.events = kEvents;
-  for (int n = 0; n < b.m; ++n)
-    b.build_rank(n);
   BufferSizes sizes;
-  sizes.arena_bytes = b.arena.arena_bytes;
   for (const ParamLayout& pl : layout.params())
     sizes.tensor_bytes.push_back(pl.rows * pl.cols * 2);
   sizes.output_bytes = {layout.fp32_shard_bytes()};
-  p.buffers.assign(static_cast<std::size_t>(p.ranks), sizes);
+  emit_lane_ranks(b, kEvents, sizes);
   if (ids) {
     ids->done_event = kDoneEvent;
     ids->read_done_event = kReadDoneEvent;

@@ -161,6 +161,16 @@ const FaultInfo& fault_info(Fault fault) {
   throw InvalidArgument("no such fault");
 }
 
+namespace {
+
+// "it is an all-gather fault", "it is a reduce-scatter fault": the fault's owner, with its article.
+std::string it_is_a_fault_of(std::string_view owner) {
+  return "it is a" + std::string(owner == "all-gather" ? "n " : " ") + std::string(owner) +
+         " fault";
+}
+
+}  // namespace
+
 std::string fault_collective_mismatch(Fault fault, std::string_view collective) {
   if (fault == Fault::kNone) return "";
   const std::string_view owner = fault_info(fault).collective;
@@ -170,15 +180,13 @@ std::string fault_collective_mismatch(Fault fault, std::string_view collective) 
   if (lane_owner || collective.starts_with("ep-")) {
     return lane_owner ? "it is a fault of the expert-parallel lane's " +
                             std::string(owner.substr(3)) + " (use --lane ep)"
-                      : "it is a" + std::string(owner == "all-gather" ? "n " : " ") +
-                            std::string(owner) + " fault, not one of the expert-parallel lane";
+                      : it_is_a_fault_of(owner) + ", not one of the expert-parallel lane";
   }
   if (owner == "communicator") {
     return "it breaks the ordering between the groups of one communicator (lane programs, "
            "lanes.hpp)";
   }
-  return "it is a" + std::string(owner == "all-gather" ? "n " : " ") + std::string(owner) +
-         " fault";
+  return it_is_a_fault_of(owner);
 }
 
 Fault parse_fault(std::string_view name) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "program_test_support.hpp"
 #include "test_seed.hpp"
 #include "tide/core/arithmetic.hpp"
 #include "tide/core/collective_reference.hpp"
@@ -45,13 +46,6 @@ std::vector<ParamShape> random_shapes(std::mt19937_64& rng) {
   return shapes;
 }
 
-std::string errors_of(const exec::RunResult& r) {
-  std::string text;
-  for (std::size_t i = 0; i < r.errors.size() && i < 3; ++i)
-    text += "\n  " + r.errors[i].message;
-  return text;
-}
-
 exec::RunOptions schedule(std::uint64_t seed) {
   exec::RunOptions o;
   o.seed = seed;
@@ -67,12 +61,6 @@ std::vector<std::byte> random_bf16(std::mt19937_64& rng, std::int64_t bytes) {
     std::memcpy(out.data() + i, &w, 2);
   }
   return out;
-}
-
-void put(exec::ReferenceExecutor& ex, const Buffer& buffer, std::int64_t offset,
-         const std::vector<std::byte>& bytes) {
-  auto span = ex.input(buffer, offset, static_cast<std::int64_t>(bytes.size()));
-  std::memcpy(span.data(), bytes.data(), bytes.size());
 }
 
 // --- All-gather --------------------------------------------------------------------------------
@@ -150,7 +138,7 @@ TEST(EpLane, AllGatherLandsEveryShardBitwiseForAnyM) {
     exec::ReferenceExecutor ex(p);
     ag_inputs(ex, c);
     const exec::RunResult run = ex.run(schedule(seed.value() + static_cast<std::uint64_t>(m)));
-    ASSERT_TRUE(run.clean()) << errors_of(run);
+    ASSERT_TRUE(run.clean()) << first_errors(run);
     // Eq. 2: rank u's shard of parameter p at Landing(p, u), as each rank's layer saw it.
     for (int r = 0; r < m; ++r) {
       const auto seen = ex.memory(Buffer{r, Space::kOutput, 0});
@@ -261,7 +249,7 @@ TEST(EpLane, ReduceScatterIsBitwiseTheLaneOrderAndWithinFloat64) {
     exec::ReferenceExecutor ex(p);
     rs_inputs(ex, c, options.accumulate);
     const exec::RunResult run = ex.run(schedule(seed.value() + static_cast<std::uint64_t>(trial)));
-    ASSERT_TRUE(run.clean()) << errors_of(run);
+    ASSERT_TRUE(run.clean()) << first_errors(run);
     const auto got = outputs(ex, c.layout);
     const auto want =
         ep_rs_expected(c.layout, c.grads, options.alpha, options.accumulate, c.initial);
@@ -337,14 +325,6 @@ TEST(EpLane, RefusesGroupsThatAreNotLanes) {
   EXPECT_NE(program::ep_rs_fault_inapplicable(Fault::kEpRsInboxReuse, three, one_part), "");
 }
 
-std::vector<Fault> faults_of(std::string_view collective) {
-  std::vector<Fault> faults;
-  for (const program::FaultInfo& info : program::fault_catalog()) {
-    if (info.collective == collective) faults.push_back(info.fault);
-  }
-  return faults;
-}
-
 // Runs the clean and the faulty program on the same inputs under three schedule seeds: the
 // clean one must be clean and the faulty one show as its catalog's detection.
 void expect_fault(Fault fault, const program::Program& clean, const program::Program& faulty,
@@ -354,7 +334,7 @@ void expect_fault(Fault fault, const program::Program& clean, const program::Pro
     exec::ReferenceExecutor good(clean);
     inputs(good);
     const exec::RunResult good_run = good.run(schedule(base + s));
-    EXPECT_TRUE(good_run.clean()) << info.name << errors_of(good_run);
+    EXPECT_TRUE(good_run.clean()) << info.name << first_errors(good_run);
     exec::ReferenceExecutor bad(faulty);
     inputs(bad);
     const exec::RunResult bad_run = bad.run(schedule(base + s));

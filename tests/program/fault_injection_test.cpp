@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "program_test_support.hpp"
 #include "test_seed.hpp"
 #include "tide/core/arithmetic.hpp"
 #include "tide/core/collective_reference.hpp"
@@ -41,12 +42,6 @@ std::vector<std::byte> random_words(std::mt19937_64& rng, std::int64_t bytes, DT
   return out;
 }
 
-void put(exec::ReferenceExecutor& ex, const Buffer& buffer, std::int64_t offset,
-         const std::vector<std::byte>& bytes) {
-  auto span = ex.input(buffer, offset, static_cast<std::int64_t>(bytes.size()));
-  std::memcpy(span.data(), bytes.data(), bytes.size());
-}
-
 std::vector<std::vector<std::byte>> outputs(exec::ReferenceExecutor& ex,
                                             const program::Program& p) {
   std::vector<std::vector<std::byte>> all;
@@ -57,13 +52,6 @@ std::vector<std::vector<std::byte>> outputs(exec::ReferenceExecutor& ex,
     }
   }
   return all;
-}
-
-std::string first_errors(const exec::RunResult& r) {
-  std::string text;
-  for (std::size_t i = 0; i < r.errors.size() && i < 3; ++i)
-    text += "\n  " + r.errors[i].message;
-  return text;
 }
 
 // Runs `clean` and `faulty` on the same inputs under `seed` and classifies the faulty run.
@@ -93,14 +81,6 @@ void expect_detection(Fault fault, const std::function<Detection(std::uint64_t)>
     EXPECT_EQ(program::detection_name(run(seed)), program::detection_name(info.expected))
         << info.name << " (schedule seed " << seed << "): " << info.mechanism;
   }
-}
-
-std::vector<Fault> faults_of(std::string_view collective) {
-  std::vector<Fault> faults;
-  for (const program::FaultInfo& info : program::fault_catalog()) {
-    if (info.collective == collective) faults.push_back(info.fault);
-  }
-  return faults;
 }
 
 // --- TIDE-AG: a lone call with its consumer and the landing's previous user ---------------
@@ -248,6 +228,25 @@ TEST(FaultInjection, StaleZeroingOfAReusedGenerationIsAnUninitialisedRead) {
 
 // --- Steps: sequences of calls ----------------------------------------------------------------
 
+// Default TIDE-AG and TIDE-RS plans of each layout, and the step's groups "g0", "g1", ... over
+// them (which point into the plans: not copyable).
+struct StepGroups {
+  std::vector<AgPlan> ag;
+  std::vector<RsPlan> rs;
+  std::vector<program::StepGroup> groups;
+
+  explicit StepGroups(const std::vector<GroupLayout>& layouts) {
+    for (const GroupLayout& layout : layouts) {
+      ag.emplace_back(layout, AgOptions{});
+      rs.emplace_back(layout, RsOptions{});
+    }
+    for (std::size_t g = 0; g < layouts.size(); ++g)
+      groups.push_back({"g" + std::to_string(g), &ag[g], &rs[g]});
+  }
+  StepGroups(const StepGroups&) = delete;
+  StepGroups& operator=(const StepGroups&) = delete;
+};
+
 void check_step_faults(int m, int l, const std::vector<std::vector<ParamShape>>& shapes) {
   SCOPED_TRACE("step on M = " + std::to_string(m) + ", L = " + std::to_string(l) + " with " +
                std::to_string(shapes.size()) + " groups");
@@ -256,15 +255,8 @@ void check_step_faults(int m, int l, const std::vector<std::vector<ParamShape>>&
   std::vector<GroupLayout> layouts;
   for (const auto& s : shapes)
     layouts.emplace_back(Topology(m, l), s, DType::kBf16, DType::kBf16);
-  std::vector<AgPlan> ag;
-  std::vector<RsPlan> rs;
-  for (const GroupLayout& layout : layouts) {
-    ag.emplace_back(layout, AgOptions{});
-    rs.emplace_back(layout, RsOptions{});
-  }
-  std::vector<program::StepGroup> groups;
-  for (std::size_t g = 0; g < layouts.size(); ++g)
-    groups.push_back({"g" + std::to_string(g), &ag[g], &rs[g]});
+  const StepGroups step(layouts);
+  const std::vector<program::StepGroup>& groups = step.groups;
   program::StepOptions options;
   options.reduce_scatter.alpha = 0.25f;
   const program::StepProgram clean = program::build_step_program(groups, options);
@@ -336,15 +328,8 @@ TEST(FaultInjection, StepCallOrderShowsWhateverTheShapes) {
     }
     SCOPED_TRACE("trial " + std::to_string(trial) + ": M = " + std::to_string(m) +
                  ", L = " + std::to_string(l) + ", " + std::to_string(count) + " groups");
-    std::vector<AgPlan> ag;
-    std::vector<RsPlan> rs;
-    for (const GroupLayout& layout : layouts) {
-      ag.emplace_back(layout, AgOptions{});
-      rs.emplace_back(layout, RsOptions{});
-    }
-    std::vector<program::StepGroup> groups;
-    for (std::size_t g = 0; g < layouts.size(); ++g)
-      groups.push_back({"g" + std::to_string(g), &ag[g], &rs[g]});
+    const StepGroups step(layouts);
+    const std::vector<program::StepGroup>& groups = step.groups;
     const GroupLayout& last = layouts[layouts.size() - 1];
     const GroupLayout& other = layouts[layouts.size() - 2];
     if (last.shard_elems() != other.shard_elems()) ++unequal;
