@@ -36,7 +36,8 @@ struct RsArgs {
         ->capture_default_str();
     cmd.add_option("--chunk-bytes", chunk_bytes,
                    "Level 1 staging slot size in bytes (0: the sizing solver's default, the "
-                   "n_stg slots within one fp32 block; rs_defaults.hpp)")
+                   "fewest chunks whose staging fits FSDP2's fp32 packing buffer; "
+                   "rs_defaults.hpp)")
         ->capture_default_str();
     cmd.add_option("--mode", mode, "TIDE-RS memory mode: in-place or slot-reuse")
         ->capture_default_str();
