@@ -919,7 +919,8 @@ void launch_typed(const Level1SumParams& p, int grid, int threads, int smem_byte
 // Segment table.
 
 Level1SegmentTable::Level1SegmentTable(int rows, std::int64_t width,
-                                       std::span<const Level1RunSpec> runs) {
+                                       std::span<const Level1RunSpec> runs,
+                                       std::optional<cudaStream_t> upload) {
   const std::string who = "Level1SegmentTable: ";
   if (rows < 1 || rows > kMaxLevel1Rows) {
     throw InvalidArgument(who + "rows = " + std::to_string(rows) + " is outside [1, 8]");
@@ -972,7 +973,12 @@ Level1SegmentTable::Level1SegmentTable(int rows, std::int64_t width,
   if (!host_runs_.empty()) {
     const std::size_t bytes = host_runs_.size() * sizeof(Level1Run);
     TIDE_CUDA_CHECK(cudaMalloc(&device_, bytes));
-    TIDE_CUDA_CHECK(cudaMemcpy(device_, host_runs_.data(), bytes, cudaMemcpyHostToDevice));
+    if (upload) {
+      TIDE_CUDA_CHECK(
+          cudaMemcpyAsync(device_, host_runs_.data(), bytes, cudaMemcpyHostToDevice, *upload));
+    } else {
+      TIDE_CUDA_CHECK(cudaMemcpy(device_, host_runs_.data(), bytes, cudaMemcpyHostToDevice));
+    }
     view_.runs = static_cast<const Level1Run*>(device_);
   }
 }

@@ -223,12 +223,16 @@ void CudaCommunicator::commit() {
                           reinterpret_cast<void*>(provided_memory_));  // nullptr: its own
   exec::CudaSequenceOptions runner_options;
   runner_options.replay_graphs = !env::flag("TIDE_NO_GRAPH_REPLAY");
+  // The setup below on a private stream, synchronised before the runners (which synchronise
+  // only their own setup, NOTE [CUDA call sequences] 1) are built: no device-wide wait.
+  cudaStream_t setup = nullptr;
+  TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&setup, cudaStreamNonBlocking));
+  static const std::uint64_t open = 1;  // outlives the asynchronous copy
   if (options_.rank == options_.fault_injection.stall_rank &&
       options_.fault_injection.stall_at_call >= 0) {
     void* gate = nullptr;
     TIDE_CUDA_CHECK(cudaMalloc(&gate, 8));
-    const std::uint64_t open = 1;
-    TIDE_CUDA_CHECK(cudaMemcpy(gate, &open, 8, cudaMemcpyHostToDevice));
+    TIDE_CUDA_CHECK(cudaMemcpyAsync(gate, &open, 8, cudaMemcpyHostToDevice, setup));
     stall_gate_ = static_cast<std::uint64_t*>(gate);
     runner_options.fault_injection.gate_rank = options_.rank;
     runner_options.fault_injection.gate_word = stall_gate_;
@@ -239,7 +243,9 @@ void CudaCommunicator::commit() {
   // counters and the abort word).
   std::uint64_t* words = windows_->fabric().signals(options_.rank);
   for (const int word : kCallTagWords)
-    TIDE_CUDA_CHECK(cudaMemset(words + word, 0, 8));
+    TIDE_CUDA_CHECK(cudaMemsetAsync(words + word, 0, 8, setup));
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(setup));
+  TIDE_CUDA_CHECK(cudaStreamDestroy(setup));
   for (int lane = 0; lane < 2; ++lane) {
     exec::CudaSequencePlace place{0, handoffs_[lane].first_counter};
     place.abort_word = kAbortWord;

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <random>
@@ -62,20 +63,28 @@ struct RsBuffers {
 
 class RsHarness {
  public:
+  // With `build` false the runner is built later, by build_runner().
   RsHarness(Topo topo, std::uint64_t seed, const CudaSequenceOptions& options, bool accumulate,
-            bool mapped = false, RsSubSlices geometry = RsOptions{}.sub_slices)
+            bool mapped = false, RsSubSlices geometry = RsOptions{}.sub_slices, bool build = true)
       : rng_(seed),
         layout_(Topology(topo.nodes, topo.gpus), odd_shapes(rng_, 1 + static_cast<int>(rng_() % 4)),
                 DType::kBf16, DType::kBf16),
         plan_(layout_, rs_options(topo, geometry)),
         seq_(program::rs_call_sequence(plan_, {}, program::rs_arena_layout(plan_))),
         fabric_(fabric_for(seq_)),
-        runner_(seq_, *fabric_, {kRegionOffset, kFirstWord}, options),
+        options_(options),
         accumulate_(accumulate),
         mapped_(mapped),
         poison_(out_bytes()) {
     poison_.fill(0xFF);
+    if (build) build_runner();
   }
+
+  void build_runner() {
+    runner_ = std::make_unique<CudaSequenceRunner>(
+        seq_, *fabric_, exec::CudaSequencePlace{kRegionOffset, kFirstWord}, options_);
+  }
+  fabric::VirtualFabric& fabric() { return *fabric_; }
 
   static RsOptions rs_options(Topo topo, RsSubSlices geometry) {
     RsOptions o;
@@ -87,7 +96,7 @@ class RsHarness {
   }
 
   int world() const { return layout_.topology().world(); }
-  CudaSequenceRunner& runner() { return runner_; }
+  CudaSequenceRunner& runner() { return *runner_; }
   const CallSequence& sequence() const { return seq_; }
   std::size_t out_bytes() const { return static_cast<std::size_t>(layout_.shard_elems()) * 4; }
 
@@ -152,7 +161,7 @@ class RsHarness {
         launch_compute_copy(b.outputs[ur]->get(), poison_.get(), out_bytes(), caller);
       }
     }
-    runner_.enqueue(b.bindings, alpha, accumulate_, caller);
+    runner_->enqueue(b.bindings, alpha, accumulate_, caller);
     for (int r = 0; r < world(); ++r) {
       const auto ur = static_cast<std::size_t>(r);
       launch_compute_copy(d.snapshot[ur]->get(), b.outputs[ur]->get(), out_bytes(), caller);
@@ -164,7 +173,7 @@ class RsHarness {
       const auto got = d.snapshot[static_cast<std::size_t>(r)]->download();
       const auto& want = d.expected[static_cast<std::size_t>(r)];
       ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0)
-          << what << ": rank " << r << " period " << seq_.period << " Q " << runner_.event_slots();
+          << what << ": rank " << r << " period " << seq_.period << " Q " << runner_->event_slots();
     }
   }
 
@@ -174,7 +183,8 @@ class RsHarness {
   RsPlan plan_;
   CallSequence seq_;
   std::unique_ptr<fabric::VirtualFabric> fabric_;
-  CudaSequenceRunner runner_;
+  CudaSequenceOptions options_;
+  std::unique_ptr<CudaSequenceRunner> runner_;
   bool accumulate_;
   bool mapped_;
   Dev poison_;
@@ -617,6 +627,69 @@ TEST(CudaSequence, TooManyStreamsForGraphWaitsKeepToTheStreamPath) {
   }
   TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
   EXPECT_EQ(h.runner().graph_launches(), 0);
+  for (int e = 0; e < calls; ++e)
+    h.expect_equal(*data[static_cast<std::size_t>(e)], "call " + std::to_string(e));
+}
+
+// NOTE [CUDA call sequences] 1, setup contract: building a runner waits for its own setup
+// only. Two streams are held by a kernel spinning on a closed gate: a blocking stream (the
+// legacy default stream waits for it: a synchronous cudaMemset or cudaMemcpy there would
+// block) and a non-blocking one (only cudaDeviceSynchronize waits for it). Meanwhile a runner
+// is built on another thread: its constructor must return within 20 s while both are still
+// held. The sequence's signal words hold garbage before it (0x7F bytes: every wait met), so
+// its zeroing must be complete before its first call; once the gate opens, 2 Q + 1 calls
+// (stream path, captures, replays) match the definition bitwise. A kernel that was never
+// loaded could synchronise the context on its first use (NOTE [preloaded kernels]): a first
+// runner, built and destroyed before the hold, loads them all.
+TEST(CudaSequence, ConstructionWaitsOnlyForItsOwnSetup) {
+  TIDE_REQUIRE_GPU();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  RsHarness h(Topo{2, 2}, seed, CudaSequenceOptions{}, false, false, RsSubSlices::kNodeContiguous,
+              /*build=*/false);
+  int q = 0;
+  {
+    const CudaSequenceRunner warm(h.sequence(), h.fabric(), {kRegionOffset, kFirstWord});
+    q = warm.event_slots();
+  }
+  for (int r = 0; r < h.world(); ++r)
+    TIDE_CUDA_CHECK(cudaMemset(h.fabric().signals(r) + kFirstWord, 0x7F,
+                               static_cast<std::size_t>(h.sequence().counters) * 8));
+  const int calls = 2 * q + 1;
+  const float alpha = 0.75f;
+  const auto buffers = h.buffers();
+  std::vector<std::unique_ptr<RsCallData>> data;
+  for (int e = 0; e < calls; ++e)
+    data.push_back(h.data(alpha));
+  Stream caller;
+  Gate gate;
+  TIDE_CUDA_CHECK(cudaDeviceSynchronize());
+  gate.set(0);
+  cudaStream_t blocking = nullptr;
+  TIDE_CUDA_CHECK(cudaStreamCreate(&blocking));
+  Stream nonblocking;
+  exec::testing::launch_hold(gate.word(), 60.0, blocking);
+  exec::testing::launch_hold(gate.word(), 60.0, nonblocking.get());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const bool held_before = cudaStreamQuery(blocking) == cudaErrorNotReady &&
+                           cudaStreamQuery(nonblocking.get()) == cudaErrorNotReady;
+  auto built = std::async(std::launch::async, [&h] { h.build_runner(); });
+  const bool returned = built.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  const bool held_after = cudaStreamQuery(blocking) == cudaErrorNotReady &&
+                          cudaStreamQuery(nonblocking.get()) == cudaErrorNotReady;
+  gate.set(1);
+  built.get();  // the constructor's exception, if any
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(blocking));
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(nonblocking.get()));
+  TIDE_CUDA_CHECK(cudaStreamDestroy(blocking));
+  ASSERT_TRUE(held_before) << "the hold kernel did not hold its streams";
+  EXPECT_TRUE(returned) << "the constructor waited for other work on the device (a "
+                           "cudaDeviceSynchronize, or setup work on the legacy default stream)";
+  EXPECT_TRUE(held_after) << "the held streams completed before the constructor returned";
+  for (int e = 0; e < calls; ++e)
+    h.step(*buffers, *data[static_cast<std::size_t>(e)], alpha, caller.get());
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
+  EXPECT_EQ(h.runner().graph_launches(), calls - q);
   for (int e = 0; e < calls; ++e)
     h.expect_equal(*data[static_cast<std::size_t>(e)], "call " + std::to_string(e));
 }

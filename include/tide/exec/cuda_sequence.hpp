@@ -31,6 +31,18 @@
 //    benchmark's Llama-3.1-70B layer) this takes AG from 960 waits / 1,728 additions per
 //    call to 640 wait ops / 704 addition launches, RS from 4,992 / 10,496 to 4,800 / 4,736:
 //    most RS waits are ring-slot credits between a stream's copies.
+//    Setup contract: the construction's device work (zeroing the sequence's signal words and
+//    the local abort words, the slots' generation words, uploading the Level 1 segment
+//    tables and the abort check's tables) is enqueued on a private non-blocking stream per
+//    device, and the constructor ends with cudaStreamSynchronize of those streams, not with
+//    cudaDeviceSynchronize, and puts nothing on the legacy default stream. So a runner built
+//    while other runners' calls or the caller's compute run (a group registered mid-step)
+//    neither waits for them nor holds them, and its setup is complete before its first call
+//    (or a peer's signal, ordered by the caller after construction) can touch it. The caller
+//    keeps its side: no work of its own may still write the sequence's signal words, arena
+//    region or abort words when it constructs the runner. (The runner does not synchronise
+//    for the caller either: a caller that relied on construction completing its own earlier
+//    asynchronous work must synchronise that itself.)
 // 2. enqueue(bindings, alpha, accumulate, caller), call e, template e mod P, on the stream
 //    path (the first visit of each event slot, calls with graphs off, and calls a node
 //    update cannot express):
@@ -288,8 +300,11 @@ class CudaSequenceRunner {
 
   // `sequence` and `fabric` must outlive the runner. Validates the templates as the CUDA
   // executor does, creates streams, events and tables, and zeroes the sequence's signal
-  // words of the local ranks (synchronously). Throws Unsupported where a rank is not load/
-  // store reachable, InvalidArgument where the fabric's words or arena are too small.
+  // words of the local ranks. The setup's device work runs on a private stream per device
+  // that the constructor synchronises (NOTE [CUDA call sequences] 1): when it returns the
+  // words are zero and the tables uploaded, for every stream and peer; it never waits for
+  // other work on the device. Throws Unsupported where a rank is not load/store reachable,
+  // InvalidArgument where the fabric's words or arena are too small.
   CudaSequenceRunner(const program::CallSequence& sequence, fabric::Fabric& fabric,
                      const CudaSequencePlace& place, const CudaSequenceOptions& options = {});
   ~CudaSequenceRunner();

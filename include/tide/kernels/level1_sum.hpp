@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -61,12 +62,16 @@ struct Level1TableView {
   int num_params = 0;  // largest param index + 1
 };
 
-// Owns the device copy of a block's segment table. Built once at registration (one
-// synchronous upload); never rebuilt or copied per call (paper Sec. 6). Validates the runs:
-// inside the block, non-empty, non-overlapping, param < 256, src_offset >= 0.
+// Owns the device copy of a block's segment table. Built once at registration (one upload);
+// never rebuilt or copied per call (paper Sec. 6). Validates the runs: inside the block,
+// non-empty, non-overlapping, param < 256, src_offset >= 0. Without `upload` the upload is a
+// synchronous cudaMemcpy (on the legacy default stream); with it, a cudaMemcpyAsync on that
+// stream (from host_runs(), which lives as long as the table), and the caller orders every use
+// of view() after that stream's work (e.g. synchronises it: the sequence runner does).
 class Level1SegmentTable {
  public:
-  Level1SegmentTable(int rows, std::int64_t width, std::span<const Level1RunSpec> runs);
+  Level1SegmentTable(int rows, std::int64_t width, std::span<const Level1RunSpec> runs,
+                     std::optional<cudaStream_t> upload = std::nullopt);
   ~Level1SegmentTable();
   Level1SegmentTable(const Level1SegmentTable&) = delete;
   Level1SegmentTable& operator=(const Level1SegmentTable&) = delete;

@@ -10,6 +10,8 @@
 //   fixed(region)    a fixed pointer (landing partials: the kernel takes them by value)
 //   gradient(param)  records the kernel gradient slot of kTensor `param` (a pointer, or the
 //                    tensor index to bind per call)
+//   upload_stream()  optional: the stream that uploads Level 1 segment tables (without it the
+//                    upload is synchronous)
 // resolve_payload() fills the per-kind fields both targets name alike: copies, out, in,
 // elems, ctas, zero_width / zero_rows / zero_pitch, sum, table, tuning, land, empty. What is
 // bound per call in a sequence (alpha, accumulate, tensor and output pointers) the executor
@@ -23,6 +25,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "program_checks.hpp"
@@ -75,8 +78,12 @@ void resolve_sum(const program::SumOp& op, Resolver& resolver, Target& m) {
   runs.reserve(op.segments.size());
   for (const program::SumSegment& s : op.segments)
     runs.push_back({s.row, s.out_elem, s.elems, compact.at(s.param), s.src_elem});
-  m.table =
-      std::make_unique<kernels::Level1SegmentTable>(static_cast<int>(op.dst.rows), width, runs);
+  // A resolver with upload_stream() uploads the table on that stream (the sequence runner's
+  // setup stream, NOTE [CUDA call sequences] 1); else synchronously.
+  std::optional<cudaStream_t> upload;
+  if constexpr (requires { resolver.upload_stream(); }) upload = resolver.upload_stream();
+  m.table = std::make_unique<kernels::Level1SegmentTable>(static_cast<int>(op.dst.rows), width,
+                                                          runs, upload);
   m.out = resolver.address(op.dst);
   kernels::Level1SumArgs& a = m.sum;
   a.out_pitch = op.dst.rows > 1 ? op.dst.pitch / 4 : width;

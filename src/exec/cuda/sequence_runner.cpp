@@ -161,6 +161,7 @@ void CudaSequenceRunner::State::map_op(const Op& op, int age, SeqOp& m) {
       return p.fixed;
     }
     void gradient(int param) const { m.gradient_slots.push_back(param); }
+    cudaStream_t upload_stream() const { return st.setup.at(st.fabric.device_of(m.rank)); }
   } resolver{*this, m};
   cuda_detail::resolve_payload(op, resolver, m);
   if (const auto use = program::counter_use_of(op)) {
@@ -268,6 +269,9 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
     const CUresult got = sequence_detail::graph_driver().ctx_get_current(&ctx);
     if (got != CUDA_SUCCESS) throw CudaError("cuCtxGetCurrent failed");
     s.context[static_cast<std::size_t>(r)] = ctx;
+    // NOTE [CUDA call sequences] 1: the device's setup work goes on a private stream.
+    cudaStream_t& setup = s.setup[fabric.device_of(r)];
+    if (setup == nullptr) TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&setup, cudaStreamNonBlocking));
     // Fused waits go as one cuStreamBatchMemOp where the device takes 64-bit stream memory
     // operations in batches (cudaDevAttrReserved122 is CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_
     // STREAM_MEM_OPS), else one cuStreamWaitValue64 each.
@@ -299,8 +303,8 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
     kernels::prepare_landing();
     kernels::prepare_cast();
     cuda_detail::prepare_abort_check();
-    TIDE_CUDA_CHECK(cudaMemset(fabric.signals(r) + place.first_signal_word, 0,
-                               static_cast<std::size_t>(sequence.counters) * 8));
+    TIDE_CUDA_CHECK(cudaMemsetAsync(fabric.signals(r) + place.first_signal_word, 0,
+                                    static_cast<std::size_t>(sequence.counters) * 8, setup));
   }
   s.events.assign(static_cast<std::size_t>(s.q) * static_cast<std::size_t>(s.ranks) *
                       static_cast<std::size_t>(sequence.events_per_call),
@@ -363,12 +367,27 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
   s.use_device_of(s.local_ranks.empty() ? 0 : s.local_ranks[0]);
   TIDE_CUDA_CHECK(
       cudaMalloc(reinterpret_cast<void**>(&s.generations), static_cast<std::size_t>(s.q) * 8));
-  TIDE_CUDA_CHECK(cudaMemset(s.generations, 0, static_cast<std::size_t>(s.q) * 8));
+  TIDE_CUDA_CHECK(cudaMemsetAsync(s.generations, 0, static_cast<std::size_t>(s.q) * 8,
+                                  s.setup_stream(s.local_ranks.empty() ? 0 : s.local_ranks[0])));
   TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&s.last_done, cudaEventDisableTiming));
   s.graphs.resize(static_cast<std::size_t>(s.q));
   s.set_up_abort_words();
   s.create_watch();
-  TIDE_CUDA_CHECK(cudaDeviceSynchronize());
+  // NOTE [CUDA call sequences] 1: the host waits for the runner's own setup work only, never
+  // for the device (other runners' calls, the caller's compute).
+  for (auto& [device, setup] : s.setup) {
+    TIDE_CUDA_CHECK(cudaSetDevice(device));
+    TIDE_CUDA_CHECK(cudaStreamSynchronize(setup));
+    TIDE_CUDA_CHECK(cudaStreamDestroy(setup));
+    setup = nullptr;
+  }
+  s.setup.clear();
+  s.current_device = -1;
+}
+
+cudaStream_t CudaSequenceRunner::State::setup_stream(int rank) {
+  use_device_of(rank);
+  return setup.at(fabric.device_of(rank));
 }
 
 CudaSequenceRunner::State::~State() {
@@ -405,6 +424,8 @@ CudaSequenceRunner::State::~State() {
   if (origin != nullptr) (void)cudaStreamDestroy(origin);
   for (const auto& [device, st] : scratch)
     (void)cudaStreamDestroy(st);
+  for (const auto& [device, st] : setup)  // a constructor that threw
+    if (st != nullptr) (void)cudaStreamDestroy(st);
 }
 
 CudaSequenceRunner::~CudaSequenceRunner() = default;

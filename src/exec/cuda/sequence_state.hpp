@@ -188,8 +188,9 @@ struct CudaSequenceRunner::State {
   // mapping, else null), the private words per device, and the end-of-call peer check.
   std::vector<std::uint64_t*> abort_words;
   std::map<int, std::uint64_t*> private_abort;
-  const std::uint64_t** check_tables = nullptr;  // device: watched words, then own words
-  cuda_detail::AbortCheck peer_check{};          // watched_count 0: no check
+  const std::uint64_t** check_tables = nullptr;        // device: watched words, then own words
+  std::vector<const std::uint64_t*> check_table_host;  // its source (an asynchronous upload)
+  cuda_detail::AbortCheck peer_check{};                // watched_count 0: no check
   // Caller capture (NOTE [CUDA call sequences] 4): the calls captured so far and the shadow
   // cursor and totals they were built with.
   CudaCapturedCalls captured;
@@ -221,6 +222,9 @@ struct CudaSequenceRunner::State {
   // stream that captures a fresh call's kernels for their node parameters.
   std::map<int, bool> batch_waits;
   std::map<int, cudaStream_t> scratch;
+  // Construction only (NOTE [CUDA call sequences] 1): per device the private stream that runs
+  // the runner's setup work (zeroing, table uploads); synchronised and destroyed at its end.
+  std::map<int, cudaStream_t> setup;
   std::vector<CUstreamBatchMemOpParams> memops;  // reused by every wait
 
   State(const program::CallSequence& s, fabric::Fabric& f, const CudaSequencePlace& p,
@@ -229,6 +233,7 @@ struct CudaSequenceRunner::State {
   ~State();
 
   void use_device_of(int rank);
+  cudaStream_t setup_stream(int rank);  // the setup stream of rank's device, made current
   int stream(int rank, int name);
   sequence_detail::Ptr resolve(const program::Region& r) const;
   std::uint64_t* word(const program::Counter& c) const;

@@ -116,10 +116,12 @@ void CudaSequenceRunner::State::set_up_abort_words() {
   }
   for (const int r : local_ranks) {
     use_device_of(r);
-    TIDE_CUDA_CHECK(cudaMemset(abort_words[static_cast<std::size_t>(r)], 0, 8));
+    TIDE_CUDA_CHECK(
+        cudaMemsetAsync(abort_words[static_cast<std::size_t>(r)], 0, 8, setup_stream(r)));
   }
   if (word < 0) return;
-  std::vector<const std::uint64_t*> table;
+  std::vector<const std::uint64_t*>& table = check_table_host;  // uploaded asynchronously
+  table.clear();
   for (int r = 0; r < ranks; ++r)
     if (!fabric.local(r)) table.push_back(abort_words[static_cast<std::size_t>(r)]);
   const auto watched = static_cast<int>(table.size());
@@ -129,7 +131,8 @@ void CudaSequenceRunner::State::set_up_abort_words() {
   use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);  // the caller stream's device
   const std::size_t bytes = table.size() * sizeof(const std::uint64_t*);
   TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&check_tables), bytes));
-  TIDE_CUDA_CHECK(cudaMemcpy(check_tables, table.data(), bytes, cudaMemcpyHostToDevice));
+  TIDE_CUDA_CHECK(cudaMemcpyAsync(check_tables, table.data(), bytes, cudaMemcpyHostToDevice,
+                                  setup_stream(local_ranks.empty() ? 0 : local_ranks[0])));
   peer_check.watched = check_tables;
   peer_check.watched_count = watched;
   peer_check.own = check_tables + watched;
