@@ -246,9 +246,13 @@ void CudaCommunicator::commit() {
     TIDE_CUDA_CHECK(cudaMemsetAsync(words + word, 0, 8, setup));
   TIDE_CUDA_CHECK(cudaStreamSynchronize(setup));
   TIDE_CUDA_CHECK(cudaStreamDestroy(setup));
+  // NOTE [graph wait budget]: a lane's calls run one after another (NOTE [lane handoff]), so
+  // its runners' graph waits count once per device: the all-gather lane and the RS lane.
+  const std::uint64_t graph_lanes[2] = {exec::new_graph_lane(), exec::new_graph_lane()};
   for (int lane = 0; lane < 2; ++lane) {
     exec::CudaSequencePlace place{0, handoffs_[lane].first_counter};
     place.abort_word = kAbortWord;
+    handoff_options.graph_lane = graph_lanes[lane];
     handoff_runners_[lane] = std::make_unique<exec::CudaSequenceRunner>(
         handoffs_[lane].sequence, windows_->fabric(), place, handoff_options);
   }
@@ -262,6 +266,7 @@ void CudaCommunicator::commit() {
       place.abort_word = kAbortWord;
       place.call_tag_word = kCallTagWords[collective];
       place.call_tag = call_tag_of(g->index);
+      runner_options.graph_lane = graph_lanes[collective];  // lane 0: all-gathers, 1: RS
       runners_.push_back(std::make_unique<exec::CudaSequenceRunner>(
           calls.sequence, windows_->fabric(), place, runner_options));
     }

@@ -631,6 +631,99 @@ TEST(CudaSequence, TooManyStreamsForGraphWaitsKeepToTheStreamPath) {
     h.expect_equal(*data[static_cast<std::size_t>(e)], "call " + std::to_string(e));
 }
 
+// NOTE [graph wait budget]: the 64 graph-wait streams are a budget per device, over every
+// runner. A 3 x 2 reduce-scatter has 48 streams (8 per rank). Two of them without a lane
+// (their calls may overlap: here on two caller streams) would be 96: the first keeps its
+// graphs (calls Q on are replays), the second runs on the stream path (graph_launches() 0),
+// says why (the counts, the 128-grid limit, what to do) and refuses a caller's capture. Both
+// match the definition bitwise. Two of them in one lane (graph_lane; their calls on one
+// caller stream, one after another) count 48 and both replay. graph_wait_streams() shows
+// the device's claim: +48 per lane, back to where it was once they are gone.
+TEST(CudaSequence, GraphWaitStreamsAreBudgetedPerDevice) {
+  TIDE_REQUIRE_GPU();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  const auto run = [](RsHarness& h, int calls, cudaStream_t caller,
+                      std::vector<std::unique_ptr<RsCallData>>& data,
+                      std::vector<std::unique_ptr<RsBuffers>>& buffers) {
+    buffers.push_back(h.buffers());
+    for (int e = 0; e < calls; ++e) {
+      data.push_back(h.data(1.0f));
+      h.step(*buffers.back(), *data.back(), 1.0f, caller);
+    }
+  };
+  int device = 0;
+  TIDE_CUDA_CHECK(cudaGetDevice(&device));
+  const int base = CudaSequenceRunner::graph_wait_streams(device);
+  ASSERT_LE(base + 48, CudaSequenceRunner::kMaxGraphWaitStreams)
+      << "runners of earlier tests still hold graph-wait streams";
+  {
+    RsHarness a(Topo{3, 2}, seed, CudaSequenceOptions{}, false);
+    EXPECT_EQ(a.runner().graphs_unavailable(), "");
+    EXPECT_EQ(CudaSequenceRunner::graph_wait_streams(device), base + 48);
+    RsHarness b(Topo{3, 2}, seed + 1, CudaSequenceOptions{}, false);
+    const std::string why = b.runner().graphs_unavailable();
+    EXPECT_NE(why.find(std::to_string(base + 96) + " streams on device " + std::to_string(device)),
+              std::string::npos)
+        << why;
+    EXPECT_NE(why.find("128 grids"), std::string::npos) << why;
+    EXPECT_NE(why.find("kMaxGraphWaitStreams"), std::string::npos) << why;
+    EXPECT_EQ(CudaSequenceRunner::graph_wait_streams(device), base + 48);
+    Stream sa, sb;
+    {  // b refuses a caller's capture, and stays usable
+      cudaGraph_t graph = nullptr;
+      const auto refused = b.buffers();
+      TIDE_CUDA_CHECK(cudaStreamBeginCapture(sb.get(), cudaStreamCaptureModeRelaxed));
+      EXPECT_THROW(b.runner().enqueue(refused->bindings, 1.0f, false, sb.get()), Unsupported);
+      TIDE_CUDA_CHECK(cudaStreamEndCapture(sb.get(), &graph));
+      if (graph != nullptr) (void)cudaGraphDestroy(graph);
+    }
+    const int calls = 2 * std::max(a.runner().event_slots(), b.runner().event_slots()) + 1;
+    std::vector<std::unique_ptr<RsCallData>> da, db;
+    std::vector<std::unique_ptr<RsBuffers>> ba, bb;
+    run(a, calls, sa.get(), da, ba);
+    run(b, calls, sb.get(), db, bb);
+    TIDE_CUDA_CHECK(cudaStreamSynchronize(sa.get()));
+    TIDE_CUDA_CHECK(cudaStreamSynchronize(sb.get()));
+    EXPECT_EQ(a.runner().graph_launches(), calls - a.runner().event_slots());
+    EXPECT_EQ(b.runner().graph_launches(), 0);
+    for (int e = 0; e < calls; ++e) {
+      a.expect_equal(*da[static_cast<std::size_t>(e)], "a, call " + std::to_string(e));
+      b.expect_equal(*db[static_cast<std::size_t>(e)], "b, call " + std::to_string(e));
+    }
+  }
+  EXPECT_EQ(CudaSequenceRunner::graph_wait_streams(device), base);
+  {
+    CudaSequenceOptions lane;
+    lane.graph_lane = exec::new_graph_lane();
+    RsHarness c(Topo{3, 2}, seed + 2, lane, false);
+    RsHarness d(Topo{3, 2}, seed + 3, lane, false);
+    EXPECT_EQ(c.runner().graphs_unavailable(), "");
+    EXPECT_EQ(d.runner().graphs_unavailable(), "");
+    EXPECT_EQ(CudaSequenceRunner::graph_wait_streams(device), base + 48);
+    Stream caller;  // one stream: c's and d's calls never overlap (the lane's promise)
+    const int calls = 2 * std::max(c.runner().event_slots(), d.runner().event_slots()) + 1;
+    std::vector<std::unique_ptr<RsCallData>> dc, dd;
+    std::vector<std::unique_ptr<RsBuffers>> bc, bd;
+    bc.push_back(c.buffers());
+    bd.push_back(d.buffers());
+    for (int e = 0; e < calls; ++e) {
+      dc.push_back(c.data(1.0f));
+      c.step(*bc.back(), *dc.back(), 1.0f, caller.get());
+      dd.push_back(d.data(1.0f));
+      d.step(*bd.back(), *dd.back(), 1.0f, caller.get());
+    }
+    TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
+    EXPECT_EQ(c.runner().graph_launches(), calls - c.runner().event_slots());
+    EXPECT_EQ(d.runner().graph_launches(), calls - d.runner().event_slots());
+    for (int e = 0; e < calls; ++e) {
+      c.expect_equal(*dc[static_cast<std::size_t>(e)], "c, call " + std::to_string(e));
+      d.expect_equal(*dd[static_cast<std::size_t>(e)], "d, call " + std::to_string(e));
+    }
+  }
+  EXPECT_EQ(CudaSequenceRunner::graph_wait_streams(device), base);
+}
+
 // NOTE [CUDA call sequences] 1, setup contract: building a runner waits for its own setup
 // only. Two streams are held by a kernel spinning on a closed gate: a blocking stream (the
 // legacy default stream waits for it: a synchronous cudaMemset or cudaMemcpy there would

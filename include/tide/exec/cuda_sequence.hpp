@@ -89,9 +89,12 @@
 //    - calls run one after another (step 2), so no call adds to G_j while an earlier call of
 //      the slot still reads it;
 //    - at most one kernel per stream spins at a time, and what it waits for may be a kernel;
-//      a device runs at most 128 grids at once (sm_90), so a sequence with more than
-//      kMaxGraphWaitStreams streams on one device (many virtual ranks on one GPU: 8 x 8 is
-//      ~640) runs on the stream path and refuses capture (graphs_unavailable() says why);
+//      a device runs at most 128 grids at once (sm_90), so the runners whose calls may
+//      overlap on a device keep at most kMaxGraphWaitStreams streams there between them
+//      (NOTE [graph wait budget]: a process-wide registry per device; runners of one lane,
+//      CudaSequenceOptions::graph_lane, count once); a runner that would exceed it (many
+//      virtual ranks on one GPU: 8 per rank, 8 x 8 is 512; or too many overlapping runners)
+//      runs on the stream path and refuses capture (graphs_unavailable() says why);
 //    - wait kernels prefer the largest shared-memory carveout, so that a resident spinner is
 //      less likely to keep an SM in a configuration that a Level 1 sum's CTA (~207 KB) cannot
 //      share (a preference: the driver decides);
@@ -251,8 +254,16 @@ struct CudaSequenceOptions {
   // nodes that carry them re-pointed (NOTE [CUDA call sequences] 3); off: only calls whose
   // bindings equal the slot's last call's replay.
   bool repoint_graphs = true;
+  // NOTE [graph wait budget] (src/exec/cuda/graph_wait_budget.hpp): runners given one nonzero
+  // lane (from new_graph_lane()) promise that their calls never run at once on a device (each
+  // starts after the lane's previous call completed, as the runtime's lane handoffs order
+  // them), so their graph waits count once per device; 0: a lane of its own.
+  std::uint64_t graph_lane = 0;
   CudaSequenceFaultInjection fault_injection;  // tests only
 };
+
+// A lane id no other call of this process returned (NOTE [graph wait budget]).
+std::uint64_t new_graph_lane();
 
 // One wait of a batch: `word` >= the counter total `total` (what earlier calls added to it;
 // kConstantWaitTotal: none) plus `value`.
@@ -294,9 +305,15 @@ struct CudaSequenceCounts {
 class CudaSequenceRunner {
  public:
   static constexpr int kWatchedCalls = 64;
-  // The most streams one device may carry for the sequence's calls to run in graphs (NOTE
-  // [CUDA call sequences] 3): beyond it replay_graphs is off and capture is refused.
-  static constexpr int kMaxGraphWaitStreams = 64;
+  // Grids a device keeps resident at once (CUDA's concurrent-kernel limit, sm_90), and the
+  // most of them graph waits may spin in: the streams of every runner of this process whose
+  // calls may overlap on one device (NOTE [graph wait budget]). A runner whose streams would
+  // take a device past it runs on the stream path and refuses capture (graphs_unavailable()).
+  static constexpr int kMaxResidentGrids = 128;
+  static constexpr int kMaxGraphWaitStreams = kMaxResidentGrids / 2;
+  // The graph-wait streams `device` may spin at once under the runners alive now (at most
+  // kMaxGraphWaitStreams; NOTE [graph wait budget]).
+  static int graph_wait_streams(int device);
 
   // `sequence` and `fabric` must outlive the runner. Validates the templates as the CUDA
   // executor does, creates streams, events and tables, and zeroes the sequence's signal

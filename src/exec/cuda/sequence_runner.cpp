@@ -2,6 +2,8 @@
 // to pointer slots, counter words, tables and kernel arguments, then fused (sequence_fusion.hpp);
 // streams and event slots.
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
@@ -9,6 +11,7 @@
 #include "abort_check.hpp"
 #include "counter_add.hpp"
 #include "generation_wait.hpp"
+#include "graph_wait_budget.hpp"
 #include "op_resolution.hpp"
 #include "program_checks.hpp"
 #include "sequence_fusion.hpp"
@@ -344,20 +347,18 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
       s.repoint_failure = "copy: a 2-D copy of caller memory (CUDA updates only 1-D copy nodes)";
   }
   s.totals.assign(static_cast<std::size_t>(s.ranks) * static_cast<std::size_t>(s.counters), 0);
-  // Graph waits spin in kernels, at most one per stream at a time, and each waits for work
-  // that may itself be a kernel; a device runs at most 128 grids at once (sm_90), so a
-  // sequence whose streams on one device could fill that with spinners runs its calls on the
-  // stream path instead (many virtual ranks on one GPU; one rank per GPU uses ~8 streams).
+  // NOTE [graph wait budget]: graph waits spin in kernels, one per stream at a time; the
+  // streams of every runner whose calls may overlap on a device share one budget there.
   std::map<int, int> streams_per_device;
   for (const int r : s.stream_rank)
     ++streams_per_device[fabric.device_of(r)];
-  for (const auto& [device, count] : streams_per_device) {
-    if (count > kMaxGraphWaitStreams) {
-      s.no_graph_waits = std::to_string(count) + " streams on device " + std::to_string(device) +
-                         " (graph waits are kernels: at most " +
-                         std::to_string(kMaxGraphWaitStreams) + ")";
-      s.options.replay_graphs = false;
-    }
+  s.budget_id = reinterpret_cast<std::uintptr_t>(&s);
+  s.no_graph_waits = sequence_detail::GraphWaitBudget::process().claim(
+      s.budget_id, options.graph_lane, streams_per_device);
+  if (s.no_graph_waits.empty()) {
+    s.budget_claimed = true;
+  } else {
+    s.options.replay_graphs = false;
   }
   // Graph waits (NOTE [CUDA call sequences] 3): what Q calls add, the slots' generations.
   std::vector<std::vector<std::int64_t>> additions;
@@ -405,6 +406,7 @@ CudaSequenceRunner::State::~State() {
   }
   for (cudaStream_t st : streams)
     (void)cudaStreamSynchronize(st);
+  if (budget_claimed) sequence_detail::GraphWaitBudget::process().release(budget_id);
   for (sequence_detail::SlotGraph& g : graphs)
     drop(g);
   destroy_watch();
@@ -429,6 +431,15 @@ CudaSequenceRunner::State::~State() {
 }
 
 CudaSequenceRunner::~CudaSequenceRunner() = default;
+
+std::uint64_t new_graph_lane() {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1);
+}
+
+int CudaSequenceRunner::graph_wait_streams(int device) {
+  return sequence_detail::GraphWaitBudget::process().resident(device);
+}
 
 // NOTE [CUDA call sequences] 6: what calls change is read under the runner's lock.
 std::int64_t CudaSequenceRunner::calls() const {

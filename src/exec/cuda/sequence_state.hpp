@@ -207,6 +207,9 @@ struct CudaSequenceRunner::State {
   std::uint64_t* generations = nullptr;
   std::vector<std::int64_t> slot_period_additions;
   std::string no_graph_waits;  // why graphs cannot hold this sequence's waits (empty: they can)
+  // NOTE [graph wait budget]: this runner's claim in the process's registry.
+  std::uint64_t budget_id = 0;
+  bool budget_claimed = false;
   // Calls run one after another (NOTE [CUDA call sequences] 2): each records last_done on its
   // caller stream, and a call on another caller stream first waits for it. The legacy default
   // stream is nullptr, a caller stream like any other: `called` says whether one was seen.
