@@ -225,8 +225,8 @@ struct GroupStats {
   std::int64_t gradient_bytes_staged = 0;
   // nccl backend: calls that ran as a launch of their slot's CUDA graph (pointers unchanged,
   // or re-pointed: all-gathers; tens of microseconds of host time), the others on the stream
-  // path. A reduce-scatter launches its graph when its gradients are where the slot's
-  // previous call found them.
+  // path. A reduce-scatter whose gradients cannot be re-pointed launches its graph when they
+  // are where the slot's graph holds them (NOTE [slot graph policy]). Captures count here too.
   std::int64_t all_gather_replays = 0;
   std::int64_t reduce_scatter_replays = 0;
   // Rail messages this rank sent for these calls, and their bytes (NOTE [runtime] 9: the
