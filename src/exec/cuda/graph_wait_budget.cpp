@@ -7,9 +7,11 @@
 
 namespace tide::exec::sequence_detail {
 
+// Never destroyed: runners freed during the process's exit (after static destructors ran)
+// still release into it.
 GraphWaitBudget& GraphWaitBudget::process() {
-  static GraphWaitBudget budget(CudaSequenceRunner::kMaxGraphWaitStreams);
-  return budget;
+  static auto* budget = new GraphWaitBudget(CudaSequenceRunner::kMaxGraphWaitStreams);
+  return *budget;
 }
 
 // Lane 0 is a lane of its own per runner: keyed apart from every real lane.
