@@ -215,10 +215,11 @@ def write(out: Path, result: dict, repeats: int, steps: int) -> None:
         "",
         f"Made by `{result['command']}` on {result['machine']}, {result['date']} "
         f"({result['seconds']} s). Each row: the largest rank's figure, median of {repeats} "
-        "repeats in fresh processes (peak: [min, max] over the repeats). Peak is the RSS on CPU "
-        "(TIDE's arena is shared memory: a rank's RSS holds its own arena and the pages of its "
-        "peers' arenas it touched), torch's max_memory_allocated on GPUs (the arena is in a torch "
-        "MemPool there; otherwise it is added). "
+        "repeats in fresh processes (peak: [min, max] over the repeats). Peak on CPU: the rank's "
+        "private memory at its peak plus its own arena in full once the arena exists (NOTE "
+        "[honest peak on CPU]; 'Which peak' below); max RSS beside it, as measured before "
+        "(it also counts the peers' arena pages a rank touched). On GPUs: torch's "
+        "max_memory_allocated (the arena is in a torch MemPool there; otherwise it is added). "
         f"{steps} training steps; TIDE's first runs on stock FSDP2 while it traces the order "
         "(NOTE [landing slots from the first iteration]).",
         "",
@@ -226,13 +227,46 @@ def write(out: Path, result: dict, repeats: int, steps: int) -> None:
         "",
         "Goals (the memory issue): " + ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in result["goals"].items()),
         "",
-        "Reading it: the decoder's arena is the same at 4, 16 and 64 layers (two ring slots of one "
-        "block, the root's slot, one stage, TIDE-RS's areas of the largest group). At one node "
-        "(M = 1) TIDE-RS's staging dominates it: Eq. 10 gives (n_stg L b/4 + L n_par + 2) S_fp32, "
-        "more than FSDP2's fp32 packing buffer, so where the model is small against torch's own "
-        "memory (the 4-layer decoder) or its layers are large (the wide model) TIDE's peak is above "
-        "stock's, Slot-Reuse included; smaller staging chunks (RsOptions::staging_chunk_elems) "
-        "would bound it, a default for the sizing solver to set.",
+        "Which peak: on CPU, max(P_before, P_during + A) (NOTE [honest peak on CPU], "
+        "python/tide/demo/peak.py): the private resident memory (RssAnon + RssFile, sampled every "
+        "millisecond and at every forward hook) before TIDE's arena exists and while it does, "
+        "plus the rank's own arena in full, as a GPU allocates it. Not the RSS: a rank's RSS holds "
+        "its own arena and every page of its peers' arenas it touched (the wide model at N = 8: "
+        "225 MiB of shared pages in a rank's RSS for a 141 MiB arena), so it overstated TIDE more "
+        "with every rank (the max RSS column keeps it, for comparison). Not the PSS: it is a "
+        "snapshot, and sampling it costs milliseconds. The arena in full overstates the CPU a "
+        "little: its untouched pages are not allocated (at M = 1 the TIDE-RS inbox, L blocks, "
+        "is never written with the pull landing). Workers run with MALLOC_MMAP_THRESHOLD_=65536 "
+        "(NOTE [malloc in the memory benchmark] in run.py): with glibc's dynamic threshold the "
+        "ranks of one run differed by up to 125 MiB in peak RSS; with it they agree within "
+        "1 MiB.",
+        "",
+        "What TIDE holds above stock, measured (TIDE_MEMORY_TIMELINE, heaptrack, the wide model "
+        "at N = 8): (1) its arena. The ring slots (two blocks and the root) stand in for FSDP2's "
+        "unsharded parameters and all-gather buffers, which FSDP2 frees between layers, so on one "
+        "host the arena's TIDE-RS areas are what comes on top: at M = 1 staging n_stg (L - 1) "
+        "blocks, an inbox of L blocks (as large as FSDP2's whole fp32 packing buffer, and unused "
+        "by the pull landing) and 2 spares, against FSDP2's transient packing buffer of L blocks. "
+        "The sizing solver now chunks the staging so that it never exceeds FSDP2's packing buffer "
+        "(rs_defaults.hpp contracts 5-7: fp32 gradients on one node take two chunks; the wide "
+        "model's arena at N = 8 went from 141.4 to 117.8 MiB, its staging from 47.3 to 23.6 MiB); "
+        "staging less, in more chunks, costs reduce-scatter time in the cost model (a Llama-3.1-70B "
+        "layer at M = 1: 9.9, 9.7, 12.2, 15.0 ms at 1, 2, 3, 7 chunks) and private memory (next). "
+        "(2) Private memory of the runtime: registering a group builds every rank's call programs "
+        "in every process (program::make_call_sequence under runtime::make_group), and the heap "
+        "they leave behind stays resident: at N = 8 about 14 MiB per rank with the staging in one "
+        "chunk, 16 in two, 64 in fifteen; about 1 MiB at N = 2. (3) The first iteration "
+        "runs stock FSDP2 while TIDE traces the order; its peak, plus (2), is TIDE's P_before. "
+        "(4) Slot-Reuse frees the gradients at the host point Sec. 5.3 names, before its "
+        "reduce-scatter runs (they are in the vacated slot); In-Place frees them when the call "
+        "returns, and on the host backend a call completes on the calling thread, so that is the "
+        "same post_backward (a probe found no gradient tensor alive after any reduce-scatter in "
+        "either mode). Slot-Reuse's peak is lower by at most one layer's gradients during that "
+        "call (the wide model at N = 2: 1120 vs 1145 MiB), not by the second gradient group "
+        "Sec. 5.3 saves where In-Place's reads are asynchronous (GPUs). "
+"So on one host TIDE's peak stays above stock's: getting below needs the one-node layout "
+        "docs/fsdp.md names (no inbox, Level 1 into the shard) and a runtime that builds its own "
+        "rank's programs only; neither is a default the solver can set.",
         "",
     ]
     demos = [(m, out / f"demo-cpu-{m}.json") for m in ("in-place", "slot-reuse")]
@@ -244,8 +278,9 @@ def write(out: Path, result: dict, repeats: int, steps: int) -> None:
             parts.append(f"{mode} {s:.1f} vs {t:.1f} MiB ({(t / s - 1) * 100:+.1f}%)")
         lines += [
             "The demo (`scripts/main.sh`'s training, 4 CPU processes, 6 steps; "
-            "`demo-cpu-*.json`, made by `python3 -m tide.demo --steps 6 --mode MODE`), peak RSS of "
-            "a rank, stock vs TIDE: " + "; ".join(parts) + ".",
+            "`demo-cpu-*.json`, made by `MALLOC_MMAP_THRESHOLD_=65536 python3 -m tide.demo --steps 6 "
+            "--mode MODE`), the peak of a rank as the table counts it, stock vs TIDE: "
+            + "; ".join(parts) + ".",
             "",
         ]
     (out / "README.md").write_text("\n".join(lines))

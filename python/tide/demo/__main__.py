@@ -141,7 +141,7 @@ def main(argv=None) -> None:
           f"TIDE {median(tide['step_times_s'][steady]) * 1e3:.1f} ms")
     print(f"layout-copy bytes avoided {_mib(median(avoided[steady]))} per step")
     print(f"peak memory              stock {_mib(stock['peak_memory_bytes'])}, TIDE {_mib(tide['peak_memory_bytes'])}"
-          + ("  (RSS of a rank, the arena included)" if not gpus
+          + ("  (a rank's private memory plus its own arena: NOTE [honest peak on CPU])" if not gpus
              else "  (torch's max_memory_allocated; TIDE's arena in a torch MemPool, included)"))
     print(f"TIDE arena               {_mib(tide.get('arena_bytes', 0))} per rank (one per communicator: "
           "ring slots, stage, reduce-scatter areas)")
