@@ -342,8 +342,8 @@ int main(int argc, char** argv) {
     }
     const tide::RsPlan rs(layout, rs_options);
     j["rs_sub_slices"] = std::string(tide::sub_slices_name(rs_options.sub_slices));
-    const tide::program::CallSequence rs_seq =
-        tide::program::rs_call_sequence(rs, {}, tide::program::rs_arena_layout(rs));
+    const tide::program::CallSequence rs_seq = tide::program::rs_call_sequence(
+        rs, {}, tide::program::rs_arena_layout(rs, tide::program::LandingStyle::kPull));
     std::vector<std::int64_t> grads;
     std::int64_t grad_bytes = 0;
     for (const tide::ParamLayout& p : layout.params()) {

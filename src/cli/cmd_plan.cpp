@@ -15,6 +15,7 @@
 #include "tide/core/models.hpp"
 #include "tide/core/plan_validator.hpp"
 #include "tide/core/rs_plan.hpp"
+#include "tide/program/rs_builder.hpp"
 
 namespace tide::cli {
 namespace {
@@ -35,6 +36,12 @@ struct PlanArgs {
   bool json = false;
   bool list_models = false;
 };
+
+// The inbox that the runtime's arena holds for this plan (its pull landing).
+std::int64_t pull_inbox_bytes(const RsPlan& rs) {
+  const program::RsArenaLayout a = program::rs_arena_layout(rs, program::LandingStyle::kPull);
+  return a.arena_bytes - a.inbox;
+}
 
 std::string mask_text(std::uint8_t mask, int l) {
   std::string text;
@@ -152,6 +159,7 @@ json rs_json(const RsPlan& rs, const ValidationResult& validation) {
             {"staging_slot_bytes", mem.staging_slot_bytes},
             {"staging_bytes", mem.staging_bytes},
             {"inbox_bytes", mem.inbox_bytes},
+            {"inbox_bytes_pull_landing", pull_inbox_bytes(rs)},
             {"outbox_bytes", mem.outbox_bytes},
             {"spare_bytes", mem.spare_bytes},
             {"total_bytes", mem.total()}}},
@@ -257,11 +265,15 @@ void print_rs(const RsPlan& rs, const ValidationResult& validation) {
       num(rs.paper_flat_descriptors()));
   const RsMemory mem = rs.memory();
   std::cout << fmt::format(
-      "  staging per GPU: {} = Level 1 staging {} ({} slots) + inbox {} + outbox {} (2 banks x {}) "
+      "  staging per GPU: {} = Level 1 staging {} ({} slots) + inbox {}{} + outbox {} (2 banks x "
+      "{}) "
       "+ spares {}; block {}\n",
       bytes(mem.total()), bytes(mem.staging_bytes), rs.options().staging_slots,
-      bytes(mem.inbox_bytes), bytes(mem.outbox_bytes), rs.outbox_depth(), bytes(mem.spare_bytes),
-      bytes(mem.block_bytes));
+      bytes(mem.inbox_bytes),
+      pull_inbox_bytes(rs) == mem.inbox_bytes
+          ? ""
+          : " (none with the pull landing on one node: NOTE [no inbox on one node])",
+      bytes(mem.outbox_bytes), rs.outbox_depth(), bytes(mem.spare_bytes), bytes(mem.block_bytes));
   std::cout << "  plan validation (Prop. 4.1, App. D): "
             << (validation.accepted ? "accepted" : "REJECTED: " + validation.reason) << '\n';
 }

@@ -296,7 +296,7 @@ CallSequence ag_call_sequence(const AgPlan& plan, const AgSequenceAreas& areas,
 
 CallSequence rs_call_sequence(const RsPlan& plan, const RsProgramOptions& rs,
                               const RsArenaLayout& areas, const SequenceOptions& options) {
-  RsShared shared = rs_shared_state({&plan}, 0);
+  RsShared shared = rs_shared_state({&plan}, 0, rs.landing);
   shared.areas = areas;
   const int first_private = shared.landings_done + 1;
   CallBuilder build = [&plan, rs, shared](int, const CallPlacement& at) mutable {

@@ -113,7 +113,7 @@ CommunicatorArena communicator_arena(const std::vector<ArenaGroup>& groups) {
   std::vector<const RsPlan*> rs_plans;
   for (const ArenaGroup& g : groups)
     rs_plans.push_back(g.reduce_scatter);
-  a.reduce_scatter = rs_arena_layout(rs_plans);
+  a.reduce_scatter = rs_arena_layout(rs_plans, LandingStyle::kPull);  // the runtime's landing
   for (std::int64_t* offset : {&a.reduce_scatter.staging, &a.reduce_scatter.outbox,
                                &a.reduce_scatter.spares, &a.reduce_scatter.inbox})
     *offset += at;

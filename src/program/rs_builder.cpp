@@ -476,13 +476,17 @@ struct Builder : Emitter {
 
 }  // namespace
 
-RsArenaLayout rs_arena_layout(const RsPlan& plan) {
-  return rs_arena_layout({&plan});
+bool rs_uses_inbox(const RsPlan& plan, LandingStyle landing) {
+  return plan.layout().topology().nodes() > 1 || landing == LandingStyle::kSwitchReduce;
 }
 
-RsArenaLayout rs_arena_layout(const std::vector<const RsPlan*>& plans) {
+RsArenaLayout rs_arena_layout(const RsPlan& plan, LandingStyle landing) {
+  return rs_arena_layout({&plan}, landing);
+}
+
+RsArenaLayout rs_arena_layout(const std::vector<const RsPlan*>& plans, LandingStyle landing) {
   RsArenaLayout a;
-  int slots = 0, generations = 0;
+  int slots = 0;
   for (const RsPlan* plan : plans) {
     const RsMemory mem = plan->memory();
     a.staging_slot_bytes = std::max(a.staging_slot_bytes, mem.staging_slot_bytes);
@@ -490,14 +494,16 @@ RsArenaLayout rs_arena_layout(const std::vector<const RsPlan*>& plans) {
     a.outbox_blocks = std::max(a.outbox_blocks, plan->outbox_depth());
     a.spare_blocks = std::max(a.spare_blocks, plan->passes());
     slots = std::max(slots, plan->options().staging_slots);
-    generations = std::max(generations, plan->generations());
+    if (rs_uses_inbox(*plan, landing)) {
+      a.inbox_generations = std::max(a.inbox_generations, plan->generations());
+    }
   }
   const int l = plans.empty() ? 0 : plans.front()->layout().topology().gpus_per_node();
   a.staging = 0;
   a.outbox = a.staging + slots * a.staging_slot_bytes;
   a.spares = a.outbox + 2 * std::int64_t{a.outbox_blocks} * a.block_bytes;
   a.inbox = a.spares + 2 * std::int64_t{a.spare_blocks} * a.block_bytes;
-  a.arena_bytes = a.inbox + std::int64_t{generations} * l * a.block_bytes;
+  a.arena_bytes = a.inbox + std::int64_t{a.inbox_generations} * l * a.block_bytes;
   return a;
 }
 
@@ -516,6 +522,15 @@ Program build_rs_call(const RsPlan& plan, const RsProgramOptions& options,
   if (static_cast<int>(shared.pushed.size()) != topo.world() ||
       static_cast<int>(shared.generation_uses.size()) < plan.generations()) {
     throw InternalError("RsShared is not sized for this plan's topology and generations");
+  }
+  if (rs_uses_inbox(plan, options.landing) && shared.areas.inbox_generations < plan.generations()) {
+    throw InvalidArgument(
+        "the reduce-scatter's arena layout has " + std::to_string(shared.areas.inbox_generations) +
+        " inbox generations, this call needs " + std::to_string(plan.generations()) +
+        " (NOTE [no inbox on one node]): size the layout with rs_arena_layout(plans, " +
+        (options.landing == LandingStyle::kSwitchReduce ? "LandingStyle::kSwitchReduce"
+                                                        : "LandingStyle::kPull") +
+        ")");
   }
   Builder b{{}, plan, options, layout, topo, placement, shared, shared.areas, {}};
   b.m = topo.nodes();
@@ -558,7 +573,8 @@ Program build_rs_call(const RsPlan& plan, const RsProgramOptions& options,
   return std::move(b.program);
 }
 
-RsShared rs_shared_state(const std::vector<const RsPlan*>& plans, int first_counter) {
+RsShared rs_shared_state(const std::vector<const RsPlan*>& plans, int first_counter,
+                         LandingStyle landing) {
   const RsPlan& first = *plans.front();
   const Topology& topo = first.layout().topology();
   const int l = topo.gpus_per_node();
@@ -568,7 +584,7 @@ RsShared rs_shared_state(const std::vector<const RsPlan*>& plans, int first_coun
     generations = std::max(generations, plan->generations());
   }
   RsShared shared;
-  shared.areas = rs_arena_layout(plans);
+  shared.areas = rs_arena_layout(plans, landing);
   shared.staged = first_counter;
   shared.freed = shared.staged + slots;
   shared.inbox_free = shared.freed + l * slots;
@@ -582,7 +598,7 @@ RsShared rs_shared_state(const std::vector<const RsPlan*>& plans, int first_coun
 
 Program build_rs_program(const RsPlan& plan, const RsProgramOptions& options, RsProgramIds* ids) {
   const GroupLayout& layout = plan.layout();
-  RsShared shared = rs_shared_state({&plan}, 0);
+  RsShared shared = rs_shared_state({&plan}, 0, options.landing);
   CallPlacement placement;
   placement.counter_base = shared.landings_done + 1;
   Program p = build_rs_call(plan, options, placement, shared, ids);

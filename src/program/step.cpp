@@ -41,7 +41,8 @@ std::vector<StepCall> issue_order(int groups) {
   return calls;
 }
 
-StepArenaLayout step_arena(const std::vector<StepGroup>& groups, int ag_stages) {
+StepArenaLayout step_arena(const std::vector<StepGroup>& groups, int ag_stages,
+                           LandingStyle rs_landing) {
   StepArenaLayout a;
   std::int64_t at = 0;
   std::int64_t stage = 0, landing = 0;
@@ -63,7 +64,7 @@ StepArenaLayout step_arena(const std::vector<StepGroup>& groups, int ag_stages) 
   a.landing[0] = a.stage[1] + stage;
   a.landing[1] = a.landing[0] + landing;
   a.reduce_scatter = a.landing[1] + landing;
-  a.rs = rs_arena_layout(rs_plans);
+  a.rs = rs_arena_layout(rs_plans, rs_landing);
   for (std::int64_t* offset : {&a.rs.staging, &a.rs.outbox, &a.rs.spares, &a.rs.inbox})
     *offset += a.reduce_scatter;
   a.arena_bytes = a.reduce_scatter + a.rs.arena_bytes;
@@ -88,7 +89,7 @@ Program build_calls(std::vector<StepCall>& calls, const std::vector<StepGroup>& 
   std::vector<const RsPlan*> rs_plans;
   for (const StepGroup& g : groups)
     rs_plans.push_back(g.reduce_scatter);
-  RsShared rs = rs_shared_state(rs_plans, 2 * rounds);
+  RsShared rs = rs_shared_state(rs_plans, 2 * rounds, options.reduce_scatter.landing);
   rs.areas = arena.rs;
   int next_counter = rs.landings_done + 1;
   int next_event = 0;
@@ -178,7 +179,7 @@ StepProgram build_step_program(const std::vector<StepGroup>& groups, const StepO
     throw InvalidArgument("the all-gather receive stage count must be 1 or 2 (got " +
                           std::to_string(options.ag_stages) + ")");
   }
-  out.arena = step_arena(groups, options.ag_stages);
+  out.arena = step_arena(groups, options.ag_stages, options.reduce_scatter.landing);
   out.calls = issue_order(static_cast<int>(groups.size()));
 
   // Buffers: per group, the fp32 master shards (with a cast) and the gradients; one output

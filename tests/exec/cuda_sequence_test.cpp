@@ -70,7 +70,8 @@ class RsHarness {
         layout_(Topology(topo.nodes, topo.gpus), odd_shapes(rng_, 1 + static_cast<int>(rng_() % 4)),
                 DType::kBf16, DType::kBf16),
         plan_(layout_, rs_options(topo, geometry)),
-        seq_(program::rs_call_sequence(plan_, {}, program::rs_arena_layout(plan_))),
+        seq_(program::rs_call_sequence(
+            plan_, {}, program::rs_arena_layout(plan_, program::LandingStyle::kPull))),
         fabric_(fabric_for(seq_)),
         options_(options),
         accumulate_(accumulate),
@@ -209,7 +210,8 @@ TEST(CudaSequence, TemplatesPassTheExecutorChecks) {
     for (const RsSubSlices geometry :
          {RsSubSlices::kAcrossRanks, RsSubSlices::kPerRank, RsSubSlices::kNodeContiguous}) {
       const RsPlan rs(layout, RsHarness::rs_options(topo, geometry));
-      const CallSequence rs_seq = program::rs_call_sequence(rs, {}, program::rs_arena_layout(rs));
+      const CallSequence rs_seq = program::rs_call_sequence(
+          rs, {}, program::rs_arena_layout(rs, program::LandingStyle::kPull));
       for (const program::CallTemplate& t : rs_seq.templates) {
         EXPECT_NO_THROW(exec::CudaExecutor::check(checkable(t.program)));
         EXPECT_TRUE(t.order.unplaced.empty());
@@ -1109,7 +1111,8 @@ TEST(CudaSequence, TwoDRuleCountsAContiguousGradientIntoStridedRows) {
   const int count = 1 + static_cast<int>(rng() % 4);
   const GroupLayout layout(Topology(1, 4), odd_shapes(rng, count), DType::kBf16, DType::kBf16);
   const RsPlan plan(layout, RsHarness::rs_options(Topo{1, 4}, RsSubSlices::kAcrossRanks));
-  const CallSequence seq = program::rs_call_sequence(plan, {}, program::rs_arena_layout(plan));
+  const CallSequence seq = program::rs_call_sequence(
+      plan, {}, program::rs_arena_layout(plan, program::LandingStyle::kPull));
   bool contiguous_into_strided = false;
   for (const program::CallTemplate& t : seq.templates)
     for (const program::Op& op : t.program.ops)

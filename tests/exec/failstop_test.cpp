@@ -117,7 +117,8 @@ class SplitRs {
         layout_(Topology(1, kRanks), odd_shapes(rng_, 1 + static_cast<int>(rng_() % 4)),
                 DType::kBf16, DType::kBf16),
         plan_(layout_, options()),
-        seq_(program::rs_call_sequence(plan_, {}, program::rs_arena_layout(plan_))),
+        seq_(program::rs_call_sequence(
+            plan_, {}, program::rs_arena_layout(plan_, program::LandingStyle::kPull))),
         fabric_(fabric_for(seq_)),
         view_a_(*fabric_, {0}),
         view_b_(*fabric_, {1}),
@@ -392,7 +393,8 @@ TEST(Release, AbortWordMustLieOutsideTheCounters) {
   std::mt19937_64 rng(7);
   const GroupLayout layout(Topology(1, 2), odd_shapes(rng, 2), DType::kBf16, DType::kBf16);
   const RsPlan plan(layout, SplitRs::options());
-  const CallSequence seq = program::rs_call_sequence(plan, {}, program::rs_arena_layout(plan));
+  const CallSequence seq = program::rs_call_sequence(
+      plan, {}, program::rs_arena_layout(plan, program::LandingStyle::kPull));
   const auto fabric = fabric_for(seq);
   for (const int word :
        {kFirstWord, kFirstWord + seq.counters - 1, static_cast<int>(fabric->signal_words())}) {

@@ -318,7 +318,8 @@ Counts check_sequence(const program::CallSequence& seq, const std::string& what)
 
 program::CallSequence rs_sequence(const GroupLayout& layout, const RsOptions& o) {
   const RsPlan rs(layout, o);
-  return program::rs_call_sequence(rs, {}, program::rs_arena_layout(rs));
+  return program::rs_call_sequence(rs, {},
+                                   program::rs_arena_layout(rs, program::LandingStyle::kPull));
 }
 
 program::CallSequence ag_sequence(const GroupLayout& layout, bool cast) {

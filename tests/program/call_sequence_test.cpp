@@ -62,7 +62,7 @@ TEST_P(RsSequence, ManyCallsMatchTheDefinitionBitwise) {
   rs.alpha = 0.5f;
   rs.accumulate = accumulate;
   const program::CallSequence seq =
-      program::rs_call_sequence(plan, rs, program::rs_arena_layout(plan));
+      program::rs_call_sequence(plan, rs, program::rs_arena_layout(plan, rs.landing));
   ASSERT_EQ(seq.period % 2, 0) << "banks alternate: call e uses bank e mod 2 (Sec. 5.2)";
   const int kCalls = std::max(5, 2 * seq.period + 1);  // every template twice, one more call
   const program::Program flat = program::expand_calls(seq, kCalls);

@@ -342,6 +342,55 @@ TEST(RsProgram, SwitchReduceLandingNeedsStaleBlockZeroing) {
            10);
 }
 
+// NOTE [no inbox on one node]: on one node both landings stay exact, in both modes and with
+// two passes (two inbox generations, two spares per bank), though the pull landing's layout
+// holds no inbox: the reference executor flags any access outside the arena.
+TEST(RsProgram, OneNodeLandsWithAndWithoutAnInbox) {
+  for (const program::LandingStyle landing :
+       {program::LandingStyle::kPull, program::LandingStyle::kSwitchReduce}) {
+    for (const RsMode mode : {RsMode::kInPlace, RsMode::kSlotReuse}) {
+      check_rs({1, 4, 0, 1, 2, mode, DType::kBf16, true, landing}, 12);
+      check_rs({1, 8, 0, 1, 1, mode, DType::kFp32, false, landing}, 13);
+      check_rs({1, 2, 0, 1, 2, mode, DType::kBf16, false, landing, RsSubSlices::kPerRank}, 14);
+    }
+  }
+}
+
+// The layout's inbox: none on one node with the pull landing, n_par generations of L blocks
+// otherwise; a call whose layout lacks the inbox it needs is refused, not run out of bounds.
+TEST(RsArenaLayout, InboxOnlyWhereSomethingUsesIt) {
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
+  for (const auto& [m, l] : {std::pair{1, 2}, std::pair{1, 8}, std::pair{2, 4}, std::pair{3, 2}}) {
+    const GroupLayout layout(Topology(m, l), random_shapes(rng, 3), DType::kBf16, DType::kBf16);
+    for (const RsMode mode : {RsMode::kInPlace, RsMode::kSlotReuse}) {
+      RsOptions options;
+      options.mode = mode;
+      options.passes = 2;
+      const RsPlan plan(layout, options);
+      SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(l));
+      const program::RsArenaLayout pull =
+          program::rs_arena_layout(plan, program::LandingStyle::kPull);
+      const program::RsArenaLayout reduce =
+          program::rs_arena_layout(plan, program::LandingStyle::kSwitchReduce);
+      const std::int64_t inbox = std::int64_t{plan.generations()} * l * plan.memory().block_bytes;
+      ASSERT_GT(inbox, 0);
+      EXPECT_EQ(reduce.arena_bytes - reduce.inbox, inbox);
+      EXPECT_EQ(reduce.inbox_generations, plan.generations());
+      EXPECT_EQ(pull.arena_bytes - pull.inbox, m == 1 ? 0 : inbox);
+      EXPECT_EQ(pull.inbox_generations, m == 1 ? 0 : plan.generations());
+      EXPECT_EQ(pull.inbox, reduce.inbox) << "the areas before the inbox do not move";
+      if (m != 1) continue;
+      program::RsShared shared = program::rs_shared_state({&plan}, 0, program::LandingStyle::kPull);
+      program::RsProgramOptions po;
+      po.landing = program::LandingStyle::kSwitchReduce;
+      program::CallPlacement at;
+      at.counter_base = shared.landings_done + 1;
+      EXPECT_THROW(program::build_rs_call(plan, po, at, shared), InvalidArgument);
+    }
+  }
+}
+
 TEST(RsProgram, BitwiseIdenticalAcrossSeedsCtasPassesAndModes) {
   const tide::testing::TestSeed seed;
   std::mt19937_64 rng = seed.engine();

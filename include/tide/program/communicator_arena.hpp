@@ -28,7 +28,8 @@ namespace tide::program {
 //      caller's contract (the runtime refuses an all-gather into a slot that another group
 //      still holds; NOTE [runtime] 7);
 //   4. TIDE-RS's areas (staging, outbox banks, spares, inbox generations), shared by every
-//      group and sized by the largest (rs_arena_layout of every plan; Eq. 10-12).
+//      group and sized by the largest (rs_arena_layout of every plan; Eq. 10-12), for the
+//      runtime's pull landing: no inbox on one node (NOTE [no inbox on one node]).
 // Areas shared by groups need ordering between the calls of different groups: NOTE [lane
 // handoff] (lanes.hpp). Every area starts on a kArenaAlign boundary.
 inline constexpr std::int64_t kArenaAlign = 4096;

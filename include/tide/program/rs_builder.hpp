@@ -30,21 +30,33 @@ struct RsProgramOptions {
 // Byte offsets of TIDE-RS's areas in each rank's arena, and the strides inside them. A lone
 // call sizes them from its plan (RsPlan::memory()); the calls of a step share one layout
 // sized for the largest group (program/step.hpp).
+//
+// NOTE [no inbox on one node]
+// The inbox receives rail puts from other nodes, and the switch-reduce landing reads it on
+// every local GPU. On one node (M = 1) with the pull landing nothing writes or reads it: the
+// landing pulls the own node's partials from the spares. So there the layout holds no inbox
+// (inbox_generations = 0, L blocks per generation saved: as large as FSDP2's whole fp32
+// reduce-scatter input at M = 1). build_rs_call() refuses a layout without the inbox its plan
+// and landing need.
 struct RsArenaLayout {
   std::int64_t staging = 0;  // n_stg slots, each (L - 1) contributions x L rows x chunk
   std::int64_t outbox = 0;   // 2 banks x n_out blocks
   std::int64_t spares = 0;   // 2 banks x n_part own-node spares
-  std::int64_t inbox = 0;    // n_par generations x L blocks
+  std::int64_t inbox = 0;    // inbox_generations x L blocks
   std::int64_t arena_bytes = 0;
   std::int64_t staging_slot_bytes = 0;  // stride between staging slots
   std::int64_t block_bytes = 0;         // stride between outbox, spare and inbox blocks
   int outbox_blocks = 0;                // outbox blocks per bank
   int spare_blocks = 0;                 // spares per bank
+  int inbox_generations = 0;            // n_par, or 0 where nothing uses the inbox
 };
 
-RsArenaLayout rs_arena_layout(const RsPlan& plan);
+// Whether a call of `plan` landing with `landing` writes or reads its inbox.
+bool rs_uses_inbox(const RsPlan& plan, LandingStyle landing);
+
+RsArenaLayout rs_arena_layout(const RsPlan& plan, LandingStyle landing);
 // The smallest layout that holds every one of `plans` (same topology and options).
-RsArenaLayout rs_arena_layout(const std::vector<const RsPlan*>& plans);
+RsArenaLayout rs_arena_layout(const std::vector<const RsPlan*>& plans, LandingStyle landing);
 
 // What a TIDE-RS call shares with the earlier calls of its step (Sec. 5.2, App. E): the
 // staging slots with their cumulative STAGED/FREE counters, the two outbox and spare banks
@@ -63,9 +75,10 @@ struct RsShared {
   std::vector<int> generation_uses;      // [q]: waves that used inbox generation q so far
 };
 
-// Shared state for the reduce-scatter calls of `plans` (one topology), its counters numbered
-// from `first_counter`; nothing used yet.
-RsShared rs_shared_state(const std::vector<const RsPlan*>& plans, int first_counter);
+// Shared state for the reduce-scatter calls of `plans` (one topology) landing with `landing`,
+// its counters numbered from `first_counter`; nothing used yet.
+RsShared rs_shared_state(const std::vector<const RsPlan*>& plans, int first_counter,
+                         LandingStyle landing);
 
 struct RsProgramIds {
   int done_event = 0;       // recorded on each rank's landing stream: the output is final
