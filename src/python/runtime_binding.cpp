@@ -241,6 +241,11 @@ class PyCommunicator {
     nb::gil_scoped_release release;
     comm_.reset();
   }
+  // Collected without close(): also without the GIL, since a communicator spanning hosts joins
+  // its heartbeat thread, which may be waiting for the GIL in the store (NOTE [peer liveness]).
+  ~PyCommunicator() {
+    if (comm_) close();
+  }
 
  private:
   runtime::Communicator& get() {

@@ -68,6 +68,8 @@ class CommunicatorBase : public Communicator {
   }
   // The bootstrap store until the arena exists (registration, agreement, the arena).
   Store& store() { return *store_; }
+  // The same, to keep past mark_committed() (NOTE [peer liveness] 5: heartbeats across hosts).
+  std::shared_ptr<Store> shared_store() const { return store_; }
   // NOTE [communicator arena]: at commit (or arena_request()), before the backend creates its
   // arena: lays out the arena for every group, places their sequences and the handoffs
   // (arena_bytes_, signal_words_). Collective the first time; then does nothing.

@@ -3,7 +3,6 @@
 #include "cuda_communicator.hpp"
 
 #include <cuda_runtime_api.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -20,7 +19,6 @@
 #include "call_tags.hpp"
 #include "tide/core/env.hpp"
 #include "tide/core/error.hpp"
-#include "tide/core/process.hpp"
 #include "tide/cuda/check.hpp"
 #include "tide/exec/cuda_sequence.hpp"
 #include "tide/fabric/device_capabilities.hpp"
@@ -183,6 +181,8 @@ void CudaCommunicator::abort(const std::string& reason) {
     if (!aborted_.empty()) return;
     aborted_ = reason;
   }
+  // NOTE [peer liveness] 6: the peers on other hosts learn it within a period.
+  if (liveness_) liveness_->mark_failed("rank " + std::to_string(options_.rank) + ": " + reason);
   for (exec::CudaSequenceRunner* r : every_runner()) {
     try {
       r->release_waits();
@@ -277,12 +277,17 @@ void CudaCommunicator::commit() {
         std::lcm(runners_[runners_.size() - 2]->event_slots(), runners_.back()->event_slots());
   }
   // Every runner zeroed its rank's signal words; no rank may signal a peer before that.
-  // Every rank's pid: all are on this host, so the watchdog can name a peer that died.
-  for (const std::string& pid :
-       all_gather_values(store(), options_.key_prefix + "/cuda/ready", options_.rank,
-                         options_.world, std::to_string(getpid()), options_.timeout)) {
-    peer_pids_.push_back(std::stoi(pid));
-  }
+  static_cast<void>(all_gather_values(store(), options_.key_prefix + "/cuda/ready", options_.rank,
+                                      options_.world, "1", options_.timeout));
+  // NOTE [peer liveness]: so that the watchdog can name a peer that died: by its pid on this
+  // host, by its heartbeats on another.
+  PeerLivenessOptions liveness;
+  liveness.rank = options_.rank;
+  liveness.world = options_.world;
+  liveness.hosts = hosts();
+  liveness.key_prefix = options_.key_prefix;
+  liveness.timeout = liveness_timeout(options_.timeout);
+  liveness_ = std::make_unique<PeerLiveness>(shared_store(), liveness);
   mark_committed();
   watchdog_ = std::make_unique<Watchdog>([this] { return stalled_call(); },
                                          [this](const std::string& reason) { fail(reason); },
@@ -364,22 +369,17 @@ std::chrono::milliseconds CudaCommunicator::watchdog_period() const {
                     std::chrono::milliseconds(100));
 }
 
-// The watchdog's check: the first call of any runner past the timeout, named.
-// The watchdog's check: the first call of any runner past the timeout, or, where a peer's
-// process is gone, the first call still running a tenth of the timeout (at least 1 s)
-// after its enqueue (a peer that finished its job and exited is no failure while this
-// rank's calls still complete).
+// The watchdog's check: the first call of any runner past the timeout, or, where a peer is
+// dead (NOTE [peer liveness]: its process gone on this host, its heartbeat silent or failed
+// on another), the first call still running a tenth of the timeout (at least 1 s) after its
+// enqueue (a peer that finished its job and exited is no failure while this rank's calls
+// still complete).
 std::optional<std::string> CudaCommunicator::stalled_call() const {
   TIDE_CUDA_CHECK(cudaSetDevice(device_));
-  int dead = -1;
-  for (std::size_t r = 0; r < peer_pids_.size() && dead < 0; ++r) {
-    if (static_cast<int>(r) != options_.rank && !process_alive(peer_pids_[r])) {
-      dead = static_cast<int>(r);
-    }
-  }
-  const auto bound = dead < 0 ? options_.timeout
-                              : std::min(options_.timeout, std::max(std::chrono::milliseconds(1000),
-                                                                    options_.timeout / 10));
+  const std::optional<DeadPeer> dead = liveness_ ? liveness_->dead() : std::nullopt;
+  const auto bound = !dead ? options_.timeout
+                           : std::min(options_.timeout, std::max(std::chrono::milliseconds(1000),
+                                                                 options_.timeout / 10));
   const std::vector<exec::CudaSequenceRunner*> all = every_runner();
   for (std::size_t i = 0; i < all.size(); ++i) {
     const std::optional<exec::CudaStalledCall> stall = all[i]->stalled(bound);
@@ -396,10 +396,7 @@ std::optional<std::string> CudaCommunicator::stalled_call() const {
     const std::optional<std::string> misordered =
         handoff ? std::nullopt : call_order_mismatch(collective, static_cast<int>(i / 2), *stall);
     std::string reason =
-        dead >= 0
-            ? "rank " + std::to_string(dead) + " died (process " +
-                  std::to_string(peer_pids_[static_cast<std::size_t>(dead)]) + " is gone); rank " +
-                  std::to_string(options_.rank) + " was waiting in " + call
+        dead ? dead->what + "; rank " + std::to_string(options_.rank) + " was waiting in " + call
         : misordered ? *misordered
                      : "rank " + std::to_string(options_.rank) + ": " + call +
                            " did not complete within " + std::to_string(options_.timeout.count()) +

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "communicator_base.hpp"
+#include "peer_liveness.hpp"
 #include "tide/exec/cuda_sequence.hpp"
 #include "tide/fabric/fabric.hpp"
 #include "watchdog.hpp"
@@ -100,7 +101,6 @@ class CudaCommunicator : public CommunicatorBase {
   std::vector<exec::CudaSequenceRunner*> every_runner() const;
   void drain();
 
-  std::vector<int> peer_pids_;           // by rank, set at the first call
   std::int64_t calls_ = 0;               // calls of every group so far
   std::uint64_t* stall_gate_ = nullptr;  // CommunicatorFaultInjection::stall_rank's gate
   mutable std::mutex abort_mutex_;       // aborted_, from the caller's and the watchdog's thread
@@ -111,6 +111,7 @@ class CudaCommunicator : public CommunicatorBase {
   std::unique_ptr<exec::CudaSequenceRunner> handoff_runners_[2];
   exec::CudaSequenceRunner* lane_previous_[2] = {nullptr, nullptr};
   std::vector<cudaEvent_t> release_events_;  // per slot: NOTE [runtime] 7
+  std::unique_ptr<PeerLiveness> liveness_;   // NOTE [peer liveness]: from the first call
   std::unique_ptr<Watchdog> watchdog_;       // after runners_: stopped before they go
 };
 

@@ -1,9 +1,12 @@
 // The host backend's communicator: the shared-memory arena and calls on the calling thread
 // (NOTE [host fabric], NOTE [host execution]).
+#include <atomic>
 #include <cstring>
+#include <exception>
 
 #include "backends.hpp"
 #include "communicator_base.hpp"
+#include "peer_liveness.hpp"
 #include "tide/core/error.hpp"
 #include "tide/exec/host_executor.hpp"
 #include "tide/fabric/host_fabric.hpp"
@@ -84,6 +87,8 @@ class HostCommunicator final : public CommunicatorBase {
   void abort(const std::string& reason) override {
     commit();
     fabric_->abort("rank " + std::to_string(options_.rank) + " aborted: " + reason);
+    if (liveness_)
+      liveness_->mark_failed("rank " + std::to_string(options_.rank) + " aborted: " + reason);
   }
 
  protected:
@@ -115,6 +120,7 @@ class HostCommunicator final : public CommunicatorBase {
     o.timeout = options_.timeout;
     o.hosts = hosts();
     fabric_ = std::make_unique<fabric::HostFabric>(store(), o);
+    start_liveness();
     for (auto& g : groups_) {
       std::byte* arena = fabric_->arena(options_.rank);
       g->info.landing = arena + g->ag_areas.landing;
@@ -124,9 +130,45 @@ class HostCommunicator final : public CommunicatorBase {
   }
 
  private:
-  // NOTE [lane handoff]: the collective's handoff, then the call.
+  // NOTE [peer liveness]: only where some peer is on another host (whose pid the fabric does
+  // not read, NOTE [host fabric] 5). Its verdict aborts the fabric while a call waits, so that
+  // the wait raises naming the peer; between calls the next call raises it.
+  void start_liveness() {
+    if (hosts().empty() || hosts().back() == 0) return;
+    PeerLivenessOptions o;
+    o.rank = options_.rank;
+    o.world = options_.world;
+    o.hosts = hosts();
+    o.key_prefix = options_.key_prefix;
+    o.timeout = liveness_timeout(options_.timeout);
+    liveness_ = std::make_unique<PeerLiveness>(shared_store(), o, [this](const DeadPeer& d) {
+      if (in_call_.load()) fabric_->abort("rank " + std::to_string(options_.rank) + ": " + d.what);
+    });
+  }
+
+  // NOTE [lane handoff]: the collective's handoff, then the call. A call that fails says so
+  // to the peers on other hosts (NOTE [peer liveness] 6).
   void run(Group& g, SequenceState& s, const exec::HostCallBindings& bindings, int collective,
            const char* name) {
+    in_call_.store(true);
+    try {
+      if (const std::optional<DeadPeer> d =
+              liveness_ ? liveness_->remote_verdict() : std::nullopt) {
+        const std::string reason = "rank " + std::to_string(options_.rank) + ": " + d->what;
+        fabric_->abort(reason);
+        throw CommunicationError(reason);
+      }
+      run_call(g, s, bindings, collective, name);
+    } catch (const std::exception& e) {
+      in_call_.store(false);
+      if (liveness_) liveness_->mark_failed(e.what());
+      throw;
+    }
+    in_call_.store(false);
+  }
+
+  void run_call(Group& g, SequenceState& s, const exec::HostCallBindings& bindings, int collective,
+                const char* name) {
     const std::string what = std::string(name) + " of group '" + g.spec.name + "'";
     run_sequence(handoffs_[collective], {}, handoff_tag(collective),
                  "the handoff before " + what + " (every rank finishing the previous " +
@@ -152,6 +194,8 @@ class HostCommunicator final : public CommunicatorBase {
   }
 
   std::unique_ptr<fabric::HostFabric> fabric_;
+  std::atomic<bool> in_call_{false};        // read by the liveness thread's on_dead
+  std::unique_ptr<PeerLiveness> liveness_;  // after fabric_: stopped before it goes
 };
 
 }  // namespace

@@ -156,6 +156,18 @@ def main():
           all("rank 3 died" in r.get("error", "") for r in others), json.dumps(others))
     check("hosts kill: within the timeout", all(r["seconds"] < timeout_s + 5 for r in others),
           json.dumps(others))
+    # A rank alone on its host (NOTE [peer liveness]): its peers on the other host do not read
+    # its pid; its silent heartbeat names it, within half the timeout and a period.
+    p, elapsed = run(["-M", "2", "-L", "1", "--groups", "33x7,5;17x3", "--calls", "20",
+                      "--kill-rank", "1", "--kill-at-call", "6", "--nodes-as-hosts",
+                      "--timeout-s", str(timeout_s), "--json"], timeout=120)
+    summary = json.loads(p.stdout)
+    others = [r for r in summary["per_rank"] if r["rank"] != 1]
+    check("hosts kill, alone on its host: the other host names it by its heartbeat",
+          p.returncode == 1 and all("rank 1 died or stalled" in r.get("error", "") for r in others),
+          json.dumps(others))
+    check("hosts kill, alone on its host: before the call's own timeout",
+          all(r["seconds"] < timeout_s for r in others), json.dumps(others))
     p, elapsed = run(["-M", "2", "-L", "1", "--groups", "9x5;7x3,11", "--calls", "8",
                       "--misorder-rank", "1", "--nodes-as-hosts", "--timeout-s", "10", "--json"],
                      timeout=120)

@@ -16,8 +16,10 @@
 //    with its own: the same index with another tag is a call-order mismatch (the paper's
 //    step-call-order fault), reported as such rather than as a timeout.
 // 5. Fail-stop (Sec. 7.5): abort() sets the flag and reason in every rank's header, so each
-//    rank's waits see it at once. A dead peer is found from its pid (/proc/<pid>/stat: gone,
-//    zombie or dead, and not closed) by any rank that waits for it.
+//    rank's waits see it at once. A dead peer of the same host is found from its pid
+//    (/proc/<pid>/stat: gone, zombie or dead, and not closed) by any rank that waits for it; a
+//    peer on another host (6) is not, its pid meaning nothing there: the runtime's heartbeats
+//    find it (NOTE [peer liveness]).
 // 6. Hosts. `hosts[r]` is rank r's host (empty: one host). Ranks of one host address each
 //    other's arenas and signal words; ranks of different hosts do not (load_store is false),
 //    and reach each other only by two-sided messages (NOTE [host rail transport]): the host
@@ -90,7 +92,7 @@ class HostFabric {
   void send(int peer, std::span<const std::byte> data, std::int64_t tag, const Waiter& wait);
   void recv(int peer, std::span<std::byte> data, std::int64_t tag, const Waiter& wait);
 
-  // The first peer found dead, or -1.
+  // The first peer of this host found dead, or -1 (NOTE [host fabric] 5).
   int dead_peer() const;
   // The reason some rank aborted, or empty.
   std::string aborted() const;

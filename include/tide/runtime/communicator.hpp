@@ -36,9 +36,13 @@
 //    and its unsatisfied waits, releases the waits so that no stream hangs, and aborts the
 //    NCCL communicators; every later call, and check(), raises with that line. A dead or
 //    stalled peer stalls every other rank's calls, so every rank fails within the timeout.
-//    The ranks exchange their pids at the first call (one host): where a peer's process is
-//    gone and a call is still running a tenth of the timeout (at least 1 s) after its
-//    enqueue, the watchdog fires at once and its line names the dead rank.
+//    At the first call the ranks start their peer liveness (NOTE [peer liveness]): a peer
+//    of this host is dead when its process is gone, a peer of another host when its
+//    heartbeat through the store stays silent for half the timeout or says it failed. Where
+//    a peer is dead and a call is still running a tenth of the timeout (at least 1 s) after
+//    its enqueue, the watchdog fires at once and its line names the dead rank (the host
+//    backend: its waits raise naming it). A communicator spanning hosts keeps the store
+//    until it is closed, and its close is no death to its peers.
 // 6. CUDA graphs (nccl backend): a call on a caller stream that is being captured goes into
 //    the caller's graph (its waits as kernels whose thresholds follow the call on the device,
 //    NOTE [CUDA call sequences] 3-4) and advances nothing. After the capture ends,

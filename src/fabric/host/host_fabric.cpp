@@ -218,7 +218,8 @@ std::int64_t* HostFabric::counter(int rank, int id) const {
 
 int HostFabric::dead_peer() const {
   for (int r = 0; r < options_.world; ++r) {
-    if (r == options_.rank) continue;
+    // NOTE [host fabric] 5: a rank of another host has no pid this process may read.
+    if (r == options_.rank || !load_store(options_.rank, r)) continue;
     SegmentHeader* h = header_of(maps_[static_cast<std::size_t>(r)].base);
     if (std::atomic_ref<std::int32_t>(h->state).load(std::memory_order_acquire) == 3) continue;
     if (!process_alive(h->pid)) return r;
