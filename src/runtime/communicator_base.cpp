@@ -116,10 +116,13 @@ Registration CommunicatorBase::register_group(const GroupSpec& spec) {
   try {
     groups_.push_back(make_group(static_cast<int>(groups_.size()), spec, topology_, rs));
   } catch (const Unsupported& e) {
+    release_free_heap();
     return Registration{-1, e.what()};
   } catch (const InvalidArgument& e) {
+    release_free_heap();
     return Registration{-1, e.what()};
   }
+  release_free_heap();  // NOTE [registration scratch]: the check build's pages
   return Registration{static_cast<int>(groups_.size()) - 1, {}};
 }
 
@@ -162,9 +165,10 @@ void CommunicatorBase::lay_out() {
   }
   layout_ = arena_of(groups_);
   arena_bytes_ = layout_.arena_bytes;
-  signal_words_ = kRuntimeWords + place_groups(groups_, layout_, kRuntimeWords);
-  handoffs_[0] = handoff_state(options_.world, program::kAllGatherHandoffWord);
-  handoffs_[1] = handoff_state(options_.world, program::kReduceScatterHandoffWord);
+  signal_words_ = kRuntimeWords + place_groups(groups_, layout_, kRuntimeWords, options_.rank);
+  handoffs_[0] = handoff_state(options_.world, program::kAllGatherHandoffWord, options_.rank);
+  handoffs_[1] = handoff_state(options_.world, program::kReduceScatterHandoffWord, options_.rank);
+  release_free_heap();  // NOTE [registration scratch]: every rank's sequences, built and cut
   occupant_.assign(layout_.slots.size(), -1);
   released_.assign(layout_.slots.size(), false);
   laid_out_ = true;

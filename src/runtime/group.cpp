@@ -2,7 +2,13 @@
 // [runtime] 2).
 #include "group.hpp"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
+
+#include "tide/program/kept_ranks.hpp"
 
 namespace tide::runtime::detail {
 namespace {
@@ -20,7 +26,10 @@ RsOptions rs_options_for(const GroupSpec& spec, RsOptions o) {
   return o;
 }
 
-SequenceState sequence_state(program::CallSequence sequence, int first_counter) {
+// NOTE [kept ranks]: of the sequence built for every rank, this process keeps `rank`'s ops.
+SequenceState sequence_state(program::CallSequence sequence, int first_counter, int rank) {
+  const int ranks[] = {rank};
+  program::keep_ranks(sequence, ranks);
   SequenceState s;
   s.counter_base.assign(static_cast<std::size_t>(sequence.counters), 0);
   s.sequence = std::move(sequence);
@@ -74,7 +83,7 @@ program::CommunicatorArena arena_of(const std::vector<std::unique_ptr<Group>>& g
 }
 
 int place_groups(const std::vector<std::unique_ptr<Group>>& groups,
-                 const program::CommunicatorArena& arena, int first_counter) {
+                 const program::CommunicatorArena& arena, int first_counter, int rank) {
   int counter = first_counter;
   for (std::size_t i = 0; i < groups.size(); ++i) {
     Group& g = *groups[i];
@@ -83,8 +92,8 @@ int place_groups(const std::vector<std::unique_ptr<Group>>& groups,
     program::CallSequence ag_seq = program::ag_call_sequence(g.ag, g.ag_areas);
     program::CallSequence rs_seq = program::rs_call_sequence(g.rs, {}, arena.reduce_scatter);
     const int rs_first = counter + ag_seq.counters;
-    g.all_gathers = sequence_state(std::move(ag_seq), counter);
-    g.reduce_scatters = sequence_state(std::move(rs_seq), rs_first);
+    g.all_gathers = sequence_state(std::move(ag_seq), counter, rank);
+    g.reduce_scatters = sequence_state(std::move(rs_seq), rs_first, rank);
     counter = rs_first + g.reduce_scatters.sequence.counters;
     g.info.landing_slot = g.slot;
     g.info.ag_period = g.all_gathers.sequence.period;
@@ -93,8 +102,14 @@ int place_groups(const std::vector<std::unique_ptr<Group>>& groups,
   return counter - first_counter;
 }
 
-SequenceState handoff_state(int ranks, int word) {
-  return sequence_state(program::handoff_sequence(ranks), word);
+SequenceState handoff_state(int ranks, int word, int rank) {
+  return sequence_state(program::handoff_sequence(ranks), word, rank);
+}
+
+void release_free_heap() {
+#if defined(__GLIBC__)
+  (void)malloc_trim(0);
+#endif
 }
 
 void count_all_gather(Group& g, bool shards_given) {

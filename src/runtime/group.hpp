@@ -17,7 +17,8 @@
 
 namespace tide::runtime::detail {
 
-// One collective's sequence on this rank: its templates, its first signal word among the
+// One collective's sequence on this rank: its templates (this rank's ops and its peers'
+// additions to its counters only, NOTE [kept ranks]), its first signal word among the
 // communicator's, what earlier calls added to each of this rank's words, and the calls made.
 struct SequenceState {
   program::CallSequence sequence;
@@ -53,13 +54,25 @@ std::unique_ptr<Group> make_group(int index, const GroupSpec& spec, const Topolo
                                   const RsOptions& rs_options);
 
 // NOTE [communicator arena]: the arena of every registered group; then each group's call
-// sequences in it, their signal words from `first_counter` on (returns the words used).
+// sequences in it, their signal words from `first_counter` on (returns the words used), kept
+// for `rank`, this process's (NOTE [kept ranks]).
 program::CommunicatorArena arena_of(const std::vector<std::unique_ptr<Group>>& groups);
 int place_groups(const std::vector<std::unique_ptr<Group>>& groups,
-                 const program::CommunicatorArena& arena, int first_counter);
+                 const program::CommunicatorArena& arena, int first_counter, int rank);
 
-// The lane handoff's state (NOTE [lane handoff]) for a world of `ranks`, at signal word `word`.
-SequenceState handoff_state(int ranks, int word);
+// The lane handoff's state (NOTE [lane handoff]) for a world of `ranks`, at signal word `word`,
+// kept for `rank`.
+SequenceState handoff_state(int ranks, int word, int rank);
+
+// NOTE [registration scratch]
+// Building a group's call sequences builds every rank's ops (NOTE [kept ranks]): at N = 8 a
+// group's build allocates and frees megabytes, and glibc keeps freed pages resident wherever a
+// live allocation sits above them, so a process would hold the largest build's peak for good
+// (measured: 12-15 MiB of RssAnon at N = 8 after registering the benchmark's wide model, 3 MiB
+// of it in use). Registration (after its check build) and the arena's layout (after the
+// sequences are placed and kept) hand the heap's free pages back to the system: glibc's
+// malloc_trim(0), a no-op elsewhere; it costs well under a millisecond per call here.
+void release_free_heap();
 
 // A call's statistics, once it is made (every backend): the count, the bytes of FSDP2's layout
 // copies it replaces (GroupStats::copy_bytes_avoided) and of the copies it still makes

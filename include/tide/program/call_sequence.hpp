@@ -47,6 +47,14 @@ struct CallTemplate {
   std::vector<int> event_age;           // per op: for kEventWait, how many calls back
   std::vector<std::int64_t> additions;  // per (rank, counter), rank-major: what the call adds
   LegalOrder order;                     // NOTE [legal order], earlier calls taken as done
+  // NOTE [kept ranks]: empty while the template holds every rank's ops; after keep_ranks, per
+  // op its index among the `built_ops` ops it was built with (the same in every process).
+  std::vector<int> op_ids;
+  int built_ops = 0;
+  int op_id(std::size_t i) const { return op_ids.empty() ? static_cast<int>(i) : op_ids[i]; }
+  int op_id_count() const {
+    return op_ids.empty() ? static_cast<int>(program.ops.size()) : built_ops;
+  }
 };
 
 struct CallSequence {

@@ -126,9 +126,11 @@ std::optional<program::CounterUse> message_of(const Op& op, const fabric::HostFa
   return add;
 }
 
-// The message's tag: the call and the op's place in it, the same on both ranks.
+// The message's tag: the call and the op's place in it, the same on both ranks (the op's id
+// among the template's built ops: each process keeps other ops, NOTE [kept ranks]).
 std::int64_t message_tag(const program::CallTemplate& call, int op_index, const HostCallTag& tag) {
-  return tag.index * static_cast<std::int64_t>(call.program.ops.size()) + op_index;
+  return tag.index * static_cast<std::int64_t>(call.op_id_count()) +
+         call.op_id(static_cast<std::size_t>(op_index));
 }
 
 // The bytes of a put's descriptors, in order, on the side that owns `region_of`'s regions.
