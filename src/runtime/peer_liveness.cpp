@@ -78,6 +78,7 @@ PeerLiveness::PeerLiveness(std::shared_ptr<Store> store, PeerLivenessOptions opt
     peers_.push_back(std::move(p));
   }
   closed_ = std::vector<std::atomic<bool>>(peers_.size());
+  gone_ = std::vector<std::atomic<bool>>(peers_.size());
   if (!beating_) {
     store_.reset();  // NOTE [peer liveness] 5: nothing reads it again
     return;
@@ -136,6 +137,7 @@ void PeerLiveness::loop() {
       {
         std::lock_guard hold(mutex_);
         verdict_ = *found;
+        judged_.store(true);
       }
       if (on_dead_) {
         try {
@@ -198,15 +200,19 @@ std::optional<DeadPeer> PeerLiveness::read_peers() {
 std::optional<DeadPeer> PeerLiveness::dead() const {
   for (std::size_t i = 0; i < peers_.size(); ++i) {
     const Peer& p = peers_[i];
-    if (!p.local || closed_[i].load() || process_alive(p.pid)) continue;
-    if (beating_) {  // NOTE [peer liveness] 3: a local peer that closed is not dead
-      try {
-        if (state_of(store_->get(beat_key(p.rank), options_.timeout)).first == "closed") {
-          closed_[i].store(true);
-          continue;
+    if (!p.local || closed_[i].load()) continue;
+    if (!gone_[i].load()) {  // a gone process stays gone: its key is read once
+      if (process_alive(p.pid)) continue;
+      if (beating_) {  // NOTE [peer liveness] 3: a local peer that closed is not dead
+        try {
+          if (state_of(store_->get(beat_key(p.rank), options_.timeout)).first == "closed") {
+            closed_[i].store(true);
+            continue;
+          }
+        } catch (const std::exception&) {  // unknown: its pid decides
         }
-      } catch (const std::exception&) {  // unknown: its pid decides
       }
+      gone_[i].store(true);
     }
     DeadPeer d;
     d.rank = p.rank;
@@ -219,6 +225,7 @@ std::optional<DeadPeer> PeerLiveness::dead() const {
 }
 
 std::optional<DeadPeer> PeerLiveness::remote_verdict() const {
+  if (!judged_.load()) return std::nullopt;  // seq_cst: host_communicator.cpp's in_call_
   std::lock_guard lock(mutex_);
   return verdict_;
 }

@@ -127,8 +127,10 @@ class PeerLiveness {
   OnDead on_dead_;
   bool beating_ = false;
   std::vector<Peer> peers_;  // every other rank, in rank order
-  // Per peer: it closed (NOTE [peer liveness] 4); set by the thread's reads and by dead().
+  // Per peer: it closed (NOTE [peer liveness] 4), set by the thread's reads and by dead(); a
+  // local one's process is gone without a close (dead() reads its key once).
   mutable std::vector<std::atomic<bool>> closed_;
+  mutable std::vector<std::atomic<bool>> gone_;
   std::int64_t beats_ = 0;  // the thread's, then the destructor's
 
   mutable std::mutex mutex_;
@@ -137,6 +139,7 @@ class PeerLiveness {
   bool failed_pending_ = false;  // mark_failed's reason not yet published
   std::string failed_;           // this rank's failure, or empty
   std::optional<DeadPeer> verdict_;
+  std::atomic<bool> judged_{false};  // verdict_ is set (until then no check takes the lock)
   std::thread thread_;
 };
 
