@@ -28,17 +28,23 @@
 // 4. Orderly close. The destructor stops and joins the thread and sets the key to
 //    "<count> closed" (or "failed <reason>" after mark_failed): a closed peer is never
 //    reported, whatever happens to its process afterwards. The keys live under the
-//    communicator's prefix, one per rank, overwritten in place: nothing else is written.
+//    communicator's prefix: one beat key per rank, overwritten in place, and the hello keys.
 // 5. The store. Only a heartbeating liveness keeps the store (the caller's, e.g. torch's
 //    TCPStore) after its construction, until it closes: a communicator spanning hosts must be
 //    closed before its store is torn down. A read that fails (the store does not answer)
-//    counts as no beat, and the verdict then says so. Load: each beating rank sets one key and
-//    reads one key per remote peer per period.
+//    counts as no beat, and the verdict then says so; a slow store delays the thread's beats
+//    and reads by as long as it takes. Through Python's store the thread takes the GIL (the
+//    binding destroys communicators without holding it). Load: each beating rank sets one key
+//    and reads one key per remote peer per period.
 // 6. Where the verdict acts (the communicators, no extra host synchronisation on any call
 //    path): the CUDA communicator's watchdog polls dead() where it polled the pids
 //    (cuda_communicator.cpp); the host communicator raises it at a call's start and, from
 //    on_dead, aborts its fabric while a call waits (host_communicator.cpp). Both publish their
-//    own failure with mark_failed, so peers on other hosts learn it within a period.
+//    own failure with mark_failed, so peers on other hosts learn it within a period. Their
+//    liveness timeout is half their call timeout (liveness_timeout), so that a call waiting on
+//    a dead peer of another host names it before its own timeout fires.
+// 7. Tests (tests/runtime/peer_liveness_test.cpp) take the pid check away by giving every rank
+//    a host of its own: the hosts are an input, and no test option exists.
 //
 // Thread-safety: dead(), remote_verdict() and mark_failed() may be called from any thread
 // while the object lives; the destructor must not race with them (stop their callers first).
