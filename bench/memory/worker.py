@@ -32,7 +32,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from tide.demo.model import Config, Decoder, batch
-from tide.demo.peak import PeakMeter, peak_bytes
+from tide.demo.peak import PeakMeter, load_libraries, peak_bytes
 from tide.demo.teardown import end_distributed_run
 
 
@@ -71,6 +71,7 @@ def main() -> None:
     shared_gpu = use_cuda and int(os.environ["WORLD_SIZE"]) > torch.cuda.device_count()
     dist.init_process_group("gloo" if device.type == "cpu" or shared_gpu else "nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
+    load_libraries()  # stock too, before the model (NOTE [honest peak on CPU])
     cfg = Config(vocab=512, dim=dim, layers=layers, heads=heads, hidden=hidden, seq=32)
     torch.manual_seed(0)
     model = Decoder(cfg).to(device)

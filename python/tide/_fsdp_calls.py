@@ -28,6 +28,7 @@ for) run stock and are counted in ``stock_calls``.
 from __future__ import annotations
 
 import inspect
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -285,7 +286,9 @@ def _reduce(*args, **kwargs):
             _view_out(group, params, packed)
         _run_post_accumulate_hooks(params)
         post_event = post_stream.record_event()
-    group.packed_grad = packed
+    # Weakly: the sharded gradients (views of it) keep it alive until zero_grad drops them, as
+    # FSDP2's own reduce-scatter output; a strong reference kept it to the next backward.
+    group.packed_grad = weakref.ref(packed)
     empty = torch.empty(0, dtype=torch.float32, device=device)
     if _layout is not None and _layout.reduce_returns_post_stream:
         return (empty, rs_event, post_stream, post_event, all_reduce_input, all_reduce_event, None)
@@ -303,7 +306,8 @@ def _grad_view(group, p: int, fp, packed: torch.Tensor) -> torch.Tensor:
 
 def _accumulation_target(group, params) -> torch.Tensor | None:
     """The group's last packed shard when every sharded gradient is still a view of it."""
-    packed = getattr(group, "packed_grad", None)
+    ref = getattr(group, "packed_grad", None)
+    packed = ref() if ref is not None else None
     if packed is None:
         return None
     for fp in params:

@@ -56,6 +56,13 @@ class SlotTracer:
         """A backward reduced gradients: the trace holds a whole iteration."""
         return not self.done and self.reduces > 0
 
+    def forget(self) -> None:
+        """Drops the recorded order once the slots are taken from it (``_activate``): later
+        calls record nothing; ``groups`` stays."""
+        self.unsharded, self.first_unshard = [], []
+        self.conflicts = {}
+        self.done = True
+
     def slots(self) -> dict[int, int]:
         """Slot id by id(group): greedy over the first all-gathers; -1 for untraced groups."""
         slot: dict[int, int] = {}

@@ -373,7 +373,7 @@ def _activate(state: _Enabled, own_slots: bool = False) -> None:
     on stock FSDP2 with the reason, on every rank (NOTE [job stop] 3)."""
     tracer = state.tracer
     slots = {id(g): -1 for g in tracer.groups} if own_slots else tracer.slots()
-    tracer.done = True
+    tracer.forget()
     for comm in state.communicators:
         mine = sorted((g for g in state.groups if g.comm is comm and g.registered_id >= 0),
                       key=lambda g: g.registered_id)

@@ -15,7 +15,13 @@ once per rank that touched it: it overstates TIDE, more so at larger N. The peak
     traces the order, and its arena is made at the second: NOTE [landing slots from the first
     iteration]).
 Summed over ranks it counts every byte the job holds once (untouched arena pages included);
-for stock FSDP2 it is the RSS. Linux keeps a high-water mark of the whole RSS only, so the
+for stock FSDP2 it is the RSS. Both runs load the same libraries, at the same point (after
+``init_process_group``, before the model is built and the meter starts): ``load_libraries()``
+imports ``tide.fsdp`` and its binding ``tide._C`` in the stock run too, without enabling
+anything, so that the pages of TIDE's library and Python modules that loading alone touches
+(code, relocated data, static initialisers: about 1.8 MiB in the demo, 0.5 MiB of it
+file-backed) count alike; what TIDE's code touches beyond that, by running, counts as TIDE's
+(measured in the demo: NOTE [where TIDE's peak comes from] in bench/memory/run.py). Linux keeps a high-water mark of the whole RSS only, so the
 private part is sampled: a thread reads /proc/self/status every ``interval_s`` (about 20 us a
 read), and every ``sample()`` call (the benchmark's forward hooks) reads it too; a transient
 shorter than the gap between two samples can be missed, alike for stock and TIDE. Beside it:
@@ -25,6 +31,7 @@ shorter than the gap between two samples can be missed, alike for stock and TIDE
 
 from __future__ import annotations
 
+import importlib
 import resource
 import threading
 import time
@@ -40,6 +47,18 @@ def _status() -> dict[str, int]:
                 key, value = line.split(":", 1)
                 out[key] = int(value.split()[0]) * 1024
     return out
+
+
+def load_libraries() -> str:
+    """Imports ``tide.fsdp`` and ``tide._C`` (NOTE [honest peak on CPU]: stock and TIDE runs
+    load the same libraries); enables nothing. Returns '' or why the binding did not load
+    (a source tree without a build: the TIDE run then stays on stock FSDP2 anyway)."""
+    importlib.import_module("tide.fsdp")
+    try:
+        importlib.import_module("tide._C")
+    except ImportError as e:
+        return f"tide._C: {e}"
+    return ""
 
 
 def pss_bytes() -> int:

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from .model import LLAMA_3_1_70B, Config, Decoder, batch
-from .peak import PeakMeter, peak_bytes
+from .peak import PeakMeter, load_libraries, peak_bytes
 from .teardown import end_distributed_run
 
 DEMO = Config(vocab=512, dim=128, layers=4, heads=4, hidden=347, seq=64)
@@ -87,6 +87,7 @@ def main(argv=None) -> None:
     nccl = use_cuda and not shared
     dist.init_process_group("nccl" if nccl else "gloo", device_id=device if nccl else None)
     rank, world = dist.get_rank(), dist.get_world_size()
+    load_libraries()  # both runs, before the model (NOTE [honest peak on CPU])
 
     torch.manual_seed(args.seed)
     cfg = config(args)
