@@ -17,6 +17,29 @@ peak: on CPU the private resident memory (sampled) plus the rank's own arena in 
 exists (NOTE [honest peak on CPU] in python/tide/demo/peak.py: the RSS counts a shared arena
 page in every rank that touched it), with the maximum RSS and the PSS at the end beside it; on
 GPUs torch.cuda.max_memory_allocated, plus the arena where it is outside torch's allocator.
+Stock and TIDE load the same libraries (tide.fsdp and tide._C, imported in the stock run too:
+NOTE [honest peak on CPU]).
+
+NOTE [where TIDE's peak comes from]
+Measured in the demo (4 CPU ranks, 6 steps, MALLOC_MMAP_THRESHOLD_=65536, In-Place; a rank's
+/proc/self/status sampled with labels, /proc/self/smaps and glibc's mallinfo2 at the end of each
+step, tracemalloc), TIDE's peak over stock's, MiB per rank:
+  - loading TIDE (tide._C's pages and tide's modules that importing touches): +0.7, counted
+    to TIDE until both runs loaded the same libraries;
+  - the last packed TIDE-RS shard of every group, kept to the next backward by a strong
+    reference: about +0.7 (the shards are 0.93); now held weakly, as FSDP2 holds its output;
+  - the arena, counted in full: +3.9 (3.2 of the rank's own pages touched);
+  - the C++ heap ([heap] in smaps): +3.7 resident, of it 1.1 live (mallinfo2 uordblks: the
+    runtime's programs) and 2.6 freed but resident: registration (enable) grows the heap by
+    5.7 with 0.15 live after it (Python allocates 0.02 of it: tracemalloc), and later
+    allocations land in the holes (malloc_trim after enable lowered the peak by 0.4 only);
+  - tide._C's code run beyond what loading touched: +0.6 file-backed, libtorch +0.2;
+  - Python objects of TIDE (groups, trace, reports): about +0.4, the trace a few KiB;
+  - less: In-Place makes no packing buffer and no reduce-scatter output of FSDP2's, so the
+    private memory at the peak (in backward) is above stock's by +1.6 where it is by +3.4
+    between steps: about -1.8.
+TIDE's first iteration (stock FSDP2, traced) peaks below stock's later ones (no optimizer state
+at its backward yet): it sets no peak here.
 """
 
 from __future__ import annotations
@@ -239,7 +262,9 @@ def write(out: Path, result: dict, repeats: int, steps: int) -> None:
         "is never written with the pull landing). Workers run with MALLOC_MMAP_THRESHOLD_=65536 "
         "(NOTE [malloc in the memory benchmark] in run.py): with glibc's dynamic threshold the "
         "ranks of one run differed by up to 125 MiB in peak RSS; with it they agree within "
-        "1 MiB.",
+        "1 MiB. Stock runs load the same libraries as TIDE's (tide.fsdp and tide._C, imported "
+        "before the model, nothing enabled), so that loading TIDE's library is not counted as "
+        "TIDE's memory (0.7 MiB in the demo: NOTE [where TIDE's peak comes from] in run.py).",
         "",
         "What TIDE holds above stock, measured (TIDE_MEMORY_TIMELINE, heaptrack, the wide model "
         "at N = 8): (1) its arena. The ring slots (two blocks and the root) stand in for FSDP2's "

@@ -19,10 +19,10 @@ for stock FSDP2 it is the RSS. Both runs load the same libraries, at the same po
 ``init_process_group``, before the model is built and the meter starts): ``load_libraries()``
 imports ``tide.fsdp`` and its binding ``tide._C`` in the stock run too, without enabling
 anything, so that the pages of TIDE's library and Python modules that loading alone touches
-(code, relocated data, static initialisers: about 1.8 MiB in the demo, 0.5 MiB of it
-file-backed) count alike; what TIDE's code touches beyond that, by running, counts as TIDE's
-(measured in the demo: NOTE [where TIDE's peak comes from] in bench/memory/run.py). Linux keeps a high-water mark of the whole RSS only, so the
-private part is sampled: a thread reads /proc/self/status every ``interval_s`` (about 20 us a
+(code, relocated data, static initialisers: about 0.7 MiB at the demo's peak) count alike;
+what TIDE's code touches beyond that, by running, counts as TIDE's (NOTE [where TIDE's peak
+comes from] in bench/memory/run.py). Linux keeps a high-water mark of the whole RSS only, so
+the private part is sampled: a thread reads /proc/self/status every ``interval_s`` (about 20 us a
 read), and every ``sample()`` call (the benchmark's forward hooks) reads it too; a transient
 shorter than the gap between two samples can be missed, alike for stock and TIDE. Beside it:
 ``peak_rss_bytes`` (ru_maxrss) and ``pss_bytes``, the proportional set size at the end
