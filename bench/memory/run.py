@@ -27,14 +27,18 @@ step, tracemalloc), TIDE's peak over stock's, MiB per rank:
   - loading TIDE (tide._C's pages and tide's modules that importing touches): +0.7, counted
     to TIDE until both runs loaded the same libraries;
   - the last packed TIDE-RS shard of every group, kept to the next backward by a strong
-    reference: about +0.7 (the shards are 0.93); now held weakly, as FSDP2 holds its output;
+    reference: about +0.7 (the shards are 0.93; the wide model at N = 2, shards of 55.5:
+    28.4, In-Place 1142.2 -> 1113.8 and Slot-Reuse 1121.3 -> 1092.9 against stock's 1017);
+    now held weakly, as FSDP2 holds its own output;
   - the arena, counted in full: +3.9 (3.2 of the rank's own pages touched);
   - the C++ heap ([heap] in smaps): +3.7 resident, of it 1.1 live (mallinfo2 uordblks: the
     runtime's programs) and 2.6 freed but resident: registration (enable) grows the heap by
     5.7 with 0.15 live after it (Python allocates 0.02 of it: tracemalloc), and later
     allocations land in the holes (malloc_trim after enable lowered the peak by 0.4 only);
   - tide._C's code run beyond what loading touched: +0.6 file-backed, libtorch +0.2;
-  - Python objects of TIDE (groups, trace, reports): about +0.4, the trace a few KiB;
+  - Python objects (tracemalloc): +0.4 at the end, 0.3 of it tide's modules' code (part of
+    loading), so about 0.1 for the groups, their layouts and the trace (a few KiB, now
+    dropped once the slots are taken);
   - less: In-Place makes no packing buffer and no reduce-scatter output of FSDP2's, so the
     private memory at the peak (in backward) is above stock's by +1.6 where it is by +3.4
     between steps: about -1.8.
@@ -287,9 +291,12 @@ def write(out: Path, result: dict, repeats: int, steps: int) -> None:
         "returns, and on the host backend a call completes on the calling thread, so that is the "
         "same post_backward (a probe found no gradient tensor alive after any reduce-scatter in "
         "either mode). Slot-Reuse's peak is lower by at most one layer's gradients during that "
-        "call (the wide model at N = 2: 1120 vs 1145 MiB), not by the second gradient group "
+        "call (the wide model at N = 2: 1093 vs 1114 MiB), not by the second gradient group "
         "Sec. 5.3 saves where In-Place's reads are asynchronous (GPUs). "
-"So on one host TIDE's peak stays above stock's: getting below needs the one-node layout "
+"(5) Until the weak reference, the adapter kept every group's last packed TIDE-RS "
+        "output (its shard of the gradients) to the next backward: 28 MiB at the wide model's "
+        "peak at N = 2. "
+        "So on one host TIDE's peak stays above stock's: getting below needs the one-node layout "
         "docs/fsdp.md names (no inbox, Level 1 into the shard) and a runtime that builds its own "
         "rank's programs only; neither is a default the solver can set.",
         "",
