@@ -140,7 +140,8 @@ def main(argv=None) -> None:
         arena = outside = 0
         memory = {}
     peaks: list = [None] * world
-    dist.all_gather_object(peaks, _peak_memory_bytes(device, outside, figures))
+    dist.all_gather_object(peaks, (_peak_memory_bytes(device, outside, figures), figures))
+    peak, peak_figures = max(peaks, key=lambda p: p[0])  # the largest rank's, with its parts
     per_step = [b - a for a, b in zip([0] + avoided[:-1], avoided)]
     if rank == 0:
         out = Path(args.out)
@@ -155,7 +156,8 @@ def main(argv=None) -> None:
             "model": dataclasses.asdict(cfg) | {"name": args.model},
             "losses": losses,
             "step_times_s": times,
-            "peak_memory_bytes": max(peaks),
+            "peak_memory_bytes": peak,
+            "peak_figures": peak_figures,  # PeakMeter.stop() (CPU): P_before, P_during, RSS, PSS
             "arena_bytes": arena,
             "tide_memory": memory,
             "copy_bytes_avoided_per_step": per_step,
