@@ -126,7 +126,9 @@ def row_of(runs: list[list[dict]]) -> dict:
         row["cuda_max_allocated_bytes"] = statistics.median(allocated)
         row["cuda_reserved_bytes"] = statistics.median(per_repeat("cuda_reserved_bytes"))
         inside = all(r.get("arena_in_torch_allocator", False) for ranks in runs for r in ranks)
-        row["peak_bytes"] = row["cuda_max_allocated_bytes"] + (0 if inside else row["arena_bytes"])
+        outside = 0 if inside else row["arena_bytes"]
+        row["peak_bytes"] = row["cuda_max_allocated_bytes"] + outside
+        row["peak_spread_bytes"] = [min(allocated) + outside, max(allocated) + outside]
     else:  # NOTE [honest peak on CPU]: private memory, plus the own arena once it exists
         peaks = per_repeat("peak_bytes")
         row["peak_bytes"] = statistics.median(peaks)
@@ -135,23 +137,26 @@ def row_of(runs: list[list[dict]]) -> dict:
 
 
 def table(rows: list[dict]) -> list[str]:
+    """The results table; on GPUs the last two columns are torch's memory_reserved, else the RSS."""
     stock = {(r["layers"], r["dim"], r["world"]): r for r in rows if r["system"] == "stock"}
+    gpu = any("cuda_reserved_bytes" in r for r in rows)
+    other, other_key = ("reserved", "cuda_reserved_bytes") if gpu else ("max RSS", "peak_rss_bytes")
     lines = [
         "| model | layers | N | system | model MiB | shard MiB | TIDE arena MiB | Sec. 5.4 bound MiB "
-        "| peak MiB [min, max] | peak vs stock | max RSS MiB | RSS vs stock |",
+        f"| peak MiB [min, max] | peak vs stock | {other} MiB | {other.split()[-1]} vs stock |",
         "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         base = stock[(r["layers"], r["dim"], r["world"])]
         name = "wide" if r["dim"] == MODELS["wide"][0] else "decoder"
-        spread = r.get("peak_spread_bytes", r["peak_rss_spread_bytes"])
+        spread = r["peak_spread_bytes"]
         vs = (r["peak_bytes"] / base["peak_bytes"] - 1) * 100
-        rss_vs = (r["peak_rss_bytes"] / base["peak_rss_bytes"] - 1) * 100
+        other_vs = (r[other_key] / base[other_key] - 1) * 100
         lines.append(
             f"| {name} | {r['layers']} | {r['world']} | {r['system']} | {r['model_bytes'] / MIB:.1f} "
             f"| {r['shard_bytes'] / MIB:.2f} | {r['arena_bytes'] / MIB:.2f} "
             f"| {r['bound_bytes'] / MIB:.2f} | {r['peak_bytes'] / MIB:.1f} [{spread[0] / MIB:.1f}, "
-            f"{spread[1] / MIB:.1f}] | {vs:+.1f}% | {r['peak_rss_bytes'] / MIB:.1f} | {rss_vs:+.1f}% |"
+            f"{spread[1] / MIB:.1f}] | {vs:+.1f}% | {r[other_key] / MIB:.1f} | {other_vs:+.1f}% |"
         )
     return lines
 
@@ -265,43 +270,42 @@ def write(out: Path, result: dict, repeats: int, steps: int) -> None:
         "225 MiB of shared pages in a rank's RSS for a 141 MiB arena), so it overstated TIDE more "
         "with every rank (the max RSS column keeps it, for comparison). Not the PSS: it is a "
         "snapshot, and sampling it costs milliseconds. The arena in full overstates the CPU a "
-        "little: its untouched pages are not allocated (at M = 1 the TIDE-RS inbox, L blocks, "
-        "is never written with the pull landing). Workers run with MALLOC_MMAP_THRESHOLD_=65536 "
+        "little: its untouched pages are not allocated. Workers run with MALLOC_MMAP_THRESHOLD_=65536 "
         "(NOTE [malloc in the memory benchmark] in run.py): with glibc's dynamic threshold the "
         "ranks of one run differed by up to 125 MiB in peak RSS; with it they agree within "
         "1 MiB. Stock runs load the same libraries as TIDE's (tide.fsdp and tide._C, imported "
         "before the model, nothing enabled), so that loading TIDE's library is not counted as "
         "TIDE's memory (0.7 MiB in the demo: NOTE [where TIDE's peak comes from] in run.py).",
         "",
-        "What TIDE holds above stock, measured (TIDE_MEMORY_TIMELINE, heaptrack, the wide model "
-        "at N = 8): (1) its arena. The ring slots (two blocks and the root) stand in for FSDP2's "
-        "unsharded parameters and all-gather buffers, which FSDP2 frees between layers, so on one "
-        "host the arena's TIDE-RS areas are what comes on top: at M = 1 staging n_stg (L - 1) "
-        "blocks, an inbox of L blocks (as large as FSDP2's whole fp32 packing buffer, and unused "
-        "by the pull landing) and 2 spares, against FSDP2's transient packing buffer of L blocks. "
-        "The sizing solver now chunks the staging so that it never exceeds FSDP2's packing buffer "
-        "(rs_defaults.hpp contracts 5-7: fp32 gradients on one node take two chunks; the wide "
-        "model's arena at N = 8 went from 141.4 to 117.8 MiB, its staging from 47.3 to 23.6 MiB); "
-        "staging less, in more chunks, costs reduce-scatter time in the cost model (a Llama-3.1-70B "
-        "layer at M = 1: 9.9, 9.7, 12.2, 15.0 ms at 1, 2, 3, 7 chunks) and private memory (next). "
-        "(2) Private memory of the runtime: registering a group builds every rank's call programs "
-        "in every process (program::make_call_sequence under runtime::make_group), and the heap "
-        "they leave behind stays resident: at N = 8 about 14 MiB per rank with the staging in one "
-        "chunk, 16 in two, 64 in fifteen; about 1 MiB at N = 2. (3) The first iteration "
-        "runs stock FSDP2 while TIDE traces the order; its peak, plus (2), is TIDE's P_before. "
-        "(4) Slot-Reuse frees the gradients at the host point Sec. 5.3 names, before its "
-        "reduce-scatter runs (they are in the vacated slot); In-Place frees them when the call "
-        "returns, and on the host backend a call completes on the calling thread, so that is the "
-        "same post_backward (a probe found no gradient tensor alive after any reduce-scatter in "
-        "either mode). Slot-Reuse's peak is lower by at most one layer's gradients during that "
-        "call (the wide model at N = 2: 1093 vs 1114 MiB), not by the second gradient group "
-        "Sec. 5.3 saves where In-Place's reads are asynchronous (GPUs). "
-"(5) Until the weak reference, the adapter kept every group's last packed TIDE-RS "
-        "output (its shard of the gradients) to the next backward: 28 MiB at the wide model's "
-        "peak at N = 2. "
-        "So on one host TIDE's peak stays above stock's: getting below needs the one-node layout "
-        "docs/fsdp.md names (no inbox, Level 1 into the shard) and a runtime that builds its own "
-        "rank's programs only; neither is a default the solver can set.",
+        "What TIDE holds above stock on one host (NOTE [where TIDE's peak comes from]): (1) its "
+        "arena, counted in full. The ring slots (two blocks and the root) and the receive stage "
+        "stand in for FSDP2's unsharded parameters and all-gather buffers, which FSDP2 frees "
+        "between layers; TIDE-RS's areas stand in for FSDP2's transient fp32 packing buffer (L "
+        "blocks): at M = 1 the staging, never more than that buffer (the sizing solver's chunks, "
+        "rs_defaults.hpp contracts 5-7), and 2 spares (two banks of the own node's partial, which "
+        "the landing reads). The inbox, L blocks per generation, is gone at M = 1 (NOTE [no inbox "
+        "on one node]: the wide model's arena at N = 2 went from 151.5 to 124.5 MiB, at N = 4 from "
+        "124.5 to 97.5, the decoder's at N = 4 from 2.31 to 1.88). (2) The runtime's private "
+        "memory: each process keeps only its own rank's ops of its call sequences and trims the "
+        "heap after registering (NOTE [kept ranks], NOTE [registration scratch]): what stays "
+        "after registering the wide model went from 15.5 to 1.4 MiB per rank at N = 8 (1.8 to "
+        "0.6 at N = 2); the build's own transient (RSS +16 MiB while the wide model registers at "
+        "N = 8) still counts in P_before. (3) The first iteration runs stock FSDP2 while TIDE "
+        "traces the order; it peaks below stock's later steps (no optimizer state at its "
+        "backward yet). (4) Slot-Reuse frees the gradients at the host point Sec. 5.3 names, "
+        "before its reduce-scatter runs (they are in the vacated slot); In-Place frees them when "
+        "the call returns, and on the host backend a call completes on the calling thread, so "
+        "that is the same post_backward: Slot-Reuse's peak is lower by at most one layer's "
+        "gradients during that call, not by the second gradient group Sec. 5.3 saves where "
+        "In-Place's reads are asynchronous (GPUs). (5) The adapter holds each group's packed "
+        "TIDE-RS output weakly, as FSDP2 holds its own (a strong reference kept 28 MiB to the "
+        "next backward at the wide model's peak at N = 2). So where the spares and the staging "
+        "outweigh what FSDP2 frees (the wide model at N = 2: 2 spares of 13.5 MiB each), TIDE's "
+        "peak on one host stays above stock's. The paper's own bound says the same (Sec. 5.4: a "
+        "layer's backward at M = 1 holds 9.5 NS In-Place and 12.5 NS Slot-Reuse against FSDP2's "
+        "4 NS); getting below it needs a one-node layout that the paper does not give (Level 1 "
+        "summing straight into the shards, no spares and no landing pass), not a default the "
+        "solver can set.",
         "",
     ]
     demos = [(m, out / f"demo-cpu-{m}.json") for m in ("in-place", "slot-reuse")]
