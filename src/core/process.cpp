@@ -1,9 +1,17 @@
 #include "tide/core/process.hpp"
 
+#include <unistd.h>
+
 #include <fstream>
 #include <string>
 
 namespace tide {
+
+std::string host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0) return "";
+  return name;
+}
 
 bool process_alive(int pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");

@@ -2,22 +2,15 @@
 // for every backend.
 #include "communicator_base.hpp"
 
-#include <unistd.h>
-
 #include <functional>
 #include <utility>
 
 #include "tide/core/error.hpp"
+#include "tide/core/process.hpp"
 #include "tide/core/rs_defaults.hpp"
 
 namespace tide::runtime::detail {
 namespace {
-
-std::string host_name() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
 
 // The group's reduce-scatter options: the communicator's, the spec's mode and geometry, and
 // the sizing solver's rounds in flight for this group's shard (rs_defaults.hpp; 1 at M = 1).
@@ -145,6 +138,16 @@ void CommunicatorBase::assign_landing_slots(std::span<const int> slots) {
     groups_[g]->spec.landing_slot = slots[g];
     groups_[g]->info.landing_slot_id = slots[g];
   }
+}
+
+PeerLivenessOptions CommunicatorBase::liveness_options() const {
+  PeerLivenessOptions o;
+  o.rank = options_.rank;
+  o.world = options_.world;
+  o.hosts = hosts();
+  o.key_prefix = options_.key_prefix;
+  o.timeout = liveness_timeout(options_.timeout);
+  return o;
 }
 
 void CommunicatorBase::lay_out() {

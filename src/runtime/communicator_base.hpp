@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "group.hpp"
+#include "peer_liveness.hpp"
 #include "tide/core/capability.hpp"
 #include "tide/program/lanes.hpp"
 #include "tide/runtime/communicator.hpp"
@@ -70,6 +71,9 @@ class CommunicatorBase : public Communicator {
   Store& store() { return *store_; }
   // The same, to keep past mark_committed() (NOTE [peer liveness] 5: heartbeats across hosts).
   std::shared_ptr<Store> shared_store() const { return store_; }
+  // NOTE [peer liveness]: this rank's liveness options (its hosts, its key prefix, half its
+  // call timeout), after the first registration.
+  PeerLivenessOptions liveness_options() const;
   // NOTE [communicator arena]: at commit (or arena_request()), before the backend creates its
   // arena: lays out the arena for every group, places their sequences and the handoffs
   // (arena_bytes_, signal_words_). Collective the first time; then does nothing.

@@ -281,13 +281,7 @@ void CudaCommunicator::commit() {
                                       options_.world, "1", options_.timeout));
   // NOTE [peer liveness]: so that the watchdog can name a peer that died: by its pid on this
   // host, by its heartbeats on another.
-  PeerLivenessOptions liveness;
-  liveness.rank = options_.rank;
-  liveness.world = options_.world;
-  liveness.hosts = hosts();
-  liveness.key_prefix = options_.key_prefix;
-  liveness.timeout = liveness_timeout(options_.timeout);
-  liveness_ = std::make_unique<PeerLiveness>(shared_store(), liveness);
+  liveness_ = std::make_unique<PeerLiveness>(shared_store(), liveness_options());
   mark_committed();
   watchdog_ = std::make_unique<Watchdog>([this] { return stalled_call(); },
                                          [this](const std::string& reason) { fail(reason); },

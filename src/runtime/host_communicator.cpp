@@ -135,15 +135,11 @@ class HostCommunicator final : public CommunicatorBase {
   // the wait raises naming the peer; between calls the next call raises it.
   void start_liveness() {
     if (hosts().empty() || hosts().back() == 0) return;
-    PeerLivenessOptions o;
-    o.rank = options_.rank;
-    o.world = options_.world;
-    o.hosts = hosts();
-    o.key_prefix = options_.key_prefix;
-    o.timeout = liveness_timeout(options_.timeout);
-    liveness_ = std::make_unique<PeerLiveness>(shared_store(), o, [this](const DeadPeer& d) {
-      if (in_call_.load()) fabric_->abort("rank " + std::to_string(options_.rank) + ": " + d.what);
-    });
+    liveness_ = std::make_unique<PeerLiveness>(
+        shared_store(), liveness_options(), [this](const DeadPeer& d) {
+          if (in_call_.load())
+            fabric_->abort("rank " + std::to_string(options_.rank) + ": " + d.what);
+        });
   }
 
   // NOTE [lane handoff]: the collective's handoff, then the call. A call that fails says so

@@ -13,12 +13,6 @@
 namespace tide::runtime::detail {
 namespace {
 
-std::string host_name() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
-
 // "<count> <word> <rest>": the word (alive, closed, failed) and the rest (a failure's reason).
 std::pair<std::string, std::string> state_of(const std::string& value) {
   const std::size_t a = value.find(' ');
