@@ -46,7 +46,10 @@ TIDE's first iteration (stock FSDP2, traced) peaks below stock's later ones (no 
 at its backward yet): it sets no peak here. The demo's peaks, stock vs TIDE, before and after
 the two Python fixes (two runs each after): In-Place 717.9 vs 727.4 (+9.5), now 719.6 vs
 726.1-726.8 (+6.5 to +7.2); Slot-Reuse 718.9 vs 727.1 (+8.2), now 719.0-719.6 vs 725.8-725.9
-(+6.3 to +6.8). What is left above stock is the arena and the C++ heap (the runtime's).
+(+6.3 to +6.8). With no inbox at M = 1 and the runtime keeping its own rank's ops (NOTE [no
+inbox on one node], NOTE [kept ranks]): In-Place 718.2 vs 722.8 (+4.6), Slot-Reuse 718.6 vs
+723.3 (+4.7); TIDE's private memory peaks 1.5 above stock's (P_during 720.1 against 718.6) and
+its arena, 3.2, adds in full.
 """
 
 from __future__ import annotations
