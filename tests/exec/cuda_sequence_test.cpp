@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "kernels/gpu_test_util.hpp"
+#include "rendezvous_transport.hpp"
 #include "sequence_test_kernels.hpp"
 #include "sequence_test_util.hpp"
 #include "slot_policy_model.hpp"
@@ -1346,6 +1347,150 @@ TEST(CudaSequence, WatchQueriesLeaveAGlobalCaptureElsewhereIntact) {
   if (dog == cudaSuccess) dog_work.expect_graph_runs(caller.get());
   (void)cudaEventDestroy(pending);
   h.expect_equal(*d, "the held call");
+}
+
+// ---- Rail messages (NOTE [CUDA call sequences] 6) -------------------------------------------
+
+// M > 1 emulated nodes of `topo.gpus` ranks on the virtual fabric: every put and signal between
+// nodes travels as a message through the rendezvous transport (CudaSequenceTestMessages, NOTE
+// [rendezvous transport]: a send waits on the device for its receive), although the fabric
+// could store directly. Graphs are asked for: calls with messages must keep to the stream path.
+CudaSequenceOptions forced_messages(Topo topo) {
+  CudaSequenceOptions o;
+  o.replay_graphs = true;
+  o.test_messages.node_size = topo.gpus;
+  return o;
+}
+
+void expect_stream_path_for_messages(const CudaSequenceRunner& runner) {
+  EXPECT_GT(runner.message_ops(), 0.0);
+  EXPECT_NE(runner.graphs_unavailable().find("rail messages"), std::string::npos)
+      << runner.graphs_unavailable();
+  EXPECT_EQ(runner.graph_launches(), 0);
+}
+
+class RsMessages : public ::testing::TestWithParam<std::tuple<Topo, bool, RsSubSlices>> {};
+
+// Many reduce-scatter calls, fresh pointers, poisoned outputs, every inter-node transfer a
+// message: bitwise the definition (rs_expected, TIDE's arithmetic order).
+TEST_P(RsMessages, CallsThroughTheRendezvousTransportMatchTheDefinition) {
+  TIDE_REQUIRE_GPU();
+  const auto [topo, accumulate, geometry] = GetParam();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  RsHarness h(topo, seed, forced_messages(topo), accumulate, false, geometry);
+  const int calls = std::max(7, 2 * h.runner().event_slots() + 1);
+  const float alpha = 0.5f;
+  Stream caller;
+  std::vector<std::unique_ptr<RsBuffers>> buffers;
+  std::vector<std::unique_ptr<RsCallData>> data;
+  for (int e = 0; e < calls; ++e) {
+    buffers.push_back(h.buffers());
+    data.push_back(h.data(alpha));
+  }
+  for (int e = 0; e < calls; ++e)
+    h.step(*buffers[static_cast<std::size_t>(e)], *data[static_cast<std::size_t>(e)], alpha,
+           caller.get());
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
+  EXPECT_EQ(h.runner().calls(), calls);
+  expect_stream_path_for_messages(h.runner());
+  for (int e = 0; e < calls; ++e)
+    h.expect_equal(*data[static_cast<std::size_t>(e)], "call " + std::to_string(e));
+}
+
+INSTANTIATE_TEST_SUITE_P(MultiNode, RsMessages,
+                         ::testing::Combine(::testing::Values(Topo{2, 2}, Topo{3, 2}, Topo{2, 3}),
+                                            ::testing::Bool(),
+                                            ::testing::Values(RsSubSlices::kAcrossRanks,
+                                                              RsSubSlices::kPerRank,
+                                                              RsSubSlices::kNodeContiguous)));
+
+class AgMessages : public ::testing::TestWithParam<std::tuple<Topo, bool>> {};
+
+// Many all-gather calls (poisoned landings), every inter-node transfer a message: every rank's
+// shard lands bitwise in every rank's landing.
+TEST_P(AgMessages, CallsThroughTheRendezvousTransportLandEveryShard) {
+  TIDE_REQUIRE_GPU();
+  const auto [topo, cast] = GetParam();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  AgHarness h(topo, cast, 7, seed, forced_messages(topo));
+  Stream caller;
+  for (int e = 0; e < h.calls(); ++e)
+    h.step(e, caller.get());
+  TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
+  expect_stream_path_for_messages(h.runner());
+  for (int e = 0; e < h.calls(); ++e)
+    h.expect_landed(e);
+}
+
+INSTANTIATE_TEST_SUITE_P(MultiNode, AgMessages,
+                         ::testing::Combine(::testing::Values(Topo{2, 2}, Topo{3, 2}, Topo{2, 3}),
+                                            ::testing::Bool()));
+
+// A caller's capture of a call with messages is refused with the reason, before anything is
+// enqueued; the runner stays usable and its later calls match.
+TEST(CudaSequence, CapturingACallWithMessagesIsRefused) {
+  TIDE_REQUIRE_GPU();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  const Topo topo{2, 2};
+  RsHarness h(topo, seed, forced_messages(topo), false);
+  Stream caller;
+  const auto buffers = h.buffers();
+  cudaGraph_t graph = nullptr;
+  TIDE_CUDA_CHECK(cudaStreamBeginCapture(caller.get(), cudaStreamCaptureModeRelaxed));
+  try {
+    h.runner().enqueue(buffers->bindings, 1.0f, false, caller.get());
+    ADD_FAILURE() << "a call with messages was captured";
+  } catch (const Unsupported& e) {
+    EXPECT_NE(std::string(e.what()).find("rail messages"), std::string::npos) << e.what();
+  }
+  TIDE_CUDA_CHECK(cudaStreamEndCapture(caller.get(), &graph));
+  if (graph != nullptr) (void)cudaGraphDestroy(graph);
+  EXPECT_EQ(h.runner().calls(), 0);
+  const int calls = h.runner().event_slots() + 1;
+  std::vector<std::unique_ptr<RsCallData>> data;
+  for (int e = 0; e < calls; ++e) {
+    data.push_back(h.data(1.0f));
+    h.step(*buffers, *data.back(), 1.0f, caller.get());
+    TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));  // `buffers` is reused
+    h.expect_equal(*data.back(), "call " + std::to_string(e));
+  }
+  expect_stream_path_for_messages(h.runner());
+}
+
+// NOTE [rendezvous transport]: a send waits on the device for its receive. The send is
+// enqueued first and must not complete while no receive is posted; once the receive is
+// posted both complete and the bytes arrive, twice on one pair (the second matching the
+// second), with a byte count that needs the 1-byte path.
+TEST(RendezvousTransport, ASendWaitsForItsReceive) {
+  TIDE_REQUIRE_GPU();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  std::mt19937_64 rng(seed);
+  int device = 0;
+  TIDE_CUDA_CHECK(cudaGetDevice(&device));
+  exec::cuda_detail::RendezvousTransport t(2, device);
+  Stream a, b;
+  for (const std::size_t bytes : {std::size_t{4096}, std::size_t{1003}}) {
+    std::vector<unsigned char> host(bytes);
+    for (unsigned char& v : host)
+      v = static_cast<unsigned char>(rng());
+    Dev src(bytes), dst(bytes);
+    src.upload(host.data());
+    dst.fill(0xFF);
+    TIDE_CUDA_CHECK(cudaDeviceSynchronize());
+    t.send(0, 1, src.get(), bytes, a.get());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(cudaStreamQuery(a.get()), cudaErrorNotReady) << "the send ran without a receive";
+    t.recv(1, 0, dst.get(), bytes, b.get());
+    TIDE_CUDA_CHECK(cudaStreamSynchronize(b.get()));
+    TIDE_CUDA_CHECK(cudaStreamSynchronize(a.get()));
+    const auto got = dst.download();
+    EXPECT_EQ(std::memcmp(got.data(), host.data(), bytes), 0) << bytes << " bytes";
+  }
+  EXPECT_EQ(t.messages(), 2);
 }
 
 }  // namespace

@@ -179,15 +179,31 @@
 //    the peer's next call then holds (its check, or its waits), so its job stops too, but
 //    the compute between the two calls read it. The runtime may put the same check before it
 //    releases a landing slot (enqueue_abort_check()).
-// 6. Limits: every rank's signal words and every arena must be load/store reachable (the
-//    virtual fabric; messages are not built here); one caller stream per call for all local
-//    ranks. Threads: every public member may be called from any thread (FSDP2 calls from
-//    its main thread and from autograd's; the watchdog polls from its own). Calls are
-//    serialised by one lock and take the next call index in the order they take it (ranks
-//    of several processes must agree on that order: their callers order them); the lock is
-//    never held while waiting for the device. The watch (stalled(), idle(), stuck(),
-//    release_waits()) has its own lock, never waits for an enqueue (a launch can block
-//    while the device's queues are full), and runs its CUDA calls in the relaxed stream-
+// 6. Messages and limits. A kRailPut or kSignal from rank s to rank d that the fabric says s
+//    cannot store to (Fabric::load_store false) travels as a two-sided message (NOTE [rail
+//    messages] in src/exec/cuda/messages.hpp, the component the CUDA executor uses too): at
+//    the op's place in the template's legal order, the sender's side on s's op stream and its
+//    rail stream (a runner stream per rank, like any other: it waits for the entry event and
+//    the caller waits for its done event), the receiver's side, then d's counter addition, on
+//    d's rail stream, each side built by the process that holds its rank. Every rank's sends
+//    and receives are enqueued on its one rail stream in that one order, which is the same
+//    order on every process (every process maps the same templates in the same legal order
+//    and issues the same calls), so two-sided operations cannot cross. The bytes travel
+//    through a MessageTransport: Fabric::send/recv, or in tests (CudaSequenceTestMessages)
+//    the rendezvous transport (NOTE [rendezvous transport]), whose send waits on the device
+//    for its receive. Calls with messages run on the stream path only: graphs_unavailable()
+//    says why, and capturing such a call throws Unsupported (the matching is numbered on the
+//    host per call; a replay would repeat it). A message's regions must be arenas (a put
+//    from caller memory is refused), its destinations on its counter's rank. Measured on one
+//    H200 with the rendezvous transport only; the NCCL rail path is built, not yet run.
+//    Every other rank's signal words and arena that an op addresses directly must be load/
+//    store reachable; one caller stream per call for all local ranks. Threads: every public member
+//    may be called from any thread (FSDP2 calls from its main thread and from autograd's; the
+//    watchdog polls from its own). Calls are serialised by one lock and take the next call index in
+//    the order they take it (ranks of several processes must agree on that order: their callers
+//    order them); the lock is never held while waiting for the device. The watch (stalled(),
+//    idle(), stuck(), release_waits()) has its own lock, never waits for an enqueue (a launch can
+//    block while the device's queues are full), and runs its CUDA calls in the relaxed stream-
 //    capture mode, so that its queries never invalidate a capture that another thread runs
 //    in the global mode (torch.cuda.graph's default).
 // 7. Call-order tags: a call that never completes because a peer issued another call in its
@@ -248,6 +264,15 @@ struct CudaSequenceFaultInjection {
   const std::uint64_t* gate_word = nullptr;
 };
 
+// Test options, not a production setting: only tests set them; the defaults change nothing.
+struct CudaSequenceTestMessages {
+  // > 0: ranks r and p with r / node_size != p / node_size are on different emulated nodes;
+  // every put and signal between them travels as a message (NOTE [CUDA call sequences] 6)
+  // through a rendezvous transport on this process's ranks (NOTE [rendezvous transport]),
+  // although the fabric could store directly. Needs every rank local (the virtual fabric).
+  int node_size = 0;
+};
+
 struct CudaSequenceOptions {
   bool replay_graphs = true;  // NOTE [CUDA call sequences] 3
   // With replay_graphs: calls with fresh bindings also replay the slot's graph, with the
@@ -260,6 +285,7 @@ struct CudaSequenceOptions {
   // them), so their graph waits count once per device; 0: a lane of its own.
   std::uint64_t graph_lane = 0;
   CudaSequenceFaultInjection fault_injection;  // tests only
+  CudaSequenceTestMessages test_messages;      // tests only
 };
 
 // A lane id no other call of this process returned (NOTE [graph wait budget]).
@@ -395,6 +421,9 @@ class CudaSequenceRunner {
   std::string graphs_unavailable() const;
   std::int64_t repointed_launches() const;
   CudaSequenceCounts counts() const;
+  // Message sides (sends and receives) of the local ranks per call, averaged over the
+  // templates (NOTE [CUDA call sequences] 6); 0 where every put and signal stores directly.
+  double message_ops() const;
 
  private:
   void enqueue_checked(std::span<const CudaCallBindings> bindings, float alpha, bool accumulate,

@@ -20,7 +20,8 @@ void CudaExecutor::State::enqueue(const Mapped& m, CudaRunResult& stats) {
   if (m.message) {
     cudaStream_t rail = streams[static_cast<std::size_t>(m.rail)];
     cudaStream_t own = m.stream >= 0 ? streams[static_cast<std::size_t>(m.stream)] : rail;
-    cuda_detail::enqueue_message(*m.message, fabric, rail, own, token);
+    cuda_detail::FabricTransport transport(fabric);
+    cuda_detail::enqueue_message(*m.message, transport, rail, own, token);
     stats.copies += static_cast<std::int64_t>(m.message->parts.size());
     return;
   }

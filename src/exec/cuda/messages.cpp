@@ -12,30 +12,60 @@ namespace tide::exec::cuda_detail {
 
 using program::Region;
 
-bool is_message(const program::Op& op, const fabric::Fabric& fabric) {
+void FabricTransport::send(int /*from*/, int to, const void* data, std::size_t bytes,
+                           cudaStream_t stream) {
+  fabric_.send(data, bytes, to, stream);
+}
+
+void FabricTransport::recv(int /*to*/, int from, void* data, std::size_t bytes,
+                           cudaStream_t stream) {
+  fabric_.recv(data, bytes, from, stream);
+}
+
+bool crosses_ranks(const program::Op& op, int& from, int& to) {
   const auto add = program::addition_of(op);  // a kRailPut or kSignal
-  if (!add) return false;
-  return add->counter.rank != op.rank && !fabric.load_store(op.rank, add->counter.rank);
+  if (!add || add->counter.rank == op.rank) return false;
+  from = op.rank;
+  to = add->counter.rank;
+  return true;
+}
+
+bool is_message(const program::Op& op, const fabric::Fabric& fabric) {
+  int from = 0, to = 0;
+  return crosses_ranks(op, from, to) && !fabric.load_store(from, to);
+}
+
+MessageAddresses fabric_addresses(const fabric::Fabric& fabric) {
+  MessageAddresses a;
+  a.region = [&fabric](const Region& r) -> std::byte* {
+    auto* base = static_cast<std::byte*>(fabric.pointer(r.buffer));
+    return base == nullptr ? nullptr : base + r.offset;
+  };
+  a.counter = [&fabric](const program::Counter& c) -> std::uint64_t* {
+    std::uint64_t* words = fabric.signals(c.rank);
+    return words == nullptr ? nullptr : words + c.id;
+  };
+  return a;
 }
 
 namespace {
 
 // One side of a descriptor: `r` is the source (sender) or the destination (receiver).
-MessagePart part_of(const Region& r, const fabric::Fabric& fabric, Message& m) {
+MessagePart part_of(const Region& r, const MessageAddresses& at, Message& m) {
   MessagePart p;
   p.bytes = static_cast<std::size_t>(r.bytes());
-  auto* base = static_cast<std::byte*>(fabric.pointer(r.buffer));
-  if (base == nullptr) {
+  std::byte* const first = at.region(r);
+  if (first == nullptr) {
     throw Unsupported("a message " + std::string(m.sender ? "source" : "destination") +
                       " of rank " + std::to_string(r.buffer.rank) +
                       " is not addressable by this process");
   }
   if (contiguous(r)) {
-    p.data = base + r.offset;
+    p.data = first;
     return p;
   }
   p.strided = true;
-  p.region = base + r.offset;
+  p.region = first;
   p.width = static_cast<std::size_t>(r.width);
   p.rows = static_cast<std::size_t>(r.rows);
   p.pitch = static_cast<std::size_t>(r.pitch);
@@ -47,9 +77,14 @@ MessagePart part_of(const Region& r, const fabric::Fabric& fabric, Message& m) {
 }  // namespace
 
 Message map_message(const program::Op& op, bool sender, const fabric::Fabric& fabric) {
+  return map_message(op, sender, fabric_addresses(fabric));
+}
+
+Message map_message(const program::Op& op, bool sender, const MessageAddresses& at) {
   Message m;
   m.sender = sender;
   const program::CounterUse add = program::addition_of(op).value();
+  m.self = sender ? op.rank : add.counter.rank;
   m.peer = sender ? add.counter.rank : op.rank;
   m.value = static_cast<std::uint64_t>(add.value);
   try {
@@ -61,16 +96,15 @@ Message map_message(const program::Op& op, bool sender, const fabric::Fabric& fa
                             ") is not its counter's rank (" + std::to_string(add.counter.rank) +
                             ") cannot travel as a message");
         }
-        m.parts.push_back(part_of(sender ? c.src : c.dst, fabric, m));
+        m.parts.push_back(part_of(sender ? c.src : c.dst, at, m));
       }
     }
     if (sender) {
       TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&m.ready, cudaEventDisableTiming));
       TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&m.sent, cudaEventDisableTiming));
     } else {
-      m.counter = fabric.signals(add.counter.rank);
+      m.counter = at.counter(add.counter);
       if (m.counter == nullptr) throw InternalError("a message receiver without its counters");
-      m.counter += add.counter.id;
     }
   } catch (...) {
     release_message(m);
@@ -79,8 +113,8 @@ Message map_message(const program::Op& op, bool sender, const fabric::Fabric& fa
   return m;
 }
 
-void enqueue_message(const Message& m, fabric::Fabric& fabric, cudaStream_t rail,
-                     cudaStream_t op_stream, void* token) {
+void enqueue_message(const Message& m, MessageTransport& transport, cudaStream_t rail,
+                     cudaStream_t op_stream, void* token, const std::uint64_t* abort) {
   if (m.sender) {
     TIDE_CUDA_CHECK(cudaEventRecord(m.ready, op_stream));
     TIDE_CUDA_CHECK(cudaStreamWaitEvent(rail, m.ready, 0));
@@ -89,22 +123,22 @@ void enqueue_message(const Message& m, fabric::Fabric& fabric, cudaStream_t rail
         TIDE_CUDA_CHECK(cudaMemcpy2DAsync(p.data, p.width, p.region, p.pitch, p.width, p.rows,
                                           cudaMemcpyDeviceToDevice, rail));
       }
-      fabric.send(p.data, p.bytes, m.peer, rail);
+      transport.send(m.self, m.peer, p.data, p.bytes, rail);
     }
-    if (m.parts.empty()) fabric.send(token, sizeof(std::uint64_t), m.peer, rail);
+    if (m.parts.empty()) transport.send(m.self, m.peer, token, sizeof(std::uint64_t), rail);
     TIDE_CUDA_CHECK(cudaEventRecord(m.sent, rail));
     TIDE_CUDA_CHECK(cudaStreamWaitEvent(op_stream, m.sent, 0));
     return;
   }
   for (const MessagePart& p : m.parts) {
-    fabric.recv(p.data, p.bytes, m.peer, rail);
+    transport.recv(m.self, m.peer, p.data, p.bytes, rail);
     if (p.strided) {
       TIDE_CUDA_CHECK(cudaMemcpy2DAsync(p.region, p.pitch, p.data, p.width, p.width, p.rows,
                                         cudaMemcpyDeviceToDevice, rail));
     }
   }
-  if (m.parts.empty()) fabric.recv(token, sizeof(std::uint64_t), m.peer, rail);
-  launch_counter_add(m.counter, m.value, rail);
+  if (m.parts.empty()) transport.recv(m.self, m.peer, token, sizeof(std::uint64_t), rail);
+  launch_counter_add(m.counter, m.value, rail, abort);
 }
 
 void release_message(Message& m) noexcept {

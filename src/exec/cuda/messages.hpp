@@ -22,12 +22,20 @@
 // partner sits at the same place of the partner's rail stream.
 // A timeout cannot release a receive waiting for a message that never comes: the executor
 // then reports the stuck streams and refuses further runs (fail-stop).
+// Both CUDA executors use this component: CudaExecutor (one program) and CudaSequenceRunner
+// (NOTE [CUDA call sequences] 6: its calls' messages, at the template's legal order). Where the
+// bytes travel is a MessageTransport: FabricTransport (Fabric::send/recv, the NCCL rail), or in
+// tests the rendezvous transport of rendezvous_transport.hpp (one process, NCCL's two-sided
+// matching emulated over pointers). How a region and a counter resolve to device addresses is
+// the caller's (MessageAddresses): the executor takes the fabric's buffers, the runner its
+// group's region and signal words.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "tide/fabric/fabric.hpp"
@@ -46,6 +54,7 @@ struct MessagePart {
 
 struct Message {
   bool sender = true;
+  int self = -1;                     // the rank whose side this is (sender or receiver)
   int peer = -1;                     // the other rank
   std::vector<MessagePart> parts;    // empty: one 8-byte token
   std::uint64_t* counter = nullptr;  // receiver: its own counter word
@@ -55,17 +64,59 @@ struct Message {
   std::vector<void*> staging;   // device buffers this message owns
 };
 
+// Two-sided transfers between ranks. Contract (NCCL's point-to-point semantics): for each
+// ordered pair (from, to), the k-th send(from, to, ...) matches the k-th recv(to, from, ...),
+// with the same byte count; each is enqueued on a stream of its own rank's device and
+// completes in that stream's order; a send may wait (on the device) until its receive is
+// posted, so a caller that enqueues two pairs' sends and receives in crossing orders on one
+// stream deadlocks. Host calls never wait for the device.
+class MessageTransport {
+ public:
+  virtual ~MessageTransport() = default;
+  virtual void send(int from, int to, const void* data, std::size_t bytes, cudaStream_t stream) = 0;
+  virtual void recv(int to, int from, void* data, std::size_t bytes, cudaStream_t stream) = 0;
+};
+
+// The fabric's own messages (Fabric::send/recv: one local rank per process, the NCCL rail).
+class FabricTransport final : public MessageTransport {
+ public:
+  explicit FabricTransport(fabric::Fabric& fabric) : fabric_(fabric) {}
+  void send(int from, int to, const void* data, std::size_t bytes, cudaStream_t stream) override;
+  void recv(int to, int from, void* data, std::size_t bytes, cudaStream_t stream) override;
+
+ private:
+  fabric::Fabric& fabric_;
+};
+
+// Whether `op` is a put or signal whose counter is on a rank other than its own, and its
+// (from, to) pair.
+bool crosses_ranks(const program::Op& op, int& from, int& to);
+
 // Whether `op` travels as a message on `fabric` (a put or signal to an unreachable rank).
 bool is_message(const program::Op& op, const fabric::Fabric& fabric);
 
+// How a message resolves its device addresses: `region` the first byte of a region (nullptr:
+// not addressable by this process), `counter` a counter's word (nullptr: not addressable).
+struct MessageAddresses {
+  std::function<std::byte*(const program::Region&)> region;
+  std::function<std::uint64_t*(const program::Counter&)> counter;
+};
+
+// The fabric's addresses: a region at its buffer's base plus its offset, a counter at its
+// rank's signal words plus its id (what CudaExecutor maps).
+MessageAddresses fabric_addresses(const fabric::Fabric& fabric);
+
 // The sender's or the receiver's side of a message op (device pointers resolved, staging
 // allocated, events created). Throws tide::Unsupported for a put whose destinations are not
-// all on the counter's rank.
+// all on the counter's rank, or a region this process cannot address.
+Message map_message(const program::Op& op, bool sender, const MessageAddresses& at);
 Message map_message(const program::Op& op, bool sender, const fabric::Fabric& fabric);
 
-// Enqueues one side (NOTE [rail messages]); `token` is an 8-byte device word.
-void enqueue_message(const Message& m, fabric::Fabric& fabric, cudaStream_t rail,
-                     cudaStream_t op_stream, void* token);
+// Enqueues one side (NOTE [rail messages]) through `transport`; `token` is an 8-byte device
+// word. The receiver's counter addition adds nothing once `abort` (a device word; nullptr:
+// none) is nonzero (NOTE [CUDA call sequences] 5).
+void enqueue_message(const Message& m, MessageTransport& transport, cudaStream_t rail,
+                     cudaStream_t op_stream, void* token, const std::uint64_t* abort = nullptr);
 
 // Frees staging and events; never throws.
 void release_message(Message& m) noexcept;

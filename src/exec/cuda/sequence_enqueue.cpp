@@ -203,6 +203,14 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
   if (m.empty) return;
   use_device_of(m.rank);
   cudaStream_t s = streams[static_cast<std::size_t>(m.stream)];
+  if (m.message) {  // NOTE [CUDA call sequences] 6; never under capture (refused before)
+    if (capture != nullptr) throw InternalError("CudaSequenceRunner: a message under capture");
+    // The receiver's addition counts for nothing once the sender's waits were released.
+    const std::uint64_t* abort = m.message->sender ? nullptr : abort_of(m.message->peer);
+    cuda_detail::enqueue_message(*m.message, *transport, streams[static_cast<std::size_t>(m.rail)],
+                                 s, token, abort);
+    return;
+  }
   switch (m.kind) {
     case OpKind::kCopy:
     case OpKind::kRailPut:  // split by the fusion pass; kept for ops mapped but not fused

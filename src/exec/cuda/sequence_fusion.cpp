@@ -52,7 +52,7 @@ class Fuser {
 
   void add(SeqOp&& op) {
     const auto it = last_.find(op.stream);
-    if (it != last_.end()) {
+    if (it != last_.end() && !op.message && !out_[it->second].message) {
       SeqOp& prev = out_[it->second];
       if (op.kind == OpKind::kWait && prev.kind == OpKind::kWait) {
         std::vector<WaitTerm> terms = prev.waits;
@@ -88,6 +88,11 @@ std::vector<SeqOp> fuse_waits_and_signals(std::vector<SeqOp> ops, const FusionLi
   Fuser f(
       FusionLimits{std::max<std::size_t>(1, limits.waits), std::max<std::size_t>(1, limits.adds)});
   for (SeqOp& op : ops) {
+    if (op.message) {  // a message side keeps its place and its own enqueue
+      op.empty = false;
+      f.add(std::move(op));
+      continue;
+    }
     switch (op.kind) {
       case OpKind::kWait:
         op.waits = {WaitTerm{op.word, op.total, op.value}};

@@ -14,6 +14,7 @@
 #include "graph_wait_budget.hpp"
 #include "op_resolution.hpp"
 #include "program_checks.hpp"
+#include "rendezvous_transport.hpp"
 #include "sequence_fusion.hpp"
 #include "sequence_state.hpp"
 #include "sequence_watch.hpp"
@@ -178,6 +179,51 @@ void CudaSequenceRunner::State::map_op(const Op& op, int age, SeqOp& m) {
   }
 }
 
+bool CudaSequenceRunner::State::is_message(const Op& op) const {
+  int from = 0, to = 0;
+  if (!cuda_detail::crosses_ranks(op, from, to)) return false;
+  const int node = options.test_messages.node_size;
+  if (node > 0) return from / node != to / node;  // emulated nodes (tests only)
+  return !fabric.load_store(from, to);
+}
+
+// NOTE [CUDA call sequences] 6: the sides of a message op this process holds, at the op's
+// place: the sender's (its op stream, its rail stream), then the receiver's (its rail stream).
+void CudaSequenceRunner::State::map_message(const Op& op, std::set<int>& used,
+                                            std::vector<SeqOp>& out) {
+  cuda_detail::MessageAddresses at;
+  at.region = [this](const Region& r) -> std::byte* {
+    const Ptr p = resolve(r);
+    if (p.slot != sequence_detail::kFixed) {
+      throw Unsupported(
+          "CudaSequenceRunner: a message to or from caller memory (a kTensor or "
+          "kOutput region) is not built; messages move arena bytes");
+    }
+    return p.fixed;
+  };
+  at.counter = [this](const program::Counter& c) { return word(c); };
+  const int to = program::addition_of(op).value().counter.rank;
+  const auto release = [](cuda_detail::Message* m) {
+    cuda_detail::release_message(*m);
+    delete m;
+  };
+  for (const bool sender : {true, false}) {
+    const int rank = sender ? op.rank : to;
+    if (!fabric.local(rank)) continue;
+    use_device_of(rank);
+    SeqOp m;
+    m.kind = op.kind();
+    m.rank = rank;
+    m.rail = stream(rank, sequence_detail::kRailStreamName);
+    m.stream = sender ? stream(rank, op.stream) : m.rail;
+    m.message = std::shared_ptr<cuda_detail::Message>(
+        new cuda_detail::Message(cuda_detail::map_message(op, sender, at)), release);
+    used.insert(m.stream);
+    used.insert(m.rail);
+    out.push_back(std::move(m));
+  }
+}
+
 void CudaSequenceRunner::State::map_template(const program::CallTemplate& t,
                                              sequence_detail::Template& out) {
   const program::Program& p = t.program;
@@ -187,6 +233,11 @@ void CudaSequenceRunner::State::map_template(const program::CallTemplate& t,
   std::set<int> used;
   for (const int i : t.order.order) {
     const Op& op = p.ops[static_cast<std::size_t>(i)];
+    if (is_message(op)) {
+      has_messages = true;
+      map_message(op, used, out.ops);
+      continue;
+    }
     if (!fabric.local(op.rank)) continue;
     SeqOp m;
     map_op(op, t.event_age.empty() ? 0 : t.event_age[static_cast<std::size_t>(i)], m);
@@ -306,6 +357,7 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
     kernels::prepare_landing();
     kernels::prepare_cast();
     cuda_detail::prepare_abort_check();
+    if (options.test_messages.node_size > 0) cuda_detail::prepare_rendezvous();
     TIDE_CUDA_CHECK(cudaMemsetAsync(fabric.signals(r) + place.first_signal_word, 0,
                                     static_cast<std::size_t>(sequence.counters) * 8, setup));
   }
@@ -328,6 +380,16 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
   s.use_device_of(s.local_ranks.empty() ? 0 : s.local_ranks[0]);
   TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&s.entry, cudaEventDisableTiming));
   TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&s.origin, cudaStreamNonBlocking));
+  // NOTE [CUDA call sequences] 6: the transport messages take.
+  if (options.test_messages.node_size > 0) {
+    for (int r = 0; r < s.ranks; ++r)
+      if (!fabric.local(r))
+        throw InvalidArgument("CudaSequenceRunner: test messages need every rank local");
+    s.transport = std::make_unique<cuda_detail::RendezvousTransport>(s.ranks, fabric.device());
+  } else {
+    s.transport = std::make_unique<cuda_detail::FabricTransport>(fabric);
+  }
+  TIDE_CUDA_CHECK(cudaMalloc(&s.token, sizeof(std::uint64_t)));
   s.templates.resize(sequence.templates.size());
   for (std::size_t t = 0; t < sequence.templates.size(); ++t)
     s.map_template(sequence.templates[t], s.templates[t]);
@@ -353,8 +415,15 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
   for (const int r : s.stream_rank)
     ++streams_per_device[fabric.device_of(r)];
   s.budget_id = reinterpret_cast<std::uintptr_t>(&s);
-  s.no_graph_waits = sequence_detail::GraphWaitBudget::process().claim(
-      s.budget_id, options.graph_lane, streams_per_device);
+  if (s.has_messages) {
+    // NOTE [CUDA call sequences] 6: a message's matching is numbered per call on the host.
+    s.no_graph_waits =
+        "its calls send rail messages (NOTE [CUDA call sequences] 6): their two-sided matching "
+        "is numbered per call on the host, and a replayed graph would repeat one call's";
+  } else {
+    s.no_graph_waits = sequence_detail::GraphWaitBudget::process().claim(
+        s.budget_id, options.graph_lane, streams_per_device);
+  }
   if (s.no_graph_waits.empty()) {
     s.budget_claimed = true;
   } else {
@@ -420,6 +489,8 @@ CudaSequenceRunner::State::~State() {
   if (generations != nullptr) (void)cudaFree(generations);
   for (const auto& [device, word] : private_abort)
     (void)cudaFree(word);
+  if (token != nullptr) (void)cudaFree(token);
+  transport.reset();
   if (check_tables != nullptr) (void)cudaFree(check_tables);
   for (cudaStream_t st : streams)
     (void)cudaStreamDestroy(st);
@@ -471,6 +542,14 @@ std::int64_t CudaSequenceRunner::nodes_repointed() const {
 std::int64_t CudaSequenceRunner::repointed_launches() const {
   std::lock_guard lock(state_->mutex);
   return state_->repointed_launches;
+}
+
+double CudaSequenceRunner::message_ops() const {
+  double n = 0;
+  for (const sequence_detail::Template& t : state_->templates)
+    for (const SeqOp& m : t.ops)
+      n += m.message ? 1 : 0;
+  return n / static_cast<double>(std::max<std::size_t>(1, state_->templates.size()));
 }
 
 CudaSequenceCounts CudaSequenceRunner::counts() const {

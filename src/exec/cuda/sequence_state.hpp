@@ -14,12 +14,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "abort_check.hpp"
+#include "messages.hpp"
 #include "sequence_watch.hpp"
 #include "tide/exec/cuda_sequence.hpp"
 #include "tide/kernels/landing.hpp"
@@ -84,7 +86,15 @@ struct SeqOp {
   std::int64_t elems = 0;
   int ctas = 0;
   std::size_t zero_width = 0, zero_rows = 0, zero_pitch = 0;
+  // A side of a message (NOTE [CUDA call sequences] 6, NOTE [rail messages]): the sender's
+  // (on `stream`, its transfer on `rail`) or the receiver's (`stream` == `rail`). Kept out of
+  // the fusion pass.
+  std::shared_ptr<cuda_detail::Message> message;
+  int rail = -1;
 };
+
+// The stream name of a rank's rail stream (program stream names are >= 0).
+inline constexpr int kRailStreamName = -1;
 
 struct Template {
   std::vector<SeqOp> ops;               // local ranks' ops, in the template's legal order
@@ -229,6 +239,13 @@ struct CudaSequenceRunner::State {
   // the runner's setup work (zeroing, table uploads); synchronised and destroyed at its end.
   std::map<int, cudaStream_t> setup;
   std::vector<CUstreamBatchMemOpParams> memops;  // reused by every wait
+  // NOTE [CUDA call sequences] 6: where messages travel, and the 8-byte device word signal
+  // messages carry (on the first local rank's device).
+  std::unique_ptr<cuda_detail::MessageTransport> transport;
+  void* token = nullptr;
+  bool has_messages = false;
+  // Whether `op` (a put or signal to another rank) travels as a message.
+  bool is_message(const program::Op& op) const;
 
   State(const program::CallSequence& s, fabric::Fabric& f, const CudaSequencePlace& p,
         const CudaSequenceOptions& o)
@@ -241,6 +258,8 @@ struct CudaSequenceRunner::State {
   sequence_detail::Ptr resolve(const program::Region& r) const;
   std::uint64_t* word(const program::Counter& c) const;
   void map_template(const program::CallTemplate& t, sequence_detail::Template& out);
+  void map_message(const program::Op& op, std::set<int>& used,
+                   std::vector<sequence_detail::SeqOp>& out);
   void map_op(const program::Op& op, int age, sequence_detail::SeqOp& m);
   cudaEvent_t event(std::int64_t call, int rank, int id) const;
 

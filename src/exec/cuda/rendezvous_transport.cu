@@ -1,0 +1,166 @@
+// The rendezvous transport's kernels and channels: NOTE [rendezvous transport] in
+// rendezvous_transport.hpp.
+#include <cstdio>
+#include <string>
+
+#include "rendezvous_transport.hpp"
+#include "tide/core/error.hpp"
+#include "tide/cuda/check.hpp"
+
+namespace tide::exec::cuda_detail {
+
+struct RendezvousTransport::Channel {
+  unsigned long long posted;
+  unsigned long long done;
+  void* dst;
+  unsigned long long bytes;
+};
+
+namespace {
+
+using Channel = RendezvousTransport::Channel;
+
+__device__ unsigned long long global_ns() {
+  unsigned long long t = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Step 2 of recv, step 1 of send: lane 0 spins until *word >= value, bounded.
+__global__ void rendezvous_wait_kernel(const unsigned long long* word, unsigned long long value,
+                                       int from, int to, int posted) {
+  if (threadIdx.x != 0) return;
+  const auto* w = static_cast<const volatile unsigned long long*>(word);
+  const unsigned long long start = global_ns();
+  while (*w < value) {
+    if (global_ns() - start > kRendezvousTimeoutNs) {
+      printf(
+          "TIDE rendezvous transport: message %llu from rank %d to rank %d: %s word holds "
+          "%llu after %llu s\n",
+          value, from, to, posted != 0 ? "the receive's posted" : "the send's done", *w,
+          kRendezvousTimeoutNs / 1000000000ull);
+      __trap();
+    }
+    __nanosleep(256);
+  }
+  __threadfence_system();
+}
+
+// Step 1 of recv.
+__global__ void rendezvous_post_kernel(Channel* c, void* dst, unsigned long long bytes,
+                                       unsigned long long k) {
+  auto* v = static_cast<volatile Channel*>(c);
+  v->dst = dst;
+  v->bytes = bytes;
+  __threadfence_system();
+  v->posted = k;
+}
+
+// Step 2 of send: every block reads the posted destination, checks the byte count, copies its
+// share (16 bytes at a time where both sides allow it).
+__global__ void rendezvous_copy_kernel(const Channel* c, const void* src, unsigned long long bytes,
+                                       unsigned long long k, int from, int to) {
+  const auto* v = static_cast<const volatile Channel*>(c);
+  void* const dst = v->dst;
+  const unsigned long long want = v->bytes;
+  if (want != bytes) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+      printf(
+          "TIDE rendezvous transport: message %llu from rank %d to rank %d: the send has %llu "
+          "bytes, the receive posted %llu (mismatched order)\n",
+          k, from, to, bytes, want);
+    }
+    __trap();
+  }
+  const unsigned long long tid =
+      static_cast<unsigned long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const unsigned long long stride = static_cast<unsigned long long>(gridDim.x) * blockDim.x;
+  if (((reinterpret_cast<unsigned long long>(dst) | reinterpret_cast<unsigned long long>(src) |
+        bytes) &
+       15ull) == 0) {
+    const auto* s = static_cast<const uint4*>(src);
+    auto* d = static_cast<uint4*>(dst);
+    for (unsigned long long i = tid; i < bytes / 16; i += stride)
+      d[i] = s[i];
+    return;
+  }
+  const auto* s = static_cast<const unsigned char*>(src);
+  auto* d = static_cast<unsigned char*>(dst);
+  for (unsigned long long i = tid; i < bytes; i += stride)
+    d[i] = s[i];
+}
+
+// Step 3 of send.
+__global__ void rendezvous_done_kernel(Channel* c, unsigned long long k) {
+  __threadfence_system();
+  static_cast<volatile Channel*>(c)->done = k;
+}
+
+}  // namespace
+
+RendezvousTransport::RendezvousTransport(int ranks, int device) : ranks_(ranks) {
+  if (ranks < 1) throw InvalidArgument("RendezvousTransport: needs at least one rank");
+  const auto pairs = static_cast<std::size_t>(ranks) * static_cast<std::size_t>(ranks);
+  int current = 0;
+  TIDE_CUDA_CHECK(cudaGetDevice(&current));
+  TIDE_CUDA_CHECK(cudaSetDevice(device));
+  TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&channels_), pairs * sizeof(Channel)));
+  // Synchronous on purpose: the channels are zero before any stream can use them.
+  TIDE_CUDA_CHECK(cudaMemset(channels_, 0, pairs * sizeof(Channel)));
+  TIDE_CUDA_CHECK(cudaSetDevice(current));
+  sends_.assign(pairs, 0);
+  recvs_.assign(pairs, 0);
+}
+
+RendezvousTransport::~RendezvousTransport() {
+  if (channels_ != nullptr) (void)cudaFree(channels_);
+}
+
+RendezvousTransport::Channel* RendezvousTransport::channel(int from, int to) const {
+  if (from < 0 || from >= ranks_ || to < 0 || to >= ranks_) {
+    throw InvalidArgument("RendezvousTransport: pair " + std::to_string(from) + " -> " +
+                          std::to_string(to) + " outside " + std::to_string(ranks_) + " ranks");
+  }
+  return channels_ + static_cast<std::size_t>(from) * static_cast<std::size_t>(ranks_) +
+         static_cast<std::size_t>(to);
+}
+
+void RendezvousTransport::send(int from, int to, const void* data, std::size_t bytes,
+                               cudaStream_t stream) {
+  Channel* c = channel(from, to);
+  const unsigned long long k =
+      ++sends_[static_cast<std::size_t>(from) * static_cast<std::size_t>(ranks_) +
+               static_cast<std::size_t>(to)];
+  rendezvous_wait_kernel<<<1, 32, 0, stream>>>(&c->posted, k, from, to, 1);
+  TIDE_CUDA_CHECK(cudaGetLastError());
+  const unsigned long long chunks = (bytes + 4095) / 4096;
+  const unsigned int blocks =
+      static_cast<unsigned int>(chunks < 1 ? 1 : (chunks > 64 ? 64 : chunks));
+  rendezvous_copy_kernel<<<blocks, 256, 0, stream>>>(c, data, bytes, k, from, to);
+  TIDE_CUDA_CHECK(cudaGetLastError());
+  rendezvous_done_kernel<<<1, 1, 0, stream>>>(c, k);
+  TIDE_CUDA_CHECK(cudaGetLastError());
+  ++messages_;
+}
+
+void RendezvousTransport::recv(int to, int from, void* data, std::size_t bytes,
+                               cudaStream_t stream) {
+  Channel* c = channel(from, to);
+  const unsigned long long k =
+      ++recvs_[static_cast<std::size_t>(from) * static_cast<std::size_t>(ranks_) +
+               static_cast<std::size_t>(to)];
+  rendezvous_post_kernel<<<1, 1, 0, stream>>>(c, data, bytes, k);
+  TIDE_CUDA_CHECK(cudaGetLastError());
+  rendezvous_wait_kernel<<<1, 32, 0, stream>>>(&c->done, k, from, to, 0);
+  TIDE_CUDA_CHECK(cudaGetLastError());
+}
+
+void prepare_rendezvous() {
+  cudaFuncAttributes a{};
+  TIDE_CUDA_CHECK(cudaFuncGetAttributes(&a, rendezvous_wait_kernel));
+  TIDE_CUDA_CHECK(cudaFuncGetAttributes(&a, rendezvous_post_kernel));
+  TIDE_CUDA_CHECK(cudaFuncGetAttributes(&a, rendezvous_copy_kernel));
+  TIDE_CUDA_CHECK(cudaFuncGetAttributes(&a, rendezvous_done_kernel));
+}
+
+}  // namespace tide::exec::cuda_detail
