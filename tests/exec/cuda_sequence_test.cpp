@@ -8,9 +8,11 @@
 #include "tide/exec/cuda_sequence.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -1378,6 +1380,7 @@ TEST_P(RsMessages, CallsThroughTheRendezvousTransportMatchTheDefinition) {
   const auto [topo, accumulate, geometry] = GetParam();
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  std::printf("%s\n", tide::testing::seed_trace(seed).c_str());
   RsHarness h(topo, seed, forced_messages(topo), accumulate, false, geometry);
   const int calls = std::max(7, 2 * h.runner().event_slots() + 1);
   const float alpha = 0.5f;
@@ -1414,6 +1417,7 @@ TEST_P(AgMessages, CallsThroughTheRendezvousTransportLandEveryShard) {
   const auto [topo, cast] = GetParam();
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  std::printf("%s\n", tide::testing::seed_trace(seed).c_str());
   AgHarness h(topo, cast, 7, seed, forced_messages(topo));
   Stream caller;
   for (int e = 0; e < h.calls(); ++e)
@@ -1434,6 +1438,7 @@ TEST(CudaSequence, CapturingACallWithMessagesIsRefused) {
   TIDE_REQUIRE_GPU();
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  std::printf("%s\n", tide::testing::seed_trace(seed).c_str());
   const Topo topo{2, 2};
   RsHarness h(topo, seed, forced_messages(topo), false);
   Stream caller;
@@ -1468,6 +1473,7 @@ TEST(RendezvousTransport, ASendWaitsForItsReceive) {
   TIDE_REQUIRE_GPU();
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  std::printf("%s\n", tide::testing::seed_trace(seed).c_str());
   std::mt19937_64 rng(seed);
   int device = 0;
   TIDE_CUDA_CHECK(cudaGetDevice(&device));
@@ -1491,6 +1497,42 @@ TEST(RendezvousTransport, ASendWaitsForItsReceive) {
     EXPECT_EQ(std::memcmp(got.data(), host.data(), bytes), 0) << bytes << " bytes";
   }
   EXPECT_EQ(t.messages(), 2);
+}
+
+// NOTE [rendezvous transport], Order: two ranks that each send before they receive, on one
+// stream each, cross: each send waits for a receive that its partner's stream holds behind
+// its own send, so neither completes (as NCCL's two-sided sends would hang). With a 300 ms
+// bound the wait kernels name the message and trap (a death test: a trapped context is lost,
+// so it runs in a child process).
+void cross_two_sends() {
+  // Device printf goes to stdout; the death test reads stderr.
+  (void)std::fflush(stdout);
+  if (dup2(2, 1) < 0) std::abort();
+  int device = 0;
+  TIDE_CUDA_CHECK(cudaGetDevice(&device));
+  exec::cuda_detail::RendezvousTransport t(2, device, 300ull * 1000 * 1000);
+  Stream a, b;
+  Dev x(64), y(64), u(64), v(64);
+  t.send(0, 1, x.get(), 64, a.get());
+  t.recv(0, 1, u.get(), 64, a.get());
+  t.send(1, 0, y.get(), 64, b.get());
+  t.recv(1, 0, v.get(), 64, b.get());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (cudaStreamQuery(a.get()) != cudaErrorNotReady ||
+      cudaStreamQuery(b.get()) != cudaErrorNotReady)
+    std::fprintf(stderr, "crossed sends completed\n");
+  const cudaError_t err = cudaStreamSynchronize(a.get());
+  std::fprintf(stderr, "after the bound: %s\n", cudaGetErrorName(err));
+  std::fflush(nullptr);
+  std::_Exit(err == cudaSuccess ? 0 : 3);
+}
+
+TEST(RendezvousTransportDeathTest, CrossedSendsDeadlockAndTheBoundNamesThem) {
+  TIDE_REQUIRE_GPU();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(cross_two_sends(), ::testing::ExitedWithCode(3),
+              "TIDE rendezvous transport: message 1 from rank [01] to rank [01]: the receive's "
+              "posted word holds 0 after 300 ms(.|\n)*after the bound: cudaError");
 }
 
 }  // namespace

@@ -28,7 +28,8 @@ __device__ unsigned long long global_ns() {
 
 // Step 2 of recv, step 1 of send: lane 0 spins until *word >= value, bounded.
 __global__ void rendezvous_wait_kernel(const unsigned long long* word, unsigned long long value,
-                                       int from, int to, int posted) {
+                                       int from, int to, int posted,
+                                       unsigned long long timeout_ns) {
   if (threadIdx.x != 0) return;
   const auto* w = static_cast<const volatile unsigned long long*>(word);
   const unsigned long long start = global_ns();
@@ -98,7 +99,8 @@ __global__ void rendezvous_done_kernel(Channel* c, unsigned long long k) {
 
 }  // namespace
 
-RendezvousTransport::RendezvousTransport(int ranks, int device) : ranks_(ranks) {
+RendezvousTransport::RendezvousTransport(int ranks, int device, std::uint64_t timeout_ns)
+    : ranks_(ranks), timeout_ns_(timeout_ns) {
   if (ranks < 1) throw InvalidArgument("RendezvousTransport: needs at least one rank");
   const auto pairs = static_cast<std::size_t>(ranks) * static_cast<std::size_t>(ranks);
   int current = 0;
@@ -131,7 +133,7 @@ void RendezvousTransport::send(int from, int to, const void* data, std::size_t b
   const unsigned long long k =
       ++sends_[static_cast<std::size_t>(from) * static_cast<std::size_t>(ranks_) +
                static_cast<std::size_t>(to)];
-  rendezvous_wait_kernel<<<1, 32, 0, stream>>>(&c->posted, k, from, to, 1);
+  rendezvous_wait_kernel<<<1, 32, 0, stream>>>(&c->posted, k, from, to, 1, timeout_ns_);
   TIDE_CUDA_CHECK(cudaGetLastError());
   const unsigned long long chunks = (bytes + 4095) / 4096;
   const unsigned int blocks =
@@ -151,7 +153,7 @@ void RendezvousTransport::recv(int to, int from, void* data, std::size_t bytes,
                static_cast<std::size_t>(to)];
   rendezvous_post_kernel<<<1, 1, 0, stream>>>(c, data, bytes, k);
   TIDE_CUDA_CHECK(cudaGetLastError());
-  rendezvous_wait_kernel<<<1, 32, 0, stream>>>(&c->done, k, from, to, 0);
+  rendezvous_wait_kernel<<<1, 32, 0, stream>>>(&c->done, k, from, to, 0, timeout_ns_);
   TIDE_CUDA_CHECK(cudaGetLastError());
 }
 

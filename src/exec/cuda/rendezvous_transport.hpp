@@ -27,7 +27,8 @@
 // until its send is done; so sends and receives enqueued on two ranks' streams in crossing
 // orders (rank a: send to b, then receive from b; rank b: send to a, then receive from a)
 // deadlock, as NCCL's would. The runner's watchdog then names the call (NOTE [CUDA call
-// sequences] 5). The waits are bounded (kRendezvousTimeoutNs of the device's global timer):
+// sequences] 5). The waits are bounded (by default kRendezvousTimeoutNs of the device's global
+// timer):
 // past the bound the kernel prints the pair, the message number and the word it waited for,
 // and traps (NOTE style 8: loud failure; the context is lost, as with any device check).
 // Graphs: the matching numbers are fixed on the host per call; the transport is for stream-
@@ -50,8 +51,9 @@ inline constexpr std::uint64_t kRendezvousTimeoutNs = std::uint64_t{60} * 1000 *
 class RendezvousTransport final : public MessageTransport {
  public:
   // Channels for `ranks` ranks in memory of `device` (every device that runs a rank's streams
-  // must reach it: one GPU, or peers with peer access, as the virtual fabric sets up).
-  RendezvousTransport(int ranks, int device);
+  // must reach it: one GPU, or peers with peer access, as the virtual fabric sets up). Each
+  // wait traps after `timeout_ns` of the device's global timer.
+  RendezvousTransport(int ranks, int device, std::uint64_t timeout_ns = kRendezvousTimeoutNs);
   ~RendezvousTransport() override;
   RendezvousTransport(const RendezvousTransport&) = delete;
   RendezvousTransport& operator=(const RendezvousTransport&) = delete;
@@ -68,6 +70,7 @@ class RendezvousTransport final : public MessageTransport {
  private:
   Channel* channel(int from, int to) const;
   int ranks_ = 0;
+  std::uint64_t timeout_ns_ = kRendezvousTimeoutNs;
   Channel* channels_ = nullptr;       // device: ranks x ranks
   std::vector<std::uint64_t> sends_;  // per pair: sends enqueued
   std::vector<std::uint64_t> recvs_;  // per pair: receives enqueued
