@@ -34,12 +34,12 @@ __global__ void rendezvous_wait_kernel(const unsigned long long* word, unsigned 
   const auto* w = static_cast<const volatile unsigned long long*>(word);
   const unsigned long long start = global_ns();
   while (*w < value) {
-    if (global_ns() - start > kRendezvousTimeoutNs) {
+    if (global_ns() - start > timeout_ns) {
       printf(
           "TIDE rendezvous transport: message %llu from rank %d to rank %d: %s word holds "
-          "%llu after %llu s\n",
+          "%llu after %llu ms\n",
           value, from, to, posted != 0 ? "the receive's posted" : "the send's done", *w,
-          kRendezvousTimeoutNs / 1000000000ull);
+          timeout_ns / 1000000ull);
       __trap();
     }
     __nanosleep(256);
