@@ -68,6 +68,13 @@ struct SeqOp {
   int op = -1;      // index into the template program's ops (profiles name it)
   bool empty = false;
   std::vector<Copy> copies;
+  // The copy-engine pool (NOTE [copy-engine pool]): the lane of each copy (0: `stream`, j:
+  // pool[j - 1], an index into State::streams), the fork event and one join per pool stream.
+  // Empty where the copies stay on `stream`. The events are the State's (pool_events).
+  std::vector<int> lane;
+  std::vector<int> pool;
+  cudaEvent_t fork = nullptr;
+  std::vector<cudaEvent_t> joins;
   // Counters: the word, its index into the totals, the template's value (as mapped); after
   // the fusion pass (sequence_fusion.hpp) a kWait enqueues `waits`, a kSignal `adds`.
   std::uint64_t* word = nullptr;
@@ -98,13 +105,6 @@ struct SeqOp {
   // the fusion pass.
   std::shared_ptr<cuda_detail::Message> message;
   int rail = -1;
-  // The copy-engine pool (NOTE [copy-engine pool]): the lane of each copy (0: `stream`, j:
-  // pool[j - 1], an index into State::streams), the fork event and one join per pool stream.
-  // Empty where the copies stay on `stream`. The events are the State's (pool_events).
-  std::vector<int> lane;
-  std::vector<int> pool;
-  cudaEvent_t fork = nullptr;
-  std::vector<cudaEvent_t> joins;
 };
 
 // The stream name of a rank's rail stream (program stream names are >= 0), and of its first
