@@ -1,5 +1,6 @@
-// The NCCL window fabric's sizing for one program (NOTE [nccl window fabric]): the window a program needs is
-// its largest arena rounded to 4 KiB plus its signal words, the same on every rank. No GPU.
+// The NCCL window fabric's sizing for one program (NOTE [nccl window fabric]): the window a
+// program needs is its largest arena rounded to 4 KiB plus its signal words, the same on every
+// rank. No GPU.
 #include <gtest/gtest.h>
 
 #include "tide/fabric/nccl_window_fabric.hpp"
