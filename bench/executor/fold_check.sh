@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one-CUDA-executor check (issue 24) in one device call (run from the repository root:
+# The one-CUDA-executor check in one device call (run from the repository root:
 # run(command="bash bench/executor/fold_check.sh")): builds the executor, runner,
 # kernel, fabric and launch tests, tide-nccl and tide, then runs them in priority order, each
 # only while the call's deadline (DEADLINE_S, default 210 s) leaves room:
