@@ -266,8 +266,10 @@ void CudaSequenceRunner::State::map_template(const program::CallTemplate& t,
     const Op& op = p.ops[static_cast<std::size_t>(i)];
     const std::size_t first = out.ops.size();
     if (is_message(op)) {
+      // Every process answers alike (the same ops, the same load_store): graphs_unavailable()
+      // agrees across processes.
+      has_messages = true;
       map_message(op, used, out.ops);
-      has_messages = has_messages || out.ops.size() > first;  // a side this process holds
     } else {
       SeqOp m;
       map_op(op, t.event_age.empty() ? 0 : t.event_age[static_cast<std::size_t>(i)], m);
