@@ -17,34 +17,34 @@ namespace {
 using program::Op;
 using program::Program;
 
-Op on(int rank, int stream, const char* label) {
+// An op of rank 0 on `stream` carrying `payload`.
+template <class Payload>
+Op on(int stream, Payload payload, const char* label) {
   Op op;
-  op.rank = rank;
   op.stream = stream;
   op.label = label;
+  op.payload = payload;
   return op;
+}
+
+// An event record or wait (EventRecordOp, EventWaitOp) of `event`.
+template <class EventOp>
+Op event_op(int stream, int event, const char* label) {
+  EventOp e;
+  e.event = event;
+  return on(stream, e, label);
 }
 
 Op record(int stream, int event, const char* label) {
-  Op op = on(0, stream, label);
-  program::EventRecordOp r;
-  r.event = event;
-  op.payload = r;
-  return op;
+  return event_op<program::EventRecordOp>(stream, event, label);
 }
 
 Op wait_event(int stream, int event, const char* label) {
-  Op op = on(0, stream, label);
-  program::EventWaitOp w;
-  w.event = event;
-  op.payload = w;
-  return op;
+  return event_op<program::EventWaitOp>(stream, event, label);
 }
 
 Op copy(int stream, const char* label) {
-  Op op = on(0, stream, label);
-  op.payload = program::CopyOp{};
-  return op;
+  return on(stream, program::CopyOp{}, label);
 }
 
 // One rank, streams a and b, one event.
