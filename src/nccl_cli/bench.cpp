@@ -39,7 +39,7 @@
 #include "tide/core/models.hpp"
 #include "tide/cuda/check.hpp"
 #include "tide/exec/cuda_executor.hpp"
-#include "tide/fabric/nccl_program_fabric.hpp"
+#include "tide/fabric/nccl_window_fabric.hpp"
 #include "tide/kernels/fill_random.hpp"
 #include "tide/program/ag_builder.hpp"
 #include "tide/program/rs_builder.hpp"
@@ -135,10 +135,10 @@ std::int64_t window_for(const std::vector<BenchCase>& cases, const BenchArgs& ar
     for (int l : {1, 2, 4, 8}) {
       if (world % l != 0) continue;
       const GroupLayout layout(Topology(world / l, l), c.shapes, DType::kBf16, DType::kBf16);
-      need = std::max(need, fabric::NcclProgramFabric::required_window_bytes(
+      need = std::max(need, fabric::NcclWindowFabric::required_window_bytes(
                                 program::build_ag_program(AgPlan(layout, AgOptions{}))));
       need =
-          std::max(need, fabric::NcclProgramFabric::required_window_bytes(program::build_rs_program(
+          std::max(need, fabric::NcclWindowFabric::required_window_bytes(program::build_rs_program(
                              RsPlan(layout, rs_options(args)), rs_program_options(args))));
     }
   }
@@ -161,8 +161,9 @@ class Bench {
   cudaStream_t stream_ = nullptr;
 
   // Run time and, in `enqueue`, the slowest rank's median host enqueue time (ms).
-  fabric::NcclProgramOptions program_options(int gpus_per_node) {
-    fabric::NcclProgramOptions o;
+  fabric::NcclWindowOptions program_options(int gpus_per_node) {
+    fabric::NcclWindowOptions o;
+    o.one_host = false;  // ranks the split puts on other nodes are reached by messages
     o.gpus_per_node = gpus_per_node;
     o.messages_between_nodes = args_.common.messages;
     if (args_.common.messages) o.message_comm = session_.message_comm();
@@ -196,7 +197,7 @@ nlohmann::json Bench::all_gather(const BenchCase& c, int m, int l) {
   const AgPlan plan(layout, AgOptions{});
   const program::Program program = program::build_ag_program(plan);
   const program::AgArenaLayout arena = program::ag_arena_layout(plan);
-  fabric::NcclProgramFabric pf(session_.fabric(), program, program_options(l));
+  fabric::NcclWindowFabric pf(session_.fabric(), program, program_options(l));
   exec::CudaExecutor ex(program, pf, executor_options());
   auto* window = static_cast<std::byte*>(pf.pointer(Buffer{me, Space::kArena, 0}));
   std::byte* shard = window + arena.resident;
@@ -281,7 +282,7 @@ nlohmann::json Bench::reduce_scatter(const BenchCase& c, int m, int l) {
   program::RsProgramOptions po = rs_program_options(args_);
   po.alpha = 1.0f / static_cast<float>(world);
   const program::Program program = program::build_rs_program(plan, po);
-  fabric::NcclProgramFabric pf(session_.fabric(), program, program_options(l));
+  fabric::NcclWindowFabric pf(session_.fabric(), program, program_options(l));
   exec::CudaExecutor ex(program, pf, executor_options());
   for (int p = 0; p < layout.param_count(); ++p) {
     const ParamLayout& pl = layout.param(p);

@@ -3,7 +3,7 @@
 //
 // Steps, per case and per M x L split of the world (every rank builds the same case from the
 // same seed, and computes the reference outputs itself):
-//   1. NcclProgramFabric over the session's fabric; CudaExecutor (zeroes this rank's signal
+//   1. NcclWindowFabric over the session's fabric; CudaExecutor (zeroes this rank's signal
 //      words).
 //   2. `repeats` runs, each: poison this rank's buffers and upload its inputs, a barrier (NOTE
 //      [fabric interface]: no rank may signal or write a peer before the peer is ready), the
@@ -31,7 +31,7 @@
 #include "tide/core/error.hpp"
 #include "tide/core/models.hpp"
 #include "tide/exec/cuda_executor.hpp"
-#include "tide/fabric/nccl_program_fabric.hpp"
+#include "tide/fabric/nccl_window_fabric.hpp"
 #include "tide/testing/cases.hpp"
 
 namespace tide::nccl_cli {
@@ -213,14 +213,15 @@ CaseResult run_one(RankSession& session, const CollectiveCase& c, int gpus_per_n
     const std::string label = withhold_one_credit(program, me);
     std::fprintf(stderr, "tide-nccl: rank %d withholds its credit '%s'\n", me, label.c_str());
   }
-  std::unique_ptr<fabric::NcclProgramFabric> pf;
+  std::unique_ptr<fabric::NcclWindowFabric> pf;
   std::unique_ptr<exec::CudaExecutor> ex;
   try {
-    fabric::NcclProgramOptions po;
+    fabric::NcclWindowOptions po;
+    po.one_host = false;  // ranks the split puts on other nodes are reached by messages
     po.gpus_per_node = gpus_per_node;
     po.messages_between_nodes = args.common.messages;
     if (args.common.messages) po.message_comm = session.message_comm();
-    pf = std::make_unique<fabric::NcclProgramFabric>(session.fabric(), program, po);
+    pf = std::make_unique<fabric::NcclWindowFabric>(session.fabric(), program, po);
     exec::CudaExecutorOptions eo;
     eo.copy_streams = args.common.copy_streams;
     ex = std::make_unique<exec::CudaExecutor>(program, *pf, eo);
@@ -278,7 +279,7 @@ int run_check(const fabric::LaunchedRank& me, const CheckArgs& args) {
       make_cases(me.world, args.seed, args.quick || !args.fault.empty());
   std::int64_t window = 0;
   for (const CheckCase& k : cases)
-    window = std::max(window, fabric::NcclProgramFabric::required_window_bytes(k.c.program));
+    window = std::max(window, fabric::NcclWindowFabric::required_window_bytes(k.c.program));
   RankSession session(
       me, window,
       std::chrono::milliseconds(static_cast<std::int64_t>(args.common.fabric_timeout_s * 1000)));

@@ -21,7 +21,7 @@ namespace tide::nccl_cli {
 class RankSession {
  public:
   // Exchanges the unique id (NOTE [launch]), uses device local_rank, and builds a fabric of
-  // 1 x world with a window of `window_bytes` (NOTE [nccl program fabric]: on one host one
+  // 1 x world with a window of `window_bytes` (NOTE [nccl window fabric]: on one host one
   // fabric serves every M x L split).
   RankSession(const fabric::LaunchedRank& me, std::int64_t window_bytes,
               std::chrono::milliseconds timeout);

@@ -584,7 +584,7 @@ TEST(CudaExecutor, UnsatisfiableWaitTimesOutNamingTheWait) {
     } catch (const exec::ExecutionTimeout& e) {
       const std::string what = e.what();
       EXPECT_NE(what.find("r1 wait for the put"), std::string::npos) << what;
-      EXPECT_NE(what.find("holds 1 < 2"), std::string::npos) << what;
+      EXPECT_NE(what.find("for counter 0 >= 2, holds 1"), std::string::npos) << what;
     }
   }
 }

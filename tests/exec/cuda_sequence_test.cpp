@@ -233,15 +233,9 @@ TEST(CudaSequence, TemplatesPassTheExecutorChecks) {
 
 class RsStream : public ::testing::TestWithParam<std::tuple<Topo, bool, RsSubSlices>> {};
 
-// Stream path: fresh buffers (pointers) every call, no host wait between calls.
-TEST_P(RsStream, ManyCallsWithFreshPointersMatchTheDefinition) {
-  TIDE_REQUIRE_GPU();
-  const auto [topo, accumulate, geometry] = GetParam();
-  const std::uint64_t seed = test_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
-  CudaSequenceOptions options;
-  options.replay_graphs = false;
-  RsHarness h(topo, seed, options, accumulate, false, geometry);
+// max(7, 2 Q + 1) calls of `h`, each with fresh buffers (pointers) and data, alpha 0.5, on one
+// caller stream with no host wait between them; then every call bitwise the definition.
+void run_fresh_calls(RsHarness& h) {
   const int calls = std::max(7, 2 * h.runner().event_slots() + 1);
   const float alpha = 0.5f;
   Stream caller;
@@ -256,9 +250,21 @@ TEST_P(RsStream, ManyCallsWithFreshPointersMatchTheDefinition) {
            caller.get());
   TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
   EXPECT_EQ(h.runner().calls(), calls);
-  EXPECT_EQ(h.runner().graph_launches(), 0);
   for (int e = 0; e < calls; ++e)
     h.expect_equal(*data[static_cast<std::size_t>(e)], "call " + std::to_string(e));
+}
+
+// Stream path: fresh buffers (pointers) every call, no host wait between calls.
+TEST_P(RsStream, ManyCallsWithFreshPointersMatchTheDefinition) {
+  TIDE_REQUIRE_GPU();
+  const auto [topo, accumulate, geometry] = GetParam();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  CudaSequenceOptions options;
+  options.replay_graphs = false;
+  RsHarness h(topo, seed, options, accumulate, false, geometry);
+  run_fresh_calls(h);
+  EXPECT_EQ(h.runner().graph_launches(), 0);
 }
 
 // Graph path with fresh pointers: every call binds buffers (and an alpha) the slot's last
@@ -1382,23 +1388,8 @@ TEST_P(RsMessages, CallsThroughTheRendezvousTransportMatchTheDefinition) {
   SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
   std::printf("%s\n", tide::testing::seed_trace(seed).c_str());
   RsHarness h(topo, seed, forced_messages(topo), accumulate, false, geometry);
-  const int calls = std::max(7, 2 * h.runner().event_slots() + 1);
-  const float alpha = 0.5f;
-  Stream caller;
-  std::vector<std::unique_ptr<RsBuffers>> buffers;
-  std::vector<std::unique_ptr<RsCallData>> data;
-  for (int e = 0; e < calls; ++e) {
-    buffers.push_back(h.buffers());
-    data.push_back(h.data(alpha));
-  }
-  for (int e = 0; e < calls; ++e)
-    h.step(*buffers[static_cast<std::size_t>(e)], *data[static_cast<std::size_t>(e)], alpha,
-           caller.get());
-  TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
-  EXPECT_EQ(h.runner().calls(), calls);
+  run_fresh_calls(h);
   expect_stream_path_for_messages(h.runner());
-  for (int e = 0; e < calls; ++e)
-    h.expect_equal(*data[static_cast<std::size_t>(e)], "call " + std::to_string(e));
 }
 
 INSTANTIATE_TEST_SUITE_P(MultiNode, RsMessages,

@@ -12,39 +12,46 @@
 //   CudaRunResult r = ex.run();                     // enqueues everything, waits with a timeout
 //   std::vector<std::byte> out = ex.download(Buffer{0, Space::kOutput, 0});
 //
+// One executor: CudaExecutor is the one-shot face of the CUDA sequence runner
+// (cuda_sequence.hpp). It runs its Program as a call sequence of period 1 whose buffers are
+// bound at construction (NOTE [one-shot programs] in src/exec/cuda/executor.cpp), so a
+// program, a group's calls and the runtime share one mapping, one enqueue path, one copy-engine
+// pool, one rail-message path and one watch.
+//
 // NOTE [CUDA executor op mapping]
-// Streams: one non-blocking cudaStream_t per (rank, stream name) that has ops. One host thread
-// enqueues every op of every stream; CUDA stream order and device-side waits give NOTE
-// [reference execution semantics]'s order. The enqueue order is a legal serial schedule
-// computed at construction (NOTE [enqueue order] in src/exec/cuda/schedule.cpp: streams alias
-// onto a few in-order hardware queues, so a wait must never be submitted before the signal it
-// needs), followed by any op it could not place, in program order. A kEventWait is never
-// enqueued before its kEventRecord (cudaStreamWaitEvent on a not-yet-recorded event would not
-// wait at all): such ops and those behind them on their stream are deferred until the record
-// is enqueued; a wait whose record can never be enqueued is a program error.
+// Streams: one non-blocking cudaStream_t per (rank, stream name) that has ops, plus per rank a
+// rail stream (messages) and the copy-engine pool's streams. One host thread enqueues every op
+// of every stream; CUDA stream order and device-side waits give NOTE [reference execution
+// semantics]'s order. The enqueue order is a legal serial schedule computed at construction
+// (NOTE [enqueue order] in src/exec/cuda/enqueue_order.hpp: streams alias onto a few in-order
+// hardware queues, so a wait must never be submitted before the signal it needs), followed by
+// any op it could not place, in program order, event waits deferred behind their records. A
+// fusion pass then joins consecutive waits and consecutive counter additions of one stream
+// (NOTE [CUDA call sequences] 1); bits do not change.
 //   kCopy        each descriptor is one cudaMemcpyAsync (1-D) or cudaMemcpy2DAsync (2-D), in
 //                descriptor order, device to device, on copy engines. (One
 //                cudaMemcpyBatchAsync per op measured slower to enqueue on the H200:
 //                bench/results/executor/README.md.) With copy_streams > 1 the
 //                per-descriptor calls of one op are dealt over a small pool of streams
-//                (Sec. 6.2; NOTE [copy-engine pool] in src/exec/cuda/map_ops.cpp).
+//                (Sec. 6.2; NOTE [copy-engine pool] in src/exec/cuda/sequence_copy_pool.cpp).
 //   kRailPut     its copies as kCopy, then the counter addition on the destination rank, both
-//                on the sender's stream (the addition follows the write in stream order).
+//                on the sender's stream (the addition follows the write in stream order). To a
+//                rank this process cannot address: a two-sided message (NOTE [rail messages]).
 //   kSignal      counter += value by a 1-thread kernel (__threadfence_system();
 //                atomicAdd_system), launched on the signalling stream. Why a kernel:
 //                cuStreamWriteValue64 writes a value, it cannot add, and several streams and
 //                ranks add to one counter in an order fixed only at run time, so no
 //                enqueue-time cumulative value is valid.
-//   kWait        cuStreamWaitValue64(counter, value, CU_STREAM_WAIT_VALUE_GEQ): the stream's
-//                front end waits on device memory (no SM, no host polling).
+//   kWait        a batch of WAIT_VALUE_64 (GEQ) stream memory operations: the stream's front
+//                end waits on device memory (no SM, no host polling).
 //   Counters     64-bit, the fabric's signal words (NOTE [fabric interface]): counter id c of
 //                rank r is word c of Fabric::signals(r), so a peer process adds to it
 //                through its load/store mapping. The local ranks' words are zeroed at
 //                construction and never reset on the hot path: counters are epoch-based.
-//                A run adds the same total T_c to counter c every time (the schedule's host
-//                simulation computes T_c), so run k (0-based since the last reset) starts
-//                with counter c == k T_c and waits for k T_c + value. Only after a timeout
-//                (counters forced high to drain) does the next run reset them synchronously.
+//                A run adds the same total T_c to counter c every time, so run k (0-based
+//                since the last reset) starts with counter c == k T_c and waits for
+//                k T_c + value. Only after a timeout (counters forced high to drain) does the
+//                next run reset them synchronously.
 //   kEventRecord / kEventWait   cudaEventRecord / cudaStreamWaitEvent on one cudaEvent_t
 //                per (rank, event id) (timing disabled).
 //   kSum         launch_level1_sum with a Level1SegmentTable built at construction from the
@@ -57,12 +64,12 @@
 //   kRelease     nothing: a marker (the allocator-visible release is the caller's business).
 // No op copies metadata host to device at run time: pointers, tables and kernel arguments
 // are resolved at construction.
-// Completion: one event per used stream is recorded after its last op and polled with
-// cudaEventQuery until every stream completed or the timeout passed. On a timeout (fail-stop,
-// Sec. 7.5) the counters are read back, every wait whose counter is still below its value is
-// named, all counters are then set to a huge value so every stream drains, and run() throws
-// ExecutionTimeout. Should the streams not drain either, the executor keeps its resources
-// (and releases the fabric's) instead of freeing memory in use, and refuses further runs.
+// Completion: the run's call records a completion event on the executor's stream, polled
+// until it completed or the timeout passed. On a timeout (fail-stop, Sec. 7.5) the runner's
+// watch reads the counters and names every wait whose counter is still below its threshold,
+// every wait is then released so every stream drains, and run() throws ExecutionTimeout.
+// Should the streams not drain either, the executor keeps its resources (and releases the
+// fabric's) instead of freeing memory in use, and refuses further runs.
 #pragma once
 
 #include <cstddef>
@@ -85,8 +92,8 @@ class ExecutionTimeout : public std::runtime_error {
 
 struct CudaExecutorOptions {
   // Streams a copy op's descriptors are dealt over: its own and copy_streams - 1 pool streams
-  // per rank (Sec. 6.2; NOTE [copy-engine pool] in src/exec/cuda/map_ops.cpp). 1: every
-  // copy on its op's stream. 1..16.
+  // per rank (Sec. 6.2; NOTE [copy-engine pool] in src/exec/cuda/sequence_copy_pool.cpp). 1:
+  // every copy on its op's stream. 1..16.
   int copy_streams = 1;
 };
 
@@ -119,10 +126,10 @@ struct CudaStreamSpan {
 struct CudaRunResult {
   double enqueue_us = 0.0;        // host time to enqueue every op (and the completion events)
   double wall_us = 0.0;           // first enqueue to observed completion (polling granularity)
-  std::int64_t copies = 0;        // non-empty copy descriptors issued
+  std::int64_t copies = 0;        // non-empty copy descriptors issued (message parts included)
   std::int64_t copy_calls = 0;    // copy API calls: cudaMemcpyAsync, cudaMemcpy2DAsync
-  std::int64_t kernels = 0;       // kernel launches (sum, land, cast, counter additions)
-  std::int64_t memops = 0;        // stream memory operations (waits)
+  std::int64_t kernels = 0;       // kernel launches (sum, land, cast, fused counter additions)
+  std::int64_t memops = 0;        // stream memory operations (the fused waits' terms)
   std::int64_t deferred_ops = 0;  // ops enqueued after a later op (behind an event wait)
   bool counters_reset = false;    // this run reset the counters synchronously (after a timeout)
   // Only with CudaRunOptions::profile.
@@ -163,8 +170,8 @@ class CudaExecutor {
   CudaRunResult run(const CudaRunOptions& options = {});
 
   const program::Program& program() const;
-  // Device bytes the executor itself holds (Level 1 segment tables; the counters are the
-  // fabric's signal words).
+  // Device bytes of the Level 1 segment tables the executor holds (the counters are the
+  // fabric's signal words; the runner's few words of its own are not counted).
   std::int64_t device_bytes() const;
 
  private:

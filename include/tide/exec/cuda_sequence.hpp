@@ -284,6 +284,10 @@ struct CudaSequenceOptions {
   // starts after the lane's previous call completed, as the runtime's lane handoffs order
   // them), so their graph waits count once per device; 0: a lane of its own.
   std::uint64_t graph_lane = 0;
+  // Streams a copy op's descriptors are dealt over: its own and copy_streams - 1 pool streams
+  // per rank (Sec. 6.2; NOTE [copy-engine pool] in src/exec/cuda/sequence_copy_pool.cpp). 1:
+  // every copy on its op's stream. 1..16.
+  int copy_streams = 1;
   CudaSequenceFaultInjection fault_injection;  // tests only
   CudaSequenceTestMessages test_messages;      // tests only
 };
@@ -426,6 +430,13 @@ class CudaSequenceRunner {
   double message_ops() const;
 
  private:
+  // The one-shot facade (cuda_executor.hpp) runs a Program as a sequence of period 1 whose
+  // buffers are bound at construction (NOTE [one-shot programs] in src/exec/cuda/executor.cpp).
+  friend class CudaExecutor;
+  struct OneShot {};
+  CudaSequenceRunner(const program::CallSequence& sequence, fabric::Fabric& fabric,
+                     const CudaSequencePlace& place, const CudaSequenceOptions& options, OneShot);
+  void set_up();
   void enqueue_checked(std::span<const CudaCallBindings> bindings, float alpha, bool accumulate,
                        cudaStream_t caller);
   void check_replay_locked(const CudaCapturedCalls& calls) const;

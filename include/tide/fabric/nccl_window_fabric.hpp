@@ -1,40 +1,90 @@
-// A runtime's arena on the NCCL fabric (NOTE [nccl window fabric]). Built only with NCCL.
+// The NCCL fabric's view for the executor (NOTE [nccl window fabric]): the one NCCL fabric that
+// the runtime and the tools (tide-nccl) build on. Built only with NCCL.
 #pragma once
 
+#include <nccl.h>
+
 #include <cstdint>
+#include <memory>
 
 #include "tide/fabric/fabric.hpp"
 #include "tide/fabric/nccl_fabric.hpp"
+#include "tide/program/program.hpp"
 
 namespace tide::fabric {
 
 // NOTE [nccl window fabric]
-// The runtime's window (NOTE [runtime window]) is one symmetric NCCL window per rank. Arenas and
-// words of LSA-reachable ranks are addressed through their LSA pointers; tensors and outputs are
-// not the fabric's (the caller binds them per call), so pointer() answers only arenas. Ranks that
-// are not load/store reachable (another host) are not supported by the runtime yet.
+// One symmetric NCCL window per rank (NcclFabric's arena) holds the arena at offset 0 and the
+// signal words at signal_offset = the arena bytes rounded up to 4 KiB (NOTE [runtime window]):
+// offsets that are the same on every rank, so peer p's words are at its LSA pointer plus
+// signal_offset. For each peer the fabric says "addressable" or "reach by transport":
+// - Addressable (load_store true): both ranks in one LSA team (contiguous runs of world ranks)
+//   and, with NcclWindowOptions::messages_between_nodes, on one node of the M x L split. Their
+//   arenas and words are addressed through LSA pointers.
+// - Reach by transport: puts and signals travel as ncclSend / ncclRecv (send()/recv()) on
+//   NcclWindowOptions::message_comm (world ranks; the main communicator by default, whose
+//   channels are capped, Sec. 6.1), NOTE [rail messages]: the path for rail peers on other
+//   hosts, which one host reproduces with messages_between_nodes.
+// Buffers: for the runtime (the first constructor) tensors and outputs are not the fabric's
+// (the caller binds them per call), so pointer() answers arenas only. For one program (the
+// second constructor: tide-nccl, one-shot CudaExecutor programs) the window is sized from the
+// program (required_window_bytes), every rank's arena bytes are the program's, and this rank's
+// tensors and outputs are cudaMalloc'ed at construction (FSDP2's gradients and masters live in
+// PyTorch's allocator, not in the window); other ranks' are not addressable.
+// Not collective: every rank builds its own. An executor built on it zeroes this rank's words,
+// so a barrier must follow every rank's construction of its executor (NOTE [fabric interface]).
+struct NcclWindowOptions {
+  // The runtime's nccl backend serves the ranks of one host (NOTE [runtime] 9): refuse a world
+  // with ranks that are not load/store reachable. Tools that carry messages turn it off.
+  bool one_host = true;
+  int gpus_per_node = 0;  // L of the M x L split (needed by messages_between_nodes)
+  // Treat ranks on different nodes of the split as not load/store reachable, so that every
+  // transfer between nodes goes through messages (as between hosts).
+  bool messages_between_nodes = false;
+  // The communicator messages travel on (world ranks); nullptr: the fabric's main
+  // communicator. A message-heavy run wants one with NCCL's default channels (tide-nccl makes
+  // one by ncclCommSplit).
+  ncclComm_t message_comm = nullptr;
+};
+
 class NcclWindowFabric final : public Fabric {
  public:
   static std::int64_t required_window_bytes(std::int64_t arena_bytes, std::int64_t signal_words);
+  // A program's window: its largest arena (4 KiB rounded) plus its signal words.
+  static std::int64_t required_window_bytes(const program::Program& program);
 
-  NcclWindowFabric(NcclFabric& nccl, std::int64_t arena_bytes, std::int64_t signal_words);
+  // The runtime's window: `arena_bytes` per rank, `signal_words` words. Throws
+  // InvalidArgument where the window is too small, Unsupported (with one_host) where a rank is
+  // not load/store reachable.
+  NcclWindowFabric(NcclFabric& nccl, std::int64_t arena_bytes, std::int64_t signal_words,
+                   const NcclWindowOptions& options = {});
+  // One program's buffers (the program must outlive the fabric). Throws InvalidArgument when
+  // the program's world differs from the fabric's or the window is too small (naming
+  // required_window_bytes), CudaError on allocation.
+  NcclWindowFabric(NcclFabric& nccl, const program::Program& program,
+                   const NcclWindowOptions& options);
+  ~NcclWindowFabric() override;
+  NcclWindowFabric(const NcclWindowFabric&) = delete;
+  NcclWindowFabric& operator=(const NcclWindowFabric&) = delete;
 
-  int ranks() const override { return nccl_.world(); }
-  bool local(int rank) const override { return rank == nccl_.rank(); }
-  int device() const override { return nccl_.device(); }
+  int ranks() const override;
+  bool local(int rank) const override;
+  int device() const override;
   void* pointer(const program::Buffer& buffer) const override;
   std::int64_t bytes(const program::Buffer& buffer) const override;
   std::uint64_t* signals(int owner) const override;
-  std::int64_t signal_words() const override { return signal_words_; }
+  std::int64_t signal_words() const override;
   bool load_store(int from, int to) const override;
-  void release() noexcept override { nccl_.release(); }
+  void send(const void* data, std::size_t bytes, int peer, cudaStream_t stream) override;
+  void recv(void* data, std::size_t bytes, int peer, cudaStream_t stream) override;
+  void release() noexcept override;
+
+  std::int64_t signal_offset() const;
+  std::int64_t tensor_bytes() const;  // cudaMalloc'ed bytes of this rank's tensors and outputs
 
  private:
-  std::byte* window(int rank) const;
-  NcclFabric& nccl_;
-  std::int64_t arena_bytes_ = 0;
-  std::int64_t signal_offset_ = 0;
-  std::int64_t signal_words_ = 0;
+  struct State;
+  std::unique_ptr<State> state_;
 };
 
 }  // namespace tide::fabric

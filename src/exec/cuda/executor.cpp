@@ -1,66 +1,92 @@
-// The CUDA executor: maps every op of a Program onto CUDA streams, copy engines, stream memory
-// operations, events and TIDE's kernels (NOTE [CUDA executor op mapping] in
-// include/tide/exec/cuda_executor.hpp), enqueues a run, and waits for it with a timeout.
-//
-// Steps:
-//   1. Construction: check_program(); resolve every region to device pointers on the fabric;
-//      one non-blocking stream per used (rank, stream), one event per recorded (rank, event),
-//      one counter array; a Level1SegmentTable per kSum (one synchronous upload each).
-//   2. run(): enqueue every op in the order of NOTE [enqueue order] (event waits deferred
-//      until their record is enqueued), waits offset by the run's counter epoch (no counter
-//      reset on the hot path; NOTE [CUDA executor op mapping]); record one completion event
-//      per stream. With CudaRunOptions::profile, timing events around kernels and streams.
-//   3. Poll the completion events until all completed or the timeout; on a timeout name the
-//      unsatisfied waits, release every wait so the streams drain, and throw (fail-stop).
-#include <cuda.h>
+// CudaExecutor: a Program run once per run() on the one CUDA executor, the sequence runner, as a
+// call sequence of period 1 (NOTE [one-shot programs]).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <cstring>
-#include <deque>
 #include <exception>
 #include <map>
+#include <memory>
 #include <string>
-#include <utility>
+#include <thread>
+#include <vector>
 
-#include "cuda_driver.hpp"
-#include "executor_state.hpp"
+#include "counter_add.hpp"
+#include "program_checks.hpp"
+#include "sequence_state.hpp"
 #include "tide/core/error.hpp"
 #include "tide/cuda/check.hpp"
+#include "tide/exec/cuda_executor.hpp"
+#include "tide/program/legal_order.hpp"
 
 namespace tide::exec {
 
-using cuda_detail::rethrow_with;
+// NOTE [one-shot programs]
+// Paper Sec. 6 (everything resolved at construction, nothing copied host to device per run),
+// Sec. 7.5 (fail-stop). A one-shot program is a call sequence of period 1 (NOTE [call
+// sequences]): its one template is the program itself, whose wait thresholds are already
+// those of a call that starts from zero, and every run adds the same total T_c to counter c,
+// so run k waits for k T_c + value (the counter epochs of NOTE [CUDA executor op mapping]).
+// CudaExecutor builds that sequence and runs it on the sequence runner, the one CUDA executor,
+// whose mapping, fusion, copy-engine pool, rail messages and watch it shares. The runner's
+// one-shot mode differs from a group's calls only where a Program is not a call template:
+//   - kTensor and kOutput regions are the fabric's buffers, resolved at construction (a call
+//     binds nothing);
+//   - kSum and kLand keep the program's alpha and accumulate (a call template's are per call);
+//   - ops no legal order reaches (a wait never satisfied) follow in program order, event waits
+//     deferred behind their records (NOTE [enqueue order]), so that a timeout names them;
+//   - every call takes the stream path: no slot graphs, no claim on the graph wait budget.
+// Steps of run():
+//   1. after a timeout, a fresh runner: its construction zeroes the local ranks' signal words
+//      (CudaRunResult::counters_reset; across processes a barrier must follow, NOTE [fabric
+//      interface]);
+//   2. one call on the executor's caller stream, a blocking stream on the first local rank's
+//      device (so it follows the synchronous upload(), fill() and any legacy-stream work),
+//      then a completion event on that stream;
+//   3. the event polled until it completes or the timeout passes; an asynchronous CUDA error
+//      leaves the executor stuck;
+//   4. on a timeout: the runner's watch names the unsatisfied waits, release_waits() lets every
+//      stream drain (bounded by kDrainTimeout), the runner goes (step 1 builds the next), and
+//      run() throws ExecutionTimeout. Streams that do not drain (a message receive whose send
+//      never comes) leave the executor stuck: it keeps its resources, releases the fabric and
+//      refuses further runs.
 
-// Rethrows the exception in flight with `prefix` added to its message, keeping its type.
-[[noreturn]] void cuda_detail::rethrow_with(const std::string& prefix) {
-  try {
-    throw;
-  } catch (const InvalidArgument& e) {
-    throw InvalidArgument(prefix + e.what());
-  } catch (const Unsupported& e) {
-    throw Unsupported(prefix + e.what());
-  } catch (const CudaError& e) {
-    throw CudaError(prefix + e.what());
-  } catch (const std::exception& e) {
-    throw CudaError(prefix + e.what());
-  }
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using program::Buffer;
+using program::OpKind;
+using program::Program;
+using sequence_detail::SeqOp;
+
+// How long a drain after a timeout or a failed enqueue may take before the executor gives its
+// streams up as stuck.
+constexpr double kDrainTimeoutS = 10.0;
+
+std::string cuda_status(cudaError_t s) {
+  return std::string(cudaGetErrorName(s)) + " (" + cudaGetErrorString(s) + ")";
 }
 
-void CudaExecutor::State::rethrow_with_op(int i) const {
-  rethrow_with(op_where(program, i));
+// The period-1 sequence of a program (NOTE [one-shot programs]).
+program::CallSequence one_shot_sequence(const Program& program) {
+  program::CallTemplate t;
+  t.program = program;
+  t.event_age.assign(program.ops.size(), 0);
+  t.additions = program::counter_additions(program);
+  t.additions.resize(
+      static_cast<std::size_t>(program.ranks) * static_cast<std::size_t>(program.counters), 0);
+  t.order = program::legal_order(program);
+  program::CallSequence s;
+  s.templates.push_back(std::move(t));
+  s.period = 1;
+  s.counters = program.counters;
+  s.events_per_call = program.events;
+  s.max_event_age = 0;
+  return s;
 }
 
-CudaExecutor::CudaExecutor(const Program& program, fabric::Fabric& fabric,
-                           const CudaExecutorOptions& options)
-    : state_(std::make_unique<State>(program, fabric, options)) {
-  cuda_detail::check_program(program);
-  if (options.copy_streams < 1 || options.copy_streams > 16) {
-    throw InvalidArgument("CudaExecutor: copy_streams = " + std::to_string(options.copy_streams) +
-                          " (need 1..16)");
-  }
+void check_fabric(const Program& program, const fabric::Fabric& fabric) {
   if (fabric.ranks() != program.ranks) {
     throw InvalidArgument("CudaExecutor: the fabric has " + std::to_string(fabric.ranks()) +
                           " ranks, the program " + std::to_string(program.ranks) +
@@ -72,8 +98,10 @@ CudaExecutor::CudaExecutor(const Program& program, fabric::Fabric& fabric,
                           std::to_string(program.counters) +
                           " counters; build the fabric from the program");
   }
+  bool any = false;
   for (int r = 0; r < program.ranks; ++r) {
     if (!fabric.local(r)) continue;
+    any = true;
     const program::BufferSizes& s = program.buffers[static_cast<std::size_t>(r)];
     auto too_small = [&](const Buffer& b, std::int64_t need) {
       if (fabric.bytes(b) < need) {
@@ -87,66 +115,8 @@ CudaExecutor::CudaExecutor(const Program& program, fabric::Fabric& fabric,
     for (std::size_t i = 0; i < s.output_bytes.size(); ++i)
       too_small(Buffer{r, program::Space::kOutput, static_cast<int>(i)}, s.output_bytes[i]);
   }
-
-  State& st = *state_;
-  st.use_device_of(-1);  // (rank -1: the fabric's first device) the control stream lives there
-  (void)fabric::detail::driver();  // fail early when an entry point is missing
-  TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&st.control, cudaStreamNonBlocking));
-
-  st.counters.words = static_cast<std::size_t>(program.counters);
-  for (int r = 0; r < program.ranks; ++r) {
-    if (fabric.local(r)) st.local_ranks.push_back(r);
-  }
-  if (st.local_ranks.empty()) {
-    throw InvalidArgument("CudaExecutor: the fabric runs none of the program's ranks here");
-  }
-  st.fill_local_signals(0);  // NOTE [fabric interface]: a barrier must follow across processes
-
-  st.event_index.assign(
-      static_cast<std::size_t>(program.ranks) * static_cast<std::size_t>(program.events), -1);
-  std::map<std::pair<int, int>, int> stream_of;
-  for (const Op& op : program.ops) {
-    if (!fabric.local(op.rank)) continue;
-    st.use_device_of(op.rank);  // its events and streams live on its device
-    const auto* record = op.get_if<program::EventRecordOp>();
-    if (record != nullptr && st.event_index[st.event_slot(op.rank, record->event)] < 0) {
-      cudaEvent_t e = nullptr;
-      TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-      st.event_index[st.event_slot(op.rank, record->event)] = static_cast<int>(st.events.size());
-      st.events.push_back(e);
-    }
-    const auto key = std::pair{op.rank, op.stream};
-    if (stream_of.count(key) == 0) {
-      cudaStream_t s = nullptr;
-      TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-      stream_of.emplace(key, static_cast<int>(st.streams.size()));
-      st.streams.push_back(s);
-      st.stream_owner.push_back({op.rank, StreamOwner::Role::kProgram, op.stream});
-      cudaEvent_t e = nullptr;
-      TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-      st.done.push_back(e);
-    }
-  }
-  st.ops.resize(program.ops.size());
-  for (std::size_t i = 0; i < program.ops.size(); ++i) {
-    const Op& op = program.ops[i];
-    if (!fabric.local(op.rank)) continue;  // another process runs it
-    try {
-      st.map_op(op, st.ops[i], stream_of.at(std::pair{op.rank, op.stream}));
-    } catch (...) {
-      rethrow_with(op_where(program, static_cast<int>(i)));
-    }
-  }
-  st.schedule();
+  if (!any) throw InvalidArgument("CudaExecutor: the fabric runs none of the program's ranks here");
 }
-
-CudaExecutor::~CudaExecutor() = default;
-
-const Program& CudaExecutor::program() const {
-  return state_->program;
-}
-
-namespace {
 
 void check_range(const fabric::Fabric& fabric, const Buffer& buffer, std::int64_t offset,
                  std::int64_t bytes, const char* who) {
@@ -164,13 +134,192 @@ void check_range(const fabric::Fabric& fabric, const Buffer& buffer, std::int64_
 
 }  // namespace
 
+struct CudaExecutor::State {
+  const Program& program;
+  fabric::Fabric& fabric;
+  CudaExecutorOptions options;
+  program::CallSequence sequence;              // period 1: the program (NOTE [one-shot programs])
+  std::unique_ptr<CudaSequenceRunner> runner;  // null after a timeout until the next run
+  std::vector<CudaCallBindings> bindings;      // one per rank, empty: the buffers are bound
+  int device = 0;                              // the first local rank's: the caller's device
+  cudaStream_t caller = nullptr;
+  cudaEvent_t done = nullptr;
+  CudaRunResult counts;  // what every run enqueues (from the mapped ops)
+  bool stuck = false;    // streams could not be drained: resources kept, runs refused
+
+  State(const Program& p, fabric::Fabric& f, const CudaExecutorOptions& o)
+      : program(p), fabric(f), options(o) {}
+  ~State() {
+    if (stuck) {
+      (void)runner.release();  // its streams still run: freeing their memory would hang
+      return;
+    }
+    runner.reset();
+    if (done != nullptr) (void)cudaEventDestroy(done);
+    if (caller != nullptr) (void)cudaStreamDestroy(caller);
+  }
+
+  void make_runner() {
+    CudaSequenceOptions o;
+    o.replay_graphs = false;
+    o.copy_streams = options.copy_streams;
+    runner.reset(new CudaSequenceRunner(sequence, fabric, CudaSequencePlace{}, o,
+                                        CudaSequenceRunner::OneShot{}));
+  }
+  CudaSequenceRunner::State& inner() const { return *runner->state_; }
+
+  // Polls `done` until it completed or `timeout_s` passed. Throws CudaError on an asynchronous
+  // fault.
+  bool wait(double timeout_s) const {
+    const Clock::time_point start = Clock::now();
+    for (;;) {
+      const cudaError_t s = cudaEventQuery(done);
+      if (s == cudaSuccess) return true;
+      if (s != cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        throw CudaError("CudaExecutor: the run failed on the device: " + cuda_status(s));
+      }
+      if (std::chrono::duration<double>(Clock::now() - start).count() > timeout_s) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+  // Step 4 of NOTE [one-shot programs]: release every wait, drain, drop the runner (or stick).
+  void release_and_drain() {
+    bool drained = false;
+    try {
+      runner->release_waits();
+      drained = wait(kDrainTimeoutS) && runner->idle();
+    } catch (const std::exception&) {
+      drained = false;
+    }
+    if (drained) {
+      runner.reset();
+    } else {
+      stuck = true;
+      fabric.release();
+    }
+  }
+
+  void count_ops();
+  void collect_profile(CudaRunResult& r) const;
+};
+
+CudaExecutor::CudaExecutor(const Program& program, fabric::Fabric& fabric,
+                           const CudaExecutorOptions& options)
+    : state_(std::make_unique<State>(program, fabric, options)) {
+  if (options.copy_streams < 1 || options.copy_streams > 16) {
+    throw InvalidArgument("CudaExecutor: copy_streams = " + std::to_string(options.copy_streams) +
+                          " (need 1..16)");
+  }
+  cuda_detail::check_program(program);
+  check_fabric(program, fabric);
+  State& st = *state_;
+  st.sequence = one_shot_sequence(program);
+  st.bindings.resize(static_cast<std::size_t>(program.ranks));
+  for (int r = 0; r < program.ranks; ++r) {
+    if (fabric.local(r)) {
+      st.device = fabric.device_of(r);
+      break;
+    }
+  }
+  TIDE_CUDA_CHECK(cudaSetDevice(st.device));
+  TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&st.caller, cudaStreamDefault));
+  TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming));
+  st.make_runner();
+  st.count_ops();
+}
+
+CudaExecutor::~CudaExecutor() = default;
+
+const Program& CudaExecutor::program() const {
+  return state_->program;
+}
+
+// What every run enqueues, from the runner's mapped (fused) ops.
+void CudaExecutor::State::count_ops() {
+  const sequence_detail::Template& t = inner().templates[0];
+  counts.deferred_ops = t.deferred;
+  for (const SeqOp& m : t.ops) {
+    if (m.empty) continue;
+    if (m.message) {
+      counts.copies += static_cast<std::int64_t>(m.message->parts.size());
+      continue;
+    }
+    switch (m.kind) {
+      case OpKind::kCopy:
+      case OpKind::kRailPut:
+        counts.copies += static_cast<std::int64_t>(m.copies.size());
+        counts.copy_calls += static_cast<std::int64_t>(m.copies.size());
+        if (m.kind == OpKind::kRailPut) ++counts.kernels;
+        break;
+      case OpKind::kSignal: {
+        const auto per = static_cast<std::int64_t>(cuda_detail::kMaxCounterAddsPerLaunch);
+        const auto adds = static_cast<std::int64_t>(m.adds.size());
+        counts.kernels += m.adds.empty() ? 1 : (adds + per - 1) / per;
+        break;
+      }
+      case OpKind::kWait:
+        counts.memops += static_cast<std::int64_t>(std::max<std::size_t>(1, m.waits.size()));
+        break;
+      case OpKind::kSum:
+      case OpKind::kLand:
+      case OpKind::kCast:
+        ++counts.kernels;
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+// The timing events of a completed profiled run (sequence_profile.cpp) into `r`. Times
+// between events are only defined on one device: each stream's span is measured from the
+// earliest stream head of its device.
+void CudaExecutor::State::collect_profile(CudaRunResult& r) const {
+  const CudaSequenceRunner::State& s = inner();
+  const sequence_detail::Template& t = s.templates[0];
+  std::map<int, cudaEvent_t> origin;  // device -> earliest head
+  for (const int i : t.streams) {
+    const cudaEvent_t head = s.profile.streams[static_cast<std::size_t>(i)].first;
+    const int d = fabric.device_of(s.stream_rank[static_cast<std::size_t>(i)]);
+    const auto [it, fresh] = origin.emplace(d, head);
+    if (fresh) continue;
+    float ms = 0;
+    TIDE_CUDA_CHECK(cudaEventElapsedTime(&ms, it->second, head));
+    if (ms < 0) it->second = head;
+  }
+  for (const int i : t.streams) {
+    const auto& [head, tail] = s.profile.streams[static_cast<std::size_t>(i)];
+    const int rank = s.stream_rank[static_cast<std::size_t>(i)];
+    const cudaEvent_t o = origin.at(fabric.device_of(rank));
+    float begin = 0, end = 0;
+    TIDE_CUDA_CHECK(cudaEventElapsedTime(&begin, o, head));
+    TIDE_CUDA_CHECK(cudaEventElapsedTime(&end, o, tail));
+    const int name = s.stream_name[static_cast<std::size_t>(i)];
+    // CudaStreamSpan::stream: the name index; -1 rail messages, -2 the copy pool.
+    const int span = name == sequence_detail::kRailStreamName ? -1 : name < 0 ? -2 : name;
+    r.streams.push_back({rank, span, static_cast<double>(begin), static_cast<double>(end)});
+  }
+  for (std::size_t k = 0; k < t.ops.size(); ++k) {
+    const auto& [a, b] = s.profile.ops[k];
+    if (a == nullptr) continue;
+    float ms = 0;
+    TIDE_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    const program::Op& op = program.ops[static_cast<std::size_t>(t.ops[k].op)];
+    const int ctas = program::ctas_of(op);
+    r.kernels_timed.push_back({t.ops[k].op, op.rank, op.kind(),
+                               op.kind() == OpKind::kCast ? ctas : std::max(1, ctas),
+                               static_cast<double>(ms)});
+  }
+}
+
 void CudaExecutor::upload(const Buffer& buffer, std::span<const std::byte> bytes,
                           std::int64_t offset) {
   const auto n = static_cast<std::int64_t>(bytes.size());
   check_range(state_->fabric, buffer, offset, n, "upload");
   if (n == 0) return;
   TIDE_CUDA_CHECK(cudaSetDevice(state_->fabric.device_of(buffer.rank)));
-  state_->current_device = -1;
   TIDE_CUDA_CHECK(cudaMemcpy(static_cast<std::byte*>(state_->fabric.pointer(buffer)) + offset,
                              bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
 }
@@ -180,7 +329,6 @@ void CudaExecutor::fill(const Buffer& buffer, std::byte value) {
   const std::int64_t n = state_->fabric.bytes(buffer);
   if (n == 0) return;
   TIDE_CUDA_CHECK(cudaSetDevice(state_->fabric.device_of(buffer.rank)));
-  state_->current_device = -1;
   TIDE_CUDA_CHECK(cudaMemset(state_->fabric.pointer(buffer), std::to_integer<int>(value),
                              static_cast<std::size_t>(n)));
 }
@@ -191,7 +339,6 @@ std::vector<std::byte> CudaExecutor::download(const Buffer& buffer) {
   std::vector<std::byte> out(static_cast<std::size_t>(n));
   if (n == 0) return out;
   TIDE_CUDA_CHECK(cudaSetDevice(state_->fabric.device_of(buffer.rank)));
-  state_->current_device = -1;
   TIDE_CUDA_CHECK(cudaMemcpy(out.data(), state_->fabric.pointer(buffer),
                              static_cast<std::size_t>(n), cudaMemcpyDeviceToHost));
   return out;
@@ -199,7 +346,6 @@ std::vector<std::byte> CudaExecutor::download(const Buffer& buffer) {
 
 CudaRunResult CudaExecutor::run(const CudaRunOptions& options) {
   State& st = *state_;
-  const Program& program = st.program;
   if (st.stuck) {
     throw CudaError(
         "CudaExecutor: an earlier run left streams that could not be drained; "
@@ -209,138 +355,64 @@ CudaRunResult CudaExecutor::run(const CudaRunOptions& options) {
     throw InvalidArgument("CudaExecutor::run: timeout_s = " + std::to_string(options.timeout_s) +
                           " (need > 0)");
   }
-  st.current_device = -1;  // the caller may have made another device current
-  st.use_device_of(-1);
-  CudaRunResult stats;
-  // Every stream is idle here (the previous run completed or was drained). Counters hold
-  // epoch x totals unless a timeout forced them high.
-  if (st.counters.dirty) {
-    st.fill_local_signals(0);
-    st.counters.dirty = false;
-    st.counters.epoch = 0;
+  CudaRunResult stats = st.counts;
+  if (!st.runner) {  // step 1
+    st.make_runner();
     stats.counters_reset = true;
   }
-  if (options.profile) st.make_profile_events();
+  CudaSequenceRunner::State& inner = st.inner();
+  if (options.profile) inner.make_profile_events();
   const Clock::time_point start = Clock::now();
-  std::vector<bool> recorded(st.event_index.size(), false);
-  std::vector<std::deque<int>> pending(st.streams.size());
-  auto blocked = [&](int i) {
-    const Op& op = program.ops[static_cast<std::size_t>(i)];
-    const auto* wait = op.get_if<program::EventWaitOp>();
-    return wait != nullptr && !recorded[st.event_slot(op.rank, wait->event)];
-  };
-  std::vector<bool> started;
-  if (options.profile) started.assign(st.streams.size(), false);
-  auto issue = [&](int i) {
-    const Op& op = program.ops[static_cast<std::size_t>(i)];
-    const Mapped& m = st.ops[static_cast<std::size_t>(i)];
-    try {
-      if (options.profile) {
-        st.use_device_of(m.rank);
-        cudaStream_t s = st.streams[static_cast<std::size_t>(m.stream)];
-        if (!started[static_cast<std::size_t>(m.stream)]) {
-          started[static_cast<std::size_t>(m.stream)] = true;
-          TIDE_CUDA_CHECK(cudaEventRecord(
-              st.profile_events.streams[static_cast<std::size_t>(m.stream)].first, s));
-        }
-        const auto& ke = st.profile_events.kernels[static_cast<std::size_t>(i)];
-        if (ke.first != nullptr) TIDE_CUDA_CHECK(cudaEventRecord(ke.first, s));
-        st.enqueue(m, stats);
-        if (ke.second != nullptr) TIDE_CUDA_CHECK(cudaEventRecord(ke.second, s));
-      } else {
-        st.enqueue(m, stats);
-      }
-    } catch (...) {
-      st.release_and_drain();
-      rethrow_with(op_where(program, i));
-    }
-    const auto* record = op.get_if<program::EventRecordOp>();
-    if (record != nullptr) recorded[st.event_slot(op.rank, record->event)] = true;
-    return record != nullptr;
-  };
-  // Issues the heads of deferred streams while they are not blocked, until nothing moves.
-  auto flush = [&]() {
-    for (bool moved = true; moved;) {
-      moved = false;
-      for (auto& q : pending) {
-        while (!q.empty() && !blocked(q.front())) {
-          moved = issue(q.front()) || moved;
-          q.pop_front();
-          ++stats.deferred_ops;
-        }
-      }
-    }
-  };
-  for (const int index : st.order) {
-    if (index < 0) {  // the receiving side of a message, on its rail stream
-      try {
-        st.enqueue(st.receives[static_cast<std::size_t>(-index - 1)], stats);
-      } catch (...) {
-        st.release_and_drain();
-        rethrow_with("CudaExecutor: a message receive: ");
-      }
-      continue;
-    }
-    auto& q = pending[static_cast<std::size_t>(st.ops[static_cast<std::size_t>(index)].stream)];
-    if ((!q.empty() || blocked(index)) && st.ops[static_cast<std::size_t>(index)].message) {
-      // Messages must keep the global order (NOTE [rail messages]); a legal schedule never
-      // defers an op, so this is a program the schedule could not place.
-      st.release_and_drain();
-      throw InvalidArgument(op_where(program, index) +
-                            "a message op behind an unrecorded event: the program deadlocks");
-    }
-    if (!q.empty() || blocked(index)) {
-      q.push_back(index);
-      continue;
-    }
-    if (issue(index)) flush();
-  }
-  for (const auto& q : pending) {
-    if (q.empty()) continue;
-    const int i = q.front();
+  try {  // step 2
+    inner.profile.on = options.profile;
+    st.runner->enqueue(st.bindings, 1.0f, false, st.caller);
+    inner.profile.on = false;
+    TIDE_CUDA_CHECK(cudaSetDevice(st.device));
+    TIDE_CUDA_CHECK(cudaEventRecord(st.done, st.caller));
+  } catch (...) {
+    inner.profile.on = false;
     st.release_and_drain();
-    throw InvalidArgument(
-        op_where(program, i) + "waits for event " +
-        std::to_string(program.ops[static_cast<std::size_t>(i)].as<program::EventWaitOp>().event) +
-        " whose record can only be enqueued after this wait completes (an "
-        "event-wait cycle): the program deadlocks");
-  }
-  for (std::size_t i = 0; i < st.streams.size(); ++i) {
-    st.use_device_of(st.stream_owner[i].rank);
-    if (options.profile) {
-      if (!started[i])
-        TIDE_CUDA_CHECK(cudaEventRecord(st.profile_events.streams[i].first, st.streams[i]));
-      TIDE_CUDA_CHECK(cudaEventRecord(st.profile_events.streams[i].second, st.streams[i]));
-    }
-    TIDE_CUDA_CHECK(cudaEventRecord(st.done[i], st.streams[i]));
+    throw;
   }
   stats.enqueue_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-
-  std::vector<bool> complete;
   bool ok = false;
-  try {
-    ok = st.wait_all(options.timeout_s, &complete);
+  try {  // step 3
+    ok = st.wait(options.timeout_s);
   } catch (...) {
     st.stuck = true;  // an asynchronous fault: the context is unusable
     st.fabric.release();
     throw;
   }
-  if (!ok) {
-    const std::string text = st.describe_timeout(options.timeout_s, complete);
+  if (!ok) {  // step 4
+    std::string text = "CudaExecutor: the run did not complete within " +
+                       std::to_string(options.timeout_s) + " s (fail-stop).";
+    try {
+      const std::optional<CudaStalledCall> stall = st.runner->stalled(std::chrono::milliseconds(0));
+      if (stall) {
+        text += " Unsatisfied waits:";
+        for (const std::string& line : stall->waits)
+          text += "\n  " + line;
+      }
+    } catch (const std::exception& e) {
+      text += std::string(" (its waits could not be read: ") + e.what() + ")";
+    }
     st.release_and_drain();
     throw ExecutionTimeout(text);
   }
   stats.wall_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-  ++st.counters.epoch;
   if (options.profile) st.collect_profile(stats);
   return stats;
 }
 
 std::int64_t CudaExecutor::device_bytes() const {
   std::int64_t bytes = 0;
-  for (const Mapped& m : state_->ops) {
-    if (m.table != nullptr)
-      bytes += static_cast<std::int64_t>(m.table->host_runs().size() * sizeof(kernels::Level1Run));
+  if (!state_->runner) return bytes;
+  for (const sequence_detail::Template& t : state_->inner().templates) {
+    for (const SeqOp& m : t.ops) {
+      if (m.table != nullptr)
+        bytes +=
+            static_cast<std::int64_t>(m.table->host_runs().size() * sizeof(kernels::Level1Run));
+    }
   }
   return bytes;
 }

@@ -30,24 +30,6 @@ bool crosses_ranks(const program::Op& op, int& from, int& to) {
   return true;
 }
 
-bool is_message(const program::Op& op, const fabric::Fabric& fabric) {
-  int from = 0, to = 0;
-  return crosses_ranks(op, from, to) && !fabric.load_store(from, to);
-}
-
-MessageAddresses fabric_addresses(const fabric::Fabric& fabric) {
-  MessageAddresses a;
-  a.region = [&fabric](const Region& r) -> std::byte* {
-    auto* base = static_cast<std::byte*>(fabric.pointer(r.buffer));
-    return base == nullptr ? nullptr : base + r.offset;
-  };
-  a.counter = [&fabric](const program::Counter& c) -> std::uint64_t* {
-    std::uint64_t* words = fabric.signals(c.rank);
-    return words == nullptr ? nullptr : words + c.id;
-  };
-  return a;
-}
-
 namespace {
 
 // One side of a descriptor: `r` is the source (sender) or the destination (receiver).
@@ -75,10 +57,6 @@ MessagePart part_of(const Region& r, const MessageAddresses& at, Message& m) {
 }
 
 }  // namespace
-
-Message map_message(const program::Op& op, bool sender, const fabric::Fabric& fabric) {
-  return map_message(op, sender, fabric_addresses(fabric));
-}
 
 Message map_message(const program::Op& op, bool sender, const MessageAddresses& at) {
   Message m;

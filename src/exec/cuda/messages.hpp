@@ -92,9 +92,6 @@ class FabricTransport final : public MessageTransport {
 // (from, to) pair.
 bool crosses_ranks(const program::Op& op, int& from, int& to);
 
-// Whether `op` travels as a message on `fabric` (a put or signal to an unreachable rank).
-bool is_message(const program::Op& op, const fabric::Fabric& fabric);
-
 // How a message resolves its device addresses: `region` the first byte of a region (nullptr:
 // not addressable by this process), `counter` a counter's word (nullptr: not addressable).
 struct MessageAddresses {
@@ -102,15 +99,10 @@ struct MessageAddresses {
   std::function<std::uint64_t*(const program::Counter&)> counter;
 };
 
-// The fabric's addresses: a region at its buffer's base plus its offset, a counter at its
-// rank's signal words plus its id (what CudaExecutor maps).
-MessageAddresses fabric_addresses(const fabric::Fabric& fabric);
-
 // The sender's or the receiver's side of a message op (device pointers resolved, staging
 // allocated, events created). Throws tide::Unsupported for a put whose destinations are not
 // all on the counter's rank, or a region this process cannot address.
 Message map_message(const program::Op& op, bool sender, const MessageAddresses& at);
-Message map_message(const program::Op& op, bool sender, const fabric::Fabric& fabric);
 
 // Enqueues one side (NOTE [rail messages]) through `transport`; `token` is an 8-byte device
 // word. The receiver's counter addition adds nothing once `abort` (a device word; nullptr:

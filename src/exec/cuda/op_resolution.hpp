@@ -1,21 +1,19 @@
-// What an op's payload becomes on CUDA, written once for both CUDA executors.
+// What an op's payload becomes on CUDA: the per-kind resolution of the one CUDA executor.
 //
 // NOTE [CUDA op resolution]
-// The CUDA executor (Mapped, map_ops.cpp) and the sequence runner (SeqOp, sequence_runner.cpp)
-// resolve every op once, at construction, with the functions below. The two differ only in how a
-// Region becomes a device address: the executor resolves every region to a fixed pointer at
-// construction; the sequence runner to a Ptr, a fixed arena pointer or a slot bound per call (a
-// tensor, the output). A Resolver supplies:
-//   address(region)  the target's address type (std::byte* or Ptr)
+// The sequence runner (SeqOp, sequence_runner.cpp) resolves every op once, at construction,
+// with the functions below, for a group's call templates and for one-shot programs alike
+// (NOTE [one-shot programs]). A Resolver says how a Region becomes a device address:
+//   address(region)  the target's address type (a Ptr: a fixed arena pointer, or a slot bound
+//                    per call: a tensor, the output; one-shot programs bind every slot now)
 //   fixed(region)    a fixed pointer (landing partials: the kernel takes them by value)
-//   gradient(param)  records the kernel gradient slot of kTensor `param` (a pointer, or the
-//                    tensor index to bind per call)
+//   gradient(param)  records the kernel gradient slot of kTensor `param`
 //   upload_stream()  optional: the stream that uploads Level 1 segment tables (without it the
 //                    upload is synchronous)
-// resolve_payload() fills the per-kind fields both targets name alike: copies, out, in,
-// elems, ctas, zero_width / zero_rows / zero_pitch, sum, table, tuning, land, empty. What is
-// bound per call in a sequence (alpha, accumulate, tensor and output pointers) the executor
-// adds itself; counters, events, messages and copy pools stay with each target.
+// resolve_payload() fills the per-kind fields: copies, out, in, elems, ctas, zero_width /
+// zero_rows / zero_pitch, sum, table, tuning, land, empty. What is bound per call (alpha,
+// accumulate, tensor and output pointers), counters, events, messages and copy pools the
+// runner adds itself.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -142,7 +140,7 @@ void resolve_payload(const program::Op& op, Resolver& resolver, Target& m) {
   }
 }
 
-// How a resolved copy goes onto a stream, for both executors: one cudaMemcpyAsync where both
+// How a resolved copy goes onto a stream: one cudaMemcpyAsync where both
 // sides are contiguous, else one cudaMemcpy2DAsync (copy engines either way).
 template <class Copy>
 void enqueue_copy(const Copy& c, void* dst, const void* src, cudaStream_t s) {
@@ -154,7 +152,7 @@ void enqueue_copy(const Copy& c, void* dst, const void* src, cudaStream_t s) {
   }
 }
 
-// How a resolved kZero goes onto a stream, for both executors.
+// How a resolved kZero goes onto a stream.
 template <class Target>
 void enqueue_zero(const Target& m, void* out, cudaStream_t s) {
   if (m.zero_rows <= 1 || m.zero_pitch == m.zero_width) {

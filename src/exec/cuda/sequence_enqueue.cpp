@@ -51,10 +51,6 @@ namespace {
 
 using sequence_detail::at;
 
-void copy(const Copy& c, const CudaCallBindings& b, cudaStream_t s) {
-  cuda_detail::enqueue_copy(c, at(c.dst, b), at(c.src, b), s);
-}
-
 std::int64_t threshold(const sequence_detail::WaitTerm& w, const std::vector<std::int64_t>& base) {
   return w.total == sequence_detail::kConstantWait ? w.value : base[w.total] + w.value;
 }
@@ -171,18 +167,19 @@ void CudaSequenceRunner::State::launch_kernel_op(const SeqOp& m, const CudaCallB
       kernels::Level1SumArgs a = m.sum;
       std::array<const void*, kernels::kMaxLevel1Gradients> gradients{};
       for (std::size_t k = 0; k < m.gradient_slots.size(); ++k)
-        gradients[k] = b.tensors[static_cast<std::size_t>(m.gradient_slots[k])];
+        gradients[k] = one_shot ? m.fixed_gradients[k]
+                                : b.tensors[static_cast<std::size_t>(m.gradient_slots[k])];
       a.gradients = gradients.data();
       a.out = reinterpret_cast<float*>(at(m.out, b));
       if (a.num_staged > 0) a.staged = at(m.in, b);
-      a.alpha = alpha;
+      if (!one_shot) a.alpha = alpha;  // NOTE [one-shot programs]: else the program's
       kernels::launch_level1_sum(a, s, m.tuning);
       break;
     }
     case OpKind::kLand: {
       kernels::LandingArgs a = m.land;
       a.out = reinterpret_cast<float*>(at(m.out, b));
-      a.accumulate = accumulate;
+      if (!one_shot) a.accumulate = accumulate;  // else the program's
       kernels::launch_landing(a, s);
       break;
     }
@@ -214,20 +211,7 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
   switch (m.kind) {
     case OpKind::kCopy:
     case OpKind::kRailPut:  // split by the fusion pass; kept for ops mapped but not fused
-      for (std::size_t k = 0; k < m.copies.size(); ++k) {
-        const Copy& c = m.copies[k];
-        const bool slotted =
-            c.dst.slot != sequence_detail::kFixed || c.src.slot != sequence_detail::kFixed;
-        if (slotted && !c.flat && capture != nullptr && capture->repoints != nullptr &&
-            capture->repointable) {
-          // CUDA updates only 1-D copy nodes; a 2-D copy's node, on its own or as a child
-          // graph, is refused (measured on the H200, NOTE [CUDA call sequences] 3).
-          repoint_failure = "copy: a 2-D copy of caller memory (CUDA updates only 1-D copy nodes)";
-          capture->repointable = false;
-        }
-        copy(c, b, s);
-        if (slotted) record_node(s, m, index, static_cast<int>(k), capture);
-      }
+      enqueue_copies(m, index, b, s, capture);  // NOTE [copy-engine pool]
       if (m.kind == OpKind::kRailPut)
         cuda_detail::launch_counter_add(m.word, static_cast<std::uint64_t>(m.value), s,
                                         abort_of(m.rank));
@@ -275,10 +259,16 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
     }
     case OpKind::kSum:
     case OpKind::kLand:
-    case OpKind::kCast:
+    case OpKind::kCast: {
+      // A profiled call (one-shot programs) times every kernel on its stream.
+      const bool timed = profile.on && capture == nullptr && index < profile.ops.size() &&
+                         profile.ops[index].first != nullptr;
+      if (timed) TIDE_CUDA_CHECK(cudaEventRecord(profile.ops[index].first, s));
       launch_kernel_op(m, b, alpha, accumulate, s);
+      if (timed) TIDE_CUDA_CHECK(cudaEventRecord(profile.ops[index].second, s));
       if (sequence_detail::carries_bindings(m)) record_node(s, m, index, -1, capture);
       break;
+    }
     case OpKind::kZero:
       cuda_detail::enqueue_zero(m, at(m.out, b), s);
       if (sequence_detail::carries_bindings(m)) record_node(s, m, index, -1, capture);
@@ -314,6 +304,7 @@ void CudaSequenceRunner::State::enqueue_call(std::int64_t e,
                                            sequence_detail::kConstantWait, 1};
       wait_terms(s, r, e, std::span(&gate, 1), base, capture);
     }
+    if (profile.on && capture == nullptr) profile_head(static_cast<std::size_t>(i));
   }
   for (std::size_t k = 0; k < t.ops.size(); ++k) {
     const SeqOp& op = t.ops[k];
@@ -328,6 +319,7 @@ void CudaSequenceRunner::State::enqueue_call(std::int64_t e,
   }
   for (const int i : t.streams) {
     use_device_of(stream_rank[static_cast<std::size_t>(i)]);
+    if (profile.on && capture == nullptr) profile_tail(static_cast<std::size_t>(i));
     TIDE_CUDA_CHECK(
         cudaEventRecord(done[static_cast<std::size_t>(i)], streams[static_cast<std::size_t>(i)]));
     TIDE_CUDA_CHECK(cudaStreamWaitEvent(caller, done[static_cast<std::size_t>(i)], 0));

@@ -10,6 +10,7 @@
 
 #include "abort_check.hpp"
 #include "counter_add.hpp"
+#include "enqueue_order.hpp"
 #include "generation_wait.hpp"
 #include "graph_wait_budget.hpp"
 #include "op_resolution.hpp"
@@ -97,6 +98,7 @@ int CudaSequenceRunner::State::stream(int rank, int name) {
   TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   streams.push_back(s);
   stream_rank.push_back(rank);
+  stream_name.push_back(name);
   cudaEvent_t e = nullptr;
   TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   done.push_back(e);
@@ -113,18 +115,27 @@ Ptr CudaSequenceRunner::State::resolve(const Region& r) const {
       auto* base = static_cast<std::byte*>(fabric.pointer(Buffer{r.buffer.rank, Space::kArena, 0}));
       if (base == nullptr) {
         throw Unsupported("CudaSequenceRunner: the arena of rank " + std::to_string(r.buffer.rank) +
-                          " is not load/store reachable from this process (messages are not "
-                          "built for call sequences)");
+                          " is not load/store reachable from this process, and the op is not a "
+                          "put or signal that could travel as a message");
       }
       p.fixed = base + place.region_offset + r.offset;
       break;
     }
     case Space::kTensor:
-      p.slot = r.buffer.index;
-      break;
     case Space::kOutput:
-      if (r.buffer.index != 0) throw InvalidArgument("CudaSequenceRunner: a call has one output");
-      p.slot = sequence_detail::kOutputSlot;
+      if (one_shot) {  // NOTE [one-shot programs]: the fabric's buffers, bound now
+        auto* base = static_cast<std::byte*>(fabric.pointer(r.buffer));
+        if (base == nullptr && r.bytes() > 0) {
+          throw Unsupported("CudaExecutor: a buffer of rank " + std::to_string(r.buffer.rank) +
+                            " is not addressable from this process");
+        }
+        p.fixed = base + r.offset;
+      } else if (r.buffer.space == Space::kTensor) {
+        p.slot = r.buffer.index;
+      } else {
+        if (r.buffer.index != 0) throw InvalidArgument("CudaSequenceRunner: a call has one output");
+        p.slot = sequence_detail::kOutputSlot;
+      }
       break;
   }
   return p;
@@ -164,10 +175,18 @@ void CudaSequenceRunner::State::map_op(const Op& op, int age, SeqOp& m) {
       }
       return p.fixed;
     }
-    void gradient(int param) const { m.gradient_slots.push_back(param); }
+    void gradient(int param) const {
+      m.gradient_slots.push_back(param);
+      if (st.one_shot)  // NOTE [one-shot programs]
+        m.fixed_gradients.push_back(st.fabric.pointer(Buffer{m.rank, Space::kTensor, param}));
+    }
     cudaStream_t upload_stream() const { return st.setup.at(st.fabric.device_of(m.rank)); }
   } resolver{*this, m};
   cuda_detail::resolve_payload(op, resolver, m);
+  if (one_shot) {  // NOTE [one-shot programs]: the program's own scalars
+    if (const auto* sum = op.get_if<program::SumOp>()) m.sum.alpha = sum->alpha;
+    if (const auto* land = op.get_if<program::LandOp>()) m.land.accumulate = land->accumulate;
+  }
   if (const auto use = program::counter_use_of(op)) {
     m.word = word(use->counter);
     m.total = static_cast<std::size_t>(use->counter.rank) * static_cast<std::size_t>(counters) +
@@ -227,28 +246,45 @@ void CudaSequenceRunner::State::map_message(const Op& op, std::set<int>& used,
 void CudaSequenceRunner::State::map_template(const program::CallTemplate& t,
                                              sequence_detail::Template& out) {
   const program::Program& p = t.program;
-  if (!t.order.unplaced.empty()) {
+  if (!t.order.unplaced.empty() && !one_shot) {
     throw InvalidArgument("CudaSequenceRunner: a template has ops no legal order reaches");
   }
+  // NOTE [enqueue order]: the ops this process holds, the legal order then (one-shot programs
+  // only) the unplaced ops, event waits deferred behind their records.
+  std::vector<int> held;
+  for (const std::vector<int>* part : {&t.order.order, &t.order.unplaced}) {
+    for (const int i : *part) {
+      const Op& op = p.ops[static_cast<std::size_t>(i)];
+      if (is_message(op) || fabric.local(op.rank)) held.push_back(i);
+    }
+  }
+  const cuda_detail::EnqueueOrder order = cuda_detail::enqueue_order(
+      p, held, t.event_age, [this](const Op& op) { return is_message(op); });
+  out.deferred = order.deferred;
   std::set<int> used;
-  for (const int i : t.order.order) {
+  for (const int i : order.ops) {
     const Op& op = p.ops[static_cast<std::size_t>(i)];
+    const std::size_t first = out.ops.size();
     if (is_message(op)) {
+      // Every process answers alike (the same ops, the same load_store): graphs_unavailable()
+      // agrees across processes.
       has_messages = true;
       map_message(op, used, out.ops);
-      continue;
+    } else {
+      SeqOp m;
+      map_op(op, t.event_age.empty() ? 0 : t.event_age[static_cast<std::size_t>(i)], m);
+      used.insert(m.stream);
+      out.ops.push_back(std::move(m));
     }
-    if (!fabric.local(op.rank)) continue;
-    SeqOp m;
-    map_op(op, t.event_age.empty() ? 0 : t.event_age[static_cast<std::size_t>(i)], m);
-    used.insert(m.stream);
-    out.ops.push_back(std::move(m));
+    for (std::size_t k = first; k < out.ops.size(); ++k)
+      out.ops[k].op = i;
   }
   out.ops = sequence_detail::fuse_waits_and_signals(std::move(out.ops));
+  map_copy_pool(out, used);
   out.streams.assign(used.begin(), used.end());
   out.additions = t.additions;
   out.tensors.assign(static_cast<std::size_t>(ranks), 0);
-  for (int r = 0; r < ranks; ++r)
+  for (int r = 0; r < ranks && !one_shot; ++r)  // one-shot programs bind nothing per call
     out.tensors[static_cast<std::size_t>(r)] =
         static_cast<int>(p.buffers[static_cast<std::size_t>(r)].tensor_bytes.size());
 }
@@ -257,7 +293,27 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
                                        fabric::Fabric& fabric, const CudaSequencePlace& place,
                                        const CudaSequenceOptions& options)
     : state_(std::make_unique<State>(sequence, fabric, place, options)) {
+  set_up();
+}
+
+CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
+                                       fabric::Fabric& fabric, const CudaSequencePlace& place,
+                                       const CudaSequenceOptions& options, OneShot)
+    : state_(std::make_unique<State>(sequence, fabric, place, options)) {
+  state_->one_shot = true;
+  set_up();
+}
+
+void CudaSequenceRunner::set_up() {
   State& s = *state_;
+  const program::CallSequence& sequence = s.sequence;
+  fabric::Fabric& fabric = s.fabric;
+  const CudaSequencePlace& place = s.place;
+  const CudaSequenceOptions& options = s.options;
+  if (options.copy_streams < 1 || options.copy_streams > 16) {
+    throw InvalidArgument("CudaSequenceRunner: copy_streams = " +
+                          std::to_string(options.copy_streams) + " (need 1..16)");
+  }
   if (sequence.period < 1 ||
       sequence.templates.size() != static_cast<std::size_t>(sequence.period)) {
     throw InvalidArgument("CudaSequenceRunner: a sequence needs period >= 1 templates");
@@ -415,7 +471,10 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
   for (const int r : s.stream_rank)
     ++streams_per_device[fabric.device_of(r)];
   s.budget_id = reinterpret_cast<std::uintptr_t>(&s);
-  if (s.has_messages) {
+  if (s.one_shot) {
+    // NOTE [one-shot programs]: every call on the stream path; no claim on the budget.
+    s.no_graph_waits = "a one-shot program (CudaExecutor) runs on the stream path";
+  } else if (s.has_messages) {
     // NOTE [CUDA call sequences] 6: a message's matching is numbered per call on the host.
     s.no_graph_waits =
         "its calls send rail messages (NOTE [CUDA call sequences] 6): their two-sided matching "
@@ -499,6 +558,14 @@ CudaSequenceRunner::State::~State() {
     (void)cudaStreamDestroy(st);
   for (const auto& [device, st] : setup)  // a constructor that threw
     if (st != nullptr) (void)cudaStreamDestroy(st);
+  for (cudaEvent_t e : pool_events)
+    (void)cudaEventDestroy(e);
+  for (const auto* list : {&profile.ops, &profile.streams}) {
+    for (const auto& [a, b] : *list) {
+      if (a != nullptr) (void)cudaEventDestroy(a);
+      if (b != nullptr) (void)cudaEventDestroy(b);
+    }
+  }
 }
 
 CudaSequenceRunner::~CudaSequenceRunner() = default;

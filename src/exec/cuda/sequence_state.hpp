@@ -4,6 +4,9 @@
 //   sequence_enqueue.cpp one call onto the streams (stream path and under capture)
 //   sequence_fusion.cpp  the fusion pass over a mapped template (waits, counter additions)
 //   sequence_graphs.cpp  the replay graphs (re-pointed) and the caller's captures
+//   sequence_copy_pool.cpp  the copy-engine pool (NOTE [copy-engine pool])
+//   sequence_profile.cpp the timing events of profiled calls (one-shot programs)
+//   executor.cpp         the one-shot facade, CudaExecutor (NOTE [one-shot programs])
 #pragma once
 
 #include <cuda.h>
@@ -62,8 +65,16 @@ struct SeqOp {
   program::OpKind kind = program::OpKind::kRelease;
   int rank = 0;
   int stream = -1;  // index into State::streams
+  int op = -1;      // index into the template program's ops (profiles name it)
   bool empty = false;
   std::vector<Copy> copies;
+  // The copy-engine pool (NOTE [copy-engine pool]): the lane of each copy (0: `stream`, j:
+  // pool[j - 1], an index into State::streams), the fork event and one join per pool stream.
+  // Empty where the copies stay on `stream`. The events are the State's (pool_events).
+  std::vector<int> lane;
+  std::vector<int> pool;
+  cudaEvent_t fork = nullptr;
+  std::vector<cudaEvent_t> joins;
   // Counters: the word, its index into the totals, the template's value (as mapped); after
   // the fusion pass (sequence_fusion.hpp) a kWait enqueues `waits`, a kSignal `adds`.
   std::uint64_t* word = nullptr;
@@ -78,6 +89,9 @@ struct SeqOp {
   // kernel gradient slot.
   kernels::Level1SumArgs sum{};
   std::vector<int> gradient_slots;
+  // One-shot programs (NOTE [one-shot programs]): the gradients as fixed pointers instead of
+  // slots, and `sum.alpha` / `land.accumulate` the program's own.
+  std::vector<const void*> fixed_gradients;
   std::unique_ptr<kernels::Level1SegmentTable> table;
   kernels::Level1Tuning tuning{};
   // kLand (out from `out`), kCast (dst `out`, src `in`), kZero (`out`).
@@ -93,14 +107,25 @@ struct SeqOp {
   int rail = -1;
 };
 
-// The stream name of a rank's rail stream (program stream names are >= 0).
+// The stream name of a rank's rail stream (program stream names are >= 0), and of its first
+// copy-pool stream (the j-th is kPoolStreamName - j).
 inline constexpr int kRailStreamName = -1;
+inline constexpr int kPoolStreamName = -2;
 
 struct Template {
   std::vector<SeqOp> ops;               // local ranks' ops, in the template's legal order
   std::vector<int> streams;             // streams with ops (indices into State::streams)
   std::vector<std::int64_t> additions;  // per (rank, counter), rank-major
   std::vector<int> tensors;             // per rank: kTensor slots the call must bind
+  int deferred = 0;  // ops enqueued after a later op (NOTE [enqueue order]; one-shot only)
+};
+
+// Timing events of profiled calls (one-shot programs, CudaRunOptions::profile): per op of
+// template 0 (kernels only, else null) and per stream, a pair around it.
+struct ProfileEvents {
+  bool on = false;  // the next stream-path call records them
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> ops;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> streams;
 };
 
 // The driver entry points of the stream path's waits (resolved at run time: no libcuda link).
@@ -177,6 +202,7 @@ struct CudaSequenceRunner::State {
   std::vector<CUcontext> context;  // per rank (local ones set)
   std::vector<cudaStream_t> streams;
   std::vector<int> stream_rank;
+  std::vector<int> stream_name;   // per stream: the program's name index, or kRail/kPoolStreamName
   std::vector<cudaEvent_t> done;  // per stream
   std::map<std::pair<int, int>, int> stream_of;
   cudaEvent_t entry = nullptr;
@@ -244,6 +270,12 @@ struct CudaSequenceRunner::State {
   std::unique_ptr<cuda_detail::MessageTransport> transport;
   void* token = nullptr;
   bool has_messages = false;
+  // NOTE [one-shot programs] (executor.cpp): kTensor and kOutput regions are the fabric's
+  // buffers, kSum and kLand keep the program's alpha and accumulate, and ops no legal order
+  // reaches follow in program order.
+  bool one_shot = false;
+  std::vector<cudaEvent_t> pool_events;  // NOTE [copy-engine pool]: every fork and join
+  sequence_detail::ProfileEvents profile;
   // Whether `op` (a put or signal to another rank) travels as a message.
   bool is_message(const program::Op& op) const;
 
@@ -261,6 +293,15 @@ struct CudaSequenceRunner::State {
   void map_message(const program::Op& op, std::set<int>& used,
                    std::vector<sequence_detail::SeqOp>& out);
   void map_op(const program::Op& op, int age, sequence_detail::SeqOp& m);
+  // NOTE [copy-engine pool] (sequence_copy_pool.cpp): deals the copies of the template's
+  // copy ops over the rank's pool streams, adding the pool streams to `used`.
+  void map_copy_pool(sequence_detail::Template& t, std::set<int>& used);
+  void enqueue_copies(const sequence_detail::SeqOp& m, std::size_t index, const CudaCallBindings& b,
+                      cudaStream_t s, sequence_detail::Capture* capture);
+  // Profiles (sequence_profile.cpp): the events made once, recorded by the next call.
+  void make_profile_events();
+  void profile_head(std::size_t stream);
+  void profile_tail(std::size_t stream);
   cudaEvent_t event(std::int64_t call, int rank, int id) const;
 
   // One call, template e mod P, onto the streams (NOTE [CUDA call sequences] 2), with
