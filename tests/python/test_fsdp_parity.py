@@ -158,6 +158,22 @@ def test_parity_across_emulated_hosts(mode, case, tmp_path_factory):
         assert all(n > 0 for n in sent), rows
 
 
+# NOTE [runtime] 11 (App. F): (p) an MoE layer at 4 processes as 2 emulated hosts of 2, its
+# experts fully_shard-ed over the expert sub-mesh (HSDP: sharded over the ranks l and l + 2, one
+# per host; replicated within a host) and its dense part over every rank. The experts' groups
+# run on the expert-parallel lane (both collectives "ep" in the report, rail messages sent),
+# the dense group on TIDE-AG and TIDE-RS; parity as in every case. The worker checks the lanes.
+@pytest.mark.parametrize("mode", MODES)
+def test_parity_expert_parallel_lanes(mode, tmp_path_factory):
+    run = run_parity(4, tmp_path_factory, cases="p", mode=mode, hosts=2)
+    check_case(run, "p")
+    rows = [r for r in run["cases"]["p"]["report"] if r["backend"] == "tide"]
+    experts = [r for r in rows if r["group"].startswith("blocks.")]
+    assert len(experts) == 4 and all(r["all_gather_lane"] == r["reduce_scatter_lane"] == "ep" for r in experts), rows
+    assert all(r["rail_messages"] > 0 for r in experts), rows
+    assert [r["all_gather_lane"] for r in rows if not r["group"].startswith("blocks.")] == ["tide-ag"], rows
+
+
 def check_case(run: dict, case: str) -> None:
     result = run["cases"][case]
     world = run["world"]
