@@ -136,9 +136,12 @@ class Tower(Routed, nn.Module):
 class MoE(Routed, nn.Module):
     """(p) An MoE layer: a dense part (input, router, head) sharded over every rank and experts
     (the blocks, each its own fully_shard) sharded over the expert sub-mesh, one rank per
-    host; every expert runs on every token, weighted by the router's top-2 gates."""
+    host; every expert runs on every token, weighted by the router's top-2 gates. The last
+    expert keeps fp32 parameters (no mixed precision): its gradients are fp32, which the
+    lane's reduce-scatter does not take, so that one falls back to TIDE-RS."""
 
     EXPERTS, WIDTH, HIDDEN = 4, 19, 29
+    FP32_EXPERT = EXPERTS - 1
 
     def __init__(self) -> None:
         super().__init__()
@@ -157,7 +160,8 @@ class MoE(Routed, nn.Module):
         weights = torch.zeros_like(gates).scatter(-1, top.indices, top.values).to(h.dtype)
         out = h
         for e, expert in enumerate(self.blocks):
-            out = out + weights[:, e : e + 1] * expert(h)
+            y = expert(h.float()).to(h.dtype) if e == self.FP32_EXPERT else expert(h)
+            out = out + weights[:, e : e + 1] * y
         return self.head(out)
 
     def loss(self, x):
@@ -485,7 +489,8 @@ def run_case(case, world, rank, seed):
         blocks = list(model.blocks)
         for i, block in enumerate(blocks):
             reshard = reshard_after_forward(case, i, len(blocks), world)
-            fully_shard(block, mesh=experts or own_mesh(), mp_policy=mp, reshard_after_forward=reshard)
+            policy = MixedPrecisionPolicy() if case == "p" and i == MoE.FP32_EXPERT else mp
+            fully_shard(block, mesh=experts or own_mesh(), mp_policy=policy, reshard_after_forward=reshard)
         fully_shard(model, mesh=own_mesh(), mp_policy=mp)
         return model
 
@@ -663,6 +668,10 @@ def run_case(case, world, rank, seed):
         for r in final:
             lanes = (r["all_gather_lane"], r["reduce_scatter_lane"])
             want = ("ep", "ep") if r["group"].startswith("blocks.") else ("tide-ag", "tide-rs")
+            if r["group"] == f"blocks.{MoE.FP32_EXPERT}":  # fp32 gradients: TIDE-RS, with the reason
+                want = ("ep", "tide-rs")
+                if "bf16" not in r["lane_reason"]:
+                    failures.append(f"(p): {r['group']}: no reason for TIDE-RS: {r['lane_reason']!r}")
             if r["backend"] == "tide" and lanes != want:
                 failures.append(f"(p): {r['group']} ran on lanes {lanes}, expected {want}: {r['lane_reason']!r}")
     stats["fallbacks"] = list(fallbacks.values())
