@@ -27,6 +27,24 @@ using exec::ReferenceExecutor;
 using program::Buffer;
 using program::Space;
 
+// The first unordered read or write of `program` under schedules 0 .. seeds - 1 ("" when none);
+// fails the test on any other error (the inputs must be complete).
+template <class Inputs>
+std::string first_race(const program::Program& program, const Inputs& inputs, int seeds) {
+  for (int s = 0; s < seeds; ++s) {
+    ReferenceExecutor ex(program);
+    inputs(ex);
+    const exec::RunResult run = ex.run(schedule(static_cast<std::uint64_t>(s)));
+    for (const exec::ExecError& e : run.errors) {
+      if (e.kind == exec::ErrorKind::kUnorderedRead || e.kind == exec::ErrorKind::kUnorderedWrite)
+        return e.message;
+      ADD_FAILURE() << "not a race: " << e.message;
+      return "";
+    }
+  }
+  return "";
+}
+
 // Three ways the own shard arrives: resident, staged per call, cast from fp32 masters.
 AgOptions shard_source(int kind) {
   AgOptions o;
@@ -95,6 +113,40 @@ TEST(EpLaneSequence, AllGatherCallsLandEveryShardBitwise) {
       }
     }
   }
+}
+
+// Without the waits one call back (this rank's previous rounds and arrivals before it offers
+// its landing again), a call's puts overwrite landing rows that the previous call still
+// forwards from: the race detector must see it.
+TEST(EpLaneSequence, OfferingTheLandingBeforeThePreviousCallIsARace) {
+  const GroupLayout layout(Topology(5, 1), {{"a", 23, 6}, {"b", 9, 3}}, DType::kBf16, DType::kBf16);
+  program::EpAgArenaLayout areas = program::ep_ag_arena_layout(layout);
+  const program::CallSequence seq = program::ep_ag_call_sequence(AgPlan(layout, {}), areas);
+  program::Program flat = program::expand_calls(seq, 4);
+  const int readiness = 0;  // the builder's first stream
+  ASSERT_EQ(flat.stream_names.at(readiness), "readiness");
+  std::vector<program::Op> kept;
+  for (const program::Op& op : flat.ops) {
+    if (!(op.is<program::EventWaitOp>() && op.stream == readiness)) kept.push_back(op);
+  }
+  ASSERT_LT(kept.size(), flat.ops.size());
+  flat.ops = kept;
+  const program::Program clean = program::expand_calls(seq, 4);
+  auto inputs = [&](ReferenceExecutor& ex) {
+    std::mt19937_64 rng(7);
+    for (int r = 0; r < 5; ++r) {
+      std::vector<std::uint16_t> shard(static_cast<std::size_t>(layout.shard_bytes() / 2));
+      for (int p = 0; p < layout.param_count(); ++p)
+        (void)random_masters(rng, layout, p, DType::kBf16, shard);
+      auto bytes = ex.input(Buffer{r, Space::kArena, 0}, areas.resident, layout.shard_bytes());
+      std::memcpy(bytes.data(), shard.data(), bytes.size());
+      auto landing = ex.input(Buffer{r, Space::kArena, 0}, areas.landing, layout.unsharded_bytes());
+      std::fill(landing.begin(), landing.end(), std::byte{0xA5});
+    }
+  };
+  EXPECT_EQ(first_race(clean, inputs, 16), "") << "the sequence itself";
+  EXPECT_NE(first_race(flat, inputs, 16), "")
+      << "no schedule of 16 showed the landing offered early";
 }
 
 // The runtime binds alpha and accumulate per call (NOTE [host execution] 3): here the flat
@@ -203,19 +255,19 @@ TEST(EpLaneSequence, DroppingTheCreditsAcrossCallsIsARace) {
   }
   ASSERT_LT(kept.size(), flat.ops.size());
   flat.ops = kept;
-  bool raced = false;
-  for (std::uint64_t s = 0; s < 8 && !raced; ++s) {
-    ReferenceExecutor ex(flat);
-    std::mt19937_64 rng(s);
+  auto inputs = [&](ReferenceExecutor& ex) {
+    std::mt19937_64 rng(7);
     for (int e = 0; e < 3; ++e) {
       const std::vector<RankGrads> grads = random_grads(rng, layout);
       for (int r = 0; r < 3; ++r)
         store_values(grads[static_cast<std::size_t>(r)][0], DType::kBf16,
                      ex.input(Buffer{r, Space::kTensor, e}));
     }
-    raced = !ex.run(schedule(s)).clean();
-  }
-  EXPECT_TRUE(raced) << "no schedule of 8 showed the missing credits";
+  };
+  const program::Program clean =
+      program::expand_calls(program::ep_rs_call_sequence(layout, areas), 3);
+  EXPECT_EQ(first_race(clean, inputs, 16), "") << "the sequence itself";
+  EXPECT_NE(first_race(flat, inputs, 16), "") << "no schedule of 16 showed the missing credits";
 }
 
 }  // namespace
