@@ -171,6 +171,13 @@ def main():
         if m > 8:
             check(f"{name}: the fallback says why", all("M <= 8" in lane for lane in lanes), lanes)
         check(f"{name}: no receive stage", summary["arena"]["stage_bytes"] == 0, summary["arena"])
+        if "--ring" in extra:  # `tide memory --lane ep` lays out the runtime's arena
+            memory = subprocess.run([TIDE, "memory", "-M", str(m), "-L", "1", "--groups", groups,
+                                     "--slots", "ring", "--mode", mode, "--lane", "ep", "--json"],
+                                    capture_output=True, text=True)
+            laid_out = json.loads(memory.stdout)["arena"] if memory.returncode == 0 else memory.stderr
+            check(f"{name}: tide memory --lane ep agrees with the runtime",
+                  laid_out == summary["arena"], f"memory {laid_out} runtime {summary['arena']}")
 
     p, _ = run(["-M", "2", "-L", "2", "--groups", "33x7,5", "--calls", "4", "--json"])
     summary = json.loads(p.stdout)
