@@ -24,6 +24,10 @@ Before the gather, ``unservable_process_group`` refuses, without any collective,
 groups whose backend TIDE does not know (torch's ``threaded`` and ``fake`` test backends
 among them: their ranks are threads of one process, or no processes at all), so nothing
 waits on a peer that cannot answer.
+The communicator's L (ranks per node) is then the group's ranks per host, counted from the
+facts' hosts (``RankFacts.node``: under TIDE_EMULATE_HOSTS the emulated host of each global
+rank), never LOCAL_WORLD_SIZE alone: a process group of an expert sub-mesh, one rank per host,
+gets L = 1 and with it the expert-parallel lane (NOTE [runtime] 11; ``gpus_per_node``).
 
 NOTE [shared store]
 The runtime bootstraps over torch's default store; a process group whose ranks do not share
