@@ -24,6 +24,10 @@ Before the gather, ``unservable_process_group`` refuses, without any collective,
 groups whose backend TIDE does not know (torch's ``threaded`` and ``fake`` test backends
 among them: their ranks are threads of one process, or no processes at all), so nothing
 waits on a peer that cannot answer.
+The communicator's L (ranks per node) is then the group's ranks per host, counted from the
+facts' hosts (``RankFacts.node``: under TIDE_EMULATE_HOSTS the emulated host of each global
+rank), never LOCAL_WORLD_SIZE alone: a process group of an expert sub-mesh, one rank per host,
+gets L = 1 and with it the expert-parallel lane (NOTE [runtime] 11; ``gpus_per_node``).
 
 NOTE [shared store]
 The runtime bootstraps over torch's default store; a process group whose ranks do not share
@@ -40,6 +44,7 @@ enable() for ``timeout_s`` once per communicator, never torch's store timeout.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 from dataclasses import dataclass
@@ -96,6 +101,9 @@ class RankFacts:
     ipc_unusable: str = ""  # why this rank's tide._C has no ipc backend ("": it has)
     forced: str = "auto"  # this rank's TIDE_BACKEND
     unknown: str = ""  # why this rank could not tell its facts ("": it could)
+    # The host as the runtime sees it: ``host``, or under TIDE_EMULATE_HOSTS the emulated one
+    # (emulated_host): what L of a process group is counted from (gpus_per_node).
+    node: str = ""
 
 
 @dataclass(frozen=True)
@@ -201,14 +209,15 @@ def gpu_identity(device: torch.device) -> str:
 
 def local_facts(device: torch.device) -> RankFacts:
     rank = dist.get_rank() if dist.is_initialized() else 0
-    facts = RankFacts(rank, socket.gethostname(), os.getpid(), device.type, forced=forced_backend())
+    host = socket.gethostname()
+    node = emulated_host(host, rank) if emulated_hosts() else host
+    facts = RankFacts(rank, host, os.getpid(), device.type, forced=forced_backend(), node=node)
     if device.type != "cuda":
         return facts
     index = device.index if device.index is not None else torch.cuda.current_device()
     nccl = nccl_unusable() or backend_missing("nccl", index)
-    return RankFacts(
-        facts.rank, facts.host, facts.pid, "cuda", gpu_identity(device), nccl,
-        backend_missing("ipc", index), facts.forced,
+    return dataclasses.replace(
+        facts, gpu=gpu_identity(device), nccl_unusable=nccl, ipc_unusable=backend_missing("ipc", index)
     )
 
 
@@ -309,19 +318,32 @@ def _nccl_why_not(facts: Sequence[RankFacts]) -> str:
 
 def emulated_hosts() -> bool:
     """TIDE_EMULATE_HOSTS=1 (tests): on the host backend, each node of LOCAL_WORLD_SIZE ranks
-    is a host of its own, reached by rail messages only (NOTE [runtime] 9)."""
+    of the job is a host of its own, reached by rail messages only (NOTE [runtime] 9)."""
     return os.environ.get("TIDE_EMULATE_HOSTS", "").strip() == "1"
 
 
+def emulated_host(host: str, rank: int) -> str:
+    """The emulated host of the job's global ``rank``: its node of LOCAL_WORLD_SIZE ranks, as
+    torchrun numbers them (the emulation's definition; L of a group is then counted from these
+    hosts, gpus_per_node)."""
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world) or world))
+    return f"{host}#host{rank // local}"
+
+
 def gpus_per_node(facts: Sequence[RankFacts], backend: str) -> int:
-    """L: processes of this group on one host (every rank: one host, NOTE [backend selection]),
-    or LOCAL_WORLD_SIZE where that is smaller (emulated nodes of M x L splits; on the host
-    backend only with emulated hosts)."""
+    """L: the group's ranks on one host, counted from the hosts its ranks sit on (the first
+    rank's; every rank computes the same, and the runtime refuses hosts of unequal sizes), not
+    from LOCAL_WORLD_SIZE. A process group of an expert sub-mesh, one rank per (emulated) host,
+    has L = 1 and gets the expert-parallel lane (NOTE [runtime] 11). On the GPU backends, whose
+    ranks share one host, LOCAL_WORLD_SIZE may still split it into emulated nodes of M x L."""
     world = len(facts)
-    if backend == "host" and not emulated_hosts():
-        return world
+    node = facts[0].node or facts[0].host if facts else ""
+    per_host = sum(1 for f in facts if (f.node or f.host) == node) or world
+    if backend == "host":
+        return per_host
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world) or world)
-    return max(1, min(world, local))
+    return max(1, min(per_host, local))
 
 
 # --- The store every rank must share -----------------------------------------------------------
@@ -385,9 +407,10 @@ def store_not_shared(store, pg) -> str:
     return ""
 
 
-def create(pg, device: torch.device, timeout_s: float, backend: str, store, local: int):
+def create(pg, device: torch.device, timeout_s: float, backend: str, store, local: int, node: str = ""):
     """The communicator on ``backend`` (local to this process: nothing collective runs before
-    the first registration)."""
+    the first registration). ``node``: this rank's emulated host (RankFacts.node) where hosts
+    are emulated, so that the runtime sees the hosts the group's ranks sit on."""
     if device.type == "cpu":
         device_index = -1
     else:
@@ -395,6 +418,7 @@ def create(pg, device: torch.device, timeout_s: float, backend: str, store, loca
     return communicator_class()(
         pg.rank(), pg.size(), local, backend, store, float(timeout_s), device_index,
         nodes_as_hosts=backend == "host" and emulated_hosts(),
+        host=node if backend == "host" and emulated_hosts() else "",
     )
 
 

@@ -277,7 +277,8 @@ def _open_communicator(pg, device, timeout_s: float, generation: int):
     if not local:
         try:
             local_ranks = _runtime.gpus_per_node(facts, choice.backend)
-            raw = _runtime.create(pg, device, timeout_s, choice.backend, store, local_ranks)
+            node = facts[pg.rank()].node
+            raw = _runtime.create(pg, device, timeout_s, choice.backend, store, local_ranks, node)
             comm = _failure.GuardedCommunicator(raw, choice.backend, choice.reason)
         except (RuntimeError, ValueError, TypeError, OSError) as e:
             local = f"the {choice.backend} communicator could not be created: {e}"
@@ -444,7 +445,9 @@ def report(module: nn.Module) -> list[dict]:
     docs/runtime.md, Hosts), stock_calls, params, slot (its
     landing slot id: groups of one id share the memory; -1: its own) with slot_reason (why its
     own), deferred_prefetches (prefetches that found the slot held and waited for the group's
-    own unshard) and landing_bytes. ``memory(module)`` gives the arena."""
+    own unshard), landing_bytes, and all_gather_lane / reduce_scatter_lane ("tide-ag",
+    "tide-rs", or "ep": the expert-parallel lane of a group whose ranks are one per host,
+    docs/runtime.md) with lane_reason (why such a group is not on it). ``memory(module)`` gives the arena."""
     _check_module("report", module)
     state = getattr(module, _ATTRIBUTE, None)
     if state is None:
@@ -470,6 +473,9 @@ def _stock_row(name: str, fsdp_group, reason: str) -> dict:
         "reduce_scatter_replays": 0,
         "rail_messages": 0,
         "rail_message_bytes": 0,
+        "all_gather_lane": "",
+        "reduce_scatter_lane": "",
+        "lane_reason": "",
         "stock_calls": 0,
         "params": len(fsdp_group.fsdp_params),
         "active": False,
@@ -530,6 +536,10 @@ def _row(group) -> dict:
         "slot_reason": group.slot_reason if on_tide else "",
         "deferred_prefetches": group.deferred_prefetches,
         "landing_bytes": int(group.info.get("landing_bytes", 0)) if on_tide else 0,
+        # NOTE [runtime] 11: "ep" where the collective runs on the expert-parallel lane.
+        "all_gather_lane": str(group.info.get("all_gather_lane", "")) if on_tide else "",
+        "reduce_scatter_lane": str(group.info.get("reduce_scatter_lane", "")) if on_tide else "",
+        "lane_reason": str(group.info.get("lane_reason", "")) if on_tide else "",
     }
 
 

@@ -153,6 +153,7 @@ struct WorkerResult {
   std::int64_t replays = 0;        // calls that ran as replayed CUDA graphs (GPU backends)
   std::int64_t rail_messages = 0;  // sent to ranks of other hosts (--nodes-as-hosts)
   std::int64_t rail_message_bytes = 0;
+  std::vector<std::string> lanes;  // per group: "<all-gather lane>/<reduce-scatter lane>"
   std::string error;
   runtime::ArenaInfo arena;
 };
@@ -308,8 +309,11 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
       comm->check();
       std::vector<float> got(static_cast<std::size_t>(layout.shard_elems()));
       memory->read(got.data(), out, out_bytes);
+      // NOTE [runtime] 11: the expert-parallel lane sums in its own order.
       const auto expected =
-          rs_expected(plans[static_cast<std::size_t>(g)], grads, alpha, accumulate, initial);
+          info.reduce_scatter_lane == "ep"
+              ? ep_rs_expected(layout, grads, alpha, accumulate, initial)
+              : rs_expected(plans[static_cast<std::size_t>(g)], grads, alpha, accumulate, initial);
       const auto& want = expected[static_cast<std::size_t>(rank)];
       for (std::size_t i = 0; i < got.size(); ++i) {
         if (std::memcmp(&got[i], &want[i], 4) != 0) ++result.mismatches;
@@ -319,6 +323,9 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
   }
   result.arena = comm->arena();
   for (const int id : ids) {
+    const runtime::GroupInfo& info = comm->info(id);
+    result.lanes.push_back(info.all_gather_lane + "/" + info.reduce_scatter_lane +
+                           (info.lane_reason.empty() ? "" : " (" + info.lane_reason + ")"));
     const runtime::GroupStats s = comm->stats(id);
     result.replays += s.all_gather_replays + s.reduce_scatter_replays;
     result.rail_messages += s.rail_messages;
@@ -463,6 +470,7 @@ void run_check_runtime(CheckRuntimeArgs a) {
                {"replays", r.replays},
                {"rail_messages", r.rail_messages},
                {"rail_message_bytes", r.rail_message_bytes},
+               {"lanes", r.lanes},
                {"arena", arena_json(r.arena)}};
         status = r.mismatches == 0 ? 0 : 1;
       } catch (const std::exception& e) {
@@ -545,6 +553,7 @@ void run_check_runtime(CheckRuntimeArgs a) {
                   {"per_rank", ranks}};
   // Every rank lays out the same arena (NOTE [communicator arena]): rank 0's stands for all.
   if (!ranks.empty() && ranks.front().contains("arena")) summary["arena"] = ranks.front()["arena"];
+  if (!ranks.empty() && ranks.front().contains("lanes")) summary["lanes"] = ranks.front()["lanes"];
   if (a.json) {
     std::cout << summary.dump(2) << '\n';
   } else {
@@ -552,6 +561,10 @@ void run_check_runtime(CheckRuntimeArgs a) {
         "check-runtime: {} ranks ({} x {}), {} groups, {} calls each, "
         "backend {}, mode {}, seed {}\n",
         a.procs, a.nodes, a.gpus_per_node, groups.size(), a.calls, a.backend, a.mode, a.seed);
+    if (summary.contains("lanes")) {
+      for (const auto& lane : summary["lanes"])
+        std::cout << "  lanes: " << lane.get<std::string>() << '\n';
+    }
     for (const json& row : ranks) {
       if (row.contains("error")) {
         std::cout << fmt::format("  rank {}: FAILED after {:.2f} s: {}\n", row["rank"].get<int>(),

@@ -17,6 +17,7 @@
 #include "tide/core/rs_defaults.hpp"
 #include "tide/core/rs_plan.hpp"
 #include "tide/program/communicator_arena.hpp"
+#include "tide/program/ep_lane.hpp"
 
 namespace tide::cli {
 namespace {
@@ -34,6 +35,7 @@ struct MemoryArgs {
   std::string ag_dtype = "bf16";
   std::string mode = "in-place";
   bool cast = false;
+  std::string lane;  // "ep": the groups of a communicator whose ranks are one per host
 };
 
 std::vector<int> parse_slots(const std::string& text, std::size_t groups) {
@@ -97,7 +99,17 @@ program::CommunicatorArena groups_arena(const MemoryArgs& a) {
     ao.staged_shards = !a.cast;  // as tide.fsdp registers its groups
     ag.emplace_back(layouts.back(), ao);
     plans.emplace_back(layouts.back(), with_solver_defaults(rs, layouts.back()));  // as the runtime
-    groups.push_back({&ag.back(), &plans.back(), slots[g]});
+    program::ArenaGroup group{&ag.back(), &plans.back(), slots[g]};
+    if (a.lane == "ep") {  // NOTE [runtime] 11: as the runtime chooses the lanes
+      if (const std::string why = program::ep_lane_inapplicable(layouts.back()); !why.empty()) {
+        throw InvalidArgument("--lane ep: " + why + " (give -L 1 and -M 2 or more)");
+      }
+      group.ep_all_gather = true;
+      group.ep_reduce_scatter = program::ep_rs_inapplicable(layouts.back()).empty();
+    } else if (!a.lane.empty()) {
+      throw InvalidArgument("--lane '" + a.lane + "' is not ep (or leave it out)");
+    }
+    groups.push_back(group);
   }
   return program::communicator_arena(groups);
 }
@@ -255,6 +267,9 @@ void add_memory_command(CLI::App& app) {
   cmd->add_option("--mode", args->mode, "With --groups: in-place or slot-reuse")
       ->capture_default_str();
   cmd->add_flag("--cast", args->cast, "With --groups: fp32 masters all-gathered as bf16");
+  cmd->add_option("--lane", args->lane,
+                  "With --groups: ep, the expert-parallel lane of a communicator whose ranks are "
+                  "one per host (-L 1; NOTE [runtime] 11)");
   cmd->callback([args] { run_memory(*args); });
 }
 

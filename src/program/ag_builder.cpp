@@ -317,10 +317,14 @@ Program build_ag_call(const AgPlan& plan, const AgProgramOptions& options,
 }
 
 std::vector<std::int64_t> ag_input_bytes(const AgPlan& plan) {
+  return shard_input_bytes(plan.layout(), plan.options());
+}
+
+std::vector<std::int64_t> shard_input_bytes(const GroupLayout& layout, const AgOptions& options) {
   std::vector<std::int64_t> bytes;
-  if (!plan.options().shard_in_stage()) return bytes;
-  const std::int64_t item = plan.options().mixed_precision_cast ? 4 : 0;
-  for (const ParamLayout& pl : plan.layout().params())
+  if (!options.shard_in_stage()) return bytes;
+  const std::int64_t item = options.mixed_precision_cast ? 4 : 0;
+  for (const ParamLayout& pl : layout.params())
     bytes.push_back(item != 0 ? pl.shard_elems() * item : pl.shard_bytes);
   return bytes;
 }

@@ -18,6 +18,7 @@ std::int64_t aligned(std::int64_t x) {
 // Eq. 10 for the largest group's fp32 shard, in bytes; 0 where the closed form does not
 // apply (the memory model's limits, e.g. n_par > 2).
 std::int64_t staging_bound(const std::vector<ArenaGroup>& groups) {
+  if (groups.empty()) return 0;
   const RsPlan& first = *groups.front().reduce_scatter;
   const Topology& topo = first.layout().topology();
   std::int64_t fp32_shard = 0;
@@ -69,10 +70,11 @@ CommunicatorArena communicator_arena(const std::vector<ArenaGroup>& groups) {
     }
   }
   a.resident_bytes = at;
-  // 2. the shared receive stage
+  // 2. the shared receive stage (none for the expert-parallel lane)
   std::int64_t stage = 0;
-  for (const ArenaGroup& g : groups)
-    stage = std::max(stage, aligned(g.all_gather->stage_bytes()));
+  for (const ArenaGroup& g : groups) {
+    if (!g.ep_all_gather) stage = std::max(stage, aligned(g.all_gather->stage_bytes()));
+  }
   const std::int64_t stage_at = at;
   at += stage;
   a.stage_bytes = stage;
@@ -109,32 +111,58 @@ CommunicatorArena communicator_arena(const std::vector<ArenaGroup>& groups) {
     areas.stage[1] = stage_at;  // one stage: the lane handoff orders its users
     areas.landing = a.slots[static_cast<std::size_t>(a.slot_of[g])].offset;
   }
-  // 4. TIDE-RS's areas
+  // 4. TIDE-RS's areas, or the lane's inbox where that is larger
   std::vector<const RsPlan*> rs_plans;
-  for (const ArenaGroup& g : groups)
+  std::vector<ArenaGroup> general;
+  for (const ArenaGroup& g : groups) {
+    if (g.ep_reduce_scatter) continue;
     rs_plans.push_back(g.reduce_scatter);
-  a.reduce_scatter = rs_arena_layout(rs_plans, LandingStyle::kPull);  // the runtime's landing
+    general.push_back(g);
+  }
+  if (!rs_plans.empty()) {
+    a.reduce_scatter = rs_arena_layout(rs_plans, LandingStyle::kPull);  // the runtime's landing
+  }
   for (std::int64_t* offset : {&a.reduce_scatter.staging, &a.reduce_scatter.outbox,
                                &a.reduce_scatter.spares, &a.reduce_scatter.inbox})
     *offset += at;
-  a.reduce_scatter_bytes = aligned(a.reduce_scatter.arena_bytes);
+  a.ep_reduce_scatter.resize(groups.size());
+  std::int64_t rs_bytes = a.reduce_scatter.arena_bytes, ep_bytes = 0;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    if (!groups[g].ep_reduce_scatter) continue;
+    EpRsProgramOptions lane;
+    lane.fold_always = true;  // as ep_rs_call_sequence builds it
+    a.ep_reduce_scatter[g] =
+        ep_rs_arena_layout(groups[g].reduce_scatter->layout(), lane);  // relative to `at`
+    ep_bytes = std::max(ep_bytes, a.ep_reduce_scatter[g].arena_bytes);
+  }
+  rs_bytes = std::max(rs_bytes, ep_bytes);
+  a.reduce_scatter_bytes = aligned(rs_bytes);
   a.areas += 1;
+  const std::int64_t rs_at = at;
   at += a.reduce_scatter_bytes;
   a.arena_bytes = at;
   a.reduce_scatter.arena_bytes = at;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].ep_reduce_scatter) {
+      a.ep_reduce_scatter[g] = ep_rs_arena_layout_at(a.ep_reduce_scatter[g], rs_at, at);
+    }
+  }
   for (AgSequenceAreas& areas : a.all_gather)
     areas.bytes = at;
 
-  // The Sec. 5.4 bound for these groups.
+  // The Sec. 5.4 bound for these groups (App. F: the lane's groups add no stage, and their
+  // inbox is its own closed form).
   std::int64_t residents = 0, stage_bound = 0, slots_bound = 0;
   for (const ArenaGroup& g : groups) {
     if (!g.all_gather->options().shard_in_stage())
       residents += g.all_gather->layout().shard_bytes();
-    stage_bound = std::max(stage_bound, g.all_gather->stage_bytes());
+    if (!g.ep_all_gather) stage_bound = std::max(stage_bound, g.all_gather->stage_bytes());
   }
   for (const LandingSlot& slot : a.slots)
     slots_bound += slot.bytes;
-  const std::int64_t staging = staging_bound(groups);
+  const std::int64_t general_staging = staging_bound(general);
+  const std::int64_t staging =
+      general.empty() ? ep_bytes : (general_staging > 0 ? std::max(general_staging, ep_bytes) : 0);
   a.bound_bytes = staging > 0 ? residents + stage_bound + slots_bound + staging : 0;
   return a;
 }

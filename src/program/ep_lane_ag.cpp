@@ -24,12 +24,16 @@
 // the DATA signal of the put that wrote them (or, for the own rows, in stream order after the
 // own copy); parameters are consumed only after READY. Pacing (Sec. 3.1's head/tail split)
 // is left out: each target has one sender per round, so there is no incast to pace.
-// In a sequence of calls, FREE for the next call must also follow this call's ROUNDS_DONE
-// (the rounds read the landing); a lone call models the previous user only.
+// In a call sequence (ep_ag_call_sequence, NOTE [call sequences]) the caller's stream is the
+// landing's user (no consumer): step 0 is replaced by waits, on the readiness stream, for this
+// rank's previous call's ROUNDS_DONE (its rounds read the landing) and READY (its arrivals
+// are in), so that FREE[d] of call e + 1 follows call e on this rank. Every counter is the
+// call's own (FREE and DATA are signalled afresh each call): no credit spans calls.
 #include <algorithm>
 #include <string>
 
 #include "ep_lane_builder.hpp"
+#include "tide/core/cta_budgets.hpp"
 #include "tide/core/error.hpp"
 #include "tide/core/topology.hpp"
 #include "tide/program/emitter.hpp"
@@ -50,15 +54,19 @@ struct Builder : Emitter {
   const GroupLayout& layout;
   const EpAgProgramOptions& options;
   EpAgArenaLayout arena;
+  CallPlacement at;  // the call's first counter and event ids, its tensors
+  int call = 0;      // in a sequence: calls before this one (0: a lone call)
   std::vector<EpAgRound> rounds;
   int m = 0;
   int readiness = 0, caller = 0, completion = 0, compute = 0;
 
   bool injected(Fault fault) const { return options.fault == fault; }
-  // Counter ids (per rank).
-  int free_of(int d) const { return d; }
-  int data(int d) const { return static_cast<int>(rounds.size()) + d; }
-  int counters() const { return 2 * static_cast<int>(rounds.size()); }
+  // Counter ids (per rank), the call's own from at.counter_base.
+  int free_of(int d) const { return at.counter_base + d; }
+  int data(int d) const { return at.counter_base + static_cast<int>(rounds.size()) + d; }
+  int counters() const { return at.counter_base + 2 * static_cast<int>(rounds.size()); }
+  int ev(int id) const { return at.event_base + id; }
+  int previous_ev(int id) const { return at.event_base - kEvents + id; }
 
   Region landing_rows(int rank, int p, int first_node, int nodes) const {
     const ParamLayout& pl = layout.param(p);
@@ -90,15 +98,21 @@ struct Builder : Emitter {
     const Region landing{Buffer{n, Space::kArena, 0}, arena.landing, unsharded, unsharded, 1};
     const Region output{Buffer{n, Space::kOutput, 0}, 0, unsharded, unsharded, 1};
 
-    // 0. The landing's previous user.
+    // 0. The landing's previous user: the modelled layer, or in a sequence this rank's
+    // previous call (its forwards and arrivals).
     if (options.consumer) {
       auto& previous = add<CopyOp>(n, compute, who + "previous layer reads the landing");
       previous.copies = {CopyDescriptor{landing, output}};
+      record_event(n, compute, ev(kLandingFreeEvent), who + "landing free");
+      wait_event(n, readiness, ev(kLandingFreeEvent), who + "wait for the landing's previous user");
+      wait_event(n, caller, ev(kLandingFreeEvent), who + "own landing free");
+    } else if (call > 0) {
+      wait_event(n, readiness, previous_ev(kRoundsDoneEvent),
+                 who + "previous call's rounds read the landing");
+      wait_event(n, readiness, previous_ev(kReadyEvent), who + "previous call's arrivals in");
     }
-    record_event(n, compute, kLandingFreeEvent, who + "landing free");
 
     // 1. readiness: n's landing is free for each round's sender.
-    wait_event(n, readiness, kLandingFreeEvent, who + "wait for the landing's previous user");
     for (const EpAgRound& round : rounds) {
       const int sender = mod(n + round.distance, m);
       signal(n, readiness, sender, free_of(round.index),
@@ -107,17 +121,8 @@ struct Builder : Emitter {
     }
 
     // 2. caller: the own shard into the landing.
-    wait_event(n, caller, kLandingFreeEvent, who + "own landing free");
-    auto& own = add<CopyOp>(n, caller, who + "own shard -> landing");
-    for (int p = 0; p < layout.param_count(); ++p) {
-      const ParamLayout& pl = layout.param(p);
-      if (pl.shard_bytes == 0) continue;
-      own.copies.push_back(
-          CopyDescriptor{Region{Buffer{n, Space::kArena, 0}, arena.resident + pl.offset,
-                                pl.shard_bytes, pl.shard_bytes, 1},
-                         landing_rows(n, p, n, 1)});
-    }
-    record_event(n, caller, kOwnLandedEvent, who + "own shard landed");
+    own_shard(n, who);
+    record_event(n, caller, ev(kOwnLandedEvent), who + "own shard landed");
 
     // 3. caller: the rounds, landing to landing.
     for (const EpAgRound& round : rounds) {
@@ -142,26 +147,71 @@ struct Builder : Emitter {
       put.counter = Counter{target, data(d)};
       put.value = 1;
     }
-    record_event(n, caller, kRoundsDoneEvent, who + "rounds sent");
+    record_event(n, caller, ev(kRoundsDoneEvent), who + "rounds sent");
 
     // 4. completion.
-    wait_event(n, completion, kOwnLandedEvent, who + "own shard in place");
+    wait_event(n, completion, ev(kOwnLandedEvent), who + "own shard in place");
     for (const EpAgRound& round : rounds) {
       if (injected(Fault::kEpAgNoArrivalFence)) break;
       wait(n, completion, data(round.index), 1,
            who + "round " + std::to_string(round.index) + " arrived");
     }
-    record_event(n, completion, kReadyEvent, who + "parameters ready");
+    record_event(n, completion, ev(kReadyEvent), who + "parameters ready");
 
     // 5. The layer reads its parameters.
     if (options.consumer) {
-      wait_event(n, compute, kReadyEvent, who + "compute waits for parameters");
+      wait_event(n, compute, ev(kReadyEvent), who + "compute waits for parameters");
       auto& use = add<CopyOp>(n, compute, who + "layer reads its parameters");
       use.copies = {CopyDescriptor{landing, output}};
-      record_event(n, compute, kUsedEvent, who + "layer done with them");
+      record_event(n, compute, ev(kUsedEvent), who + "layer done with them");
+    }
+  }
+
+  // Step 2: rank n's own rows of the landing, from the resident shard (one copy), or from the
+  // call's tensors: copied (staged shards) or cast from fp32 masters (one op per parameter).
+  void own_shard(int n, const std::string& who) {
+    const AgOptions& source = options.shards;
+    auto* own = source.mixed_precision_cast ? nullptr
+                                            : &add<CopyOp>(n, caller, who + "own shard -> landing");
+    for (int p = 0; p < layout.param_count(); ++p) {
+      const ParamLayout& pl = layout.param(p);
+      if (pl.shard_bytes == 0) continue;
+      if (source.mixed_precision_cast) {
+        auto& cast = add<CastOp>(n, caller, who + "cast p" + std::to_string(p) + " -> landing");
+        cast.src = Region{Buffer{n, Space::kTensor, at.tensor_base + p}, 0, pl.shard_elems() * 4,
+                          pl.shard_elems() * 4, 1};
+        cast.dst = landing_rows(n, p, n, 1);
+        cast.ctas = kDefaultCastCtas;
+        continue;
+      }
+      const Region src = source.staged_shards
+                             ? Region{Buffer{n, Space::kTensor, at.tensor_base + p}, 0,
+                                      pl.shard_bytes, pl.shard_bytes, 1}
+                             : Region{Buffer{n, Space::kArena, 0}, arena.resident + pl.offset,
+                                      pl.shard_bytes, pl.shard_bytes, 1};
+      own->copies.push_back(CopyDescriptor{src, landing_rows(n, p, n, 1)});
     }
   }
 };
+
+// The lane's all-gather program of call `call` at `at` (every rank's ops, its counters and
+// events), with its arena `areas`; buffer sizes are left to the caller.
+Program build_ep_ag_call(const GroupLayout& layout, const EpAgProgramOptions& options,
+                         const CallPlacement& at, int call, const EpAgArenaLayout& areas) {
+  if (const std::string why = ep_lane_inapplicable(layout); !why.empty()) throw Unsupported(why);
+  require_fault_shows_on_lane(options.fault, ep_ag_fault_inapplicable(options.fault, layout));
+  Builder b{{}, layout, options, areas, at, call, {}};
+  b.m = layout.topology().nodes();
+  b.rounds = ep_ag_rounds(b.m);
+  Program& p = b.program;
+  p.ranks = b.m;
+  b.readiness = p.stream("readiness");
+  b.caller = p.stream("caller");
+  b.completion = p.stream("completion");
+  if (options.consumer) b.compute = p.stream("compute");
+  emit_lane_ranks(b, at.event_base + kEvents, BufferSizes{});
+  return std::move(b.program);
+}
 
 }  // namespace
 
@@ -193,25 +243,33 @@ EpAgArenaLayout ep_ag_arena_layout(const GroupLayout& layout) {
 
 Program build_ep_ag_program(const GroupLayout& layout, const EpAgProgramOptions& options,
                             EpAgProgramIds* ids) {
-  if (const std::string why = ep_lane_inapplicable(layout); !why.empty()) throw Unsupported(why);
-  require_fault_shows_on_lane(options.fault, ep_ag_fault_inapplicable(options.fault, layout));
-  Builder b{{}, layout, options, ep_ag_arena_layout(layout), {}};
-  b.m = layout.topology().nodes();
-  b.rounds = ep_ag_rounds(b.m);
-  Program& p = b.program;
-  p.ranks = b.m;
-  b.readiness = p.stream("readiness");
-  b.caller = p.stream("caller");
-  b.completion = p.stream("completion");
-  b.compute = p.stream("compute");
+  const EpAgArenaLayout areas = ep_ag_arena_layout(layout);
+  Program p = build_ep_ag_call(layout, options, CallPlacement{}, 0, areas);
   BufferSizes sizes;
+  sizes.arena_bytes = areas.arena_bytes;
+  sizes.tensor_bytes = shard_input_bytes(layout, options.shards);
   if (options.consumer) sizes.output_bytes = {layout.unsharded_bytes()};
-  emit_lane_ranks(b, kEvents, sizes);
+  p.buffers.assign(static_cast<std::size_t>(p.ranks), sizes);
   if (ids) {
     ids->ready_event = kReadyEvent;
     ids->used_event = kUsedEvent;
   }
-  return std::move(b.program);
+  return p;
+}
+
+CallSequence ep_ag_call_sequence(const AgPlan& plan, const EpAgArenaLayout& areas,
+                                 const SequenceOptions& options) {
+  const GroupLayout& layout = plan.layout();
+  EpAgProgramOptions o;
+  o.consumer = false;  // the caller's stream orders the landing's users (runtime)
+  o.shards = plan.options();
+  CallBuilder build = [&layout, o, areas](int call, const CallPlacement& at) {
+    return build_ep_ag_call(layout, o, at, call, areas);
+  };
+  BufferSizes sizes;
+  sizes.arena_bytes = areas.arena_bytes;
+  sizes.tensor_bytes = ag_input_bytes(plan);
+  return make_call_sequence(build, 0, sizes, options);
 }
 
 std::string ep_ag_fault_inapplicable(Fault fault, const GroupLayout& layout) {

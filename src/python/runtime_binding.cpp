@@ -78,7 +78,8 @@ std::vector<const void*> pointers(const std::vector<std::uintptr_t>& addresses) 
 class PyCommunicator {
  public:
   PyCommunicator(int rank, int world, int gpus_per_node, const std::string& backend,
-                 nb::object store, double timeout_s, int device, bool nodes_as_hosts) {
+                 nb::object store, double timeout_s, int device, bool nodes_as_hosts,
+                 const std::string& host) {
     runtime::CommunicatorOptions o;
     o.rank = rank;
     o.world = world;
@@ -89,6 +90,7 @@ class PyCommunicator {
     o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000.0));
     o.device = device;
     o.emulation.nodes_as_hosts = nodes_as_hosts;  // tests only (TIDE_EMULATE_HOSTS)
+    o.emulation.host = host;                      // with it: this rank's emulated host
     comm_ = runtime::Communicator::create(o);
   }
 
@@ -136,6 +138,9 @@ class PyCommunicator {
     d["resident_ptr"] = reinterpret_cast<std::uintptr_t>(info->resident);
     d["landing_slot"] = info->landing_slot;
     d["landing_slot_id"] = info->landing_slot_id;
+    d["all_gather_lane"] = info->all_gather_lane;  // NOTE [runtime] 11
+    d["reduce_scatter_lane"] = info->reduce_scatter_lane;
+    d["lane_reason"] = info->lane_reason;
     d["ag_period"] = info->ag_period;
     d["rs_period"] = info->rs_period;
     d["graph_period"] = info->graph_period;
@@ -290,10 +295,11 @@ void bind_runtime(nb::module_& m) {
       });
   nb::class_<PyCommunicator>(m, "Communicator",
                              "One TIDE communicator per process group (NOTE [runtime])")
-      .def(nb::init<int, int, int, const std::string&, nb::object, double, int, bool>(),
+      .def(nb::init<int, int, int, const std::string&, nb::object, double, int, bool,
+                    const std::string&>(),
            nb::arg("rank"), nb::arg("world"), nb::arg("gpus_per_node"), nb::arg("backend"),
            nb::arg("store"), nb::arg("timeout_s") = 300.0, nb::arg("device") = -1,
-           nb::arg("nodes_as_hosts") = false)
+           nb::arg("nodes_as_hosts") = false, nb::arg("host") = "")
       .def("register_group", &PyCommunicator::register_group, nb::arg("name"), nb::arg("shapes"),
            nb::arg("ag_dtype") = "bf16", nb::arg("grad_dtype") = "bf16",
            nb::arg("mode") = "in-place", nb::arg("cast") = false, nb::arg("staged_shards") = false,

@@ -35,7 +35,9 @@ CommunicatorBase::CommunicatorBase(const CommunicatorOptions& options)
   options_.store.reset();  // store_ holds it until the arena exists
   std::string id = host_name();
   if (options_.emulation.nodes_as_hosts) {
-    id += "#node" + std::to_string(options_.rank / options_.gpus_per_node);
+    id = options_.emulation.host.empty()
+             ? id + "#node" + std::to_string(options_.rank / options_.gpus_per_node)
+             : options_.emulation.host;
   }
   host_id_ = std::hash<std::string>{}(id);
 }
@@ -107,7 +109,8 @@ Registration CommunicatorBase::register_group(const GroupSpec& spec) {
                                 " is not a slot id (>= 0, or -1 for a slot of its own)"};
   }
   try {
-    groups_.push_back(make_group(static_cast<int>(groups_.size()), spec, topology_, rs));
+    groups_.push_back(
+        make_group(static_cast<int>(groups_.size()), spec, topology_, rs, ep_lane_offer()));
   } catch (const Unsupported& e) {
     release_free_heap();
     return Registration{-1, e.what()};
@@ -138,6 +141,15 @@ void CommunicatorBase::assign_landing_slots(std::span<const int> slots) {
     groups_[g]->spec.landing_slot = slots[g];
     groups_[g]->info.landing_slot_id = slots[g];
   }
+}
+
+// NOTE [runtime] 11: a group of M >= 2 ranks, each on a host of its own (real or emulated).
+EpLaneOffer CommunicatorBase::ep_lane_offer() const {
+  EpLaneOffer o;
+  o.ranks_one_per_host = options_.world >= 2 && topology_.gpus_per_node() == 1 && !hosts_.empty() &&
+                         hosts_.back() + 1 == options_.world;
+  if (o.ranks_one_per_host) o.backend_refusal = ep_lane_refusal();
+  return o;
 }
 
 PeerLivenessOptions CommunicatorBase::liveness_options() const {

@@ -51,6 +51,10 @@ class CommunicatorBase : public Communicator {
   // NOTE [runtime] 9: why this backend cannot carry rail traffic between `hosts` hosts (empty
   // when it can).
   virtual std::string no_rail_messages(int hosts) const = 0;
+  // NOTE [runtime] 11: why this backend cannot run the expert-parallel lane ("" when it can).
+  virtual std::string ep_lane_refusal() const {
+    return "the CUDA sequence runner does not run the expert-parallel lane yet";
+  }
   // NOTE [runtime] 9: rank r's host index (0, 1, ... in rank order), after the first
   // registration.
   const std::vector<int>& hosts() const { return hosts_; }
@@ -123,7 +127,8 @@ class CommunicatorBase : public Communicator {
   // NOTE [runtime] 9: collective, at the first registration: hosts_, topology_ and, where the
   // topology cannot be served, hosts_refusal_.
   void discover_hosts();
-  std::uint64_t host_id_ = 0;  // this rank's (emulated: per node)
+  EpLaneOffer ep_lane_offer() const;  // NOTE [runtime] 11, after discover_hosts()
+  std::uint64_t host_id_ = 0;         // this rank's (emulated: per node)
   std::vector<int> hosts_;
   std::string hosts_refusal_;
   int registrations_ = 0;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "tide/program/ep_lane.hpp"
 #include "tide/program/kept_ranks.hpp"
 
 namespace tide::runtime::detail {
@@ -37,6 +38,51 @@ SequenceState sequence_state(program::CallSequence sequence, int first_counter, 
   return s;
 }
 
+// The group's two call sequences in `arena` (it is group `i` there): the expert-parallel
+// lane's where the group runs on it (NOTE [runtime] 11), else TIDE-AG's and TIDE-RS's.
+std::pair<program::CallSequence, program::CallSequence> sequences_of(
+    const Group& g, const program::CommunicatorArena& arena, std::size_t i) {
+  const program::AgSequenceAreas& areas = arena.all_gather[i];
+  program::CallSequence ag =
+      g.ep_all_gather
+          ? program::ep_ag_call_sequence(
+                g.ag, program::EpAgArenaLayout{areas.resident, areas.landing, areas.bytes})
+          : program::ag_call_sequence(g.ag, areas);
+  program::CallSequence rs =
+      g.ep_reduce_scatter ? program::ep_rs_call_sequence(g.layout, arena.ep_reduce_scatter[i])
+                          : program::rs_call_sequence(g.rs, {}, arena.reduce_scatter);
+  return {std::move(ag), std::move(rs)};
+}
+
+program::ArenaGroup arena_group(const Group& g, int landing_slot) {
+  program::ArenaGroup a{&g.ag, &g.rs, landing_slot};
+  a.ep_all_gather = g.ep_all_gather;
+  a.ep_reduce_scatter = g.ep_reduce_scatter;
+  return a;
+}
+
+// NOTE [runtime] 11: which collectives of `g` run on the expert-parallel lane, and why not.
+void choose_lanes(Group& g, const EpLaneOffer& ep) {
+  GroupInfo& info = g.info;
+  info.all_gather_lane = "tide-ag";
+  info.reduce_scatter_lane = "tide-rs";
+  if (!ep.ranks_one_per_host) return;
+  std::string why = ep.backend_refusal;
+  if (why.empty()) why = program::ep_lane_inapplicable(g.layout);
+  if (!why.empty()) {
+    info.lane_reason = "not on the expert-parallel lane: " + why;
+    return;
+  }
+  g.ep_all_gather = true;
+  info.all_gather_lane = "ep";
+  if (std::string rs_why = program::ep_rs_inapplicable(g.layout); !rs_why.empty()) {
+    info.lane_reason = "reduce-scatter on TIDE-RS, not the expert-parallel lane: " + rs_why;
+    return;
+  }
+  g.ep_reduce_scatter = true;
+  info.reduce_scatter_lane = "ep";
+}
+
 }  // namespace
 
 void SequenceState::advance(int rank) {
@@ -48,16 +94,15 @@ void SequenceState::advance(int rank) {
 }
 
 std::unique_ptr<Group> make_group(int index, const GroupSpec& spec, const Topology& topology,
-                                  const RsOptions& rs_options) {
+                                  const RsOptions& rs_options, const EpLaneOffer& ep) {
   GroupLayout layout(topology, spec.params, spec.ag_dtype, spec.grad_dtype);
   AgPlan ag(layout, ag_options(spec));
   RsPlan rs(layout, rs_options_for(spec, rs_options));
   auto g = std::make_unique<Group>(index, spec, layout, std::move(ag), std::move(rs));
+  choose_lanes(*g, ep);
   // Registration refuses what cannot run: the sequences on an arena of the group's own
   // (place_groups builds them again in the communicator's arena).
-  const program::CommunicatorArena own = program::communicator_arena({{&g->ag, &g->rs, -1}});
-  (void)program::ag_call_sequence(g->ag, own.all_gather.front());
-  (void)program::rs_call_sequence(g->rs, {}, own.reduce_scatter);
+  (void)sequences_of(*g, program::communicator_arena({arena_group(*g, -1)}), 0);
 
   GroupInfo& info = g->info;
   info.name = spec.name;
@@ -78,7 +123,7 @@ std::unique_ptr<Group> make_group(int index, const GroupSpec& spec, const Topolo
 program::CommunicatorArena arena_of(const std::vector<std::unique_ptr<Group>>& groups) {
   std::vector<program::ArenaGroup> list;
   for (const auto& g : groups)
-    list.push_back({&g->ag, &g->rs, g->spec.landing_slot});
+    list.push_back(arena_group(*g, g->spec.landing_slot));
   return program::communicator_arena(list);
 }
 
@@ -89,8 +134,7 @@ int place_groups(const std::vector<std::unique_ptr<Group>>& groups,
     Group& g = *groups[i];
     g.ag_areas = arena.all_gather[i];
     g.slot = arena.slot_of[i];
-    program::CallSequence ag_seq = program::ag_call_sequence(g.ag, g.ag_areas);
-    program::CallSequence rs_seq = program::rs_call_sequence(g.rs, {}, arena.reduce_scatter);
+    auto [ag_seq, rs_seq] = sequences_of(g, arena, i);
     const int rs_first = counter + ag_seq.counters;
     g.all_gathers = sequence_state(std::move(ag_seq), counter, rank);
     g.reduce_scatters = sequence_state(std::move(rs_seq), rs_first, rank);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -31,6 +32,12 @@ struct SequenceState {
   void advance(int rank);
 };
 
+// NOTE [runtime] 11: what the communicator offers its groups for the expert-parallel lane.
+struct EpLaneOffer {
+  bool ranks_one_per_host = false;  // M x 1 with M >= 2, every rank on a host of its own
+  std::string backend_refusal;      // why this backend cannot run the lane ("": it can)
+};
+
 struct Group {
   Group(int i, GroupSpec s, GroupLayout l, AgPlan a, RsPlan r)
       : index(i), spec(std::move(s)), layout(std::move(l)), ag(std::move(a)), rs(std::move(r)) {}
@@ -39,6 +46,9 @@ struct Group {
   GroupLayout layout;
   AgPlan ag;
   RsPlan rs;
+  // NOTE [runtime] 11: the collectives that run on the expert-parallel lane (program/ep_lane.hpp)
+  bool ep_all_gather = false;
+  bool ep_reduce_scatter = false;
   program::AgSequenceAreas ag_areas;  // in the communicator's arena (NOTE [communicator arena])
   int slot = 0;                       // its landing slot: index into the arena's slots
   bool gradients_staged = false;      // NOTE [runtime] 8: its slot holds its gradients
@@ -48,10 +58,11 @@ struct Group {
   GroupStats stats;
 };
 
-// The plans of an agreed group, and its layout's part of info(). Throws Unsupported when its
-// calls cannot be expressed as call sequences (checked on an arena of its own).
+// The plans of an agreed group, its lanes (`ep`: NOTE [runtime] 11), and its layout's part of
+// info(). Throws Unsupported when its calls cannot be expressed as call sequences (checked on
+// an arena of its own).
 std::unique_ptr<Group> make_group(int index, const GroupSpec& spec, const Topology& topology,
-                                  const RsOptions& rs_options);
+                                  const RsOptions& rs_options, const EpLaneOffer& ep);
 
 // NOTE [communicator arena]: the arena of every registered group; then each group's call
 // sequences in it, their signal words from `first_counter` on (returns the words used), kept

@@ -39,6 +39,16 @@ def run_json(name, args):
         return p, None
 
 
+def run_passing(name, args):
+    """check-runtime's JSON summary, after checking that every output was bit for bit right;
+    None (a failure recorded) for a run without one."""
+    p, summary = run_json(name, args)
+    if summary is not None:
+        check(name, p.returncode == 0 and summary["passed"] and summary["mismatches"] == 0,
+              f"exit {p.returncode}: {json.dumps(summary)[:600]}")
+    return summary
+
+
 def check(name, cond, detail=""):
     if not cond:
         FAILURES.append(f"{name}: {detail}")
@@ -102,11 +112,9 @@ def main():
         if cast:
             args.append("--cast")
         name = f"ring {m}x{l} {mode}{' cast' if cast else ''} groups {groups} seed {seed}"
-        p, summary = run_json(name, args)
+        summary = run_passing(name, args)
         if summary is None:
             continue
-        check(name, p.returncode == 0 and summary["passed"] and summary["mismatches"] == 0,
-              f"exit {p.returncode}: {json.dumps(summary)[:600]}")
         arenas = [r.get("arena") for r in summary["per_rank"]]
         check(f"{name}: every rank lays out one arena", all(a == arenas[0] for a in arenas), arenas)
         check(f"{name}: two ring slots", len(summary["arena"]["slots"]) == 2, summary["arena"])
@@ -140,6 +148,37 @@ def main():
         sent = [r.get("rail_messages", -1) for r in summary["per_rank"]]
         check(f"{name}: rail messages between hosts only",
               all(n > 0 for n in sent) if m > 1 else all(n == 0 for n in sent), sent)
+    # NOTE [runtime] 11: ranks one per host (M x 1, --nodes-as-hosts) run the expert-parallel
+    # lane (App. F): every all-gather bit for bit at Eq. 2 over a poisoned landing, every
+    # reduce-scatter bit for bit in the lane's order (ep_rs_expected), no receive stage in the
+    # arena. Beyond the 8-source sum (M = 9) the reduce-scatter falls back to TIDE-RS and says
+    # why; the all-gather stays on the lane.
+    for m, mode, extra in [(2, "in-place", ["--staged-shards"]), (3, "slot-reuse", ["--cast"]),
+                           (5, "in-place", ["--ring", "--staged-shards"]), (8, "in-place", []),
+                           (9, "in-place", ["--staged-shards"])]:
+        groups = odd_groups(rng)
+        seed = rng.randrange(1 << 30)
+        args = ["-M", str(m), "-L", "1", "--groups", groups, "--calls", "14", "--seed", str(seed),
+                "--mode", mode, "--nodes-as-hosts", "--timeout-s", "60", "--json", *extra]
+        name = f"ep lane M={m} {mode} {' '.join(extra)} groups {groups} seed {seed}"
+        summary = run_passing(name, args)
+        if summary is None:
+            continue
+        lanes = summary.get("lanes", [])
+        want_rs = "ep" if m <= 8 else "tide-rs"
+        check(f"{name}: on the lane", len(lanes) == 3 and all(
+            lane.startswith(f"ep/{want_rs}") for lane in lanes), lanes)
+        if m > 8:
+            check(f"{name}: the fallback says why", all("M <= 8" in lane for lane in lanes), lanes)
+        check(f"{name}: no receive stage", summary["arena"]["stage_bytes"] == 0, summary["arena"])
+        if "--ring" in extra:  # `tide memory --lane ep` lays out the runtime's arena
+            memory = subprocess.run([TIDE, "memory", "-M", str(m), "-L", "1", "--groups", groups,
+                                     "--slots", "ring", "--mode", mode, "--lane", "ep", "--json"],
+                                    capture_output=True, text=True)
+            laid_out = json.loads(memory.stdout)["arena"] if memory.returncode == 0 else memory.stderr
+            check(f"{name}: tide memory --lane ep agrees with the runtime",
+                  laid_out == summary["arena"], f"memory {laid_out} runtime {summary['arena']}")
+
     p, _ = run(["-M", "2", "-L", "2", "--groups", "33x7,5", "--calls", "4", "--json"])
     summary = json.loads(p.stdout)
     check("one host: no rail messages", p.returncode == 0 and

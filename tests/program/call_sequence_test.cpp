@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 
+#include "program_test_support.hpp"
 #include "test_seed.hpp"
 #include "tide/core/arithmetic.hpp"
 #include "tide/core/collective_reference.hpp"
@@ -140,12 +141,7 @@ TEST_P(AgSequence, ManyCallsLandEveryShard) {
       auto& shard = shards[static_cast<std::size_t>(r)];
       shard.assign(static_cast<std::size_t>(layout.shard_bytes() / 2), 0);
       for (int p = 0; p < layout.param_count(); ++p) {
-        const ParamLayout& pl = layout.param(p);
-        std::vector<float> master(static_cast<std::size_t>(pl.shard_elems()));
-        for (std::size_t i = 0; i < master.size(); ++i) {
-          master[i] = random_value(rng, DType::kFp32);
-          shard[static_cast<std::size_t>(pl.offset / 2) + i] = arith::float_to_bf16(master[i]);
-        }
+        const std::vector<float> master = random_masters(rng, layout, p, DType::kFp32, shard);
         if (cast) {
           store_values(master, DType::kFp32,
                        ex.input(Buffer{r, Space::kTensor, e * layout.param_count() + p}));

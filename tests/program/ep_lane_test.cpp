@@ -33,26 +33,6 @@ using program::Detection;
 using program::Fault;
 using program::Space;
 
-int pick(std::mt19937_64& rng, int lo, int hi) {
-  return std::uniform_int_distribution<int>(lo, hi)(rng);
-}
-
-// 1-4 parameters of 1-40 rows (padding rows included for most M) and 1-12 columns.
-std::vector<ParamShape> random_shapes(std::mt19937_64& rng) {
-  std::vector<ParamShape> shapes;
-  const int params = pick(rng, 1, 4);
-  for (int p = 0; p < params; ++p)
-    shapes.push_back({"p" + std::to_string(p), pick(rng, 1, 40), pick(rng, 1, 12)});
-  return shapes;
-}
-
-exec::RunOptions schedule(std::uint64_t seed) {
-  exec::RunOptions o;
-  o.seed = seed;
-  o.jitter = 0.5;
-  return o;
-}
-
 // Random bf16 words (standard normal values, never all zero).
 std::vector<std::byte> random_bf16(std::mt19937_64& rng, std::int64_t bytes) {
   std::vector<std::byte> out(static_cast<std::size_t>(bytes));

@@ -133,6 +133,51 @@ class Tower(Routed, nn.Module):
         return (self(x) - x[:, :3].sin()).pow(2).mean()
 
 
+class MoE(Routed, nn.Module):
+    """(p) An MoE layer: a dense part (input, router, head) sharded over every rank and experts
+    (the blocks, each its own fully_shard) sharded over the expert sub-mesh, one rank per
+    host; every expert runs on every token, weighted by the router's top-2 gates. The last
+    expert keeps fp32 parameters (no mixed precision): its gradients are fp32, which the
+    lane's reduce-scatter does not take, so that one falls back to TIDE-RS."""
+
+    EXPERTS, WIDTH, HIDDEN = 4, 19, 29
+    FP32_EXPERT = EXPERTS - 1
+
+    def __init__(self) -> None:
+        super().__init__()
+        w, h = self.WIDTH, self.HIDDEN
+        self.inp = nn.Linear(13, w)
+        self.router = nn.Linear(w, self.EXPERTS)
+        self.blocks = nn.ModuleList(
+            [nn.Sequential(nn.Linear(w, h), nn.GELU(), nn.Linear(h, w)) for _ in range(self.EXPERTS)]
+        )
+        self.head = nn.Linear(w, 3)
+
+    def forward(self, x):
+        h = self.inp(x)
+        gates = torch.softmax(self.router(h).float(), dim=-1)
+        top = gates.topk(2, dim=-1)
+        weights = torch.zeros_like(gates).scatter(-1, top.indices, top.values).to(h.dtype)
+        out = h
+        for e, expert in enumerate(self.blocks):
+            y = expert(h.float()).to(h.dtype) if e == self.FP32_EXPERT else expert(h)
+            out = out + weights[:, e : e + 1] * y
+        return self.head(out)
+
+    def loss(self, x):
+        return (self(x).float() - x[:, :3].sin()).pow(2).mean()
+
+
+def expert_mesh(world):
+    """(p) HSDP over the expert sub-mesh: shard over the hosts (one rank per host: ranks l,
+    l + L, ...), replicate over a host's ranks (emulated hosts of LOCAL_WORLD_SIZE ranks)."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    ranks = torch.arange(world).view(world // local, local).t()  # rows: one rank per host
+    return DeviceMesh(DEVICE.type, ranks, mesh_dim_names=("replicate", "shard"))
+
+
 class ParityDecoder(Routed, Decoder):
     """tide.demo.model.Decoder with its blocks run by Routed (the same forward by default)."""
 
@@ -270,6 +315,8 @@ SHARED_ROUTES = ([0, 1, 0], [1, 0, 1])
 
 
 def build(case):
+    if case == "p":
+        return MoE(), mlp_input
     if case in DECODER_CASES:
         return ParityDecoder(DECODER), decoder_input
     if case in TOWER_BLOCKS:
@@ -425,7 +472,9 @@ def run_case(case, world, rank, seed):
         from torch.distributed.device_mesh import init_device_mesh
 
         mesh = init_device_mesh(DEVICE.type, (2, world // 2), mesh_dim_names=("replicate", "shard"))
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if case == "b" else MixedPrecisionPolicy()
+    bf16 = case in "bp"  # (p): bf16 gradients, as the expert-parallel lane's reduce-scatter takes
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
+    experts = expert_mesh(world) if case == "p" else None
 
     def own_mesh():
         """(o): a process group of its own over every rank, as DeviceMesh makes per mesh where
@@ -440,7 +489,8 @@ def run_case(case, world, rank, seed):
         blocks = list(model.blocks)
         for i, block in enumerate(blocks):
             reshard = reshard_after_forward(case, i, len(blocks), world)
-            fully_shard(block, mesh=own_mesh(), mp_policy=mp, reshard_after_forward=reshard)
+            policy = MixedPrecisionPolicy() if case == "p" and i == MoE.FP32_EXPERT else mp
+            fully_shard(block, mesh=experts or own_mesh(), mp_policy=policy, reshard_after_forward=reshard)
         fully_shard(model, mesh=own_mesh(), mp_policy=mp)
         return model
 
@@ -614,6 +664,16 @@ def run_case(case, world, rank, seed):
         if len(pgs) != len(tide_model.blocks) + 1 or served != 1:
             failures.append(f"(o): {len(pgs)} process groups for {len(tide_model.blocks) + 1} "
                             f"groups, served by {served} communicators (expected one)")
+    if case == "p":  # NOTE [runtime] 11: the experts on the lane, the dense part on TIDE-AG/RS
+        for r in final:
+            lanes = (r["all_gather_lane"], r["reduce_scatter_lane"])
+            want = ("ep", "ep") if r["group"].startswith("blocks.") else ("tide-ag", "tide-rs")
+            if r["group"] == f"blocks.{MoE.FP32_EXPERT}":  # fp32 gradients: TIDE-RS, with the reason
+                want = ("ep", "tide-rs")
+                if "bf16" not in r["lane_reason"]:
+                    failures.append(f"(p): {r['group']}: no reason for TIDE-RS: {r['lane_reason']!r}")
+            if r["backend"] == "tide" and lanes != want:
+                failures.append(f"(p): {r['group']} ran on lanes {lanes}, expected {want}: {r['lane_reason']!r}")
     stats["fallbacks"] = list(fallbacks.values())
     stats["failures"] = failures
     stats["max_groups_held"] = cap_s.max_held  # the most groups unsharded or in flight at once (stock)

@@ -249,3 +249,20 @@ def test_a_communicator_that_cannot_be_created_is_a_reason(rng, monkeypatch):
         and "simulated" in r["reason"] for r in rows
     ), rows
     model(torch.randn(2, width)).sum().backward()
+
+
+def test_ranks_per_node_come_from_the_hosts_of_the_group(rng):
+    """NOTE [runtime] 11: L is a process group's ranks per (emulated) host, not LOCAL_WORLD_SIZE:
+    a group of an expert sub-mesh, one rank per host, has L = 1 (the expert-parallel lane)."""
+    hosts, local = rng.randint(2, 4), rng.randint(2, 4)
+    world = hosts * local
+    node = [f"h#host{r // local}" for r in range(world)]  # the job's emulated hosts
+    every = [RankFacts(r, "h", 100 + r, "cpu", node=node[r]) for r in range(world)]
+    lane = rng.randrange(local)
+    expert = [f for f in every if f.rank % local == lane]  # ranks lane, lane + local, ...
+    assert _runtime.gpus_per_node(every, "host") == local
+    assert _runtime.gpus_per_node(expert, "host") == 1
+    within = [f for f in every if f.rank // local == 0]  # a shard group inside one host
+    assert _runtime.gpus_per_node(within, "host") == local
+    one_host = [RankFacts(r, "h", 100 + r, "cpu", node="h") for r in range(world)]
+    assert _runtime.gpus_per_node(one_host, "host") == world

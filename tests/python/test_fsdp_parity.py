@@ -143,12 +143,14 @@ def test_parity(mode, world, case, tmp_path_factory, request):
 # groups that span both hosts send their rail traffic as two-sided messages; HSDP (d) shards
 # within a host and replicates across, so its groups send none.
 HOST_CASES = "abdgjlo"
+# One worker run per mode serves these and the expert-parallel case (p) below.
+EMULATED_HOSTS_RUN = HOST_CASES + "p"
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case", HOST_CASES)
 def test_parity_across_emulated_hosts(mode, case, tmp_path_factory):
-    run = run_parity(4, tmp_path_factory, cases=HOST_CASES, mode=mode, hosts=2)
+    run = run_parity(4, tmp_path_factory, cases=EMULATED_HOSTS_RUN, mode=mode, hosts=2)
     check_case(run, case)
     rows = [r for r in run["cases"][case]["report"] if r["backend"] == "tide"]
     sent = [r["rail_messages"] for r in rows]
@@ -156,6 +158,26 @@ def test_parity_across_emulated_hosts(mode, case, tmp_path_factory):
         assert all(n == 0 for n in sent), rows
     else:
         assert all(n > 0 for n in sent), rows
+
+
+# NOTE [runtime] 11 (App. F): (p) an MoE layer at 4 processes as 2 emulated hosts of 2, its
+# experts fully_shard-ed over the expert sub-mesh (HSDP: sharded over the ranks l and l + 2, one
+# per host; replicated within a host) and its dense part over every rank. The experts' groups
+# run on the expert-parallel lane (both collectives "ep" in the report, rail messages sent),
+# except the reduce-scatter of the one fp32 expert (TIDE-RS, with the reason), the dense group
+# on TIDE-AG and TIDE-RS; parity as in every case. The worker checks the lanes too.
+@pytest.mark.parametrize("mode", MODES)
+def test_parity_expert_parallel_lanes(mode, tmp_path_factory):
+    run = run_parity(4, tmp_path_factory, cases=EMULATED_HOSTS_RUN, mode=mode, hosts=2)
+    check_case(run, "p")
+    rows = [r for r in run["cases"]["p"]["report"] if r["backend"] == "tide"]
+    experts = [r for r in rows if r["group"].startswith("blocks.")]
+    lanes = [(r["all_gather_lane"], r["reduce_scatter_lane"]) for r in experts]
+    # The last expert keeps fp32 parameters: fp32 gradients, which the lane's sum does not take.
+    assert lanes == [("ep", "ep")] * 3 + [("ep", "tide-rs")], rows
+    assert "bf16" in experts[-1]["lane_reason"], rows
+    assert all(r["rail_messages"] > 0 for r in experts), rows
+    assert [r["all_gather_lane"] for r in rows if not r["group"].startswith("blocks.")] == ["tide-ag"], rows
 
 
 def check_case(run: dict, case: str) -> None:

@@ -70,6 +70,8 @@ int ag_call_event_count();
 // The kTensor inputs of one call: per parameter, its fp32 master shard (a cast) or its shard
 // in the all-gather dtype (staged shards); none with a resident shard.
 std::vector<std::int64_t> ag_input_bytes(const AgPlan& plan);
+// The same for a group's layout and shard options (any all-gather program of that group).
+std::vector<std::int64_t> shard_input_bytes(const GroupLayout& layout, const AgOptions& options);
 
 std::string ag_fault_inapplicable(Fault fault, const AgPlan& plan);
 

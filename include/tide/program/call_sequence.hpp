@@ -38,7 +38,9 @@ namespace tide::program {
 // dependency structure of every call is the steady state's, minus references to calls
 // before the first (which would only have ordered against nothing). Tests expand templates
 // into one flat program of many calls and run it through the reference executor, which
-// checks every read and reuse (App. E, I1-I4) and the bits of every output.
+// checks every read and reuse (App. E, I1-I4) and the bits of every output. The
+// expert-parallel lane (App. F) has sequences of its own builders, of period 1
+// (ep_ag_call_sequence, ep_rs_call_sequence in ep_lane.hpp; its inbox credits are shared).
 struct CallTemplate {
   // One call on every rank: physical counter ids, relative wait thresholds, local event ids.
   // Tensors are kTensor 0..P-1 (per-parameter gradients, or fp32 master shards with a cast)

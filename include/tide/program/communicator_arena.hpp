@@ -8,6 +8,7 @@
 #include "tide/core/ag_plan.hpp"
 #include "tide/core/rs_plan.hpp"
 #include "tide/program/call_sequence.hpp"
+#include "tide/program/ep_lane.hpp"
 #include "tide/program/rs_builder.hpp"
 
 namespace tide::program {
@@ -30,6 +31,11 @@ namespace tide::program {
 //   4. TIDE-RS's areas (staging, outbox banks, spares, inbox generations), shared by every
 //      group and sized by the largest (rs_arena_layout of every plan; Eq. 10-12), for the
 //      runtime's pull landing: no inbox on one node (NOTE [no inbox on one node]).
+// Groups on the expert-parallel lane (App. F, program/ep_lane.hpp; ArenaGroup::ep_*) need no
+// receive stage (their all-gather lands landing to landing) and, for their reduce-scatter,
+// only the lane's double-buffered inbox and scratch part instead of TIDE-RS's areas: it
+// starts where those do (area 4, which is the larger of the two) and is ordered against the
+// other groups' reduce-scatters by the same lane handoff.
 // Areas shared by groups need ordering between the calls of different groups: NOTE [lane
 // handoff] (lanes.hpp). Every area starts on a kArenaAlign boundary.
 inline constexpr std::int64_t kArenaAlign = 4096;
@@ -37,7 +43,9 @@ inline constexpr std::int64_t kArenaAlign = 4096;
 struct ArenaGroup {
   const AgPlan* all_gather = nullptr;
   const RsPlan* reduce_scatter = nullptr;
-  int landing_slot = -1;  // groups with one id >= 0 share a slot; -1: a slot of its own
+  int landing_slot = -1;           // groups with one id >= 0 share a slot; -1: a slot of its own
+  bool ep_all_gather = false;      // on the expert-parallel lane: no receive stage
+  bool ep_reduce_scatter = false;  // on the lane: its inbox instead of TIDE-RS's areas
 };
 
 struct LandingSlot {
@@ -52,6 +60,9 @@ struct CommunicatorArena {
   std::vector<int> slot_of;                 // per group: index into `slots`
   std::vector<LandingSlot> slots;
   RsArenaLayout reduce_scatter;  // shared; offsets absolute, arena_bytes = the whole arena
+  // Per group on the lane's reduce-scatter (others: empty): its inbox and scratch, absolute,
+  // arena_bytes = the whole arena (ep_rs_arena_layout with fold_always).
+  std::vector<EpRsArenaLayout> ep_reduce_scatter;
   // Bytes by kind (each sum aligned as laid out); they add up to arena_bytes.
   std::int64_t resident_bytes = 0;
   std::int64_t stage_bytes = 0;

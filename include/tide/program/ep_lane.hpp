@@ -9,16 +9,20 @@
 //     M - 1 arrivals and its own contribution with one fixed 8-source fp32 sum
 //     (ep_lane_rs.cpp).
 // The group is given as its own M x 1 layout (GroupLayout over Topology(M, 1)): program rank
-// n is the group's n-th rank, on the n-th node of the sub-mesh. How a job's process groups map
-// onto such a layout (the adapter, the runtime) is not this header's business.
+// n is the group's n-th rank, on the n-th node of the sub-mesh. Each collective comes as one
+// call (build_ep_*_program: the reference executor, `tide simulate --lane ep`) and as an
+// open-ended call sequence (ep_*_call_sequence, NOTE [call sequences]: the runtime, NOTE
+// [runtime] 11). Which groups a job runs on the lane is the runtime's business.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "tide/core/ag_plan.hpp"
 #include "tide/core/cta_budgets.hpp"
 #include "tide/core/layout.hpp"
+#include "tide/program/call_sequence.hpp"
 #include "tide/program/faults.hpp"
 #include "tide/program/program.hpp"
 
@@ -51,6 +55,10 @@ struct EpAgProgramOptions {
   // Model FSDP2's compute stream: before the call the landing's previous user reads it (the
   // landing is then an input), after READY the layer reads the new parameters into output 0.
   bool consumer = true;
+  // Where the own shard comes from (AgOptions::shard_in_stage): the resident shard, or with
+  // every call per-parameter tensors kTensor p (staged shards: copied; fp32 masters: cast)
+  // straight into the own landing rows. No receive stage either way.
+  AgOptions shards;
   Fault fault = Fault::kNone;  // an ep-all-gather fault, on every rank
 };
 
@@ -74,6 +82,10 @@ inline constexpr int kEpSumSources = 8;
 struct EpRsProgramOptions {
   float alpha = 1.0f;
   bool accumulate = false;
+  // Sum every part into the scratch part and fold it into the output whether or not the call
+  // accumulates (the fold then copies): a call sequence binds accumulate per call (NOTE [host
+  // execution] 3), so its ops must not depend on it. The arena then always has the scratch.
+  bool fold_always = false;
   int parts = 4;  // rail parts per destination shard (App. F: four); fewer for tiny shards
   int sum_ctas = kDefaultSumCtas;
   int landing_ctas = kDefaultLandingCtas;  // the accumulate fold
@@ -92,6 +104,10 @@ struct EpRsArenaLayout {
   std::int64_t arena_bytes = 0;
 };
 EpRsArenaLayout ep_rs_arena_layout(const GroupLayout& layout, const EpRsProgramOptions& options);
+// The same with every offset moved by `at` (the lane's area in a communicator's arena) and
+// arena_bytes the whole arena's, `arena_bytes`.
+EpRsArenaLayout ep_rs_arena_layout_at(EpRsArenaLayout areas, std::int64_t at,
+                                      std::int64_t arena_bytes);
 
 struct EpRsProgramIds {
   int done_event = 0;       // per rank, on its sum stream: the output is final
@@ -114,5 +130,23 @@ std::string ep_rs_inapplicable(const GroupLayout& layout);
 std::string ep_ag_fault_inapplicable(Fault fault, const GroupLayout& layout);
 std::string ep_rs_fault_inapplicable(Fault fault, const GroupLayout& layout,
                                      const EpRsProgramOptions& options);
+
+// --- Call sequences (NOTE [call sequences]) ---------------------------------------------------
+
+// The lane's all-gather calls of one group: the own shard from `plan.options()` (resident, or
+// per call by pointer), `areas` in the communicator's arena (resident, landing; arena_bytes
+// the whole arena). `plan` is the group's M x 1 TIDE-AG plan (for its layout, options and
+// inputs). Each call's landing is offered to its senders only after this rank's previous call
+// forwarded from it and completed (event waits one call back), so consecutive calls of the
+// sequence are race-free without the lane handoff.
+CallSequence ep_ag_call_sequence(const AgPlan& plan, const EpAgArenaLayout& areas,
+                                 const SequenceOptions& options = {});
+// The lane's reduce-scatter calls of one group, with the inbox and scratch at `areas`
+// (ep_rs_arena_layout with fold_always, placed by ep_rs_arena_layout_at). An inbox
+// generation's credits are shared by every call (cumulative, like TIDE-RS's INBOX_FREE), so
+// the first parts of a call wait for the last sums of the previous one. alpha and
+// accumulate are bound per call. Requires ep_rs_inapplicable(layout) empty.
+CallSequence ep_rs_call_sequence(const GroupLayout& layout, const EpRsArenaLayout& areas,
+                                 const SequenceOptions& options = {});
 
 }  // namespace tide::program

@@ -93,6 +93,17 @@
 //    call whose peer's word counts as many calls but sums other groups was misordered, and its
 //    line says so and names both groups ("call-order mismatch"), where it would otherwise read
 //    as a stalled peer.
+// 11. Expert-parallel lanes (App. F). A communicator whose ranks are one per host (M >= 2
+//    hosts, L = 1: the process group of an expert sub-mesh, one rank per node) runs its groups
+//    on the expert-parallel lane (program/ep_lane.hpp): the all-gather in ceil(log2 M)
+//    recursive-doubling rounds landing to landing (no receive stage: the arena has none for
+//    them), the reduce-scatter as bf16 pieces in rail parts into a double-buffered inbox summed
+//    by one fixed 8-source fp32 sum (the inbox lives in the arena's reduce-scatter area). Its
+//    arithmetic order is the lane's (ep_rs_expected in collective_reference.hpp), not
+//    TIDE-RS's. What the lane cannot serve runs on TIDE-AG's and TIDE-RS's M x 1 plans, and
+//    GroupInfo::lane_reason says why: M > 8 or gradients other than bf16 (the reduce-scatter
+//    only), a backend that cannot run it (the CUDA sequence runner, for now: both). Ranks of
+//    one host (virtual nodes) keep TIDE-AG and TIDE-RS. GroupInfo::*_lane names the lanes.
 // Backends: kHost runs calls on the calling thread over shared memory (exec/host), so a call
 // has completed when it returns; CPU tensors have no streams, and `stream` is ignored.
 // kNccl (one process per GPU, the ranks of one host) enqueues each call on the caller's
@@ -144,6 +155,10 @@ struct CommunicatorEmulation {
   // Every node of gpus_per_node ranks reports a host of its own (NOTE [runtime] 9): one
   // machine runs the protocol of M hosts, whose ranks reach each other by rail messages only.
   bool nodes_as_hosts = false;
+  // With nodes_as_hosts: this rank's emulated host ("": one per node of gpus_per_node ranks).
+  // Ranks that give one name share a host; the adapter names them after the job's ranks, so
+  // that a process group of a sub-mesh sees the hosts its ranks sit on (NOTE [runtime] 11).
+  std::string host;
 };
 
 struct CommunicatorOptions {
@@ -196,7 +211,13 @@ struct GroupInfo {
   std::byte* resident = nullptr;              // this rank's packed shard (nullptr: shards per call)
   int landing_slot = -1;     // its slot: index into ArenaInfo::slots (NOTE [runtime] 7)
   int landing_slot_id = -1;  // GroupSpec::landing_slot
-  int ag_period = 0;         // calls per template cycle (NOTE [call sequences])
+  // NOTE [runtime] 11: the lane of each collective ("tide-ag", "tide-rs", or "ep": the
+  // expert-parallel lane), and, for a group whose ranks are one per host, why a collective is
+  // not on that lane ("" where both are, and for every other group).
+  std::string all_gather_lane;
+  std::string reduce_scatter_lane;
+  std::string lane_reason;
+  int ag_period = 0;  // calls per template cycle (NOTE [call sequences])
   int rs_period = 0;
   // NOTE [runtime] 6: a CUDA graph must hold a multiple of this many of the group's calls of
   // each collective (the event slots Q of both sequences; 0 on the host backend, and on the

@@ -175,11 +175,18 @@ void receive_message(const program::CallTemplate& call, const Op& op, int op_ind
                      std::chrono::milliseconds timeout) {
   std::vector<std::byte> packed(static_cast<std::size_t>(
       message_bytes(op, [](const program::CopyDescriptor& c) { return c.dst; })));
-  fabric.recv(op.rank, packed, message_tag(call, op_index, tag),
-              [&](const std::function<bool()>& done, const std::string& what) {
-                wait_until(
-                    fabric, done, [&] { return "waiting for " + what; }, op, tag, timeout);
-              });
+  try {
+    fabric.recv(op.rank, packed, message_tag(call, op_index, tag),
+                [&](const std::function<bool()>& done, const std::string& what) {
+                  wait_until(
+                      fabric, done, [&] { return "waiting for " + what; }, op, tag, timeout);
+                });
+  } catch (const InternalError&) {
+    // A message of another order: where the sender announced this call as another
+    // collective, that is the cause to name (a message can arrive before any wait looks).
+    check_call_order(fabric, tag);
+    throw;
+  }
   std::size_t at = 0;
   for (const program::CopyDescriptor& c : program::copies_of(op)) {
     for_each_run(c.dst, [&](std::int64_t offset, std::int64_t n) {
