@@ -252,6 +252,7 @@ void CudaCommunicator::commit() {
   for (int lane = 0; lane < 2; ++lane) {
     exec::CudaSequencePlace place{0, handoffs_[lane].first_counter};
     place.abort_word = kAbortWord;
+    place.message_channels = lane;  // NOTE [ipc rendezvous transport]: a lane's set
     handoff_options.graph_lane = graph_lanes[lane];
     handoff_runners_[lane] = std::make_unique<exec::CudaSequenceRunner>(
         handoffs_[lane].sequence, windows_->fabric(), place, handoff_options);
@@ -266,6 +267,7 @@ void CudaCommunicator::commit() {
       place.abort_word = kAbortWord;
       place.call_tag_word = kCallTagWords[collective];
       place.call_tag = call_tag_of(g->index);
+      place.message_channels = collective;  // the lane's (NOTE [ipc rendezvous transport])
       runner_options.graph_lane = graph_lanes[collective];  // lane 0: all-gathers, 1: RS
       runners_.push_back(std::make_unique<exec::CudaSequenceRunner>(
           calls.sequence, windows_->fabric(), place, runner_options));

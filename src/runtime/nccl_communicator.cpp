@@ -43,6 +43,16 @@ class NcclCommunicator final : public CudaCommunicator {
   using CudaCommunicator::CudaCommunicator;
 
  private:
+  // NOTE [runtime] 9: the NCCL window fabric does not carry the runner's messages yet (no
+  // Fabric::send/recv on a communicator with NCCL's default channels, and the abort words of
+  // other hosts are not load/store reachable), so groups across hosts stay on stock.
+  std::string no_rail_messages(int hosts) const override {
+    return "the ranks are on " + std::to_string(hosts) +
+           " hosts, and the nccl backend serves the ranks of one host (its window fabric has "
+           "no rail messages between hosts yet; the ipc backend emulates hosts with "
+           "nodes_as_hosts)";
+  }
+
   std::int64_t allocation_bytes(std::int64_t window_bytes) const override {
     return fabric::NcclFabric::rounded_arena_bytes(window_bytes);
   }

@@ -12,6 +12,7 @@
 #include "counter_add.hpp"
 #include "generation_wait.hpp"
 #include "graph_wait_budget.hpp"
+#include "ipc_rendezvous_transport.hpp"
 #include "op_resolution.hpp"
 #include "program_checks.hpp"
 #include "rendezvous_transport.hpp"
@@ -192,13 +193,12 @@ bool CudaSequenceRunner::State::is_message(const Op& op) const {
 void CudaSequenceRunner::State::map_message(const Op& op, std::set<int>& used,
                                             std::vector<SeqOp>& out) {
   cuda_detail::MessageAddresses at;
-  at.region = [this](const Region& r) -> std::byte* {
+  std::vector<Ptr> slots;  // per part of the side being mapped
+  at.region = [this, &slots](const Region& r) -> std::byte* {
     const Ptr p = resolve(r);
-    if (p.slot != sequence_detail::kFixed) {
-      throw Unsupported(
-          "CudaSequenceRunner: a message to or from caller memory (a kTensor or "
-          "kOutput region) is not built; messages move arena bytes");
-    }
+    slots.push_back(p);
+    // Caller memory: bound per call (enqueue_op); a non-null placeholder until then.
+    if (p.slot != sequence_detail::kFixed) return reinterpret_cast<std::byte*>(alignof(Ptr));
     return p.fixed;
   };
   at.counter = [this](const program::Counter& c) { return word(c); };
@@ -216,8 +216,10 @@ void CudaSequenceRunner::State::map_message(const Op& op, std::set<int>& used,
     m.rank = rank;
     m.rail = stream(rank, sequence_detail::kRailStreamName);
     m.stream = sender ? stream(rank, op.stream) : m.rail;
+    slots.clear();
     m.message = std::shared_ptr<cuda_detail::Message>(
         new cuda_detail::Message(cuda_detail::map_message(op, sender, at)), release);
+    m.message_slots = slots;
     used.insert(m.stream);
     used.insert(m.rail);
     out.push_back(std::move(m));
@@ -357,7 +359,8 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
     kernels::prepare_landing();
     kernels::prepare_cast();
     cuda_detail::prepare_abort_check();
-    if (options.test_messages.node_size > 0) cuda_detail::prepare_rendezvous();
+    if (options.test_messages.node_size > 0 || fabric.message_area_bytes() > 0)
+      cuda_detail::prepare_rendezvous();
     TIDE_CUDA_CHECK(cudaMemsetAsync(fabric.signals(r) + place.first_signal_word, 0,
                                     static_cast<std::size_t>(sequence.counters) * 8, setup));
   }
@@ -386,6 +389,9 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
       if (!fabric.local(r))
         throw InvalidArgument("CudaSequenceRunner: test messages need every rank local");
     s.transport = std::make_unique<cuda_detail::RendezvousTransport>(s.ranks, fabric.device());
+  } else if (fabric.message_area_bytes() > 0) {  // NOTE [ipc rendezvous transport]
+    s.transport =
+        std::make_unique<cuda_detail::IpcRendezvousTransport>(fabric, place.message_channels);
   } else {
     s.transport = std::make_unique<cuda_detail::FabricTransport>(fabric);
   }

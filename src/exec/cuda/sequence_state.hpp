@@ -91,6 +91,9 @@ struct SeqOp {
   // the fusion pass.
   std::shared_ptr<cuda_detail::Message> message;
   int rail = -1;
+  // Per message part: what it moves; a part of caller memory (slot != kFixed: a staged
+  // shard, a gradient) is bound per call, its mapped pointer only a placeholder.
+  std::vector<Ptr> message_slots;
 };
 
 // The stream name of a rank's rail stream (program stream names are >= 0).
