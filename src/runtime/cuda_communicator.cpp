@@ -213,6 +213,10 @@ void CudaCommunicator::add_path_stats(int group, GroupStats& stats) const {
   const auto at = static_cast<std::size_t>(2 * group);
   stats.all_gather_replays = runners_[at]->graph_launches();
   stats.reduce_scatter_replays = runners_[at + 1]->graph_launches();
+  // NOTE [runtime] 9: what this rank sent to ranks of other hosts.
+  stats.rail_messages = runners_[at]->messages_sent() + runners_[at + 1]->messages_sent();
+  stats.rail_message_bytes =
+      runners_[at]->message_bytes_sent() + runners_[at + 1]->message_bytes_sent();
 }
 
 void CudaCommunicator::commit() {

@@ -197,8 +197,9 @@
 //    transports' device waits too. No flush follows an arrival (NOTE [rail messages],
 //    Arrival and flush). Calls with messages run on the stream path only: graphs_unavailable()
 //    says why, and capturing such a call throws Unsupported (the matching is numbered on the
-//    host per call; a replay would repeat it). A message's regions must be arenas (a put
-//    from caller memory is refused), its destinations on its counter's rank. Measured on one
+//    host per call; a replay would repeat it). A message part of caller memory (a staged
+//    shard, a gradient) is bound per call (SeqOp::message_slots); a message's destinations
+//    must be on its counter's rank. Measured on one
 //    H200 with the rendezvous transports (one process; processes over ipc with emulated
 //    hosts); the NCCL rail path is built and staged (scripts/device/multigpu.sh), not yet run.
 //    Every other rank's signal words and arena that an op addresses directly must be load/
@@ -420,6 +421,10 @@ class CudaSequenceRunner {
   // Of those, the captures: slot graphs captured and instantiated (NOTE [slot graph policy]).
   // Replays are graph_launches() - graph_captures(); the other calls ran on the stream path.
   std::int64_t graph_captures() const;
+  // Messages this process's ranks sent (NOTE [CUDA call sequences] 6: puts and signals to
+  // ranks the fabric cannot store to) and their bytes (a signal's token counts 8), so far.
+  std::int64_t messages_sent() const;
+  std::int64_t message_bytes_sent() const;
   // Caller-pointer nodes (copies, kernels, memsets) patched so far by fresh calls replayed
   // as graphs (NOTE [CUDA call sequences] 3), and the calls that were.
   std::int64_t nodes_repointed() const;

@@ -220,6 +220,13 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
     }
     cuda_detail::enqueue_message(*message, *transport, streams[static_cast<std::size_t>(m.rail)], s,
                                  token, abort);
+    if (message->sender) {  // under the call lock, as every enqueue
+      ++messages_sent;
+      std::size_t bytes = message->parts.empty() ? sizeof(std::uint64_t) : 0;
+      for (const cuda_detail::MessagePart& part : message->parts)
+        bytes += part.bytes;
+      message_bytes_sent += static_cast<std::int64_t>(bytes);
+    }
     return;
   }
   switch (m.kind) {

@@ -534,6 +534,14 @@ std::int64_t CudaSequenceRunner::graph_captures() const {
   std::lock_guard lock(state_->mutex);
   return state_->graph_captures;
 }
+std::int64_t CudaSequenceRunner::messages_sent() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->messages_sent;
+}
+std::int64_t CudaSequenceRunner::message_bytes_sent() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->message_bytes_sent;
+}
 std::string CudaSequenceRunner::graphs_unavailable() const {
   return state_->no_graph_waits;  // fixed at construction
 }

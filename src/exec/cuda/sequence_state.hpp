@@ -214,6 +214,8 @@ struct CudaSequenceRunner::State {
   cudaStream_t origin = nullptr;
   std::int64_t graph_launches = 0;  // captures, replays and re-pointed replays
   std::int64_t graph_captures = 0;  // slot graphs captured and instantiated
+  std::int64_t messages_sent = 0;   // sender sides enqueued (under `mutex`)
+  std::int64_t message_bytes_sent = 0;
   // Graph waits (NOTE [CUDA call sequences] 3): per event slot, a device word counting the
   // slot's calls (on the first local rank's device), and what Q consecutive calls add to
   // each counter (rank * counters + id).
