@@ -20,8 +20,10 @@
 // another stream's later one. Deadlock freedom follows from the schedule: the earliest
 // incomplete message has every dependency earlier in the schedule, hence complete, and its
 // partner sits at the same place of the partner's rail stream.
-// A timeout cannot release a receive waiting for a message that never comes: the executor
-// then reports the stuck streams and refuses further runs (fail-stop).
+// A timeout cannot release an NCCL receive waiting for a message that never comes: the
+// executor then reports the stuck streams and refuses further runs (fail-stop), and only the
+// communicator's abort ends it. The rendezvous transports' waits are released by
+// MessageTransport::release() (the runner's release_waits()).
 // Both CUDA executors use this component: CudaExecutor (one program) and CudaSequenceRunner
 // (NOTE [CUDA call sequences] 6: its calls' messages, at the template's legal order). Where the
 // bytes travel is a MessageTransport: FabricTransport (Fabric::send/recv, the NCCL rail); the

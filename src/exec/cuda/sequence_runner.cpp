@@ -114,8 +114,8 @@ Ptr CudaSequenceRunner::State::resolve(const Region& r) const {
       auto* base = static_cast<std::byte*>(fabric.pointer(Buffer{r.buffer.rank, Space::kArena, 0}));
       if (base == nullptr) {
         throw Unsupported("CudaSequenceRunner: the arena of rank " + std::to_string(r.buffer.rank) +
-                          " is not load/store reachable from this process (messages are not "
-                          "built for call sequences)");
+                          " is not load/store reachable from this process (only puts and "
+                          "signals to it travel as messages)");
       }
       p.fixed = base + place.region_offset + r.offset;
       break;
