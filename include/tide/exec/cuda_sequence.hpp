@@ -253,10 +253,11 @@ struct CudaSequencePlace {
   // every rank's. -1: no tag.
   int call_tag_word = -1;
   std::uint64_t call_tag = 0;
-  // Where the fabric has message areas (Fabric::message_area_bytes() > 0): the channel set that
-  // carries this sequence's messages (NOTE [ipc rendezvous transport]). Sequences that share a
-  // set must never have calls in flight at once on a device (the runtime gives each lane's
-  // sequences its lane's set), and every process gives a sequence the same set.
+  // The message lane of this sequence's messages: over a fabric with message areas
+  // (Fabric::message_area_bytes() > 0) its channel set (NOTE [ipc rendezvous transport]),
+  // otherwise the lane of Fabric::send_on_lane (NCCL: a communicator per lane). Sequences that
+  // share a lane must never have calls in flight at once on a device (the runtime gives each
+  // lane's sequences its lane), and every process gives a sequence the same lane.
   int message_channels = 0;
 };
 

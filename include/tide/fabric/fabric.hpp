@@ -69,6 +69,19 @@ class Fabric {
   // per pair of ranks. Only called where load_store is false.
   virtual void send(const void* data, std::size_t bytes, int peer, cudaStream_t stream);
   virtual void recv(void* data, std::size_t bytes, int peer, cudaStream_t stream);
+  // The same on message lane `lane` (the runtime's lanes, CudaSequencePlace::message_channels):
+  // a fabric whose lanes must not share one order (NCCL's: a communicator per lane) keeps
+  // them apart; by default the lane is ignored.
+  virtual void send_on_lane(const void* data, std::size_t bytes, int peer, int lane,
+                            cudaStream_t stream) {
+    (void)lane;
+    send(data, bytes, peer, stream);
+  }
+  virtual void recv_on_lane(void* data, std::size_t bytes, int peer, int lane,
+                            cudaStream_t stream) {
+    (void)lane;
+    recv(data, bytes, peer, stream);
+  }
   // Message areas (see above); none by default.
   virtual std::byte* message_area(int owner) const {
     (void)owner;

@@ -93,15 +93,17 @@ class MessageTransport {
   virtual void release() noexcept {}
 };
 
-// The fabric's own messages (Fabric::send/recv: one local rank per process, the NCCL rail).
+// The fabric's own messages (Fabric::send_on_lane/recv_on_lane: one local rank per process,
+// NCCL), on message lane `lane` (CudaSequencePlace::message_channels).
 class FabricTransport final : public MessageTransport {
  public:
-  explicit FabricTransport(fabric::Fabric& fabric) : fabric_(fabric) {}
+  explicit FabricTransport(fabric::Fabric& fabric, int lane = 0) : fabric_(fabric), lane_(lane) {}
   void send(int from, int to, const void* data, std::size_t bytes, cudaStream_t stream) override;
   void recv(int to, int from, void* data, std::size_t bytes, cudaStream_t stream) override;
 
  private:
   fabric::Fabric& fabric_;
+  int lane_ = 0;
 };
 
 // Whether `op` is a put or signal whose counter is on a rank other than its own, and its

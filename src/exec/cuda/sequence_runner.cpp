@@ -393,7 +393,7 @@ CudaSequenceRunner::CudaSequenceRunner(const program::CallSequence& sequence,
     s.transport =
         std::make_unique<cuda_detail::IpcRendezvousTransport>(fabric, place.message_channels);
   } else {
-    s.transport = std::make_unique<cuda_detail::FabricTransport>(fabric);
+    s.transport = std::make_unique<cuda_detail::FabricTransport>(fabric, place.message_channels);
   }
   TIDE_CUDA_CHECK(cudaMalloc(&s.token, sizeof(std::uint64_t)));
   s.templates.resize(sequence.templates.size());
