@@ -317,8 +317,8 @@ def _nccl_why_not(facts: Sequence[RankFacts]) -> str:
 
 
 def emulated_hosts() -> bool:
-    """TIDE_EMULATE_HOSTS=1 (tests): on the host backend, each node of LOCAL_WORLD_SIZE ranks
-    of the job is a host of its own, reached by rail messages only (NOTE [runtime] 9)."""
+    """TIDE_EMULATE_HOSTS=1 (tests): on the host and ipc backends, each node of LOCAL_WORLD_SIZE
+    ranks is a host of its own, reached by rail messages only (NOTE [runtime] 9)."""
     return os.environ.get("TIDE_EMULATE_HOSTS", "").strip() == "1"
 
 
@@ -417,8 +417,8 @@ def create(pg, device: torch.device, timeout_s: float, backend: str, store, loca
         device_index = device.index if device.index is not None else torch.cuda.current_device()
     return communicator_class()(
         pg.rank(), pg.size(), local, backend, store, float(timeout_s), device_index,
-        nodes_as_hosts=backend == "host" and emulated_hosts(),
-        host=node if backend == "host" and emulated_hosts() else "",
+        nodes_as_hosts=backend in ("host", "ipc") and emulated_hosts(),
+        host=node if backend in ("host", "ipc") and emulated_hosts() else "",
     )
 
 

@@ -2,7 +2,7 @@
 # Several GPU ranks on one GPU through the ipc backend (NOTE [ipc fabric]), in one call.
 #   here:   scripts/stage-deps.sh            (once: GoogleTest and headers into .deps/)
 #   device: run(command="bash scripts/device/ipc.sh", carry=[".deps"])
-# STEPS (default "build fabric splits faults sanitizer package fsdp demo") picks steps:
+# STEPS (default "build fabric splits faults hosts sanitizer package fsdp demo") picks steps:
 #   build      the C++ tree with CUDA (tests, tide)
 #   fabric     tide_ipc_fabric_tests: 2-3 processes map each other's windows, both handle kinds
 #   splits     tide check-runtime --backend ipc, 2-8 processes on the GPU, splits 1x2 2x1 1x3 2x2
@@ -10,6 +10,10 @@
 #              default) and the stream path (TIDE_NO_GRAPH_REPLAY=1); bitwise
 #   faults     --kill-rank (SIGKILL mid-call), --stall-rank, --misorder-rank at 2 and 4
 #              processes: every other rank raises within the timeout, nothing left behind
+#   hosts      emulated hosts (--nodes-as-hosts; NOTE [ipc rendezvous transport]): the
+#              rendezvous transports' tests (tide_ipc_rendezvous_tests), splits HOST_SPLITS
+#              (default 2x1 2x2 4x2 2x4) in-place and slot-reuse, bitwise, with every rail put
+#              between nodes a message; a kill and a stall of a rank on another emulated host
 #   sanitizer  compute-sanitizer memcheck on a 2-process check-runtime run
 #   module     tide._C built with the tree, python/tide beside it on PYTHONPATH (no pip)
 #   package    pip install . against the image's torch
@@ -22,7 +26,7 @@
 # logs.tgz. Then here: python3 scripts/device/ipc_results.py <files_at> writes
 # bench/results/ipc/{summary.json,README.md}.
 set -uo pipefail
-NAME=ipc DEFAULT_STEPS="build fabric splits faults sanitizer package fsdp demo" source "$(dirname "$0")/common.sh"
+NAME=ipc DEFAULT_STEPS="build fabric splits faults hosts sanitizer package fsdp demo" source "$(dirname "$0")/common.sh"
 BUILD=${BUILD_DIR:-build-ipc}
 tide="$BUILD/src/cli/tide"
 rows="$OUT/rows.jsonl"
@@ -46,7 +50,7 @@ if has build; then
        > "$LOG/build.log" 2>&1; then
     note "CONFIGURE FAILED $(stamp)"; tail -40 "$LOG/build.log" | tee -a "$summary"; finish 1
   fi
-  if ! cmake --build "$BUILD" -j 16 --target tide tide_ipc_fabric_tests ${EXTRA_TARGETS:-} >> "$LOG/build.log" 2>&1; then
+  if ! cmake --build "$BUILD" -j 16 --target tide tide_ipc_fabric_tests tide_ipc_rendezvous_tests ${EXTRA_TARGETS:-} >> "$LOG/build.log" 2>&1; then
     note "BUILD FAILED $(stamp)"; grep -E "error|FAILED" "$LOG/build.log" | head -40 | tee -a "$summary"
     finish 1
   fi
@@ -112,7 +116,8 @@ fi
 fault() {
   local name=$1 procs=$2 pattern=$3 fault_kind=$4; shift 4
   local before; before=$(gpu_used)
-  read -r rc took < <(check "$name" "$procs" 1 "$procs" --groups "37x5,16;20x7" --calls 12 "$@")
+  local m=${FAULT_M:-1}  # emulated hosts: M nodes (with --nodes-as-hosts among the arguments)
+  read -r rc took < <(check "$name" "$procs" "$m" $((procs / m)) --groups "37x5,16;20x7" --calls 12 "$@")
   sleep 1
   local left; left=$(tide_procs)
   local after; after=$(gpu_used)
@@ -161,6 +166,47 @@ if has faults; then
   fault "kill-4-c32" 4 "rank 1 died" kill --seed 4 --kill-rank 1 --kill-at-call 5 --timeout-s 5
   fault "stall-4-c32" 4 "did not complete within|stalled|died" stall --seed 3 --stall-rank 0 --stall-at-call 4 --timeout-s 5
   unset CUDA_DEVICE_MAX_CONNECTIONS
+fi
+
+if has hosts; then
+  timeout 240 "$BUILD/tests/fabric_ipc/tide_ipc_rendezvous_tests" > "$LOG/rendezvous.log" 2>&1
+  rc=$?
+  [[ $rc -ne 0 ]] && rc_all=$rc
+  row "{\"kind\": \"rendezvous\", \"rc\": $rc, \"passed\": $(grep -c '^\[       OK \]' "$LOG/rendezvous.log"), \"failed\": $(grep -c '^\[  FAILED  \] [A-Z]' "$LOG/rendezvous.log"), \"skipped\": $(grep -c '^\[  SKIPPED \] [A-Z]' "$LOG/rendezvous.log")}"
+  note "rendezvous transport tests rc=$rc $(stamp): $(grep -E '^\[  (PASSED|FAILED|SKIPPED) |seed' "$LOG/rendezvous.log" | tr '\n' ' ' | cut -c1-900)"
+  groups="37x5,16,1000x33;20x7,9x11;300x17;64x64,64"
+  for split in ${HOST_SPLITS:-2x1 2x2 4x2 2x4}; do
+    m=${split%x*}; l=${split#*x}; procs=$((m * l))
+    for mode in in-place slot-reuse; do
+      name="hosts-$split-$mode"
+      read -r rc took < <(check "$name" "$procs" "$m" "$l" --groups "$groups" --calls "${HOST_CALLS:-24}" \
+        --seed $((procs * 11 + m)) --ring --staged-shards --mode "$mode" --nodes-as-hosts --timeout-s 60)
+      [[ $rc -ne 0 ]] && rc_all=$rc
+      line=$(python3 - "$LOG/$name.json" "$procs" "$m" "$l" "$mode" "$took" "$rc" <<'PY'
+import json, sys
+f, procs, m, l, mode, took, rc = sys.argv[1:]
+try:
+    d = json.load(open(f))
+except Exception as e:
+    d = {"passed": False, "mismatches": None, "per_rank": [{"error": f"no JSON: {e}"}]}
+errors = [r["error"] for r in d.get("per_rank", []) if "error" in r]
+print(json.dumps({"kind": "hosts-split", "procs": int(procs), "M": int(m), "L": int(l),
+                  "mode": mode, "hosts": int(m), "passed": bool(d.get("passed")) and rc == "0",
+                  "mismatches": d.get("mismatches"), "calls": d.get("calls"),
+                  "nodes_as_hosts": d.get("nodes_as_hosts"), "seconds": float(took),
+                  "rail_messages": [r.get("rail_messages") for r in d.get("per_rank", [])],
+                  "errors": errors[:2]}))
+PY
+)
+      row "$line"
+      note "hosts split $split $mode: rc=$rc ${took}s $(echo "$line" | cut -c1-500)"
+    done
+  done
+  # A rank on another emulated host killed or stalled: every other rank raises in time.
+  FAULT_M=2 fault "hosts-kill-4" 4 "died|did not complete within|stalled" kill --seed 4 --kill-rank 3 --kill-at-call 5 --timeout-s 5 --nodes-as-hosts
+  FAULT_M=2 fault "hosts-stall-4" 4 "did not complete within|stalled|died" stall --seed 3 --stall-rank 3 --stall-at-call 4 --timeout-s 5 --nodes-as-hosts
+  FAULT_M=2 fault "hosts-kill-2" 2 "died|did not complete within|stalled" kill --seed 8 --kill-rank 1 --kill-at-call 3 --timeout-s 5 --nodes-as-hosts
+  FAULT_M=2 fault "hosts-stall-2" 2 "did not complete within|stalled|died" stall --seed 7 --stall-rank 1 --stall-at-call 3 --timeout-s 5 --nodes-as-hosts
 fi
 
 if has sanitizer; then

@@ -8,6 +8,11 @@
 #            -> $OUT/train/summary.json, loss.png
 #   faults   a killed rank and a stalled rank (tide check-runtime --kill-rank / --stall-rank):
 #            every other rank must fail within the timeout, no process left -> $OUT/faults.json
+#   hosts    emulated hosts (--nodes-as-hosts, NOTE [runtime] 9): every split with M > 1,
+#            In-Place and Slot-Reuse, bitwise, every rail put and signal between hosts an
+#            ncclSend / ncclRecv on the NCCL fabric's message lanes (NOTE [nccl fabric] 2b)
+#            through the sequence runner, rail messages counted per rank; then a kill and a
+#            stall of the last rank (another emulated host than rank 0's) -> $OUT/hosts.json
 #   summary  $OUT/summary.json (bench/multigpu/summary.py's schema) and $OUT/README.md
 #            (bench/multigpu/summary.py)
 # Not yet here: the collective benchmark harness (item 2), the all-push landing and
@@ -15,7 +20,7 @@
 # Dry run without GPUs: BACKEND=host GPUS=4 MODEL=demo STEPS="splits train faults summary".
 #   device: run(command="bash scripts/device/multigpu.sh", carry=[".deps"], kind="nvidia-h200-x8")
 set -uo pipefail
-NAME=multigpu DEFAULT_STEPS="build splits train faults summary" source "$(dirname "$0")/common.sh"
+NAME=multigpu DEFAULT_STEPS="build splits hosts train faults summary" source "$(dirname "$0")/common.sh"
 BUILD=${BUILD_DIR:-build-runtime}
 BACKEND=${BACKEND:-nccl}
 finish() { pack_logs; exit "$1"; }
@@ -67,6 +72,55 @@ PY
     done
   done
   python3 -c "import json; print(json.dumps([json.loads(l) for l in open('$LOG/splits.jsonl')], indent=1))" > "$OUT/splits.json"
+fi
+
+if has hosts; then
+  : > "$LOG/hosts.jsonl"
+  last=$((gpus - 1))
+  for ((l = 1; l < gpus; ++l)); do
+    (( gpus % l == 0 )) || continue
+    m=$(( gpus / l ))
+    runs=(in-place slot-reuse kill)
+    [[ "$BACKEND" != host ]] && runs+=(stall)  # the host backend has no stall injection
+    for run in "${runs[@]}"; do
+      case $run in
+        kill) extra=(--mode in-place --kill-rank "$last" --kill-at-call 5 --timeout-s 5) ;;
+        stall) extra=(--mode in-place --stall-rank "$last" --stall-at-call 5 --timeout-s 5) ;;
+        *) extra=(--mode "$run" --timeout-s 60) ;;
+      esac
+      start=$(date +%s)
+      timeout 300 "$tide" check-runtime --backend "$BACKEND" -M "$m" -L "$l" --nodes-as-hosts \
+        --groups "37x5,16,1000x33;20x7,9x11;300x17" --calls 18 --seed $((m * 10 + l)) --ring \
+        --staged-shards --json "${extra[@]}" > "$LOG/host.json" 2> "$LOG/host.err"
+      rc=$?; took=$(( $(date +%s) - start ))
+      left=$(pgrep -f "tide check-runtime" | wc -l)
+      python3 - "$m" "$l" "$run" "$rc" "$took" "$left" "$LOG/host.json" "$LOG/host.err" >> "$LOG/hosts.jsonl" <<'PY'
+import json, sys
+m, l, run, rc, took, left, out, err = sys.argv[1:]
+try:
+    d = json.load(open(out))
+except Exception:
+    d = {"passed": False, "per_rank": [], "error": open(err).read()[-400:]}
+ranks = d.get("per_rank", [])
+row = {"M": int(m), "L": int(l), "run": run, "exit": int(rc), "seconds": int(took),
+       "processes_left": int(left), "rail_messages": [r.get("rail_messages") for r in ranks],
+       "errors": [r.get("error", "")[:300] for r in ranks if r.get("error")][:2]}
+if run in ("kill", "stall"):
+    failed = [r for r in ranks if r.get("error")]
+    row["all_ranks_raised_within_timeout"] = (int(rc) == 1 and len(failed) >= int(m) * int(l) - 1
+                                              and int(took) < 60 and int(left) == 0)
+else:
+    row["passed"] = bool(d.get("passed")) and int(rc) == 0 and all(
+        (r.get("rail_messages") or 0) > 0 for r in ranks)
+    row["mismatches"] = d.get("mismatches")
+print(json.dumps(row))
+PY
+      ok=$(tail -1 "$LOG/hosts.jsonl" | python3 -c "import json,sys; r=json.load(sys.stdin); print(int(r.get('passed', r.get('all_ranks_raised_within_timeout', False))))")
+      [[ $ok == 1 ]] || rc_all=1
+      note "hosts ${m}x${l} $run rc=$rc ${took}s: $(tail -1 "$LOG/hosts.jsonl" | cut -c1-300)"
+    done
+  done
+  python3 -c "import json; print(json.dumps([json.loads(l) for l in open('$LOG/hosts.jsonl')], indent=1))" > "$OUT/hosts.json"
 fi
 
 if has train; then

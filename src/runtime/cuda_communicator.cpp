@@ -213,6 +213,10 @@ void CudaCommunicator::add_path_stats(int group, GroupStats& stats) const {
   const auto at = static_cast<std::size_t>(2 * group);
   stats.all_gather_replays = runners_[at]->graph_launches();
   stats.reduce_scatter_replays = runners_[at + 1]->graph_launches();
+  // NOTE [runtime] 9: what this rank sent to ranks of other hosts.
+  stats.rail_messages = runners_[at]->messages_sent() + runners_[at + 1]->messages_sent();
+  stats.rail_message_bytes =
+      runners_[at]->message_bytes_sent() + runners_[at + 1]->message_bytes_sent();
 }
 
 void CudaCommunicator::commit() {
@@ -252,6 +256,7 @@ void CudaCommunicator::commit() {
   for (int lane = 0; lane < 2; ++lane) {
     exec::CudaSequencePlace place{0, handoffs_[lane].first_counter};
     place.abort_word = kAbortWord;
+    place.message_channels = lane;  // NOTE [ipc rendezvous transport]: a lane's set
     handoff_options.graph_lane = graph_lanes[lane];
     handoff_runners_[lane] = std::make_unique<exec::CudaSequenceRunner>(
         handoffs_[lane].sequence, windows_->fabric(), place, handoff_options);
@@ -266,6 +271,7 @@ void CudaCommunicator::commit() {
       place.abort_word = kAbortWord;
       place.call_tag_word = kCallTagWords[collective];
       place.call_tag = call_tag_of(g->index);
+      place.message_channels = collective;  // the lane's (NOTE [ipc rendezvous transport])
       runner_options.graph_lane = graph_lanes[collective];  // lane 0: all-gathers, 1: RS
       runners_.push_back(std::make_unique<exec::CudaSequenceRunner>(
           calls.sequence, windows_->fabric(), place, runner_options));

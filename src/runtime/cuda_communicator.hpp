@@ -72,11 +72,7 @@ class CudaCommunicator : public CommunicatorBase {
   RankCapabilities capabilities() const override { return caps_; }
   void add_path_stats(int group, GroupStats& stats) const override;
   bool host_transport() const override { return false; }
-  std::string no_rail_messages(int hosts) const override {
-    return "the ranks are on " + std::to_string(hosts) +
-           " hosts, and the nccl and ipc backends serve the ranks of one host (the CUDA "
-           "sequence runner has no rail messages between hosts yet)";
-  }
+  // no_rail_messages(hosts): the backend's (NOTE [runtime] 9).
   void commit() override;
 
   void copy_into_slot(int slot, bool wait_release, std::uintptr_t stream,

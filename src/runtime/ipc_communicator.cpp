@@ -34,16 +34,40 @@ class IpcCommunicator final : public CudaCommunicator {
   using CudaCommunicator::CudaCommunicator;
 
  private:
-  std::int64_t allocation_bytes(std::int64_t window_bytes) const override {
-    return fabric::ipc_allocation_bytes(window_bytes, device_);
+  // NOTE [runtime] 9: the ranks' windows are mapped through CUDA IPC, so every rank is on one
+  // machine; emulated hosts (nodes_as_hosts) reach each other by messages through the ipc
+  // rendezvous transport (NOTE [ipc fabric]), real ones cannot map each other.
+  std::string no_rail_messages(int hosts) const override {
+    if (options_.emulation.nodes_as_hosts) return {};
+    return "the ranks are on " + std::to_string(hosts) +
+           " hosts, and the ipc backend maps the windows of the processes of one host (use the "
+           "nccl backend across hosts)";
   }
 
-  std::unique_ptr<CudaWindows> open_windows(std::int64_t window_bytes, void* provided) override {
-    (void)window_bytes;  // the fabric lays out the same window (NOTE [runtime window])
+  // The fabric's options; over emulated hosts each node is a host of its own (the same
+  // indices as the gathered host ids give, NOTE [runtime] 9), so the window gets a message
+  // area whatever the order of registration and arena_request().
+  fabric::IpcFabricOptions fabric_options() const {
     fabric::IpcFabricOptions o;
     o.device = device_;
     o.arena_bytes = arena_bytes_;
     o.signal_words = signal_words_;
+    if (options_.emulation.nodes_as_hosts) {
+      for (int r = 0; r < options_.world; ++r)
+        o.hosts.push_back(r / options_.gpus_per_node);
+    }
+    return o;
+  }
+
+  std::int64_t allocation_bytes(std::int64_t window_bytes) const override {
+    (void)window_bytes;  // the fabric's window (NOTE [runtime window]), message area included
+    return fabric::ipc_allocation_bytes(fabric::ipc_window_bytes(fabric_options(), options_.world),
+                                        device_);
+  }
+
+  std::unique_ptr<CudaWindows> open_windows(std::int64_t window_bytes, void* provided) override {
+    (void)window_bytes;  // the fabric lays out the same window (NOTE [runtime window])
+    fabric::IpcFabricOptions o = fabric_options();
     o.window = provided;  // nullptr: its own
     const auto exchange = [this](const std::string& step, const std::string& mine) {
       return all_gather_values(store(), options_.key_prefix + "/ipc/" + step, options_.rank,

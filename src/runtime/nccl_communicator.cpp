@@ -3,6 +3,7 @@
 // communicator (cuda_communicator.hpp). Built only with CUDA and NCCL (TIDE_RUNTIME_NCCL).
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends.hpp"
@@ -13,12 +14,20 @@
 namespace tide::runtime::detail {
 namespace {
 
+// The window's options: one machine (every rank an LSA peer), `hosts` its emulated hosts.
+fabric::NcclWindowOptions window_options(std::vector<int> hosts) {
+  fabric::NcclWindowOptions o;
+  o.hosts = std::move(hosts);
+  return o;
+}
+
 class NcclWindows final : public CudaWindows {
  public:
   NcclWindows(std::unique_ptr<fabric::NcclFabric> nccl, std::int64_t arena_bytes,
-              std::int64_t signal_words)
+              std::int64_t signal_words, std::vector<int> hosts)
       : nccl_(std::move(nccl)),
-        window_(std::make_unique<fabric::NcclWindowFabric>(*nccl_, arena_bytes, signal_words)) {}
+        window_(std::make_unique<fabric::NcclWindowFabric>(*nccl_, arena_bytes, signal_words,
+                                                           window_options(std::move(hosts)))) {}
   ~NcclWindows() override {
     window_.reset();  // before the communicators it views
     nccl_.reset();
@@ -43,6 +52,17 @@ class NcclCommunicator final : public CudaCommunicator {
   using CudaCommunicator::CudaCommunicator;
 
  private:
+  // NOTE [runtime] 9: emulated hosts on one machine (nodes_as_hosts) send their rail traffic as
+  // ncclSend / ncclRecv on a communicator per lane (NOTE [nccl window fabric]); real hosts are
+  // refused: the runner needs every rank's abort word load/store reachable (NOTE [CUDA call
+  // sequences] 5), which ranks on other hosts are not.
+  std::string no_rail_messages(int hosts) const override {
+    if (options_.emulation.nodes_as_hosts) return {};
+    return "the ranks are on " + std::to_string(hosts) +
+           " hosts, and the nccl backend serves the ranks of one host (the sequence runner "
+           "cannot read the abort words of ranks on other hosts yet)";
+  }
+
   std::int64_t allocation_bytes(std::int64_t window_bytes) const override {
     return fabric::NcclFabric::rounded_arena_bytes(window_bytes);
   }
@@ -63,12 +83,18 @@ class NcclCommunicator final : public CudaCommunicator {
     o.device = device_;
     o.nodes = 1;  // one host: every rank an LSA peer (NOTE [nccl window fabric])
     o.gpus_per_node = options_.world;
+    std::vector<int> emulated;  // NOTE [runtime] 9: nodes as hosts, messages on lanes
+    if (options_.emulation.nodes_as_hosts && options_.world > options_.gpus_per_node) {
+      o.message_lanes = 2;
+      for (int r = 0; r < options_.world; ++r)
+        emulated.push_back(r / options_.gpus_per_node);
+    }
     o.arena_bytes = window_bytes;
     o.external_arena = provided;  // nullptr: its own
     o.timeout = options_.timeout;
     return std::make_unique<NcclWindows>(
         std::make_unique<fabric::NcclFabric>(options_.rank, options_.world, id, o), arena_bytes_,
-        signal_words_);
+        signal_words_, std::move(emulated));
   }
 };
 

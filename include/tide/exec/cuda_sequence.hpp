@@ -189,13 +189,19 @@
 //    and receives are enqueued on its one rail stream in that one order, which is the same
 //    order on every process (every process maps the same templates in the same legal order
 //    and issues the same calls), so two-sided operations cannot cross. The bytes travel
-//    through a MessageTransport: Fabric::send/recv, or in tests (CudaSequenceTestMessages)
-//    the rendezvous transport (NOTE [rendezvous transport]), whose send waits on the device
-//    for its receive. Calls with messages run on the stream path only: graphs_unavailable()
+//    through a MessageTransport: Fabric::send/recv; over a fabric with message areas (the
+//    ipc fabric over emulated hosts) the ipc rendezvous transport (NOTE [ipc rendezvous
+//    transport]: processes on one GPU, NCCL's two-sided semantics); or in tests
+//    (CudaSequenceTestMessages) the rendezvous transport (NOTE [rendezvous transport]), whose
+//    send waits on the device for its receive. release_waits() releases the rendezvous
+//    transports' device waits too. No flush follows an arrival (NOTE [rail messages],
+//    Arrival and flush). Calls with messages run on the stream path only: graphs_unavailable()
 //    says why, and capturing such a call throws Unsupported (the matching is numbered on the
-//    host per call; a replay would repeat it). A message's regions must be arenas (a put
-//    from caller memory is refused), its destinations on its counter's rank. Measured on one
-//    H200 with the rendezvous transport only; the NCCL rail path is built, not yet run.
+//    host per call; a replay would repeat it). A message part of caller memory (a staged
+//    shard, a gradient) is bound per call (SeqOp::message_slots); a message's destinations
+//    must be on its counter's rank. Measured on one
+//    H200 with the rendezvous transports (one process; processes over ipc with emulated
+//    hosts); the NCCL rail path is built and staged (scripts/device/multigpu.sh), not yet run.
 //    Every other rank's signal words and arena that an op addresses directly must be load/
 //    store reachable; one caller stream per call for all local ranks. Threads: every public member
 //    may be called from any thread (FSDP2 calls from its main thread and from autograd's; the
@@ -247,6 +253,12 @@ struct CudaSequencePlace {
   // every rank's. -1: no tag.
   int call_tag_word = -1;
   std::uint64_t call_tag = 0;
+  // The message lane of this sequence's messages: over a fabric with message areas
+  // (Fabric::message_area_bytes() > 0) its channel set (NOTE [ipc rendezvous transport]),
+  // otherwise the lane of Fabric::send_on_lane (NCCL: a communicator per lane). Sequences that
+  // share a lane must never have calls in flight at once on a device (the runtime gives each
+  // lane's sequences its lane), and every process gives a sequence the same lane.
+  int message_channels = 0;
 };
 
 // One local rank's pointers for one call.
@@ -414,6 +426,10 @@ class CudaSequenceRunner {
   // Of those, the captures: slot graphs captured and instantiated (NOTE [slot graph policy]).
   // Replays are graph_launches() - graph_captures(); the other calls ran on the stream path.
   std::int64_t graph_captures() const;
+  // Messages this process's ranks sent (NOTE [CUDA call sequences] 6: puts and signals to
+  // ranks the fabric cannot store to) and their bytes (a signal's token counts 8), so far.
+  std::int64_t messages_sent() const;
+  std::int64_t message_bytes_sent() const;
   // Caller-pointer nodes (copies, kernels, memsets) patched so far by fresh calls replayed
   // as graphs (NOTE [CUDA call sequences] 3), and the calls that were.
   std::int64_t nodes_repointed() const;

@@ -20,7 +20,12 @@
 //   signal words directly (load/store or copy engine through a peer mapping). It is the same
 //   answer on every process. Where it is false, the executor sends puts and signals as
 //   two-sided messages with send()/recv() (NOTE [rail messages] in src/exec/cuda/messages.hpp);
-//   fabrics without messages throw tide::Unsupported.
+//   fabrics without messages throw tide::Unsupported. A fabric whose processes all map each
+//   other's memory although some pairs must not store to each other (the ipc fabric over
+//   emulated hosts) offers message areas instead: message_area_bytes() > 0 bytes per rank,
+//   message_area(owner) as this process addresses it; the runner then carries messages
+//   through the ipc rendezvous transport over those areas (NOTE [ipc rendezvous transport]),
+//   not through send()/recv().
 // - release() gives up every allocation without freeing it (device work that could not be
 //   drained may still use it).
 #pragma once
@@ -64,6 +69,25 @@ class Fabric {
   // per pair of ranks. Only called where load_store is false.
   virtual void send(const void* data, std::size_t bytes, int peer, cudaStream_t stream);
   virtual void recv(void* data, std::size_t bytes, int peer, cudaStream_t stream);
+  // The same on message lane `lane` (the runtime's lanes, CudaSequencePlace::message_channels):
+  // a fabric whose lanes must not share one order (NCCL's: a communicator per lane) keeps
+  // them apart; by default the lane is ignored.
+  virtual void send_on_lane(const void* data, std::size_t bytes, int peer, int lane,
+                            cudaStream_t stream) {
+    (void)lane;
+    send(data, bytes, peer, stream);
+  }
+  virtual void recv_on_lane(void* data, std::size_t bytes, int peer, int lane,
+                            cudaStream_t stream) {
+    (void)lane;
+    recv(data, bytes, peer, stream);
+  }
+  // Message areas (see above); none by default.
+  virtual std::byte* message_area(int owner) const {
+    (void)owner;
+    return nullptr;
+  }
+  virtual std::int64_t message_area_bytes() const { return 0; }
 
   virtual void release() noexcept = 0;
 

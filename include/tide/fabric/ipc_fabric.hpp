@@ -55,10 +55,17 @@ struct IpcFabricOptions {
   int device = -1;               // the CUDA device; -1: the current one
   std::int64_t arena_bytes = 0;  // the runtime's regions (> 0)
   std::int64_t signal_words = 1;
-  // The caller's window: memory from ipc_allocate of at least window_bytes(arena_bytes,
-  // signal_words), owned and freed by the caller after the fabric; nullptr: the fabric's own.
+  // The caller's window: memory from ipc_allocate of at least ipc_window_bytes(options,
+  // world), owned and freed by the caller after the fabric; nullptr: the fabric's own.
   void* window = nullptr;
+  // Emulated hosts: rank r's host index (empty: one host). Where ranks of several hosts are
+  // given, the window ends in a message area (window_bytes() grows by message_area_bytes).
+  std::vector<int> hosts;
 };
+
+// The bytes a rank's window takes with these options (the arena, the signal words and, over
+// emulated hosts, the message area).
+std::int64_t ipc_window_bytes(const IpcFabricOptions& options, int world);
 
 class IpcFabric final : public Fabric {
  public:
@@ -76,6 +83,9 @@ class IpcFabric final : public Fabric {
   std::int64_t bytes(const program::Buffer& buffer) const override;
   std::uint64_t* signals(int owner) const override;
   std::int64_t signal_words() const override { return signal_words_; }
+  bool load_store(int from, int to) const override;
+  std::byte* message_area(int owner) const override;
+  std::int64_t message_area_bytes() const override { return message_bytes_; }
   void release() noexcept override;
 
   std::byte* window() const { return windows_[static_cast<std::size_t>(rank_)]; }
@@ -96,6 +106,8 @@ class IpcFabric final : public Fabric {
   int device_ = 0;
   std::int64_t arena_bytes_ = 0;
   std::int64_t signal_words_ = 0;
+  std::vector<int> hosts_;          // by rank; empty: one host
+  std::int64_t message_bytes_ = 0;  // per rank's window; 0: no message area
   IpcHandles handles_ = IpcHandles::kCudaIpc;
   void* owned_ = nullptr;            // the window's allocation when the fabric made it
   std::vector<std::byte*> windows_;  // by rank, as this process addresses them

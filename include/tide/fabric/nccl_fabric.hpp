@@ -10,6 +10,12 @@
 //      disjoint M-rank communicators, rank n in rail l is world rank n L + l.
 //   Both take the channel cap of NcclFabricOptions::max_ctas (the paper caps unused channels
 //   at one: TIDE's traffic does not run on NCCL's collective channels).
+//   2b. Message lanes (NcclFabricOptions::message_lanes > 0): that many ncclCommSplit(main,
+//   color 0, key rank) communicators with NCCL's default channels, one per lane of the
+//   runtime's calls (all-gathers, reduce-scatters), for the sequence runner's two-sided
+//   messages (ncclSend / ncclRecv, NOTE [rail messages]). Lanes are issued from different
+//   threads, so their orders may interleave differently on different ranks; each lane's
+//   messages come in one order on every rank, so each lane gets a communicator of its own.
 //   3. Arena: ncclMemAlloc(arena_bytes), registered with ncclCommWindowRegister(
 //      NCCL_WIN_COLL_SYMMETRIC) on the main communicator (LSA peers on the same host) and on
 //      the rail communicator (rail peers). arena_bytes must be the same on every rank.
@@ -90,6 +96,7 @@ struct NcclFabricOptions {
   // wait() (NOTE [nccl fabric waits]). Environment: TIDE_FABRIC_TIMEOUT_S overrides it.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   bool allow_multicast = false;  // never set on the lent machines
+  int message_lanes = 0;         // NOTE [nccl fabric] 2b: 0 (none) to 2
 };
 
 // Plain data for kernels and the executor (style habit 2): LSA peer arenas of both domains.
@@ -132,6 +139,8 @@ class NcclFabric {
 
   ncclComm_t main_comm() const;
   ncclComm_t rail_comm() const;
+  // Message lane `lane`'s communicator (NOTE [nccl fabric] 2b; world ranks), or nullptr.
+  ncclComm_t message_comm(int lane) const;
 
   // The bytes an arena of `arena_bytes` takes (rounded up to NCCL_WIN_REQUIRED_ALIGNMENT): what
   // NcclFabricOptions::external_arena must hold.
@@ -159,6 +168,8 @@ class NcclFabric {
   // Settles a call made on main_comm() (a non-blocking communicator may answer
   // ncclInProgress), bounded as every wait; throws NcclError naming `call` on failure.
   void settle(ncclResult_t result, const char* call);
+  // The same for a call made on `comm` (a message lane's).
+  void settle(ncclComm_t comm, ncclResult_t result, const char* call);
 
   bool aborted() const;
   // Aborts both communicators (ncclCommAbort) from any thread, e.g. a watchdog's: every later

@@ -4,8 +4,10 @@
 
 #include <nccl.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "tide/fabric/fabric.hpp"
 #include "tide/fabric/nccl_fabric.hpp"
@@ -17,14 +19,19 @@ namespace tide::fabric {
 // One symmetric NCCL window per rank (NcclFabric's arena) holds the arena at offset 0 and the
 // signal words at signal_offset = the arena bytes rounded up to 4 KiB (NOTE [runtime window]):
 // offsets that are the same on every rank, so peer p's words are at its LSA pointer plus
-// signal_offset. For each peer the fabric says "addressable" or "reach by transport":
+// signal_offset. Every LSA peer's arena and words have a pointer (pointer(), signals()); for
+// each peer the fabric says "addressable" or "reach by transport":
 // - Addressable (load_store true): both ranks in one LSA team (contiguous runs of world ranks)
-//   and, with NcclWindowOptions::messages_between_nodes, on one node of the M x L split. Their
-//   arenas and words are addressed through LSA pointers.
-// - Reach by transport: puts and signals travel as ncclSend / ncclRecv (send()/recv()) on
-//   NcclWindowOptions::message_comm (world ranks; the main communicator by default, whose
-//   channels are capped, Sec. 6.1), NOTE [rail messages]: the path for rail peers on other
-//   hosts, which one host reproduces with messages_between_nodes.
+//   and on one host, real or emulated (NcclWindowOptions::hosts, or the nodes of the M x L
+//   split with messages_between_nodes).
+// - Reach by transport: puts and signals travel as ncclSend / ncclRecv, NOTE [rail messages]:
+//   send()/recv() on NcclWindowOptions::message_comm (world ranks; the main communicator by
+//   default, whose channels are capped, Sec. 6.1), and send_on_lane()/recv_on_lane() on the
+//   NCCL fabric's message lane where it has one (NOTE [nccl fabric] 2b: the runtime's lanes,
+//   each in one order on every rank), else as send()/recv(). Ranks of emulated hosts stay LSA
+//   peers, so the runner still reads their abort words (NOTE [CUDA call sequences] 5). No
+//   flush follows an arrival: NCCL completes a receive once its bytes are visible to later
+//   work on its stream (NOTE [rail messages], Arrival and flush).
 // Buffers: for the runtime (the first constructor) tensors and outputs are not the fabric's
 // (the caller binds them per call), so pointer() answers arenas only. For one program (the
 // second constructor: tide-nccl, one-shot CudaExecutor programs) the window is sized from the
@@ -34,16 +41,19 @@ namespace tide::fabric {
 // Not collective: every rank builds its own. An executor built on it zeroes this rank's words,
 // so a barrier must follow every rank's construction of its executor (NOTE [fabric interface]).
 struct NcclWindowOptions {
-  // The runtime's nccl backend serves the ranks of one host (NOTE [runtime] 9): refuse a world
-  // with ranks that are not load/store reachable. Tools that carry messages turn it off.
+  // The runtime's nccl backend serves the ranks of one machine (NOTE [runtime] 9): refuse a
+  // world with ranks that are not LSA peers. Tools that carry messages turn it off.
   bool one_host = true;
+  // Rank r's emulated host (the runtime's nodes_as_hosts on one machine of several GPUs);
+  // empty: one host. Needs the NCCL fabric's message lanes (NcclFabricOptions::message_lanes).
+  std::vector<int> hosts;
   int gpus_per_node = 0;  // L of the M x L split (needed by messages_between_nodes)
-  // Treat ranks on different nodes of the split as not load/store reachable, so that every
-  // transfer between nodes goes through messages (as between hosts).
+  // Treat ranks on different nodes of the split as on different hosts, so that every transfer
+  // between nodes goes through messages.
   bool messages_between_nodes = false;
-  // The communicator messages travel on (world ranks); nullptr: the fabric's main
-  // communicator. A message-heavy run wants one with NCCL's default channels (tide-nccl makes
-  // one by ncclCommSplit).
+  // The communicator send()/recv() use (world ranks); nullptr: the fabric's main communicator.
+  // A message-heavy run wants one with NCCL's default channels (tide-nccl makes one by
+  // ncclCommSplit).
   ncclComm_t message_comm = nullptr;
 };
 
@@ -54,8 +64,8 @@ class NcclWindowFabric final : public Fabric {
   static std::int64_t required_window_bytes(const program::Program& program);
 
   // The runtime's window: `arena_bytes` per rank, `signal_words` words. Throws
-  // InvalidArgument where the window is too small, Unsupported (with one_host) where a rank is
-  // not load/store reachable.
+  // InvalidArgument where the window is too small or `hosts` does not fit the world,
+  // Unsupported (with one_host) where a rank is not an LSA peer.
   NcclWindowFabric(NcclFabric& nccl, std::int64_t arena_bytes, std::int64_t signal_words,
                    const NcclWindowOptions& options = {});
   // One program's buffers (the program must outlive the fabric). Throws InvalidArgument when
@@ -77,6 +87,10 @@ class NcclWindowFabric final : public Fabric {
   bool load_store(int from, int to) const override;
   void send(const void* data, std::size_t bytes, int peer, cudaStream_t stream) override;
   void recv(void* data, std::size_t bytes, int peer, cudaStream_t stream) override;
+  void send_on_lane(const void* data, std::size_t bytes, int peer, int lane,
+                    cudaStream_t stream) override;
+  void recv_on_lane(void* data, std::size_t bytes, int peer, int lane,
+                    cudaStream_t stream) override;
   void release() noexcept override;
 
   std::int64_t signal_offset() const;

@@ -77,9 +77,13 @@
 //    it) and their rail traffic between hosts travels as two-sided messages. A topology the
 //    communicator cannot serve refuses every group with the reason, the same on every rank:
 //    ranks not host-major, hosts of unequal sizes, an L that does not divide C, or hosts on a
-//    backend without rail messages. The host backend carries messages over shared memory, so
-//    its "hosts" are emulated ones (CommunicatorEmulation::nodes_as_hosts); the nccl and ipc
-//    backends serve the ranks of one host.
+//    backend without rail messages. The host backend carries messages over shared memory, and
+//    the ipc backend through the ipc rendezvous transport over its mapped windows (NOTE [ipc
+//    rendezvous transport]), so their "hosts" are emulated ones
+//    (CommunicatorEmulation::nodes_as_hosts); the nccl backend carries them as ncclSend /
+//    ncclRecv on a communicator per lane between emulated hosts of one machine (NOTE [nccl
+//    window fabric]; not yet run), and refuses real hosts (the runner cannot read the abort
+//    words of ranks on other hosts yet).
 // 10. The GPU backends' fail-stop words (NOTE [CUDA call sequences] 5, 7). After the lanes'
 //    handoff words every rank's signal words hold its abort word and, per lane, its call-tag
 //    word. Abort words are published: after a rank's watchdog releases its waits, every peer's

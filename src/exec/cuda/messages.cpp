@@ -14,12 +14,12 @@ using program::Region;
 
 void FabricTransport::send(int /*from*/, int to, const void* data, std::size_t bytes,
                            cudaStream_t stream) {
-  fabric_.send(data, bytes, to, stream);
+  fabric_.send_on_lane(data, bytes, to, lane_, stream);
 }
 
 void FabricTransport::recv(int /*to*/, int from, void* data, std::size_t bytes,
                            cudaStream_t stream) {
-  fabric_.recv(data, bytes, from, stream);
+  fabric_.recv_on_lane(data, bytes, from, lane_, stream);
 }
 
 bool crosses_ranks(const program::Op& op, int& from, int& to) {

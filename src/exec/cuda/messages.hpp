@@ -20,15 +20,25 @@
 // another stream's later one. Deadlock freedom follows from the schedule: the earliest
 // incomplete message has every dependency earlier in the schedule, hence complete, and its
 // partner sits at the same place of the partner's rail stream.
-// A timeout cannot release a receive waiting for a message that never comes: the executor
-// then reports the stuck streams and refuses further runs (fail-stop).
+// A timeout cannot release an NCCL receive waiting for a message that never comes: the
+// executor then reports the stuck streams and refuses further runs (fail-stop), and only the
+// communicator's abort ends it. The rendezvous transports' waits are released by
+// MessageTransport::release() (the runner's release_waits()).
 // Both CUDA executors use this component: CudaExecutor (one program) and CudaSequenceRunner
 // (NOTE [CUDA call sequences] 6: its calls' messages, at the template's legal order). Where the
-// bytes travel is a MessageTransport: FabricTransport (Fabric::send/recv, the NCCL rail), or in
-// tests the rendezvous transport of rendezvous_transport.hpp (one process, NCCL's two-sided
-// matching emulated over pointers). How a region and a counter resolve to device addresses is
-// the caller's (MessageAddresses): the executor takes the fabric's buffers, the runner its
-// group's region and signal words.
+// bytes travel is a MessageTransport: FabricTransport (Fabric::send/recv, the NCCL rail); the
+// ipc rendezvous transport (ipc_rendezvous_transport.hpp: processes of one host over the ipc
+// fabric's message areas, hosts emulated); or in tests the rendezvous transport of
+// rendezvous_transport.hpp (one process, NCCL's two-sided matching emulated over pointers).
+// Arrival and flush: the receiver's counter addition follows the receive on the receiver's
+// rail stream, so a wait for that counter (on any stream) is met only after the receive
+// completed in stream order. NCCL completes a receive only once its bytes are visible to the
+// device's later work (its proxy flushes GPUDirect RDMA writes before it reports the
+// receive); the rendezvous transports copy with the receiver's own kernels, on its stream.
+// So no extra flush follows an arrival: the counter's system-scope addition is the release,
+// the wait's acquire pairs with it, as for a store by a peer (NOTE [CUDA call sequences] 6). How a
+// region and a counter resolve to device addresses is the caller's (MessageAddresses): the executor
+// takes the fabric's buffers, the runner its group's region and signal words.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -70,22 +80,30 @@ struct Message {
 // completes in that stream's order; a send may wait (on the device) until its receive is
 // posted, so a caller that enqueues two pairs' sends and receives in crossing orders on one
 // stream deadlocks. Host calls never wait for the device.
+// release() (fail-stop, NOTE [CUDA call sequences] 5; any thread, idempotent, never waits for
+// the device): every wait of the transport's own kernels, pending or later, ends at once and
+// moves nothing, so the streams drain; what the released messages delivered is void. A
+// transport whose waits are another library's (NCCL's) has nothing to release: the
+// communicator's abort ends those.
 class MessageTransport {
  public:
   virtual ~MessageTransport() = default;
   virtual void send(int from, int to, const void* data, std::size_t bytes, cudaStream_t stream) = 0;
   virtual void recv(int to, int from, void* data, std::size_t bytes, cudaStream_t stream) = 0;
+  virtual void release() noexcept {}
 };
 
-// The fabric's own messages (Fabric::send/recv: one local rank per process, the NCCL rail).
+// The fabric's own messages (Fabric::send_on_lane/recv_on_lane: one local rank per process,
+// NCCL), on message lane `lane` (CudaSequencePlace::message_channels).
 class FabricTransport final : public MessageTransport {
  public:
-  explicit FabricTransport(fabric::Fabric& fabric) : fabric_(fabric) {}
+  explicit FabricTransport(fabric::Fabric& fabric, int lane = 0) : fabric_(fabric), lane_(lane) {}
   void send(int from, int to, const void* data, std::size_t bytes, cudaStream_t stream) override;
   void recv(int to, int from, void* data, std::size_t bytes, cudaStream_t stream) override;
 
  private:
   fabric::Fabric& fabric_;
+  int lane_ = 0;
 };
 
 // Whether `op` is a put or signal whose counter is on a rank other than its own, and its

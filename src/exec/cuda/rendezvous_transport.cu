@@ -3,7 +3,9 @@
 #include <cstdio>
 #include <string>
 
+#include "ipc_rendezvous_transport.hpp"
 #include "rendezvous_transport.hpp"
+#include "rendezvous_wait.cuh"
 #include "tide/core/error.hpp"
 #include "tide/cuda/check.hpp"
 
@@ -20,31 +22,15 @@ namespace {
 
 using Channel = RendezvousTransport::Channel;
 
-__device__ unsigned long long global_ns() {
-  unsigned long long t = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
+constexpr const char* kName = "rendezvous transport";
 
-// Step 2 of recv, step 1 of send: lane 0 spins until *word >= value, bounded.
+// Step 2 of recv, step 1 of send: lane 0 waits until *word >= value (bounded, releasable).
 __global__ void rendezvous_wait_kernel(const unsigned long long* word, unsigned long long value,
-                                       int from, int to, int posted,
+                                       int from, int to, int posted, const unsigned int* release,
                                        unsigned long long timeout_ns) {
   if (threadIdx.x != 0) return;
-  const auto* w = static_cast<const volatile unsigned long long*>(word);
-  const unsigned long long start = global_ns();
-  while (*w < value) {
-    if (global_ns() - start > timeout_ns) {
-      printf(
-          "TIDE rendezvous transport: message %llu from rank %d to rank %d: %s word holds "
-          "%llu after %llu ms\n",
-          value, from, to, posted != 0 ? "the receive's posted" : "the send's done", *w,
-          timeout_ns / 1000000ull);
-      __trap();
-    }
-    __nanosleep(256);
-  }
-  __threadfence_system();
+  (void)rendezvous_wait(word, value, release, timeout_ns, kName,
+                        posted != 0 ? "the receive's posted" : "the send's done", value, from, to);
 }
 
 // Step 1 of recv.
@@ -60,7 +46,9 @@ __global__ void rendezvous_post_kernel(Channel* c, void* dst, unsigned long long
 // Step 2 of send: every block reads the posted destination, checks the byte count, copies its
 // share (16 bytes at a time where both sides allow it).
 __global__ void rendezvous_copy_kernel(const Channel* c, const void* src, unsigned long long bytes,
-                                       unsigned long long k, int from, int to) {
+                                       unsigned long long k, int from, int to,
+                                       const unsigned int* release) {
+  if (rendezvous_released(release)) return;  // the wait before it may have been released
   const auto* v = static_cast<const volatile Channel*>(c);
   void* const dst = v->dst;
   const unsigned long long want = v->bytes;
@@ -92,12 +80,37 @@ __global__ void rendezvous_copy_kernel(const Channel* c, const void* src, unsign
 }
 
 // Step 3 of send.
-__global__ void rendezvous_done_kernel(Channel* c, unsigned long long k) {
+__global__ void rendezvous_done_kernel(Channel* c, unsigned long long k,
+                                       const unsigned int* release) {
+  if (rendezvous_released(release)) return;
   __threadfence_system();
   static_cast<volatile Channel*>(c)->done = k;
 }
 
 }  // namespace
+
+ReleaseWord::ReleaseWord() {
+  void* p = nullptr;
+  TIDE_CUDA_CHECK(
+      cudaHostAlloc(&p, sizeof(unsigned int), cudaHostAllocMapped | cudaHostAllocPortable));
+  host_ = static_cast<unsigned int*>(p);
+  *static_cast<volatile unsigned int*>(host_) = 0;
+  void* d = nullptr;
+  TIDE_CUDA_CHECK(cudaHostGetDevicePointer(&d, p, 0));
+  device_ = static_cast<unsigned int*>(d);
+}
+
+ReleaseWord::~ReleaseWord() {
+  if (host_ != nullptr) (void)cudaFreeHost(host_);
+}
+
+void ReleaseWord::set() noexcept {
+  __atomic_store_n(host_, 1u, __ATOMIC_SEQ_CST);
+}
+
+bool ReleaseWord::is_set() const noexcept {
+  return __atomic_load_n(host_, __ATOMIC_SEQ_CST) != 0;
+}
 
 RendezvousTransport::RendezvousTransport(int ranks, int device, std::uint64_t timeout_ns)
     : ranks_(ranks), timeout_ns_(timeout_ns) {
@@ -133,14 +146,16 @@ void RendezvousTransport::send(int from, int to, const void* data, std::size_t b
   const unsigned long long k =
       ++sends_[static_cast<std::size_t>(from) * static_cast<std::size_t>(ranks_) +
                static_cast<std::size_t>(to)];
-  rendezvous_wait_kernel<<<1, 32, 0, stream>>>(&c->posted, k, from, to, 1, timeout_ns_);
+  rendezvous_wait_kernel<<<1, 32, 0, stream>>>(&c->posted, k, from, to, 1, release_.device(),
+                                               timeout_ns_);
   TIDE_CUDA_CHECK(cudaGetLastError());
   const unsigned long long chunks = (bytes + 4095) / 4096;
   const unsigned int blocks =
       static_cast<unsigned int>(chunks < 1 ? 1 : (chunks > 64 ? 64 : chunks));
-  rendezvous_copy_kernel<<<blocks, 256, 0, stream>>>(c, data, bytes, k, from, to);
+  rendezvous_copy_kernel<<<blocks, 256, 0, stream>>>(c, data, bytes, k, from, to,
+                                                     release_.device());
   TIDE_CUDA_CHECK(cudaGetLastError());
-  rendezvous_done_kernel<<<1, 1, 0, stream>>>(c, k);
+  rendezvous_done_kernel<<<1, 1, 0, stream>>>(c, k, release_.device());
   TIDE_CUDA_CHECK(cudaGetLastError());
   ++messages_;
 }
@@ -153,7 +168,8 @@ void RendezvousTransport::recv(int to, int from, void* data, std::size_t bytes,
                static_cast<std::size_t>(to)];
   rendezvous_post_kernel<<<1, 1, 0, stream>>>(c, data, bytes, k);
   TIDE_CUDA_CHECK(cudaGetLastError());
-  rendezvous_wait_kernel<<<1, 32, 0, stream>>>(&c->done, k, from, to, 0, timeout_ns_);
+  rendezvous_wait_kernel<<<1, 32, 0, stream>>>(&c->done, k, from, to, 0, release_.device(),
+                                               timeout_ns_);
   TIDE_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -163,6 +179,7 @@ void prepare_rendezvous() {
   TIDE_CUDA_CHECK(cudaFuncGetAttributes(&a, rendezvous_post_kernel));
   TIDE_CUDA_CHECK(cudaFuncGetAttributes(&a, rendezvous_copy_kernel));
   TIDE_CUDA_CHECK(cudaFuncGetAttributes(&a, rendezvous_done_kernel));
+  prepare_ipc_rendezvous();
 }
 
 }  // namespace tide::exec::cuda_detail

@@ -31,6 +31,10 @@
 // timer):
 // past the bound the kernel prints the pair, the message number and the word it waited for,
 // and traps (NOTE style 8: loud failure; the context is lost, as with any device check).
+// Release (fail-stop): release() stores 1 into a word of mapped host memory (ReleaseWord) that
+// every wait polls beside its word; a released wait returns at once, and every kernel after it
+// (the copy, the done store) reads the word as set and does nothing, so the streams drain well
+// before the bound. The runner's release_waits() calls it, after its own releases.
 // Graphs: the matching numbers are fixed on the host per call; the transport is for stream-
 // ordered calls, not for capture (the runner refuses to capture calls with messages).
 // Not a performance model: the copy is a plain SM copy on the sender's stream.
@@ -48,6 +52,24 @@ namespace tide::exec::cuda_detail {
 
 inline constexpr std::uint64_t kRendezvousTimeoutNs = std::uint64_t{60} * 1000 * 1000 * 1000;
 
+// A transport's release word: 4 bytes of mapped, portable host memory (every device of the
+// process reads it), 0 until set() stores 1. set() is a plain host store: it reaches the device
+// through no stream, so no queue that a held wait blocks can delay it.
+class ReleaseWord {
+ public:
+  ReleaseWord();
+  ~ReleaseWord();
+  ReleaseWord(const ReleaseWord&) = delete;
+  ReleaseWord& operator=(const ReleaseWord&) = delete;
+  void set() noexcept;
+  bool is_set() const noexcept;
+  const unsigned int* device() const { return device_; }  // what the kernels poll
+
+ private:
+  unsigned int* host_ = nullptr;
+  unsigned int* device_ = nullptr;
+};
+
 class RendezvousTransport final : public MessageTransport {
  public:
   // Channels for `ranks` ranks in memory of `device` (every device that runs a rank's streams
@@ -63,6 +85,9 @@ class RendezvousTransport final : public MessageTransport {
   void send(int from, int to, const void* data, std::size_t bytes, cudaStream_t stream) override;
   void recv(int to, int from, void* data, std::size_t bytes, cudaStream_t stream) override;
 
+  // Thread-safe, idempotent (NOTE [rendezvous transport], Release).
+  void release() noexcept override { release_.set(); }
+
   std::int64_t messages() const { return messages_; }  // sends enqueued so far
 
   struct Channel;  // one ordered pair's words (defined with the kernels)
@@ -75,9 +100,11 @@ class RendezvousTransport final : public MessageTransport {
   std::vector<std::uint64_t> sends_;  // per pair: sends enqueued
   std::vector<std::uint64_t> recvs_;  // per pair: receives enqueued
   std::int64_t messages_ = 0;
+  ReleaseWord release_;
 };
 
-// Loads the transport's kernels on the current device (NOTE [preloaded kernels]).
+// Loads both rendezvous transports' kernels (this one's and the ipc one's,
+// ipc_rendezvous_transport.hpp) on the current device (NOTE [preloaded kernels]).
 void prepare_rendezvous();
 
 }  // namespace tide::exec::cuda_detail

@@ -204,8 +204,26 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
     if (capture != nullptr) throw InternalError("CudaSequenceRunner: a message under capture");
     // The receiver's addition counts for nothing once the sender's waits were released.
     const std::uint64_t* abort = m.message->sender ? nullptr : abort_of(m.message->peer);
-    cuda_detail::enqueue_message(*m.message, *transport, streams[static_cast<std::size_t>(m.rail)],
-                                 s, token, abort);
+    const cuda_detail::Message* message = m.message.get();
+    cuda_detail::Message bound;  // the parts of caller memory at this call's pointers
+    for (std::size_t k = 0; k < m.message_slots.size(); ++k) {
+      if (m.message_slots[k].slot == sequence_detail::kFixed) continue;
+      if (message != &bound) {
+        bound = *m.message;  // shares its events and staging; never released itself
+        message = &bound;
+      }
+      cuda_detail::MessagePart& part = bound.parts[k];
+      (part.strided ? part.region : part.data) = at(m.message_slots[k], b);
+    }
+    cuda_detail::enqueue_message(*message, *transport, streams[static_cast<std::size_t>(m.rail)], s,
+                                 token, abort);
+    if (message->sender) {  // under the call lock, as every enqueue
+      ++messages_sent;
+      std::size_t bytes = message->parts.empty() ? sizeof(std::uint64_t) : 0;
+      for (const cuda_detail::MessagePart& part : message->parts)
+        bytes += part.bytes;
+      message_bytes_sent += static_cast<std::int64_t>(bytes);
+    }
     return;
   }
   switch (m.kind) {

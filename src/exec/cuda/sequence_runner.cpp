@@ -13,6 +13,7 @@
 #include "enqueue_order.hpp"
 #include "generation_wait.hpp"
 #include "graph_wait_budget.hpp"
+#include "ipc_rendezvous_transport.hpp"
 #include "op_resolution.hpp"
 #include "program_checks.hpp"
 #include "rendezvous_transport.hpp"
@@ -115,8 +116,8 @@ Ptr CudaSequenceRunner::State::resolve(const Region& r) const {
       auto* base = static_cast<std::byte*>(fabric.pointer(Buffer{r.buffer.rank, Space::kArena, 0}));
       if (base == nullptr) {
         throw Unsupported("CudaSequenceRunner: the arena of rank " + std::to_string(r.buffer.rank) +
-                          " is not load/store reachable from this process, and the op is not a "
-                          "put or signal that could travel as a message");
+                          " is not load/store reachable from this process (only puts and "
+                          "signals to it travel as messages)");
       }
       p.fixed = base + place.region_offset + r.offset;
       break;
@@ -211,13 +212,12 @@ bool CudaSequenceRunner::State::is_message(const Op& op) const {
 void CudaSequenceRunner::State::map_message(const Op& op, std::set<int>& used,
                                             std::vector<SeqOp>& out) {
   cuda_detail::MessageAddresses at;
-  at.region = [this](const Region& r) -> std::byte* {
+  std::vector<Ptr> slots;  // per part of the side being mapped
+  at.region = [this, &slots](const Region& r) -> std::byte* {
     const Ptr p = resolve(r);
-    if (p.slot != sequence_detail::kFixed) {
-      throw Unsupported(
-          "CudaSequenceRunner: a message to or from caller memory (a kTensor or "
-          "kOutput region) is not built; messages move arena bytes");
-    }
+    slots.push_back(p);
+    // Caller memory: bound per call (enqueue_op); a non-null placeholder until then.
+    if (p.slot != sequence_detail::kFixed) return reinterpret_cast<std::byte*>(alignof(Ptr));
     return p.fixed;
   };
   at.counter = [this](const program::Counter& c) { return word(c); };
@@ -235,8 +235,10 @@ void CudaSequenceRunner::State::map_message(const Op& op, std::set<int>& used,
     m.rank = rank;
     m.rail = stream(rank, sequence_detail::kRailStreamName);
     m.stream = sender ? stream(rank, op.stream) : m.rail;
+    slots.clear();
     m.message = std::shared_ptr<cuda_detail::Message>(
         new cuda_detail::Message(cuda_detail::map_message(op, sender, at)), release);
+    m.message_slots = slots;
     used.insert(m.stream);
     used.insert(m.rail);
     out.push_back(std::move(m));
@@ -413,7 +415,8 @@ void CudaSequenceRunner::set_up() {
     kernels::prepare_landing();
     kernels::prepare_cast();
     cuda_detail::prepare_abort_check();
-    if (options.test_messages.node_size > 0) cuda_detail::prepare_rendezvous();
+    if (options.test_messages.node_size > 0 || fabric.message_area_bytes() > 0)
+      cuda_detail::prepare_rendezvous();
     TIDE_CUDA_CHECK(cudaMemsetAsync(fabric.signals(r) + place.first_signal_word, 0,
                                     static_cast<std::size_t>(sequence.counters) * 8, setup));
   }
@@ -442,8 +445,11 @@ void CudaSequenceRunner::set_up() {
       if (!fabric.local(r))
         throw InvalidArgument("CudaSequenceRunner: test messages need every rank local");
     s.transport = std::make_unique<cuda_detail::RendezvousTransport>(s.ranks, fabric.device());
+  } else if (fabric.message_area_bytes() > 0) {  // NOTE [ipc rendezvous transport]
+    s.transport =
+        std::make_unique<cuda_detail::IpcRendezvousTransport>(fabric, place.message_channels);
   } else {
-    s.transport = std::make_unique<cuda_detail::FabricTransport>(fabric);
+    s.transport = std::make_unique<cuda_detail::FabricTransport>(fabric, place.message_channels);
   }
   TIDE_CUDA_CHECK(cudaMalloc(&s.token, sizeof(std::uint64_t)));
   s.templates.resize(sequence.templates.size());
@@ -594,6 +600,14 @@ std::int64_t CudaSequenceRunner::graph_launches() const {
 std::int64_t CudaSequenceRunner::graph_captures() const {
   std::lock_guard lock(state_->mutex);
   return state_->graph_captures;
+}
+std::int64_t CudaSequenceRunner::messages_sent() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->messages_sent;
+}
+std::int64_t CudaSequenceRunner::message_bytes_sent() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->message_bytes_sent;
 }
 std::string CudaSequenceRunner::graphs_unavailable() const {
   return state_->no_graph_waits;  // fixed at construction

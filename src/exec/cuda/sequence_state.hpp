@@ -105,6 +105,9 @@ struct SeqOp {
   // the fusion pass.
   std::shared_ptr<cuda_detail::Message> message;
   int rail = -1;
+  // Per message part: what it moves; a part of caller memory (slot != kFixed: a staged
+  // shard, a gradient) is bound per call, its mapped pointer only a placeholder.
+  std::vector<Ptr> message_slots;
 };
 
 // The stream name of a rank's rail stream (program stream names are >= 0), and of its first
@@ -237,6 +240,8 @@ struct CudaSequenceRunner::State {
   cudaStream_t origin = nullptr;
   std::int64_t graph_launches = 0;  // captures, replays and re-pointed replays
   std::int64_t graph_captures = 0;  // slot graphs captured and instantiated
+  std::int64_t messages_sent = 0;   // sender sides enqueued (under `mutex`)
+  std::int64_t message_bytes_sent = 0;
   // Graph waits (NOTE [CUDA call sequences] 3): per event slot, a device word counting the
   // slot's calls (on the first local rank's device), and what Q consecutive calls add to
   // each counter (rank * counters + id).

@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "messages.hpp"
 #include "sequence_state.hpp"
 #include "tide/core/error.hpp"
 #include "tide/cuda/check.hpp"
@@ -406,6 +407,9 @@ void CudaSequenceRunner::release_waits() {
   // late: what the gated rank does before its next released wait is valid, and what follows
   // such a wait reads the abort word as set.
   if (host_gate) *host_view(faults.gate_word) = kReleased;
+  // The transport's own device waits (a rendezvous transport's) end too, through a word in
+  // mapped host memory: no GPU queue (NOTE [rendezvous transport], Release).
+  if (s.transport) s.transport->release();
 }
 
 }  // namespace tide::exec

@@ -58,7 +58,18 @@ std::int64_t granularity_of(int device) {
   return static_cast<std::int64_t>(g);
 }
 
+bool several_hosts(const std::vector<int>& hosts) {
+  for (const int h : hosts)
+    if (h != hosts.front()) return true;
+  return false;
+}
+
 }  // namespace
+
+std::int64_t ipc_window_bytes(const IpcFabricOptions& o, int world) {
+  if (!several_hosts(o.hosts)) return fabric::window_bytes(o.arena_bytes, o.signal_words);
+  return window_message_offset(o.arena_bytes, o.signal_words) + fabric::message_area_bytes(world);
+}
 
 IpcFabric::IpcFabric(int rank, int world, const IpcFabricOptions& o, const IpcExchange& exchange)
     : rank_(rank), world_(world), arena_bytes_(o.arena_bytes), signal_words_(o.signal_words) {
@@ -70,10 +81,19 @@ IpcFabric::IpcFabric(int rank, int world, const IpcFabricOptions& o, const IpcEx
     throw InvalidArgument("IpcFabric: arena_bytes and signal_words must be positive");
   }
   if (!exchange) throw InvalidArgument("IpcFabric: needs an exchange (the bootstrap store)");
+  if (!o.hosts.empty() && static_cast<int>(o.hosts.size()) != world) {
+    throw InvalidArgument("IpcFabric: " + std::to_string(o.hosts.size()) +
+                          " host indices for a world of " + std::to_string(world) +
+                          " (give one per rank, or none)");
+  }
+  if (several_hosts(o.hosts)) {
+    hosts_ = o.hosts;
+    message_bytes_ = fabric::message_area_bytes(world);
+  }
   device_ = o.device;
   if (device_ < 0) TIDE_CUDA_CHECK(cudaGetDevice(&device_));
   TIDE_CUDA_CHECK(cudaSetDevice(device_));
-  const std::int64_t needed = fabric::window_bytes(o.arena_bytes, o.signal_words);
+  const std::int64_t needed = ipc_window_bytes(o, world);
 
   // 1. The window, and the allocation it lies in.
   void* window = o.window;
@@ -92,6 +112,18 @@ IpcFabric::IpcFabric(int rank, int world, const IpcFabricOptions& o, const IpcEx
   }
   handles_ = a->handles;
   const std::int64_t offset = static_cast<std::byte*>(window) - a->base;
+  if (message_bytes_ > 0) {
+    // NOTE [ipc rendezvous transport]: the channels' words start at 0 before any peer can map
+    // them (the exchanges below come after), on a private stream (no device-wide wait).
+    cudaStream_t zero = nullptr;
+    TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&zero, cudaStreamNonBlocking));
+    const cudaError_t set = cudaMemsetAsync(
+        static_cast<std::byte*>(window) + window_message_offset(o.arena_bytes, o.signal_words), 0,
+        static_cast<std::size_t>(message_bytes_), zero);
+    const cudaError_t done = set == cudaSuccess ? cudaStreamSynchronize(zero) : set;
+    (void)cudaStreamDestroy(zero);
+    TIDE_CUDA_CHECK(done);
+  }
 
   // 2. "handles": this rank's allocation, published.
   ExportedDescriptor exported;
@@ -233,7 +265,20 @@ void IpcFabric::release() noexcept {
 }
 
 std::int64_t IpcFabric::window_bytes() const {
-  return fabric::window_bytes(arena_bytes_, signal_words_);
+  if (message_bytes_ == 0) return fabric::window_bytes(arena_bytes_, signal_words_);
+  return window_message_offset(arena_bytes_, signal_words_) + message_bytes_;
+}
+
+bool IpcFabric::load_store(int from, int to) const {
+  if (hosts_.empty()) return true;
+  if (from < 0 || from >= world_ || to < 0 || to >= world_) return false;
+  return hosts_[static_cast<std::size_t>(from)] == hosts_[static_cast<std::size_t>(to)];
+}
+
+std::byte* IpcFabric::message_area(int owner) const {
+  if (message_bytes_ == 0 || owner < 0 || owner >= world_) return nullptr;
+  return windows_[static_cast<std::size_t>(owner)] +
+         window_message_offset(arena_bytes_, signal_words_);
 }
 
 void* IpcFabric::pointer(const program::Buffer& buffer) const {

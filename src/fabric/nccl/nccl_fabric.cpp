@@ -49,6 +49,7 @@ struct NcclFabric::State {
   std::chrono::milliseconds timeout{0};
   ncclComm_t main = nullptr;
   ncclComm_t rail = nullptr;
+  ncclComm_t lanes[2] = {nullptr, nullptr};  // NOTE [nccl fabric] 2b
   void* arena = nullptr;
   bool owns_arena = true;  // false: NcclFabricOptions::external_arena
   std::int64_t arena_bytes = 0;
@@ -133,6 +134,8 @@ struct NcclFabric::State {
 
   void abort_all() noexcept {
     if (aborted.exchange(true)) return;
+    for (ncclComm_t lane : lanes)
+      if (lane != nullptr) (void)ncclCommAbort(lane);
     if (rail != nullptr) (void)ncclCommAbort(rail);
     if (main != nullptr) (void)ncclCommAbort(main);
   }
@@ -151,7 +154,7 @@ struct NcclFabric::State {
         }
         if (arena != nullptr && owns_arena) (void)ncclMemFree(arena);
         arena = nullptr;
-        for (ncclComm_t* c : {&rail, &main}) {
+        for (ncclComm_t* c : {&lanes[1], &lanes[0], &rail, &main}) {
           if (*c == nullptr) continue;
           settle(*c, ncclCommFinalize(*c), "ncclCommFinalize");
           (void)ncclCommDestroy(*c);
@@ -194,6 +197,10 @@ void NcclFabric::check_arguments(int rank, int world, std::span<const std::byte>
   if (options.arena_bytes < 1) {
     throw InvalidArgument("NCCL fabric: arena_bytes must be positive (got " +
                           std::to_string(options.arena_bytes) + ")");
+  }
+  if (options.message_lanes < 0 || options.message_lanes > 2) {
+    throw InvalidArgument("NCCL fabric: message_lanes must be 0, 1 or 2 (got " +
+                          std::to_string(options.message_lanes) + ")");
   }
   if (options.max_ctas < 0 || options.max_ctas > 64) {
     throw InvalidArgument("NCCL fabric: max_ctas must be 0 (NCCL's default) or 1..64 (got " +
@@ -239,6 +246,16 @@ NcclFabric::NcclFabric(int rank, int world, std::span<const std::byte> unique_id
   const ncclResult_t split = ncclCommSplit(s.main, s.topology.local_of(rank),
                                            s.topology.node_of(rank), &s.rail, &rail_config);
   s.settle(s.rail != nullptr ? s.rail : s.main, split, "ncclCommSplit");
+  // 2b. Message lanes: NCCL's default channels (no cap), every rank at its world rank.
+  for (int lane = 0; lane < options.message_lanes; ++lane) {
+    ncclConfig_t lane_config = NCCL_CONFIG_INITIALIZER;
+    lane_config.blocking = 0;
+    lane_config.splitShare = 0;
+    lane_config.commName = lane == 0 ? "tide.lane0" : "tide.lane1";
+    ncclComm_t& c = s.lanes[lane];
+    const ncclResult_t r = ncclCommSplit(s.main, 0, rank, &c, &lane_config);
+    s.settle(c != nullptr ? c : s.main, r, "ncclCommSplit (message lane)");
+  }
   // 3. The arena, one symmetric window in each domain.
   s.arena_bytes = rounded_arena_bytes(options.arena_bytes);
   if (options.external_arena != nullptr) {
@@ -368,6 +385,15 @@ void NcclFabric::wait_until(const std::function<bool()>& ready, std::string_view
 
 void NcclFabric::settle(ncclResult_t result, const char* call) {
   state_->settle(state_->main, result, call);
+}
+
+void NcclFabric::settle(ncclComm_t comm, ncclResult_t result, const char* call) {
+  state_->settle(comm, result, call);
+}
+
+ncclComm_t NcclFabric::message_comm(int lane) const {
+  if (lane < 0 || lane >= 2) return nullptr;
+  return state_->lanes[lane];
 }
 
 void NcclFabric::release() noexcept {

@@ -47,16 +47,24 @@ struct NcclWindowFabric::State {
         if (p != nullptr) (void)cudaFree(p);
   }
 
-  bool load_store(int from, int to) const {
-    if (from == to) return true;
-    if (from / lsa_size != to / lsa_size) return false;
-    const int l = options.gpus_per_node;
-    return !options.messages_between_nodes || from / l == to / l;
+  bool lsa_peers(int a, int b) const { return a / lsa_size == b / lsa_size; }
+
+  // Rank r's host, real or emulated (NcclWindowOptions::hosts, messages_between_nodes).
+  int host_of(int r) const {
+    if (!options.hosts.empty()) return options.hosts[static_cast<std::size_t>(r)];
+    return options.messages_between_nodes ? r / options.gpus_per_node : 0;
   }
 
-  // This process's address of rank `r`'s window base (nullptr: not load/store reachable).
+  bool load_store(int from, int to) const {
+    if (from == to) return true;
+    const int world = nccl->world();
+    if (from < 0 || to < 0 || from >= world || to >= world) return false;
+    return lsa_peers(from, to) && host_of(from) == host_of(to);
+  }
+
+  // This process's address of rank `r`'s window base (nullptr: not an LSA peer).
   std::byte* window(int r) const {
-    if (r != rank && !load_store(rank, r)) return nullptr;
+    if (r != rank && !lsa_peers(rank, r)) return nullptr;
     return static_cast<std::byte*>(r == rank ? nccl->arena() : nccl->peer_arena(r));
   }
 
@@ -65,6 +73,15 @@ struct NcclWindowFabric::State {
       throw InvalidArgument("NcclWindowFabric: messages_between_nodes needs the split's L (" +
                             std::to_string(o.gpus_per_node) + " does not divide " +
                             std::to_string(f.world()) + " ranks)");
+    }
+    if (!o.hosts.empty() && static_cast<int>(o.hosts.size()) != f.world()) {
+      throw InvalidArgument("NcclWindowFabric: " + std::to_string(o.hosts.size()) +
+                            " host indices for a world of " + std::to_string(f.world()));
+    }
+    if (!o.hosts.empty() && f.message_comm(0) == nullptr) {
+      throw InvalidArgument(
+          "NcclWindowFabric: emulated hosts need the NCCL fabric's message lanes (build it "
+          "with NcclFabricOptions::message_lanes = 2)");
     }
     const std::int64_t need = required_window_bytes(arena, words);
     if (f.arena_bytes() < need) {
@@ -83,7 +100,7 @@ struct NcclWindowFabric::State {
     signal_words = words;
     if (!o.one_host) return;
     for (int r = 0; r < f.world(); ++r) {
-      if (!load_store(rank, r)) {
+      if (window(r) == nullptr) {
         throw Unsupported("rank " + std::to_string(r) + " is not load/store reachable from rank " +
                           std::to_string(rank) +
                           " (another host): the runtime's nccl backend runs the ranks of one "
@@ -200,13 +217,30 @@ bool NcclWindowFabric::load_store(int from, int to) const {
 void NcclWindowFabric::send(const void* data, std::size_t bytes, int peer, cudaStream_t stream) {
   NcclFabric& f = *state_->nccl;
   ncclComm_t comm = state_->options.message_comm ? state_->options.message_comm : f.main_comm();
-  f.settle(ncclSend(data, bytes, ncclUint8, peer, comm, stream), "ncclSend (message)");
+  f.settle(comm, ncclSend(data, bytes, ncclUint8, peer, comm, stream), "ncclSend (message)");
 }
 
 void NcclWindowFabric::recv(void* data, std::size_t bytes, int peer, cudaStream_t stream) {
   NcclFabric& f = *state_->nccl;
   ncclComm_t comm = state_->options.message_comm ? state_->options.message_comm : f.main_comm();
-  f.settle(ncclRecv(data, bytes, ncclUint8, peer, comm, stream), "ncclRecv (message)");
+  f.settle(comm, ncclRecv(data, bytes, ncclUint8, peer, comm, stream), "ncclRecv (message)");
+}
+
+// NOTE [nccl fabric] 2b: world ranks are the lane communicator's ranks (color 0, key rank).
+void NcclWindowFabric::send_on_lane(const void* data, std::size_t bytes, int peer, int lane,
+                                    cudaStream_t stream) {
+  NcclFabric& f = *state_->nccl;
+  ncclComm_t comm = f.message_comm(lane);
+  if (comm == nullptr) return send(data, bytes, peer, stream);
+  f.settle(comm, ncclSend(data, bytes, ncclUint8, peer, comm, stream), "ncclSend (message)");
+}
+
+void NcclWindowFabric::recv_on_lane(void* data, std::size_t bytes, int peer, int lane,
+                                    cudaStream_t stream) {
+  NcclFabric& f = *state_->nccl;
+  ncclComm_t comm = f.message_comm(lane);
+  if (comm == nullptr) return recv(data, bytes, peer, stream);
+  f.settle(comm, ncclRecv(data, bytes, ncclUint8, peer, comm, stream), "ncclRecv (message)");
 }
 
 void NcclWindowFabric::release() noexcept {
