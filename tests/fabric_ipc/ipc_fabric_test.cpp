@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "../support/test_seed.hpp"
+#include "forked_ranks.hpp"
 #include "tide/core/error.hpp"
 #include "tide/core/store.hpp"
 #include "tide/fabric/ipc_memory.hpp"
@@ -153,42 +155,15 @@ std::string run_rank(int rank, int world, const std::filesystem::path& dir, std:
 
 // Forks `world` ranks with TIDE_IPC_HANDLES=handles; every rank's report.
 std::vector<std::string> run_world(int world, const char* handles, bool own_window) {
-  const std::uint64_t seed = std::random_device{}();
-  std::printf("ipc fabric: %d processes, handles %s, seed %llu\n", world, handles,
-              static_cast<unsigned long long>(seed));
-  char pattern_dir[] = "/tmp/tide-ipc-test-XXXXXX";
-  const std::filesystem::path dir(mkdtemp(pattern_dir));
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < world; ++rank) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      setenv("TIDE_IPC_HANDLES", handles, 1);
-      std::string r;
-      try {
-        const IpcHandleChoice c = choose_ipc_handles(0);
-        r = run_rank(rank, world, dir, seed, own_window);
-        (void)c;
-      } catch (const Unsupported& e) {
-        r = std::string("skip: ") + e.what();
-      } catch (const std::exception& e) {
-        r = e.what();
-      }
-      std::ofstream(dir / ("report." + std::to_string(rank))) << r;
-      std::_Exit(0);
-    }
-    pids.push_back(pid);
-  }
-  for (pid_t pid : pids)
-    waitpid(pid, nullptr, 0);
-  std::vector<std::string> reports;
-  for (int rank = 0; rank < world; ++rank) {
-    std::ifstream in(dir / ("report." + std::to_string(rank)));
-    std::stringstream s;
-    s << in.rdbuf();
-    reports.push_back(s.str());
-  }
-  std::filesystem::remove_all(dir);
-  return reports;
+  const std::uint64_t seed = testing::pick_test_seed();
+  std::printf("ipc fabric: %d processes, handles %s, %s\n", world, handles,
+              testing::seed_trace(seed).c_str());
+  return testing::run_forked_ranks(world, "ipc-test",
+                                   [&](int rank, const std::filesystem::path& dir) {
+                                     setenv("TIDE_IPC_HANDLES", handles, 1);
+                                     (void)choose_ipc_handles(0);
+                                     return run_rank(rank, world, dir, seed, own_window);
+                                   });
 }
 
 void expect_world(int world, const char* handles, bool own_window) {

@@ -22,6 +22,8 @@
 
 #include "../../src/exec/cuda/ipc_rendezvous_transport.hpp"
 #include "../../src/exec/cuda/rendezvous_transport.hpp"
+#include "../support/test_seed.hpp"
+#include "forked_ranks.hpp"
 #include "tide/core/error.hpp"
 #include "tide/core/store.hpp"
 #include "tide/fabric/ipc_fabric.hpp"
@@ -37,11 +39,6 @@ const auto kTimeout = std::chrono::seconds(60);
 
 bool gpu_present() {
   return std::filesystem::exists("/dev/nvidiactl");
-}
-
-std::uint64_t seed_of_run() {
-  if (const char* s = std::getenv("TIDE_TEST_SEED")) return std::strtoull(s, nullptr, 10);
-  return std::random_device{}();
 }
 
 std::vector<std::uint8_t> pattern(std::uint64_t seed, int from, int message, std::size_t bytes) {
@@ -64,17 +61,10 @@ struct Rank {
 // Forks `world` ranks (hosts: one per rank) that each run `body` over the fabric; every rank's
 // report ("ok", "skip: why", or the failure).
 std::vector<std::string> run_ranks(int world, const std::function<std::string(Rank&)>& body) {
-  const std::uint64_t seed = seed_of_run();
-  std::printf("ipc rendezvous: %d processes, seed %llu (rerun with TIDE_TEST_SEED)\n", world,
-              static_cast<unsigned long long>(seed));
-  char dir_pattern[] = "/tmp/tide-rendezvous-test-XXXXXX";
-  const std::filesystem::path dir(mkdtemp(dir_pattern));
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < world; ++rank) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      std::string r;
-      try {
+  const std::uint64_t seed = testing::pick_test_seed();
+  std::printf("ipc rendezvous: %d processes, %s\n", world, testing::seed_trace(seed).c_str());
+  return testing::run_forked_ranks(
+      world, "rendezvous-test", [&](int rank, const std::filesystem::path& dir) {
         FileStore store(dir / "store");
         Rank me;
         me.rank = rank;
@@ -91,29 +81,10 @@ std::vector<std::string> run_ranks(int world, const std::function<std::string(Ra
           o.hosts.push_back(h);
         IpcFabric fabric(rank, world, o, me.exchange);
         me.fabric = &fabric;
-        r = body(me);
+        std::string r = body(me);
         me.exchange("done", "");  // nobody unmaps while a peer still copies
-      } catch (const Unsupported& e) {
-        r = std::string("skip: ") + e.what();
-      } catch (const std::exception& e) {
-        r = e.what();
-      }
-      std::ofstream(dir / ("report." + std::to_string(rank))) << r;
-      std::_Exit(0);
-    }
-    pids.push_back(pid);
-  }
-  for (pid_t pid : pids)
-    waitpid(pid, nullptr, 0);
-  std::vector<std::string> reports;
-  for (int rank = 0; rank < world; ++rank) {
-    std::ifstream in(dir / ("report." + std::to_string(rank)));
-    std::stringstream s;
-    s << in.rdbuf();
-    reports.push_back(s.str().empty() ? "no report (the process died)" : s.str());
-  }
-  std::filesystem::remove_all(dir);
-  return reports;
+        return r;
+      });
 }
 
 void expect_ok(const std::vector<std::string>& reports) {
