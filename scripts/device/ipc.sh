@@ -21,7 +21,7 @@
 #              on gloo (tests/python/test_fsdp_ipc_gpu.py)
 #   demo       scripts/main.sh's demo with 4 processes on the GPU
 #   memory     bench/memory/run.py on the GPU (MEMORY_WORLDS, MEMORY_DEPTHS, MEMORY_REPEATS)
-# SPLITS and VARIANTS (comma-separated) narrow the splits step.
+# SPLITS (space-separated, e.g. "2x2 4x1") and VARIANTS (comma-separated) narrow the splits step.
 # Writes under $OUT: summary.md, rows.jsonl (one JSON row per run, for ipc_results.py),
 # logs.tgz. Then here: python3 scripts/device/ipc_results.py <files_at> writes
 # bench/results/ipc/{summary.json,README.md}.
