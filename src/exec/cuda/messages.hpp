@@ -24,8 +24,9 @@
 // executor then reports the stuck streams and refuses further runs (fail-stop), and only the
 // communicator's abort ends it. The rendezvous transports' waits are released by
 // MessageTransport::release() (the runner's release_waits()).
-// Both CUDA executors use this component: CudaExecutor (one program) and CudaSequenceRunner
-// (NOTE [CUDA call sequences] 6: its calls' messages, at the template's legal order). Where the
+// The CUDA executor, CudaSequenceRunner, uses this component (NOTE [CUDA call sequences] 6: its
+// calls' messages, at the template's legal order; CudaExecutor's one-shot programs run there as
+// sequences of period 1, NOTE [one-shot programs]). Where the
 // bytes travel is a MessageTransport: FabricTransport (Fabric::send/recv, the NCCL rail); the
 // ipc rendezvous transport (ipc_rendezvous_transport.hpp: processes of one host over the ipc
 // fabric's message areas, hosts emulated); or in tests the rendezvous transport of
@@ -37,8 +38,8 @@
 // receive); the rendezvous transports copy with the receiver's own kernels, on its stream.
 // So no extra flush follows an arrival: the counter's system-scope addition is the release,
 // the wait's acquire pairs with it, as for a store by a peer (NOTE [CUDA call sequences] 6). How a
-// region and a counter resolve to device addresses is the caller's (MessageAddresses): the executor
-// takes the fabric's buffers, the runner its group's region and signal words.
+// region and a counter resolve to device addresses is the caller's (MessageAddresses): the runner
+// takes its group's region and signal words, and a one-shot program's the fabric's buffers.
 #pragma once
 
 #include <cuda_runtime_api.h>
