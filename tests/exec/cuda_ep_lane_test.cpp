@@ -161,11 +161,10 @@ class EpRsHarness {
     for (int r = 0; r < world(); ++r) {
       const auto ur = static_cast<std::size_t>(r);
       for (std::size_t p = 0; p < c.grads[ur].size(); ++p)
-        launch_compute_copy(c.grads[ur][p]->get(), c.sources[ur][p]->get(),
-                            c.grads[ur][p]->bytes(), caller);
-      launch_compute_copy(c.outputs[ur]->get(),
-                          c.accumulate ? c.initial[ur]->get() : poison_.get(), out_bytes(),
-                          caller);
+        launch_compute_copy(c.grads[ur][p]->get(), c.sources[ur][p]->get(), c.grads[ur][p]->bytes(),
+                            caller);
+      launch_compute_copy(c.outputs[ur]->get(), c.accumulate ? c.initial[ur]->get() : poison_.get(),
+                          out_bytes(), caller);
     }
     runner_.enqueue(c.bindings, c.alpha, c.accumulate, caller);
     for (int r = 0; r < world(); ++r) {
@@ -311,8 +310,8 @@ class EpAgHarness {
           ASSERT_EQ(std::memcmp(got.data() + layout_.landing_offset(p, src),
                                 shard.data() + pl.offset / 2, static_cast<std::size_t>(bytes)),
                     0)
-              << "call " << e << " rank " << r << " param " << p << " from rank " << src
-              << " cast " << cast_;
+              << "call " << e << " rank " << r << " param " << p << " from rank " << src << " cast "
+              << cast_;
         }
       }
     }
@@ -373,10 +372,9 @@ TEST(EpLaneCuda, TemplatesPassTheExecutorChecks) {
   std::mt19937_64 rng(test_seed());
   for (int m = 2; m <= program::kEpSumSources; ++m) {
     const GroupLayout layout(Topology(m, 1), lane_shapes(rng, m), DType::kBf16, DType::kBf16);
-    const CallSequence rs =
-        program::ep_rs_call_sequence(layout, EpRsHarness::areas_of(layout));
-    const CallSequence ag = program::ep_ag_call_sequence(AgPlan(layout, {}),
-                                                         program::ep_ag_arena_layout(layout));
+    const CallSequence rs = program::ep_rs_call_sequence(layout, EpRsHarness::areas_of(layout));
+    const CallSequence ag =
+        program::ep_ag_call_sequence(AgPlan(layout, {}), program::ep_ag_arena_layout(layout));
     for (const CallSequence* seq : {&rs, &ag}) {
       for (const program::CallTemplate& t : seq->templates) {
         program::Program p = t.program;

@@ -30,18 +30,18 @@ namespace {
 
 using testing::DeviceBuffer;
 
-constexpr int kSources = 8;               // program::kEpSumSources
+constexpr int kSources = 8;                // program::kEpSumSources
 constexpr std::int64_t kBlockAlign = 128;  // bf16 elements: the lane's 256-byte blocks
 
 // One lane part: `width` fp32 outputs, M - 1 inbox blocks, the own gradients' runs.
 struct LanePart {
   int m = 2;
   std::int64_t width = 0;
-  std::int64_t block = 0;              // bf16 elements between inbox blocks
-  std::vector<std::uint16_t> inbox;    // (m - 1) x block
+  std::int64_t block = 0;            // bf16 elements between inbox blocks
+  std::vector<std::uint16_t> inbox;  // (m - 1) x block
   std::vector<std::vector<std::uint16_t>> grads;
-  std::vector<Level1RunSpec> runs;     // row 0
-  std::vector<int> owner;              // per column: run index, or -1 (padding)
+  std::vector<Level1RunSpec> runs;  // row 0
+  std::vector<int> owner;           // per column: run index, or -1 (padding)
   float alpha = 1.0f;
 };
 
@@ -90,9 +90,8 @@ LanePart make_part(std::mt19937_64& rng, int m) {
 // The own value at column c (a run's column), as float.
 float own_value(const LanePart& p, std::int64_t c) {
   const Level1RunSpec& r = p.runs[static_cast<std::size_t>(p.owner[static_cast<std::size_t>(c)])];
-  return arith::bf16_to_float(
-      p.grads[static_cast<std::size_t>(r.param)][static_cast<std::size_t>(r.src_offset + c -
-                                                                         r.dst_col)]);
+  return arith::bf16_to_float(p.grads[static_cast<std::size_t>(r.param)]
+                                     [static_cast<std::size_t>(r.src_offset + c - r.dst_col)]);
 }
 
 // The fixed 8-source sum: sources 0..6 the arrivals in contributor order, -0.0f where M - 1 < 7,
@@ -170,8 +169,8 @@ TEST(EpLaneSum, EightSourceSumIsBitwiseWithMissingSourcesAsNegativeZero) {
           const std::vector<float> got = run_kernel(p, ctas, *tuning);
           const std::int64_t bad = testing::first_bit_difference(got.data(), want.data(), p.width);
           ASSERT_EQ(bad, -1) << "M = " << m << ", width " << p.width << ", " << ctas << " CTAs, "
-                             << (tuning->warp_direct ? "warp-direct" : "pipeline")
-                             << ": column " << bad << " got "
+                             << (tuning->warp_direct ? "warp-direct" : "pipeline") << ": column "
+                             << bad << " got "
                              << testing::bits_hex(got[static_cast<std::size_t>(bad)]) << " want "
                              << testing::bits_hex(want[static_cast<std::size_t>(bad)]);
           ++checked;
@@ -201,9 +200,9 @@ TEST(EpLaneSum, EightSourceSumIsWithinTheFloat64Bound) {
       double sum = 0.0, magnitude = 0.0;
       bool all_finite = true;
       for (int k = 0; k <= m - 1; ++k) {
-        const float v = k < m - 1 ? arith::bf16_to_float(
-                                        p.inbox[static_cast<std::size_t>(k * p.block + c)])
-                                  : own_value(p, c);
+        const float v =
+            k < m - 1 ? arith::bf16_to_float(p.inbox[static_cast<std::size_t>(k * p.block + c)])
+                      : own_value(p, c);
         all_finite = all_finite && std::isfinite(v);
         sum += static_cast<double>(v);
         magnitude += std::fabs(static_cast<double>(v));
