@@ -67,7 +67,7 @@ if has splits; then
       timeout 120 "$tide" check-runtime --backend ipc --procs "$m" -M "$m" -L 1 --json \
         --groups "$groups" --calls "${LANE_CALLS:-24}" --seed $((m * 13 + 1)) --ring --staged-shards \
         --mode "$mode" --nodes-as-hosts --timeout-s 60 > "$LOG/$name.json" 2> "$LOG/$name.err"
-      rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
+      rc=$?
       line=$(python3 - "$LOG/$name.json" "$m" "$mode" "$rc" "$start" <<'PY'
 import json, sys, time
 f, m, mode, rc, start = sys.argv[1:]
@@ -76,15 +76,19 @@ try:
 except Exception as e:
     d = {"passed": False, "per_rank": [{"error": f"no JSON: {e}"}]}
 ranks = d.get("per_rank", [])
+lanes = d.get("lanes") or []
+on_lane = bool(lanes) and all(lane.startswith("ep/ep") for lane in lanes)
 print(json.dumps({"kind": "lane-split", "M": int(m), "L": 1, "mode": mode,
-                  "passed": bool(d.get("passed")) and rc == "0", "mismatches": d.get("mismatches"),
-                  "calls": d.get("calls"), "lanes": ranks[0].get("lanes") if ranks else None,
+                  "passed": bool(d.get("passed")) and rc == "0" and on_lane,
+                  "on_lane": on_lane, "mismatches": d.get("mismatches"),
+                  "calls": d.get("calls"), "lanes": lanes,
                   "rail_messages": [r.get("rail_messages") for r in ranks],
                   "seconds": round(time.time() - float(start), 2),
                   "errors": [r["error"][:400] for r in ranks if "error" in r][:2]}))
 PY
 )
       row "$line"
+      [[ $line == *'"passed": true'* ]] || rc_all=1
       note "lane split $split $mode: rc=$rc $(echo "$line" | cut -c1-600)"
     done
   done
