@@ -23,7 +23,9 @@
 //              read completion), record READ_DONE and release the gradients.
 // Fewer than 8 sources: the sum takes the M sources there are, which is what a fixed 8-source
 // kernel computes with its missing sources padded with -0.0f (x + -0 = x for every fp32 x, the
-// signed zeros included), so the count of real sources never changes a bit.
+// signed zeros included), so the count of real sources never changes a bit. On CUDA the sum is
+// the Level 1 kernel with S = M - 1 staged blocks (tide/kernels/level1_sum.hpp; the runner maps
+// the SumOp like TIDE-RS's), the fold a one-source landing.
 // Synchronisation contract: an inbox block is read only after every contributor's put into it
 // signalled ARRIVED (I4), and rewritten only after the sum that read it (GEN_FREE, I3); the
 // gradients live through READ_DONE (I2); each piece lands exactly once in its own block (I1).

@@ -52,9 +52,9 @@ class CommunicatorBase : public Communicator {
   // when it can).
   virtual std::string no_rail_messages(int hosts) const = 0;
   // NOTE [runtime] 11: why this backend cannot run the expert-parallel lane ("" when it can).
-  virtual std::string ep_lane_refusal() const {
-    return "the CUDA sequence runner does not run the expert-parallel lane yet";
-  }
+  // Every backend runs it: the host executor, and the CUDA sequence runner (the 8-source sum
+  // is its Level 1 launch; rail puts and signals between hosts are its messages).
+  virtual std::string ep_lane_refusal() const { return {}; }
   // NOTE [runtime] 9: rank r's host index (0, 1, ... in rank order), after the first
   // registration.
   const std::vector<int>& hosts() const { return hosts_; }

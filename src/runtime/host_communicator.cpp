@@ -101,7 +101,6 @@ class HostCommunicator final : public CommunicatorBase {
       std::memcpy(copies[i].second, copies[i].first, static_cast<std::size_t>(bytes[i]));
   }
   bool host_transport() const override { return true; }
-  std::string ep_lane_refusal() const override { return {}; }  // NOTE [runtime] 11
   // NOTE [runtime] 9: shared memory carries the messages between emulated hosts only.
   std::string no_rail_messages(int hosts) const override {
     if (options_.emulation.nodes_as_hosts) return {};

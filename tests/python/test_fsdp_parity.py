@@ -176,6 +176,13 @@ def check_rail_messages(run: dict, case: str) -> None:
 def test_parity_expert_parallel_lanes(mode, tmp_path_factory):
     run = run_parity(4, tmp_path_factory, cases=EMULATED_HOSTS_RUN, mode=mode, hosts=2)
     check_case(run, "p")
+    check_expert_lanes(run)
+
+
+def check_expert_lanes(run: dict) -> None:
+    """Case (p)'s lanes in the final report (on the host backend and on ipc alike): the experts
+    on the expert-parallel lane with rail messages, the fp32 expert's reduce-scatter on TIDE-RS
+    with the reason, the dense group on TIDE-AG."""
     rows = [r for r in run["cases"]["p"]["report"] if r["backend"] == "tide"]
     experts = [r for r in rows if r["group"].startswith("blocks.")]
     lanes = [(r["all_gather_lane"], r["reduce_scatter_lane"]) for r in experts]

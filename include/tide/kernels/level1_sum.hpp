@@ -8,6 +8,11 @@
 // owner's own contribution is read in place from the per-parameter gradients through a
 // segment table. Columns that no run of the table covers are padding and are written +0.0f.
 // With `accumulate` the block is landed in place: out = out + alpha * sum (M = 1).
+// The same launch is the expert-parallel lane's fixed 8-source fp32 sum (App. F, L_sub = 1;
+// NOTE [arithmetic order], expert-parallel lane): one row, the M - 1 arrived inbox blocks as
+// the staged contributions in contributor order, the own gradients through the table. A
+// missing source of the fixed 8 would add -0.0f, which changes no bit, so S = M - 1 computes
+// the 8-source result exactly (tests/kernels/ep_lane_sum_test.cpp).
 //
 // Host-compilable: no torch types, raw pointers, sizes and a cudaStream_t (style.md, 1).
 #pragma once

@@ -106,8 +106,12 @@
 //    arithmetic order is the lane's (ep_rs_expected in collective_reference.hpp), not
 //    TIDE-RS's. What the lane cannot serve runs on TIDE-AG's and TIDE-RS's M x 1 plans, and
 //    GroupInfo::lane_reason says why: M > 8 or gradients other than bf16 (the reduce-scatter
-//    only), a backend that cannot run it (the CUDA sequence runner, for now: both). Ranks of
-//    one host (virtual nodes) keep TIDE-AG and TIDE-RS. GroupInfo::*_lane names the lanes.
+//    only). Every backend runs the lane: kHost on the host executor; kIpc (emulated hosts)
+//    and kNccl on the CUDA sequence runner, whose Level 1 kernel is the fixed 8-source sum
+//    (M - 1 staged inbox blocks, then the own gradients in place; missing sources would add
+//    -0.0f, which changes no bit) and whose messages carry the rail puts between hosts. Ranks
+//    of one host (virtual nodes) are not one per host and keep TIDE-AG and TIDE-RS (their
+//    GroupInfo::lane_reason stays empty). GroupInfo::*_lane names the lanes.
 // Backends: kHost runs calls on the calling thread over shared memory (exec/host), so a call
 // has completed when it returns; CPU tensors have no streams, and `stream` is ignored.
 // kNccl (one process per GPU, the ranks of one host) enqueues each call on the caller's
