@@ -478,8 +478,8 @@ void CudaSequenceRunner::set_up() {
     }
     bool message_of_caller = false;  // NOTE [CUDA call sequences] 3: not re-pointed
     for (const SeqOp& m : t.ops)
-      for (const sequence_detail::Ptr& p : m.message_slots)
-        message_of_caller = message_of_caller || p.slot != sequence_detail::kFixed;
+      for (const sequence_detail::Ptr& slot : m.message_slots)
+        message_of_caller = message_of_caller || slot.slot != sequence_detail::kFixed;
     s.template_repointable.push_back(repointable && !message_of_caller ? 1 : 0);
     if (s.options.replay_graphs && s.options.repoint_graphs) {
       if (!repointable)
