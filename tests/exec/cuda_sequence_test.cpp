@@ -564,6 +564,49 @@ TEST(CudaSequence, ReplayGraphsNodeContiguousRepointFreshGradientsAndStillWaitFo
   replay_graphs_still_wait_for_peers(RsSubSlices::kNodeContiguous);
 }
 
+// Q caller steps (RsHarness::step, fresh buffers and data each) captured into the caller's
+// graph on `caller` and instantiated; destroyed with it.
+struct CallerGraph {
+  std::vector<std::unique_ptr<RsBuffers>> buffers;
+  std::vector<std::unique_ptr<RsCallData>> data;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CallerGraph(RsHarness& h, int q, float alpha, cudaStream_t caller) {
+    for (int k = 0; k < q; ++k) {
+      buffers.push_back(h.buffers());
+      data.push_back(h.data(alpha));
+    }
+    TIDE_CUDA_CHECK(cudaStreamBeginCapture(caller, cudaStreamCaptureModeRelaxed));
+    for (int k = 0; k < q; ++k)
+      h.step(*buffers[static_cast<std::size_t>(k)], *data[static_cast<std::size_t>(k)], alpha,
+             caller);
+    TIDE_CUDA_CHECK(cudaStreamEndCapture(caller, &graph));
+    TIDE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  }
+  ~CallerGraph() {
+    if (exec != nullptr) (void)cudaGraphExecDestroy(exec);
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+  }
+  CallerGraph(const CallerGraph&) = delete;
+  CallerGraph& operator=(const CallerGraph&) = delete;
+};
+
+// New data for a call captured in a caller's graph, in the buffers the graph reads: its sources
+// and initial outputs take a fresh draw's values, its snapshots are poisoned, and it expects
+// the fresh draw's result.
+void refill(RsHarness& h, RsCallData& d, float alpha) {
+  const auto fresh = h.data(alpha);
+  for (std::size_t r = 0; r < d.sources.size(); ++r) {
+    for (std::size_t p = 0; p < d.sources[r].size(); ++p)
+      TIDE_CUDA_CHECK(cudaMemcpy(d.sources[r][p]->get(), fresh->sources[r][p]->get(),
+                                 d.sources[r][p]->bytes(), cudaMemcpyDeviceToDevice));
+    TIDE_CUDA_CHECK(cudaMemcpy(d.initial[r]->get(), fresh->initial[r]->get(), h.out_bytes(),
+                               cudaMemcpyDeviceToDevice));
+    d.snapshot[r]->fill(0xEE);
+  }
+  d.expected = fresh->expected;
+}
+
 // The caller captures its own step (compute kernels and Q calls) into a graph and replays it
 // with new data; prepare_replay gives every launch the next call indices, and the captured
 // waits follow them on the device.
@@ -585,20 +628,10 @@ TEST(CudaSequence, CallsCapturedInTheCallersGraphReplayAndWait) {
   TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
   h.expect_equal(*first, "call 0");
 
-  std::vector<std::unique_ptr<RsBuffers>> buffers;
-  std::vector<std::unique_ptr<RsCallData>> data;
-  for (int k = 0; k < q; ++k) {
-    buffers.push_back(h.buffers());
-    data.push_back(h.data(alpha));
-  }
-  TIDE_CUDA_CHECK(cudaStreamBeginCapture(caller.get(), cudaStreamCaptureModeRelaxed));
-  for (int k = 0; k < q; ++k)
-    h.step(*buffers[static_cast<std::size_t>(k)], *data[static_cast<std::size_t>(k)], alpha,
-           caller.get());
-  cudaGraph_t graph = nullptr;
-  TIDE_CUDA_CHECK(cudaStreamEndCapture(caller.get(), &graph));
-  cudaGraphExec_t exec = nullptr;
-  TIDE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CallerGraph g(h, q, alpha, caller.get());
+  const auto& buffers = g.buffers;
+  const auto& data = g.data;
+  cudaGraphExec_t exec = g.exec;
   const exec::CudaCapturedCalls captured = h.runner().take_captured();
   EXPECT_EQ(captured.calls, q);
   EXPECT_EQ(captured.first_call, 1);
@@ -606,20 +639,8 @@ TEST(CudaSequence, CallsCapturedInTheCallersGraphReplayAndWait) {
 
   for (int replay = 0; replay < 3; ++replay) {
     // New data in the same source buffers: the expected outputs change every replay.
-    std::vector<std::unique_ptr<RsCallData>> fresh;
-    for (int k = 0; k < q; ++k) {
-      fresh.push_back(h.data(alpha));
-      RsCallData& d = *data[static_cast<std::size_t>(k)];
-      for (std::size_t r = 0; r < d.sources.size(); ++r) {
-        for (std::size_t p = 0; p < d.sources[r].size(); ++p)
-          TIDE_CUDA_CHECK(cudaMemcpy(d.sources[r][p]->get(), fresh.back()->sources[r][p]->get(),
-                                     d.sources[r][p]->bytes(), cudaMemcpyDeviceToDevice));
-        TIDE_CUDA_CHECK(cudaMemcpy(d.initial[r]->get(), fresh.back()->initial[r]->get(),
-                                   h.out_bytes(), cudaMemcpyDeviceToDevice));
-        d.snapshot[r]->fill(0xEE);
-      }
-      d.expected = fresh.back()->expected;
-    }
+    for (int k = 0; k < q; ++k)
+      refill(h, *data[static_cast<std::size_t>(k)], alpha);
     const bool gated = replay == 2;
     std::vector<std::vector<std::byte>> initial;  // call 0's outputs before it lands
     for (const auto& i : data[0]->initial)
@@ -650,8 +671,6 @@ TEST(CudaSequence, CallsCapturedInTheCallersGraphReplayAndWait) {
   h.step(*first_buffers, *first, alpha, caller.get());
   EXPECT_THROW(h.runner().prepare_replay(captured), InvalidArgument);
   TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
-  (void)cudaGraphExecDestroy(exec);
-  (void)cudaGraphDestroy(graph);
 }
 
 // NOTE [CUDA call sequences] 3: graph waits are kernels, so a sequence with more streams on
@@ -1517,48 +1536,25 @@ TEST(CudaSequence, CallsWithMessagesInTheCallersGraphReplay) {
   const int q = h.runner().event_slots();
   const float alpha = 0.75f;
   Stream caller;
-  std::vector<std::unique_ptr<RsBuffers>> buffers;
-  std::vector<std::unique_ptr<RsCallData>> data;
-  for (int k = 0; k < q; ++k) {
-    buffers.push_back(h.buffers());
-    data.push_back(h.data(alpha));
-  }
-  TIDE_CUDA_CHECK(cudaStreamBeginCapture(caller.get(), cudaStreamCaptureModeRelaxed));
-  for (int k = 0; k < q; ++k)
-    h.step(*buffers[static_cast<std::size_t>(k)], *data[static_cast<std::size_t>(k)], alpha,
-           caller.get());
-  cudaGraph_t graph = nullptr;
-  TIDE_CUDA_CHECK(cudaStreamEndCapture(caller.get(), &graph));
-  cudaGraphExec_t exec = nullptr;
-  TIDE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CallerGraph captured_steps(h, q, alpha, caller.get());
   const exec::CudaCapturedCalls captured = h.runner().take_captured();
   EXPECT_EQ(captured.calls, q);
   EXPECT_EQ(h.runner().calls(), 0) << "capture does not advance the runner";
   EXPECT_EQ(h.runner().messages_sent(), 0) << "nothing was sent yet";
   std::vector<std::unique_ptr<RsCallData>> ordinary;
   for (int launch = 0; launch < 3; ++launch) {
-    for (int k = 0; k < q; ++k) {  // new data in the captured calls' buffers
-      const auto fresh = h.data(alpha);
-      RsCallData& d = *data[static_cast<std::size_t>(k)];
-      for (std::size_t r = 0; r < d.sources.size(); ++r) {
-        for (std::size_t p = 0; p < d.sources[r].size(); ++p)
-          TIDE_CUDA_CHECK(cudaMemcpy(d.sources[r][p]->get(), fresh->sources[r][p]->get(),
-                                     d.sources[r][p]->bytes(), cudaMemcpyDeviceToDevice));
-        TIDE_CUDA_CHECK(cudaMemcpy(d.initial[r]->get(), fresh->initial[r]->get(), h.out_bytes(),
-                                   cudaMemcpyDeviceToDevice));
-        d.snapshot[r]->fill(0xEE);
-      }
-      d.expected = fresh->expected;
-    }
+    for (int k = 0; k < q; ++k)  // new data in the captured calls' buffers
+      refill(h, *captured_steps.data[static_cast<std::size_t>(k)], alpha);
     h.runner().prepare_replay(captured);
-    TIDE_CUDA_CHECK(cudaGraphLaunch(exec, caller.get()));
+    TIDE_CUDA_CHECK(cudaGraphLaunch(captured_steps.exec, caller.get()));
     TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
     for (int k = 0; k < q; ++k)
-      h.expect_equal(*data[static_cast<std::size_t>(k)],
+      h.expect_equal(*captured_steps.data[static_cast<std::size_t>(k)],
                      "launch " + std::to_string(launch) + " call " + std::to_string(k));
     for (int k = 0; k < q; ++k) {  // the same buffers: slot graphs from the second round on
       ordinary.push_back(h.data(alpha));
-      h.step(*buffers[static_cast<std::size_t>(k)], *ordinary.back(), alpha, caller.get());
+      h.step(*captured_steps.buffers[static_cast<std::size_t>(k)], *ordinary.back(), alpha,
+             caller.get());
       TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));  // `buffers` is reused
       h.expect_equal(*ordinary.back(), "ordinary call " + std::to_string(k) + " after launch " +
                                            std::to_string(launch));
@@ -1571,8 +1567,6 @@ TEST(CudaSequence, CallsWithMessagesInTheCallersGraphReplay) {
   EXPECT_EQ(h.runner().messages_sent(), per_call * h.runner().calls())
       << "a launch's messages were not counted";
   expect_messages(h.runner());
-  (void)cudaGraphExecDestroy(exec);
-  (void)cudaGraphDestroy(graph);
 }
 
 // NOTE [rendezvous transport]: a send waits on the device for its receive. The send is
