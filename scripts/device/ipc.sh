@@ -195,6 +195,7 @@ print(json.dumps({"kind": "hosts-split", "procs": int(procs), "M": int(m), "L": 
                   "mismatches": d.get("mismatches"), "calls": d.get("calls"),
                   "nodes_as_hosts": d.get("nodes_as_hosts"), "seconds": float(took),
                   "rail_messages": [r.get("rail_messages") for r in d.get("per_rank", [])],
+                  "replays": [r.get("replays") for r in d.get("per_rank", [])],
                   "errors": errors[:2]}))
 PY
 )

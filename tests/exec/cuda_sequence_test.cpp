@@ -363,13 +363,31 @@ TEST_P(RsGraphs, FreshPointersReplayRepointedGraphs) {
 class RsSlotPolicy
     : public ::testing::TestWithParam<std::tuple<Topo, RsSubSlices, bool /*repoint_graphs*/>> {};
 
-TEST_P(RsSlotPolicy, CapturesAndReplaysOverFreshAndUnchangedPointers) {
-  TIDE_REQUIRE_GPU();
-  const auto [topo, geometry, repoint] = GetParam();
+// Whether some put or signal of `t` between emulated nodes of `node_size` ranks (a message,
+// NOTE [CUDA call sequences] 6) moves caller memory: such a slot does not re-point (step 3).
+bool messages_move_caller_memory(const program::CallTemplate& t, int node_size) {
+  if (node_size <= 0) return false;
+  const auto caller = [](const program::Region& r) {
+    return r.buffer.space == program::Space::kTensor || r.buffer.space == program::Space::kOutput;
+  };
+  for (const program::Op& op : t.program.ops) {
+    int from = 0, to = 0;
+    if (!exec::cuda_detail::crosses_ranks(op, from, to) || from / node_size == to / node_size)
+      continue;
+    for (const program::CopyDescriptor& c : program::copies_of(op))
+      if (c.src.bytes() > 0 && (caller(c.src) || caller(c.dst))) return true;
+  }
+  return false;
+}
+
+// The slot policy case below, with `options` (messages between emulated nodes where
+// options.test_messages asks for them). Returns the graph launches.
+int slot_policy_case(Topo topo, RsSubSlices geometry, const CudaSequenceOptions& options) {
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
-  CudaSequenceOptions options;
-  options.repoint_graphs = repoint;
+  std::printf("%s\n", tide::testing::seed_trace(seed).c_str());
+  const bool repoint = options.repoint_graphs;
+  const int node = options.test_messages.node_size;
   RsHarness h(topo, seed, options, false, false, geometry);
   const int q = h.runner().event_slots();
   const std::vector<int> rounds{0, 0, 1, 0, 2, 2, 0, 3, 3, 3, 3, 3, 0};
@@ -378,10 +396,14 @@ TEST_P(RsSlotPolicy, CapturesAndReplaysOverFreshAndUnchangedPointers) {
   for (int k = 0; k < 4; ++k)
     sets.push_back(h.buffers());
   std::vector<SlotModel> model(static_cast<std::size_t>(q));
+  bool caller_messages = false;
   for (int j = 0; j < q; ++j) {
     const program::CallTemplate& t =
         h.sequence().templates[static_cast<std::size_t>(j % h.sequence().period)];
-    model[static_cast<std::size_t>(j)].may_repoint = repoint && !template_reads_in_2d(t);
+    const bool messages = messages_move_caller_memory(t, node);
+    caller_messages = caller_messages || messages;
+    model[static_cast<std::size_t>(j)].may_repoint =
+        repoint && !template_reads_in_2d(t) && !messages;
   }
   Stream caller;
   std::vector<std::unique_ptr<RsCallData>> data;
@@ -400,6 +422,7 @@ TEST_P(RsSlotPolicy, CapturesAndReplaysOverFreshAndUnchangedPointers) {
     repoints += m.repoints;
   }
   const std::string why = "repoint_failure: '" + h.runner().repoint_failure() + "'";
+  EXPECT_EQ(h.runner().graphs_unavailable(), "");
   EXPECT_EQ(h.runner().calls(), static_cast<std::int64_t>(rounds.size()) * q);
   EXPECT_EQ(h.runner().graph_captures(), captures) << why;
   EXPECT_EQ(h.runner().graph_launches(), launches) << why;
@@ -408,8 +431,27 @@ TEST_P(RsSlotPolicy, CapturesAndReplaysOverFreshAndUnchangedPointers) {
     EXPECT_EQ(captures, 2 * q);
     EXPECT_EQ(launches, 5 * q);
   }
+  if (node > 0) {
+    EXPECT_GT(h.runner().message_ops(), 0.0);
+    // Every call's sends counted, replays included.
+    const auto per_call = h.runner().messages_sent() / h.runner().calls();
+    EXPECT_GT(per_call, 0);
+    EXPECT_EQ(h.runner().messages_sent(), per_call * h.runner().calls());
+    if (caller_messages && repoint && !reads_gradients_in_2d(h.sequence())) {
+      EXPECT_NE(h.runner().repoint_failure().find("rail message"), std::string::npos) << why;
+    }
+  }
   for (std::size_t e = 0; e < data.size(); ++e)
     h.expect_equal(*data[e], "call " + std::to_string(e));
+  return launches;
+}
+
+TEST_P(RsSlotPolicy, CapturesAndReplaysOverFreshAndUnchangedPointers) {
+  TIDE_REQUIRE_GPU();
+  const auto [topo, geometry, repoint] = GetParam();
+  CudaSequenceOptions options;
+  options.repoint_graphs = repoint;
+  (void)slot_policy_case(topo, geometry, options);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -522,6 +564,49 @@ TEST(CudaSequence, ReplayGraphsNodeContiguousRepointFreshGradientsAndStillWaitFo
   replay_graphs_still_wait_for_peers(RsSubSlices::kNodeContiguous);
 }
 
+// Q caller steps (RsHarness::step, fresh buffers and data each) captured into the caller's
+// graph on `caller` and instantiated; destroyed with it.
+struct CallerGraph {
+  std::vector<std::unique_ptr<RsBuffers>> buffers;
+  std::vector<std::unique_ptr<RsCallData>> data;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CallerGraph(RsHarness& h, int q, float alpha, cudaStream_t caller) {
+    for (int k = 0; k < q; ++k) {
+      buffers.push_back(h.buffers());
+      data.push_back(h.data(alpha));
+    }
+    TIDE_CUDA_CHECK(cudaStreamBeginCapture(caller, cudaStreamCaptureModeRelaxed));
+    for (int k = 0; k < q; ++k)
+      h.step(*buffers[static_cast<std::size_t>(k)], *data[static_cast<std::size_t>(k)], alpha,
+             caller);
+    TIDE_CUDA_CHECK(cudaStreamEndCapture(caller, &graph));
+    TIDE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  }
+  ~CallerGraph() {
+    if (exec != nullptr) (void)cudaGraphExecDestroy(exec);
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+  }
+  CallerGraph(const CallerGraph&) = delete;
+  CallerGraph& operator=(const CallerGraph&) = delete;
+};
+
+// New data for a call captured in a caller's graph, in the buffers the graph reads: its sources
+// and initial outputs take a fresh draw's values, its snapshots are poisoned, and it expects
+// the fresh draw's result.
+void refill(RsHarness& h, RsCallData& d, float alpha) {
+  const auto fresh = h.data(alpha);
+  for (std::size_t r = 0; r < d.sources.size(); ++r) {
+    for (std::size_t p = 0; p < d.sources[r].size(); ++p)
+      TIDE_CUDA_CHECK(cudaMemcpy(d.sources[r][p]->get(), fresh->sources[r][p]->get(),
+                                 d.sources[r][p]->bytes(), cudaMemcpyDeviceToDevice));
+    TIDE_CUDA_CHECK(cudaMemcpy(d.initial[r]->get(), fresh->initial[r]->get(), h.out_bytes(),
+                               cudaMemcpyDeviceToDevice));
+    d.snapshot[r]->fill(0xEE);
+  }
+  d.expected = fresh->expected;
+}
+
 // The caller captures its own step (compute kernels and Q calls) into a graph and replays it
 // with new data; prepare_replay gives every launch the next call indices, and the captured
 // waits follow them on the device.
@@ -543,20 +628,10 @@ TEST(CudaSequence, CallsCapturedInTheCallersGraphReplayAndWait) {
   TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
   h.expect_equal(*first, "call 0");
 
-  std::vector<std::unique_ptr<RsBuffers>> buffers;
-  std::vector<std::unique_ptr<RsCallData>> data;
-  for (int k = 0; k < q; ++k) {
-    buffers.push_back(h.buffers());
-    data.push_back(h.data(alpha));
-  }
-  TIDE_CUDA_CHECK(cudaStreamBeginCapture(caller.get(), cudaStreamCaptureModeRelaxed));
-  for (int k = 0; k < q; ++k)
-    h.step(*buffers[static_cast<std::size_t>(k)], *data[static_cast<std::size_t>(k)], alpha,
-           caller.get());
-  cudaGraph_t graph = nullptr;
-  TIDE_CUDA_CHECK(cudaStreamEndCapture(caller.get(), &graph));
-  cudaGraphExec_t exec = nullptr;
-  TIDE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CallerGraph g(h, q, alpha, caller.get());
+  const auto& buffers = g.buffers;
+  const auto& data = g.data;
+  cudaGraphExec_t exec = g.exec;
   const exec::CudaCapturedCalls captured = h.runner().take_captured();
   EXPECT_EQ(captured.calls, q);
   EXPECT_EQ(captured.first_call, 1);
@@ -564,20 +639,8 @@ TEST(CudaSequence, CallsCapturedInTheCallersGraphReplayAndWait) {
 
   for (int replay = 0; replay < 3; ++replay) {
     // New data in the same source buffers: the expected outputs change every replay.
-    std::vector<std::unique_ptr<RsCallData>> fresh;
-    for (int k = 0; k < q; ++k) {
-      fresh.push_back(h.data(alpha));
-      RsCallData& d = *data[static_cast<std::size_t>(k)];
-      for (std::size_t r = 0; r < d.sources.size(); ++r) {
-        for (std::size_t p = 0; p < d.sources[r].size(); ++p)
-          TIDE_CUDA_CHECK(cudaMemcpy(d.sources[r][p]->get(), fresh.back()->sources[r][p]->get(),
-                                     d.sources[r][p]->bytes(), cudaMemcpyDeviceToDevice));
-        TIDE_CUDA_CHECK(cudaMemcpy(d.initial[r]->get(), fresh.back()->initial[r]->get(),
-                                   h.out_bytes(), cudaMemcpyDeviceToDevice));
-        d.snapshot[r]->fill(0xEE);
-      }
-      d.expected = fresh.back()->expected;
-    }
+    for (int k = 0; k < q; ++k)
+      refill(h, *data[static_cast<std::size_t>(k)], alpha);
     const bool gated = replay == 2;
     std::vector<std::vector<std::byte>> initial;  // call 0's outputs before it lands
     for (const auto& i : data[0]->initial)
@@ -608,8 +671,6 @@ TEST(CudaSequence, CallsCapturedInTheCallersGraphReplayAndWait) {
   h.step(*first_buffers, *first, alpha, caller.get());
   EXPECT_THROW(h.runner().prepare_replay(captured), InvalidArgument);
   TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
-  (void)cudaGraphExecDestroy(exec);
-  (void)cudaGraphDestroy(graph);
 }
 
 // NOTE [CUDA call sequences] 3: graph waits are kernels, so a sequence with more streams on
@@ -1362,34 +1423,42 @@ TEST(CudaSequence, WatchQueriesLeaveAGlobalCaptureElsewhereIntact) {
 // M > 1 emulated nodes of `topo.gpus` ranks on the virtual fabric: every put and signal between
 // nodes travels as a message through the rendezvous transport (CudaSequenceTestMessages, NOTE
 // [rendezvous transport]: a send waits on the device for its receive), although the fabric
-// could store directly. Graphs are asked for: calls with messages must keep to the stream path.
-CudaSequenceOptions forced_messages(Topo topo) {
+// could store directly. The transport numbers its messages on the device, so calls with
+// messages run in graphs (`graphs`) as any other (NOTE [CUDA call sequences] 3, 6).
+CudaSequenceOptions forced_messages(Topo topo, bool graphs = true) {
   CudaSequenceOptions o;
-  o.replay_graphs = true;
+  o.replay_graphs = graphs;
   o.test_messages.node_size = topo.gpus;
   return o;
 }
 
-void expect_stream_path_for_messages(const CudaSequenceRunner& runner) {
+void expect_messages(const CudaSequenceRunner& runner) {
   EXPECT_GT(runner.message_ops(), 0.0);
-  EXPECT_NE(runner.graphs_unavailable().find("rail messages"), std::string::npos)
-      << runner.graphs_unavailable();
-  EXPECT_EQ(runner.graph_launches(), 0);
+  EXPECT_GT(runner.messages_sent(), 0);
+  EXPECT_EQ(runner.graphs_unavailable(), "");
 }
 
 class RsMessages : public ::testing::TestWithParam<std::tuple<Topo, bool, RsSubSlices>> {};
 
 // Many reduce-scatter calls, fresh pointers, poisoned outputs, every inter-node transfer a
-// message: bitwise the definition (rs_expected, TIDE's arithmetic order).
+// message, on the stream path and with graphs on (fresh calls: replays where the slot can
+// re-point, else the stream path): bitwise the definition (rs_expected, TIDE's arithmetic
+// order), so the two paths agree bitwise.
 TEST_P(RsMessages, CallsThroughTheRendezvousTransportMatchTheDefinition) {
   TIDE_REQUIRE_GPU();
   const auto [topo, accumulate, geometry] = GetParam();
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
   std::printf("%s\n", tide::testing::seed_trace(seed).c_str());
-  RsHarness h(topo, seed, forced_messages(topo), accumulate, false, geometry);
-  run_fresh_calls(h);
-  expect_stream_path_for_messages(h.runner());
+  for (const bool graphs : {false, true}) {
+    SCOPED_TRACE(graphs ? "graphs" : "stream path");
+    RsHarness h(topo, seed, forced_messages(topo, graphs), accumulate, false, geometry);
+    run_fresh_calls(h);
+    expect_messages(h.runner());
+    if (!graphs) {
+      EXPECT_EQ(h.runner().graph_launches(), 0);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(MultiNode, RsMessages,
@@ -1399,61 +1468,105 @@ INSTANTIATE_TEST_SUITE_P(MultiNode, RsMessages,
                                                               RsSubSlices::kPerRank,
                                                               RsSubSlices::kNodeContiguous)));
 
-class AgMessages : public ::testing::TestWithParam<std::tuple<Topo, bool>> {};
+// NOTE [slot graph policy] with messages: captures, replays and re-points over fresh and
+// unchanged pointers as the host model counts them, every call's output bitwise the definition.
+class RsMessageGraphs : public ::testing::TestWithParam<std::tuple<Topo, RsSubSlices, bool>> {};
 
-// Many all-gather calls (poisoned landings), every inter-node transfer a message: every rank's
-// shard lands bitwise in every rank's landing.
+TEST_P(RsMessageGraphs, SlotGraphsWithMessagesCaptureAndReplay) {
+  TIDE_REQUIRE_GPU();
+  const auto [topo, geometry, repoint] = GetParam();
+  CudaSequenceOptions options = forced_messages(topo);
+  options.repoint_graphs = repoint;
+  EXPECT_GT(slot_policy_case(topo, geometry, options), 0) << "no call ran as a graph";
+}
+
+INSTANTIATE_TEST_SUITE_P(MultiNode, RsMessageGraphs,
+                         ::testing::Combine(::testing::Values(Topo{2, 2}, Topo{3, 2}, Topo{2, 3}),
+                                            ::testing::Values(RsSubSlices::kAcrossRanks,
+                                                              RsSubSlices::kNodeContiguous),
+                                            ::testing::Bool()));
+
+class AgMessages : public ::testing::TestWithParam<std::tuple<Topo, bool, bool>> {};
+
+// Many all-gather calls (poisoned landings), every inter-node transfer a message, on the
+// stream path or with graphs: every rank's shard lands bitwise in every rank's landing. With
+// graphs, from the second visit of each slot on, calls replay (re-pointed to fresh masters
+// with a cast) unless the slot's messages move caller memory, whose fresh calls take the
+// stream path.
 TEST_P(AgMessages, CallsThroughTheRendezvousTransportLandEveryShard) {
   TIDE_REQUIRE_GPU();
-  const auto [topo, cast] = GetParam();
+  const auto [topo, cast, graphs] = GetParam();
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
   std::printf("%s\n", tide::testing::seed_trace(seed).c_str());
-  AgHarness h(topo, cast, 7, seed, forced_messages(topo));
+  AgHarness h(topo, cast, 7, seed, forced_messages(topo, graphs));
   Stream caller;
   for (int e = 0; e < h.calls(); ++e)
     h.step(e, caller.get());
   TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
-  expect_stream_path_for_messages(h.runner());
+  expect_messages(h.runner());
+  bool caller_messages = false;
+  for (const program::CallTemplate& t : h.sequence().templates)
+    caller_messages = caller_messages || messages_move_caller_memory(t, topo.gpus);
+  const int q = h.runner().event_slots();
+  const bool fresh_stream = caller_messages && cast;  // fresh masters every call
+  EXPECT_EQ(h.runner().graph_launches(), graphs && !fresh_stream ? h.calls() - q : 0)
+      << h.runner().repoint_failure();
+  EXPECT_EQ(h.runner().repointed_launches(),
+            graphs && cast && !fresh_stream ? h.calls() - 2 * q : 0);
   for (int e = 0; e < h.calls(); ++e)
     h.expect_landed(e);
 }
 
 INSTANTIATE_TEST_SUITE_P(MultiNode, AgMessages,
                          ::testing::Combine(::testing::Values(Topo{2, 2}, Topo{3, 2}, Topo{2, 3}),
-                                            ::testing::Bool()));
+                                            ::testing::Bool(), ::testing::Bool()));
 
-// A caller's capture of a call with messages is refused with the reason, before anything is
-// enqueued; the runner stays usable and its later calls match.
-TEST(CudaSequence, CapturingACallWithMessagesIsRefused) {
+// NOTE [CUDA call sequences] 4 with messages: the caller captures Q calls with messages into
+// its graph and launches it three times with new data, Q ordinary calls (slot graphs) after
+// each launch; the transport numbers every message on the device, so graph launches, slot
+// graphs and stream-path calls interleave, and every call matches the definition bitwise.
+TEST(CudaSequence, CallsWithMessagesInTheCallersGraphReplay) {
   TIDE_REQUIRE_GPU();
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
   std::printf("%s\n", tide::testing::seed_trace(seed).c_str());
   const Topo topo{2, 2};
   RsHarness h(topo, seed, forced_messages(topo), false);
+  const int q = h.runner().event_slots();
+  const float alpha = 0.75f;
   Stream caller;
-  const auto buffers = h.buffers();
-  cudaGraph_t graph = nullptr;
-  TIDE_CUDA_CHECK(cudaStreamBeginCapture(caller.get(), cudaStreamCaptureModeRelaxed));
-  try {
-    h.runner().enqueue(buffers->bindings, 1.0f, false, caller.get());
-    ADD_FAILURE() << "a call with messages was captured";
-  } catch (const Unsupported& e) {
-    EXPECT_NE(std::string(e.what()).find("rail messages"), std::string::npos) << e.what();
+  CallerGraph captured_steps(h, q, alpha, caller.get());
+  const exec::CudaCapturedCalls captured = h.runner().take_captured();
+  EXPECT_EQ(captured.calls, q);
+  EXPECT_EQ(h.runner().calls(), 0) << "capture does not advance the runner";
+  EXPECT_EQ(h.runner().messages_sent(), 0) << "nothing was sent yet";
+  std::vector<std::unique_ptr<RsCallData>> ordinary;
+  for (int launch = 0; launch < 3; ++launch) {
+    for (int k = 0; k < q; ++k)  // new data in the captured calls' buffers
+      refill(h, *captured_steps.data[static_cast<std::size_t>(k)], alpha);
+    h.runner().prepare_replay(captured);
+    TIDE_CUDA_CHECK(cudaGraphLaunch(captured_steps.exec, caller.get()));
+    TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
+    for (int k = 0; k < q; ++k)
+      h.expect_equal(*captured_steps.data[static_cast<std::size_t>(k)],
+                     "launch " + std::to_string(launch) + " call " + std::to_string(k));
+    for (int k = 0; k < q; ++k) {  // the same buffers: slot graphs from the second round on
+      ordinary.push_back(h.data(alpha));
+      h.step(*captured_steps.buffers[static_cast<std::size_t>(k)], *ordinary.back(), alpha,
+             caller.get());
+      TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));  // `buffers` is reused
+      h.expect_equal(*ordinary.back(), "ordinary call " + std::to_string(k) + " after launch " +
+                                           std::to_string(launch));
+    }
   }
-  TIDE_CUDA_CHECK(cudaStreamEndCapture(caller.get(), &graph));
-  if (graph != nullptr) (void)cudaGraphDestroy(graph);
-  EXPECT_EQ(h.runner().calls(), 0);
-  const int calls = h.runner().event_slots() + 1;
-  std::vector<std::unique_ptr<RsCallData>> data;
-  for (int e = 0; e < calls; ++e) {
-    data.push_back(h.data(1.0f));
-    h.step(*buffers, *data.back(), 1.0f, caller.get());
-    TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));  // `buffers` is reused
-    h.expect_equal(*data.back(), "call " + std::to_string(e));
-  }
-  expect_stream_path_for_messages(h.runner());
+  EXPECT_EQ(h.runner().calls(), 6 * q);
+  EXPECT_GT(h.runner().graph_launches(), 0) << "the ordinary calls never replayed";
+  const std::int64_t per_call = h.runner().messages_sent() / h.runner().calls();
+  EXPECT_GT(per_call, 0);
+  EXPECT_EQ(h.runner().messages_sent(), per_call * h.runner().calls())
+      << "a launch's messages were not counted";
+  expect_messages(h.runner());
 }
 
 // NOTE [rendezvous transport]: a send waits on the device for its receive. The send is

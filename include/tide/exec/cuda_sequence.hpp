@@ -121,6 +121,17 @@
 //    in 2-D (strided rows): CUDA updates only 1-D copy nodes, and a 2-D copy captured as its
 //    own child graph is refused as well (cudaErrorGraphExecUpdateFailure), so fresh TIDE-RS
 //    calls run on the stream path; TIDE-AG's slots re-point (bench/results/runtime/README.md).
+//    Messages (step 6) go into the slot graph with the call: the rail streams join the capture
+//    through the entry event and leave it through their done events, as every runner stream
+//    does, and a message's sides become the transport's nodes (kernels, or NCCL's) and the
+//    copies that pack or unpack a strided part. Those nodes take a part of caller memory (a
+//    gradient, a staged shard) as a parameter fixed at capture, which the runner does not
+//    re-point (NCCL's nodes cannot be; the rendezvous kernels would need the transport's
+//    launch parameters): a template whose messages move caller memory is not re-pointable,
+//    like a 2-D copy of caller memory (its fresh calls take the stream path, its unchanged
+//    ones replay, repoint_failure() says why). Replays need no host numbering: the
+//    rendezvous transports number each message on the device (NOTE [rendezvous transport],
+//    NOTE [ipc rendezvous transport]).
 // 4. Caller graphs: enqueue() on a caller stream that is being captured puts the call into
 //    the caller's graph the same way (generation bump, wait kernels, external event nodes)
 //    without advancing the runner; take_captured() then hands back what was captured, and
@@ -195,9 +206,16 @@
 //    (CudaSequenceTestMessages) the rendezvous transport (NOTE [rendezvous transport]), whose
 //    send waits on the device for its receive. release_waits() releases the rendezvous
 //    transports' device waits too. No flush follows an arrival (NOTE [rail messages],
-//    Arrival and flush). Calls with messages run on the stream path only: graphs_unavailable()
-//    says why, and capturing such a call throws Unsupported (the matching is numbered on the
-//    host per call; a replay would repeat it). A message part of caller memory (a staged
+//    Arrival and flush). Graphs (steps 3-4; MessageTransport::capture_refusal and
+//    per_process_refusal in messages.hpp): the rendezvous transports number their messages on
+//    the device, so calls with messages replay in slot graphs and in a caller's graph, and one
+//    process's replays mix with its partner's stream-path calls. NCCL's sends and receives
+//    are capturable, but NCCL needs a send and its receive both captured or both not, and
+//    each process decides its slot graphs from its own bindings: over FabricTransport the
+//    slot graphs are off (graphs_unavailable() says why) and a caller's capture, which the
+//    caller makes on every rank alike, is taken. A transport that cannot be captured at all
+//    would turn graphs off and make a capture throw Unsupported with its reason. A message
+//    part of caller memory (a staged
 //    shard, a gradient) is bound per call (SeqOp::message_slots); a message's destinations
 //    must be on its counter's rank. Measured on one
 //    H200 with the rendezvous transports (one process; processes over ipc with emulated
@@ -437,7 +455,8 @@ class CudaSequenceRunner {
   // memory in 2-D, else the last capture or node update that failed (empty when none did).
   std::string repoint_failure() const;
   // Why this sequence's calls cannot run in graphs (empty when they can; NOTE [CUDA call
-  // sequences] 3).
+  // sequences] 3, 6): captures throw Unsupported with it, except where it begins "no slot
+  // graphs" (only the runner's own slot graphs are off; a caller's capture is taken).
   std::string graphs_unavailable() const;
   std::int64_t repointed_launches() const;
   CudaSequenceCounts counts() const;

@@ -45,6 +45,32 @@ __device__ void block_copy(void* dst, const void* src, unsigned long long bytes,
         from_peer ? static_cast<unsigned char>(__ldcg(reinterpret_cast<const char*>(s + i))) : s[i];
 }
 
+// One chunk of a message, either side (recv step 2, send step 2): thread 0 waits until the
+// partner's word `ready` reaches `ready_at` (the chunk is filled / the bounce is free); the
+// block copies `n` bytes from `src` to `dst` (reading at L2 where `from_peer`); thread 0 runs
+// __threadfence_system() and stores `mine` = `mine_at` (drained / filled). False, with nothing
+// moved, where the transport was released. `go` is the block's shared flag.
+__device__ bool move_chunk(std::byte* channel, std::size_t ready, Word ready_at, std::size_t mine,
+                           Word mine_at, void* dst, const void* src, unsigned long long n,
+                           bool from_peer, const char* what, Word message, int from, int to,
+                           const unsigned int* release, unsigned long long timeout_ns, int& go) {
+  if (threadIdx.x == 0) {
+    go = rendezvous_wait(const_cast<const Word*>(word_at(channel, ready)), ready_at, release,
+                         timeout_ns, kName, what, message, from, to)
+             ? 1
+             : 0;
+  }
+  __syncthreads();
+  if (go == 0) return false;
+  if (n > 0) block_copy(dst, src, n, from_peer);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    *word_at(channel, mine) = mine_at;
+  }
+  return true;
+}
+
 // recv step 1.
 __global__ void ipc_post_kernel(std::byte* channel, unsigned long long bytes,
                                 const unsigned int* release) {
@@ -63,26 +89,16 @@ __global__ void ipc_drain_kernel(std::byte* channel, void* dst, unsigned long lo
   __shared__ int go;
   __shared__ Word base;
   if (threadIdx.x == 0) base = *word_at(channel, kChannelDrained);
+  __syncthreads();
   const unsigned long long chunks = chunks_of(bytes);
   const std::byte* bounce = channel + fabric::kWindowPage;
   for (unsigned long long i = 0; i < chunks; ++i) {
-    if (threadIdx.x == 0) {
-      go = rendezvous_wait(const_cast<const Word*>(word_at(channel, kChannelFilled)), base + i + 1,
-                           release, timeout_ns, kName, "the send's filled",
-                           *word_at(channel, kChannelPosted), from, to)
-               ? 1
-               : 0;
-    }
-    __syncthreads();
-    if (go == 0) return;
     const unsigned long long at = i * kBounce;
     const unsigned long long n = bytes - at < kBounce ? bytes - at : kBounce;
-    if (bytes > 0) block_copy(static_cast<std::byte*>(dst) + at, bounce, n, true);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      __threadfence_system();
-      *word_at(channel, kChannelDrained) = base + i + 1;
-    }
+    if (!move_chunk(channel, kChannelFilled, base + i + 1, kChannelDrained, base + i + 1,
+                    static_cast<std::byte*>(dst) + at, bounce, n, true, "the send's filled",
+                    *word_at(channel, kChannelPosted), from, to, release, timeout_ns, go))
+      return;
   }
 }
 
@@ -117,22 +133,12 @@ __global__ void ipc_send_kernel(std::byte* channel, const void* src, unsigned lo
   const unsigned long long chunks = chunks_of(bytes);
   std::byte* bounce = channel + fabric::kWindowPage;
   for (unsigned long long i = 0; i < chunks; ++i) {
-    if (threadIdx.x == 0) {
-      go = rendezvous_wait(const_cast<const Word*>(word_at(channel, kChannelDrained)), base + i,
-                           release, timeout_ns, kName, "the receive's drained", k, from, to)
-               ? 1
-               : 0;
-    }
-    __syncthreads();
-    if (go == 0) return;
     const unsigned long long at = i * kBounce;
     const unsigned long long n = bytes - at < kBounce ? bytes - at : kBounce;
-    if (bytes > 0) block_copy(bounce, static_cast<const std::byte*>(src) + at, n, false);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      __threadfence_system();
-      *word_at(channel, kChannelFilled) = base + i + 1;
-    }
+    if (!move_chunk(channel, kChannelDrained, base + i, kChannelFilled, base + i + 1, bounce,
+                    static_cast<const std::byte*>(src) + at, n, false, "the receive's drained", k,
+                    from, to, release, timeout_ns, go))
+      return;
   }
   if (threadIdx.x == 0) *word_at(channel, kChannelSent) = k;
 }

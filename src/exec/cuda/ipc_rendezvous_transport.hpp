@@ -48,8 +48,11 @@
 // a peer still waiting on this rank's messages is released by its own watchdog (its call
 // times out, NOTE [CUDA call sequences] 5 (b)). A peer that died leaves its mapped memory
 // alive (NOTE [ipc fabric], Liveness), so nothing faults.
-// Graphs: nothing is numbered on the host, but the runner still runs calls with messages on
-// its stream path (NOTE [CUDA call sequences] 6). Not a performance model: one block copies.
+// Graphs: nothing is numbered on the host (every number comes from the words when the kernel
+// runs), so a replayed graph's messages take the next numbers, and one process's graph
+// launches mix with its partner's stream-path calls: the runner captures calls with messages
+// into its slot graphs and a caller's graph (NOTE [CUDA call sequences] 3, 6). Not a
+// performance model: one block copies.
 #pragma once
 
 #include <cuda_runtime_api.h>

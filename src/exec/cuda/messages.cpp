@@ -22,6 +22,12 @@ void FabricTransport::recv(int /*to*/, int from, void* data, std::size_t bytes,
   fabric_.recv_on_lane(data, bytes, from, lane_, stream);
 }
 
+std::string FabricTransport::per_process_refusal() const {
+  return "its rail messages are NCCL sends and receives, whose capture NCCL needs uniform over "
+         "the sender and the receiver (a graph holding them launched by both), while each "
+         "process decides its slot graphs from its own bindings";
+}
+
 bool crosses_ranks(const program::Op& op, int& from, int& to) {
   const auto add = program::addition_of(op);  // a kRailPut or kSignal
   if (!add || add->counter.rank == op.rank) return false;

@@ -24,6 +24,9 @@
 // executor then reports the stuck streams and refuses further runs (fail-stop), and only the
 // communicator's abort ends it. The rendezvous transports' waits are released by
 // MessageTransport::release() (the runner's release_waits()).
+// Graphs: every step above is capturable (event records and waits, 2-D copies, the
+// transport's sends and receives, the counter addition); whether a transport may be captured
+// is its own to say (MessageTransport below).
 // The CUDA executor, CudaSequenceRunner, uses this component (NOTE [CUDA call sequences] 6: its
 // calls' messages, at the template's legal order; CudaExecutor's one-shot programs run there as
 // sequences of period 1, NOTE [one-shot programs]). Where the
@@ -47,6 +50,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "tide/fabric/fabric.hpp"
@@ -86,12 +90,20 @@ struct Message {
 // moves nothing, so the streams drain; what the released messages delivered is void. A
 // transport whose waits are another library's (NCCL's) has nothing to release: the
 // communicator's abort ends those.
+// Graphs (NOTE [CUDA call sequences] 3, 4, 6): capture_refusal() says why sends and receives
+// cannot be captured into CUDA graphs at all (empty: they can); per_process_refusal() says why
+// one process may not capture a message's side while its partner enqueues the other side
+// outside a graph (empty: it may, as where the matching is numbered on the device). The
+// runner's own slot graphs need both empty (each process decides them from its own
+// bindings); a caller's capture, which the caller makes on every rank alike, needs the first.
 class MessageTransport {
  public:
   virtual ~MessageTransport() = default;
   virtual void send(int from, int to, const void* data, std::size_t bytes, cudaStream_t stream) = 0;
   virtual void recv(int to, int from, void* data, std::size_t bytes, cudaStream_t stream) = 0;
   virtual void release() noexcept {}
+  virtual std::string capture_refusal() const { return {}; }
+  virtual std::string per_process_refusal() const { return {}; }
 };
 
 // The fabric's own messages (Fabric::send_on_lane/recv_on_lane: one local rank per process,
@@ -101,6 +113,9 @@ class FabricTransport final : public MessageTransport {
   explicit FabricTransport(fabric::Fabric& fabric, int lane = 0) : fabric_(fabric), lane_(lane) {}
   void send(int from, int to, const void* data, std::size_t bytes, cudaStream_t stream) override;
   void recv(int to, int from, void* data, std::size_t bytes, cudaStream_t stream) override;
+  // ncclSend / ncclRecv are capturable (NCCL >= 2.9), but NCCL needs a send and its receive
+  // both captured or both not, and a graph holding them launched on both ranks alike.
+  std::string per_process_refusal() const override;
 
  private:
   fabric::Fabric& fabric_;

@@ -24,30 +24,40 @@ using Channel = RendezvousTransport::Channel;
 
 constexpr const char* kName = "rendezvous transport";
 
-// Step 2 of recv, step 1 of send: lane 0 waits until *word >= value (bounded, releasable).
-__global__ void rendezvous_wait_kernel(const unsigned long long* word, unsigned long long value,
-                                       int from, int to, int posted, const unsigned int* release,
-                                       unsigned long long timeout_ns) {
-  if (threadIdx.x != 0) return;
-  (void)rendezvous_wait(word, value, release, timeout_ns, kName,
-                        posted != 0 ? "the receive's posted" : "the send's done", value, from, to);
+// The message numbers (NOTE [rendezvous transport], Numbering): each side reads its own
+// count, a word only its own stream writes, so every kernel of one message sees the same number.
+__device__ unsigned long long next_send(const Channel* c) {
+  return static_cast<const volatile Channel*>(c)->done + 1;
 }
 
-// Step 1 of recv.
+// Step 2 of recv (`send_side` 0: done >= k, k the number step 1 posted) and step 1 of send
+// (`send_side` 1: posted >= k, k the send's number): lane 0 waits (bounded, releasable).
+__global__ void rendezvous_wait_kernel(const Channel* c, int send_side, int from, int to,
+                                       const unsigned int* release, unsigned long long timeout_ns) {
+  if (threadIdx.x != 0) return;
+  const auto* v = static_cast<const volatile Channel*>(c);
+  const unsigned long long k = send_side != 0 ? next_send(c) : v->posted;
+  const volatile unsigned long long* word = send_side != 0 ? &v->posted : &v->done;
+  (void)rendezvous_wait(const_cast<const unsigned long long*>(word), k, release, timeout_ns, kName,
+                        send_side != 0 ? "the receive's posted" : "the send's done", k, from, to);
+}
+
+// recv step 1: k = posted + 1.
 __global__ void rendezvous_post_kernel(Channel* c, void* dst, unsigned long long bytes,
-                                       unsigned long long k) {
+                                       const unsigned int* release) {
+  if (rendezvous_released(release)) return;
   auto* v = static_cast<volatile Channel*>(c);
+  const unsigned long long k = v->posted + 1;
   v->dst = dst;
   v->bytes = bytes;
   __threadfence_system();
   v->posted = k;
 }
 
-// Step 2 of send: every block reads the posted destination, checks the byte count, copies its
+// send step 2: every block reads the posted destination, checks the byte count, copies its
 // share (16 bytes at a time where both sides allow it).
 __global__ void rendezvous_copy_kernel(const Channel* c, const void* src, unsigned long long bytes,
-                                       unsigned long long k, int from, int to,
-                                       const unsigned int* release) {
+                                       int from, int to, const unsigned int* release) {
   if (rendezvous_released(release)) return;  // the wait before it may have been released
   const auto* v = static_cast<const volatile Channel*>(c);
   void* const dst = v->dst;
@@ -57,7 +67,7 @@ __global__ void rendezvous_copy_kernel(const Channel* c, const void* src, unsign
       printf(
           "TIDE rendezvous transport: message %llu from rank %d to rank %d: the send has %llu "
           "bytes, the receive posted %llu (mismatched order)\n",
-          k, from, to, bytes, want);
+          next_send(c), from, to, bytes, want);
     }
     __trap();
   }
@@ -79,10 +89,10 @@ __global__ void rendezvous_copy_kernel(const Channel* c, const void* src, unsign
     d[i] = s[i];
 }
 
-// Step 3 of send.
-__global__ void rendezvous_done_kernel(Channel* c, unsigned long long k,
-                                       const unsigned int* release) {
+// send step 3: done = k.
+__global__ void rendezvous_done_kernel(Channel* c, const unsigned int* release) {
   if (rendezvous_released(release)) return;
+  const unsigned long long k = next_send(c);
   __threadfence_system();
   static_cast<volatile Channel*>(c)->done = k;
 }
@@ -123,8 +133,6 @@ RendezvousTransport::RendezvousTransport(int ranks, int device, std::uint64_t ti
   // Synchronous on purpose: the channels are zero before any stream can use them.
   TIDE_CUDA_CHECK(cudaMemset(channels_, 0, pairs * sizeof(Channel)));
   TIDE_CUDA_CHECK(cudaSetDevice(current));
-  sends_.assign(pairs, 0);
-  recvs_.assign(pairs, 0);
 }
 
 RendezvousTransport::~RendezvousTransport() {
@@ -143,19 +151,14 @@ RendezvousTransport::Channel* RendezvousTransport::channel(int from, int to) con
 void RendezvousTransport::send(int from, int to, const void* data, std::size_t bytes,
                                cudaStream_t stream) {
   Channel* c = channel(from, to);
-  const unsigned long long k =
-      ++sends_[static_cast<std::size_t>(from) * static_cast<std::size_t>(ranks_) +
-               static_cast<std::size_t>(to)];
-  rendezvous_wait_kernel<<<1, 32, 0, stream>>>(&c->posted, k, from, to, 1, release_.device(),
-                                               timeout_ns_);
+  rendezvous_wait_kernel<<<1, 32, 0, stream>>>(c, 1, from, to, release_.device(), timeout_ns_);
   TIDE_CUDA_CHECK(cudaGetLastError());
   const unsigned long long chunks = (bytes + 4095) / 4096;
   const unsigned int blocks =
       static_cast<unsigned int>(chunks < 1 ? 1 : (chunks > 64 ? 64 : chunks));
-  rendezvous_copy_kernel<<<blocks, 256, 0, stream>>>(c, data, bytes, k, from, to,
-                                                     release_.device());
+  rendezvous_copy_kernel<<<blocks, 256, 0, stream>>>(c, data, bytes, from, to, release_.device());
   TIDE_CUDA_CHECK(cudaGetLastError());
-  rendezvous_done_kernel<<<1, 1, 0, stream>>>(c, k, release_.device());
+  rendezvous_done_kernel<<<1, 1, 0, stream>>>(c, release_.device());
   TIDE_CUDA_CHECK(cudaGetLastError());
   ++messages_;
 }
@@ -163,13 +166,9 @@ void RendezvousTransport::send(int from, int to, const void* data, std::size_t b
 void RendezvousTransport::recv(int to, int from, void* data, std::size_t bytes,
                                cudaStream_t stream) {
   Channel* c = channel(from, to);
-  const unsigned long long k =
-      ++recvs_[static_cast<std::size_t>(from) * static_cast<std::size_t>(ranks_) +
-               static_cast<std::size_t>(to)];
-  rendezvous_post_kernel<<<1, 1, 0, stream>>>(c, data, bytes, k);
+  rendezvous_post_kernel<<<1, 1, 0, stream>>>(c, data, bytes, release_.device());
   TIDE_CUDA_CHECK(cudaGetLastError());
-  rendezvous_wait_kernel<<<1, 32, 0, stream>>>(&c->done, k, from, to, 0, release_.device(),
-                                               timeout_ns_);
+  rendezvous_wait_kernel<<<1, 32, 0, stream>>>(c, 0, from, to, release_.device(), timeout_ns_);
   TIDE_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -5,9 +5,13 @@
 //
 // NOTE [rendezvous transport]
 // Per ordered pair (from, to) one channel in device memory: `posted` and `done` (64-bit,
-// cumulative), and the posted receive's destination and byte count. The host numbers the
-// pair's sends and receives 1, 2, ... as they are enqueued (the k-th send matches the k-th
-// receive, as NCCL matches them: NOTE [rail messages], "Matching").
+// cumulative, never reset), and the posted receive's destination and byte count.
+// Numbering: each side numbers its messages on the device, from a word only its own side
+// writes, in its kernels' execution order (the k-th send matches the k-th receive, as NCCL
+// matches them: NOTE [rail messages], "Matching"): a receive is number posted + 1, a send
+// number done + 1. Every kernel of one side reads the same number (the word changes only in
+// the side's last kernel), and the host keeps no count, so a graph that captured messages
+// numbers them afresh at every replay, and graph launches and stream-path calls mix freely.
 //   recv k, on the receiver's stream:
 //     1. a 1-thread kernel stores the destination and byte count into the channel, then
 //        __threadfence_system(), then stores posted = k;
@@ -35,8 +39,10 @@
 // every wait polls beside its word; a released wait returns at once, and every kernel after it
 // (the copy, the done store) reads the word as set and does nothing, so the streams drain well
 // before the bound. The runner's release_waits() calls it, after its own releases.
-// Graphs: the matching numbers are fixed on the host per call; the transport is for stream-
-// ordered calls, not for capture (the runner refuses to capture calls with messages).
+// Graphs: every kernel is capturable and numbers on the device (Numbering), so the runner's
+// slot graphs and a caller's graph replay calls with messages (NOTE [CUDA call sequences] 3,
+// 6). The kernels' pointers (the message's source or destination) are parameters fixed at
+// capture: the runner does not re-point them.
 // Not a performance model: the copy is a plain SM copy on the sender's stream.
 #pragma once
 
@@ -44,7 +50,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "messages.hpp"
 
@@ -88,7 +93,8 @@ class RendezvousTransport final : public MessageTransport {
   // Thread-safe, idempotent (NOTE [rendezvous transport], Release).
   void release() noexcept override { release_.set(); }
 
-  std::int64_t messages() const { return messages_; }  // sends enqueued so far
+  // Sends enqueued from the host so far (a graph's replays enqueue none).
+  std::int64_t messages() const { return messages_; }
 
   struct Channel;  // one ordered pair's words (defined with the kernels)
 
@@ -96,9 +102,7 @@ class RendezvousTransport final : public MessageTransport {
   Channel* channel(int from, int to) const;
   int ranks_ = 0;
   std::uint64_t timeout_ns_ = kRendezvousTimeoutNs;
-  Channel* channels_ = nullptr;       // device: ranks x ranks
-  std::vector<std::uint64_t> sends_;  // per pair: sends enqueued
-  std::vector<std::uint64_t> recvs_;  // per pair: receives enqueued
+  Channel* channels_ = nullptr;  // device: ranks x ranks
   std::int64_t messages_ = 0;
   ReleaseWord release_;
 };

@@ -200,8 +200,7 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
   if (m.empty) return;
   use_device_of(m.rank);
   cudaStream_t s = streams[static_cast<std::size_t>(m.stream)];
-  if (m.message) {  // NOTE [CUDA call sequences] 6; never under capture (refused before)
-    if (capture != nullptr) throw InternalError("CudaSequenceRunner: a message under capture");
+  if (m.message) {  // NOTE [CUDA call sequences] 6; under capture as on the stream path
     // The receiver's addition counts for nothing once the sender's waits were released.
     const std::uint64_t* abort = m.message->sender ? nullptr : abort_of(m.message->peer);
     const cuda_detail::Message* message = m.message.get();
@@ -215,15 +214,15 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
       cuda_detail::MessagePart& part = bound.parts[k];
       (part.strided ? part.region : part.data) = at(m.message_slots[k], b);
     }
+    // NOTE [CUDA call sequences] 3: a slot graph holding caller memory in a message is not
+    // re-pointed (its transport's nodes take the pointers at capture).
+    if (message == &bound && capture != nullptr && capture->repoints != nullptr &&
+        capture->repointable) {
+      capture->repointable = false;
+      repoint_failure = sequence_detail::kMessageNotRepointed;
+    }
     cuda_detail::enqueue_message(*message, *transport, streams[static_cast<std::size_t>(m.rail)], s,
                                  token, abort);
-    if (message->sender) {  // under the call lock, as every enqueue
-      ++messages_sent;
-      std::size_t bytes = message->parts.empty() ? sizeof(std::uint64_t) : 0;
-      for (const cuda_detail::MessagePart& part : message->parts)
-        bytes += part.bytes;
-      message_bytes_sent += static_cast<std::int64_t>(bytes);
-    }
     return;
   }
   switch (m.kind) {
@@ -361,6 +360,12 @@ void CudaSequenceRunner::State::mark_done(cudaStream_t caller) {
   called = true;
 }
 
+void CudaSequenceRunner::State::count_messages(std::int64_t e) {
+  const sequence_detail::Template& t = templates[static_cast<std::size_t>(e % sequence.period)];
+  messages_sent += t.message_sends;  // under the call lock
+  message_bytes_sent += t.message_bytes;
+}
+
 void CudaSequenceRunner::State::advance(std::vector<std::int64_t>& base, std::int64_t e) const {
   const std::vector<std::int64_t>& add =
       templates[static_cast<std::size_t>(e % sequence.period)].additions;
@@ -440,6 +445,7 @@ void CudaSequenceRunner::enqueue_checked(std::span<const CudaCallBindings> bindi
   // NOTE [CUDA call sequences] 3, NOTE [slot graph policy]: the slot's graph, replayed,
   // re-pointed or captured, where the policy says so; its waits follow on the device.
   if (s.options.replay_graphs && s.run_slot_graph(bindings, alpha, accumulate, caller)) {
+    s.count_messages(s.call);
     s.advance(s.totals, s.call);
     ++s.call;
     return;
@@ -448,6 +454,7 @@ void CudaSequenceRunner::enqueue_checked(std::span<const CudaCallBindings> bindi
   s.enqueue_call(s.call, bindings, alpha, accumulate, caller, s.totals, nullptr);
   s.mark_done(caller);
   s.watch_call(s.call, caller);
+  s.count_messages(s.call);
   s.advance(s.totals, s.call);
   ++s.call;
 }

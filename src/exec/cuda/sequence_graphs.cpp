@@ -306,6 +306,7 @@ void CudaSequenceRunner::prepare_replay(const CudaCapturedCalls& calls) {
   check_replay_locked(calls);
   State& s = *state_;
   for (int k = 0; k < calls.calls; ++k) {
+    s.count_messages(s.call);
     s.advance(s.totals, s.call);
     ++s.call;
   }

@@ -455,6 +455,16 @@ void CudaSequenceRunner::set_up() {
   s.templates.resize(sequence.templates.size());
   for (std::size_t t = 0; t < sequence.templates.size(); ++t)
     s.map_template(sequence.templates[t], s.templates[t]);
+  for (sequence_detail::Template& t : s.templates) {  // messages_sent() per call of t
+    for (const SeqOp& m : t.ops) {
+      if (!m.message || !m.message->sender) continue;
+      ++t.message_sends;
+      std::size_t bytes = m.message->parts.empty() ? sizeof(std::uint64_t) : 0;
+      for (const cuda_detail::MessagePart& part : m.message->parts)
+        bytes += part.bytes;
+      t.message_bytes += static_cast<std::int64_t>(bytes);
+    }
+  }
   // NOTE [slot graph policy]: a template that copies caller memory in 2-D cannot re-point (the
   // same rule enqueue_op applies at capture), so its slots capture only unchanged calls.
   for (const sequence_detail::Template& t : s.templates) {
@@ -466,9 +476,17 @@ void CudaSequenceRunner::set_up() {
             (c.dst.slot != sequence_detail::kFixed || c.src.slot != sequence_detail::kFixed))
           repointable = false;
     }
-    s.template_repointable.push_back(repointable ? 1 : 0);
-    if (!repointable && s.options.replay_graphs && s.options.repoint_graphs)
-      s.repoint_failure = "copy: a 2-D copy of caller memory (CUDA updates only 1-D copy nodes)";
+    bool message_of_caller = false;  // NOTE [CUDA call sequences] 3: not re-pointed
+    for (const SeqOp& m : t.ops)
+      for (const sequence_detail::Ptr& slot : m.message_slots)
+        message_of_caller = message_of_caller || slot.slot != sequence_detail::kFixed;
+    s.template_repointable.push_back(repointable && !message_of_caller ? 1 : 0);
+    if (s.options.replay_graphs && s.options.repoint_graphs) {
+      if (!repointable)
+        s.repoint_failure = "copy: a 2-D copy of caller memory (CUDA updates only 1-D copy nodes)";
+      else if (message_of_caller)
+        s.repoint_failure = sequence_detail::kMessageNotRepointed;
+    }
   }
   s.totals.assign(static_cast<std::size_t>(s.ranks) * static_cast<std::size_t>(s.counters), 0);
   // NOTE [graph wait budget]: graph waits spin in kernels, one per stream at a time; the
@@ -480,17 +498,25 @@ void CudaSequenceRunner::set_up() {
   if (s.one_shot) {
     // NOTE [one-shot programs]: every call on the stream path; no claim on the budget.
     s.no_graph_waits = "a one-shot program (CudaExecutor) runs on the stream path";
-  } else if (s.has_messages) {
-    // NOTE [CUDA call sequences] 6: a message's matching is numbered per call on the host.
+  } else if (s.has_messages && !s.transport->capture_refusal().empty()) {
+    // NOTE [CUDA call sequences] 6: messages a graph cannot hold.
     s.no_graph_waits =
-        "its calls send rail messages (NOTE [CUDA call sequences] 6): their two-sided matching "
-        "is numbered per call on the host, and a replayed graph would repeat one call's";
+        "its calls send rail messages (NOTE [CUDA call sequences] 6) that cannot "
+        "be captured: " +
+        s.transport->capture_refusal();
   } else {
     s.no_graph_waits = sequence_detail::GraphWaitBudget::process().claim(
         s.budget_id, options.graph_lane, streams_per_device);
   }
   if (s.no_graph_waits.empty()) {
     s.budget_claimed = true;
+    // NOTE [CUDA call sequences] 6: slot graphs are decided per process; a caller's capture
+    // is the caller's, alike on every rank.
+    if (s.has_messages && !s.transport->per_process_refusal().empty()) {
+      s.no_slot_graphs =
+          "no slot graphs (a caller's capture is taken): " + s.transport->per_process_refusal();
+      s.options.replay_graphs = false;
+    }
   } else {
     s.options.replay_graphs = false;
   }
@@ -610,7 +636,8 @@ std::int64_t CudaSequenceRunner::message_bytes_sent() const {
   return state_->message_bytes_sent;
 }
 std::string CudaSequenceRunner::graphs_unavailable() const {
-  return state_->no_graph_waits;  // fixed at construction
+  // Fixed at construction.
+  return state_->no_graph_waits.empty() ? state_->no_slot_graphs : state_->no_graph_waits;
 }
 std::string CudaSequenceRunner::repoint_failure() const {
   std::lock_guard lock(state_->mutex);

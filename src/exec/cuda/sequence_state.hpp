@@ -121,7 +121,16 @@ struct Template {
   std::vector<std::int64_t> additions;  // per (rank, counter), rank-major
   std::vector<int> tensors;             // per rank: kTensor slots the call must bind
   int deferred = 0;  // ops enqueued after a later op (NOTE [enqueue order]; one-shot only)
+  // Per call: the local ranks' message sends and their bytes (messages_sent()).
+  std::int64_t message_sends = 0;
+  std::int64_t message_bytes = 0;
 };
+
+// Why a slot whose calls send caller memory as messages does not re-point (NOTE [CUDA call
+// sequences] 3).
+inline constexpr const char* kMessageNotRepointed =
+    "message: a rail message of caller memory (the transport's kernels or NCCL's operations "
+    "take its pointer at capture and cannot be re-pointed)";
 
 // Timing events of profiled calls (one-shot programs, CudaRunOptions::profile): per op of
 // template 0 (kernels only, else null) and per stream, a pair around it.
@@ -248,6 +257,9 @@ struct CudaSequenceRunner::State {
   std::uint64_t* generations = nullptr;
   std::vector<std::int64_t> slot_period_additions;
   std::string no_graph_waits;  // why graphs cannot hold this sequence's waits (empty: they can)
+  // Why the runner's own slot graphs are off while a caller's capture is taken (NOTE [CUDA
+  // call sequences] 6: a transport whose sides must be captured alike on both ranks).
+  std::string no_slot_graphs;
   // NOTE [graph wait budget]: this runner's claim in the process's registry.
   std::uint64_t budget_id = 0;
   bool budget_claimed = false;
@@ -329,6 +341,9 @@ struct CudaSequenceRunner::State {
   void record_node(cudaStream_t s, const sequence_detail::SeqOp& op, std::size_t index, int copy,
                    sequence_detail::Capture* capture);
   void advance(std::vector<std::int64_t>& base, std::int64_t e) const;
+  // messages_sent() and message_bytes_sent() for call e, however it ran (stream path, a slot
+  // graph's launch, a caller graph's launch in prepare_replay).
+  void count_messages(std::int64_t e);
   void check_bindings(std::span<const CudaCallBindings> bindings) const;
 
   // Replay graphs.
