@@ -152,6 +152,12 @@ struct CommunicatorFaultInjection {
   // never opens, as if a peer's signals never came; the watchdog must find it.
   int stall_rank = -1;
   std::int64_t stall_at_call = -1;
+  // nccl and ipc backends, rank `release_rank`: its abort() releases its waits but lets its
+  // messages flow for `release_hold` before it ends them and tells its peers (the store's
+  // failure mark), so that its peers learn of the abort only from its messages' abort tokens
+  // (NOTE [abort relay]; the NCCL order: sends run until ncclCommAbort).
+  int release_rank = -1;
+  std::chrono::milliseconds release_hold{0};
 };
 
 // Emulation, not a production setting: only tests and `tide check-runtime` set it.

@@ -202,8 +202,6 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
   cudaStream_t s = streams[static_cast<std::size_t>(m.stream)];
   if (m.message) {  // NOTE [CUDA call sequences] 6; never under capture (refused before)
     if (capture != nullptr) throw InternalError("CudaSequenceRunner: a message under capture");
-    // The receiver's addition counts for nothing once the sender's waits were released.
-    const std::uint64_t* abort = m.message->sender ? nullptr : abort_of(m.message->peer);
     const cuda_detail::Message* message = m.message.get();
     cuda_detail::Message bound;  // the parts of caller memory at this call's pointers
     for (std::size_t k = 0; k < m.message_slots.size(); ++k) {
@@ -215,11 +213,12 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
       cuda_detail::MessagePart& part = bound.parts[k];
       (part.strided ? part.region : part.data) = at(m.message_slots[k], b);
     }
+    // NOTE [abort relay]: the receiver's addition counts only where the token says valid.
     cuda_detail::enqueue_message(*message, *transport, streams[static_cast<std::size_t>(m.rail)], s,
-                                 token, abort);
+                                 relay_of(*message));
     if (message->sender) {  // under the call lock, as every enqueue
       ++messages_sent;
-      std::size_t bytes = message->parts.empty() ? sizeof(std::uint64_t) : 0;
+      std::size_t bytes = sizeof(std::uint64_t);  // the abort token
       for (const cuda_detail::MessagePart& part : message->parts)
         bytes += part.bytes;
       message_bytes_sent += static_cast<std::int64_t>(bytes);
