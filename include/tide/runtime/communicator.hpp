@@ -81,9 +81,14 @@
 //    the ipc backend through the ipc rendezvous transport over its mapped windows (NOTE [ipc
 //    rendezvous transport]), so their "hosts" are emulated ones
 //    (CommunicatorEmulation::nodes_as_hosts); the nccl backend carries them as ncclSend /
-//    ncclRecv on a communicator per lane between emulated hosts of one machine (NOTE [nccl
-//    window fabric]; not yet run), and refuses real hosts (the runner cannot read the abort
-//    words of ranks on other hosts yet).
+//    ncclRecv on a communicator per lane (NOTE [nccl window fabric]), between emulated hosts
+//    of one machine and between real hosts: its NCCL fabric is M hosts x C ranks per host,
+//    LSA peers only within a host (src/runtime/nccl_layout.hpp, which refuses only what the
+//    registration cannot form). Ranks on other hosts, real or emulated, are not load/store
+//    reachable, so their abort words travel with their messages (NOTE [abort relay] in
+//    src/exec/cuda/messages.hpp); emulated hosts on ipc and nccl take that same path, which
+//    is how one GPU tests it. Real hosts: built and CPU-tested (the layout), not yet run on
+//    two machines.
 // 10. The GPU backends' fail-stop words (NOTE [CUDA call sequences] 5, 7). After the lanes'
 //    handoff words every rank's signal words hold its abort word and, per lane, its call-tag
 //    word. Abort words are published: after a rank's watchdog releases its waits, every peer's
