@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "abort_check.hpp"
+#include "counter_add.hpp"
 #include "kernels/gpu_test_util.hpp"
 #include "messages.hpp"
 #include "rendezvous_transport.hpp"
