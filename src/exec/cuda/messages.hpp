@@ -104,6 +104,11 @@
 //   communicators, so that nothing a release lets run counts either way.
 // Cost: per data message one 8-byte send more and two 1-thread kernels; signal messages
 // already sent 8 bytes and now carry the verdict in them.
+// Checked on one H200 (bench/results/ipc/realhosts-2026-12-04): the token's cases one message
+// at a time (tests/exec/abort_relay_test.cpp), the runner's messages and the emulated-host
+// splits bitwise with tokens, and `check-runtime --release-rank` (a rank on another emulated
+// host aborts mid-call and keeps sending): every rank raised, no call returned wrong bytes;
+// there the peers' own watchdogs fired before a nonzero token from the other process arrived.
 
 #pragma once
 
