@@ -416,6 +416,23 @@ std::optional<std::string> CudaCommunicator::stalled_call() const {
     if (!stall->waits.empty()) reason += "; unsatisfied: ";
     for (std::size_t k = 0; k < stall->waits.size(); ++k)
       reason += (k == 0 ? "" : "; ") + stall->waits[k];
+    // NOTE [abort relay]: each runner has its own relayed-abort word, and the call held may be
+    // another's (a group's call behind its lane's handoff): name every runner a token reached.
+    for (std::size_t j = 0; j < all.size(); ++j) {
+      if (j == i) continue;
+      const std::optional<bool> relayed = all[j]->relayed_abort();
+      if (!relayed) break;  // the queues are held: no more bounded reads
+      if (!*relayed) continue;
+      reason += j >= runners_.size()
+                    ? "; the " +
+                          std::string(j == runners_.size() ? "all-gather" : "reduce-scatter") +
+                          " lane's handoff"
+                    : "; group '" + groups_[j / 2]->spec.name + "''s " +
+                          (j % 2 == 0 ? "all-gather" : "reduce-scatter");
+      reason +=
+          " received a message that carried an abort token (a rank this one cannot read "
+          "aborted)";
+    }
     return reason;
   }
   return std::nullopt;

@@ -406,6 +406,10 @@ class CudaSequenceRunner {
   // `timeout` after its enqueue, with its unsatisfied waits; nullopt when there is none.
   // A CUDA error met while looking is reported as a stall naming it.
   std::optional<CudaStalledCall> stalled(std::chrono::milliseconds timeout) const;
+  // Thread-safe: whether a message to a local rank carried a nonzero abort token (NOTE [abort
+  // relay]: its relayed-abort word is set), read on the first reader stream, bounded; false
+  // without messages; nullopt where the read did not complete (the GPU's queues are held).
+  std::optional<bool> relayed_abort() const;
   // Thread-safe: whether every watched call has completed.
   bool idle() const;
   // After release_waits(): a watched call is still running (its streams could not drain).

@@ -338,6 +338,19 @@ std::vector<std::string> CudaSequenceRunner::State::unsatisfied_waits(std::int64
   return lines;
 }
 
+std::optional<bool> CudaSequenceRunner::relayed_abort() const {
+  const RelaxedCaptureMode relaxed;
+  const State& s = *state_;
+  if (s.relay_word == nullptr || s.local_ranks.empty()) return false;
+  std::lock_guard read_lock(s.watch->read_mutex);  // the host word aborted_ranks() uses too
+  std::uint64_t* host = s.watch->host_abort + 1 + 2 * s.ranks;
+  *host = 0;
+  TIDE_CUDA_CHECK(cudaSetDevice(s.fabric.device_of(s.local_ranks[0])));
+  TIDE_CUDA_CHECK(cudaMemcpyAsync(host, s.relay_word, 8, cudaMemcpyDefault, s.watch->readers[0]));
+  if (!completes_in_bound(s.watch->readers[0])) return std::nullopt;
+  return *host != 0;
+}
+
 std::optional<CudaStalledCall> CudaSequenceRunner::stalled(
     std::chrono::milliseconds timeout) const {
   const RelaxedCaptureMode relaxed;
