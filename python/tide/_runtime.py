@@ -9,9 +9,12 @@ Which runtime backend serves a process group is decided from facts every rank ga
 that group (``RankFacts``: host, process, device, GPU, what its NCCL and its tide._C can do,
 its TIDE_BACKEND), by one pure function (``choose_backend``), so that every rank reaches the
 same choice without a second round:
-  1. a group spanning hosts, ranks that are threads of one process, or ranks on different
-     device types: stock FSDP2, with the reason (the runtime serves the processes of one
-     host, one process per rank);
+  1. ranks that are threads of one process, or ranks on different device types: stock FSDP2,
+     with the reason (the runtime needs one process per rank); a group spanning hosts: ``nccl``
+     where its ranks hold CUDA tensors, NCCL can serve them and TIDE_BACKEND=nccl asks for it
+     (the host and ipc backends serve one host; NOTE [runtime] 9: opt-in until the nccl backend
+     has run on two machines), else stock with the reason; the runtime then refuses,
+     with its reason, hosts it cannot form (not host-major, unequal ranks per host);
   2. CPU tensors: ``host`` (POSIX shared memory);
   3. CUDA tensors: ``nccl`` where every rank has a GPU of its own and its NCCL can provide
      symmetric windows (version, NCCL_CUMEM_ENABLE, NCCL_NVLS_ENABLE), else ``ipc`` (CUDA IPC
@@ -261,13 +264,6 @@ def choose_backend(facts: Sequence[RankFacts]) -> Choice:
     if forced not in ("auto",) + BACKENDS:
         return Choice("", f"TIDE_BACKEND={forced} is not one of auto, {', '.join(BACKENDS)}")
     hosts = sorted({f.host for f in facts})
-    if len(hosts) > 1:
-        return Choice(
-            "",
-            f"the process group spans hosts ({', '.join(hosts)}); TIDE's runtime serves the "
-            "processes of one host, so it stays on stock FSDP2 (shard within a host, e.g. HSDP "
-            "with one host per shard group, to run TIDE)",
-        )
     threads = _first_pair(facts, lambda f: (f.host, f.pid))
     if threads:
         a, b = threads
@@ -279,6 +275,20 @@ def choose_backend(facts: Sequence[RankFacts]) -> Choice:
     devices = sorted({f.device for f in facts})
     if len(devices) > 1:
         return Choice("", f"the ranks hold the group's tensors on different devices ({', '.join(devices)})")
+    if len(hosts) > 1:  # NOTE [runtime] 9: only nccl reaches ranks of other hosts
+        spans = f"the process group spans hosts ({', '.join(hosts)})"
+        if devices != ["cuda"] or forced in ("host", "ipc"):
+            which = "the host and ipc backends serve" if forced == "auto" else f"TIDE_BACKEND={forced} serves"
+            return Choice("", f"{spans}; {which} the processes of one host, so it stays on stock FSDP2 "
+                          "(CUDA tensors and the nccl backend run across hosts)")
+        nccl_why = _nccl_why_not(facts)
+        if nccl_why:
+            return Choice("", f"{spans}, which only the nccl backend serves: {nccl_why}")
+        if forced != "nccl":  # NOTE [runtime] 9: opt-in until a run on two machines
+            return Choice("", f"{spans}; the nccl backend across hosts is built and tested on emulated "
+                          "hosts but has not yet run on two machines, so TIDE takes it only when asked: "
+                          "set TIDE_BACKEND=nccl on every rank to use it")
+        return Choice("nccl")
     if devices == ["cpu"]:
         if forced in ("auto", "host"):
             return Choice("host")

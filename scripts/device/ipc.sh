@@ -13,7 +13,8 @@
 #   hosts      emulated hosts (--nodes-as-hosts; NOTE [ipc rendezvous transport]): the
 #              rendezvous transports' tests (tide_ipc_rendezvous_tests), splits HOST_SPLITS
 #              (default 2x1 2x2 4x2 2x4) in-place and slot-reuse, bitwise, with every rail put
-#              between nodes a message; a kill and a stall of a rank on another emulated host
+#              between nodes a message; a kill, a stall and a release (abort, NOTE [abort relay]) of
+#              a rank on another emulated host
 #   sanitizer  compute-sanitizer memcheck on a 2-process check-runtime run
 #   module     tide._C built with the tree, python/tide beside it on PYTHONPATH (no pip)
 #   package    pip install . against the image's torch
@@ -142,11 +143,14 @@ print(json.dumps({"kind": "fault", "fault": kind, "procs": int(procs), "connecti
                   "seconds": max((r.get("seconds", 0) for r in survivors), default=None),
                   "left_behind": {"processes": int(left), "gpu_mib_before": int(before),
                                   "gpu_mib_after": int(after)},
+                  "mismatches": d.get("mismatches"),
+                  # NOTE [abort relay]: ranks whose error names an abort token a message carried
+                  "relayed": sum("abort token" in r.get("error", "") for r in survivors),
                   "errors": [r.get("error", "")[:300] for r in survivors][:2]}))
 PY
 )
   row "$line"
-  [[ $(echo "$line" | python3 -c "import json,sys; r=json.load(sys.stdin); print(int(r['all_ranks_raised_within_timeout'] and r['left_behind']['processes']==0))") == 1 ]] || rc_all=1
+  [[ $(echo "$line" | python3 -c "import json,sys; r=json.load(sys.stdin); print(int(r['all_ranks_raised_within_timeout'] and r['left_behind']['processes']==0 and not r['mismatches']))") == 1 ]] || rc_all=1
   note "fault $name: rc=$rc ${took}s, $left processes left, GPU ${before}->${after} MiB: $(echo "$line" | cut -c1-600)"
 }
 
@@ -208,6 +212,10 @@ PY
   FAULT_M=2 fault "hosts-stall-4" 4 "did not complete within|stalled|died" stall --seed 3 --stall-rank 3 --stall-at-call 4 --timeout-s 5 --nodes-as-hosts
   FAULT_M=2 fault "hosts-kill-2" 2 "died|did not complete within|stalled" kill --seed 8 --kill-rank 1 --kill-at-call 3 --timeout-s 5 --nodes-as-hosts
   FAULT_M=2 fault "hosts-stall-2" 2 "did not complete within|stalled|died" stall --seed 7 --stall-rank 1 --stall-at-call 3 --timeout-s 5 --nodes-as-hosts
+  # A rank on another emulated host aborts mid-call and keeps sending (NCCL's order): its peers
+  # learn it from its messages' abort tokens (NOTE [abort relay]); no call after it is valid.
+  FAULT_M=2 fault "hosts-release-4" 4 "did not complete within|stalled|abort token|release-rank" release --seed 5 --release-rank 3 --release-at-call 5 --timeout-s 5 --nodes-as-hosts
+  FAULT_M=2 fault "hosts-release-2" 2 "did not complete within|stalled|abort token|release-rank" release --seed 9 --release-rank 1 --release-at-call 4 --timeout-s 5 --nodes-as-hosts
 fi
 
 if has sanitizer; then

@@ -12,7 +12,12 @@
 #            In-Place and Slot-Reuse, bitwise, every rail put and signal between hosts an
 #            ncclSend / ncclRecv on the NCCL fabric's message lanes (NOTE [nccl fabric] 2b)
 #            through the sequence runner, rail messages counted per rank; then a kill and a
-#            stall of the last rank (another emulated host than rank 0's) -> $OUT/hosts.json
+#            stall of the last rank (another emulated host than rank 0's), and its release
+#            (it aborts mid-call and keeps sending: NOTE [abort relay]) -> $OUT/hosts.json.
+#            Real hosts take the same path (nccl_layout.hpp: M hosts x C GPUs, two message
+#            lanes, abort words of other hosts relayed); on one host only emulated hosts can be
+#            formed: check-runtime forks its ranks on one machine, so a run over 2 real hosts
+#            needs a launcher on each (torchrun with tide.fsdp), not this script.
 #   summary  $OUT/summary.json (bench/multigpu/summary.py's schema) and $OUT/README.md
 #            (bench/multigpu/summary.py)
 # Not yet here: the collective benchmark harness (item 2), the all-push landing and
@@ -81,11 +86,15 @@ if has hosts; then
     (( gpus % l == 0 )) || continue
     m=$(( gpus / l ))
     runs=(in-place slot-reuse kill)
-    [[ "$BACKEND" != host ]] && runs+=(stall)  # the host backend has no stall injection
+    # The host backend has no stall or release injection. release: the last rank aborts with
+    # its call in flight and keeps sending (ncclSend runs until ncclCommAbort); its peers learn
+    # it from its messages' abort tokens (NOTE [abort relay]), the path real hosts take.
+    [[ "$BACKEND" != host ]] && runs+=(stall release)
     for run in "${runs[@]}"; do
       case $run in
         kill) extra=(--mode in-place --kill-rank "$last" --kill-at-call 5 --timeout-s 5) ;;
         stall) extra=(--mode in-place --stall-rank "$last" --stall-at-call 5 --timeout-s 5) ;;
+        release) extra=(--mode in-place --release-rank "$last" --release-at-call 5 --timeout-s 5) ;;
         *) extra=(--mode "$run" --timeout-s 60) ;;
       esac
       start=$(date +%s)
@@ -105,10 +114,13 @@ ranks = d.get("per_rank", [])
 row = {"M": int(m), "L": int(l), "run": run, "exit": int(rc), "seconds": int(took),
        "processes_left": int(left), "rail_messages": [r.get("rail_messages") for r in ranks],
        "errors": [r.get("error", "")[:300] for r in ranks if r.get("error")][:2]}
-if run in ("kill", "stall"):
+if run in ("kill", "stall", "release"):
     failed = [r for r in ranks if r.get("error")]
-    row["all_ranks_raised_within_timeout"] = (int(rc) == 1 and len(failed) >= int(m) * int(l) - 1
-                                              and int(took) < 60 and int(left) == 0)
+    need = int(m) * int(l) - (1 if run == "kill" else 0)  # a released rank raises too
+    row["all_ranks_raised_within_timeout"] = (int(rc) == 1 and len(failed) >= need
+                                              and int(took) < 60 and int(left) == 0
+                                              and not d.get("mismatches"))
+    row["relayed"] = sum("abort token" in r.get("error", "") for r in ranks)
 else:
     row["passed"] = bool(d.get("passed")) and int(rc) == 0 and all(
         (r.get("rail_messages") or 0) > 0 for r in ranks)

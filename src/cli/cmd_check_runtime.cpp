@@ -61,6 +61,8 @@ struct CheckRuntimeArgs {
   int misorder_rank = -1;
   int stall_rank = -1;
   int stall_at_call = -1;
+  int release_rank = -1;  // aborts (releases its waits) right after enqueuing this call
+  int release_at_call = -1;
   double timeout_s = 30.0;
   double max_gib = 4.0;
   bool json = false;
@@ -187,6 +189,14 @@ class Buffers {
   std::vector<std::byte*> previous_, current_;
 };
 
+// --release-rank: the rank aborts while its call is in flight, as its watchdog does on a
+// timeout; its peers still wait for its messages (NOTE [abort relay]).
+void release_mid_call(const CheckRuntimeArgs& a, runtime::Communicator& comm, int rank, int call) {
+  if (rank != a.release_rank || call != a.release_at_call) return;
+  comm.abort("check-runtime --release-rank " + std::to_string(rank) + " at call " +
+             std::to_string(call));
+}
+
 WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>& groups, int rank,
                         const std::filesystem::path& store_dir) {
   WorkerResult result;
@@ -199,6 +209,10 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
   o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(a.timeout_s * 1000));
   o.fault_injection.stall_rank = a.stall_rank;
   o.fault_injection.stall_at_call = a.stall_at_call;
+  o.fault_injection.release_rank = a.release_rank;
+  // NOTE [abort relay]: the peers' watchdogs time out before the store tells them.
+  o.fault_injection.release_hold =
+      std::chrono::milliseconds(static_cast<std::int64_t>(a.timeout_s * 1500));
   o.emulation.nodes_as_hosts = a.nodes_as_hosts;
   const bool gpu = o.backend != runtime::BackendKind::kHost;
   if (gpu) {
@@ -263,6 +277,7 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
       }
       memory->fill(info.landing, 0xFF, static_cast<std::size_t>(info.landing_bytes));  // poison
       comm->all_gather(ids[static_cast<std::size_t>(g)], memory->stream(), shards);
+      release_mid_call(a, *comm, rank, call);
       memory->finish();
       comm->check();  // a call the watchdog found stalled (its output is garbage) raises
       std::vector<std::byte> landing(static_cast<std::size_t>(info.landing_bytes));
@@ -305,6 +320,7 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
       }
       comm->reduce_scatter(ids[static_cast<std::size_t>(g)], memory->stream(), ptrs,
                            reinterpret_cast<float*>(out), alpha, accumulate);
+      release_mid_call(a, *comm, rank, call);
       memory->finish();
       comm->check();
       std::vector<float> got(static_cast<std::size_t>(layout.shard_elems()));
@@ -386,6 +402,16 @@ void check_args(CheckRuntimeArgs& a) {
     throw InvalidArgument(
         "--stall-rank is for the GPU backends, nccl and ipc (host calls run on the caller's "
         "thread; --kill-rank tests their failures)");
+  }
+  if ((a.release_rank >= 0) != (a.release_at_call >= 0)) {
+    throw InvalidArgument("--release-rank and --release-at-call go together");
+  }
+  if (a.release_rank >= 0 && a.backend == "host") {
+    throw InvalidArgument("--release-rank is for the GPU backends, nccl and ipc");
+  }
+  if (a.release_rank >= a.procs || a.release_at_call >= a.calls) {
+    throw InvalidArgument(
+        "--release-rank must be below --procs and --release-at-call below --calls");
   }
   if (a.stall_rank >= a.procs || a.stall_at_call >= a.calls) {
     throw InvalidArgument("--stall-rank must be below --procs and --stall-at-call below --calls");
@@ -624,6 +650,12 @@ void add_check_runtime_command(CLI::App& app) {
       "opens (a peer that stopped signalling); every rank must fail within the "
       "timeout, the watchdog naming the stalled call");
   cmd->add_option("--stall-at-call", args->stall_at_call, "The call at which --stall-rank stalls");
+  cmd->add_option(
+      "--release-rank", args->release_rank,
+      "nccl, ipc: this rank aborts (releases its waits) with its --release-at-call in flight "
+      "and keeps its messages flowing for 1.5 x the timeout; every rank must raise");
+  cmd->add_option("--release-at-call", args->release_at_call,
+                  "The call at which --release-rank aborts");
   cmd->add_option("--misorder-rank", args->misorder_rank,
                   "This rank issues two reduce-scatters in the other order");
   cmd->add_option("--timeout-s", args->timeout_s, "Per-call timeout")->capture_default_str();

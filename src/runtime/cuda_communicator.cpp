@@ -182,7 +182,12 @@ void CudaCommunicator::abort(const std::string& reason) {
     aborted_ = reason;
   }
   // NOTE [peer liveness] 6: the peers on other hosts learn it within a period.
-  if (liveness_) liveness_->mark_failed("rank " + std::to_string(options_.rank) + ": " + reason);
+  const auto tell_peers = [&] {
+    if (liveness_) liveness_->mark_failed("rank " + std::to_string(options_.rank) + ": " + reason);
+  };
+  if (!holds_messages()) tell_peers();
+  // NOTE [abort relay]: the waits first (abort words before any signal word), then the
+  // messages' own waits, then the NCCL communicators; the tokens make the order safe.
   for (exec::CudaSequenceRunner* r : every_runner()) {
     try {
       r->release_waits();
@@ -190,6 +195,12 @@ void CudaCommunicator::abort(const std::string& reason) {
       std::fprintf(stderr, "tide: rank %d: releasing the waits failed: %s\n", options_.rank,
                    e.what());
     }
+  }
+  if (holds_messages()) {  // the injected fault: peers hear of it from the tokens alone
+    std::this_thread::sleep_for(options_.fault_injection.release_hold);
+    for (exec::CudaSequenceRunner* r : every_runner())
+      r->release_messages();
+    tell_peers();
   }
   if (windows_) windows_->abort();
   // NOTE [CUDA call sequences] 5 (c): the calls whose outputs are garbage, named in every later
@@ -241,6 +252,7 @@ void CudaCommunicator::commit() {
     runner_options.fault_injection.gate_rank = options_.rank;
     runner_options.fault_injection.gate_word = stall_gate_;
   }
+  if (holds_messages()) runner_options.fault_injection.hold_messages_on_release = true;
   exec::CudaSequenceOptions handoff_options;  // never gated: the stall is a group's call
   handoff_options.replay_graphs = runner_options.replay_graphs;
   // NOTE [runtime] 10: this rank's call-tag words start at 0 (the runners zero their own
@@ -404,6 +416,23 @@ std::optional<std::string> CudaCommunicator::stalled_call() const {
     if (!stall->waits.empty()) reason += "; unsatisfied: ";
     for (std::size_t k = 0; k < stall->waits.size(); ++k)
       reason += (k == 0 ? "" : "; ") + stall->waits[k];
+    // NOTE [abort relay]: each runner has its own relayed-abort word, and the call held may be
+    // another's (a group's call behind its lane's handoff): name every runner a token reached.
+    for (std::size_t j = 0; j < all.size(); ++j) {
+      if (j == i) continue;
+      const std::optional<bool> relayed = all[j]->relayed_abort();
+      if (!relayed) break;  // the queues are held: no more bounded reads
+      if (!*relayed) continue;
+      reason += j >= runners_.size()
+                    ? "; the " +
+                          std::string(j == runners_.size() ? "all-gather" : "reduce-scatter") +
+                          " lane's handoff"
+                    : "; group '" + groups_[j / 2]->spec.name + "''s " +
+                          (j % 2 == 0 ? "all-gather" : "reduce-scatter");
+      reason +=
+          " received a message that carried an abort token (a rank this one cannot read "
+          "aborted)";
+    }
     return reason;
   }
   return std::nullopt;

@@ -99,8 +99,10 @@ class CudaCommunicator : public CommunicatorBase {
 
   std::int64_t calls_ = 0;               // calls of every group so far
   std::uint64_t* stall_gate_ = nullptr;  // CommunicatorFaultInjection::stall_rank's gate
-  mutable std::mutex abort_mutex_;       // aborted_, from the caller's and the watchdog's thread
-  std::string aborted_;                  // the fail-stop reason; empty while alive
+  // CommunicatorFaultInjection::release_rank is this rank (tests and check-runtime only).
+  bool holds_messages() const { return options_.rank == options_.fault_injection.release_rank; }
+  mutable std::mutex abort_mutex_;  // aborted_, from the caller's and the watchdog's thread
+  std::string aborted_;             // the fail-stop reason; empty while alive
   std::unique_ptr<CudaWindows> windows_;
   std::vector<std::unique_ptr<exec::CudaSequenceRunner>> runners_;
   // NOTE [lane handoff]: per lane its handoff's runner, and the runner of its last call.

@@ -8,26 +8,29 @@
 
 #include "backends.hpp"
 #include "cuda_communicator.hpp"
+#include "nccl_layout.hpp"
+#include "tide/core/error.hpp"
 #include "tide/fabric/nccl_fabric.hpp"
 #include "tide/fabric/nccl_window_fabric.hpp"
 
 namespace tide::runtime::detail {
 namespace {
 
-// The window's options: one machine (every rank an LSA peer), `hosts` its emulated hosts.
-fabric::NcclWindowOptions window_options(std::vector<int> hosts) {
+// The window's options (NOTE [runtime] 9): the layout's hosts, one_host only for one host.
+fabric::NcclWindowOptions window_options(const NcclLayout& layout) {
   fabric::NcclWindowOptions o;
-  o.hosts = std::move(hosts);
+  o.hosts = layout.hosts;
+  o.one_host = layout.one_host;
   return o;
 }
 
 class NcclWindows final : public CudaWindows {
  public:
   NcclWindows(std::unique_ptr<fabric::NcclFabric> nccl, std::int64_t arena_bytes,
-              std::int64_t signal_words, std::vector<int> hosts)
+              std::int64_t signal_words, const NcclLayout& layout)
       : nccl_(std::move(nccl)),
         window_(std::make_unique<fabric::NcclWindowFabric>(*nccl_, arena_bytes, signal_words,
-                                                           window_options(std::move(hosts)))) {}
+                                                           window_options(layout))) {}
   ~NcclWindows() override {
     window_.reset();  // before the communicators it views
     nccl_.reset();
@@ -52,15 +55,16 @@ class NcclCommunicator final : public CudaCommunicator {
   using CudaCommunicator::CudaCommunicator;
 
  private:
-  // NOTE [runtime] 9: emulated hosts on one machine (nodes_as_hosts) send their rail traffic as
-  // ncclSend / ncclRecv on a communicator per lane (NOTE [nccl window fabric]); real hosts are
-  // refused: the runner needs every rank's abort word load/store reachable (NOTE [CUDA call
-  // sequences] 5), which ranks on other hosts are not.
-  std::string no_rail_messages(int hosts) const override {
-    if (options_.emulation.nodes_as_hosts) return {};
-    return "the ranks are on " + std::to_string(hosts) +
-           " hosts, and the nccl backend serves the ranks of one host (the sequence runner "
-           "cannot read the abort words of ranks on other hosts yet)";
+  // NOTE [runtime] 9: hosts, real or emulated (nodes_as_hosts), send their rail traffic as
+  // ncclSend / ncclRecv on a communicator per lane (NOTE [nccl window fabric]); the abort state
+  // of ranks on other hosts travels with those messages (NOTE [abort relay]). Refused only
+  // where the layout cannot be formed (nccl_layout.hpp).
+  std::string no_rail_messages(int /*hosts*/) const override { return layout().refusal; }
+
+  NcclLayout layout() const {
+    const std::vector<int> one(static_cast<std::size_t>(options_.world), 0);  // none gathered
+    return nccl_layout(hosts().empty() ? one : hosts(), options_.gpus_per_node,
+                       options_.emulation.nodes_as_hosts);
   }
 
   std::int64_t allocation_bytes(std::int64_t window_bytes) const override {
@@ -79,22 +83,20 @@ class NcclCommunicator final : public CudaCommunicator {
       id.assign(reinterpret_cast<const std::byte*>(bytes.data()),
                 reinterpret_cast<const std::byte*>(bytes.data()) + bytes.size());
     }
+    const NcclLayout layout = this->layout();
+    if (!layout.refusal.empty()) throw InternalError("nccl backend: " + layout.refusal);
     fabric::NcclFabricOptions o;
     o.device = device_;
-    o.nodes = 1;  // one host: every rank an LSA peer (NOTE [nccl window fabric])
-    o.gpus_per_node = options_.world;
-    std::vector<int> emulated;  // NOTE [runtime] 9: nodes as hosts, messages on lanes
-    if (options_.emulation.nodes_as_hosts && options_.world > options_.gpus_per_node) {
-      o.message_lanes = 2;
-      for (int r = 0; r < options_.world; ++r)
-        emulated.push_back(r / options_.gpus_per_node);
-    }
+    o.nodes = layout.nodes;  // NOTE [runtime] 9: hosts x ranks per host
+    o.gpus_per_node = layout.gpus_per_node;
+    o.virtual_nodes = layout.virtual_nodes;
+    o.message_lanes = layout.message_lanes;
     o.arena_bytes = window_bytes;
     o.external_arena = provided;  // nullptr: its own
     o.timeout = options_.timeout;
     return std::make_unique<NcclWindows>(
         std::make_unique<fabric::NcclFabric>(options_.rank, options_.world, id, o), arena_bytes_,
-        signal_words_, std::move(emulated));
+        signal_words_, layout);
   }
 };
 

@@ -259,6 +259,10 @@ def main():
                 ["-M", "1", "-L", "2", "--groups", "9x5", "--misorder-rank", "0"],
                 ["-M", "1", "-L", "2", "--groups", "9x5", "--stall-rank", "0", "--stall-at-call", "1"],
                 ["-M", "1", "-L", "2", "--groups", "9x5", "--stall-rank", "0"],
+                ["-M", "1", "-L", "2", "--groups", "9x5", "--release-rank", "0", "--release-at-call", "1"],
+                ["-M", "1", "-L", "2", "--groups", "9x5", "--backend", "ipc", "--release-rank", "1"],
+                ["-M", "1", "-L", "2", "--groups", "9x5", "--backend", "ipc", "--release-rank", "2",
+                 "--release-at-call", "1"],
                 ["-M", "1", "-L", "2", "--groups", "100000x100000"]):
         p, _ = run(bad)
         lines = p.stderr.strip().splitlines()

@@ -82,12 +82,22 @@ def test_neither_backend_keeps_stock_with_both_reasons(rng):
     assert choice.backend == "" and "nccl: ranks" in choice.reason and "ipc: rank 0" in choice.reason, choice
 
 
-def test_a_group_spanning_hosts_stays_stock(rng):
+def test_a_group_spanning_hosts_gets_nccl_or_stock_with_the_reason(rng):
     facts = _gpu_ranks(rng, rng.randrange(2, 5) * 2, hosts=2)
-    choice = choose_backend(facts)
-    assert choice.backend == "" and "spans hosts (host0, host1)" in choice.reason, choice
+    choice = choose_backend(facts)  # NOTE [runtime] 9: real hosts on nccl, asked for
+    assert choice.backend == "" and "set TIDE_BACKEND=nccl on every rank" in choice.reason, choice
+    facts = [RankFacts(**{**f.__dict__, "forced": "nccl"}) for f in facts]
+    assert choose_backend(facts) == Choice("nccl")
     forced = [RankFacts(**{**f.__dict__, "forced": "ipc"}) for f in facts]
-    assert "spans hosts" in choose_backend(forced).reason  # no backend is forced across hosts
+    choice = choose_backend(forced)
+    assert choice.backend == "" and "spans hosts (host0, host1)" in choice.reason, choice
+    assert "TIDE_BACKEND=ipc serves the processes of one host" in choice.reason, choice
+    rank = rng.randrange(len(facts))
+    choice = choose_backend(_with(facts, rank, nccl_unusable="NCCL_CUMEM_ENABLE=0"))
+    assert choice.backend == "" and f"only the nccl backend serves: rank {rank}: NCCL_CUMEM_ENABLE=0" in choice.reason, choice
+    cpu = [RankFacts(r, f"host{r % 2}", 100 + r, "cpu") for r in range(4)]
+    choice = choose_backend(cpu)
+    assert choice.backend == "" and "the host and ipc backends serve the processes of one host" in choice.reason, choice
 
 
 def test_threads_of_one_process_stay_stock(rng):

@@ -185,6 +185,12 @@
 //      prepare_replay() refuse from then on. The runtime must raise rather than return
 //      those calls' outputs as valid, and stop the job: work the caller enqueued after a
 //      void call (e.g. an optimizer step) still runs once the streams drain.
+//    - Ranks whose abort words this process cannot load (other hosts; other emulated hosts,
+//      which take the same path on one GPU): their abort state travels with their messages,
+//      an 8-byte token after each message's data that its receiver's addition reads, and the
+//      check watches a relayed-abort word that a nonzero token sets (NOTE [abort relay] in
+//      src/exec/cuda/messages.hpp, with the soundness argument). The runner loads the abort
+//      words of addressable ranks only.
 //    Not covered: data a released rank's early copies overwrite in a peer's buffer after the
 //    peer's call completed (an all-gather's landing slot the peer's compute still reads);
 //    the peer's next call then holds (its check, or its waits), so its job stops too, but
@@ -292,6 +298,10 @@ struct CudaSequenceFaultInjection {
   // `gate_word` holds >= 1 (a peer whose signals are late).
   int gate_rank = -1;
   const std::uint64_t* gate_word = nullptr;
+  // release_waits() leaves the transport's device waits (a rendezvous transport's) alone
+  // until release_messages(): the released rank's messages keep flowing, carrying its abort
+  // token (NOTE [abort relay]), as NCCL's sends do until the communicator's abort.
+  bool hold_messages_on_release = false;
 };
 
 // Test options, not a production setting: only tests set them; the defaults change nothing.
@@ -414,6 +424,10 @@ class CudaSequenceRunner {
   // `timeout` after its enqueue, with its unsatisfied waits; nullopt when there is none.
   // A CUDA error met while looking is reported as a stall naming it.
   std::optional<CudaStalledCall> stalled(std::chrono::milliseconds timeout) const;
+  // Thread-safe: whether a message to a local rank carried a nonzero abort token (NOTE [abort
+  // relay]: its relayed-abort word is set), read on the first reader stream, bounded; false
+  // without messages; nullopt where the read did not complete (the GPU's queues are held).
+  std::optional<bool> relayed_abort() const;
   // Thread-safe: whether every watched call has completed.
   bool idle() const;
   // After release_waits(): a watched call is still running (its streams could not drain).
@@ -425,6 +439,10 @@ class CudaSequenceRunner {
   // call from first_void_call() on are garbage, and the runner refuses every later call and
   // replay. Idempotent.
   void release_waits();
+  // Thread-safe: ends the transport's own device waits (a rendezvous transport's: NOTE [rail
+  // messages]); release_waits() does it too unless the fault injection holds them.
+  // Idempotent.
+  void release_messages();
   // Thread-safe: whether release_waits() ran.
   bool released() const;
   // Enqueues on `stream` (on the first local rank's device) the end-of-call check of NOTE
@@ -445,7 +463,8 @@ class CudaSequenceRunner {
   // Replays are graph_launches() - graph_captures(); the other calls ran on the stream path.
   std::int64_t graph_captures() const;
   // Messages this process's ranks sent (NOTE [CUDA call sequences] 6: puts and signals to
-  // ranks the fabric cannot store to) and their bytes (a signal's token counts 8), so far.
+  // ranks the fabric cannot store to) and their bytes (each message's abort token counts 8:
+  // NOTE [abort relay]), so far.
   std::int64_t messages_sent() const;
   std::int64_t message_bytes_sent() const;
   // Caller-pointer nodes (copies, kernels, memsets) patched so far by fresh calls replayed

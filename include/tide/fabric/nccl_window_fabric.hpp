@@ -41,11 +41,13 @@ namespace tide::fabric {
 // Not collective: every rank builds its own. An executor built on it zeroes this rank's words,
 // so a barrier must follow every rank's construction of its executor (NOTE [fabric interface]).
 struct NcclWindowOptions {
-  // The runtime's nccl backend serves the ranks of one machine (NOTE [runtime] 9): refuse a
-  // world with ranks that are not LSA peers. Tools that carry messages turn it off.
+  // Refuse a world with ranks that are not LSA peers (one machine). The runtime's nccl backend
+  // turns it off over several hosts (NOTE [runtime] 9, src/runtime/nccl_layout.hpp), as do
+  // tools that carry messages.
   bool one_host = true;
-  // Rank r's emulated host (the runtime's nodes_as_hosts on one machine of several GPUs);
-  // empty: one host. Needs the NCCL fabric's message lanes (NcclFabricOptions::message_lanes).
+  // Rank r's host, real or emulated (the runtime's nodes_as_hosts on one machine of several
+  // GPUs); empty: one host. Needs the NCCL fabric's message lanes
+  // (NcclFabricOptions::message_lanes).
   std::vector<int> hosts;
   int gpus_per_node = 0;  // L of the M x L split (needed by messages_between_nodes)
   // Treat ranks on different nodes of the split as on different hosts, so that every transfer

@@ -81,9 +81,16 @@
 //    the ipc backend through the ipc rendezvous transport over its mapped windows (NOTE [ipc
 //    rendezvous transport]), so their "hosts" are emulated ones
 //    (CommunicatorEmulation::nodes_as_hosts); the nccl backend carries them as ncclSend /
-//    ncclRecv on a communicator per lane between emulated hosts of one machine (NOTE [nccl
-//    window fabric]; not yet run), and refuses real hosts (the runner cannot read the abort
-//    words of ranks on other hosts yet).
+//    ncclRecv on a communicator per lane (NOTE [nccl window fabric]), between emulated hosts
+//    of one machine and between real hosts: its NCCL fabric is M hosts x C ranks per host,
+//    LSA peers only within a host (src/runtime/nccl_layout.hpp, which refuses only what the
+//    registration cannot form). Ranks on other hosts, real or emulated, are not load/store
+//    reachable, so their abort words travel with their messages (NOTE [abort relay] in
+//    src/exec/cuda/messages.hpp); emulated hosts on ipc and nccl take that same path, which
+//    is how one GPU tests it. Real hosts: built and CPU-tested (the layout), not yet run on
+//    two machines; until they have, tide.fsdp takes the nccl backend for a group over real
+//    hosts only where every rank sets TIDE_BACKEND=nccl (python/tide/_runtime.py), and keeps
+//    stock FSDP2 otherwise, with the reason.
 // 10. The GPU backends' fail-stop words (NOTE [CUDA call sequences] 5, 7). After the lanes'
 //    handoff words every rank's signal words hold its abort word and, per lane, its call-tag
 //    word. Abort words are published: after a rank's watchdog releases its waits, every peer's
@@ -156,6 +163,12 @@ struct CommunicatorFaultInjection {
   // never opens, as if a peer's signals never came; the watchdog must find it.
   int stall_rank = -1;
   std::int64_t stall_at_call = -1;
+  // nccl and ipc backends, rank `release_rank`: its abort() releases its waits but lets its
+  // messages flow for `release_hold` before it ends them and tells its peers (the store's
+  // failure mark), so that its peers learn of the abort only from its messages' abort tokens
+  // (NOTE [abort relay]; the NCCL order: sends run until ncclCommAbort).
+  int release_rank = -1;
+  std::chrono::milliseconds release_hold{0};
 };
 
 // Emulation, not a production setting: only tests and `tide check-runtime` set it.

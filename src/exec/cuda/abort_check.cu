@@ -32,7 +32,27 @@ __global__ void abort_check_kernel(AbortCheck check) {
   __threadfence_system();
 }
 
+__global__ void abort_token_kernel(AbortCheck verdict, unsigned long long* token) {
+  // Steps (NOTE [abort relay]): 1. a system-scope fence, so that the reads follow every op
+  // before this kernel on its stream (the message's sends: their source bytes were read);
+  // 2. one read of each word; 3. the verdict into the token, which the next send carries.
+  __threadfence_system();
+  unsigned long long set = 0;
+  for (int i = 0; i < verdict.watched_count; ++i)
+    set |= *static_cast<const volatile unsigned long long*>(
+        static_cast<const void*>(verdict.watched[i]));
+  for (int i = 0; i < verdict.own_count; ++i)
+    set |=
+        *static_cast<const volatile unsigned long long*>(static_cast<const void*>(verdict.own[i]));
+  *token = set != 0 ? 1ull : 0ull;
+}
+
 }  // namespace
+
+void launch_abort_token(const AbortCheck& verdict, std::uint64_t* token, cudaStream_t stream) {
+  abort_token_kernel<<<1, 1, 0, stream>>>(verdict, reinterpret_cast<unsigned long long*>(token));
+  TIDE_CUDA_CHECK_LAUNCH();
+}
 
 void launch_abort_check(const AbortCheck& check, cudaStream_t stream) {
   abort_check_kernel<<<1, 32, 0, stream>>>(check);
@@ -42,6 +62,7 @@ void launch_abort_check(const AbortCheck& check, cudaStream_t stream) {
 void prepare_abort_check() {
   cudaFuncAttributes attributes{};  // needs the loaded function: loads it
   TIDE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, abort_check_kernel));
+  TIDE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, abort_token_kernel));
 }
 
 }  // namespace tide::exec::cuda_detail

@@ -26,6 +26,24 @@ __global__ void counter_add_kernel(unsigned long long* counter, unsigned long lo
   atomicAdd_system(counter, add);
 }
 
+__global__ void relayed_counter_add_kernel(unsigned long long* counter, unsigned long long add,
+                                           const unsigned long long* token,
+                                           unsigned long long* relay,
+                                           const unsigned long long* abort) {
+  // Steps (NOTE [abort relay]): 1. nothing once this rank's own waits were released; 2. a
+  // system-scope fence, then the token the message carried (received before this kernel on
+  // its stream); 3. nonzero: the relayed-abort word set (system scope: the end-of-call check
+  // reads it), no addition; 4. zero: the addition, as counter_add_kernel's.
+  if (aborted(abort)) return;
+  __threadfence_system();
+  if (*static_cast<const volatile unsigned long long*>(token) != 0) {
+    atomicExch_system(relay, 1ull);
+    __threadfence_system();
+    return;
+  }
+  atomicAdd_system(counter, add);
+}
+
 // The additions of one launch, passed by value as the kernel's parameter.
 struct CounterAddBatch {
   unsigned long long* counter[kMaxCounterAddsPerLaunch];
@@ -54,6 +72,17 @@ void launch_counter_add(std::uint64_t* counter, std::uint64_t add, cudaStream_t 
   TIDE_CUDA_CHECK_LAUNCH();
 }
 
+void launch_relayed_counter_add(std::uint64_t* counter, std::uint64_t add,
+                                const std::uint64_t* token, std::uint64_t* relay,
+                                cudaStream_t stream, const std::uint64_t* abort) {
+  relayed_counter_add_kernel<<<1, 1, 0, stream>>>(
+      reinterpret_cast<unsigned long long*>(counter), static_cast<unsigned long long>(add),
+      reinterpret_cast<const unsigned long long*>(token),
+      reinterpret_cast<unsigned long long*>(relay),
+      reinterpret_cast<const unsigned long long*>(abort));
+  TIDE_CUDA_CHECK_LAUNCH();
+}
+
 void launch_counter_adds(std::span<const CounterAdd> adds, cudaStream_t stream,
                          const std::uint64_t* abort) {
   for (std::size_t first = 0; first < adds.size(); first += kMaxCounterAddsPerLaunch) {
@@ -78,6 +107,7 @@ void prepare_counter_adds() {
   cudaFuncAttributes attributes{};  // needs the loaded function: loads it
   TIDE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, counter_add_kernel));
   TIDE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, counter_adds_kernel));
+  TIDE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, relayed_counter_add_kernel));
 }
 
 }  // namespace tide::exec::cuda_detail

@@ -98,7 +98,8 @@ Message map_message(const program::Op& op, bool sender, const MessageAddresses& 
 }
 
 void enqueue_message(const Message& m, MessageTransport& transport, cudaStream_t rail,
-                     cudaStream_t op_stream, void* token, const std::uint64_t* abort) {
+                     cudaStream_t op_stream, const MessageRelay& relay) {
+  constexpr std::size_t kToken = sizeof(std::uint64_t);
   if (m.sender) {
     TIDE_CUDA_CHECK(cudaEventRecord(m.ready, op_stream));
     TIDE_CUDA_CHECK(cudaStreamWaitEvent(rail, m.ready, 0));
@@ -109,7 +110,9 @@ void enqueue_message(const Message& m, MessageTransport& transport, cudaStream_t
       }
       transport.send(m.self, m.peer, p.data, p.bytes, rail);
     }
-    if (m.parts.empty()) transport.send(m.self, m.peer, token, sizeof(std::uint64_t), rail);
+    // NOTE [abort relay] 1: the verdict after the data's sends, then its own send.
+    launch_abort_token(relay.verdict, relay.send_token, rail);
+    transport.send(m.self, m.peer, relay.send_token, kToken, rail);
     TIDE_CUDA_CHECK(cudaEventRecord(m.sent, rail));
     TIDE_CUDA_CHECK(cudaStreamWaitEvent(op_stream, m.sent, 0));
     return;
@@ -121,8 +124,11 @@ void enqueue_message(const Message& m, MessageTransport& transport, cudaStream_t
                                         cudaMemcpyDeviceToDevice, rail));
     }
   }
-  if (m.parts.empty()) transport.recv(m.self, m.peer, token, sizeof(std::uint64_t), rail);
-  launch_counter_add(m.counter, m.value, rail, abort);
+  // NOTE [abort relay] 2: a token that never arrives reads as an abort.
+  TIDE_CUDA_CHECK(cudaMemsetAsync(relay.recv_token, 0xff, kToken, rail));
+  transport.recv(m.self, m.peer, relay.recv_token, kToken, rail);
+  launch_relayed_counter_add(m.counter, m.value, relay.recv_token, relay.relay, rail,
+                             relay.own_abort);
 }
 
 void release_message(Message& m) noexcept {

@@ -201,8 +201,6 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
   use_device_of(m.rank);
   cudaStream_t s = streams[static_cast<std::size_t>(m.stream)];
   if (m.message) {  // NOTE [CUDA call sequences] 6; under capture as on the stream path
-    // The receiver's addition counts for nothing once the sender's waits were released.
-    const std::uint64_t* abort = m.message->sender ? nullptr : abort_of(m.message->peer);
     const cuda_detail::Message* message = m.message.get();
     cuda_detail::Message bound;  // the parts of caller memory at this call's pointers
     for (std::size_t k = 0; k < m.message_slots.size(); ++k) {
@@ -221,8 +219,9 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
       capture->repointable = false;
       repoint_failure = sequence_detail::kMessageNotRepointed;
     }
+    // NOTE [abort relay]: the receiver's addition counts only where the token says valid.
     cuda_detail::enqueue_message(*message, *transport, streams[static_cast<std::size_t>(m.rail)], s,
-                                 token, abort);
+                                 relay_of(*message));
     return;
   }
   switch (m.kind) {

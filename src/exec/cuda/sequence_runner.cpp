@@ -451,7 +451,10 @@ void CudaSequenceRunner::set_up() {
   } else {
     s.transport = std::make_unique<cuda_detail::FabricTransport>(fabric, place.message_channels);
   }
-  TIDE_CUDA_CHECK(cudaMalloc(&s.token, sizeof(std::uint64_t)));
+  for (const int r : s.local_ranks) {  // NOTE [abort relay]: send and receive tokens
+    s.use_device_of(r);
+    TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.tokens[r]), 2 * sizeof(std::uint64_t)));
+  }
   s.templates.resize(sequence.templates.size());
   for (std::size_t t = 0; t < sequence.templates.size(); ++t)
     s.map_template(sequence.templates[t], s.templates[t]);
@@ -459,7 +462,7 @@ void CudaSequenceRunner::set_up() {
     for (const SeqOp& m : t.ops) {
       if (!m.message || !m.message->sender) continue;
       ++t.message_sends;
-      std::size_t bytes = m.message->parts.empty() ? sizeof(std::uint64_t) : 0;
+      std::size_t bytes = sizeof(std::uint64_t);  // the abort token (NOTE [abort relay])
       for (const cuda_detail::MessagePart& part : m.message->parts)
         bytes += part.bytes;
       t.message_bytes += static_cast<std::int64_t>(bytes);
@@ -580,7 +583,9 @@ CudaSequenceRunner::State::~State() {
   if (generations != nullptr) (void)cudaFree(generations);
   for (const auto& [device, word] : private_abort)
     (void)cudaFree(word);
-  if (token != nullptr) (void)cudaFree(token);
+  for (const auto& [rank, words] : tokens)
+    (void)cudaFree(words);
+  if (relay_word != nullptr) (void)cudaFree(relay_word);
   transport.reset();
   if (check_tables != nullptr) (void)cudaFree(check_tables);
   for (cudaStream_t st : streams)

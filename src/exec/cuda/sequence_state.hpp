@@ -233,7 +233,8 @@ struct CudaSequenceRunner::State {
   int current_device = -1;  // this thread's, as last set (reset at every entry: threads differ)
   // NOTE [CUDA call sequences] 5: per rank its abort word (local ranks: the published word or a
   // private device word of its device; other ranks: the published word through the peer
-  // mapping, else null), the private words per device, and the end-of-call peer check.
+  // mapping where it is load/store reachable, else null: NOTE [abort relay]), the private
+  // words per device, and the end-of-call peer check.
   std::vector<std::uint64_t*> abort_words;
   std::map<int, std::uint64_t*> private_abort;
   const std::uint64_t** check_tables = nullptr;        // device: watched words, then own words
@@ -285,8 +286,14 @@ struct CudaSequenceRunner::State {
   // NOTE [CUDA call sequences] 6: where messages travel, and the 8-byte device word signal
   // messages carry (on the first local rank's device).
   std::unique_ptr<cuda_detail::MessageTransport> transport;
-  void* token = nullptr;
   bool has_messages = false;
+  // NOTE [abort relay] (messages.hpp): per local rank its send and receive token words (two
+  // words on its device), the relayed-abort word (on the first local rank's device; nullptr
+  // without messages), and the verdict a sender's token reads (every word of check_tables).
+  std::map<int, std::uint64_t*> tokens;
+  std::uint64_t* relay_word = nullptr;
+  cuda_detail::AbortCheck verdict{};
+  cuda_detail::MessageRelay relay_of(const cuda_detail::Message& m) const;
   // NOTE [one-shot programs] (executor.cpp): kTensor and kOutput regions are the fabric's
   // buffers, kSum and kLand keep the program's alpha and accumulate, and ops no legal order
   // reaches follow in program order.

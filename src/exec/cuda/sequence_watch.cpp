@@ -70,7 +70,7 @@ void CudaSequenceRunner::State::create_watch() {
   }
   void* abort = nullptr;
   TIDE_CUDA_CHECK(
-      cudaHostAlloc(&abort, static_cast<std::size_t>(2 * ranks + 1) * 8, cudaHostAllocDefault));
+      cudaHostAlloc(&abort, static_cast<std::size_t>(2 * ranks + 2) * 8, cudaHostAllocDefault));
   watch->host_abort = static_cast<std::uint64_t*>(abort);
   watch->host_abort[0] = 1;
   use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
@@ -92,19 +92,27 @@ void CudaSequenceRunner::State::destroy_watch() noexcept {
 }
 
 // NOTE [CUDA call sequences] 5: the abort word of every local rank (the published one, or a
-// private word per device), the published words of the other ranks, and the end-of-call
-// check's tables where some rank is another process's. Called at construction.
+// private word per device), the published words of the other ranks this process loads
+// directly (NOTE [abort relay]: the rest are relayed by their messages), the relayed-abort
+// word where the sequence sends messages, the end-of-call check's tables where some rank is
+// another process's, and the verdict a message's token reads. Called at construction, after
+// the templates were mapped.
 void CudaSequenceRunner::State::set_up_abort_words() {
   abort_words.assign(static_cast<std::size_t>(ranks), nullptr);
   const int word = place.abort_word;
+  const int first = local_ranks.empty() ? 0 : local_ranks[0];  // the caller stream's rank
+  bool others = false;                                         // some rank is another process's
   for (int r = 0; r < ranks; ++r) {
+    if (!fabric.local(r)) others = true;
     if (word >= 0) {
       std::uint64_t* words = fabric.signals(r);
-      if (words == nullptr) {
-        throw Unsupported("CudaSequenceRunner: the signal words of rank " + std::to_string(r) +
-                          " are not load/store reachable from this process");
+      // NOTE [abort relay] 3: only words of ranks this process loads and stores directly.
+      const bool reachable = fabric.local(r) || (words != nullptr && fabric.load_store(first, r));
+      if (fabric.local(r) && words == nullptr) {
+        throw InternalError("CudaSequenceRunner: local rank " + std::to_string(r) +
+                            " has no signal words");
       }
-      abort_words[static_cast<std::size_t>(r)] = words + word;
+      if (reachable) abort_words[static_cast<std::size_t>(r)] = words + word;
     } else if (fabric.local(r)) {
       const int device = fabric.device_of(r);
       std::uint64_t*& own = private_abort[device];
@@ -120,24 +128,49 @@ void CudaSequenceRunner::State::set_up_abort_words() {
     TIDE_CUDA_CHECK(
         cudaMemsetAsync(abort_words[static_cast<std::size_t>(r)], 0, 8, setup_stream(r)));
   }
-  if (word < 0) return;
+  if (has_messages) {  // NOTE [abort relay] 2
+    use_device_of(first);
+    TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&relay_word), 8));
+    TIDE_CUDA_CHECK(cudaMemsetAsync(relay_word, 0, 8, setup_stream(first)));
+  }
   std::vector<const std::uint64_t*>& table = check_table_host;  // uploaded asynchronously
   table.clear();
-  for (int r = 0; r < ranks; ++r)
-    if (!fabric.local(r)) table.push_back(abort_words[static_cast<std::size_t>(r)]);
+  if (word >= 0) {
+    for (int r = 0; r < ranks; ++r)
+      if (!fabric.local(r) && abort_words[static_cast<std::size_t>(r)] != nullptr)
+        table.push_back(abort_words[static_cast<std::size_t>(r)]);
+  }
+  if (relay_word != nullptr) table.push_back(relay_word);
   const auto watched = static_cast<int>(table.size());
-  if (watched == 0) return;  // every rank is this process's: nobody else can abort
-  for (const int r : local_ranks)
-    table.push_back(abort_words[static_cast<std::size_t>(r)]);
-  use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);  // the caller stream's device
+  for (const int r : local_ranks) {
+    const std::uint64_t* own = abort_words[static_cast<std::size_t>(r)];
+    if (std::find(table.begin() + watched, table.end(), own) == table.end()) table.push_back(own);
+  }
+  if (!has_messages && (word < 0 || !others || watched == 0)) return;  // no table needed
+  use_device_of(first);
   const std::size_t bytes = table.size() * sizeof(const std::uint64_t*);
   TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&check_tables), bytes));
   TIDE_CUDA_CHECK(cudaMemcpyAsync(check_tables, table.data(), bytes, cudaMemcpyHostToDevice,
-                                  setup_stream(local_ranks.empty() ? 0 : local_ranks[0])));
+                                  setup_stream(first)));
+  verdict.watched = check_tables;  // NOTE [abort relay] 1: every word
+  verdict.watched_count = static_cast<int>(table.size());
+  // The end-of-call check only where another process's rank can abort, with published words.
+  if (word < 0 || !others || watched == 0) return;
   peer_check.watched = check_tables;
   peer_check.watched_count = watched;
   peer_check.own = check_tables + watched;
   peer_check.own_count = static_cast<int>(table.size()) - watched;
+}
+
+cuda_detail::MessageRelay CudaSequenceRunner::State::relay_of(const cuda_detail::Message& m) const {
+  cuda_detail::MessageRelay relay;
+  std::uint64_t* words = tokens.at(m.self);
+  relay.verdict = verdict;
+  relay.send_token = words;
+  relay.recv_token = words + 1;
+  relay.own_abort = abort_of(m.self);
+  relay.relay = relay_word;
+  return relay;
 }
 
 bool CudaSequenceRunner::State::released() const {
@@ -182,9 +215,16 @@ std::vector<std::string> CudaSequenceRunner::State::aborted_ranks() const {
   std::uint64_t* host = watch->host_abort + 1;
   std::fill(host, host + ranks, std::uint64_t{0});
   TIDE_CUDA_CHECK(cudaSetDevice(fabric.device_of(local_ranks[0])));
-  for (int r = 0; r < ranks; ++r)
+  std::uint64_t* relayed = watch->host_abort + 1 + 2 * ranks;
+  *relayed = 0;
+  for (int r = 0; r < ranks; ++r) {
+    if (abort_words[static_cast<std::size_t>(r)] == nullptr) continue;  // relayed
     TIDE_CUDA_CHECK(cudaMemcpyAsync(host + r, abort_words[static_cast<std::size_t>(r)], 8,
                                     cudaMemcpyDefault, watch->readers[0]));
+  }
+  if (relay_word != nullptr) {
+    TIDE_CUDA_CHECK(cudaMemcpyAsync(relayed, relay_word, 8, cudaMemcpyDefault, watch->readers[0]));
+  }
   if (!completes_in_bound(watch->readers[0])) {
     lines.emplace_back("the ranks' abort words could not be read (the GPU's queues are held)");
     return lines;
@@ -194,6 +234,11 @@ std::vector<std::string> CudaSequenceRunner::State::aborted_ranks() const {
     lines.push_back("rank " + std::to_string(r) +
                     " aborted (its waits were released: what it signals after that is void, so "
                     "no call that waits for it completes)");
+  }
+  if (*relayed != 0) {  // NOTE [abort relay]
+    lines.emplace_back(
+        "a rank whose abort word this process cannot read aborted: a message carried its abort "
+        "token (its data counted for nothing, so no call that waits for it completes)");
   }
   return lines;
 }
@@ -291,6 +336,19 @@ std::vector<std::string> CudaSequenceRunner::State::unsatisfied_waits(std::int64
   }
   if (unnamed > 0) lines.push_back("and " + std::to_string(unnamed) + " more waits");
   return lines;
+}
+
+std::optional<bool> CudaSequenceRunner::relayed_abort() const {
+  const RelaxedCaptureMode relaxed;
+  const State& s = *state_;
+  if (s.relay_word == nullptr || s.local_ranks.empty()) return false;
+  std::lock_guard read_lock(s.watch->read_mutex);  // the host word aborted_ranks() uses too
+  std::uint64_t* host = s.watch->host_abort + 1 + 2 * s.ranks;
+  *host = 0;
+  TIDE_CUDA_CHECK(cudaSetDevice(s.fabric.device_of(s.local_ranks[0])));
+  TIDE_CUDA_CHECK(cudaMemcpyAsync(host, s.relay_word, 8, cudaMemcpyDefault, s.watch->readers[0]));
+  if (!completes_in_bound(s.watch->readers[0])) return std::nullopt;
+  return *host != 0;
 }
 
 std::optional<CudaStalledCall> CudaSequenceRunner::stalled(
@@ -409,7 +467,11 @@ void CudaSequenceRunner::release_waits() {
   if (host_gate) *host_view(faults.gate_word) = kReleased;
   // The transport's own device waits (a rendezvous transport's) end too, through a word in
   // mapped host memory: no GPU queue (NOTE [rendezvous transport], Release).
-  if (s.transport) s.transport->release();
+  if (!faults.hold_messages_on_release) release_messages();
+}
+
+void CudaSequenceRunner::release_messages() {
+  if (state_->transport) state_->transport->release();
 }
 
 }  // namespace tide::exec

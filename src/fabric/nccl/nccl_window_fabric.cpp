@@ -80,8 +80,8 @@ struct NcclWindowFabric::State {
     }
     if (!o.hosts.empty() && f.message_comm(0) == nullptr) {
       throw InvalidArgument(
-          "NcclWindowFabric: emulated hosts need the NCCL fabric's message lanes (build it "
-          "with NcclFabricOptions::message_lanes = 2)");
+          "NcclWindowFabric: several hosts (real or emulated) need the NCCL fabric's message "
+          "lanes (build it with NcclFabricOptions::message_lanes = 2)");
     }
     const std::int64_t need = required_window_bytes(arena, words);
     if (f.arena_bytes() < need) {
