@@ -7,6 +7,8 @@
 #   sequence   tide_cuda_sequence_tests (the runner, MultiNode messages included)
 #   fabric     tide_nccl_fabric_tests, tide_launch_tests, tide_ipc_fabric_tests
 #   nccl       tide-nccl --spawn 1 check --quick (the NCCL window fabric under CudaExecutor)
+#   eplane     tide_cuda_ep_lane_tests (the expert-parallel lane on the runner)
+#   rendezvous tide_ipc_rendezvous_tests (forked ranks over the ipc rendezvous transport)
 #   kernels    tide_kernels_tests
 #   splits     scripts/device/ipc.sh splits (SPLITS, VARIANTS) on the same build
 # Writes $OUT/summary.txt and one log per step.
@@ -24,6 +26,7 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDE_WERROR=OFF -DT
   > "$OUT/build.log" 2>&1 || { echo "configure failed" >> "$S"; tail -30 "$OUT/build.log" >> "$S"; exit 1; }
 cmake --build "$BUILD" -j 16 --target tide_cuda_executor_tests tide_cuda_sequence_tests \
   tide_nccl_fabric_tests tide_launch_tests tide_ipc_fabric_tests tide-nccl tide tide_kernels_tests \
+  tide_cuda_ep_lane_tests tide_ipc_rendezvous_tests \
   >> "$OUT/build.log" 2>&1 || { echo "build failed $(st)" >> "$S"; grep -E "error" "$OUT/build.log" | head -30 >> "$S"; exit 1; }
 echo "build ok $(st)" >> "$S"
 gtest() {  # name binary [timeout]
@@ -48,6 +51,8 @@ for step in ${STEPS:-executor sequence fabric nccl kernels splits}; do
           > "$OUT/nccl-check.log" 2>&1
         echo "tide-nccl --spawn 1 check --quick rc=$? $(st): $(tail -1 "$OUT/nccl-check.log")" >> "$S"
       fi ;;
+    eplane) gtest tide_cuda_ep_lane_tests "$BUILD/tests/exec/tide_cuda_ep_lane_tests" ;;
+    rendezvous) gtest tide_ipc_rendezvous_tests "$BUILD/tests/fabric_ipc/tide_ipc_rendezvous_tests" 120 ;;
     kernels) gtest tide_kernels_tests "$BUILD/tests/kernels/tide_kernels_tests" ;;
     splits)
       if (( $(left) > 40 )); then
