@@ -13,8 +13,9 @@
 #   splits     scripts/device/ipc.sh splits (SPLITS, VARIANTS) on the same build
 # Writes $OUT/summary.txt and one log per step.
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-unset TIDE_ENABLE_MULTIMEM
+# The multicast rule and the compiler choice (COMPILERS: one that links libstdc++ as torch
+# does, so that ipc.sh's module step can build tide._C in the same BUILD_DIR).
+NAME=fold DEFAULT_STEPS="" source "$(dirname "$0")/../../scripts/device/common.sh"
 BUILD=${BUILD_DIR:-build-fold}
 DEADLINE_S=${DEADLINE_S:-210}
 t0=$(date +%s)
@@ -22,7 +23,7 @@ st() { echo "[$(( $(date +%s) - t0 ))s]"; }
 left() { echo $(( DEADLINE_S - ($(date +%s) - t0) )); }
 S=$OUT/summary.txt
 echo "fold.sh $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), $(nproc) cores" > "$S"
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDE_WERROR=OFF -DTIDE_PYTHON=OFF \
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDE_WERROR=OFF -DTIDE_PYTHON=OFF "${COMPILERS[@]}" \
   > "$OUT/build.log" 2>&1 || { echo "configure failed" >> "$S"; tail -30 "$OUT/build.log" >> "$S"; exit 1; }
 cmake --build "$BUILD" -j 16 --target tide_cuda_executor_tests tide_cuda_sequence_tests \
   tide_nccl_fabric_tests tide_launch_tests tide_ipc_fabric_tests tide-nccl tide tide_kernels_tests \

@@ -242,7 +242,7 @@ if has module; then
   # PYTHONPATH (pip install . rebuilds the whole tree: minutes of device time).
   if cmake -S . -B "$BUILD" -DTIDE_PYTHON=ON >> "$LOG/build.log" 2>&1 &&
      cmake --build "$BUILD" -j 16 --target _C >> "$LOG/build.log" 2>&1; then
-    root="$PWD/$BUILD/pyroot"
+    root="$(realpath -m "$BUILD")/pyroot"
     rm -rf "$root" && mkdir -p "$root/tide"
     cp -r python/tide/. "$root/tide/"
     cp "$BUILD"/src/python/_C*.so "$BUILD"/src/python/_version.py "$root/tide/"
@@ -286,7 +286,7 @@ fi
 if has memory; then
   # The memory issue's GPU figures: torch's peak and reserved memory, stock vs TIDE, with the
   # processes sharing the GPU (stock on gloo, TIDE on ipc). `tide memory` is the tree's CLI.
-  PATH="$PWD/$BUILD/src/cli:$PATH" timeout "${MEMORY_TIMEOUT:-400}" python3 bench/memory/run.py \
+  PATH="$(realpath -m "$BUILD")/src/cli:$PATH" timeout "${MEMORY_TIMEOUT:-400}" python3 bench/memory/run.py \
     --worlds ${MEMORY_WORLDS:-2 4} --depths ${MEMORY_DEPTHS:-4 16 64} --repeats "${MEMORY_REPEATS:-2}" \
     --out "$OUT/memory" > "$LOG/memory.log" 2>&1
   rc=$?
