@@ -22,6 +22,7 @@
 #include <tuple>
 #include <vector>
 
+#include "ag_call_data.hpp"
 #include "kernels/gpu_test_util.hpp"
 #include "sequence_test_kernels.hpp"
 #include "sequence_test_util.hpp"
@@ -256,44 +257,16 @@ class EpAgHarness {
         seq_(program::ep_ag_call_sequence(plan_, areas_)),
         fab_(fabric_for(seq_)),
         runner_(seq_, *fab_, {kRegionOffset, kFirstWord}, options),
-        cast_(cast),
-        calls_(std::max(7, 2 * runner_.event_slots() + 1)) {
-    const int world = m;
-    shards_.resize(static_cast<std::size_t>(calls_));
-    masters_.resize(static_cast<std::size_t>(calls_));
-    bindings_.resize(static_cast<std::size_t>(calls_));
-    snapshots_.resize(static_cast<std::size_t>(calls_));
-    for (int e = 0; e < calls_; ++e) {
-      const auto ue = static_cast<std::size_t>(e);
-      for (int r = 0; r < world; ++r) {
-        std::vector<std::uint16_t> shard(static_cast<std::size_t>(layout_.shard_bytes() / 2), 0);
-        CudaCallBindings b;
-        for (int p = 0; p < layout_.param_count(); ++p) {
-          const ParamLayout& pl = layout_.param(p);
-          std::vector<float> master(static_cast<std::size_t>(pl.shard_elems()));
-          for (std::size_t i = 0; i < master.size(); ++i) {
-            master[i] = random_value(rng_, DType::kFp32);
-            shard[static_cast<std::size_t>(pl.offset / 2) + i] = arith::float_to_bf16(master[i]);
-          }
-          if (cast) {
-            masters_[ue].push_back(std::make_unique<Dev>(master.size() * 4));
-            masters_[ue].back()->upload(master.data());
-            b.tensors.push_back(masters_[ue].back()->get());
-          }
-        }
-        if (!cast && e > 0) shard = shards_[0][static_cast<std::size_t>(r)];
-        if (!cast && e == 0) {
-          TIDE_CUDA_CHECK(cudaMemcpy(area(r, areas_.resident), shard.data(), shard.size() * 2,
-                                     cudaMemcpyHostToDevice));
-        }
-        shards_[ue].push_back(std::move(shard));
-        bindings_[ue].push_back(std::move(b));
-        snapshots_[ue].push_back(std::make_unique<Dev>(landing_bytes()));
-        snapshots_[ue].back()->fill(0xEE);
+        data_(rng_, layout_, std::max(7, 2 * runner_.event_slots() + 1), cast) {
+    for (int r = 0; r < world(); ++r) {
+      if (!cast) {
+        const std::vector<std::uint16_t>& shard = data_.resident(r);
+        TIDE_CUDA_CHECK(cudaMemcpy(area(r, areas_.resident), shard.data(), shard.size() * 2,
+                                   cudaMemcpyHostToDevice));
       }
+      // poison every landing
+      TIDE_CUDA_CHECK(cudaMemset(area(r, areas_.landing), 0xFF, data_.landing_bytes()));
     }
-    for (int r = 0; r < world; ++r)  // poison every landing
-      TIDE_CUDA_CHECK(cudaMemset(area(r, areas_.landing), 0xFF, landing_bytes()));
   }
 
   static AgOptions ag_options(bool cast) {
@@ -301,40 +274,18 @@ class EpAgHarness {
     o.mixed_precision_cast = cast;
     return o;
   }
-  int calls() const { return calls_; }
+  int calls() const { return data_.calls(); }
   int world() const { return layout_.topology().world(); }
   CudaSequenceRunner& runner() { return runner_; }
 
   // Call e on `caller`, then the consumer's copy of every landing on the same stream.
   void step(int e, cudaStream_t caller) {
-    const auto ue = static_cast<std::size_t>(e);
-    runner_.enqueue(bindings_[ue], 1.0f, false, caller);
-    for (int r = 0; r < world(); ++r)
-      launch_compute_copy(snapshots_[ue][static_cast<std::size_t>(r)]->get(),
-                          area(r, areas_.landing), landing_bytes(), caller);
+    data_.step(
+        runner_, e, [this](int r) { return area(r, areas_.landing); }, caller);
   }
-
-  void expect_landed(int e) const {
-    for (int r = 0; r < world(); ++r) {
-      const auto got =
-          snapshots_[static_cast<std::size_t>(e)][static_cast<std::size_t>(r)]->download();
-      for (int p = 0; p < layout_.param_count(); ++p) {
-        const ParamLayout& pl = layout_.param(p);
-        for (int src = 0; src < world(); ++src) {
-          const std::int64_t bytes = layout_.valid_rows(p, src) * pl.cols * 2;
-          const auto& shard = shards_[static_cast<std::size_t>(e)][static_cast<std::size_t>(src)];
-          ASSERT_EQ(std::memcmp(got.data() + layout_.landing_offset(p, src),
-                                shard.data() + pl.offset / 2, static_cast<std::size_t>(bytes)),
-                    0)
-              << "call " << e << " rank " << r << " param " << p << " from rank " << src << " cast "
-              << cast_;
-        }
-      }
-    }
-  }
+  void expect_landed(int e) const { data_.expect_landed(e, "expert-parallel lane"); }
 
  private:
-  std::size_t landing_bytes() const { return static_cast<std::size_t>(layout_.unsharded_bytes()); }
   std::byte* area(int rank, std::int64_t offset) const {
     return static_cast<std::byte*>(fab_->arena(rank)) + kRegionOffset + offset;
   }
@@ -346,12 +297,7 @@ class EpAgHarness {
   CallSequence seq_;
   std::unique_ptr<fabric::VirtualFabric> fab_;
   CudaSequenceRunner runner_;
-  bool cast_;
-  int calls_;
-  std::vector<std::vector<std::vector<std::uint16_t>>> shards_;  // [call][rank]
-  std::vector<std::vector<std::unique_ptr<Dev>>> masters_;
-  std::vector<std::vector<CudaCallBindings>> bindings_;
-  std::vector<std::vector<std::unique_ptr<Dev>>> snapshots_;
+  AgCallData data_;
 };
 
 class EpAgRunner : public ::testing::TestWithParam<std::tuple<int, bool, Path>> {};
