@@ -110,8 +110,12 @@
 // Checked on one H200 (bench/results/ipc/realhosts-2026-12-04): the token's cases one message
 // at a time (tests/exec/abort_relay_test.cpp), the runner's messages and the emulated-host
 // splits bitwise with tokens, and `check-runtime --release-rank` (a rank on another emulated
-// host aborts mid-call and keeps sending): every rank raised, no call returned wrong bytes;
-// there the peers' own watchdogs fired before a nonzero token from the other process arrived.
+// host aborts mid-call and keeps sending): every rank raised, no call returned wrong bytes.
+// A nonzero token from another process was seen to arrive at 2 processes with
+// CUDA_DEVICE_MAX_CONNECTIONS=32 (the peer's reason names its lane handoff's relayed abort;
+// bench/results/ipc/runs-2026-12-04-s37). In the other release runs the peers' own watchdogs
+// fired first: the released rank's copies sat behind its held waits at 8 hardware queues, or
+// the peer had not yet posted the receives of its messages.
 
 #pragma once
 
