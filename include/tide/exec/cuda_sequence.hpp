@@ -479,6 +479,11 @@ class CudaSequenceRunner {
   std::string graphs_unavailable() const;
   std::int64_t repointed_launches() const;
   CudaSequenceCounts counts() const;
+  // Why this runner's messages travel two-sided (NCCL sends and receives, or a rendezvous
+  // transport), empty where they travel one-sided (NOTE [one-sided messages] in
+  // src/exec/cuda/one_sided_messages.hpp: opt-in, Fabric::one_sided()). Fixed at construction,
+  // the same on every process.
+  std::string one_sided_refusal() const;
   // Message sides (sends and receives) of the local ranks per call, averaged over the
   // templates (NOTE [CUDA call sequences] 6); 0 where every put and signal stores directly.
   double message_ops() const;

@@ -138,6 +138,23 @@ struct MessagePart {
   std::size_t width = 0, rows = 0, pitch = 0;
 };
 
+// NOTE [one-sided messages] (one_sided_messages.hpp): one put of a one-sided message: `bytes`
+// from byte `first` of part `part`'s contiguous data into the receiver's window at
+// `window_offset` (a strided destination takes one put per row).
+struct OneSidedPut {
+  std::size_t part = 0;
+  std::size_t first = 0;
+  std::size_t bytes = 0;
+  std::int64_t window_offset = 0;
+};
+
+// How a message travels one-sided; empty (one_sided false) for two-sided messages.
+struct OneSidedRoute {
+  bool one_sided = false;
+  std::vector<OneSidedPut> puts;  // sender
+  int signals = 0;                // receiver: the signals it waits for (puts and the token)
+};
+
 struct Message {
   bool sender = true;
   int self = -1;                     // the rank whose side this is (sender or receiver)
@@ -148,6 +165,7 @@ struct Message {
   cudaEvent_t ready = nullptr;  // sender: the op's stream -> the rail stream
   cudaEvent_t sent = nullptr;   // sender: the rail stream -> the op's stream
   std::vector<void*> staging;   // device buffers this message owns
+  OneSidedRoute route;          // NOTE [one-sided messages]
 };
 
 // Two-sided transfers between ranks. Contract (NCCL's point-to-point semantics): for each
@@ -221,7 +239,8 @@ struct MessageRelay {
 };
 
 // Enqueues one side (NOTE [rail messages], NOTE [abort relay]) through `transport`: the data,
-// then the abort token.
+// then the abort token. A one-sided message (m.route.one_sided) goes through
+// enqueue_one_sided_message (NOTE [one-sided messages]) and needs a OneSidedTransport.
 void enqueue_message(const Message& m, MessageTransport& transport, cudaStream_t rail,
                      cudaStream_t op_stream, const MessageRelay& relay);
 
