@@ -658,7 +658,7 @@ std::string CudaSequenceRunner::one_sided_refusal() const {
 // process decides alike (the same programs, the same agreed Fabric::one_sided()).
 void CudaSequenceRunner::State::choose_one_sided() {
   if (!fabric.one_sided()) {
-    one_sided_refusal = "the fabric has no one-sided messages: " + fabric.one_sided_reason();
+    one_sided_refusal = "one-sided messages are off: " + fabric.one_sided_reason();
     return;
   }
   // Each rank's window: its arena where this process knows it, else this process's own (the
