@@ -187,7 +187,7 @@ for path in ("two-sided", "one-sided"):
     except Exception:
         d = {"passed": False, "per_rank": [], "error": open(f"{log}/rma-{path}.err").read()[-400:]}
     ranks = d.get("per_rank", [])
-    paths = sorted({p for r in ranks for p in r.get("message_paths", [])})
+    paths = sorted({p for r in ranks for p in r.get("message_paths", []) if p})
     row[path] = {"exit": rc, "passed": bool(d.get("passed")) and rc == 0,
                  "mismatches": d.get("mismatches"), "message_paths": paths,
                  "rail_messages": [r.get("rail_messages") for r in ranks],

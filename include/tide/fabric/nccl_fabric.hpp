@@ -167,6 +167,10 @@ class NcclFabric {
   ncclWindow_t lane_window(int lane) const;
   ncclWindow_t lane_token_window(int lane) const;
   std::uint64_t* token_area(int lane) const;
+  // 1, 2, ... per (peer, lane, direction), in call order, from any thread: the numbers of the
+  // tokens this rank sends to (sending) or receives from `peer` on `lane`, kept here so that
+  // every user of the lane's token area shares one count (NOTE [one-sided messages]).
+  std::uint64_t next_token_number(int peer, int lane, bool sending);
 
   // The bytes an arena of `arena_bytes` takes (rounded up to NCCL_WIN_REQUIRED_ALIGNMENT): what
   // NcclFabricOptions::external_arena must hold.

@@ -4,8 +4,11 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 #include "lsa_peers.hpp"
 #include "nccl_rma.hpp"
@@ -64,6 +67,8 @@ struct NcclFabric::State {
   ncclWindow_t lane_windows[2] = {nullptr, nullptr};
   ncclWindow_t token_windows[2] = {nullptr, nullptr};
   void* token_areas[2] = {nullptr, nullptr};
+  std::mutex numbers_mutex;  // lanes are issued from different threads
+  std::map<std::tuple<int, int, bool>, std::uint64_t> numbers;  // (peer, lane, sending)
   std::atomic<bool> aborted{false};  // set by abort_all(), from any thread
   bool released = false;
 
@@ -495,6 +500,11 @@ ncclWindow_t NcclFabric::lane_window(int lane) const {
 ncclWindow_t NcclFabric::lane_token_window(int lane) const {
   if (lane < 0 || lane >= 2) return nullptr;
   return state_->token_windows[lane];
+}
+
+std::uint64_t NcclFabric::next_token_number(int peer, int lane, bool sending) {
+  const std::lock_guard<std::mutex> lock(state_->numbers_mutex);
+  return ++state_->numbers[{peer, lane, sending}];
 }
 
 std::uint64_t* NcclFabric::token_area(int lane) const {

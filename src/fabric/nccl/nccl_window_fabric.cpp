@@ -3,10 +3,7 @@
 #include "tide/fabric/nccl_window_fabric.hpp"
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -43,8 +40,6 @@ struct NcclWindowFabric::State {
   std::vector<void*> tensors, outputs;        // this rank's (one program)
   std::int64_t malloc_bytes = 0;
   bool released = false;
-  std::mutex numbers_mutex;  // lanes are issued from different threads
-  std::map<std::tuple<int, int, bool>, std::uint64_t> numbers;  // (peer, lane, sending)
 
   ~State() {
     if (released) return;
@@ -318,8 +313,7 @@ void NcclWindowFabric::wait_signals(int peer, int count, int lane, cudaStream_t 
 }
 
 std::uint64_t NcclWindowFabric::next_token_number(int peer, int lane, bool sending) {
-  const std::lock_guard<std::mutex> lock(state_->numbers_mutex);
-  return ++state_->numbers[{peer, lane, sending}];
+  return state_->nccl->next_token_number(peer, lane, sending);
 }
 
 const std::uint64_t* NcclWindowFabric::token_slot(int peer, std::uint64_t number, int lane) const {
