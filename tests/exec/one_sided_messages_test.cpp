@@ -86,17 +86,21 @@ TEST(OneSidedMessages, RuntimeTemplatesRouteAsTheyPlan) {
                              DType::kBf16);
     for (const RsSubSlices geometry :
          {RsSubSlices::kAcrossRanks, RsSubSlices::kPerRank, RsSubSlices::kNodeContiguous}) {
-      RsOptions o;
-      o.sub_slices = geometry;
-      o.wave_width = topo.nodes > 2 ? std::min(2, topo.gpus) : 0;
-      o.round_width = 2;
-      const RsPlan rs(layout, o);
-      const program::CallSequence seq = program::rs_call_sequence(
-          rs, {}, program::rs_arena_layout(rs, program::LandingStyle::kPull));
-      for (const program::CallTemplate& t : seq.templates) {
-        const std::string why = check_template(t, topo.gpus, ranks);
-        (why.empty() ? planned : refused) += 1;
-        if (!why.empty()) std::printf("RS %dx%d refused: %s\n", topo.nodes, topo.gpus, why.c_str());
+      for (const int chunk : {0, 8}) {  // 8: several staging fills per call (the GPU tests')
+        RsOptions o;
+        o.sub_slices = geometry;
+        o.wave_width = topo.nodes > 2 ? std::min(2, topo.gpus) : 0;
+        o.round_width = 2;
+        if (chunk > 0) o.staging_chunk_elems = chunk;
+        const RsPlan rs(layout, o);
+        const program::CallSequence seq = program::rs_call_sequence(
+            rs, {}, program::rs_arena_layout(rs, program::LandingStyle::kPull));
+        for (const program::CallTemplate& t : seq.templates) {
+          const std::string why = check_template(t, topo.gpus, ranks);
+          (why.empty() ? planned : refused) += 1;
+          if (!why.empty())
+            std::printf("RS %dx%d refused: %s\n", topo.nodes, topo.gpus, why.c_str());
+        }
       }
     }
     const AgPlan ag(layout, AgOptions{});

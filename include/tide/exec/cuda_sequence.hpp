@@ -311,6 +311,10 @@ struct CudaSequenceTestMessages {
   // through a rendezvous transport on this process's ranks (NOTE [rendezvous transport]),
   // although the fabric could store directly. Needs every rank local (the virtual fabric).
   int node_size = 0;
+  // With node_size: the messages travel one-sided (NOTE [one-sided messages]) through the
+  // loopback transport (NOTE [loopback one-sided transport]) where every template plans; else
+  // through the rendezvous transport, with one_sided_refusal() saying why.
+  bool one_sided = false;
 };
 
 struct CudaSequenceOptions {

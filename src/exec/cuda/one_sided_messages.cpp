@@ -74,7 +74,30 @@ void OneSidedTransport::recv(int, int, void*, std::size_t, cudaStream_t) {
   throw InternalError("OneSidedTransport: a two-sided receive on a one-sided runner");
 }
 
-std::string OneSidedTransport::capture_refusal() const {
+void FabricOneSidedTransport::put_signal(int, int to, const void* data, std::size_t bytes,
+                                         std::int64_t window_offset, cudaStream_t stream) {
+  fabric_.put_signal(data, bytes, to, window_offset, lane_, stream);
+}
+
+void FabricOneSidedTransport::put_token(int, int to, const std::uint64_t* token,
+                                        std::uint64_t number, cudaStream_t stream) {
+  fabric_.put_token(token, to, number, lane_, stream);
+}
+
+void FabricOneSidedTransport::wait_signals(int, int from, int count, cudaStream_t stream) {
+  fabric_.wait_signals(from, count, lane_, stream);
+}
+
+std::uint64_t FabricOneSidedTransport::next_token_number(int, int peer, bool sending) {
+  return fabric_.next_token_number(peer, lane_, sending);
+}
+
+const std::uint64_t* FabricOneSidedTransport::token_slot(int, int from,
+                                                         std::uint64_t number) const {
+  return fabric_.token_slot(from, number, lane_);
+}
+
+std::string FabricOneSidedTransport::capture_refusal() const {
   return "its rail messages are one-sided NCCL puts (ncclPutSignal / ncclWaitSignal), which "
          "NCCL's nccl.h does not document as capturable into CUDA graphs (NOTE [one-sided "
          "messages]); unset TIDE_NCCL_HOST_RMA for capturable two-sided messages";
@@ -103,11 +126,9 @@ void route_one_sided(const program::Op& op, std::int64_t region_offset, Message&
   m.route = std::move(route);
 }
 
-void enqueue_one_sided_message(const Message& m, OneSidedTransport& transport, cudaStream_t rail,
+void enqueue_one_sided_message(const Message& m, OneSidedTransport& t, cudaStream_t rail,
                                cudaStream_t op_stream, const MessageRelay& relay) {
-  fabric::Fabric& f = transport.fabric();
-  const int lane = transport.lane();
-  const std::uint64_t number = f.next_token_number(m.peer, lane, m.sender);
+  const std::uint64_t number = t.next_token_number(m.self, m.peer, m.sender);
   if (m.sender) {
     // 1.
     TIDE_CUDA_CHECK(cudaEventRecord(m.ready, op_stream));
@@ -120,20 +141,20 @@ void enqueue_one_sided_message(const Message& m, OneSidedTransport& transport, c
     }
     for (const OneSidedPut& put : m.route.puts) {
       const auto* data = static_cast<const std::byte*>(m.parts[put.part].data);
-      f.put_signal(data + put.first, put.bytes, m.peer, put.window_offset, lane, rail);
+      t.put_signal(m.self, m.peer, data + put.first, put.bytes, put.window_offset, rail);
     }
     // 3. NOTE [abort relay] 1, numbered.
     launch_abort_token(relay.verdict, relay.send_token, rail, number << 1);
-    f.put_token(relay.send_token, m.peer, number, lane, rail);
+    t.put_token(m.self, m.peer, relay.send_token, number, rail);
     // 4.
     TIDE_CUDA_CHECK(cudaEventRecord(m.sent, rail));
     TIDE_CUDA_CHECK(cudaStreamWaitEvent(op_stream, m.sent, 0));
     return;
   }
   // 5.
-  f.wait_signals(m.peer, m.route.signals, lane, rail);
+  t.wait_signals(m.self, m.peer, m.route.signals, rail);
   // 6. NOTE [abort relay] 2, numbered.
-  launch_relayed_counter_add(m.counter, m.value, f.token_slot(m.peer, number, lane), relay.relay,
+  launch_relayed_counter_add(m.counter, m.value, t.token_slot(m.self, m.peer, number), relay.relay,
                              rail, relay.own_abort, number << 1);
 }
 

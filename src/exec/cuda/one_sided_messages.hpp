@@ -81,18 +81,45 @@ std::vector<messages::OneSidedMessage> one_sided_input(const program::Program& p
                                                        std::span<const int> ops,
                                                        std::int64_t region_offset, int lane);
 
-// The messages of a runner travel one-sided (NOTE [one-sided messages]): Fabric::put_signal /
-// put_token / wait_signals on one lane. send()/recv() throw tide::InternalError (every message
-// of a one-sided runner is routed).
-class OneSidedTransport final : public MessageTransport {
+// Where one-sided messages travel (NOTE [one-sided messages]): puts with a signal into a
+// rank's window, numbered tokens, waits for signals. Each call names both ranks; enqueued on
+// a stream of its first rank's device, completing in its order. send()/recv() throw
+// tide::InternalError (every message of a one-sided runner is routed). Implemented over the
+// fabric (FabricOneSidedTransport, NCCL) and, for tests on one GPU, over the virtual fabric's
+// pointers (LoopbackOneSidedTransport, loopback_one_sided_transport.hpp).
+class OneSidedTransport : public MessageTransport {
  public:
-  OneSidedTransport(fabric::Fabric& fabric, int lane) : fabric_(fabric), lane_(lane) {}
   void send(int from, int to, const void* data, std::size_t bytes, cudaStream_t stream) override;
   void recv(int to, int from, void* data, std::size_t bytes, cudaStream_t stream) override;
+  // `bytes` from `data` into `to`'s window at `window_offset`, then one signal at `to`.
+  virtual void put_signal(int from, int to, const void* data, std::size_t bytes,
+                          std::int64_t window_offset, cudaStream_t stream) = 0;
+  // The 8-byte token at `token` into `to`'s slot for `from`'s `number`-th token, then a signal.
+  virtual void put_token(int from, int to, const std::uint64_t* token, std::uint64_t number,
+                         cudaStream_t stream) = 0;
+  // Until `count` more signals from `from` have arrived at `to`.
+  virtual void wait_signals(int to, int from, int count, cudaStream_t stream) = 0;
+  // 1, 2, ... for the tokens `self` sends to (receives from) `peer`, in call order.
+  virtual std::uint64_t next_token_number(int self, int peer, bool sending) = 0;
+  // Where `from`'s `number`-th token to `to` lands (device, on `to`'s device).
+  virtual const std::uint64_t* token_slot(int to, int from, std::uint64_t number) const = 0;
+};
+
+// Over Fabric::put_signal / put_token / wait_signals on one lane (NCCL: one local rank per
+// process, so the fabric's calls name only the peer).
+class FabricOneSidedTransport final : public OneSidedTransport {
+ public:
+  FabricOneSidedTransport(fabric::Fabric& fabric, int lane) : fabric_(fabric), lane_(lane) {}
+  void put_signal(int from, int to, const void* data, std::size_t bytes, std::int64_t window_offset,
+                  cudaStream_t stream) override;
+  void put_token(int from, int to, const std::uint64_t* token, std::uint64_t number,
+                 cudaStream_t stream) override;
+  void wait_signals(int to, int from, int count, cudaStream_t stream) override;
+  std::uint64_t next_token_number(int self, int peer, bool sending) override;
+  const std::uint64_t* token_slot(int to, int from, std::uint64_t number) const override;
+  // nccl.h does not document ncclPutSignal / ncclWaitSignal as capturable.
   std::string capture_refusal() const override;
   std::string per_process_refusal() const override { return capture_refusal(); }
-  fabric::Fabric& fabric() const { return fabric_; }
-  int lane() const { return lane_; }
 
  private:
   fabric::Fabric& fabric_;

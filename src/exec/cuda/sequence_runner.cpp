@@ -14,6 +14,7 @@
 #include "generation_wait.hpp"
 #include "graph_wait_budget.hpp"
 #include "ipc_rendezvous_transport.hpp"
+#include "loopback_one_sided_transport.hpp"
 #include "one_sided_messages.hpp"
 #include "op_resolution.hpp"
 #include "program_checks.hpp"
@@ -446,15 +447,20 @@ void CudaSequenceRunner::set_up() {
     for (int r = 0; r < s.ranks; ++r)
       if (!fabric.local(r))
         throw InvalidArgument("CudaSequenceRunner: test messages need every rank local");
-    s.transport = std::make_unique<cuda_detail::RendezvousTransport>(s.ranks, fabric.device());
+    if (options.test_messages.one_sided) s.choose_one_sided(/*test=*/true);
+    if (s.one_sided) {
+      s.transport = std::make_unique<cuda_detail::LoopbackOneSidedTransport>(fabric, s.ranks);
+    } else {
+      s.transport = std::make_unique<cuda_detail::RendezvousTransport>(s.ranks, fabric.device());
+    }
   } else if (fabric.message_area_bytes() > 0) {  // NOTE [ipc rendezvous transport]
     s.transport =
         std::make_unique<cuda_detail::IpcRendezvousTransport>(fabric, place.message_channels);
   } else {
-    s.choose_one_sided();  // NOTE [one-sided messages]
+    s.choose_one_sided(/*test=*/false);  // NOTE [one-sided messages]
     if (s.one_sided) {
       s.transport =
-          std::make_unique<cuda_detail::OneSidedTransport>(fabric, place.message_channels);
+          std::make_unique<cuda_detail::FabricOneSidedTransport>(fabric, place.message_channels);
     } else {
       s.transport = std::make_unique<cuda_detail::FabricTransport>(fabric, place.message_channels);
     }
@@ -656,8 +662,8 @@ std::string CudaSequenceRunner::one_sided_refusal() const {
 
 // NOTE [one-sided messages]: every template's messages planned on the place's lane; every
 // process decides alike (the same programs, the same agreed Fabric::one_sided()).
-void CudaSequenceRunner::State::choose_one_sided() {
-  if (!fabric.one_sided()) {
+void CudaSequenceRunner::State::choose_one_sided(bool test) {
+  if (!test && !fabric.one_sided()) {
     one_sided_refusal = "one-sided messages are off: " + fabric.one_sided_reason();
     return;
   }
