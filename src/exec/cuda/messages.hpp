@@ -36,6 +36,8 @@
 // ipc rendezvous transport (ipc_rendezvous_transport.hpp: processes of one host over the ipc
 // fabric's message areas, hosts emulated); or in tests the rendezvous transport of
 // rendezvous_transport.hpp (one process, NCCL's two-sided matching emulated over pointers).
+// Opt-in, the same messages may travel one-sided instead (ncclPutSignal / ncclWaitSignal,
+// NOTE [one-sided messages] in one_sided_messages.hpp).
 // Arrival and flush: the receiver's counter addition follows the receive on the receiver's
 // rail stream, so a wait for that counter (on any stream) is met only after the receive
 // completed in stream order. NCCL completes a receive only once its bytes are visible to the
