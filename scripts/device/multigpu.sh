@@ -18,14 +18,22 @@
 #            lanes, abort words of other hosts relayed); on one host only emulated hosts can be
 #            formed: check-runtime forks its ranks on one machine, so a run over 2 real hosts
 #            needs a launcher on each (torchrun with tide.fsdp), not this script.
+#   rma      one-sided rail messages (NOTE [one-sided messages]: ncclPutSignal / ncclWaitSignal,
+#            TIDE_NCCL_HOST_RMA=1) against two-sided: on 2+ GPUs and a build against NCCL >= 2.29
+#            (else skipped with the reason), every split with M > 1 as emulated hosts, In-Place
+#            and Slot-Reuse, run twice with the same seed, two-sided then one-sided; each must
+#            match the CPU reference bitwise (so the two match each other bitwise), and the
+#            one-sided run must report one-sided message paths (check-runtime's message_paths);
+#            then `tide-nccl check --messages` both ways -> $OUT/rma.json. Dry run: the host
+#            backend runs both passes (the knob changes nothing there), to check the step.
 #   summary  $OUT/summary.json (bench/multigpu/summary.py's schema) and $OUT/README.md
 #            (bench/multigpu/summary.py)
 # Not yet here: the collective benchmark harness (item 2), the all-push landing and
 # its Table 3 measurement (item 3), a kill during training (item 4; faults covers the runtime).
-# Dry run without GPUs: BACKEND=host GPUS=4 MODEL=demo STEPS="splits train faults summary".
+# Dry run without GPUs: BACKEND=host GPUS=4 MODEL=demo STEPS="splits rma train faults summary".
 #   device: run(command="bash scripts/device/multigpu.sh", carry=[".deps"], kind="nvidia-h200-x8")
 set -uo pipefail
-NAME=multigpu DEFAULT_STEPS="build splits hosts train faults summary" source "$(dirname "$0")/common.sh"
+NAME=multigpu DEFAULT_STEPS="build splits hosts rma train faults summary" source "$(dirname "$0")/common.sh"
 BUILD=${BUILD_DIR:-build-runtime}
 BACKEND=${BACKEND:-nccl}
 finish() { pack_logs; exit "$1"; }
@@ -133,6 +141,83 @@ PY
     done
   done
   python3 -c "import json; print(json.dumps([json.loads(l) for l in open('$LOG/hosts.jsonl')], indent=1))" > "$OUT/hosts.json"
+fi
+
+if has rma; then
+  : > "$LOG/rma.jsonl"
+  skip=""
+  if [[ "$BACKEND" == nccl ]]; then
+    # The NCCL the build compiled against decides TIDE_HAS_NCCL_HOST_RMA (version_gates.hpp).
+    nccl_h="$(sed -n 's/^TIDE_NCCL_INCLUDE:PATH=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)/nccl.h"
+    nccl_version=$(awk '/^#define NCCL_MAJOR/{a=$3} /^#define NCCL_MINOR/{b=$3}
+      /^#define NCCL_PATCH/{c=$3} END{if (a != "") print a "." b "." c}' "$nccl_h" 2>/dev/null)
+    if (( gpus < 2 )); then
+      skip="needs 2+ GPUs (this machine has $gpus)"
+    elif [[ -z "$nccl_version" ]]; then
+      skip="no nccl.h found through $BUILD/CMakeCache.txt (build first)"
+    elif ! awk -v v="$nccl_version" 'BEGIN{split(v, p, "."); exit !(p[1] > 2 || (p[1] == 2 && p[2] >= 29))}'; then
+      skip="NCCL $nccl_version < 2.29 (the build's $nccl_h): no ncclPutSignal / ncclWaitSignal"
+    fi
+  fi
+  if [[ -n "$skip" ]]; then
+    note "rma skipped: $skip"
+    python3 -c "import json, sys; print(json.dumps({'skipped': sys.argv[1]}))" "$skip" > "$OUT/rma.json"
+  else
+    for ((l = 1; l < gpus; ++l)); do
+      (( gpus % l == 0 )) || continue
+      m=$(( gpus / l ))
+      for mode in in-place slot-reuse; do
+        for path in two-sided one-sided; do
+          rma_env=(env -u TIDE_NCCL_HOST_RMA)
+          [[ $path == one-sided ]] && rma_env=(env TIDE_NCCL_HOST_RMA=1)
+          timeout 300 "${rma_env[@]}" "$tide" check-runtime --backend "$BACKEND" -M "$m" -L "$l" \
+            --nodes-as-hosts --groups "37x5,16,1000x33;20x7,9x11;300x17" --calls 18 \
+            --seed $((m * 10 + l)) --ring --staged-shards --mode "$mode" --timeout-s 60 --json \
+            > "$LOG/rma-$path.json" 2> "$LOG/rma-$path.err"
+          echo $? > "$LOG/rma-$path.rc"
+        done
+        python3 - "$m" "$l" "$mode" "$BACKEND" "$LOG" >> "$LOG/rma.jsonl" <<'PY'
+import json, sys
+m, l, mode, backend, log = sys.argv[1:]
+row = {"M": int(m), "L": int(l), "mode": mode}
+for path in ("two-sided", "one-sided"):
+    rc = int(open(f"{log}/rma-{path}.rc").read())
+    try:
+        d = json.load(open(f"{log}/rma-{path}.json"))
+    except Exception:
+        d = {"passed": False, "per_rank": [], "error": open(f"{log}/rma-{path}.err").read()[-400:]}
+    ranks = d.get("per_rank", [])
+    paths = sorted({p for r in ranks for p in r.get("message_paths", []) if p})
+    row[path] = {"exit": rc, "passed": bool(d.get("passed")) and rc == 0,
+                 "mismatches": d.get("mismatches"), "message_paths": paths,
+                 "rail_messages": [r.get("rail_messages") for r in ranks],
+                 "error": d.get("error", "")[:300]}
+one, two = row["one-sided"], row["two-sided"]
+# Bitwise: both runs match the CPU reference of the same seed exactly (0 mismatches).
+row["bitwise_equal"] = one["passed"] and two["passed"] and not one["mismatches"] and not two["mismatches"]
+row["one_sided_taken"] = any(p.startswith("one-sided") or "/one-sided" in p for p in one["message_paths"])
+row["passed"] = row["bitwise_equal"] and (row["one_sided_taken"] or backend == "host")
+print(json.dumps(row))
+PY
+        ok=$(tail -1 "$LOG/rma.jsonl" | python3 -c "import json,sys; print(int(json.load(sys.stdin)['passed']))")
+        [[ $ok == 1 ]] || rc_all=1
+        note "rma ${m}x${l} $mode: $(tail -1 "$LOG/rma.jsonl" | cut -c1-400)"
+      done
+    done
+    if [[ "$BACKEND" == nccl ]]; then
+      nccl_run="$BUILD/src/nccl_cli/tide-nccl"
+      for path in two-sided one-sided; do
+        rma_env=(env -u TIDE_NCCL_HOST_RMA)
+        [[ $path == one-sided ]] && rma_env=(env TIDE_NCCL_HOST_RMA=1)
+        timeout 300 "${rma_env[@]}" "$nccl_run" --spawn "$gpus" check --messages \
+          --json "$LOG/rma-check-$path.json" > "$LOG/rma-check-$path.log" 2>&1
+        rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
+        echo "{\"check_messages\": \"$path\", \"exit\": $rc}" >> "$LOG/rma.jsonl"
+        note "rma tide-nccl check --messages $path rc=$rc: $(tail -1 "$LOG/rma-check-$path.log")"
+      done
+    fi
+    python3 -c "import json; print(json.dumps([json.loads(l) for l in open('$LOG/rma.jsonl')], indent=1))" > "$OUT/rma.json"
+  fi
 fi
 
 if has train; then

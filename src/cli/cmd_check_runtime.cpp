@@ -156,6 +156,9 @@ struct WorkerResult {
   std::int64_t rail_messages = 0;  // sent to ranks of other hosts (--nodes-as-hosts)
   std::int64_t rail_message_bytes = 0;
   std::vector<std::string> lanes;  // per group: "<all-gather lane>/<reduce-scatter lane>"
+  // per group: "<all-gather>/<reduce-scatter>" one-sided or two-sided (NOTE [one-sided
+  // messages]), with the reason where two-sided
+  std::vector<std::string> message_paths;
   std::string error;
   runtime::ArenaInfo arena;
 };
@@ -346,6 +349,8 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
     result.replays += s.all_gather_replays + s.reduce_scatter_replays;
     result.rail_messages += s.rail_messages;
     result.rail_message_bytes += s.rail_message_bytes;
+    result.message_paths.push_back(
+        s.message_path + (s.message_path_reason.empty() ? "" : " (" + s.message_path_reason + ")"));
   }
   return result;
 }
@@ -493,6 +498,7 @@ void run_check_runtime(CheckRuntimeArgs a) {
                {"rail_messages", r.rail_messages},
                {"rail_message_bytes", r.rail_message_bytes},
                {"lanes", r.lanes},
+               {"message_paths", r.message_paths},
                {"arena", arena_json(r.arena)}};
         status = r.mismatches == 0 ? 0 : 1;
       } catch (const std::exception& e) {

@@ -10,6 +10,7 @@
 #include <functional>
 
 #include "cuda_driver.hpp"
+#include "tide/core/env.hpp"
 #include "tide/core/error.hpp"
 #include "tide/cuda/check.hpp"
 #include "tide/fabric/device_capabilities.hpp"
@@ -43,6 +44,9 @@ RankSession::RankSession(const fabric::LaunchedRank& me, std::int64_t window_byt
   options.virtual_nodes = true;
   options.arena_bytes = window_bytes;
   options.timeout = timeout;
+  // NOTE [nccl fabric] 5: one-sided messages (asked for with TIDE_NCCL_HOST_RMA=1) live on a
+  // message lane; without the knob tide-nccl makes none, as before.
+  if (env::flag("TIDE_NCCL_HOST_RMA")) options.message_lanes = 1;
   fabric_ = std::make_unique<fabric::NcclFabric>(me.rank, me.world, id, options);
   TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 }

@@ -228,6 +228,12 @@ void CudaCommunicator::add_path_stats(int group, GroupStats& stats) const {
   stats.rail_messages = runners_[at]->messages_sent() + runners_[at + 1]->messages_sent();
   stats.rail_message_bytes =
       runners_[at]->message_bytes_sent() + runners_[at + 1]->message_bytes_sent();
+  // NOTE [one-sided messages]: each sequence's path, and why two-sided.
+  const std::string ag = runners_[at]->one_sided_refusal();
+  const std::string rs = runners_[at + 1]->one_sided_refusal();
+  stats.message_path = std::string(ag.empty() ? "one-sided" : "two-sided") + "/" +
+                       (rs.empty() ? "one-sided" : "two-sided");
+  stats.message_path_reason = ag.empty() ? rs : ag;
 }
 
 void CudaCommunicator::commit() {

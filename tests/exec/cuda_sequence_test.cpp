@@ -1472,6 +1472,59 @@ INSTANTIATE_TEST_SUITE_P(MultiNode, AgMessages,
                          ::testing::Combine(::testing::Values(Topo{2, 2}, Topo{3, 2}, Topo{2, 3}),
                                             ::testing::Bool(), ::testing::Bool()));
 
+// NOTE [one-sided messages] on one GPU: the same calls with every inter-node transfer a
+// one-sided put through the loopback transport (NOTE [loopback one-sided transport]): routes,
+// numbered abort tokens, signal waits. Not capturable, so every call takes the stream path;
+// outputs bitwise the definition, as with the rendezvous transport.
+CudaSequenceOptions one_sided_messages(Topo topo) {
+  CudaSequenceOptions o = forced_messages(topo, /*graphs=*/false);
+  o.test_messages.one_sided = true;
+  return o;
+}
+
+void expect_one_sided(const CudaSequenceRunner& runner) {
+  EXPECT_GT(runner.messages_sent(), 0);
+  EXPECT_EQ(runner.one_sided_refusal(), "");
+  EXPECT_NE(runner.graphs_unavailable().find("one-sided"), std::string::npos)
+      << runner.graphs_unavailable();
+  EXPECT_EQ(runner.graph_launches(), 0);
+}
+
+class RsOneSided : public ::testing::TestWithParam<std::tuple<Topo, RsSubSlices>> {};
+
+TEST_P(RsOneSided, CallsThroughTheLoopbackTransportMatchTheDefinition) {
+  TIDE_REQUIRE_GPU();
+  const auto [topo, geometry] = GetParam();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  std::printf("%s\n", tide::testing::seed_trace(seed).c_str());
+  RsHarness h(topo, seed, one_sided_messages(topo), false, false, geometry);
+  run_fresh_calls(h);
+  expect_one_sided(h.runner());
+}
+
+INSTANTIATE_TEST_SUITE_P(MultiNode, RsOneSided,
+                         ::testing::Combine(::testing::Values(Topo{2, 2}, Topo{3, 2}),
+                                            ::testing::Values(RsSubSlices::kAcrossRanks,
+                                                              RsSubSlices::kNodeContiguous)));
+
+TEST(CudaSequence, AllGatherOneSidedLandsEveryShard) {
+  TIDE_REQUIRE_GPU();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  std::printf("%s\n", tide::testing::seed_trace(seed).c_str());
+  for (const Topo topo : {Topo{2, 2}, Topo{3, 2}}) {
+    AgHarness h(topo, /*cast=*/true, 7, seed, one_sided_messages(topo));
+    Stream caller;
+    for (int e = 0; e < h.calls(); ++e)
+      h.step(e, caller.get());
+    TIDE_CUDA_CHECK(cudaStreamSynchronize(caller.get()));
+    expect_one_sided(h.runner());
+    for (int e = 0; e < h.calls(); ++e)
+      h.expect_landed(e);
+  }
+}
+
 // NOTE [CUDA call sequences] 4 with messages: the caller captures Q calls with messages into
 // its graph and launches it three times with new data, Q ordinary calls (slot graphs) after
 // each launch; the transport numbers every message on the device, so graph launches, slot

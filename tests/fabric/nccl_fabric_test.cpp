@@ -9,7 +9,10 @@
 #include <cstring>
 #include <vector>
 
+#include "nccl_rma.hpp"
 #include "tide/core/error.hpp"
+#include "tide/fabric/nccl_window_fabric.hpp"
+#include "tide/version_gates.hpp"
 
 namespace tide::fabric {
 namespace {
@@ -125,6 +128,60 @@ TEST(NcclFabricOneRank, BoundedWaitNamesWhatItWaitedFor) {
     EXPECT_NE(std::string(e.what()).find("rank 0"), std::string::npos) << e.what();
   }
   EXPECT_TRUE(fab.aborted());
+}
+
+// NOTE [nccl fabric] 5: without TIDE_HAS_NCCL_HOST_RMA the one-sided calls refuse, naming the
+// version built against and the one needed; no GPU, no communicator.
+TEST(NcclRma, NamesTheVersionsWhereItCannot) {
+  const std::string reason = rma::unavailable_reason();
+#if TIDE_HAS_NCCL_HOST_RMA
+  GTEST_SKIP() << "built against NCCL >= 2.29 (" << (reason.empty() ? "loaded too" : reason)
+               << "): the refusals are not compiled";
+#else
+  EXPECT_NE(reason.find("< 2.29"), std::string::npos) << reason;
+  EXPECT_EQ(reason.rfind("NCCL 2.", 0), 0u) << reason;
+  try {
+    (void)rma::put_signal(nullptr, 8, 1, nullptr, 0, 0, nullptr, nullptr);
+    FAIL() << "expected tide::Unsupported";
+  } catch (const Unsupported& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("NCCL >= 2.29"), std::string::npos) << what;
+    EXPECT_NE(what.find("built against NCCL 2."), std::string::npos) << what;
+  }
+  const rma::SignalCount wait{1, 0, 1};
+  EXPECT_THROW((void)rma::wait_signals({&wait, 1}, nullptr, nullptr), Unsupported);
+  EXPECT_THROW((void)rma::signal(1, 0, nullptr, nullptr), Unsupported);
+#endif
+}
+
+// The agreement runs on every fabric (asked or not) and reports why one-sided is off.
+TEST(NcclFabricOneRank, HostRmaAgreement) {
+  SKIP_WITHOUT_GPU();
+  ASSERT_EQ(unsetenv("TIDE_NCCL_HOST_RMA"), 0);
+  NcclFabricOptions o;
+  o.timeout = std::chrono::seconds(60);
+  o.message_lanes = 1;
+  {
+    NcclFabric fab(0, 1, NcclFabric::make_unique_id(), o);
+    EXPECT_FALSE(fab.host_rma());
+    EXPECT_EQ(fab.host_rma_reason().rfind("not requested", 0), 0u) << fab.host_rma_reason();
+    EXPECT_EQ(fab.lane_window(0), nullptr);
+    NcclWindowFabric window(fab, 4096, 8);
+    EXPECT_FALSE(window.one_sided());
+    EXPECT_THROW(window.wait_signals(0, 1, 0, nullptr), Unsupported);
+  }
+  o.host_rma = true;
+  NcclFabric fab(0, 1, NcclFabric::make_unique_id(), o);
+  const std::string reason = rma::unavailable_reason();
+  EXPECT_EQ(fab.host_rma(), reason.empty()) << fab.host_rma_reason();
+  if (fab.host_rma()) {
+    EXPECT_NE(fab.lane_window(0), nullptr);
+    EXPECT_NE(fab.lane_token_window(0), nullptr);
+    EXPECT_NE(fab.token_area(0), nullptr);
+    EXPECT_EQ(fab.lane_window(1), nullptr);  // one lane
+  } else {
+    EXPECT_EQ(fab.host_rma_reason(), reason);
+  }
 }
 
 }  // namespace

@@ -32,6 +32,7 @@ inline constexpr EnvKnob kEnvKnobs[] = {
   {"TIDE_LOCAL_RANK", "TIDE_RANK", "this process's rank on its host (its GPU), set by `tide-nccl --spawn`"},
   {"TIDE_RENDEZVOUS", "a fresh /tmp directory (--spawn); under torchrun /tmp/tide-rendezvous-<job>", "the directory where rank 0 publishes the NCCL unique id for the other ranks"},
   {"TIDE_FABRIC_TIMEOUT_S", "NcclFabricOptions::timeout (tide-nccl --fabric-timeout)", "seconds (> 0) any wait of the NCCL fabric may take; overrides the option"},
+  {"TIDE_NCCL_HOST_RMA", "0", "1 asks the NCCL fabric for one-sided rail messages (ncclPutSignal / ncclWaitSignal, NCCL >= 2.29; NcclFabricOptions::host_rma): on only where every rank asks and can, else two-sided with the reason (NOTE [one-sided messages])"},
   {"TIDE_BACKEND", "auto", "host, nccl or ipc forces the runtime backend tide.fsdp.enable picks (auto: host for CPU, nccl where every rank has its own GPU and NCCL windows, else ipc); a forced backend that cannot serve falls back to stock with the reason"},
   {"TIDE_IPC_HANDLES", "auto", "fd or cuda-ipc: how the ipc backend shares arenas between processes (auto: cuMem POSIX file descriptors through pidfd_getfd where the device and the kernel allow it, else cudaIpc handles; NOTE [ipc fabric])"},
   {"TIDE_EMULATE_HOSTS", "0", "1 (tests): tide.fsdp.enable on the host backend makes each node of LOCAL_WORLD_SIZE ranks a host of its own, whose ranks reach the other hosts' by rail messages only (NOTE [runtime] 9)"},

@@ -311,6 +311,10 @@ struct CudaSequenceTestMessages {
   // through a rendezvous transport on this process's ranks (NOTE [rendezvous transport]),
   // although the fabric could store directly. Needs every rank local (the virtual fabric).
   int node_size = 0;
+  // With node_size: the messages travel one-sided (NOTE [one-sided messages]) through the
+  // loopback transport (NOTE [loopback one-sided transport]) where every template plans; else
+  // through the rendezvous transport, with one_sided_refusal() saying why.
+  bool one_sided = false;
 };
 
 struct CudaSequenceOptions {
@@ -479,6 +483,11 @@ class CudaSequenceRunner {
   std::string graphs_unavailable() const;
   std::int64_t repointed_launches() const;
   CudaSequenceCounts counts() const;
+  // Why this runner's messages travel two-sided (NCCL sends and receives, or a rendezvous
+  // transport), empty where they travel one-sided (NOTE [one-sided messages] in
+  // src/exec/cuda/one_sided_messages.hpp: opt-in, Fabric::one_sided()). Fixed at construction,
+  // the same on every process.
+  std::string one_sided_refusal() const;
   // Message sides (sends and receives) of the local ranks per call, averaged over the
   // templates (NOTE [CUDA call sequences] 6); 0 where every put and signal stores directly.
   double message_ops() const;

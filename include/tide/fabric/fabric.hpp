@@ -26,6 +26,15 @@
 //   message_area(owner) as this process addresses it; the runner then carries messages
 //   through the ipc rendezvous transport over those areas (NOTE [ipc rendezvous transport]),
 //   not through send()/recv().
+// - One-sided messages (NOTE [one-sided messages] in src/exec/cuda/one_sided_messages.hpp):
+//   where one_sided() (the same answer on every process; opt-in, NCCL >= 2.29) the runner may
+//   carry messages as puts into the receiver's window instead of send()/recv(): put_signal()
+//   writes at an offset of the peer's window (arena offsets, as program::Region's), put_token()
+//   writes an 8-byte abort token into the peer's token slot for this rank's k-th token on the
+//   lane (next_token_number()), and each adds one signal at the peer; wait_signals() waits on
+//   the stream for `count` more signals from a peer; token_slot() is where a peer's k-th token
+//   lands here. one_sided_reason() says why one_sided() is false. Fabrics without them throw
+//   tide::Unsupported.
 // - release() gives up every allocation without freeing it (device work that could not be
 //   drained may still use it).
 #pragma once
@@ -34,6 +43,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "tide/program/program.hpp"
 
@@ -88,6 +98,19 @@ class Fabric {
     return nullptr;
   }
   virtual std::int64_t message_area_bytes() const { return 0; }
+  // One-sided messages (see above); none by default.
+  virtual bool one_sided() const { return false; }
+  virtual std::string one_sided_reason() const { return "the fabric has no one-sided messages"; }
+  virtual void put_signal(const void* data, std::size_t bytes, int peer, std::int64_t window_offset,
+                          int lane, cudaStream_t stream);
+  virtual void put_token(const std::uint64_t* token, int peer, std::uint64_t number, int lane,
+                         cudaStream_t stream);
+  virtual void signal(int peer, int lane, cudaStream_t stream);
+  virtual void wait_signals(int peer, int count, int lane, cudaStream_t stream);
+  // 1, 2, ... for the tokens this process sends to (receives from) `peer` on `lane`, in issue
+  // order: the same number on both sides of a message.
+  virtual std::uint64_t next_token_number(int peer, int lane, bool sending);
+  virtual const std::uint64_t* token_slot(int peer, std::uint64_t number, int lane) const;
 
   virtual void release() noexcept = 0;
 

@@ -27,12 +27,22 @@
 //      n - (node - railLsaRank) on the rail comm.
 // A single host can be declared as M virtual nodes of L GPUs (2 x 4, 4 x 2, 8 x 1, 1 x 8):
 // then every peer, local or rail, is an LSA peer and the multi-node algorithms run over NVLink.
+//   5. One-sided messages (opt-in: NcclFabricOptions::host_rma or TIDE_NCCL_HOST_RMA=1):
+//      every rank contributes (asked && able: this build and the loaded NCCL >= 2.29, message
+//      lanes) to an ncclAllReduce(min) on the main communicator, and an ncclAllGather of the
+//      same flags names a rank that cannot; both run on every rank whether it asks or not.
+//      Where all agree, each message lane registers the arena (NCCL_WIN_COLL_SYMMETRIC) and a
+//      token area (ncclMemAlloc, zeroed: kTokenRing 8-byte slots per sender) on its
+//      communicator, for ncclPutSignal / ncclWaitSignal (src/fabric/nccl/nccl_rma.hpp; NOTE
+//      [one-sided messages]). Otherwise host_rma() is false and host_rma_reason() says why
+//      ("not requested", "NCCL 2.28.9 < 2.29", "rank 3 cannot: ...").
 // On real multi-node runs the rail LSA team is the rank alone; rail peers on other hosts have
-// no pointer (rail_peer_arena returns nullptr) and need ncclSend / ncclRecv on rail_comm(),
-// or ncclPutSignal where TIDE_HAS_NCCL_HOST_RMA (not built yet; docs/nccl_fabric.md).
+// no pointer (rail_peer_arena returns nullptr) and need ncclSend / ncclRecv on rail_comm() or
+// the message lanes, or, with step 5, ncclPutSignal (docs/nccl_fabric.md, one-sided messages).
 // NVLink multicast is never enabled: the fabric sets NCCL_NVLS_ENABLE=0 when it is unset and
 // refuses any other value unless allow_multicast (architecture: hardware rules).
-// Teardown (destructor): device comms, windows, arena, rail comm, main comm, in reverse order.
+// Teardown (destructor): device comms, windows (the lanes' first), token areas, arena, lane,
+// rail and main comms, in reverse order.
 // After a timeout the communicators are aborted and nothing is freed (the GPU may still use it).
 #pragma once
 
@@ -97,6 +107,9 @@ struct NcclFabricOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   bool allow_multicast = false;  // never set on the lent machines
   int message_lanes = 0;         // NOTE [nccl fabric] 2b: 0 (none) to 2
+  // NOTE [nccl fabric] 5: ask for one-sided messages (TIDE_NCCL_HOST_RMA=1 asks too); they are
+  // on only where every rank asks and can (host_rma()).
+  bool host_rma = false;
 };
 
 // Plain data for kernels and the executor (style habit 2): LSA peer arenas of both domains.
@@ -141,6 +154,23 @@ class NcclFabric {
   ncclComm_t rail_comm() const;
   // Message lane `lane`'s communicator (NOTE [nccl fabric] 2b; world ranks), or nullptr.
   ncclComm_t message_comm(int lane) const;
+
+  // NOTE [nccl fabric] 5: whether one-sided messages are on (the same answer on every rank),
+  // and why not (empty when on).
+  bool host_rma() const;
+  const std::string& host_rma_reason() const;
+  // Token slots per sender in a lane's token area: slot p * kTokenRing + (k mod kTokenRing)
+  // holds sender p's k-th token on that lane.
+  static constexpr int kTokenRing = 64;
+  // With host_rma(): lane `lane`'s windows over the arena and over the token area, and this
+  // rank's token area (device, world() * kTokenRing words); nullptr otherwise.
+  ncclWindow_t lane_window(int lane) const;
+  ncclWindow_t lane_token_window(int lane) const;
+  std::uint64_t* token_area(int lane) const;
+  // 1, 2, ... per (peer, lane, direction), in call order, from any thread: the numbers of the
+  // tokens this rank sends to (sending) or receives from `peer` on `lane`, kept here so that
+  // every user of the lane's token area shares one count (NOTE [one-sided messages]).
+  std::uint64_t next_token_number(int peer, int lane, bool sending);
 
   // The bytes an arena of `arena_bytes` takes (rounded up to NCCL_WIN_REQUIRED_ALIGNMENT): what
   // NcclFabricOptions::external_arena must hold.

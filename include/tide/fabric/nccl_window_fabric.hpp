@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tide/fabric/fabric.hpp"
@@ -32,6 +33,11 @@ namespace tide::fabric {
 //   peers, so the runner still reads their abort words (NOTE [CUDA call sequences] 5). No
 //   flush follows an arrival: NCCL completes a receive once its bytes are visible to later
 //   work on its stream (NOTE [rail messages], Arrival and flush).
+// - One-sided (opt-in, NOTE [nccl fabric] 5, NOTE [one-sided messages]): where the NCCL
+//   fabric agreed on host RMA, one_sided() is true and puts and signals may instead travel as
+//   ncclPutSignal into the peer's window on the lane's communicator (the arena window and the
+//   token area that step 5 registered there), waited for with ncclWaitSignal; send()/recv()
+//   stay as they are. one_sided_reason() is the NCCL fabric's host_rma_reason().
 // Buffers: for the runtime (the first constructor) tensors and outputs are not the fabric's
 // (the caller binds them per call), so pointer() answers arenas only. For one program (the
 // second constructor: tide-nccl, one-shot CudaExecutor programs) the window is sized from the
@@ -93,6 +99,16 @@ class NcclWindowFabric final : public Fabric {
                     cudaStream_t stream) override;
   void recv_on_lane(void* data, std::size_t bytes, int peer, int lane,
                     cudaStream_t stream) override;
+  bool one_sided() const override;
+  std::string one_sided_reason() const override;
+  void put_signal(const void* data, std::size_t bytes, int peer, std::int64_t window_offset,
+                  int lane, cudaStream_t stream) override;
+  void put_token(const std::uint64_t* token, int peer, std::uint64_t number, int lane,
+                 cudaStream_t stream) override;
+  void signal(int peer, int lane, cudaStream_t stream) override;
+  void wait_signals(int peer, int count, int lane, cudaStream_t stream) override;
+  std::uint64_t next_token_number(int peer, int lane, bool sending) override;
+  const std::uint64_t* token_slot(int peer, std::uint64_t number, int lane) const override;
   void release() noexcept override;
 
   std::int64_t signal_offset() const;

@@ -279,6 +279,11 @@ struct GroupStats {
   // traffic to ranks of other hosts; 0 where every peer is addressable).
   std::int64_t rail_messages = 0;
   std::int64_t rail_message_bytes = 0;
+  // nccl backend: how the group's rail messages travel, "<all-gather>/<reduce-scatter>", each
+  // "one-sided" (ncclPutSignal, NOTE [one-sided messages]) or "two-sided" (empty elsewhere);
+  // message_path_reason says why a sequence is two-sided where one-sided was asked for.
+  std::string message_path;
+  std::string message_path_reason;
 };
 
 // The communicator's arena on each rank (NOTE [communicator arena]).

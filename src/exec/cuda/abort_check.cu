@@ -32,7 +32,8 @@ __global__ void abort_check_kernel(AbortCheck check) {
   __threadfence_system();
 }
 
-__global__ void abort_token_kernel(AbortCheck verdict, unsigned long long* token) {
+__global__ void abort_token_kernel(AbortCheck verdict, unsigned long long* token,
+                                   unsigned long long base) {
   // Steps (NOTE [abort relay]): 1. a system-scope fence, so that the reads follow every op
   // before this kernel on its stream (the message's sends: their source bytes were read);
   // 2. one read of each word; 3. the verdict into the token, which the next send carries.
@@ -44,13 +45,15 @@ __global__ void abort_token_kernel(AbortCheck verdict, unsigned long long* token
   for (int i = 0; i < verdict.own_count; ++i)
     set |=
         *static_cast<const volatile unsigned long long*>(static_cast<const void*>(verdict.own[i]));
-  *token = set != 0 ? 1ull : 0ull;
+  *token = base | (set != 0 ? 1ull : 0ull);
 }
 
 }  // namespace
 
-void launch_abort_token(const AbortCheck& verdict, std::uint64_t* token, cudaStream_t stream) {
-  abort_token_kernel<<<1, 1, 0, stream>>>(verdict, reinterpret_cast<unsigned long long*>(token));
+void launch_abort_token(const AbortCheck& verdict, std::uint64_t* token, cudaStream_t stream,
+                        std::uint64_t base) {
+  abort_token_kernel<<<1, 1, 0, stream>>>(verdict, reinterpret_cast<unsigned long long*>(token),
+                                          static_cast<unsigned long long>(base));
   TIDE_CUDA_CHECK_LAUNCH();
 }
 

@@ -29,14 +29,16 @@ __global__ void counter_add_kernel(unsigned long long* counter, unsigned long lo
 __global__ void relayed_counter_add_kernel(unsigned long long* counter, unsigned long long add,
                                            const unsigned long long* token,
                                            unsigned long long* relay,
-                                           const unsigned long long* abort) {
+                                           const unsigned long long* abort,
+                                           unsigned long long expected) {
   // Steps (NOTE [abort relay]): 1. nothing once this rank's own waits were released; 2. a
   // system-scope fence, then the token the message carried (received before this kernel on
-  // its stream); 3. nonzero: the relayed-abort word set (system scope: the end-of-call check
-  // reads it), no addition; 4. zero: the addition, as counter_add_kernel's.
+  // its stream); 3. not `expected` (0; a one-sided message's number, NOTE [one-sided
+  // messages]): the relayed-abort word set (system scope: the end-of-call check reads it), no
+  // addition; 4. `expected`: the addition, as counter_add_kernel's.
   if (aborted(abort)) return;
   __threadfence_system();
-  if (*static_cast<const volatile unsigned long long*>(token) != 0) {
+  if (*static_cast<const volatile unsigned long long*>(token) != expected) {
     atomicExch_system(relay, 1ull);
     __threadfence_system();
     return;
@@ -74,12 +76,14 @@ void launch_counter_add(std::uint64_t* counter, std::uint64_t add, cudaStream_t 
 
 void launch_relayed_counter_add(std::uint64_t* counter, std::uint64_t add,
                                 const std::uint64_t* token, std::uint64_t* relay,
-                                cudaStream_t stream, const std::uint64_t* abort) {
+                                cudaStream_t stream, const std::uint64_t* abort,
+                                std::uint64_t expected) {
   relayed_counter_add_kernel<<<1, 1, 0, stream>>>(
       reinterpret_cast<unsigned long long*>(counter), static_cast<unsigned long long>(add),
       reinterpret_cast<const unsigned long long*>(token),
       reinterpret_cast<unsigned long long*>(relay),
-      reinterpret_cast<const unsigned long long*>(abort));
+      reinterpret_cast<const unsigned long long*>(abort),
+      static_cast<unsigned long long>(expected));
   TIDE_CUDA_CHECK_LAUNCH();
 }
 

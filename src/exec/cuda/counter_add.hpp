@@ -24,10 +24,13 @@ void launch_counter_add(std::uint64_t* counter, std::uint64_t add, cudaStream_t 
 // sender, or a rank it heard of, aborted; or the token never arrived: it is poisoned nonzero
 // before its receive) it stores 1 into `relay` (the runner's relayed-abort word, which the
 // end-of-call check watches) and adds nothing; else *counter += add as launch_counter_add.
-// Checks the launch.
+// A one-sided message's token (NOTE [one-sided messages]) is valid where it equals `expected`
+// (its number, bit 0 clear) instead of 0: any other value (the abort bit, a stale number) reads
+// as an abort. Checks the launch.
 void launch_relayed_counter_add(std::uint64_t* counter, std::uint64_t add,
                                 const std::uint64_t* token, std::uint64_t* relay,
-                                cudaStream_t stream, const std::uint64_t* abort);
+                                cudaStream_t stream, const std::uint64_t* abort,
+                                std::uint64_t expected = 0);
 
 // One addition of a batch.
 struct CounterAdd {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "counter_add.hpp"
+#include "one_sided_messages.hpp"
 #include "program_checks.hpp"
 #include "tide/core/error.hpp"
 #include "tide/cuda/check.hpp"
@@ -99,6 +100,12 @@ Message map_message(const program::Op& op, bool sender, const MessageAddresses& 
 
 void enqueue_message(const Message& m, MessageTransport& transport, cudaStream_t rail,
                      cudaStream_t op_stream, const MessageRelay& relay) {
+  if (m.route.one_sided) {  // NOTE [one-sided messages]
+    auto* one_sided = dynamic_cast<OneSidedTransport*>(&transport);
+    if (one_sided == nullptr) throw InternalError("a one-sided message on a two-sided transport");
+    enqueue_one_sided_message(m, *one_sided, rail, op_stream, relay);
+    return;
+  }
   constexpr std::size_t kToken = sizeof(std::uint64_t);
   if (m.sender) {
     TIDE_CUDA_CHECK(cudaEventRecord(m.ready, op_stream));

@@ -36,6 +36,8 @@
 // ipc rendezvous transport (ipc_rendezvous_transport.hpp: processes of one host over the ipc
 // fabric's message areas, hosts emulated); or in tests the rendezvous transport of
 // rendezvous_transport.hpp (one process, NCCL's two-sided matching emulated over pointers).
+// Opt-in, the same messages may travel one-sided instead (ncclPutSignal / ncclWaitSignal,
+// NOTE [one-sided messages] in one_sided_messages.hpp).
 // Arrival and flush: the receiver's counter addition follows the receive on the receiver's
 // rail stream, so a wait for that counter (on any stream) is met only after the receive
 // completed in stream order. NCCL completes a receive only once its bytes are visible to the
@@ -142,6 +144,23 @@ struct MessagePart {
   std::size_t width = 0, rows = 0, pitch = 0;
 };
 
+// NOTE [one-sided messages] (one_sided_messages.hpp): one put of a one-sided message: `bytes`
+// from byte `first` of part `part`'s contiguous data into the receiver's window at
+// `window_offset` (a strided destination takes one put per row).
+struct OneSidedPut {
+  std::size_t part = 0;
+  std::size_t first = 0;
+  std::size_t bytes = 0;
+  std::int64_t window_offset = 0;
+};
+
+// How a message travels one-sided; empty (one_sided false) for two-sided messages.
+struct OneSidedRoute {
+  bool one_sided = false;
+  std::vector<OneSidedPut> puts;  // sender
+  int signals = 0;                // receiver: the signals it waits for (puts and the token)
+};
+
 struct Message {
   bool sender = true;
   int self = -1;                     // the rank whose side this is (sender or receiver)
@@ -152,6 +171,7 @@ struct Message {
   cudaEvent_t ready = nullptr;  // sender: the op's stream -> the rail stream
   cudaEvent_t sent = nullptr;   // sender: the rail stream -> the op's stream
   std::vector<void*> staging;   // device buffers this message owns
+  OneSidedRoute route;          // NOTE [one-sided messages]
 };
 
 // Two-sided transfers between ranks. Contract (NCCL's point-to-point semantics): for each
@@ -225,7 +245,8 @@ struct MessageRelay {
 };
 
 // Enqueues one side (NOTE [rail messages], NOTE [abort relay]) through `transport`: the data,
-// then the abort token.
+// then the abort token. A one-sided message (m.route.one_sided) goes through
+// enqueue_one_sided_message (NOTE [one-sided messages]) and needs a OneSidedTransport.
 void enqueue_message(const Message& m, MessageTransport& transport, cudaStream_t rail,
                      cudaStream_t op_stream, const MessageRelay& relay);
 

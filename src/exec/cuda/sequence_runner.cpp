@@ -14,6 +14,8 @@
 #include "generation_wait.hpp"
 #include "graph_wait_budget.hpp"
 #include "ipc_rendezvous_transport.hpp"
+#include "loopback_one_sided_transport.hpp"
+#include "one_sided_messages.hpp"
 #include "op_resolution.hpp"
 #include "program_checks.hpp"
 #include "rendezvous_transport.hpp"
@@ -238,6 +240,7 @@ void CudaSequenceRunner::State::map_message(const Op& op, std::set<int>& used,
     slots.clear();
     m.message = std::shared_ptr<cuda_detail::Message>(
         new cuda_detail::Message(cuda_detail::map_message(op, sender, at)), release);
+    if (one_sided) cuda_detail::route_one_sided(op, place.region_offset, *m.message);
     m.message_slots = slots;
     used.insert(m.stream);
     used.insert(m.rail);
@@ -444,13 +447,26 @@ void CudaSequenceRunner::set_up() {
     for (int r = 0; r < s.ranks; ++r)
       if (!fabric.local(r))
         throw InvalidArgument("CudaSequenceRunner: test messages need every rank local");
-    s.transport = std::make_unique<cuda_detail::RendezvousTransport>(s.ranks, fabric.device());
+    if (options.test_messages.one_sided) s.choose_one_sided(/*test=*/true);
+    if (s.one_sided) {
+      s.transport = std::make_unique<cuda_detail::LoopbackOneSidedTransport>(fabric, s.ranks);
+    } else {
+      s.transport = std::make_unique<cuda_detail::RendezvousTransport>(s.ranks, fabric.device());
+    }
   } else if (fabric.message_area_bytes() > 0) {  // NOTE [ipc rendezvous transport]
     s.transport =
         std::make_unique<cuda_detail::IpcRendezvousTransport>(fabric, place.message_channels);
   } else {
-    s.transport = std::make_unique<cuda_detail::FabricTransport>(fabric, place.message_channels);
+    s.choose_one_sided(/*test=*/false);  // NOTE [one-sided messages]
+    if (s.one_sided) {
+      s.transport =
+          std::make_unique<cuda_detail::FabricOneSidedTransport>(fabric, place.message_channels);
+    } else {
+      s.transport = std::make_unique<cuda_detail::FabricTransport>(fabric, place.message_channels);
+    }
   }
+  if (s.one_sided_refusal.empty() && !s.one_sided)
+    s.one_sided_refusal = "its messages travel through a rendezvous transport";
   for (const int r : s.local_ranks) {  // NOTE [abort relay]: send and receive tokens
     s.use_device_of(r);
     TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.tokens[r]), 2 * sizeof(std::uint64_t)));
@@ -640,6 +656,44 @@ std::int64_t CudaSequenceRunner::message_bytes_sent() const {
   std::lock_guard lock(state_->mutex);
   return state_->message_bytes_sent;
 }
+std::string CudaSequenceRunner::one_sided_refusal() const {
+  return state_->one_sided_refusal;  // fixed at construction
+}
+
+// NOTE [one-sided messages]: every template's messages planned on the place's lane; every
+// process decides alike (the same programs, the same agreed Fabric::one_sided()).
+void CudaSequenceRunner::State::choose_one_sided(bool test) {
+  if (!test && !fabric.one_sided()) {
+    one_sided_refusal = "one-sided messages are off: " + fabric.one_sided_reason();
+    return;
+  }
+  // Each rank's window: its arena where this process knows it, else this process's own (the
+  // NCCL window fabric's arenas are the same size on every rank).
+  const std::int64_t own =
+      fabric.bytes(Buffer{local_ranks.empty() ? 0 : local_ranks[0], Space::kArena, 0});
+  std::vector<std::int64_t> window(static_cast<std::size_t>(ranks), own);
+  for (int r = 0; r < ranks; ++r) {
+    const std::int64_t bytes = fabric.bytes(Buffer{r, Space::kArena, 0});
+    if (bytes > 0) window[static_cast<std::size_t>(r)] = bytes;
+  }
+  const int lanes = place.message_channels + 1;
+  try {
+    for (const program::CallTemplate& t : sequence.templates) {
+      std::vector<int> ops;
+      for (const std::vector<int>* part : {&t.order.order, &t.order.unplaced})
+        for (const int i : *part)
+          if (is_message(t.program.ops[static_cast<std::size_t>(i)])) ops.push_back(i);
+      const auto input =
+          cuda_detail::one_sided_input(t.program, ops, place.region_offset, place.message_channels);
+      (void)messages::plan_one_sided(input, {ranks, lanes, window, /*token=*/true});
+    }
+  } catch (const std::exception& e) {
+    one_sided_refusal = std::string("its messages cannot travel one-sided: ") + e.what();
+    return;
+  }
+  one_sided = true;
+}
+
 std::string CudaSequenceRunner::graphs_unavailable() const {
   // Fixed at construction.
   return state_->no_graph_waits.empty() ? state_->no_slot_graphs : state_->no_graph_waits;

@@ -287,6 +287,10 @@ struct CudaSequenceRunner::State {
   // messages carry (on the first local rank's device).
   std::unique_ptr<cuda_detail::MessageTransport> transport;
   bool has_messages = false;
+  // NOTE [one-sided messages]: whether this runner's messages travel one-sided, and why not.
+  bool one_sided = false;
+  std::string one_sided_refusal;
+  void choose_one_sided(bool test);  // test: the loopback transport, whatever the fabric
   // NOTE [abort relay] (messages.hpp): per local rank its send and receive token words (two
   // words on its device), the relayed-abort word (on the first local rank's device; nullptr
   // without messages), and the verdict a sender's token reads (every word of check_tables).

@@ -4,10 +4,14 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 #include "lsa_peers.hpp"
+#include "nccl_rma.hpp"
 #include "tide/core/env.hpp"
 #include "tide/core/error.hpp"
 #include "tide/cuda/check.hpp"
@@ -57,6 +61,14 @@ struct NcclFabric::State {
   ncclWindow_t rail_window = nullptr;
   detail::LsaPeers main_peers;
   detail::LsaPeers rail_peers;
+  // NOTE [nccl fabric] 5
+  bool host_rma = false;
+  std::string host_rma_reason;
+  ncclWindow_t lane_windows[2] = {nullptr, nullptr};
+  ncclWindow_t token_windows[2] = {nullptr, nullptr};
+  void* token_areas[2] = {nullptr, nullptr};
+  std::mutex numbers_mutex;  // lanes are issued from different threads
+  std::map<std::tuple<int, int, bool>, std::uint64_t> numbers;  // (peer, lane, sending)
   std::atomic<bool> aborted{false};  // set by abort_all(), from any thread
   bool released = false;
 
@@ -120,6 +132,66 @@ struct NcclFabric::State {
     }
   }
 
+  // NOTE [nccl fabric] 5: every rank's (asked && able), agreed on the main communicator.
+  void agree_host_rma(bool asked, cudaStream_t stream, const std::function<void()>& sync) {
+    std::string own;
+    if (!asked) {
+      own = "not requested (NcclFabricOptions::host_rma, TIDE_NCCL_HOST_RMA=1)";
+    } else if (options.message_lanes < 1) {
+      own = "no message lanes (NcclFabricOptions::message_lanes = 0)";
+    } else {
+      own = rma::unavailable_reason();
+    }
+    const int able = own.empty() ? 1 : 0;
+    int* flags = nullptr;  // [0] this rank's, [1] the minimum, [2, 2 + world) every rank's
+    TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&flags),
+                               static_cast<std::size_t>(world + 2) * sizeof(int)));
+    std::vector<int> host(static_cast<std::size_t>(world + 2), 0);
+    try {
+      TIDE_CUDA_CHECK(cudaMemcpyAsync(flags, &able, sizeof(int), cudaMemcpyHostToDevice, stream));
+      settle(main, ncclAllReduce(flags, flags + 1, 1, ncclInt32, ncclMin, main, stream),
+             "ncclAllReduce (host RMA agreement)");
+      settle(main, ncclAllGather(flags, flags + 2, 1, ncclInt32, main, stream),
+             "ncclAllGather (host RMA agreement)");
+      TIDE_CUDA_CHECK(cudaMemcpyAsync(host.data(), flags, host.size() * sizeof(int),
+                                      cudaMemcpyDeviceToHost, stream));
+      sync();
+    } catch (...) {
+      (void)cudaFree(flags);
+      throw;
+    }
+    TIDE_CUDA_CHECK(cudaFree(flags));
+    host_rma = host[1] == 1;
+    if (host_rma) return;
+    host_rma_reason = own;
+    for (int r = 0; r < world && host_rma_reason.empty(); ++r)
+      if (host[static_cast<std::size_t>(r + 2)] == 0)
+        host_rma_reason = "peer " + std::to_string(r) + " lacks it (cannot or did not ask)";
+  }
+
+  // NOTE [nccl fabric] 5: the arena and a zeroed token area as windows of every lane.
+  void register_lane_windows(cudaStream_t stream, const std::function<void()>& sync) {
+    const std::size_t token_bytes = static_cast<std::size_t>(
+        rounded_arena_bytes(static_cast<std::int64_t>(world) * NcclFabric::kTokenRing * 8));
+    for (int l = 0; l < options.message_lanes; ++l) {
+      settle(lanes[l],
+             ncclCommWindowRegister(lanes[l], arena, static_cast<std::size_t>(arena_bytes),
+                                    &lane_windows[l], NCCL_WIN_COLL_SYMMETRIC),
+             "ncclCommWindowRegister(lane, NCCL_WIN_COLL_SYMMETRIC)");
+      settle(nullptr, ncclMemAlloc(&token_areas[l], token_bytes), "ncclMemAlloc (token area)");
+      TIDE_CUDA_CHECK(cudaMemsetAsync(token_areas[l], 0, token_bytes, stream));
+      sync();
+      settle(lanes[l],
+             ncclCommWindowRegister(lanes[l], token_areas[l], token_bytes, &token_windows[l],
+                                    NCCL_WIN_COLL_SYMMETRIC),
+             "ncclCommWindowRegister(token area, NCCL_WIN_COLL_SYMMETRIC)");
+    }
+  }
+
+  static std::int64_t rounded_arena_bytes(std::int64_t bytes) {
+    return NcclFabric::rounded_arena_bytes(bytes);
+  }
+
   ncclConfig_t config(const char* name) const {
     ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
     c.blocking = 0;
@@ -146,6 +218,18 @@ struct NcclFabric::State {
       try {
         detail::destroy_lsa_peers(rail, rail_peers);
         detail::destroy_lsa_peers(main, main_peers);
+        for (int l = 1; l >= 0; --l) {
+          if (token_windows[l] != nullptr) {
+            settle(lanes[l], ncclCommWindowDeregister(lanes[l], token_windows[l]),
+                   "ncclCommWindowDeregister (token area)");
+          }
+          if (lane_windows[l] != nullptr) {
+            settle(lanes[l], ncclCommWindowDeregister(lanes[l], lane_windows[l]),
+                   "ncclCommWindowDeregister (lane)");
+          }
+          if (token_areas[l] != nullptr) (void)ncclMemFree(token_areas[l]);
+          token_areas[l] = nullptr;
+        }
         if (rail_window != nullptr) {
           settle(rail, ncclCommWindowDeregister(rail, rail_window), "ncclCommWindowDeregister");
         }
@@ -284,6 +368,10 @@ NcclFabric::NcclFabric(int rank, int world, std::span<const std::byte> unique_id
     const auto sync = [&] { wait(stream, "LSA peer-pointer table kernel"); };
     s.main_peers = detail::make_lsa_peers(s.main, s.main_window, s.arena, stream, settle, sync);
     s.rail_peers = detail::make_lsa_peers(s.rail, s.rail_window, s.arena, stream, settle, sync);
+    // 5. One-sided messages: agreed by every rank, then the lanes' windows.
+    const auto agree_sync = [&] { wait(stream, "host RMA agreement"); };
+    s.agree_host_rma(options.host_rma || env::flag("TIDE_NCCL_HOST_RMA"), stream, agree_sync);
+    if (s.host_rma) s.register_lane_windows(stream, agree_sync);
   } catch (...) {
     (void)cudaStreamDestroy(stream);
     throw;
@@ -394,6 +482,34 @@ void NcclFabric::settle(ncclComm_t comm, ncclResult_t result, const char* call) 
 ncclComm_t NcclFabric::message_comm(int lane) const {
   if (lane < 0 || lane >= 2) return nullptr;
   return state_->lanes[lane];
+}
+
+bool NcclFabric::host_rma() const {
+  return state_->host_rma;
+}
+
+const std::string& NcclFabric::host_rma_reason() const {
+  return state_->host_rma_reason;
+}
+
+ncclWindow_t NcclFabric::lane_window(int lane) const {
+  if (lane < 0 || lane >= 2) return nullptr;
+  return state_->lane_windows[lane];
+}
+
+ncclWindow_t NcclFabric::lane_token_window(int lane) const {
+  if (lane < 0 || lane >= 2) return nullptr;
+  return state_->token_windows[lane];
+}
+
+std::uint64_t NcclFabric::next_token_number(int peer, int lane, bool sending) {
+  const std::lock_guard<std::mutex> lock(state_->numbers_mutex);
+  return ++state_->numbers[{peer, lane, sending}];
+}
+
+std::uint64_t* NcclFabric::token_area(int lane) const {
+  if (lane < 0 || lane >= 2) return nullptr;
+  return static_cast<std::uint64_t*>(state_->token_areas[lane]);
 }
 
 void NcclFabric::release() noexcept {

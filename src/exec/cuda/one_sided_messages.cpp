@@ -1,0 +1,161 @@
+// Rail messages as one-sided puts: NOTE [one-sided messages] in one_sided_messages.hpp.
+#include "one_sided_messages.hpp"
+
+#include <string>
+
+#include "abort_check.hpp"
+#include "counter_add.hpp"
+#include "program_checks.hpp"
+#include "tide/core/error.hpp"
+#include "tide/cuda/check.hpp"
+
+namespace tide::exec::cuda_detail {
+
+using program::Region;
+
+namespace {
+
+// The destination rows of a descriptor as (first source byte, bytes, window offset).
+template <typename Fn>
+void for_each_row(const Region& dst, std::int64_t region_offset, Fn&& fn) {
+  const std::int64_t base = region_offset + dst.offset;
+  if (contiguous(dst)) {
+    fn(std::int64_t{0}, dst.bytes(), base);
+    return;
+  }
+  for (std::int64_t row = 0; row < dst.rows; ++row)
+    fn(row * dst.width, dst.width, base + row * dst.pitch);
+}
+
+}  // namespace
+
+std::vector<messages::OneSidedMessage> one_sided_input(const program::Program& p,
+                                                       std::span<const int> ops,
+                                                       std::int64_t region_offset, int lane) {
+  std::vector<messages::OneSidedMessage> out;
+  for (const int i : ops) {
+    const program::Op& op = p.ops[static_cast<std::size_t>(i)];
+    int from = 0, to = 0;
+    if (!crosses_ranks(op, from, to)) continue;
+    messages::OneSidedMessage m{from, to, lane, {}};
+    if (op.is<program::RailPutOp>()) {
+      for (const program::CopyDescriptor& c : program::copies_of(op)) {
+        if (c.src.bytes() == 0) continue;
+        if (c.dst.buffer.space != program::Space::kArena) {
+          m.pieces.push_back({c.src.bytes(), c.dst.bytes(), messages::kNotInWindow});
+          continue;
+        }
+        if (!contiguous(c.dst) && c.src.bytes() != c.dst.bytes()) {
+          throw InvalidArgument("one-sided messages: op " + std::to_string(i) + " copies " +
+                                std::to_string(c.src.bytes()) + " bytes into a destination of " +
+                                std::to_string(c.dst.bytes()) +
+                                "; a descriptor's source and destination must hold the same bytes");
+        }
+        if (contiguous(c.dst)) {
+          m.pieces.push_back({c.src.bytes(), c.dst.bytes(), region_offset + c.dst.offset});
+          continue;
+        }
+        for_each_row(c.dst, region_offset,
+                     [&](std::int64_t, std::int64_t bytes, std::int64_t offset) {
+                       m.pieces.push_back({bytes, bytes, offset});
+                     });
+      }
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+void OneSidedTransport::send(int, int, const void*, std::size_t, cudaStream_t) {
+  throw InternalError("OneSidedTransport: a two-sided send on a one-sided runner");
+}
+
+void OneSidedTransport::recv(int, int, void*, std::size_t, cudaStream_t) {
+  throw InternalError("OneSidedTransport: a two-sided receive on a one-sided runner");
+}
+
+void FabricOneSidedTransport::put_signal(int, int to, const void* data, std::size_t bytes,
+                                         std::int64_t window_offset, cudaStream_t stream) {
+  fabric_.put_signal(data, bytes, to, window_offset, lane_, stream);
+}
+
+void FabricOneSidedTransport::put_token(int, int to, const std::uint64_t* token,
+                                        std::uint64_t number, cudaStream_t stream) {
+  fabric_.put_token(token, to, number, lane_, stream);
+}
+
+void FabricOneSidedTransport::wait_signals(int, int from, int count, cudaStream_t stream) {
+  fabric_.wait_signals(from, count, lane_, stream);
+}
+
+std::uint64_t FabricOneSidedTransport::next_token_number(int, int peer, bool sending) {
+  return fabric_.next_token_number(peer, lane_, sending);
+}
+
+const std::uint64_t* FabricOneSidedTransport::token_slot(int, int from,
+                                                         std::uint64_t number) const {
+  return fabric_.token_slot(from, number, lane_);
+}
+
+std::string FabricOneSidedTransport::capture_refusal() const {
+  return "its rail messages are one-sided NCCL puts (ncclPutSignal / ncclWaitSignal), which "
+         "NCCL's nccl.h does not document as capturable into CUDA graphs (NOTE [one-sided "
+         "messages]); unset TIDE_NCCL_HOST_RMA for capturable two-sided messages";
+}
+
+void route_one_sided(const program::Op& op, std::int64_t region_offset, Message& m) {
+  OneSidedRoute route;
+  route.one_sided = true;
+  if (op.is<program::RailPutOp>()) {
+    std::size_t part = 0;
+    for (const program::CopyDescriptor& c : program::copies_of(op)) {
+      if (c.src.bytes() == 0) continue;
+      if (c.dst.buffer.space != program::Space::kArena) {
+        throw InternalError("route_one_sided: a destination outside the window was planned");
+      }
+      for_each_row(
+          c.dst, region_offset, [&](std::int64_t first, std::int64_t bytes, std::int64_t offset) {
+            route.puts.push_back(
+                {part, static_cast<std::size_t>(first), static_cast<std::size_t>(bytes), offset});
+          });
+      ++part;
+    }
+    if (part != m.parts.size()) throw InternalError("route_one_sided: parts and descriptors");
+  }
+  route.signals = static_cast<int>(route.puts.size()) + 1;  // and the token
+  m.route = std::move(route);
+}
+
+void enqueue_one_sided_message(const Message& m, OneSidedTransport& t, cudaStream_t rail,
+                               cudaStream_t op_stream, const MessageRelay& relay) {
+  const std::uint64_t number = t.next_token_number(m.self, m.peer, m.sender);
+  if (m.sender) {
+    // 1.
+    TIDE_CUDA_CHECK(cudaEventRecord(m.ready, op_stream));
+    TIDE_CUDA_CHECK(cudaStreamWaitEvent(rail, m.ready, 0));
+    // 2.
+    for (const MessagePart& p : m.parts) {
+      if (!p.strided) continue;
+      TIDE_CUDA_CHECK(cudaMemcpy2DAsync(p.data, p.width, p.region, p.pitch, p.width, p.rows,
+                                        cudaMemcpyDeviceToDevice, rail));
+    }
+    for (const OneSidedPut& put : m.route.puts) {
+      const auto* data = static_cast<const std::byte*>(m.parts[put.part].data);
+      t.put_signal(m.self, m.peer, data + put.first, put.bytes, put.window_offset, rail);
+    }
+    // 3. NOTE [abort relay] 1, numbered.
+    launch_abort_token(relay.verdict, relay.send_token, rail, number << 1);
+    t.put_token(m.self, m.peer, relay.send_token, number, rail);
+    // 4.
+    TIDE_CUDA_CHECK(cudaEventRecord(m.sent, rail));
+    TIDE_CUDA_CHECK(cudaStreamWaitEvent(op_stream, m.sent, 0));
+    return;
+  }
+  // 5.
+  t.wait_signals(m.self, m.peer, m.route.signals, rail);
+  // 6. NOTE [abort relay] 2, numbered.
+  launch_relayed_counter_add(m.counter, m.value, t.token_slot(m.self, m.peer, number), relay.relay,
+                             rail, relay.own_abort, number << 1);
+}
+
+}  // namespace tide::exec::cuda_detail
