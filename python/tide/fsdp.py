@@ -439,10 +439,13 @@ def report(module: nn.Module) -> list[dict]:
     not the first choice, e.g. ipc for ranks sharing a GPU), all_gathers, reduce_scatters,
     copy_bytes_avoided (FSDP2's layout copies that TIDE calls did not make), copy_bytes_made
     and copies (the copies they still made, by kind, and why: docs/fsdp.md),
-    all_gather_replays and reduce_scatter_replays (GPU calls that launched their slot's CUDA
-    graph: tens of microseconds of host time; docs/runtime.md), rail_messages and
+    all_gather_replays and reduce_scatter_replays (GPU calls that replayed their slot's CUDA
+    graph: tens of microseconds of host time; docs/runtime.md) and all_gather_graph_captures
+    and reduce_scatter_graph_captures (calls that captured it), rail_messages and
     rail_message_bytes (what this rank sent to ranks of other hosts as rail messages:
-    docs/runtime.md, Hosts), stock_calls, params, slot (its
+    docs/runtime.md, Hosts) with message_path ("<all-gather>/<reduce-scatter>": "two-sided",
+    "one-sided", "ipc-rendezvous" or "none"; "" without rail messages) and
+    message_path_reason (why not one-sided), stock_calls, params, slot (its
     landing slot id: groups of one id share the memory; -1: its own) with slot_reason (why its
     own), deferred_prefetches (prefetches that found the slot held and waited for the group's
     own unshard), landing_bytes, and all_gather_lane / reduce_scatter_lane ("tide-ag",
@@ -471,8 +474,12 @@ def _stock_row(name: str, fsdp_group, reason: str) -> dict:
         "copies": {},
         "all_gather_replays": 0,
         "reduce_scatter_replays": 0,
+        "all_gather_graph_captures": 0,
+        "reduce_scatter_graph_captures": 0,
         "rail_messages": 0,
         "rail_message_bytes": 0,
+        "message_path": "",
+        "message_path_reason": "",
         "all_gather_lane": "",
         "reduce_scatter_lane": "",
         "lane_reason": "",
@@ -527,8 +534,12 @@ def _row(group) -> dict:
         "copies": copies,
         "all_gather_replays": int(stats.get("all_gather_replays", 0)),
         "reduce_scatter_replays": int(stats.get("reduce_scatter_replays", 0)),
+        "all_gather_graph_captures": int(stats.get("all_gather_graph_captures", 0)),
+        "reduce_scatter_graph_captures": int(stats.get("reduce_scatter_graph_captures", 0)),
         "rail_messages": int(stats.get("rail_messages", 0)),
         "rail_message_bytes": int(stats.get("rail_message_bytes", 0)),
+        "message_path": str(stats.get("message_path", "")),
+        "message_path_reason": str(stats.get("message_path_reason", "")),
         "stock_calls": group.stock_calls,
         "params": len(group.fsdp_group.fsdp_params),
         "active": on_tide and group.active,

@@ -153,11 +153,12 @@ struct WorkerResult {
   int calls = 0;
   std::int64_t mismatches = 0;
   std::int64_t replays = 0;        // calls that ran as replayed CUDA graphs (GPU backends)
+  std::int64_t captures = 0;       // calls that captured their slot's graph (then launched it)
   std::int64_t rail_messages = 0;  // sent to ranks of other hosts (--nodes-as-hosts)
   std::int64_t rail_message_bytes = 0;
   std::vector<std::string> lanes;  // per group: "<all-gather lane>/<reduce-scatter lane>"
-  // per group: "<all-gather>/<reduce-scatter>" one-sided or two-sided (NOTE [one-sided
-  // messages]), with the reason where two-sided
+  // per group: GroupStats::message_path (NOTE [one-sided messages]), with the reason where
+  // not one-sided; empty where the group sends no messages
   std::vector<std::string> message_paths;
   std::string error;
   runtime::ArenaInfo arena;
@@ -347,6 +348,7 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
                            (info.lane_reason.empty() ? "" : " (" + info.lane_reason + ")"));
     const runtime::GroupStats s = comm->stats(id);
     result.replays += s.all_gather_replays + s.reduce_scatter_replays;
+    result.captures += s.all_gather_graph_captures + s.reduce_scatter_graph_captures;
     result.rail_messages += s.rail_messages;
     result.rail_message_bytes += s.rail_message_bytes;
     result.message_paths.push_back(
@@ -495,6 +497,7 @@ void run_check_runtime(CheckRuntimeArgs a) {
                {"calls", r.calls},
                {"mismatches", r.mismatches},
                {"replays", r.replays},
+               {"captures", r.captures},
                {"rail_messages", r.rail_messages},
                {"rail_message_bytes", r.rail_message_bytes},
                {"lanes", r.lanes},

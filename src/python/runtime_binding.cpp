@@ -171,6 +171,10 @@ class PyCommunicator {
     d["gradient_bytes_staged"] = s.gradient_bytes_staged;
     d["all_gather_replays"] = s.all_gather_replays;
     d["reduce_scatter_replays"] = s.reduce_scatter_replays;
+    d["all_gather_graph_captures"] = s.all_gather_graph_captures;
+    d["reduce_scatter_graph_captures"] = s.reduce_scatter_graph_captures;
+    d["message_path"] = s.message_path;
+    d["message_path_reason"] = s.message_path_reason;
     d["rail_messages"] = s.rail_messages;
     d["rail_message_bytes"] = s.rail_message_bytes;
     return d;

@@ -222,18 +222,24 @@ void CudaCommunicator::abort(const std::string& reason) {
 void CudaCommunicator::add_path_stats(int group, GroupStats& stats) const {
   if (!committed()) return;
   const auto at = static_cast<std::size_t>(2 * group);
-  stats.all_gather_replays = runners_[at]->graph_launches();
-  stats.reduce_scatter_replays = runners_[at + 1]->graph_launches();
+  const exec::CudaSequenceRunner& ag_runner = *runners_[at];
+  const exec::CudaSequenceRunner& rs_runner = *runners_[at + 1];
+  // Captures first: a call captures and launches under the runner's lock, so replays >= 0.
+  stats.all_gather_graph_captures = ag_runner.graph_captures();
+  stats.reduce_scatter_graph_captures = rs_runner.graph_captures();
+  stats.all_gather_replays = ag_runner.graph_launches() - stats.all_gather_graph_captures;
+  stats.reduce_scatter_replays = rs_runner.graph_launches() - stats.reduce_scatter_graph_captures;
   // NOTE [runtime] 9: what this rank sent to ranks of other hosts.
-  stats.rail_messages = runners_[at]->messages_sent() + runners_[at + 1]->messages_sent();
-  stats.rail_message_bytes =
-      runners_[at]->message_bytes_sent() + runners_[at + 1]->message_bytes_sent();
-  // NOTE [one-sided messages]: each sequence's path, and why two-sided.
-  const std::string ag = runners_[at]->one_sided_refusal();
-  const std::string rs = runners_[at + 1]->one_sided_refusal();
-  stats.message_path = std::string(ag.empty() ? "one-sided" : "two-sided") + "/" +
-                       (rs.empty() ? "one-sided" : "two-sided");
-  stats.message_path_reason = ag.empty() ? rs : ag;
+  stats.rail_messages = ag_runner.messages_sent() + rs_runner.messages_sent();
+  stats.rail_message_bytes = ag_runner.message_bytes_sent() + rs_runner.message_bytes_sent();
+  // NOTE [one-sided messages]: each sequence's path, and why not one-sided.
+  const std::string ag = ag_runner.message_path();
+  const std::string rs = rs_runner.message_path();
+  if (ag.empty() && rs.empty()) return;  // every peer addressable: no messages
+  stats.message_path = (ag.empty() ? "none" : ag) + "/" + (rs.empty() ? "none" : rs);
+  for (const exec::CudaSequenceRunner* r : {&ag_runner, &rs_runner})
+    if (!r->message_path().empty() && stats.message_path_reason.empty())
+      stats.message_path_reason = r->one_sided_refusal();
 }
 
 void CudaCommunicator::commit() {

@@ -432,6 +432,7 @@ int slot_policy_case(Topo topo, RsSubSlices geometry, const CudaSequenceOptions&
     EXPECT_EQ(captures, 2 * q);
     EXPECT_EQ(launches, 5 * q);
   }
+  EXPECT_EQ(h.runner().message_path(), node > 0 ? "test-rendezvous" : "");
   if (node > 0) {
     EXPECT_GT(h.runner().message_ops(), 0.0);
     // Every call's sends counted, replays included.
@@ -1386,6 +1387,7 @@ void expect_messages(const CudaSequenceRunner& runner) {
   EXPECT_GT(runner.message_ops(), 0.0);
   EXPECT_GT(runner.messages_sent(), 0);
   EXPECT_EQ(runner.graphs_unavailable(), "");
+  EXPECT_EQ(runner.message_path(), "test-rendezvous");
 }
 
 class RsMessages : public ::testing::TestWithParam<std::tuple<Topo, bool, RsSubSlices>> {};
@@ -1485,6 +1487,7 @@ CudaSequenceOptions one_sided_messages(Topo topo) {
 void expect_one_sided(const CudaSequenceRunner& runner) {
   EXPECT_GT(runner.messages_sent(), 0);
   EXPECT_EQ(runner.one_sided_refusal(), "");
+  EXPECT_EQ(runner.message_path(), "test-one-sided");
   EXPECT_NE(runner.graphs_unavailable().find("one-sided"), std::string::npos)
       << runner.graphs_unavailable();
   EXPECT_EQ(runner.graph_launches(), 0);

@@ -674,6 +674,17 @@ def run_case(case, world, rank, seed):
                     failures.append(f"(p): {r['group']}: no reason for TIDE-RS: {r['lane_reason']!r}")
             if r["backend"] == "tide" and lanes != want:
                 failures.append(f"(p): {r['group']} ran on lanes {lanes}, expected {want}: {r['lane_reason']!r}")
+    for r in final:  # how the rail messages travelled (GroupStats::message_path)
+        if r["backend"] != "tide" or not r["rail_messages"]:
+            continue
+        parts = r["message_path"].split("/")
+        allowed = {"ipc": {"ipc-rendezvous", "none"}, "nccl": {"one-sided", "two-sided", "none"},
+                   "host": {""}}.get(r["runtime_backend"], set())
+        if r["runtime_backend"] == "host":
+            parts = [r["message_path"]]
+        if not set(parts) <= allowed or parts == ["none", "none"]:
+            failures.append(f"{r['group']}: {r['rail_messages']} rail messages on "
+                            f"{r['runtime_backend']} by message path {r['message_path']!r}")
     stats["fallbacks"] = list(fallbacks.values())
     stats["failures"] = failures
     stats["max_groups_held"] = cap_s.max_held  # the most groups unsharded or in flight at once (stock)

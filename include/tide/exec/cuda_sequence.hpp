@@ -488,6 +488,11 @@ class CudaSequenceRunner {
   // src/exec/cuda/one_sided_messages.hpp: opt-in, Fabric::one_sided()). Fixed at construction,
   // the same on every process.
   std::string one_sided_refusal() const;
+  // How this runner's messages travel: "two-sided" (NCCL ncclSend / ncclRecv), "one-sided"
+  // (NCCL put and signal), "ipc-rendezvous" (NOTE [ipc rendezvous transport]), or a one-GPU
+  // test transport's name ("test-rendezvous", "test-one-sided"); empty where its calls send
+  // no messages (every peer addressable). Fixed at construction.
+  std::string message_path() const;
   // Message sides (sends and receives) of the local ranks per call, averaged over the
   // templates (NOTE [CUDA call sequences] 6); 0 where every put and signal stores directly.
   double message_ops() const;

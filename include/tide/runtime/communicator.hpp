@@ -272,16 +272,21 @@ struct GroupStats {
   // nccl backend: calls that ran as a launch of their slot's CUDA graph (pointers unchanged,
   // or re-pointed: all-gathers; tens of microseconds of host time), the others on the stream
   // path. A reduce-scatter whose gradients cannot be re-pointed launches its graph when they
-  // are where the slot's graph holds them (NOTE [slot graph policy]). Captures count here too.
+  // are where the slot's graph holds them (NOTE [slot graph policy]). The calls that captured
+  // and instantiated a slot graph (and then launched it) are counted apart, as captures.
   std::int64_t all_gather_replays = 0;
   std::int64_t reduce_scatter_replays = 0;
+  std::int64_t all_gather_graph_captures = 0;
+  std::int64_t reduce_scatter_graph_captures = 0;
   // Rail messages this rank sent for these calls, and their bytes (NOTE [runtime] 9: the
   // traffic to ranks of other hosts; 0 where every peer is addressable).
   std::int64_t rail_messages = 0;
   std::int64_t rail_message_bytes = 0;
-  // nccl backend: how the group's rail messages travel, "<all-gather>/<reduce-scatter>", each
-  // "one-sided" (ncclPutSignal, NOTE [one-sided messages]) or "two-sided" (empty elsewhere);
-  // message_path_reason says why a sequence is two-sided where one-sided was asked for.
+  // GPU backends: how the group's rail messages travel, "<all-gather>/<reduce-scatter>", each
+  // CudaSequenceRunner::message_path() ("two-sided", "one-sided", "ipc-rendezvous") or "none"
+  // where that collective sends none; empty where neither sends any (every peer addressable,
+  // and on the host backend). message_path_reason: why the first that sends messages is not
+  // one-sided (CudaSequenceRunner::one_sided_refusal()), empty where it is.
   std::string message_path;
   std::string message_path_reason;
 };

@@ -75,6 +75,7 @@ class IpcRendezvousTransport final : public MessageTransport {
   // after `timeout_ns` of the device's global timer.
   IpcRendezvousTransport(const fabric::Fabric& fabric, int channels,
                          std::uint64_t timeout_ns = kIpcRendezvousTimeoutNs);
+  const char* path() const override { return "ipc-rendezvous"; }
 
   // Enqueue on `stream`, whose device must be current; `from` (send) or `to` (recv) is a rank
   // of this process. Host calls never wait for the device.

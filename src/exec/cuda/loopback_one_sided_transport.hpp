@@ -43,6 +43,7 @@ class LoopbackOneSidedTransport final : public OneSidedTransport {
   ~LoopbackOneSidedTransport() override;
   LoopbackOneSidedTransport(const LoopbackOneSidedTransport&) = delete;
   LoopbackOneSidedTransport& operator=(const LoopbackOneSidedTransport&) = delete;
+  const char* path() const override { return "test-one-sided"; }
 
   void put_signal(int from, int to, const void* data, std::size_t bytes, std::int64_t window_offset,
                   cudaStream_t stream) override;

@@ -191,9 +191,12 @@ struct Message {
 // outside a graph (empty: it may, as where the matching is numbered on the device). The
 // runner's own slot graphs need both empty (each process decides them from its own
 // bindings); a caller's capture, which the caller makes on every rank alike, needs the first.
+// path() names how messages travel, for reports: "two-sided" (NCCL send/receive),
+// "one-sided" (NCCL put/signal), "ipc-rendezvous", or a one-GPU test transport's name.
 class MessageTransport {
  public:
   virtual ~MessageTransport() = default;
+  virtual const char* path() const = 0;
   virtual void send(int from, int to, const void* data, std::size_t bytes, cudaStream_t stream) = 0;
   virtual void recv(int to, int from, void* data, std::size_t bytes, cudaStream_t stream) = 0;
   virtual void release() noexcept {}
@@ -206,6 +209,7 @@ class MessageTransport {
 class FabricTransport final : public MessageTransport {
  public:
   explicit FabricTransport(fabric::Fabric& fabric, int lane = 0) : fabric_(fabric), lane_(lane) {}
+  const char* path() const override { return "two-sided"; }
   void send(int from, int to, const void* data, std::size_t bytes, cudaStream_t stream) override;
   void recv(int to, int from, void* data, std::size_t bytes, cudaStream_t stream) override;
   // ncclSend / ncclRecv are capturable (NCCL >= 2.9), but NCCL needs a send and its receive

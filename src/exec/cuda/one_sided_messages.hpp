@@ -114,6 +114,7 @@ class OneSidedTransport : public MessageTransport {
 class FabricOneSidedTransport final : public OneSidedTransport {
  public:
   FabricOneSidedTransport(fabric::Fabric& fabric, int lane) : fabric_(fabric), lane_(lane) {}
+  const char* path() const override { return "one-sided"; }
   void put_signal(int from, int to, const void* data, std::size_t bytes, std::int64_t window_offset,
                   cudaStream_t stream) override;
   void put_token(int from, int to, const std::uint64_t* token, std::uint64_t number,

@@ -84,6 +84,7 @@ class RendezvousTransport final : public MessageTransport {
   ~RendezvousTransport() override;
   RendezvousTransport(const RendezvousTransport&) = delete;
   RendezvousTransport& operator=(const RendezvousTransport&) = delete;
+  const char* path() const override { return "test-rendezvous"; }
 
   // Enqueue on `stream`, whose device must be current. Not thread-safe: the caller serialises
   // (the runner's lock).

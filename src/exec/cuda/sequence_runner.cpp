@@ -659,6 +659,9 @@ std::int64_t CudaSequenceRunner::message_bytes_sent() const {
 std::string CudaSequenceRunner::one_sided_refusal() const {
   return state_->one_sided_refusal;  // fixed at construction
 }
+std::string CudaSequenceRunner::message_path() const {
+  return state_->has_messages ? state_->transport->path() : "";  // fixed at construction
+}
 
 // NOTE [one-sided messages]: every template's messages planned on the place's lane; every
 // process decides alike (the same programs, the same agreed Fabric::one_sided()).
