@@ -53,7 +53,8 @@
 // Tests: the plan against a brute-force reference and the runtime's templates routed as planned
 // (CPU: tests/exec/one_sided_plan_test.cpp, one_sided_messages_test.cpp); the runner's calls
 // one-sided on one GPU through the loopback transport (NOTE [loopback one-sided transport];
-// RsOneSided, AllGatherOneSidedLandsEveryShard in cuda_sequence_test.cpp, not run yet).
+// RsOneSided, AllGatherOneSidedLandsEveryShard in cuda_sequence_test.cpp: bitwise on the H200,
+// bench/results/ipc/runs-2026-12-04-s37/).
 // Graphs: nccl.h does not say ncclPutSignal / ncclWaitSignal may be captured, so the transport
 // refuses capture (capture_refusal() and per_process_refusal()): a one-sided runner runs its
 // calls on the stream path, without slot graphs; a caller's capture is refused.
