@@ -41,6 +41,10 @@ std::uint64_t Fabric::next_token_number(int, int, bool) {
   no_one_sided(*this);
 }
 
+std::uint64_t* Fabric::token_source(int, std::uint64_t, int) {
+  no_one_sided(*this);
+}
+
 const std::uint64_t* Fabric::token_slot(int, std::uint64_t, int) const {
   no_one_sided(*this);
 }

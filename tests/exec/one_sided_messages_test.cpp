@@ -54,8 +54,12 @@ std::string check_template(const program::CallTemplate& t, int node, int ranks) 
   for (std::size_t k = 0; k < ops.size(); ++k) {
     const program::Op& op = t.program.ops[static_cast<std::size_t>(ops[k])];
     exec::cuda_detail::Message m;
-    for (const program::CopyDescriptor& c : program::copies_of(op))
-      if (c.src.bytes() > 0) m.parts.emplace_back();
+    std::vector<std::int64_t> source_of_part;  // each part's source offset in the window
+    for (const program::CopyDescriptor& c : program::copies_of(op)) {
+      if (c.src.bytes() == 0) continue;
+      m.parts.emplace_back();
+      source_of_part.push_back(kRegion + c.src.offset);
+    }
     exec::cuda_detail::route_one_sided(op, kRegion, m);
     EXPECT_TRUE(m.route.one_sided);
     EXPECT_EQ(m.route.signals, plan.messages[k].signals) << "message " << k;
@@ -68,6 +72,7 @@ std::string check_template(const program::CallTemplate& t, int node, int ranks) 
       EXPECT_EQ(want.message, static_cast<int>(k));
       EXPECT_EQ(static_cast<std::int64_t>(put.bytes), want.bytes);
       EXPECT_EQ(put.window_offset, want.offset);
+      EXPECT_EQ(source_of_part[put.part] + static_cast<std::int64_t>(put.first), want.src_offset);
       EXPECT_EQ(want.lane, 1);
     }
   }

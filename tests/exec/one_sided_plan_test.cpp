@@ -45,14 +45,15 @@ Reference reference(const std::vector<OneSidedMessage>& ms, int ranks, int lanes
         break;
       }
       if (p.bytes == 0) continue;
-      if (p.dst_offset == kNotInWindow) {
+      if (p.dst_offset == kNotInWindow || p.src_offset == kNotInWindow) {
         r.error = "unsupported";
         break;
       }
       const std::int64_t w = window[static_cast<std::size_t>(m.to)];
-      bool inside = p.dst_offset >= 0;
-      for (std::int64_t b = p.dst_offset; inside && b < p.dst_offset + p.bytes; ++b)
-        inside = b < w;
+      const std::int64_t ws = window[static_cast<std::size_t>(m.from)];
+      bool inside = p.dst_offset >= 0 && p.src_offset >= 0;
+      for (std::int64_t b = 0; inside && b < p.bytes; ++b)
+        inside = p.dst_offset + b < w && p.src_offset + b < ws;
       if (!inside) {
         r.error = "invalid";
         break;
@@ -81,7 +82,8 @@ Reference reference(const std::vector<OneSidedMessage>& ms, int ranks, int lanes
     int data = 0;
     for (const OneSidedPiece& p : m.pieces) {
       if (p.bytes == 0) continue;
-      r.puts.push_back({static_cast<int>(i), m.from, m.to, m.lane, p.dst_offset, p.bytes});
+      r.puts.push_back(
+          {static_cast<int>(i), m.from, m.to, m.lane, p.dst_offset, p.bytes, p.src_offset});
       ++data;
     }
     const int signals = data + (token ? 1 : 0) + (!token && data == 0 ? 1 : 0);
@@ -107,8 +109,10 @@ std::optional<std::string> run(const std::vector<OneSidedMessage>& ms, const One
   return std::nullopt;
 }
 
-// A random call: destinations carved from disjoint slots of each receiver's window, then (at
-// times) one fault: an overlap, a piece past the window, a byte mismatch, caller memory.
+// A random call: destinations carved from disjoint slots of each receiver's window, sources
+// anywhere in the sender's (past it where it is the smaller), then (at times) one fault: an
+// overlap, a piece past the window, a byte mismatch, caller memory as the destination or the
+// source, a source past the sender's window.
 std::vector<OneSidedMessage> random_call(std::mt19937_64& rng, int ranks, int lanes,
                                          const std::vector<std::int64_t>& window) {
   std::uniform_int_distribution<int> count(0, 12), rank(0, ranks - 1), lane(0, lanes - 1),
@@ -129,7 +133,10 @@ std::vector<OneSidedMessage> random_call(std::mt19937_64& rng, int ranks, int la
                                            : std::uniform_int_distribution<std::int64_t>(
                                                  0, std::min<std::int64_t>(room, 24))(rng);
       const std::int64_t gap = std::uniform_int_distribution<std::int64_t>(0, 3)(rng);
-      m.pieces.push_back({bytes, bytes, bytes == 0 ? 0 : at});
+      const std::int64_t source_room =
+          std::max<std::int64_t>(0, window[static_cast<std::size_t>(m.from)] - bytes);
+      const std::int64_t source = std::uniform_int_distribution<std::int64_t>(0, source_room)(rng);
+      m.pieces.push_back({bytes, bytes, bytes == 0 ? 0 : at, source});
       at += bytes + gap;
     }
   }
@@ -141,7 +148,7 @@ std::vector<OneSidedMessage> random_call(std::mt19937_64& rng, int ranks, int la
   }
   OneSidedPiece& p =
       m.pieces[std::uniform_int_distribution<std::size_t>(0, m.pieces.size() - 1)(rng)];
-  switch (std::uniform_int_distribution<int>(0, 3)(rng)) {
+  switch (std::uniform_int_distribution<int>(0, 5)(rng)) {
     case 0:
       p.dst_offset = std::max<std::int64_t>(0, p.dst_offset - 5);  // may overlap its neighbour
       if (p.bytes == 0) p.bytes = p.expected_bytes = 1;
@@ -153,9 +160,17 @@ std::vector<OneSidedMessage> random_call(std::mt19937_64& rng, int ranks, int la
     case 2:
       p.expected_bytes = p.bytes + 1;
       break;
-    default:
+    case 3:
       p.dst_offset = kNotInWindow;
       if (p.bytes == 0) p.bytes = p.expected_bytes = 3;
+      break;
+    case 4:
+      p.src_offset = kNotInWindow;
+      if (p.bytes == 0) p.bytes = p.expected_bytes = 3;
+      break;
+    default:
+      if (p.bytes == 0) p.bytes = p.expected_bytes = 2;
+      p.src_offset = window[static_cast<std::size_t>(m.from)] - p.bytes + 1;
       break;
   }
   return ms;
@@ -186,8 +201,8 @@ TEST(OneSidedPlan, RandomCallsMatchTheReference) {
     for (std::size_t i = 0; i < plan.puts.size(); ++i) {
       const PlannedPut& a = plan.puts[i];
       const PlannedPut& b = want.puts[i];
-      EXPECT_EQ(std::tie(a.message, a.from, a.to, a.lane, a.offset, a.bytes),
-                std::tie(b.message, b.from, b.to, b.lane, b.offset, b.bytes))
+      EXPECT_EQ(std::tie(a.message, a.from, a.to, a.lane, a.offset, a.bytes, a.src_offset),
+                std::tie(b.message, b.from, b.to, b.lane, b.offset, b.bytes, b.src_offset))
           << "trial " << trial << " put " << i;
     }
     ASSERT_EQ(plan.messages.size(), ms.size());
@@ -256,6 +271,22 @@ TEST_F(OneSidedPlanRefuses, CallerMemoryAsUnsupported) {
                Unsupported);
   const std::string what = message_of({{0, 1, 0, {{8, 8, kNotInWindow}}}});
   EXPECT_NE(what.find("two-sided messages"), std::string::npos) << what;
+  // A source in caller memory (staged shards, gradients): NCCL puts only from a window.
+  const std::vector<OneSidedMessage> from_caller{{0, 1, 0, {{8, 8, 0, kNotInWindow}}}};
+  EXPECT_THROW((void)plan_one_sided(from_caller, limits()), Unsupported);
+  const std::string source = message_of(from_caller);
+  EXPECT_NE(source.find("the source is not in the sender's registered window"), std::string::npos)
+      << source;
+}
+
+TEST_F(OneSidedPlanRefuses, ASourceOutsideTheSendersWindow) {
+  window = {16, 64, 64};
+  const std::string what = message_of({{0, 1, 0, {{8, 8, 0, 12}}}});
+  EXPECT_NE(what.find("source bytes [12, 12 + 8) are outside the sender's window of 16 bytes"),
+            std::string::npos)
+      << what;
+  EXPECT_NO_THROW(
+      (void)plan_one_sided(std::vector<OneSidedMessage>{{0, 1, 0, {{8, 8, 0, 8}}}}, limits()));
 }
 
 TEST_F(OneSidedPlanRefuses, BadRanksLanesAndLimits) {

@@ -29,12 +29,13 @@
 // - One-sided messages (NOTE [one-sided messages] in src/exec/cuda/one_sided_messages.hpp):
 //   where one_sided() (the same answer on every process; opt-in, NCCL >= 2.29) the runner may
 //   carry messages as puts into the receiver's window instead of send()/recv(): put_signal()
-//   writes at an offset of the peer's window (arena offsets, as program::Region's), put_token()
-//   writes an 8-byte abort token into the peer's token slot for this rank's k-th token on the
-//   lane (next_token_number()), and each adds one signal at the peer; wait_signals() waits on
-//   the stream for `count` more signals from a peer; token_slot() is where a peer's k-th token
-//   lands here. one_sided_reason() says why one_sided() is false. Fabrics without them throw
-//   tide::Unsupported.
+//   writes at an offset of the peer's window (arena offsets, as program::Region's) from this
+//   rank's window (its arena), put_token() writes an 8-byte abort token from this rank's send
+//   slot for its k-th token to the peer on the lane (token_source(), numbered by
+//   next_token_number()) into the peer's token slot for it, and each adds one signal at the
+//   peer; wait_signals() waits on the stream for `count` more signals from a peer;
+//   token_slot() is where a peer's k-th token lands here. one_sided_reason() says why one_sided()
+//   is false. Fabrics without them throw tide::Unsupported.
 // - release() gives up every allocation without freeing it (device work that could not be
 //   drained may still use it).
 #pragma once
@@ -110,6 +111,7 @@ class Fabric {
   // 1, 2, ... for the tokens this process sends to (receives from) `peer` on `lane`, in issue
   // order: the same number on both sides of a message.
   virtual std::uint64_t next_token_number(int peer, int lane, bool sending);
+  virtual std::uint64_t* token_source(int peer, std::uint64_t number, int lane);
   virtual const std::uint64_t* token_slot(int peer, std::uint64_t number, int lane) const;
 
   virtual void release() noexcept = 0;

@@ -32,7 +32,8 @@
 //      lanes) to an ncclAllReduce(min) on the main communicator, and an ncclAllGather of the
 //      same flags names a rank that cannot; both run on every rank whether it asks or not.
 //      Where all agree, each message lane registers the arena (NCCL_WIN_COLL_SYMMETRIC) and a
-//      token area (ncclMemAlloc, zeroed: kTokenRing 8-byte slots per sender) on its
+//      token area (ncclMemAlloc, zeroed: kTokenRing 8-byte slots per sender to receive, then
+//      kTokenRing per receiver to send from, since NCCL puts only from a window) on its
 //      communicator, for ncclPutSignal / ncclWaitSignal (src/fabric/nccl/nccl_rma.hpp; NOTE
 //      [one-sided messages]). Otherwise host_rma() is false and host_rma_reason() says why
 //      ("not requested", "NCCL 2.28.9 < 2.29", "rank 3 cannot: ...").
@@ -159,11 +160,12 @@ class NcclFabric {
   // and why not (empty when on).
   bool host_rma() const;
   const std::string& host_rma_reason() const;
-  // Token slots per sender in a lane's token area: slot p * kTokenRing + (k mod kTokenRing)
-  // holds sender p's k-th token on that lane.
+  // Token slots in a lane's token area: slot p * kTokenRing + (k mod kTokenRing) holds sender
+  // p's k-th token on that lane; slot (world() + q) * kTokenRing + (k mod kTokenRing) is where
+  // this rank writes its k-th token to q before putting it.
   static constexpr int kTokenRing = 64;
   // With host_rma(): lane `lane`'s windows over the arena and over the token area, and this
-  // rank's token area (device, world() * kTokenRing words); nullptr otherwise.
+  // rank's token area (device, 2 * world() * kTokenRing words); nullptr otherwise.
   ncclWindow_t lane_window(int lane) const;
   ncclWindow_t lane_token_window(int lane) const;
   std::uint64_t* token_area(int lane) const;

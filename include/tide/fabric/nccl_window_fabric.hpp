@@ -108,6 +108,7 @@ class NcclWindowFabric final : public Fabric {
   void signal(int peer, int lane, cudaStream_t stream) override;
   void wait_signals(int peer, int count, int lane, cudaStream_t stream) override;
   std::uint64_t next_token_number(int peer, int lane, bool sending) override;
+  std::uint64_t* token_source(int peer, std::uint64_t number, int lane) override;
   const std::uint64_t* token_slot(int peer, std::uint64_t number, int lane) const override;
   void release() noexcept override;
 

@@ -24,7 +24,7 @@ LoopbackOneSidedTransport::LoopbackOneSidedTransport(fabric::Fabric& fabric, int
     : fabric_(fabric), ranks_(ranks), expected_(pair(ranks, 0, ranks), 0) {
   TIDE_CUDA_CHECK(cudaSetDevice(fabric.device()));
   const std::size_t words = pair(ranks, 0, ranks) + 1;
-  const std::size_t tokens = pair(ranks, 0, ranks) * kTokenRing;
+  const std::size_t tokens = 2 * pair(ranks, 0, ranks) * kTokenRing;
   const cudaError_t a = cudaMalloc(reinterpret_cast<void**>(&words_), words * 8);
   const cudaError_t b = cudaMalloc(reinterpret_cast<void**>(&tokens_), tokens * 8);
   if (a != cudaSuccess || b != cudaSuccess) {
@@ -56,6 +56,16 @@ void LoopbackOneSidedTransport::put_signal(int from, int to, const void* data, s
                           " bytes at " + std::to_string(window_offset) +
                           " leaves the arena of rank " + std::to_string(to));
   }
+  const auto* source = static_cast<const std::byte*>(
+      fabric_.pointer(program::Buffer{from, program::Space::kArena, 0}));
+  const auto* at = static_cast<const std::byte*>(data);
+  const std::int64_t source_bytes = fabric_.bytes(program::Buffer{from, program::Space::kArena, 0});
+  if (source == nullptr || at < source || at > source + source_bytes ||
+      static_cast<std::int64_t>(bytes) > source + source_bytes - at) {
+    throw InternalError("LoopbackOneSidedTransport: a put of " + std::to_string(bytes) +
+                        " bytes reads outside the arena of rank " + std::to_string(from) +
+                        " (NCCL puts only from a registered window)");
+  }
   TIDE_CUDA_CHECK(
       cudaMemcpyAsync(base + window_offset, data, bytes, cudaMemcpyDeviceToDevice, stream));
   launch_counter_add(signal_word(to, from), 1, stream);
@@ -63,6 +73,11 @@ void LoopbackOneSidedTransport::put_signal(int from, int to, const void* data, s
 
 void LoopbackOneSidedTransport::put_token(int from, int to, const std::uint64_t* token,
                                           std::uint64_t number, cudaStream_t stream) {
+  if (token != token_source(from, to, number)) {
+    throw InternalError(
+        "LoopbackOneSidedTransport: a token put from outside its send slot "
+        "(NCCL puts only from a registered window)");
+  }
   auto* slot = const_cast<std::uint64_t*>(token_slot(to, from, number));
   TIDE_CUDA_CHECK(cudaMemcpyAsync(slot, token, 8, cudaMemcpyDeviceToDevice, stream));
   launch_counter_add(signal_word(to, from), 1, stream);
@@ -81,6 +96,11 @@ void LoopbackOneSidedTransport::wait_signals(int to, int from, int count, cudaSt
 std::uint64_t LoopbackOneSidedTransport::next_token_number(int self, int peer, bool sending) {
   const std::lock_guard<std::mutex> lock(mutex_);
   return ++numbers_[{self, peer, sending}];
+}
+
+std::uint64_t* LoopbackOneSidedTransport::token_source(int from, int to, std::uint64_t number) {
+  return tokens_ + (pair(ranks_, 0, ranks_) + pair(from, to, ranks_)) * kTokenRing +
+         number % kTokenRing;
 }
 
 const std::uint64_t* LoopbackOneSidedTransport::token_slot(int to, int from,

@@ -9,7 +9,11 @@
 //   stream, then a counter addition (system-scope fence, then atomicAdd_system) of 1 to the
 //   pair's signal word (to, from): a signal counted only after its bytes, as assumption (ii)
 //   of NOTE [one-sided messages], and in issue order on the stream, as (iii).
-// - A token: the same, into the token area (to, from, number mod kTokenRing).
+// - A token: the same, into the token area (to, from, number mod kTokenRing), from the send
+//   slot (from, to, number mod kTokenRing) token_source() gives.
+// - NCCL's window rule (NOTE [one-sided messages] (iv)) holds here too: a put whose source is
+//   not inside the sender's arena, or a token not from its send slot, throws
+//   tide::InternalError, so that the one-GPU tests catch a route NCCL would refuse.
 // - A wait: the host adds `count` to the pair's expected total and enqueues a wait kernel
 //   (generation_wait.hpp, step 0) until the signal word reaches it. Host-counted, so not for
 //   graphs: capture_refusal() says so, as the NCCL transport's does.
@@ -51,6 +55,7 @@ class LoopbackOneSidedTransport final : public OneSidedTransport {
                  cudaStream_t stream) override;
   void wait_signals(int to, int from, int count, cudaStream_t stream) override;
   std::uint64_t next_token_number(int self, int peer, bool sending) override;
+  std::uint64_t* token_source(int from, int to, std::uint64_t number) override;
   const std::uint64_t* token_slot(int to, int from, std::uint64_t number) const override;
   std::string capture_refusal() const override;
   std::string per_process_refusal() const override { return capture_refusal(); }
@@ -60,7 +65,8 @@ class LoopbackOneSidedTransport final : public OneSidedTransport {
   fabric::Fabric& fabric_;
   int ranks_ = 0;
   std::uint64_t* words_ = nullptr;      // [to][from] signals, then the generation word
-  std::uint64_t* tokens_ = nullptr;     // [to][from][kTokenRing]
+  std::uint64_t* tokens_ = nullptr;     // [to][from][kTokenRing] received, then
+                                        // [from][to][kTokenRing] to send
   std::vector<std::int64_t> expected_;  // [to][from] signals waited for so far
   std::map<std::tuple<int, int, bool>, std::uint64_t> numbers_;
   std::mutex mutex_;

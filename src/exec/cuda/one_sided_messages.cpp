@@ -1,6 +1,7 @@
 // Rail messages as one-sided puts: NOTE [one-sided messages] in one_sided_messages.hpp.
 #include "one_sided_messages.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "abort_check.hpp"
@@ -15,16 +16,20 @@ using program::Region;
 
 namespace {
 
-// The destination rows of a descriptor as (first source byte, bytes, window offset).
+// A descriptor's bytes in order as runs contiguous in both its source and its destination:
+// fn(source byte from the source region's first, destination byte from the destination's
+// first, bytes). One run where both are contiguous, else one per row (or part of a row where
+// the two differ in width). Needs src.bytes() == dst.bytes() > 0.
 template <typename Fn>
-void for_each_row(const Region& dst, std::int64_t region_offset, Fn&& fn) {
-  const std::int64_t base = region_offset + dst.offset;
-  if (contiguous(dst)) {
-    fn(std::int64_t{0}, dst.bytes(), base);
-    return;
+void for_each_run(const program::CopyDescriptor& c, Fn&& fn) {
+  const auto row = [](const Region& r) { return contiguous(r) ? r.bytes() : r.width; };
+  const auto pitch = [](const Region& r) { return contiguous(r) ? r.bytes() : r.pitch; };
+  const std::int64_t ws = row(c.src), wd = row(c.dst), ps = pitch(c.src), pd = pitch(c.dst);
+  for (std::int64_t at = 0, n = 0; at < c.src.bytes(); at += n) {
+    const std::int64_t s = at % ws, d = at % wd;
+    n = std::min(ws - s, wd - d);
+    fn(at / ws * ps + s, at / wd * pd + d, n);
   }
-  for (std::int64_t row = 0; row < dst.rows; ++row)
-    fn(row * dst.width, dst.width, base + row * dst.pitch);
 }
 
 }  // namespace
@@ -41,24 +46,25 @@ std::vector<messages::OneSidedMessage> one_sided_input(const program::Program& p
     if (op.is<program::RailPutOp>()) {
       for (const program::CopyDescriptor& c : program::copies_of(op)) {
         if (c.src.bytes() == 0) continue;
-        if (c.dst.buffer.space != program::Space::kArena) {
-          m.pieces.push_back({c.src.bytes(), c.dst.bytes(), messages::kNotInWindow});
+        const bool dst_window = c.dst.buffer.space == program::Space::kArena;
+        const bool src_window =
+            c.src.buffer.space == program::Space::kArena && c.src.buffer.rank == from;
+        if (!dst_window || !src_window) {  // the plan refuses it (two-sided)
+          m.pieces.push_back({c.src.bytes(), c.dst.bytes(),
+                              dst_window ? region_offset + c.dst.offset : messages::kNotInWindow,
+                              src_window ? region_offset + c.src.offset : messages::kNotInWindow});
           continue;
         }
-        if (!contiguous(c.dst) && c.src.bytes() != c.dst.bytes()) {
+        if (c.src.bytes() != c.dst.bytes()) {
           throw InvalidArgument("one-sided messages: op " + std::to_string(i) + " copies " +
                                 std::to_string(c.src.bytes()) + " bytes into a destination of " +
                                 std::to_string(c.dst.bytes()) +
                                 "; a descriptor's source and destination must hold the same bytes");
         }
-        if (contiguous(c.dst)) {
-          m.pieces.push_back({c.src.bytes(), c.dst.bytes(), region_offset + c.dst.offset});
-          continue;
-        }
-        for_each_row(c.dst, region_offset,
-                     [&](std::int64_t, std::int64_t bytes, std::int64_t offset) {
-                       m.pieces.push_back({bytes, bytes, offset});
-                     });
+        for_each_run(c, [&](std::int64_t src, std::int64_t dst, std::int64_t bytes) {
+          m.pieces.push_back({bytes, bytes, region_offset + c.dst.offset + dst,
+                              region_offset + c.src.offset + src});
+        });
       }
     }
     out.push_back(std::move(m));
@@ -92,6 +98,10 @@ std::uint64_t FabricOneSidedTransport::next_token_number(int, int peer, bool sen
   return fabric_.next_token_number(peer, lane_, sending);
 }
 
+std::uint64_t* FabricOneSidedTransport::token_source(int, int to, std::uint64_t number) {
+  return fabric_.token_source(to, number, lane_);
+}
+
 const std::uint64_t* FabricOneSidedTransport::token_slot(int, int from,
                                                          std::uint64_t number) const {
   return fabric_.token_slot(from, number, lane_);
@@ -110,14 +120,16 @@ void route_one_sided(const program::Op& op, std::int64_t region_offset, Message&
     std::size_t part = 0;
     for (const program::CopyDescriptor& c : program::copies_of(op)) {
       if (c.src.bytes() == 0) continue;
-      if (c.dst.buffer.space != program::Space::kArena) {
-        throw InternalError("route_one_sided: a destination outside the window was planned");
+      if (c.dst.buffer.space != program::Space::kArena ||
+          c.src.buffer.space != program::Space::kArena) {
+        throw InternalError(
+            "route_one_sided: a source or destination outside the window was "
+            "planned");
       }
-      for_each_row(
-          c.dst, region_offset, [&](std::int64_t first, std::int64_t bytes, std::int64_t offset) {
-            route.puts.push_back(
-                {part, static_cast<std::size_t>(first), static_cast<std::size_t>(bytes), offset});
-          });
+      for_each_run(c, [&](std::int64_t src, std::int64_t dst, std::int64_t bytes) {
+        route.puts.push_back({part, static_cast<std::size_t>(src), static_cast<std::size_t>(bytes),
+                              region_offset + c.dst.offset + dst});
+      });
       ++part;
     }
     if (part != m.parts.size()) throw InternalError("route_one_sided: parts and descriptors");
@@ -133,19 +145,16 @@ void enqueue_one_sided_message(const Message& m, OneSidedTransport& t, cudaStrea
     // 1.
     TIDE_CUDA_CHECK(cudaEventRecord(m.ready, op_stream));
     TIDE_CUDA_CHECK(cudaStreamWaitEvent(rail, m.ready, 0));
-    // 2.
-    for (const MessagePart& p : m.parts) {
-      if (!p.strided) continue;
-      TIDE_CUDA_CHECK(cudaMemcpy2DAsync(p.data, p.width, p.region, p.pitch, p.width, p.rows,
-                                        cudaMemcpyDeviceToDevice, rail));
-    }
+    // 2. Straight from the source region (in the window), never from staging.
     for (const OneSidedPut& put : m.route.puts) {
-      const auto* data = static_cast<const std::byte*>(m.parts[put.part].data);
-      t.put_signal(m.self, m.peer, data + put.first, put.bytes, put.window_offset, rail);
+      const MessagePart& p = m.parts[put.part];
+      const auto* region = static_cast<const std::byte*>(p.strided ? p.region : p.data);
+      t.put_signal(m.self, m.peer, region + put.first, put.bytes, put.window_offset, rail);
     }
-    // 3. NOTE [abort relay] 1, numbered.
-    launch_abort_token(relay.verdict, relay.send_token, rail, number << 1);
-    t.put_token(m.self, m.peer, relay.send_token, number, rail);
+    // 3. NOTE [abort relay] 1, numbered, written where the transport puts it from.
+    std::uint64_t* const token = t.token_source(m.self, m.peer, number);
+    launch_abort_token(relay.verdict, token, rail, number << 1);
+    t.put_token(m.self, m.peer, token, number, rail);
     // 4.
     TIDE_CUDA_CHECK(cudaEventRecord(m.sent, rail));
     TIDE_CUDA_CHECK(cudaStreamWaitEvent(op_stream, m.sent, 0));

@@ -8,19 +8,23 @@
 // When the runner takes it (CudaSequenceRunner, at construction, the same on every process):
 // Fabric::one_sided() (every rank agreed), no test or ipc transport, and every template's
 // messages plan (messages/one_sided_plan.hpp) with the lane of the place: every destination a
-// region of the receiver's arena (caller memory, FSDP2's tensors and outputs, is not
-// registered: such a sequence stays two-sided), inside the window, disjoint within a call,
-// source and destination bytes equal. Otherwise two-sided, and one_sided_refusal() says why.
+// region of the receiver's arena and every source one of the sender's (caller memory, FSDP2's
+// tensors and outputs, is not registered: such a sequence stays two-sided), inside the
+// windows, disjoint within a call, source and destination bytes equal. Otherwise two-sided,
+// and one_sided_refusal() says why.
 // Steps, for a message m from s to d on lane l (k = m's number on (s, d, l), from
 // Fabric::next_token_number, the same on both sides since each lane's messages come in one
 // order on every rank):
 //   sender s, in the op's place on its stream S:
 //     1. record `ready` on S; the rail stream R waits for it (every wait before the op).
-//     2. for every non-empty copy descriptor in order: a strided source is packed into staging
-//        on R; then one Fabric::put_signal per destination row (one for a contiguous
-//        destination) into d's window at the region's offset (place.region_offset + offset).
+//     2. for every non-empty copy descriptor in order: one Fabric::put_signal per run that is
+//        contiguous in both source and destination (one for two contiguous regions, else one
+//        per row), straight from the source region in s's window (its arena: NCCL puts only
+//        from a symmetric window, so there is no staging) into d's window at the region's
+//        offset (place.region_offset + offset).
 //     3. the abort token (NOTE [abort relay] 1) written with base 2k: 2k where s's verdict is
-//        clean, 2k + 1 where not; Fabric::put_token puts it into d's token slot (s, k mod
+//        clean, 2k + 1 where not, into s's send slot (d, k mod kTokenRing) of its token window
+//        (Fabric::token_source); Fabric::put_token puts it into d's token slot (s, k mod
 //        kTokenRing) with one signal.
 //     4. record `sent` on R; S waits for it.
 //   receiver d, at the same place of the global schedule, on its rail stream:
@@ -29,23 +33,36 @@
 //        adds the op's value; anything else (the abort bit, a stale number: the token never
 //        came, or an aborted wait let the kernel run early) sets the relayed-abort word and
 //        adds nothing. The end-of-call check watches it as before (NOTE [abort relay] 3).
-// Synchronisation contract, what the steps rely on from NCCL. nccl.h (2.30.7) documents the
-// calls' arguments only, so these are assumptions, checked bitwise against two-sided on
-// hardware by scripts/device/multigpu.sh step rma and not yet run (no machine with NCCL >=
-// 2.29 and two GPUs so far):
-//   (i)   a put completes on the sender's stream only after its source was read (as ncclSend),
-//         so `sent` may release the source, as with two-sided sends;
-//   (ii)  a signal is counted at the receiver only after its put's bytes are visible there,
-//         and ncclWaitSignal completes on the receiver's stream once they are visible to its
-//         later work (no flush follows, as NOTE [rail messages], Arrival and flush);
-//   (iii) signals from one peer on one (signal index, context) are counted in issue order, so
-//         that a wait for m's signals is not met by a later message's.
+// Synchronisation contract, what the steps rely on from NCCL. Read in NCCL's user guide (the
+// point-to-point API and usage pages, "since 2.29") and in its source from v2.29.2 to v2.30.7
+// (src/enqueue.cc, src/rma/); checked bitwise against two-sided on hardware by
+// scripts/device/multigpu.sh step rma, not yet run (no machine with NCCL >= 2.29 and two GPUs
+// so far):
+//   (i)   once a put has completed on the sender's stream its source may be reused (stated),
+//         so `sent` releases the source, as with two-sided sends;
+//   (ii)  a signal counts at the receiver only after its put's bytes were delivered, and
+//         ncclWaitSignal completes on the receiver's stream only once they are visible to its
+//         later work (stated; no flush follows, as NOTE [rail messages], Arrival and flush);
+//   (iii) puts and signals to one peer on one context take effect in issue order (stated);
+//         a wait for opCnt signals takes them from the peer's running count (the source keeps
+//         one per peer), so each wait needs only the signals after the previous one's;
+//   (iv)  ncclPutSignal takes its source and its destination only in windows registered with
+//         NCCL_WIN_COLL_SYMMETRIC on the lane's communicator, each one cuMem allocation (it
+//         returns ncclInvalidArgument otherwise): the sources are arena regions (the plan
+//         refuses others) and the tokens' send slots; signal index, context and flags are 0.
+// Not stated, and a hazard the numbered tokens bound: NCCL numbers a peer's signals when the
+// host issues the call, so puts to one peer issued on two streams (two runners of one lane,
+// as two groups' overlapping all-gathers) may land in the other order. A wait met by the
+// other runner's signals then reads a token slot that does not hold 2k yet (the token follows
+// its message's puts on one stream, (iii)) and fails stop; it never counts bytes that have not
+// landed. One rail stream per lane would remove the hazard.
 // The numbered token keeps (i) and (iii)'s failure modes from counting void bytes: a token
 // overwritten early, or one that has not arrived, does not equal 2k and reads as an abort
 // (fail-stop, never a wrong counter), which is NOTE [abort relay]'s claim with "token is 0"
 // read as "token is 2k". A one-sided put cannot be made conditional either; the numbered token
 // is what carries the verdict. A stale slot from an earlier message with the same k mod
-// kTokenRing holds 2(k - kTokenRing) or that plus 1, never 2k.
+// kTokenRing holds 2(k - kTokenRing) or that plus 1, never 2k; a send slot rewritten before
+// its put read it carries 2(k + kTokenRing) or that plus 1, never 2k.
 // Overwrites of destinations: one-sided puts land when they land, not when the receiver posts
 // a receive; the program's credits (its signals back to the sender before a destination is
 // reused) order them, exactly as they order load/store copies between LSA peers. The plan
@@ -55,13 +72,14 @@
 // one-sided on one GPU through the loopback transport (NOTE [loopback one-sided transport];
 // RsOneSided, AllGatherOneSidedLandsEveryShard in cuda_sequence_test.cpp: bitwise on the H200,
 // bench/results/ipc/runs-2026-12-04-s37/).
-// Graphs: nccl.h does not say ncclPutSignal / ncclWaitSignal may be captured, so the transport
-// refuses capture (capture_refusal() and per_process_refusal()): a one-sided runner runs its
-// calls on the stream path, without slot graphs; a caller's capture is refused.
-// Deviation from Sec. 6.1: the windows are registered on the message lanes' N-rank
-// communicators (the lanes keep two threads' orders apart), not on the M-rank rail
-// communicators, so registration pays the O(n_ctx N^2) connection barrier that the rail split
-// avoids; one rail split per lane would restore it.
+// Graphs: NCCL 2.29 keeps no graph state for these calls, and from 2.30.3 a captured put pairs
+// only with a captured wait, at most one unconsumed signal per pair (so two puts before two
+// waits deadlock in a graph; src/rma/rma_ce.cc), so the transport refuses capture
+// (capture_refusal() and per_process_refusal()): a one-sided runner runs its calls on the stream
+// path, without slot graphs; a caller's capture is refused. Deviation from Sec. 6.1: the windows
+// are registered on the message lanes' N-rank communicators (the lanes keep two threads' orders
+// apart), not on the M-rank rail communicators, so registration pays the O(n_ctx N^2) connection
+// barrier that the rail split avoids; one rail split per lane would restore it.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -96,12 +114,17 @@ class OneSidedTransport : public MessageTransport {
  public:
   void send(int from, int to, const void* data, std::size_t bytes, cudaStream_t stream) override;
   void recv(int to, int from, void* data, std::size_t bytes, cudaStream_t stream) override;
-  // `bytes` from `data` into `to`'s window at `window_offset`, then one signal at `to`.
+  // `bytes` from `data` (in `from`'s window: its arena) into `to`'s window at
+  // `window_offset`, then one signal at `to`.
   virtual void put_signal(int from, int to, const void* data, std::size_t bytes,
                           std::int64_t window_offset, cudaStream_t stream) = 0;
-  // The 8-byte token at `token` into `to`'s slot for `from`'s `number`-th token, then a signal.
+  // The 8-byte token at `token` (token_source(from, to, number), where the sender wrote it)
+  // into `to`'s slot for `from`'s `number`-th token, then a signal.
   virtual void put_token(int from, int to, const std::uint64_t* token, std::uint64_t number,
                          cudaStream_t stream) = 0;
+  // Where `from` writes its `number`-th token to `to` before put_token (device, on `from`'s
+  // device, inside a registered window: NCCL puts only from one).
+  virtual std::uint64_t* token_source(int from, int to, std::uint64_t number) = 0;
   // Until `count` more signals from `from` have arrived at `to`.
   virtual void wait_signals(int to, int from, int count, cudaStream_t stream) = 0;
   // 1, 2, ... for the tokens `self` sends to (receives from) `peer`, in call order.
@@ -122,6 +145,7 @@ class FabricOneSidedTransport final : public OneSidedTransport {
                  cudaStream_t stream) override;
   void wait_signals(int to, int from, int count, cudaStream_t stream) override;
   std::uint64_t next_token_number(int self, int peer, bool sending) override;
+  std::uint64_t* token_source(int from, int to, std::uint64_t number) override;
   const std::uint64_t* token_slot(int to, int from, std::uint64_t number) const override;
   // nccl.h does not document ncclPutSignal / ncclWaitSignal as capturable.
   std::string capture_refusal() const override;

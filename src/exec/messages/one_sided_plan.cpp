@@ -34,7 +34,7 @@ void check_message(const OneSidedMessage& m, std::size_t index, const OneSidedLi
 }
 
 void check_piece(const OneSidedPiece& p, std::size_t message, std::size_t piece,
-                 std::int64_t window) {
+                 std::int64_t window, std::int64_t source_window) {
   if (p.bytes < 0 || p.bytes != p.expected_bytes) {
     throw InvalidArgument(where(message, piece) + ": the sender puts " + std::to_string(p.bytes) +
                           " bytes, the receiver expects " + std::to_string(p.expected_bytes) +
@@ -46,6 +46,20 @@ void check_piece(const OneSidedPiece& p, std::size_t message, std::size_t piece,
                       ": the destination is not in the receiver's registered window (caller "
                       "memory); one-sided puts need window destinations, so two-sided messages "
                       "(ncclSend / ncclRecv, the default) must carry this call");
+  }
+  if (p.src_offset == kNotInWindow) {
+    throw Unsupported(where(message, piece) +
+                      ": the source is not in the sender's registered window (caller memory, "
+                      "such as staged shards or gradients); NCCL puts only from a symmetric "
+                      "window, so two-sided messages (ncclSend / ncclRecv, the default) must "
+                      "carry this call");
+  }
+  if (p.src_offset < 0 || p.src_offset > source_window || p.bytes > source_window - p.src_offset) {
+    throw InvalidArgument(where(message, piece) + ": source bytes [" +
+                          std::to_string(p.src_offset) + ", " + std::to_string(p.src_offset) +
+                          " + " + std::to_string(p.bytes) +
+                          ") are outside the sender's window of " + std::to_string(source_window) +
+                          " bytes; size the window for the program (required_window_bytes)");
   }
   // p.bytes <= window - offset: no overflow for offsets and sizes in [0, 2^63).
   if (p.dst_offset < 0 || p.dst_offset > window || p.bytes > window - p.dst_offset) {
@@ -113,9 +127,10 @@ OneSidedPlan plan_one_sided(std::span<const OneSidedMessage> messages,
     PlannedMessage planned;
     for (std::size_t k = 0; k < m.pieces.size(); ++k) {
       const OneSidedPiece& p = m.pieces[k];
-      check_piece(p, i, k, window);
+      check_piece(p, i, k, window, limits.window_bytes[static_cast<std::size_t>(m.from)]);
       if (p.bytes == 0) continue;
-      plan.puts.push_back({static_cast<int>(i), m.from, m.to, m.lane, p.dst_offset, p.bytes});
+      plan.puts.push_back(
+          {static_cast<int>(i), m.from, m.to, m.lane, p.dst_offset, p.bytes, p.src_offset});
       by_receiver[m.to].push_back({p.dst_offset, p.dst_offset + p.bytes, i, k});
       ++planned.signals;
     }

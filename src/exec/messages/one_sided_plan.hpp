@@ -6,9 +6,10 @@
 // Contract of plan_one_sided():
 // - Input: the messages of one call in the global schedule's order (NOTE [enqueue order]), each
 //   from rank `from` to rank `to` on message lane `lane`, with its pieces: the bytes the sender
-//   puts, the bytes the receiver's destination holds, and the destination's offset in the
-//   receiver's registered window (kNotInWindow: caller memory, not registered); and every
-//   rank's window size.
+//   puts, the bytes the receiver's destination holds, the source's offset in the sender's
+//   registered window and the destination's in the receiver's (kNotInWindow: caller memory,
+//   not registered; NCCL puts only from and into symmetric windows); and every rank's window
+//   size.
 // - Output, per message in input order: one put with a signal per non-empty piece (the
 //   sender's offset into the peer's window), then, where `token` (the abort token of NOTE
 //   [abort relay], put into a window of its own), one more signalling put; a message with
@@ -19,8 +20,8 @@
 // - Checks, with the problem and what to do: ranks and lanes in range, no message to itself
 //   (tide::InvalidArgument); a destination outside its receiver's window, two destinations of
 //   one receiver that overlap in one call, or a piece whose byte count differs from what the
-//   receiver expects (tide::InvalidArgument); a destination not in a window (tide::Unsupported:
-//   two-sided messages carry it).
+//   receiver expects, or a source outside its sender's window (tide::InvalidArgument); a source
+//   or a destination not in a window (tide::Unsupported: two-sided messages carry it).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +36,7 @@ struct OneSidedPiece {
   std::int64_t bytes = 0;           // what the sender puts
   std::int64_t expected_bytes = 0;  // what the receiver's destination holds
   std::int64_t dst_offset = 0;      // in the receiver's window, or kNotInWindow
+  std::int64_t src_offset = 0;      // in the sender's window, or kNotInWindow
 };
 
 struct OneSidedMessage {
@@ -49,6 +51,7 @@ struct PlannedPut {
   int from = -1, to = -1, lane = 0;
   std::int64_t offset = 0;  // in `to`'s window
   std::int64_t bytes = 0;
+  std::int64_t src_offset = 0;  // in `from`'s window
 };
 
 struct PlannedMessage {

@@ -172,7 +172,7 @@ struct NcclFabric::State {
   // NOTE [nccl fabric] 5: the arena and a zeroed token area as windows of every lane.
   void register_lane_windows(cudaStream_t stream, const std::function<void()>& sync) {
     const std::size_t token_bytes = static_cast<std::size_t>(
-        rounded_arena_bytes(static_cast<std::int64_t>(world) * NcclFabric::kTokenRing * 8));
+        rounded_arena_bytes(static_cast<std::int64_t>(2 * world) * NcclFabric::kTokenRing * 8));
     for (int l = 0; l < options.message_lanes; ++l) {
       settle(lanes[l],
              ncclCommWindowRegister(lanes[l], arena, static_cast<std::size_t>(arena_bytes),

@@ -265,10 +265,15 @@ ncclComm_t rma_comm(const NcclFabric& f, int lane) {
   return comm;
 }
 
+// NOTE [nccl fabric] 5: a lane's token area holds world() receive rings (one per sender),
+// then world() send rings (one per receiver), kTokenRing words each.
 std::size_t token_offset(int sender, std::uint64_t number) {
   return (static_cast<std::size_t>(sender) * NcclFabric::kTokenRing +
           static_cast<std::size_t>(number % NcclFabric::kTokenRing)) *
          sizeof(std::uint64_t);
+}
+std::size_t send_token_offset(int world, int receiver, std::uint64_t number) {
+  return token_offset(world + receiver, number);
 }
 
 }  // namespace
@@ -283,6 +288,15 @@ void NcclWindowFabric::put_signal(const void* data, std::size_t bytes, int peer,
                           " bytes at offset " + std::to_string(window_offset) +
                           " leaves the window of " + std::to_string(f.arena_bytes()) + " bytes");
   }
+  // NOTE [one-sided messages] (iv): NCCL puts only from a symmetric window, the arena here.
+  const auto* arena = static_cast<const std::byte*>(f.arena());
+  const auto* source = static_cast<const std::byte*>(data);
+  if (source < arena || source > arena + f.arena_bytes() ||
+      bytes > static_cast<std::size_t>(arena + f.arena_bytes() - source)) {
+    throw InvalidArgument("NcclWindowFabric: a one-sided put of " + std::to_string(bytes) +
+                          " bytes reads outside this rank's arena; ncclPutSignal puts only "
+                          "from a registered window, so carry the message two-sided");
+  }
   f.settle(comm,
            rma::put_signal(data, bytes, peer, f.lane_window(lane),
                            static_cast<std::size_t>(window_offset), 0, comm, stream),
@@ -293,6 +307,11 @@ void NcclWindowFabric::put_token(const std::uint64_t* token, int peer, std::uint
                                  int lane, cudaStream_t stream) {
   NcclFabric& f = *state_->nccl;
   ncclComm_t comm = rma_comm(f, lane);
+  if (token != token_source(peer, number, lane)) {
+    throw InvalidArgument(
+        "NcclWindowFabric: a token put from outside its send slot; write it "
+        "at token_source(peer, number, lane), inside the token window");
+  }
   f.settle(comm,
            rma::put_signal(token, sizeof(std::uint64_t), peer, f.lane_token_window(lane),
                            token_offset(state_->rank, number), 0, comm, stream),
@@ -314,6 +333,12 @@ void NcclWindowFabric::wait_signals(int peer, int count, int lane, cudaStream_t 
 
 std::uint64_t NcclWindowFabric::next_token_number(int peer, int lane, bool sending) {
   return state_->nccl->next_token_number(peer, lane, sending);
+}
+
+std::uint64_t* NcclWindowFabric::token_source(int peer, std::uint64_t number, int lane) {
+  NcclFabric& f = *state_->nccl;
+  (void)rma_comm(f, lane);
+  return f.token_area(lane) + send_token_offset(f.world(), peer, number) / sizeof(std::uint64_t);
 }
 
 const std::uint64_t* NcclWindowFabric::token_slot(int peer, std::uint64_t number, int lane) const {
