@@ -160,6 +160,9 @@ struct WorkerResult {
   // per group: GroupStats::message_path (NOTE [one-sided messages]), with the reason where
   // not one-sided; empty where the group sends no messages
   std::vector<std::string> message_paths;
+  // per group: why its slot graphs cannot take fresh pointers, "<all-gather> | <reduce-scatter>"
+  // (empty where both can)
+  std::vector<std::string> repoint_failures;
   std::string error;
   runtime::ArenaInfo arena;
 };
@@ -353,6 +356,10 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
     result.rail_message_bytes += s.rail_message_bytes;
     result.message_paths.push_back(
         s.message_path + (s.message_path_reason.empty() ? "" : " (" + s.message_path_reason + ")"));
+    result.repoint_failures.push_back(
+        s.all_gather_repoint_failure.empty() && s.reduce_scatter_repoint_failure.empty()
+            ? ""
+            : s.all_gather_repoint_failure + " | " + s.reduce_scatter_repoint_failure);
   }
   return result;
 }
@@ -502,6 +509,7 @@ void run_check_runtime(CheckRuntimeArgs a) {
                {"rail_message_bytes", r.rail_message_bytes},
                {"lanes", r.lanes},
                {"message_paths", r.message_paths},
+               {"repoint_failures", r.repoint_failures},
                {"arena", arena_json(r.arena)}};
         status = r.mismatches == 0 ? 0 : 1;
       } catch (const std::exception& e) {

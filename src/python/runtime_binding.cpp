@@ -173,6 +173,8 @@ class PyCommunicator {
     d["reduce_scatter_replays"] = s.reduce_scatter_replays;
     d["all_gather_graph_captures"] = s.all_gather_graph_captures;
     d["reduce_scatter_graph_captures"] = s.reduce_scatter_graph_captures;
+    d["all_gather_repoint_failure"] = s.all_gather_repoint_failure;
+    d["reduce_scatter_repoint_failure"] = s.reduce_scatter_repoint_failure;
     d["message_path"] = s.message_path;
     d["message_path_reason"] = s.message_path_reason;
     d["rail_messages"] = s.rail_messages;

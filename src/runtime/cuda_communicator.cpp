@@ -229,6 +229,8 @@ void CudaCommunicator::add_path_stats(int group, GroupStats& stats) const {
   stats.reduce_scatter_graph_captures = rs_runner.graph_captures();
   stats.all_gather_replays = ag_runner.graph_launches() - stats.all_gather_graph_captures;
   stats.reduce_scatter_replays = rs_runner.graph_launches() - stats.reduce_scatter_graph_captures;
+  stats.all_gather_repoint_failure = ag_runner.repoint_failure();
+  stats.reduce_scatter_repoint_failure = rs_runner.repoint_failure();
   // NOTE [runtime] 9: what this rank sent to ranks of other hosts.
   stats.rail_messages = ag_runner.messages_sent() + rs_runner.messages_sent();
   stats.rail_message_bytes = ag_runner.message_bytes_sent() + rs_runner.message_bytes_sent();

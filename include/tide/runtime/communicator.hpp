@@ -278,6 +278,10 @@ struct GroupStats {
   std::int64_t reduce_scatter_replays = 0;
   std::int64_t all_gather_graph_captures = 0;
   std::int64_t reduce_scatter_graph_captures = 0;
+  // Why a collective's slot graphs cannot take fresh pointers (CudaSequenceRunner::
+  // repoint_failure(); empty where they can): its fresh calls then run on the stream path.
+  std::string all_gather_repoint_failure;
+  std::string reduce_scatter_repoint_failure;
   // Rail messages this rank sent for these calls, and their bytes (NOTE [runtime] 9: the
   // traffic to ranks of other hosts; 0 where every peer is addressable).
   std::int64_t rail_messages = 0;
