@@ -441,7 +441,9 @@ def report(module: nn.Module) -> list[dict]:
     and copies (the copies they still made, by kind, and why: docs/fsdp.md),
     all_gather_replays and reduce_scatter_replays (GPU calls that replayed their slot's CUDA
     graph: tens of microseconds of host time; docs/runtime.md) and all_gather_graph_captures
-    and reduce_scatter_graph_captures (calls that captured it), rail_messages and
+    and reduce_scatter_graph_captures (calls that captured it) with
+    all_gather_repoint_failure and reduce_scatter_repoint_failure (why fresh pointers cannot
+    be patched into the slot graph, so fresh calls take the stream path), rail_messages and
     rail_message_bytes (what this rank sent to ranks of other hosts as rail messages:
     docs/runtime.md, Hosts) with message_path ("<all-gather>/<reduce-scatter>": "two-sided",
     "one-sided", "ipc-rendezvous" or "none"; "" without rail messages) and
@@ -476,6 +478,8 @@ def _stock_row(name: str, fsdp_group, reason: str) -> dict:
         "reduce_scatter_replays": 0,
         "all_gather_graph_captures": 0,
         "reduce_scatter_graph_captures": 0,
+        "all_gather_repoint_failure": "",
+        "reduce_scatter_repoint_failure": "",
         "rail_messages": 0,
         "rail_message_bytes": 0,
         "message_path": "",
@@ -536,6 +540,8 @@ def _row(group) -> dict:
         "reduce_scatter_replays": int(stats.get("reduce_scatter_replays", 0)),
         "all_gather_graph_captures": int(stats.get("all_gather_graph_captures", 0)),
         "reduce_scatter_graph_captures": int(stats.get("reduce_scatter_graph_captures", 0)),
+        "all_gather_repoint_failure": str(stats.get("all_gather_repoint_failure", "")),
+        "reduce_scatter_repoint_failure": str(stats.get("reduce_scatter_repoint_failure", "")),
         "rail_messages": int(stats.get("rail_messages", 0)),
         "rail_message_bytes": int(stats.get("rail_message_bytes", 0)),
         "message_path": str(stats.get("message_path", "")),

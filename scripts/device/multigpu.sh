@@ -23,9 +23,13 @@
 #            (else skipped with the reason), every split with M > 1 as emulated hosts, In-Place
 #            and Slot-Reuse, run twice with the same seed, two-sided then one-sided; each must
 #            match the CPU reference bitwise (so the two match each other bitwise), and the
-#            one-sided run must report "one-sided/one-sided" for every group (check-runtime's
-#            message_paths; no staged shards, whose caller-memory sources stay two-sided);
-#            then `tide-nccl check --messages` both ways -> $OUT/rma.json. Dry run: the host
+#            one-sided run must report one-sided all-gathers and reduce-scatters for every group
+#            (check-runtime's message_paths), the expert-parallel lane's reduce-scatter (M x 1)
+#            excepted: it puts from the gradients, which are not in a window;
+#            then `tide-nccl check --messages` without and with the knob -> $OUT/rma.json (the
+#            knob must break nothing there; tide-nccl does not report which path its one-shot
+#            programs took: one-sided only where every message's source and destination are
+#            arena regions, so its second run may be two-sided too). Dry run: the host
 #            backend runs both passes (the knob changes nothing there), to check the step.
 #   summary  $OUT/summary.json (bench/multigpu/summary.py's schema) and $OUT/README.md
 #            (bench/multigpu/summary.py)
@@ -173,7 +177,7 @@ if has rma; then
           [[ $path == one-sided ]] && rma_env=(env TIDE_NCCL_HOST_RMA=1)
           timeout 300 "${rma_env[@]}" "$tide" check-runtime --backend "$BACKEND" -M "$m" -L "$l" \
             --nodes-as-hosts --groups "37x5,16,1000x33;20x7,9x11;300x17" --calls 18 \
-            --seed $((m * 10 + l)) --ring --mode "$mode" --timeout-s 60 --json \
+            --seed $((m * 10 + l)) --ring --staged-shards --mode "$mode" --timeout-s 60 --json \
             > "$LOG/rma-$path.json" 2> "$LOG/rma-$path.err"
           echo $? > "$LOG/rma-$path.rc"
         done
@@ -196,9 +200,14 @@ for path in ("two-sided", "one-sided"):
 one, two = row["one-sided"], row["two-sided"]
 # Bitwise: both runs match the CPU reference of the same seed exactly (0 mismatches).
 row["bitwise_equal"] = one["passed"] and two["passed"] and not one["mismatches"] and not two["mismatches"]
-# Both collectives of every group one-sided (arena sources and destinations: no staged shards).
-row["one_sided_taken"] = bool(one["message_paths"]) and all(
-    p.startswith("one-sided/one-sided") for p in one["message_paths"])
+# Every group's all-gather one-sided (staged shards are copied into the arena's stage first),
+# and its reduce-scatter too, except on the expert-parallel lane (M x 1: it puts straight from
+# the gradients, caller memory, so it stays two-sided and names the window rule).
+def taken(p):
+    ag, _, rest = p.partition("/")
+    rs = rest.split(" ", 1)[0]
+    return ag == "one-sided" and (rs == "one-sided" or "not in the sender's registered window" in p)
+row["one_sided_taken"] = bool(one["message_paths"]) and all(taken(p) for p in one["message_paths"])
 row["passed"] = row["bitwise_equal"] and (row["one_sided_taken"] or backend == "host")
 print(json.dumps(row))
 PY

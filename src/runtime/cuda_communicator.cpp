@@ -227,8 +227,11 @@ void CudaCommunicator::add_path_stats(int group, GroupStats& stats) const {
   // Captures first: a call captures and launches under the runner's lock, so replays >= 0.
   stats.all_gather_graph_captures = ag_runner.graph_captures();
   stats.reduce_scatter_graph_captures = rs_runner.graph_captures();
-  stats.all_gather_replays = ag_runner.graph_launches() - stats.all_gather_graph_captures;
-  stats.reduce_scatter_replays = rs_runner.graph_launches() - stats.reduce_scatter_graph_captures;
+  // A capture whose launch threw counts without its launch: never below 0.
+  stats.all_gather_replays =
+      std::max<std::int64_t>(0, ag_runner.graph_launches() - stats.all_gather_graph_captures);
+  stats.reduce_scatter_replays =
+      std::max<std::int64_t>(0, rs_runner.graph_launches() - stats.reduce_scatter_graph_captures);
   stats.all_gather_repoint_failure = ag_runner.repoint_failure();
   stats.reduce_scatter_repoint_failure = rs_runner.repoint_failure();
   // NOTE [runtime] 9: what this rank sent to ranks of other hosts.

@@ -289,8 +289,9 @@ struct GroupStats {
   // GPU backends: how the group's rail messages travel, "<all-gather>/<reduce-scatter>", each
   // CudaSequenceRunner::message_path() ("two-sided", "one-sided", "ipc-rendezvous") or "none"
   // where that collective sends none; empty where neither sends any (every peer addressable,
-  // and on the host backend). message_path_reason: why the first that sends messages is not
-  // one-sided (CudaSequenceRunner::one_sided_refusal()), empty where it is.
+  // and on the host backend). message_path_reason: the first non-empty one_sided_refusal()
+  // among the collectives that send messages, all-gather first (empty where all that send
+  // are one-sided).
   std::string message_path;
   std::string message_path_reason;
 };

@@ -40,7 +40,7 @@ bool crosses_ranks(const program::Op& op, int& from, int& to) {
 namespace {
 
 // One side of a descriptor: `r` is the source (sender) or the destination (receiver).
-MessagePart part_of(const Region& r, const MessageAddresses& at, Message& m) {
+MessagePart part_of(const Region& r, const MessageAddresses& at, Message& m, bool staging) {
   MessagePart p;
   p.bytes = static_cast<std::size_t>(r.bytes());
   std::byte* const first = at.region(r);
@@ -58,6 +58,7 @@ MessagePart part_of(const Region& r, const MessageAddresses& at, Message& m) {
   p.width = static_cast<std::size_t>(r.width);
   p.rows = static_cast<std::size_t>(r.rows);
   p.pitch = static_cast<std::size_t>(r.pitch);
+  if (!staging) return p;  // data stays nullptr: the region is read or written in place
   TIDE_CUDA_CHECK(cudaMalloc(&p.data, p.bytes));
   m.staging.push_back(p.data);
   return p;
@@ -65,7 +66,7 @@ MessagePart part_of(const Region& r, const MessageAddresses& at, Message& m) {
 
 }  // namespace
 
-Message map_message(const program::Op& op, bool sender, const MessageAddresses& at) {
+Message map_message(const program::Op& op, bool sender, const MessageAddresses& at, bool staging) {
   Message m;
   m.sender = sender;
   const program::CounterUse add = program::addition_of(op).value();
@@ -81,7 +82,7 @@ Message map_message(const program::Op& op, bool sender, const MessageAddresses& 
                             ") is not its counter's rank (" + std::to_string(add.counter.rank) +
                             ") cannot travel as a message");
         }
-        m.parts.push_back(part_of(sender ? c.src : c.dst, at, m));
+        m.parts.push_back(part_of(sender ? c.src : c.dst, at, m, staging));
       }
     }
     if (sender) {

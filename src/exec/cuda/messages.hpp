@@ -145,8 +145,9 @@ struct MessagePart {
 };
 
 // NOTE [one-sided messages] (one_sided_messages.hpp): one put of a one-sided message: `bytes`
-// from byte `first` of part `part`'s contiguous data into the receiver's window at
-// `window_offset` (a strided destination takes one put per row).
+// from byte `first` of part `part`'s source region (counted from its first byte, rows at its
+// pitch) into the receiver's window at `window_offset`; a descriptor takes one put per run
+// contiguous in both its source and its destination.
 struct OneSidedPut {
   std::size_t part = 0;
   std::size_t first = 0;
@@ -233,9 +234,12 @@ struct MessageAddresses {
 };
 
 // The sender's or the receiver's side of a message op (device pointers resolved, staging
-// allocated, events created). Throws tide::Unsupported for a put whose destinations are not
-// all on the counter's rank, or a region this process cannot address.
-Message map_message(const program::Op& op, bool sender, const MessageAddresses& at);
+// allocated for strided parts where `staging`, events created). A one-sided route (NOTE
+// [one-sided messages]) reads and writes its regions in place and takes staging = false.
+// Throws tide::Unsupported for a put whose destinations are not all on the counter's rank, or
+// a region this process cannot address.
+Message map_message(const program::Op& op, bool sender, const MessageAddresses& at,
+                    bool staging = true);
 
 // NOTE [abort relay]: the words one side of a message uses. Sender: `verdict` (its token's
 // words) and `send_token` (an 8-byte word on the sender's device). Receiver: `recv_token` (on

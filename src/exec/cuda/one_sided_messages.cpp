@@ -109,8 +109,9 @@ const std::uint64_t* FabricOneSidedTransport::token_slot(int, int from,
 
 std::string FabricOneSidedTransport::capture_refusal() const {
   return "its rail messages are one-sided NCCL puts (ncclPutSignal / ncclWaitSignal), which "
-         "NCCL's nccl.h does not document as capturable into CUDA graphs (NOTE [one-sided "
-         "messages]); unset TIDE_NCCL_HOST_RMA for capturable two-sided messages";
+         "a graph holds only as matched captured puts and waits with one signal in flight per "
+         "pair (NCCL >= 2.30.3; none before: NOTE [one-sided messages]); unset "
+         "TIDE_NCCL_HOST_RMA for capturable two-sided messages";
 }
 
 void route_one_sided(const program::Op& op, std::int64_t region_offset, Message& m) {

@@ -97,9 +97,11 @@
 namespace tide::exec::cuda_detail {
 
 // The one-sided plan's input for `ops` (indices into p.ops, the messages of one call in
-// schedule order) on lane `lane`: a piece per destination row, at region_offset + offset for
-// arena destinations, messages::kNotInWindow for caller memory. Throws tide::InvalidArgument
-// where a descriptor's source and destination bytes differ.
+// schedule order) on lane `lane`: per descriptor whose source (the sender's arena) and
+// destination (the receiver's) are both in a window, a piece per run contiguous in both, at
+// region_offset + offset on each side; else one piece with messages::kNotInWindow for the side
+// in caller memory (the plan refuses it). Throws tide::InvalidArgument where a descriptor in
+// the windows has source and destination bytes that differ.
 std::vector<messages::OneSidedMessage> one_sided_input(const program::Program& p,
                                                        std::span<const int> ops,
                                                        std::int64_t region_offset, int lane);
@@ -147,7 +149,7 @@ class FabricOneSidedTransport final : public OneSidedTransport {
   std::uint64_t next_token_number(int self, int peer, bool sending) override;
   std::uint64_t* token_source(int from, int to, std::uint64_t number) override;
   const std::uint64_t* token_slot(int to, int from, std::uint64_t number) const override;
-  // nccl.h does not document ncclPutSignal / ncclWaitSignal as capturable.
+  // Not capturable as the runner uses them (Graphs, above).
   std::string capture_refusal() const override;
   std::string per_process_refusal() const override { return capture_refusal(); }
 

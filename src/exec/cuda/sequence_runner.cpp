@@ -239,7 +239,7 @@ void CudaSequenceRunner::State::map_message(const Op& op, std::set<int>& used,
     m.stream = sender ? stream(rank, op.stream) : m.rail;
     slots.clear();
     m.message = std::shared_ptr<cuda_detail::Message>(
-        new cuda_detail::Message(cuda_detail::map_message(op, sender, at)), release);
+        new cuda_detail::Message(cuda_detail::map_message(op, sender, at, !one_sided)), release);
     if (one_sided) cuda_detail::route_one_sided(op, place.region_offset, *m.message);
     m.message_slots = slots;
     used.insert(m.stream);

@@ -10,13 +10,13 @@
 //   registered window and the destination's in the receiver's (kNotInWindow: caller memory,
 //   not registered; NCCL puts only from and into symmetric windows); and every rank's window
 //   size.
-// - Output, per message in input order: one put with a signal per non-empty piece (the
-//   sender's offset into the peer's window), then, where `token` (the abort token of NOTE
-//   [abort relay], put into a window of its own), one more signalling put; a message with
-//   neither (a bare signal) gives one signal. `signals` is how many signals the message adds at
-//   its receiver, `ordinal` the index of its first one among the signals of its (from, to,
-//   lane) in the call. Per receiver, `waits` sums them per (peer, lane): what the receiver
-//   waits for before the call's arrivals' counter additions may all run.
+// - Output, per message in input order: one put with a signal per non-empty piece (its
+//   offset into the peer's window and its source's into the sender's), then, where `token` (the
+//   abort token of NOTE [abort relay], put into a window of its own), one more signalling put; a
+//   message with neither (a bare signal) gives one signal. `signals` is how many signals the
+//   message adds at its receiver, `ordinal` the index of its first one among the signals of its
+//   (from, to, lane) in the call. Per receiver, `waits` sums them per (peer, lane): what the
+//   receiver waits for before the call's arrivals' counter additions may all run.
 // - Checks, with the problem and what to do: ranks and lanes in range, no message to itself
 //   (tide::InvalidArgument); a destination outside its receiver's window, two destinations of
 //   one receiver that overlap in one call, or a piece whose byte count differs from what the
