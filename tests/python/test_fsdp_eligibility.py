@@ -57,8 +57,26 @@ def test_eligible_groups_go_on_tide():
     arena = tide.fsdp.memory(model)
     assert arena["arena_bytes"] > 0 and len(arena["communicators"]) == 1
     assert arena["arena_bytes"] == arena["communicators"][0]["arena_bytes"], after
-    # The host backend runs every call on the calling thread: no CUDA graph launches.
+    # The host backend runs every call on the calling thread: no CUDA graph launches, no
+    # rail messages (one host), so no message path.
     assert all(r["all_gather_replays"] == 0 == r["reduce_scatter_replays"] for r in after.values())
+    assert all(r["all_gather_graph_captures"] == 0 == r["reduce_scatter_graph_captures"]
+               for r in after.values())
+    assert all(r["message_path"] == "" and r["rail_messages"] == 0 for r in after.values())
+
+
+def test_report_rows_on_tide_and_on_stock_have_the_same_fields():
+    model = _model()
+    for block in model:
+        fully_shard(block)
+    fully_shard(model)
+    stock = tide.fsdp.report(model)  # before enable(): every row from the stock branch
+    tide.fsdp.enable(model)
+    for _ in range(2):
+        model(torch.randn(3, 9)).sum().backward()
+    on_tide = tide.fsdp.report(model)
+    assert [r["backend"] for r in on_tide] == ["tide", "tide"], on_tide
+    assert all(set(r) == set(stock[0]) for r in on_tide), (sorted(stock[0]), sorted(on_tide[0]))
 
 
 def test_more_than_256_parameters_stay_stock():
