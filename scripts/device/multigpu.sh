@@ -27,9 +27,9 @@
 #            (check-runtime's message_paths), the expert-parallel lane's reduce-scatter (M x 1)
 #            excepted: it puts from the gradients, which are not in a window;
 #            then `tide-nccl check --messages` without and with the knob -> $OUT/rma.json (the
-#            knob must break nothing there; tide-nccl does not report which path its one-shot
-#            programs took: one-sided only where every message's source and destination are
-#            arena regions, so its second run may be two-sided too). Dry run: the host
+#            knob must break nothing there; each row lists the paths its one-shot programs took,
+#            one-sided only where every message's source and destination are arena regions, so
+#            the second run may stay two-sided). Dry run: the host
 #            backend runs both passes (the knob changes nothing there), to check the step.
 #   summary  $OUT/summary.json (bench/multigpu/summary.py's schema) and $OUT/README.md
 #            (bench/multigpu/summary.py)
@@ -224,7 +224,16 @@ PY
         timeout 300 "${rma_env[@]}" "$nccl_run" --spawn "$gpus" check --messages \
           --json "$LOG/rma-check-$path.json" > "$LOG/rma-check-$path.log" 2>&1
         rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
-        echo "{\"check_messages\": \"$path\", \"exit\": $rc}" >> "$LOG/rma.jsonl"
+        # The paths its one-shot programs took (CudaExecutor::message_path(), per case).
+        python3 - "$path" "$rc" "$LOG/rma-check-$path.json" >> "$LOG/rma.jsonl" <<'PY'
+import json, sys
+path, rc, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+try:
+    paths = sorted({c.get("message_path", "") for c in json.load(open(out))["cases"]} - {""})
+except Exception:
+    paths = []
+print(json.dumps({"check_messages": path, "exit": rc, "message_paths": paths}))
+PY
         note "rma tide-nccl check --messages $path rc=$rc: $(tail -1 "$LOG/rma-check-$path.log")"
       done
     fi

@@ -158,6 +158,7 @@ struct CaseResult {
   std::string status = "ok";  // "ok" or the first failure on this rank
   double enqueue_us = 0;      // median over runs
   double wall_us = 0;
+  std::string message_path;  // CudaExecutor::message_path() (the same on every rank)
 };
 
 double median(std::vector<double> v) {
@@ -225,6 +226,7 @@ CaseResult run_one(RankSession& session, const CollectiveCase& c, int gpus_per_n
     exec::CudaExecutorOptions eo;
     eo.copy_streams = args.common.copy_streams;
     ex = std::make_unique<exec::CudaExecutor>(program, *pf, eo);
+    result.message_path = ex->message_path();
   } catch (const std::exception& e) {
     result.status = std::string("setup: ") + e.what();
   }
@@ -341,6 +343,7 @@ int run_check(const fabric::LaunchedRank& me, const CheckArgs& args) {
       rows.push_back({{"case", c.name},
                       {"ok", verdict == "ok"},
                       {"ranks", lines},
+                      {"message_path", r.message_path},
                       {"enqueue_us_max_rank_median", enqueue},
                       {"run_us_max_rank_median", wall}});
     }

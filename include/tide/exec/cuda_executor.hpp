@@ -77,6 +77,7 @@
 #include <memory>
 #include <span>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "tide/fabric/fabric.hpp"
@@ -170,6 +171,9 @@ class CudaExecutor {
   CudaRunResult run(const CudaRunOptions& options = {});
 
   const program::Program& program() const;
+  // How the program's rail messages travel (CudaSequenceRunner::message_path(): "two-sided",
+  // "one-sided", ...; empty without messages, or while no runner exists after a timeout).
+  std::string message_path() const;
   // Device bytes of the Level 1 segment tables the executor holds (the counters are the
   // fabric's signal words; the runner's few words of its own are not counted).
   std::int64_t device_bytes() const;

@@ -404,6 +404,10 @@ CudaRunResult CudaExecutor::run(const CudaRunOptions& options) {
   return stats;
 }
 
+std::string CudaExecutor::message_path() const {
+  return state_->runner ? state_->runner->message_path() : std::string{};
+}
+
 std::int64_t CudaExecutor::device_bytes() const {
   std::int64_t bytes = 0;
   if (!state_->runner) return bytes;
