@@ -7,9 +7,12 @@ rank, whose next call or check() raises. The adapter turns that into a stop of t
 as torch's NCCL watchdog does:
   1. Every communicator call that TIDE serves goes through ``GuardedCommunicator``. Once the
      communicator serves calls (its arena exists), a CommunicationError from it aborts the
-     communicator here too (the peers' next waits raise), aborts every torch process group of
-     this process (``_abort_process_group()``: a peer blocked in a torch collective with this
-     rank is not left waiting on a rank that stopped taking part), and raises
+     communicator here too (the peers' next waits raise), aborts the torch process groups
+     whose collectives TIDE served (a peer blocked in FSDP2's remaining collectives over them,
+     HSDP's all-reduce or the agreement, is not left waiting on a rank that stopped taking
+     part; every torch process group of the process only with
+     ``enable(abort_all_process_groups=True)``: torch's other groups, such as one a DCP save
+     uses, are torch's to time out), and raises
      ``tide.fsdp.CommunicationError`` on the calling thread, naming the failure. Nothing
      ends the process from inside the library: the exception reaches the training loop
      (uncaught, it ends the process; torch's collectives can no longer run in it).
@@ -50,20 +53,22 @@ def native_errors() -> tuple:
     return _native
 
 
-def abort_torch_process_groups() -> str:
-    """Aborts every torch process group of this process; returns what happened, for the
-    error's message."""
+def abort_torch_process_groups(groups=None) -> str:
+    """Aborts ``groups`` (torch process groups), or every torch process group of this process
+    where None; returns what happened, for the error's message."""
     if not dist.is_initialized():
         return "torch.distributed was not initialized"
     abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
+    what = "torch's process groups" if groups is None else "the torch process groups TIDE served"
     try:
-        if abort is not None:
-            abort()
+        if groups is None:
+            abort() if abort is not None else dist.destroy_process_group()
         else:
-            dist.destroy_process_group()
+            for group in groups:
+                abort(group) if abort is not None else dist.destroy_process_group(group)
     except Exception as e:  # noqa: BLE001 (the job stops whatever the backend says)
-        return f"aborting torch's process groups failed: {type(e).__name__}: {e}"
-    return "torch's process groups were aborted"
+        return f"aborting {what} failed: {type(e).__name__}: {e}"
+    return f"{what} were aborted"
 
 
 class GuardedCommunicator:
@@ -76,6 +81,8 @@ class GuardedCommunicator:
         self.choice_reason = choice_reason  # why this backend and not the first choice
         self.serving = False  # the arena exists: TIDE's outputs may be consumed from now on
         self.failure = ""  # the failure that stopped the job, once one did
+        # NOTE [job stop] 1: what a failure aborts of torch's: these groups, or all where None.
+        self.torch_groups: list | None = []
 
     def __getattr__(self, name: str):
         attr = getattr(self._comm, name)
@@ -107,9 +114,9 @@ class GuardedCommunicator:
                 self._comm.abort(failure)
             except Exception:  # noqa: BLE001 (aborted already, or closed)
                 pass
-            torch_state = abort_torch_process_groups()
+            torch_state = abort_torch_process_groups(self.torch_groups)
         else:
-            torch_state = "torch's process groups were aborted at the first failure"
+            torch_state = "torch's process groups were handled at the first failure"
         return CommunicationError(
             f"tide.fsdp: the TIDE communicator ({self.backend} backend) failed: {self.failure}. "
             f"The job must stop: the communicator is aborted on every rank and {torch_state}"
@@ -117,7 +124,15 @@ class GuardedCommunicator:
 
     def close(self) -> None:
         self.serving = False
-        self._comm.close()
+        if self._comm is not None:
+            self._comm.close()
+
+    def close_at_exit(self) -> None:
+        """Closes the communicator and drops the binding's object (at interpreter exit, so
+        that nanobind finds no live instance)."""
+        self.close()
+        self.__dict__.clear()
+        self._comm = None
 
 
 def check_health(communicators) -> None:

@@ -20,9 +20,20 @@ Reduce-scatter (paper Sec. 4):
      as views of the packed shard, accumulated into existing ones. Where nothing follows the
      reduce-scatter and every parameter's sharded gradient already is a view of this group's
      last packed shard, TIDE accumulates in place (``accumulate=True``).
+NOTE [no-sync accumulation]
+With ``set_requires_gradient_sync(False)`` FSDP2 accumulates the unsharded gradients over
+backwards, in the reduce dtype where it is wider than the parameters' (fp32 beside bf16
+parameters), and reduces the sum at the backward that syncs. TIDE registers a group for the
+dtype autograd leaves its gradients in (bf16), so for a group the traced first iteration
+reduced with fp32 gradients, ``enable()``'s activation registers a twin for fp32 gradients
+(fsdp.py, ``_register_twins``): same parameters, same landing slot, never all-gathered. The
+syncing reduce-scatter then runs TIDE-RS on the fp32 sums where they lie; a parameter whose
+gradient was not accumulated (bf16) is upcast first, and the copy counted. Reducing every
+micro-batch into the sharded gradient instead (accumulate=True) would communicate at every
+backward, which is what no-sync asks FSDP2 not to do, so TIDE does not.
 Calls outside what TIDE serves (another process group, as after a post-forward reshard to a
 smaller mesh; HSDP with the all-reduce deferred; a gradient dtype TIDE was not registered
-for) run stock and are counted in ``stock_calls``.
+for) run stock and are counted by reason (NOTE [stock calls are counted by reason]).
 """
 
 from __future__ import annotations
@@ -33,7 +44,7 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from . import _fsdp_group
+from . import _fsdp_group, _observe
 from ._fsdp_compat import Layout
 
 _installed: dict = {}
@@ -91,11 +102,14 @@ def _all_gather(*args, **kwargs):
     traced = _fsdp_group.traced_group(a["fsdp_params"])
     if traced is not None and not traced.active:  # NOTE [landing slots from the first iteration]
         traced.tracer.all_gathered(traced)
+        traced.count_stock(_fsdp_group.TRACED)
         return _installed["foreach_all_gather"](*args, **kwargs)
     group = _fsdp_group.group_of(a["fsdp_params"])
-    if group is None or a["group"] is not group.pg or len(a["fsdp_params"]) != len(group.index):
-        if group is not None:
-            group.stock_calls += 1
+    if group is None:
+        return _installed["foreach_all_gather"](*args, **kwargs)
+    reason = _all_gather_refusal(group, a)
+    if reason:
+        group.count_stock(reason)
         return _installed["foreach_all_gather"](*args, **kwargs)
     from torch.distributed.fsdp._fully_shard._fsdp_collectives import AllGatherResult  # noqa: PLC0415
 
@@ -108,28 +122,8 @@ def _all_gather(*args, **kwargs):
     for shard, numel in zip(shards, numels):
         if shard.numel() != numel or not shard.is_contiguous():
             raise RuntimeError(f"tide.fsdp: {group.name}: sharded data is not FSDP2's padded shard")
-    # NOTE [landing slots]: the group's own unshard finds its slot held by another group.
-    if not group.comm.holds_slot(group.gid):
-        holder = group.slot_holder()
-        if holder is not None:
-            from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState  # noqa: PLC0415
-
-            if group.fsdp_group._training_state == TrainingState.PRE_BACKWARD:
-                raise RuntimeError(
-                    f"tide.fsdp: group '{group.name}' must be unsharded for its backward while group "
-                    f"'{holder.name}' still holds their shared landing slot {group.slot}; autograd keeps "
-                    "both groups' parameters in that slot. Call tide.fsdp.enable(model, ring=False) "
-                    "to give every group a slot of its own"
-                )
-            group.fall_back(
-                f"its landing slot {group.slot} was still held by group '{holder.name}' at its own "
-                "forward all-gather (both unsharded at once, e.g. nested FSDP modules); stock FSDP2 "
-                "from then on"
-            )
-            group.stock_calls += 1
-            return _installed["foreach_all_gather"](*args, **kwargs)
     ag_stream.wait_stream(copy_in_stream)
-    with handle.stream(ag_stream):
+    with handle.stream(ag_stream), _observe.call("all_gather", group, sum(numels) * group.world * _itemsize(group.ag_dtype)):
         group.comm.all_gather(group.gid, _stream_handle(ag_stream), [s.data_ptr() for s in shards])
         for shard in shards:
             if shard.device.type == "cuda":
@@ -147,6 +141,52 @@ def _all_gather(*args, **kwargs):
         all_gather_input_split_sizes=numels,
     )
 
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty(0, dtype=dtype).element_size()
+
+
+def _all_gather_refusal(group, a: dict) -> str:
+    """Why this all-gather of a group on TIDE runs stock FSDP2 ('' when TIDE serves it).
+    A held slot is resolved here: an idle holder is resharded, otherwise the group's
+    all-gathers go stock until the next iteration (NOTE [reversible fallbacks])."""
+    context = _observe.unservable_context()
+    if context:
+        return context
+    custom = _fsdp_group.custom_collective(group.fsdp_group)
+    if custom:
+        return custom
+    if a["group"] is not group.pg:
+        return ("the all-gather runs over another process group than the one TIDE registered "
+                "(reshard_after_forward=<int>: FSDP2 re-gathers over the post-forward mesh)")
+    if len(a["fsdp_params"]) != len(group.index):
+        return f"the all-gather covers {len(a['fsdp_params'])} of the group's {len(group.index)} parameters"
+    if not group.resume_if_possible():
+        return group.suspended
+    if group.comm.holds_slot(group.gid):
+        return ""
+    holder = group.slot_holder()  # NOTE [landing slots]: the slot is another group's now
+    if holder is None:
+        return ""
+    if holder.evictable():
+        group.evict(holder)
+        return ""
+    from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState  # noqa: PLC0415
+
+    if group.fsdp_group._training_state == TrainingState.PRE_BACKWARD:
+        raise RuntimeError(
+            f"tide.fsdp: group '{group.name}' must be unsharded for its backward while group "
+            f"'{holder.name}' still holds their shared landing slot {group.slot}; autograd keeps "
+            "both groups' parameters in that slot. Call tide.fsdp.enable(model, ring=False) "
+            "to give every group a slot of its own"
+        )
+    group.suspend(
+        f"its landing slot {group.slot} was held by group '{holder.name}', whose parameters "
+        "autograd may still read, at its own forward all-gather (more groups unsharded at once "
+        "than the first iteration showed); stock FSDP2 until the next iteration"
+    )
+    return group.suspended
 
 def _all_gather_copy_out(*args, **kwargs):
     a = _bind("foreach_all_gather_copy_out", args, kwargs)
@@ -187,10 +227,61 @@ def _alpha_and_post(a: dict, world: int) -> tuple[float, float | None, object]:
     return alpha, post, all_reduce_op
 
 
-def _stock_reduce(group, args, kwargs):
-    if group is not None:
-        group.stock_calls += 1
-    return _installed["foreach_reduce"](*args, **kwargs)
+def _reduce_refusal(group, a: dict) -> str:
+    """Why this reduce-scatter of a group on TIDE runs stock FSDP2 ('' when TIDE serves it)."""
+    context = _observe.unservable_context()
+    if context:
+        return context
+    custom = _fsdp_group.custom_collective(group.fsdp_group)
+    if custom:
+        return custom
+    prepare = a.get("prepare_reduce_scatter_inputs")
+    if prepare is not None and prepare is not _default_prepare():
+        return "a custom prepare_reduce_scatter_inputs is set (TIDE reads the gradients themselves)"
+    if a["reduce_scatter_group"] is not group.pg:
+        return "the reduce-scatter runs over another process group than the one TIDE registered"
+    if a["all_reduce_group"] is not None and not a["all_reduce_grads"]:
+        return "HSDP with the replicate all-reduce deferred (set_requires_all_reduce(False))"
+    if a["partial_reduce_output"] is not None:
+        return "a partial reduce output from a deferred all-reduce is pending"
+    grads, params = a["unsharded_grads"], a["fsdp_params"]
+    if any(fp not in group.index for fp in params):
+        return "the reduce-scatter holds parameters of another group"
+    if any(not g.is_contiguous() for g in grads):
+        return "a gradient is not contiguous"
+    dtypes = {g.dtype for g in grads}
+    served = {group.grad_dtype} | ({torch.float32} if group.twin is not None else set())
+    if not dtypes <= served:
+        if torch.float32 in dtypes and group.grad_dtype == torch.bfloat16:
+            return ("gradients accumulated in fp32 without sync (set_requires_gradient_sync(False)) "
+                    "first appeared after the first iteration, when TIDE laid out its arena; "
+                    "accumulate from the first step on to have TIDE reduce them")
+        return (f"gradients in {sorted(str(d) for d in dtypes)}, where TIDE registered the "
+                f"group for {group.grad_dtype}")
+    return ""
+
+
+def _default_prepare():
+    from torch.distributed.fsdp._fully_shard import _fsdp_collectives as collectives  # noqa: PLC0415
+
+    return getattr(collectives, "_default_reduce_scatter_input_fn", None)
+
+
+_ZEROS: dict = {}  # (device, dtype) -> a zero tensor, read for parameters without a gradient
+
+
+def _zeros(group, shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Zeros of ``shape`` read by TIDE-RS for a parameter without a gradient (frozen, or
+    unused in this backward): views of one buffer per device and dtype, made once and only
+    ever read, as large as the largest such parameter."""
+    numel = int(torch.Size(shape).numel())
+    key = (str(device), dtype)
+    buffer = _ZEROS.get(key)
+    if buffer is None or buffer.numel() < numel:
+        buffer = torch.zeros(numel, dtype=dtype, device=device)
+        _ZEROS[key] = buffer
+        group.zero_fill_bytes += buffer.numel() * buffer.element_size()
+    return buffer[:numel]
 
 
 def _reduce(*args, **kwargs):
@@ -198,21 +289,17 @@ def _reduce(*args, **kwargs):
     params, grads = a["fsdp_params"], a["unsharded_grads"]
     traced = _fsdp_group.traced_group(params)
     if traced is not None and not traced.active:  # NOTE [landing slots from the first iteration]
-        traced.tracer.reduced(traced)
+        traced.tracer.reduced(traced, grads)
+        traced.count_stock(_fsdp_group.TRACED)
         return _installed["foreach_reduce"](*args, **kwargs)
     group = _fsdp_group.group_of(params)
     if group is None:
         return _installed["foreach_reduce"](*args, **kwargs)
-    rs_group, ar_group = a["reduce_scatter_group"], a["all_reduce_group"]
-    defer_all_reduce = ar_group is not None and not a["all_reduce_grads"]
-    if (
-        rs_group is not group.pg
-        or defer_all_reduce
-        or a["partial_reduce_output"] is not None
-        or any(g.dtype != group.grad_dtype or not g.is_contiguous() for g in grads)
-        or any(fp not in group.index for fp in params)
-    ):
-        return _stock_reduce(group, args, kwargs)
+    reason = _reduce_refusal(group, a)
+    if reason:
+        group.count_stock(reason)
+        return _installed["foreach_reduce"](*args, **kwargs)
+    ar_group = a["all_reduce_group"]
 
     device = a["device"]
     handle = _device_handle(device)
@@ -222,16 +309,24 @@ def _reduce(*args, **kwargs):
     hook = a["all_reduce_hook"]
     follows = ar_group is not None or hook is not None or post not in (None, 1)
 
+    # NOTE [no-sync accumulation]: gradients FSDP2 accumulated in fp32 over no-sync backwards
+    # go to the group's fp32-gradient registration; the rest to its own.
+    gid, grad_dtype = group.gid, group.grad_dtype
+    if group.twin is not None and any(g.dtype == torch.float32 for g in grads):
+        gid, grad_dtype = group.twin.gid, torch.float32
     # The gradients where autograd left them, in group order (TIDE-RS reads them in place and
-    # reduces in fp32: no upcast); zeros for parameters without one.
-    by_index: dict[int, torch.Tensor] = {group.index[fp]: g for fp, g in zip(params, grads)}
+    # reduces in fp32); a shared zero buffer for parameters without one (frozen, unused).
+    by_index: dict[int, torch.Tensor] = {}
+    for fp, g in zip(params, grads):
+        if g.dtype != grad_dtype:  # a gradient not accumulated in a no-sync backward: upcast
+            g = g.to(grad_dtype)
+            group.upcast_bytes += g.numel() * g.element_size()
+        by_index[group.index[fp]] = g
     all_params = group.fsdp_group.fsdp_params
     ordered = []
     for p, fp in enumerate(all_params):
         if p not in by_index:
-            zeros = torch.zeros(fp.sharded_param.shape, dtype=group.grad_dtype, device=device)
-            group.zero_fill_bytes += zeros.numel() * zeros.element_size()
-            by_index[p] = zeros
+            by_index[p] = _zeros(group, fp.sharded_param.shape, grad_dtype, device)
         ordered.append(by_index[p])
 
     packed = _accumulation_target(group, params) if not follows and len(params) == len(all_params) else None
@@ -241,18 +336,20 @@ def _reduce(*args, **kwargs):
     # there and their storage is freed at this host point. TIDE-RS then reads the slot, and the
     # slot's next all-gather waits for those reads. Where another group holds the slot already,
     # the gradients are read in place as In-Place does.
-    staged = group.mode == "slot-reuse" and group.slot_holder() is None and not group.comm.holds_slot(group.gid)
+    rs_bytes = sum(g.numel() * g.element_size() for g in ordered)
+    staged = (gid == group.gid and group.mode == "slot-reuse" and group.slot_holder() is None
+              and not group.comm.holds_slot(group.gid))
     if staged:
-        group.comm.stage_gradients(group.gid, _stream_handle(current), [g.data_ptr() for g in ordered])
+        group.comm.stage_gradients(gid, _stream_handle(current), [g.data_ptr() for g in ordered])
         grads.clear()
         del by_index
         ordered = []
     rs_stream.wait_stream(current)
-    with handle.stream(rs_stream):
+    with handle.stream(rs_stream), _observe.call("reduce_scatter", group, rs_bytes):
         if packed is None:
             packed = torch.empty(shard_elems, dtype=torch.float32, device=device)
         group.comm.reduce_scatter(
-            group.gid,
+            gid,
             _stream_handle(rs_stream),
             [g.data_ptr() for g in ordered],
             packed.data_ptr(),

@@ -25,15 +25,22 @@ here), which releases it on the current stream: the slot's next all-gather waits
 device for that stream's work so far. Autograd keeps the unsharded parameters of a forward
 for its backward, as views of the slot; FSDP2 re-gathers the group into the same storage
 before that backward reads them, so the slot must never hold another group's parameters then.
-Where a later iteration unshards in a pattern the traced one did not show, a group may find
-its slot held by another group:
-  - at a prefetch (FSDP2's forward or backward prefetch, an explicit ``unshard()``): it is
-    deferred: the group is all-gathered at its own pre-forward or pre-backward instead, when
-    FSDP2 has resharded the holder (e.g. deeper prefetching than traced);
-  - at its own unshard in forward: the group returns to stock FSDP2 for good, with the
-    reason in the report, before anything is written (no tensor of this iteration views its
-    slot yet);
-  - a group's own unshard in backward: no storage can serve both, so this raises, naming the
+Where a later iteration unshards in a pattern the traced one did not show (an evaluation
+forward under no_grad that leaves a reshard_after_forward=False block unsharded, a block kept
+unsharded by set_reshard_after_backward(False), deeper prefetching), a group may find its slot
+held by another group. NOTE [reversible fallbacks]:
+  - a holder that nothing reads (``evictable``: no grad-enabled forward of it since its
+    backward, not inside its own forward or backward, no all-gather pending) is resharded by
+    FSDP2's own ``_to_sharded``, and the group takes the slot on TIDE; FSDP2 all-gathers the
+    holder again when it next needs it (one all-gather more, no stock call);
+  - otherwise, at a prefetch by FSDP2 (forward or backward prefetch): the prefetch is
+    deferred, and the group is all-gathered at its own pre-forward or pre-backward;
+  - at an explicit ``unshard()`` by the user, or at the group's own forward all-gather: the
+    group is suspended: its all-gathers run stock FSDP2 (its own all-gather outputs come back)
+    until an iteration boundary (the root's post-backward) has passed, and it returns to TIDE
+    at its next own forward all-gather. Its reduce-scatters stay on TIDE. Each such call is
+    counted under its reason (NOTE [stock calls are counted by reason]);
+  - at a group's own unshard in backward: no storage can serve both, so this raises, naming the
     two groups (enable(..., ring=False) gives every group a slot of its own).
 So no group's parameters are ever overwritten while FSDP2 or autograd holds them. A tensor
 kept by the user from a resharded parameter (FSDP2 frees its storage; TIDE's cannot be
@@ -42,6 +49,7 @@ freed) reads whatever its slot holds now: FSDP2 itself never reads one.
 
 from __future__ import annotations
 
+import logging
 import weakref
 
 import torch
@@ -49,6 +57,13 @@ import torch
 from . import _memory
 
 MAX_PARAMS = 256
+_log = logging.getLogger("tide.fsdp")
+
+# NOTE [stock calls are counted by reason]: every call of a group on TIDE that runs stock
+# FSDP2 instead is counted under its reason (report()'s ``stock_reasons``), and a warning is
+# logged once per reason and group. The one expected reason is the traced first iteration
+# (NOTE [landing slots from the first iteration]), logged at INFO.
+TRACED = "the first iteration runs on stock FSDP2 while TIDE records the order of unshards"
 
 # FSDPParam -> TideGroup, for the replaced collectives to find their group.
 GROUP_OF_PARAM: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -82,15 +97,9 @@ def local_reason(fsdp_group, layout_reason: str) -> str:
         return f"{len(params)} parameters > {MAX_PARAMS}"
     if not isinstance(fsdp_group.mesh_info, FSDPMeshInfo):
         return "not sharded (replicate-only mesh)"
-    if type(fsdp_group._all_gather_comm) is not collectives.DefaultAllGather:
-        return "a custom all-gather is set (set_custom_all_gather)"
-    if type(fsdp_group._reduce_scatter_comm) is not collectives.DefaultReduceScatter:
-        return "a custom reduce-scatter is set (set_custom_reduce_scatter)"
-    if getattr(fsdp_group, "_all_gather_output_fn", None) not in (
-        None,
-        getattr(collectives, "_default_all_gather_output_fn", None),
-    ):
-        return "a custom all-gather output function is set"
+    custom = custom_collective(fsdp_group)
+    if custom:
+        return custom
     if fsdp_group.is_unsharded:
         return "enable() was called while the group is unsharded (call it before forward)"
     reduce_dtypes = set()
@@ -119,6 +128,23 @@ def local_reason(fsdp_group, layout_reason: str) -> str:
     return ""
 
 
+def custom_collective(fsdp_group) -> str:
+    """Why the group's collectives are the user's own (set_custom_all_gather,
+    set_custom_reduce_scatter, ...), checked at enable() and at every call: '' when stock's."""
+    from torch.distributed.fsdp._fully_shard import _fsdp_collectives as collectives  # noqa: PLC0415
+
+    if type(getattr(fsdp_group, "_all_gather_comm", None)) not in (None, collectives.DefaultAllGather):
+        return "a custom all-gather is set (set_custom_all_gather)"
+    if type(getattr(fsdp_group, "_reduce_scatter_comm", None)) not in (None, collectives.DefaultReduceScatter):
+        return "a custom reduce-scatter is set (set_custom_reduce_scatter)"
+    if getattr(fsdp_group, "_all_gather_output_fn", None) not in (
+        None,
+        getattr(collectives, "_default_all_gather_output_fn", None),
+    ):
+        return "a custom all-gather output function is set"
+    return ""
+
+
 class TideGroup:
     """One FSDP parameter group and what TIDE keeps for it."""
 
@@ -140,6 +166,7 @@ class TideGroup:
         self.slot = -1  # NOTE [landing slots]: the slot id (-1: its own)
         self.slot_reason = ""
         self.zero_fill_bytes = 0  # reduce-scatter inputs TIDE made (parameters without a gradient)
+        self.upcast_bytes = 0  # gradients upcast to fp32 beside accumulated ones (NOTE [no-sync accumulation])
         self.stats_when_stock = None  # the TIDE calls' stats when it fell back
         self.registered_id = -1  # its id in the communicator (kept after a fall-back)
         self.peers: list = []  # every TideGroup of the same enable()
@@ -149,10 +176,29 @@ class TideGroup:
         self.active = False  # its arena exists: TIDE serves its calls
         self.deferred_prefetches = 0
         self.wrapped: dict = {}  # FSDP group methods bind() replaced, by name
+        self.stock_reasons: dict[str, int] = {}  # NOTE [stock calls are counted by reason]
+        # NOTE [reversible fallbacks]: why the group's all-gathers run stock FSDP2 until the
+        # next iteration boundary ('' when they do not), and whether that boundary passed.
+        self.suspended = ""
+        self.boundary_passed = False
+        self.pinned = False  # autograd may hold its unsharded parameters (NOTE [landing slots])
+        self.evictions = 0  # idle holders resharded so that this group could take its slot
+        self.twin = None  # the registration for fp32 accumulated gradients (NOTE [no-sync accumulation])
+        self.twin_refusal = ""  # why the runtime refused that registration
+        self.resumes = 0
 
     @property
     def on_tide(self) -> bool:
         return self.gid >= 0
+
+    def count_stock(self, reason: str) -> None:
+        """NOTE [stock calls are counted by reason]."""
+        self.stock_calls += 1
+        first = reason not in self.stock_reasons
+        self.stock_reasons[reason] = self.stock_reasons.get(reason, 0) + 1
+        if first:
+            level = logging.INFO if reason == TRACED else logging.WARNING
+            _log.log(level, "tide.fsdp: group '%s' runs a call on stock FSDP2: %s", self.name, reason)
 
     def shapes(self) -> list[tuple[int, int]]:
         shapes = []
@@ -170,12 +216,16 @@ class TideGroup:
         # them there and reduces in fp32 whatever the reduce dtype (no upcast copy).
         self.grad_dtype = self.ag_dtype
 
-    def register(self, comm, pg, mode: str) -> str:
+    def register(self, comm, pg, mode: str, grad_dtype=None) -> str:
         """Registers the group with the communicator; returns the runtime's refusal or ''.
+        ``grad_dtype``: the gradients' dtype where not the parameters' (NOTE [no-sync
+        accumulation]).
 
         Collective over ``pg``; every group of a communicator registers before any
         ``describe()``, since the runtime places its arena at the first use of a group."""
         self.plan_dtypes()
+        if grad_dtype is not None:
+            self.grad_dtype = grad_dtype
         self.mode = mode
         gid, reason = comm.register_group(
             self.name,
@@ -222,7 +272,9 @@ class TideGroup:
         for name in ("pre_forward", "pre_backward"):
             original = getattr(fsdp_group, name)
 
-            def own(*args, _original=original, **kwargs):
+            def own(*args, _original=original, _forward=name == "pre_forward", **kwargs):
+                if _forward and torch.is_grad_enabled():
+                    self.pinned = True  # autograd may save its unsharded parameters
                 self.own_unshard = True
                 try:
                     return _original(*args, **kwargs)
@@ -230,15 +282,81 @@ class TideGroup:
                     self.own_unshard = False
 
             self._wrap(name, own)
+        post_backward = fsdp_group.post_backward
+
+        def backward_done(*args, **kwargs):
+            try:
+                return post_backward(*args, **kwargs)
+            finally:
+                self.pinned = False  # its backward ran: autograd is done with its parameters
+
+        self._wrap("post_backward", backward_done)
         unshard = fsdp_group.unshard
 
-        def deferred_unshard(*args, **kwargs):
-            if not self.own_unshard and self.on_tide and self.active and self.slot_holder() is not None:
-                self.deferred_prefetches += 1  # NOTE [landing slots]: at its own unshard instead
-                return None
+        def checked_unshard(*args, **kwargs):
+            holder = self.slot_holder() if self.on_tide and self.active else None
+            if holder is not None and not self.own_unshard:
+                if holder.evictable():
+                    self.evict(holder)
+                elif self._explicit():  # the user asked for it: unsharded it is, on stock FSDP2
+                    self.suspend(
+                        f"an explicit unshard() found its landing slot {self.slot} held by group "
+                        f"'{holder.name}', whose parameters autograd may still read"
+                    )
+                else:  # FSDP2's prefetch: at the group's own unshard instead
+                    self.deferred_prefetches += 1
+                    return None
             return unshard(*args, **kwargs)
 
-        self._wrap("unshard", deferred_unshard)
+        self._wrap("unshard", checked_unshard)
+
+    def _explicit(self) -> bool:
+        """An unshard() the user called (FSDP2's prefetches run in FORWARD or PRE_BACKWARD)."""
+        from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState  # noqa: PLC0415
+
+        return self.fsdp_group._training_state == TrainingState.IDLE
+
+    def evictable(self) -> bool:
+        """NOTE [reversible fallbacks]: the group is unsharded in a slot, nothing of FSDP2 or
+        autograd reads its parameters (no grad-enabled forward since its backward; not inside
+        a forward or backward of its own; no all-gather pending), so resharding it is safe:
+        FSDP2 all-gathers it again when it next needs it."""
+        from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState  # noqa: PLC0415
+
+        group = self.fsdp_group
+        return (
+            not self.pinned
+            and group.is_unsharded
+            and getattr(group, "_all_gather_result", None) is None
+            and group._training_state in (TrainingState.IDLE, TrainingState.POST_BACKWARD)
+        )
+
+    def evict(self, holder) -> None:
+        """Reshards the idle ``holder`` (FSDP2's own reshard) so that this group takes the slot."""
+        holder.fsdp_group._to_sharded()
+        self.evictions += 1
+
+    def suspend(self, reason: str) -> None:
+        """NOTE [reversible fallbacks]: the group's all-gathers run stock FSDP2 (its own
+        all-gather outputs come back) until an iteration boundary passed; its reduce-scatters
+        stay on TIDE (they read autograd's gradients, wherever the parameters were)."""
+        self._drop_views()
+        self.suspended = reason
+        self.boundary_passed = False
+
+    def resume_if_possible(self) -> bool:
+        """At the group's own forward all-gather: back on TIDE once an iteration boundary
+        passed since it was suspended (autograd holds none of its stock parameters then)."""
+        from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState  # noqa: PLC0415
+
+        if not self.suspended:
+            return True
+        if not (self.boundary_passed and self.own_unshard
+                and self.fsdp_group._training_state == TrainingState.FORWARD):
+            return False
+        self.suspended = ""
+        self.resumes += 1
+        return True
 
     def _wrap(self, name: str, wrapper) -> None:
         """Sets ``wrapper`` as the FSDP group's method ``name`` (an instance attribute over
@@ -289,9 +407,15 @@ class TideGroup:
         if self.gid >= 0:
             self.stats_when_stock = dict(self.comm.stats(self.gid))
         self.gid, self.reason = -1, reason
+        self._drop_views()
         for fp in self.fsdp_group.fsdp_params:
             GROUP_OF_PARAM.pop(fp, None)
-            if self.views_installed:
+
+    def _drop_views(self) -> None:
+        """FSDP2's own all-gather outputs and unsharded parameters come back at its next
+        all-gather (the group is sharded: nothing views the landing)."""
+        if self.views_installed:
+            for fp in self.fsdp_group.fsdp_params:
                 for name in ("alloc_all_gather_outputs", "free_all_gather_outputs", "free_unsharded_param"):
                     fp.__dict__.pop(name, None)
                 if hasattr(fp, "_unsharded_param"):

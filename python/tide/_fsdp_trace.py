@@ -20,6 +20,8 @@ pattern) are met by the safety rules of NOTE [landing slots] in _fsdp_group.py.
 
 from __future__ import annotations
 
+import torch
+
 
 class SlotTracer:
     """Conflicts between groups during the traced iteration(s), and the slots they imply."""
@@ -31,6 +33,7 @@ class SlotTracer:
         self.first_unshard: list = []
         self.reduces = 0
         self.done = False
+        self.fp32_grads: set[int] = set()  # groups reduced with fp32 gradients (NOTE [no-sync accumulation])
 
     def all_gathered(self, group) -> None:
         if id(group) not in self.conflicts:
@@ -48,9 +51,11 @@ class SlotTracer:
         if group in self.unsharded:
             self.unsharded.remove(group)
 
-    def reduced(self, group) -> None:
+    def reduced(self, group, grads=()) -> None:
         if id(group) in self.conflicts:
             self.reduces += 1
+            if any(g.dtype == torch.float32 for g in grads):
+                self.fp32_grads.add(id(group))
 
     def ready(self) -> bool:
         """A backward reduced gradients: the trace holds a whole iteration."""

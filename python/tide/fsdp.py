@@ -16,8 +16,12 @@ stop] in _failure.py); ``close(model)`` returns the model to stock FSDP2. See do
 
 from __future__ import annotations
 
+import atexit
+import re
+import weakref
 from dataclasses import dataclass, field
 
+import torch
 import torch.distributed as dist
 import torch.nn as nn
 
@@ -33,6 +37,19 @@ _MODES = ("in-place", "slot-reuse")
 # kept until close(), after the communicator (NOTE [communicator arena]).
 _ARENAS: dict = {}
 _ATTRIBUTE = "_tide_groups"
+# Communicators not closed yet: released at interpreter exit, before the binding's objects
+# would outlive it.
+_LIVE: "weakref.WeakSet" = weakref.WeakSet()
+
+
+@atexit.register
+def _release_at_exit() -> None:
+    for comm in list(_LIVE):
+        try:
+            comm.close_at_exit()
+        except Exception:  # noqa: BLE001 (exiting: a failed close must not mask the exit status)
+            pass
+    _ARENAS.clear()
 _CLOSED = "_tide_closed"
 
 
@@ -79,7 +96,7 @@ def _check_module(function: str, module) -> None:
         )
 
 
-def _check_arguments(module, mode, timeout_s, strict, ring) -> None:
+def _check_arguments(module, mode, timeout_s, strict, ring, abort_all) -> None:
     """TypeError for an argument of the wrong type, ValueError for a wrong value: each names
     the argument."""
     _check_module("enable", module)
@@ -91,25 +108,51 @@ def _check_arguments(module, mode, timeout_s, strict, ring) -> None:
         raise TypeError(f"tide.fsdp.enable: timeout_s must be a number, got {type(timeout_s).__name__}")
     if not timeout_s > 0:
         raise ValueError(f"tide.fsdp.enable: timeout_s must be positive, got {timeout_s!r}")
-    for name, value in (("strict", strict), ("ring", ring)):
+    for name, value in (("strict", strict), ("ring", ring), ("abort_all_process_groups", abort_all)):
         if not isinstance(value, bool):
             raise TypeError(f"tide.fsdp.enable: {name} must be a bool, got {type(value).__name__}")
 
 
-def _agree(reasons: list[str], pg=None) -> list[str]:
+_RANK_PREFIX = re.compile(r"^rank \d+: ")
+
+
+def _agree(reasons: list[str], pg=None, keys: list | None = None) -> list[str]:
     """Every rank's reasons, merged over ``pg`` (the world when None): a group runs on TIDE
-    only where no rank refuses it; the reason names the first rank (global) that did."""
+    only where no rank refuses it; the reason names the first rank (global) that did.
+
+    ``keys`` name the groups across ranks (default: their position). Ranks may hold different
+    groups (pipeline stages: each stage's ranks shard their own modules), so the world's
+    agreement merges by key: a rank that holds no group of a key has nothing to say of it."""
     size = dist.get_world_size() if pg is None else pg.size()
     if size == 1:
         return reasons
+    keys = list(range(len(reasons))) if keys is None else keys
     everyone: list = [None] * size
-    dist.all_gather_object(everyone, reasons, group=pg)
+    dist.all_gather_object(everyone, dict(zip(keys, reasons)), group=pg)
     ranks = list(range(size)) if pg is None else dist.get_process_group_ranks(pg)
     merged = []
-    for index in range(len(reasons)):
-        mine = [(ranks[i], r[index]) for i, r in enumerate(everyone) if r[index]]
-        merged.append(f"rank {mine[0][0]}: {mine[0][1]}" if mine else "")
+    for key in keys:
+        mine = [(ranks[i], r[key]) for i, r in enumerate(everyone) if r.get(key)]
+        if not mine:
+            merged.append("")
+        elif _RANK_PREFIX.match(mine[0][1]):  # agreed before: it names its rank already
+            merged.append(mine[0][1])
+        else:
+            merged.append(f"rank {mine[0][0]}: {mine[0][1]}")
     return merged
+
+
+def _group_keys(groups: list) -> list:
+    """Names of the groups that match across ranks: (the shard ranks, the position among the
+    groups of those ranks). Ranks of one shard process group hold the same modules in order."""
+    seen: dict = {}
+    keys = []
+    for group in groups:
+        mesh_info = group.fsdp_group.mesh_info
+        ranks = _shard_ranks(group) if hasattr(mesh_info, "shard_process_group") else ("replicate",)
+        keys.append((ranks, seen.get(ranks, 0)))
+        seen[ranks] = seen.get(ranks, 0) + 1
+    return keys
 
 
 def _agree_one(reason: str, pg) -> str:
@@ -123,6 +166,7 @@ def enable(
     timeout_s: float = 600.0,
     strict: bool = False,
     ring: bool = True,
+    abort_all_process_groups: bool = False,
 ) -> list[dict]:
     """Puts ``module``'s eligible FSDP2 parameter groups on TIDE; returns ``report(module)``.
 
@@ -136,10 +180,12 @@ def enable(
     runs on stock FSDP2 while TIDE records the order: NOTE [landing slots from the first
     iteration]); False gives every group a slot of its own from the first call (memory grows
     with the model). A communicator that fails once it serves calls raises
-    CommunicationError and stops the job (NOTE [job stop]). A module with FSDP modules but no
-    parameter groups gets an empty report.
+    CommunicationError and stops the job (NOTE [job stop]); it aborts the torch process groups
+    TIDE served, and every torch process group of the process with
+    ``abort_all_process_groups=True``. A module with FSDP modules but no parameter groups gets
+    an empty report.
     """
-    _check_arguments(module, mode, timeout_s, strict, ring)
+    _check_arguments(module, mode, timeout_s, strict, ring, abort_all_process_groups)
     if not dist.is_initialized():
         raise RuntimeError("tide.fsdp.enable: torch.distributed is not initialized")
     if getattr(module, _ATTRIBUTE, None) is not None:
@@ -167,7 +213,7 @@ def enable(
         communicators = _open_communicators(groups, timeout_s, mode)
         # The runtime's answers are agreed too: a group runs on TIDE only where every rank
         # registered it.
-        final = _agree([g.reason for g in groups])
+        final = _agree([g.reason for g in groups], keys=_group_keys(groups))
         for group, reason in zip(groups, final):
             if reason:
                 group.gid, group.reason = -1, reason
@@ -180,6 +226,11 @@ def enable(
     for comm in communicators.values():
         if comm not in comms:  # no group of it runs on TIDE
             comm.close()
+    for comm in comms:  # NOTE [job stop] 1: what a failure of it aborts of torch's
+        comm.torch_groups = None if abort_all_process_groups else list(
+            {id(g.pg): g.pg for g in served if g.comm is comm}.values()
+        )
+        _LIVE.add(comm)
     state = _Enabled(groups, comms, strict)
     if served:
         _serve(module, state, layout, ring)
@@ -209,7 +260,7 @@ def _decide_eligibility(groups: list, torch_reason: str) -> None:
             (r for r in (_fsdp_compat.check_fsdp_param(p) for p in params) if r), ""
         )
         reasons.append(_fsdp_group.local_reason(group.fsdp_group, layout_reason))
-    for group, reason in zip(groups, _agree(reasons)):
+    for group, reason in zip(groups, _agree(reasons, keys=_group_keys(groups))):
         group.reason = reason
 
 
@@ -288,12 +339,14 @@ def _open_communicator(pg, device, timeout_s: float, generation: int):
     return (None, reason) if reason else (comm, "")
 
 
-def _register(group, comm, mode: str) -> tuple[str, bool]:
+def _register(group, comm, mode: str, grad_dtype=None) -> tuple[str, bool]:
     """Registers the group (a collective over the store): (the runtime's refusal or '', whether
     the bootstrap itself failed). A bootstrap that fails (a peer that does not answer within
     the timeout) is a reason, agreed later, not an error."""
     try:
-        return group.register(comm, group.fsdp_group.mesh_info.shard_process_group, mode), False
+        pg = group.fsdp_group.mesh_info.shard_process_group
+        extra = {} if grad_dtype is None else {"grad_dtype": grad_dtype}
+        return group.register(comm, pg, mode, **extra), False
     except (RuntimeError, ValueError) as e:
         why = _one_line(str(e))
         return f"registration with the TIDE runtime failed (is every rank calling enable()?): {why}", True
@@ -356,6 +409,8 @@ def _check_after_backward(module: nn.Module, state: _Enabled) -> None:
 
         def checked(_original=original) -> None:
             _original()
+            for group in state.groups:  # NOTE [reversible fallbacks]: an iteration boundary
+                group.boundary_passed = True
             _failure.check_health(state.communicators)
 
         setattr(fsdp_state, name, checked)
@@ -374,13 +429,15 @@ def _activate(state: _Enabled, own_slots: bool = False) -> None:
     on stock FSDP2 with the reason, on every rank (NOTE [job stop] 3)."""
     tracer = state.tracer
     slots = {id(g): -1 for g in tracer.groups} if own_slots else tracer.slots()
+    fp32_grads = set(tracer.fp32_grads)
     tracer.forget()
     for comm in state.communicators:
         mine = sorted((g for g in state.groups if g.comm is comm and g.registered_id >= 0),
                       key=lambda g: g.registered_id)
         if not any(g.on_tide for g in mine):  # the same on every rank (agreed at enable)
             continue
-        reason = _create_arena(comm, mine, slots, own_slots)
+        twins = _register_twins(comm, mine, fp32_grads, slots)
+        reason = _create_arena(comm, mine + twins, slots, own_slots)
         if reason:
             for group in mine:
                 if group.on_tide:
@@ -405,6 +462,37 @@ def _activate(state: _Enabled, own_slots: bool = False) -> None:
             group.slot_reason = "not all-gathered during the traced iteration"
 
 
+def _register_twins(comm, mine: list, fp32_grads: set, slots: dict) -> list:
+    """NOTE [no-sync accumulation]: registers an fp32-gradient twin for every group of the
+    communicator that any rank reduced with fp32 gradients in the traced iteration (agreed
+    over its process group: every rank registers the same twins in the same order). A twin
+    shares its group's landing slot and is never all-gathered; it only adds reduce-scatter
+    areas for fp32 gradients to the arena. Returns the twins, registered after ``mine``."""
+    pg = mine[0].pg
+    wanted = [g for g in mine if g.on_tide and g.grad_dtype == torch.bfloat16]
+    local = [id(g) in fp32_grads for g in wanted]
+    if pg.size() > 1:
+        everyone: list = [None] * pg.size()
+        dist.all_gather_object(everyone, local, group=pg)
+        local = [any(r[i] for r in everyone) for i in range(len(wanted))]
+    twins = []
+    for group, needed in zip(wanted, local):
+        if not needed:
+            continue
+        if slots.get(id(group), -1) < 0:  # a slot of its own: give it an id the twin shares
+            slots[id(group)] = max([-1] + list(slots.values())) + 1
+        twin = _fsdp_group.TideGroup(group.fsdp_group, group.name + " (fp32 accumulated gradients)")
+        reason = _register(twin, comm, "in-place", grad_dtype=torch.float32)[0]
+        if reason:
+            group.twin_refusal = reason
+            continue
+        twin.active = True
+        slots[id(twin)] = slots[id(group)]
+        group.twin = twin
+        twins.append(twin)
+    return twins
+
+
 def _create_arena(comm, mine: list, slots: dict, own_slots: bool) -> str:
     """Lays out, allocates and creates the communicator's arena; '' or why not, agreed over
     its process group (each step that a rank may fail alone is agreed before the next
@@ -418,6 +506,8 @@ def _create_arena(comm, mine: list, slots: dict, own_slots: bool) -> str:
         # Slot ids every rank assigns alike, or differently: arena_request's agreement then
         # refuses on every rank (e.g. ranks that traced different orders).
         comm.assign_landing_slots([slots.get(id(g), -1) for g in mine])
+        if device.type == "cuda":  # the first iteration's cached blocks go back before the arena comes
+            torch.cuda.empty_cache()
         _ARENAS[id(comm)] = _runtime.torch_arena(comm, pg, device, comm.backend)
     except (RuntimeError, ValueError, MemoryError) as e:
         local = str(e)
@@ -463,38 +553,10 @@ def report(module: nn.Module) -> list[dict]:
 
 
 def _stock_row(name: str, fsdp_group, reason: str) -> dict:
-    return {
-        "group": name,
-        "backend": "stock",
-        "reason": reason,
-        "runtime_backend": "",
-        "runtime_backend_reason": "",
-        "all_gathers": 0,
-        "reduce_scatters": 0,
-        "copy_bytes_avoided": 0,
-        "copy_bytes_made": 0,
-        "copies": {},
-        "all_gather_replays": 0,
-        "reduce_scatter_replays": 0,
-        "all_gather_graph_captures": 0,
-        "reduce_scatter_graph_captures": 0,
-        "all_gather_repoint_failure": "",
-        "reduce_scatter_repoint_failure": "",
-        "rail_messages": 0,
-        "rail_message_bytes": 0,
-        "message_path": "",
-        "message_path_reason": "",
-        "all_gather_lane": "",
-        "reduce_scatter_lane": "",
-        "lane_reason": "",
-        "stock_calls": 0,
-        "params": len(fsdp_group.fsdp_params),
-        "active": False,
-        "slot": None,
-        "slot_reason": "",
-        "deferred_prefetches": 0,
-        "landing_bytes": 0,
-    }
+    """The row of a group enable() never saw (or close() returned): _row's fields, at rest."""
+    row = dict.fromkeys(_ROW_FIELDS)
+    row.update(_ROW_AT_REST, group=name, reason=reason, params=len(fsdp_group.fsdp_params))
+    return row
 
 
 def _copies(group, stats: dict) -> dict:
@@ -516,48 +578,97 @@ def _copies(group, stats: dict) -> dict:
     if group.zero_fill_bytes:
         copies["zero_gradients"] = {
             "bytes": group.zero_fill_bytes,
-            "why": "parameters without a gradient get zeros (TIDE-RS reduces every parameter)",
+            "why": "parameters without a gradient (frozen, or unused) read one zero buffer, made "
+            "once and as large as the largest of them (TIDE-RS reduces every parameter)",
+        }
+    if group.upcast_bytes:
+        copies["upcast_gradients"] = {
+            "bytes": group.upcast_bytes,
+            "why": "at a syncing backward after no-sync ones, gradients not accumulated in fp32 "
+            "are upcast beside the accumulated ones (NOTE [no-sync accumulation])",
         }
     return copies
 
 
 def _row(group) -> dict:
+    """report()'s row of one group: every field of ``_ROW_FIELDS``, built here only."""
     stats = group.stats()
     copies = _copies(group, stats)
     on_tide = group.on_tide
-    return {
+    info = group.info if on_tide else {}
+    row = {
         "group": group.name,
         "backend": "tide" if on_tide else "stock",
         "reason": group.reason,
         "runtime_backend": group.comm.backend if on_tide else "",
         "runtime_backend_reason": group.comm.choice_reason if on_tide else "",
         "all_gathers": int(stats["all_gathers"]),
-        "reduce_scatters": int(stats["reduce_scatters"]),
+        "reduce_scatters": int(stats["reduce_scatters"]) + _twin_reduce_scatters(group),
         "copy_bytes_avoided": int(stats["copy_bytes_avoided"]),
         "copy_bytes_made": sum(c["bytes"] for c in copies.values()),
         "copies": copies,
-        "all_gather_replays": int(stats.get("all_gather_replays", 0)),
-        "reduce_scatter_replays": int(stats.get("reduce_scatter_replays", 0)),
-        "all_gather_graph_captures": int(stats.get("all_gather_graph_captures", 0)),
-        "reduce_scatter_graph_captures": int(stats.get("reduce_scatter_graph_captures", 0)),
-        "all_gather_repoint_failure": str(stats.get("all_gather_repoint_failure", "")),
-        "reduce_scatter_repoint_failure": str(stats.get("reduce_scatter_repoint_failure", "")),
-        "rail_messages": int(stats.get("rail_messages", 0)),
-        "rail_message_bytes": int(stats.get("rail_message_bytes", 0)),
-        "message_path": str(stats.get("message_path", "")),
-        "message_path_reason": str(stats.get("message_path_reason", "")),
         "stock_calls": group.stock_calls,
+        "stock_reasons": dict(group.stock_reasons),
+        "suspended": group.suspended,
+        "evictions": group.evictions,
+        "resumes": group.resumes,
+        "accumulation": _accumulation(group),
         "params": len(group.fsdp_group.fsdp_params),
         "active": on_tide and group.active,
         "slot": group.slot if on_tide else None,
         "slot_reason": group.slot_reason if on_tide else "",
         "deferred_prefetches": group.deferred_prefetches,
-        "landing_bytes": int(group.info.get("landing_bytes", 0)) if on_tide else 0,
+        "landing_bytes": int(info.get("landing_bytes", 0)),
         # NOTE [runtime] 11: "ep" where the collective runs on the expert-parallel lane.
-        "all_gather_lane": str(group.info.get("all_gather_lane", "")) if on_tide else "",
-        "reduce_scatter_lane": str(group.info.get("reduce_scatter_lane", "")) if on_tide else "",
-        "lane_reason": str(group.info.get("lane_reason", "")) if on_tide else "",
+        "all_gather_lane": str(info.get("all_gather_lane", "")),
+        "reduce_scatter_lane": str(info.get("reduce_scatter_lane", "")),
+        "lane_reason": str(info.get("lane_reason", "")),
     }
+    for key, kind in _STAT_FIELDS.items():
+        row[key] = kind(stats.get(key, kind()))
+    return row
+
+
+# report()'s fields read straight from the runtime's group stats, with their type.
+_STAT_FIELDS = {
+    "all_gather_replays": int,
+    "reduce_scatter_replays": int,
+    "all_gather_graph_captures": int,
+    "reduce_scatter_graph_captures": int,
+    "all_gather_repoint_failure": str,
+    "reduce_scatter_repoint_failure": str,
+    "rail_messages": int,
+    "rail_message_bytes": int,
+    "message_path": str,
+    "message_path_reason": str,
+}
+# A row's values where no TIDE call ran (report() of a module enable() never saw).
+_ROW_AT_REST = {
+    "backend": "stock", "runtime_backend": "", "runtime_backend_reason": "", "all_gathers": 0,
+    "reduce_scatters": 0, "copy_bytes_avoided": 0, "copy_bytes_made": 0, "copies": {},
+    "stock_calls": 0, "stock_reasons": {}, "suspended": "", "evictions": 0, "resumes": 0,
+    "accumulation": "", "active": False, "slot": None, "slot_reason": "",
+    "deferred_prefetches": 0, "landing_bytes": 0, "all_gather_lane": "",
+    "reduce_scatter_lane": "", "lane_reason": "",
+    **{key: kind() for key, kind in _STAT_FIELDS.items()},
+}
+_ROW_FIELDS = ("group", "backend", "reason", "params", *_ROW_AT_REST)
+
+
+def _twin_reduce_scatters(group) -> int:
+    twin = group.twin
+    if twin is None or not group.on_tide:
+        return 0
+    return int(twin.comm.stats(twin.gid)["reduce_scatters"])
+
+
+def _accumulation(group) -> str:
+    """How no-sync accumulated (fp32) gradients are reduced (NOTE [no-sync accumulation])."""
+    if group.twin is not None:
+        return "tide-rs on the fp32 accumulated gradients"
+    if group.twin_refusal:
+        return f"stock: the fp32-gradient registration was refused: {group.twin_refusal}"
+    return ""
 
 
 def memory(module: nn.Module) -> dict:
@@ -576,6 +687,8 @@ def memory(module: nn.Module) -> dict:
     for group in groups:
         if group.comm is not None and group.gid >= 0 or group.stats_when_stock is not None:
             names.setdefault(id(group.comm), {})[group.registered_id] = group.name
+            if group.twin is not None:
+                names[id(group.comm)][group.twin.registered_id] = group.twin.name
     if any(g.on_tide and not g.active for g in groups):
         return {"arena_bytes": 0, "communicators": [], "pending": "the first iteration's order "
                 "assigns the landing slots; the arena exists from the second"}
