@@ -4,14 +4,10 @@
 //
 // Use:
 //   ReferenceExecutor ex(program);                   // allocates every rank's buffers
-//   auto g = ex.input(Buffer{0, Space::kTensor, 1}); // marks bytes as set, returns them
-//   ... fill g (and other inputs) ...
-//   RunOptions o;
-//   o.seed = 7;                                       // o.jitter = 0.5 to explore more
-//   RunResult r = ex.run(o);
-//   ex.memory(Buffer{0, Space::kOutput, 0})           // read outputs
-//   r.errors, r.makespan_us, r.sm_time_us, r.peak_buffer_bytes, r.op_times
-//   write_chrome_trace_file("t.json", program, r);    // Perfetto; write_timeline_svg_file
+//   auto g = ex.input(Buffer{0, Space::kTensor, 1}); // marks bytes as set; fill g
+//   RunOptions o;  o.seed = 7;                       // o.jitter = 0.5 to explore more
+//   RunResult r = ex.run(o);                         // r.errors, r.makespan_us, r.op_times
+//   ex.memory(Buffer{0, Space::kOutput, 0});         // outputs; write_chrome_trace_file(...)
 // Timing only (no memory, no race tracking): ReferenceExecutor ex(program, {true});
 //
 // NOTE [reference execution semantics]
@@ -36,21 +32,14 @@
 //    wait; a rail put's write precedes its own addition. Each buffer has an interval map of
 //    its last writer and the readers since (one per component).
 // 4. Reported errors (collected, never thrown; the run continues past races and stops at a
-//    deadlock): reading bytes never written, released, or whose last writer does not
-//    happen before the reader; a landing (kLand) summing source bytes that an earlier
-//    landing already summed with no write between (a landing consumes the partials it sums,
-//    so this is a stale partial, e.g. NOTE [stale-block zeroing] broken; bytes last written
-//    by a zero fill are exempt, since zeros add nothing); a write (or release) over bytes whose
-//    earlier readers or writer do not happen before it; a deadlock (one error per blocked stream
-//    head, saying what it waits for); statically, before running, a wait that can never be
-//    satisfied (threshold above everything the program ever adds to its counter, or an event that
-//    is never recorded on the waiter's rank) and malformed ops (out-of-bounds or mismatched
-//    regions, ids out of range, an event recorded twice; such an op is timed but has no
-//    effect), and call-order mismatches (NOTE [call identities] in tide/program/program.hpp:
-//    a rank waits in call i on a counter a peer adds to, and that peer issues another call
-//    as call i; one error per waiting rank, call and peer; the run goes on). Copies and rail puts
-//    perform all their descriptors; none is legal (a copy without any is a no-op, a rail put
-//    without any is a remote signal).
+//    deadlock): reading bytes never written, released, or whose last writer does not happen
+//    before the reader; a landing summing source bytes an earlier landing already summed with
+//    no write between (a stale partial, e.g. NOTE [stale-block zeroing] broken; bytes last
+//    zero-filled are exempt); a write or release over bytes whose earlier readers or writer do
+//    not happen before it; a deadlock (one error per blocked stream head); statically, a wait
+//    that can never be satisfied and malformed ops (timed, no effect); call-order mismatches
+//    (NOTE [call identities] in tide/program/program.hpp: one error per waiting rank, call and
+//    peer). A copy or rail put without descriptors is a no-op or a remote signal.
 // 5. Arithmetic: NOTE [arithmetic order] in tide/core/arithmetic.hpp, through tide::arith.
 //    bf16 is stored as 16-bit words, fp32 as IEEE binary32, both little-endian.
 #pragma once
