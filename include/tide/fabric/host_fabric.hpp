@@ -25,22 +25,6 @@
 //    and reach each other only by two-sided messages (NOTE [host rail transport]): the host
 //    backend's stand-in for NCCL's point-to-point on the rail, so that one machine can run
 //    the protocol of M hosts with the semantics of the real transport.
-//
-// NOTE [host rail transport]
-// Each rank's segment holds one channel per peer (only where `hosts` has two or more hosts):
-// the words `posted` (receives the peer has posted), `sent` and `taken` (chunks), a chunk
-// header (message number, tag, bytes) and kChunkBytes of data. A message of B bytes from s to
-// d is message k of the pair (both count their messages), carried by s's channel for d:
-//   receiver d: posted += 1 (release); then for each chunk: wait until sent > taken, check the
-//     header (the k-th message, the tag and size d expects), copy the chunk out, taken += 1;
-//   sender s: wait until posted > k (a send waits for its matching receive, the strictest
-//     semantics NCCL allows, so that a mismatched order deadlocks here as it could there);
-//     then for each chunk: wait until taken == sent (the buffer is free), write header and
-//     data, sent += 1 (release); the send returns once the last chunk is taken.
-// A message of 0 bytes is one chunk of 0 bytes (a signal's token). The waits are the
-// caller's (`Waiter`): they see aborts, dead peers and the timeout as every other wait does.
-// A header that is not the one expected (another message number, tag or size) means the two
-// ranks issued their messages in different orders: InternalError names both.
 #pragma once
 
 #include <chrono>
@@ -85,8 +69,11 @@ class HostFabric {
   bool load_store(int from, int to) const;
   int host_of(int rank) const;
 
-  // NOTE [host rail transport]. `wait(done, what)` returns once done() holds, or throws; the
-  // executor's waits (abort, dead peer, timeout). `tag` identifies the message on both sides.
+  // Two-sided messages to a rank of another host (NOTE [host rail transport] in
+  // docs/runtime.md): a send returns once its matching receive took the last chunk.
+  // `wait(done, what)` returns once done() holds, or throws (abort, dead peer, timeout). `tag`
+  // identifies the message on both sides; messages issued in different orders on the two
+  // ranks throw InternalError naming both.
   static constexpr std::size_t kChunkBytes = std::size_t{64} << 10;
   using Waiter = std::function<void(const std::function<bool()>& done, const std::string& what)>;
   void send(int peer, std::span<const std::byte> data, std::int64_t tag, const Waiter& wait);

@@ -1,50 +1,16 @@
 // The NCCL fabric (architecture: fabric/nccl): one process per GPU, peers and
 // memory from NCCL communicators. Built only where CUDA and NCCL >= 2.28 are found.
 //
-// NOTE [nccl fabric]
-// Construction, in this order (Sec. 6.1; every NCCL call below is collective over its comm):
-//   1. Main communicator: ncclCommInitRankConfig over all N ranks, from the unique id that
-//      rank 0 made (make_unique_id) and the launcher broadcast. Non-blocking, so that every
-//      step can be bounded by the fabric's timeout (NOTE [nccl fabric waits]).
-//   2. Rail communicators: ncclCommSplit(main, color = local index l, key = node n): L
-//      disjoint M-rank communicators, rank n in rail l is world rank n L + l.
-//   Both take the channel cap of NcclFabricOptions::max_ctas (the paper caps unused channels
-//   at one: TIDE's traffic does not run on NCCL's collective channels).
-//   2b. Message lanes (NcclFabricOptions::message_lanes > 0): that many ncclCommSplit(main,
-//   color 0, key rank) communicators with NCCL's default channels, one per lane of the
-//   runtime's calls (all-gathers, reduce-scatters), for the sequence runner's two-sided
-//   messages (ncclSend / ncclRecv, NOTE [rail messages]). Lanes are issued from different
-//   threads, so their orders may interleave differently on different ranks; each lane's
-//   messages come in one order on every rank, so each lane gets a communicator of its own.
-//   3. Arena: ncclMemAlloc(arena_bytes), registered with ncclCommWindowRegister(
-//      NCCL_WIN_COLL_SYMMETRIC) on the main communicator (LSA peers on the same host) and on
-//      the rail communicator (rail peers). arena_bytes must be the same on every rank.
-//   4. Peer pointers: ncclDevCommCreate on each communicator (no barriers, no multimem, no GIN
-//      requested) gives the LSA team (lsaRank, lsaSize); a one-CTA kernel calls
-//      ncclGetLsaPointer(window, 0, i) for i < lsaSize into a device table, copied once to
-//      the host. LSA teams are contiguous in their communicator's ranks, so world rank p is
-//      LSA index p - (rank - lsaRank) on the main comm, and node n is LSA index
-//      n - (node - railLsaRank) on the rail comm.
-// A single host can be declared as M virtual nodes of L GPUs (2 x 4, 4 x 2, 8 x 1, 1 x 8):
-// then every peer, local or rail, is an LSA peer and the multi-node algorithms run over NVLink.
-//   5. One-sided messages (opt-in: NcclFabricOptions::host_rma or TIDE_NCCL_HOST_RMA=1):
-//      every rank contributes (asked && able: this build and the loaded NCCL >= 2.29, message
-//      lanes) to an ncclAllReduce(min) on the main communicator, and an ncclAllGather of the
-//      same flags names a rank that cannot; both run on every rank whether it asks or not.
-//      Where all agree, each message lane registers the arena (NCCL_WIN_COLL_SYMMETRIC) and a
-//      token area (ncclMemAlloc, zeroed: kTokenRing 8-byte slots per sender to receive, then
-//      kTokenRing per receiver to send from, since NCCL puts only from a window) on its
-//      communicator, for ncclPutSignal / ncclWaitSignal (src/fabric/nccl/nccl_rma.hpp; NOTE
-//      [one-sided messages]). Otherwise host_rma() is false and host_rma_reason() says why
-//      ("not requested", "NCCL 2.28.9 < 2.29", "rank 3 cannot: ...").
-// On real multi-node runs the rail LSA team is the rank alone; rail peers on other hosts have
-// no pointer (rail_peer_arena returns nullptr) and need ncclSend / ncclRecv on rail_comm() or
-// the message lanes, or, with step 5, ncclPutSignal (docs/nccl_fabric.md, one-sided messages).
-// NVLink multicast is never enabled: the fabric sets NCCL_NVLS_ENABLE=0 when it is unset and
-// refuses any other value unless allow_multicast (architecture: hardware rules).
-// Teardown (destructor): device comms, windows (the lanes' first), token areas, arena, lane,
-// rail and main comms, in reverse order.
-// After a timeout the communicators are aborted and nothing is freed (the GPU may still use it).
+// Contract (the construction's steps 1-5 and the teardown: NOTE [nccl fabric] in
+// docs/nccl_fabric.md):
+// - Construction is collective over every rank: main and rail communicators, message lanes,
+//   the symmetric arena window (arena_bytes the same on every rank), LSA peer pointers, and
+//   the optional one-sided setup, each step bounded by the timeout (NOTE [nccl fabric waits]).
+// - Peers in the LSA team have pointers; other peers (rail peers on other hosts) have none
+//   (rail_peer_arena() returns nullptr) and are reached through messages.
+// - NVLink multicast is never enabled: NCCL_NVLS_ENABLE is set to 0 when unset, and any other
+//   value is refused unless allow_multicast.
+// - After a timeout the communicators are aborted and nothing is freed.
 #pragma once
 
 #include <cuda_runtime_api.h>
