@@ -19,7 +19,7 @@
 // - Messages. load_store(from, to) says whether rank `from` can write rank `to`'s arena and
 //   signal words directly (load/store or copy engine through a peer mapping). It is the same
 //   answer on every process. Where it is false, the executor sends puts and signals as
-//   two-sided messages with send()/recv() (NOTE [rail messages] in src/exec/cuda/messages.hpp);
+//   two-sided messages with send()/recv() (NOTE [rail messages] in docs/executor.md);
 //   fabrics without messages throw tide::Unsupported. A fabric whose processes all map each
 //   other's memory although some pairs must not store to each other (the ipc fabric over
 //   emulated hosts) offers message areas instead: message_area_bytes() > 0 bytes per rank,
