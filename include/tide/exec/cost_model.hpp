@@ -1,48 +1,9 @@
 // The reference executor's cost model: how long each op of a Program takes
 // on one H200 of the paper's evaluation platform, from named bandwidths and fixed costs.
 //
-// NOTE [cost model]
 // Every parameter is one field below with its default, unit and source; a JSON file may
-// override any subset (load_cost_model; unknown names are errors). Durations:
-//   copy      copy_launch_us + sum over descriptors of bytes / rate, rate =
-//               ce_copy_gbps     same-GPU 1-D (rows = 1 or pitch = width)
-//               ce_copy_2d_gbps  same-GPU strided 2-D
-//               nvlink_gbps      peer GPU 1-D; min(nvlink_gbps, ce_copy_2d_gbps) for 2-D
-//             An SM-driven copy (ctas > 0) is a kernel: kernel_launch_us + sum of
-//               2 x bytes / sm_copy_gbps (1-D) or sm_copy_2d_gbps (2-D) on one GPU (rates in
-//               bytes read + written: FSDP2's copy-in and split_with_sizes_copy), or
-//               bytes / nccl_link_gbps to a peer (an NCCL ring hop inside a node).
-//   rail put  rail_latency_us + bytes / nic_gbps
-//   sum       kernel_launch_us + logical bytes / min(ctas * sum_cta_gbps, sm_stream_cap_gbps),
-//             logical bytes = elements in segments * (staged + 1) * in_dtype bytes + dst
-//             bytes (App. G: "L bf16 reads + 1 fp32 write per element"); FSDP2's _chunk_cat
-//             pack is a sum with no staged inputs on a full grid, so it runs at the cap
-//   land      kernel_launch_us + dst bytes / min(ctas * land_cta_gbps, ceiling): TIDE's
-//             landing kernel; the ceiling is the fabric's, land_cap_gbps, when it pulls
-//             partials from peers, and sm_stream_cap_gbps when they are all local (L = 1)
-//   cast      kernel_launch_us + (source + dst bytes) / min(ctas * cast_cta_gbps,
-//             sm_stream_cap_gbps)
-//   zero      kernel_launch_us + bytes / memset_gbps
-//   signal    memop_us;  wait: memop_us after its condition holds; a wait the builder marked
-//             Op::network_round (it closes a network round, App. G t_rnd) ends no earlier than
-//             round_wait_us after the moment its arrivals were complete: t_rnd is the latency
-//             from a round's last arrival to the wait observing it, so a wait reached after its
-//             arrivals pays only what is left of it (a lockstep round, whose stream waits for
-//             its own arrivals, pays all of it)
-//   event record / wait: event_us;  release: 0 (a host-side free). An event wait with
-//             ctas > 0 opens an NCCL collective's kernel on its stream: nccl_launch_us.
-// Steps of an NCCL kernel (Op::inside_kernel) pay no launch: no kernel_launch_us or
-// copy_launch_us, and a ring reduction step (a fold of local buffers) costs only its exposed
-// part, dst bytes / nccl_fold_gbps: NCCL reduces slices as they arrive, overlapped with the
-// transfers of the next slices, so a step's reduction mostly hides behind its transfer.
-// A CTA count of 0 is taken as 1. Host enqueue: each rank's host thread issues its ops in
-// Program::ops order, host_enqueue_us apart (ops marked Op::inside_kernel take no host
-// time); no op starts before it is issued.
-// Shared links: with share_links, the copies of one GPU queue on its copy-engine (same-GPU)
-// or NVLink (peer) resource and its rail puts on its NIC, first come first served, so
-// concurrent transfers of one GPU add up to the per-GPU rate instead of each getting it.
-// SM ops (sum, land, cast, zero, SM copies) run concurrently: TIDE's CTA budgets are far
-// below 132 SMs, and a full-grid kernel is bound by sm_stream_cap_gbps instead.
+// override any subset (load_cost_model; unknown names are errors). How the fields make an op's
+// duration, and how shared links queue: NOTE [cost model] in docs/reference_executor.md.
 #pragma once
 
 #include <iosfwd>
@@ -124,8 +85,8 @@ CostModel load_cost_model(const std::string& path);
 std::string cost_model_json(const CostModel& model);
 
 // The modeled duration of one op in microseconds, without queueing on shared links and
-// without the host enqueue: see NOTE [cost model]. Waits include the round wait when
-// `network_round_wait` is set.
+// without the host enqueue (NOTE [cost model] in docs/reference_executor.md). Waits include
+// the round wait when `network_round_wait` is set.
 double op_duration_us(const CostModel& model, const program::Op& op,
                       bool network_round_wait = false);
 
