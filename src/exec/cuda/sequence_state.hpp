@@ -1,5 +1,5 @@
-// The CUDA sequence runner's internal state (NOTE [CUDA call sequences] in
-// include/tide/exec/cuda_sequence.hpp), shared by:
+// The CUDA sequence runner's internal state (NOTE [CUDA call sequences] in docs/executor.md),
+// shared by:
 //   sequence_runner.cpp  construction: templates resolved to pointer slots, streams, events
 //   sequence_enqueue.cpp one call onto the streams (stream path and under capture)
 //   sequence_fusion.cpp  the fusion pass over a mapped template (waits, counter additions)
