@@ -1,30 +1,17 @@
 // The host fabric: the CPU processes of one host share their arenas and signal words through
 // POSIX shared memory (architecture: fabric/host). One rank per process.
 //
-// NOTE [host fabric]
-// 1. Each rank creates one segment: a header (pid, abort flag and reason), `counters` 64-bit
-//    signal words, then the arena. Names come from a job id that rank 0 draws and publishes
-//    through the store, so two jobs on one host never collide.
-// 2. Every rank maps every peer's segment, says so through the store, waits until all have,
-//    and unlinks its own name. From then on the kernel frees the memory when the last process
-//    unmaps it: a job that dies, even by kill -9, leaves no segment behind.
-// 3. Signal words are std::atomic_ref<int64_t> on the shared mapping: a peer adds with
-//    release order after its data writes; the owner waits with acquire loads, so the data
-//    is visible once the wait completes.
-// 4. Call order: before each call a rank announces the call's index and a tag (group and
-//    collective) in its header. A rank that waits long compares the peers' announcements
-//    with its own: the same index with another tag is a call-order mismatch (the paper's
-//    step-call-order fault), reported as such rather than as a timeout.
-// 5. Fail-stop (Sec. 7.5): abort() sets the flag and reason in every rank's header, so each
-//    rank's waits see it at once. A dead peer of the same host is found from its pid
-//    (/proc/<pid>/stat: gone, zombie or dead, and not closed) by any rank that waits for it; a
-//    peer on another host (6) is not, its pid meaning nothing there: the runtime's heartbeats
-//    find it (NOTE [peer liveness]).
-// 6. Hosts. `hosts[r]` is rank r's host (empty: one host). Ranks of one host address each
-//    other's arenas and signal words; ranks of different hosts do not (load_store is false),
-//    and reach each other only by two-sided messages (NOTE [host rail transport]): the host
-//    backend's stand-in for NCCL's point-to-point on the rail, so that one machine can run
-//    the protocol of M hosts with the semantics of the real transport.
+// Contract (the design, points 1-6: NOTE [host fabric] in docs/runtime.md):
+// - Construction is collective through the store; once every rank has mapped every peer's
+//   segment the names are unlinked, so no segment outlives the job, even after kill -9.
+// - Signal words are atomics on the shared mapping: a peer adds with release order after its
+//   data writes, the owner waits with acquire loads.
+// - abort() marks every rank's header, so every rank's waits see it at once; a dead peer of
+//   this host is found from its pid (dead_peer()); peers of other hosts are the runtime's to
+//   watch. announce() / announced() let a waiting rank tell a call-order mismatch from a
+//   timeout.
+// - Ranks of different hosts (HostFabricOptions::hosts) do not address each other
+//   (load_store() is false) and exchange two-sided messages (send() / recv()).
 #pragma once
 
 #include <chrono>
