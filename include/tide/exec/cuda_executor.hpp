@@ -1,9 +1,6 @@
-// The CUDA executor (architecture: exec/cuda): runs a Program on a GPU
-// through a fabric, with copy engines, stream memory operations, events and TIDE's kernels.
-// It runs the ops of the ranks the fabric calls local: all N on the virtual fabric (N ranks
-// on one GPU), this process's rank on the NCCL fabric (one process per GPU; the other
-// processes run theirs). Its outputs are bitwise equal to the CPU reference executor's
-// (invariant 1 of the architecture note).
+// The CUDA executor (architecture: exec/cuda): runs a Program's ops of the ranks the fabric
+// calls local on GPUs, with copy engines, stream memory operations, events and TIDE's kernels.
+// Its outputs are bitwise equal to the CPU reference executor's (invariant 1).
 //
 // Use:
 //   fabric::VirtualFabric fab(program);             // allocates every rank's buffers
@@ -12,11 +9,9 @@
 //   CudaRunResult r = ex.run();                     // enqueues everything, waits with a timeout
 //   std::vector<std::byte> out = ex.download(Buffer{0, Space::kOutput, 0});
 //
-// One executor: CudaExecutor is the one-shot face of the CUDA sequence runner
-// (cuda_sequence.hpp). It runs its Program as a call sequence of period 1 whose buffers are
-// bound at construction (NOTE [one-shot programs] in src/exec/cuda/executor.cpp), so a
-// program, a group's calls and the runtime share one mapping, one enqueue path, one copy-engine
-// pool, one rail-message path and one watch.
+// CudaExecutor is the one-shot face of the CUDA sequence runner (cuda_sequence.hpp): a call
+// sequence of period 1 whose buffers are bound at construction (NOTE [one-shot programs] in
+// src/exec/cuda/executor.cpp).
 //
 // Contract (how each op maps to CUDA: NOTE [CUDA executor op mapping] in docs/executor.md):
 // - Construction validates the program, resolves every pointer, table and kernel argument and

@@ -8,29 +8,19 @@
 //
 // Contract. The design, in steps 1-7 that the comments below cite, is NOTE [CUDA call
 // sequences] in docs/executor.md.
-// - Setup (1): the constructor's device work (zeroing the signal and abort words, uploading
-//   tables) runs on a private stream per device that it synchronises; it never waits for other
-//   work and puts nothing on the legacy stream. The caller must have no work still writing
-//   the sequence's signal words, arena region or abort words when it constructs the runner.
-// - Calls (2): no host synchronisation, polling or barrier. A call reads what the caller stream
-//   wrote before it, and the caller stream's later work follows the call. Calls of a sequence
-//   run one after another; ranks of several processes must issue them in the same order.
-// - Graphs (3-4): calls replay as the runner's slot graphs, re-pointed to fresh bindings where
-//   CUDA allows; a call enqueued under the caller's stream capture goes into the caller's
-//   graph, which must be passed to prepare_replay() before each launch, launched in order
-//   with the sequence's other calls, and never launched after the runner is destroyed.
-// - Fail-stop (5): stalled() names a late call's unsatisfied waits; release_waits() sets the
-//   local abort words and satisfies every wait so the streams drain. A released rank signals
-//   nothing more; every call from first_void_call() on has garbage outputs and the runner
-//   refuses later calls. The caller must raise and stop the job.
-// - Messages (6): puts and signals to ranks the fabric cannot store to travel as messages
-//   through a transport; every other rank's words and arena an op addresses must be load/store
-//   reachable.
-// - Threads: every public member may be called from any thread. Calls are serialised by one
-//   lock, never held while waiting for the device; the watch (stalled(), idle(), stuck(),
-//   release_waits()) has its own lock and never waits for an enqueue.
-// - Errors: a CUDA call that fails part-way through a call leaves the runner refusing every
-//   later call (its counters no longer match the host's).
+// - The caller must have no work still writing the sequence's signal words, arena region or
+//   abort words when it constructs the runner (1).
+// - enqueue() never synchronises, polls or waits on the host (2). A call reads what the caller
+//   stream wrote before it and the stream's later work follows the call. Calls of a sequence
+//   run one after another, in the same order on every process.
+// - A call under the caller's stream capture goes into the caller's graph (4): pass it to
+//   prepare_replay() before each launch, launch it in order with the sequence's other calls,
+//   and never after the runner is destroyed.
+// - Fail-stop (5): after release_waits() every call from first_void_call() on has garbage
+//   outputs; the caller must raise and stop the job.
+// - Every public member may be called from any thread; the calls' lock is never held while
+//   waiting for the device, and the watch (stalled(), idle(), stuck(), release_waits()) never
+//   waits for an enqueue.
 #pragma once
 
 #include <cuda_runtime_api.h>
