@@ -61,21 +61,18 @@ struct NcclFabricOptions {
   int gpus_per_node = 1;       // L
   bool virtual_nodes = false;  // one host declared as M nodes (every peer is an LSA peer)
   std::int64_t arena_bytes = std::int64_t{2} << 20;  // the same on every rank
-  // Memory from ncclMemAlloc that the caller owns and frees after the fabric (e.g. a tensor of
-  // a torch.cuda.MemPool over NCCL's allocator, so that torch's statistics count it), of at
-  // least arena_bytes rounded up to NCCL_WIN_REQUIRED_ALIGNMENT; nullptr: the fabric
-  // allocates the arena itself.
+  // Memory from ncclMemAlloc, owned and freed by the caller after the fabric, of at least
+  // rounded_arena_bytes(arena_bytes); nullptr: the fabric allocates the arena.
   void* external_arena = nullptr;
-  // Channel cap of both communicators (ncclConfig_t maxCTAs; minCTAs is set to match when
-  // lower). 1 is the paper's setting; 0 keeps NCCL's defaults.
+  // Channel cap (maxCTAs) of the main and rail communicators: 1 is the paper's; 0: NCCL's.
   int max_ctas = 1;
-  // Bound on every wait of the fabric: communicator creation, split, registration, and
-  // wait() (NOTE [nccl fabric waits]). Environment: TIDE_FABRIC_TIMEOUT_S overrides it.
+  // Bound on every wait of the fabric (NOTE [nccl fabric waits]); TIDE_FABRIC_TIMEOUT_S
+  // overrides it.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   bool allow_multicast = false;  // never set on the lent machines
   int message_lanes = 0;         // NOTE [nccl fabric] 2b: 0 (none) to 2
-  // NOTE [nccl fabric] 5: ask for one-sided messages (TIDE_NCCL_HOST_RMA=1 asks too); they are
-  // on only where every rank asks and can (host_rma()).
+  // Ask for one-sided messages (NOTE [nccl fabric] 5; TIDE_NCCL_HOST_RMA=1 asks too); on only
+  // where every rank asks and can (host_rma()).
   bool host_rma = false;
 };
 
@@ -96,17 +93,17 @@ class NcclFabric {
   // Rank 0 calls this; the launcher broadcasts the bytes to every rank.
   static std::vector<std::byte> make_unique_id();
 
-  // Validates the arguments before touching the GPU or NCCL (tide::InvalidArgument for a
-  // world that is not M x L, a rank outside it, an id of the wrong length, arena_bytes < 1,
-  // a bad timeout, or NCCL_NVLS_ENABLE != 0 without allow_multicast); then builds the
-  // fabric (NcclError, tide::CudaError, FabricTimeout).
+  // Collective. Validates the arguments first (check_arguments(): tide::InvalidArgument),
+  // then builds the fabric (NcclError, tide::CudaError, FabricTimeout).
   NcclFabric(int rank, int world, std::span<const std::byte> unique_id,
              const NcclFabricOptions& options);
   ~NcclFabric();
   NcclFabric(const NcclFabric&) = delete;
   NcclFabric& operator=(const NcclFabric&) = delete;
 
-  // The argument checks of the constructor alone (no GPU, no NCCL).
+  // The constructor's argument checks alone, no GPU or NCCL: throws tide::InvalidArgument for
+  // a world that is not M x L, a rank outside it, an id of the wrong length, arena_bytes < 1, a
+  // bad timeout, or NCCL_NVLS_ENABLE != 0 without allow_multicast.
   static void check_arguments(int rank, int world, std::span<const std::byte> unique_id,
                               const NcclFabricOptions& options);
 
@@ -126,18 +123,16 @@ class NcclFabric {
   // and why not (empty when on).
   bool host_rma() const;
   const std::string& host_rma_reason() const;
-  // Token slots in a lane's token area: slot p * kTokenRing + (k mod kTokenRing) holds sender
-  // p's k-th token on that lane; slot (world() + q) * kTokenRing + (k mod kTokenRing) is where
-  // this rank writes its k-th token to q before putting it.
+  // A lane's token area: slot p * kTokenRing + (k mod kTokenRing) receives sender p's k-th
+  // token; slot (world() + q) * kTokenRing + (k mod kTokenRing) is this rank's k-th to q.
   static constexpr int kTokenRing = 64;
   // With host_rma(): lane `lane`'s windows over the arena and over the token area, and this
   // rank's token area (device, 2 * world() * kTokenRing words); nullptr otherwise.
   ncclWindow_t lane_window(int lane) const;
   ncclWindow_t lane_token_window(int lane) const;
   std::uint64_t* token_area(int lane) const;
-  // 1, 2, ... per (peer, lane, direction), in call order, from any thread: the numbers of the
-  // tokens this rank sends to (sending) or receives from `peer` on `lane`, kept here so that
-  // every user of the lane's token area shares one count (NOTE [one-sided messages]).
+  // 1, 2, ... per (peer, lane, direction), in call order, thread-safe: the one count of the
+  // tokens this rank sends to or receives from `peer` on `lane` (NOTE [one-sided messages]).
   std::uint64_t next_token_number(int peer, int lane, bool sending);
 
   // The bytes an arena of `arena_bytes` takes (rounded up to NCCL_WIN_REQUIRED_ALIGNMENT): what
