@@ -139,20 +139,17 @@ struct CudaSequenceCounts {
 class CudaSequenceRunner {
  public:
   static constexpr int kWatchedCalls = 64;
-  // Grids a device keeps resident at once (sm_90), and the most graph waits of this process's
-  // runners may spin in on a device (NOTE [graph wait budget]); a runner that would exceed it
-  // runs on the stream path and refuses capture (graphs_unavailable()).
+  // Resident grids per device (sm_90), and the most streams graph waits may spin on per device
+  // (NOTE [graph wait budget]); a runner past it refuses capture (graphs_unavailable()).
   static constexpr int kMaxResidentGrids = 128;
   static constexpr int kMaxGraphWaitStreams = kMaxResidentGrids / 2;
-  // The graph-wait streams `device` may spin at once under the runners alive now (at most
-  // kMaxGraphWaitStreams; NOTE [graph wait budget]).
+  // The graph-wait streams the runners alive now may spin on `device` (<= kMaxGraphWaitStreams).
   static int graph_wait_streams(int device);
 
-  // `sequence` and `fabric` must outlive the runner. Validates the templates, creates streams,
-  // events and tables and zeroes the local ranks' signal words (step 1): on return the words
-  // are zero and the tables uploaded for every stream and peer. Throws Unsupported where a
-  // rank is not load/store reachable, InvalidArgument where the fabric's words or arena are
-  // too small.
+  // `sequence` and `fabric` must outlive the runner. On return the local ranks' signal words
+  // are zero and the tables uploaded, for every stream and peer (step 1). Throws Unsupported
+  // where a rank is not load/store reachable, InvalidArgument where the fabric's words or arena
+  // are too small.
   CudaSequenceRunner(const program::CallSequence& sequence, fabric::Fabric& fabric,
                      const CudaSequencePlace& place, const CudaSequenceOptions& options = {});
   ~CudaSequenceRunner();
@@ -207,19 +204,16 @@ class CudaSequenceRunner {
 
   std::int64_t calls() const;  // calls enqueued (or replayed) so far
   int event_slots() const;     // Q
-  // Calls run as launches of the runner's slot graphs (captures and replays), and of those the
-  // captures (NOTE [slot graph policy]); the other calls ran on the stream path.
+  // Calls run as slot-graph launches, and of those the captures (NOTE [slot graph policy]).
   std::int64_t graph_launches() const;
   std::int64_t graph_captures() const;
-  // Messages this process's ranks sent so far (step 6) and their bytes (with each message's
-  // 8-byte abort token: NOTE [abort relay]).
+  // Messages this process's ranks sent so far (step 6), and their bytes with the abort tokens.
   std::int64_t messages_sent() const;
   std::int64_t message_bytes_sent() const;
-  // Caller-pointer nodes patched so far by fresh calls replayed as graphs (step 3), and the
-  // calls that were (repointed_launches()).
+  // Caller-pointer nodes patched so far (step 3), and the calls that re-pointed them.
   std::int64_t nodes_repointed() const;
-  // Why slot graphs cannot be re-pointed: from construction where a template copies caller
-  // memory in 2-D, else the last capture or node update that failed (empty when none did).
+  // Why slot graphs cannot be re-pointed (a 2-D copy of caller memory, or the last capture or
+  // node update that failed); empty when they can.
   std::string repoint_failure() const;
   // Why calls cannot run in graphs (empty when they can; steps 3, 6): captures throw
   // Unsupported with it, unless it begins "no slot graphs" (a caller's capture is taken).
@@ -236,8 +230,7 @@ class CudaSequenceRunner {
   double message_ops() const;
 
  private:
-  // The one-shot facade (cuda_executor.hpp) runs a Program as a sequence of period 1 whose
-  // buffers are bound at construction (NOTE [one-shot programs] in src/exec/cuda/executor.cpp).
+  // The one-shot face (NOTE [one-shot programs] in src/exec/cuda/executor.cpp).
   friend class CudaExecutor;
   struct OneShot {};
   CudaSequenceRunner(const program::CallSequence& sequence, fabric::Fabric& fabric,
