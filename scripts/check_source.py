@@ -2,8 +2,9 @@
 """Source checks that no compiler makes (run by CTest as tide_source_checks, so by CI):
 
 1. NOTE [name] comments: each name is defined exactly once (a comment or docstring line holding
-   `NOTE [name]` alone, the heading of its block), every other mention (`NOTE [name]: ...` a citation)
-   refers to a defined name, and
+   `NOTE [name]` alone, the heading of its block; in docs/*.md a heading `## NOTE [name]`, for
+   notes whose narrative lives in the docs), every other mention (`NOTE [name]: ...` a
+   citation) refers to a defined name, and
    a mention that names a file (`NOTE [x] in path`, `NOTE [x] (path`) names the defining one.
 2. No tracker references ("issue 7", "Issue 3's") in code, scripts or build files: the code
    explains itself, history lives in git.
@@ -29,6 +30,7 @@ ENV_DOC = "docs/environment.md"
 
 NOTE = re.compile(r"NOTE \[([^\]]+)\]")
 NOTE_DEF = re.compile(r"^\s*(?:(?://|#|\*)\s*)?NOTE \[([^\]]+)\]\s*$")
+NOTE_DOC_DEF = re.compile(r"^#{2,6}\s+NOTE \[([^\]]+)\]\s*$")
 NOTE_FILE = re.compile(r"NOTE \[([^\]]+)\]\s*(?:in |\()\s*([\w./-]+\.(?:hpp|cpp|cu|cuh|md|py|sh))")
 TRACKER = re.compile(r"\b[Ii]ssues? #?\d+")
 KNOB_LINE = re.compile(r'^\s*\{"(TIDE_[A-Z0-9_]+)", "((?:[^"\\]|\\.)*)", "((?:[^"\\]|\\.)*)"\},\s*$')
@@ -72,8 +74,8 @@ def check_notes(root, files, errors):
         if p == "scripts/check_source.py":
             continue
         for i, line in enumerate(read(root, p), 1):
-            m = NOTE_DEF.match(line)
-            if m and not p.endswith(".md"):
+            m = NOTE_DOC_DEF.match(line) if p.endswith(".md") else NOTE_DEF.match(line)
+            if m and (not p.endswith(".md") or p.startswith("docs/")):
                 defs.setdefault(m.group(1), []).append(f"{p}:{i}")
                 rest = line[m.end():]
             else:

@@ -1,5 +1,5 @@
 // `tide calibrate`: measures this GPU's rates for the sizing solver and the cost model and
-// writes the calibration file (NOTE [calibration file] in include/tide/calibrate/calibration.hpp).
+// writes the calibration file (NOTE [calibration file] in docs/cli.md).
 #include <fmt/format.h>
 
 #include <fstream>

@@ -1,4 +1,4 @@
-// NOTE [abort relay] (src/exec/cuda/messages.hpp): one message at a time through the
+// NOTE [abort relay] (docs/executor.md): one message at a time through the
 // rendezvous transport (NCCL's two-sided semantics on one GPU), its abort token and the
 // receiver's gated addition. Every case sends fresh random bytes (printed seed) into a
 // poisoned destination and a random counter value, and checks the counter, the relayed-abort

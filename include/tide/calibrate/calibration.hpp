@@ -1,26 +1,8 @@
 // The calibration file: this machine's rates for the sizing solver (App. G, Sec. 6.3) and the
 // reference executor's cost model (NOTE [cost model]), as written by `tide calibrate`.
-//
-// NOTE [calibration file]
-// One JSON object, format version 1 (docs/cli.md, "Calibration file"):
-//   {
-//     "tide_calibration": 1,
-//     "device":  { free-form: name, SMs, clocks, CUDA versions, ... },
-//     "values":  { NAME: {"value": NUMBER, "unit": "GB/s" | "us",
-//                         "source": "measured" | "given", "method": TEXT}, ... },
-//     "details": { free-form: the sweeps behind the values (per-CTA tables, batched and
-//                  peer copies, round trips); read by people, not by TIDE }
-//   }
-// NAME runs over every numeric cost-model parameter (the names of include/tide/exec/
-// cost_model.hpp: ce_copy_gbps, ..., host_enqueue_us); each must be present exactly once.
-// "measured" values were timed on this machine; "given" ones (the rail NIC, the per-round
-// wait, NVLink on a single GPU, ...) came from a flag or a default and say which in "method".
-// Rates (names ending _gbps) are 1e9 bytes/s and must be > 0; times (_us) must be >= 0.
-//
-// Readers: `tide solve --calibration FILE` takes BW_NIC = nic_gbps, BW_sum = sum_cta_gbps,
-// BW_land = land_cta_gbps, BW_cap = land_cap_gbps and t_rnd = round_wait_us (flags override);
-// `tide simulate --cost-model FILE` takes every value (a plain cost-model override file keeps
-// working there too).
+// Its format, version 1, is NOTE [calibration file] in docs/cli.md: one JSON object whose
+// "values" hold every numeric cost-model parameter exactly once (rates, _gbps, > 0; times,
+// _us, >= 0), each "measured" on this machine or "given" by a flag or default.
 #pragma once
 
 #include <map>

@@ -1,48 +1,9 @@
 // The reference executor's cost model: how long each op of a Program takes
 // on one H200 of the paper's evaluation platform, from named bandwidths and fixed costs.
 //
-// NOTE [cost model]
 // Every parameter is one field below with its default, unit and source; a JSON file may
-// override any subset (load_cost_model; unknown names are errors). Durations:
-//   copy      copy_launch_us + sum over descriptors of bytes / rate, rate =
-//               ce_copy_gbps     same-GPU 1-D (rows = 1 or pitch = width)
-//               ce_copy_2d_gbps  same-GPU strided 2-D
-//               nvlink_gbps      peer GPU 1-D; min(nvlink_gbps, ce_copy_2d_gbps) for 2-D
-//             An SM-driven copy (ctas > 0) is a kernel: kernel_launch_us + sum of
-//               2 x bytes / sm_copy_gbps (1-D) or sm_copy_2d_gbps (2-D) on one GPU (rates in
-//               bytes read + written: FSDP2's copy-in and split_with_sizes_copy), or
-//               bytes / nccl_link_gbps to a peer (an NCCL ring hop inside a node).
-//   rail put  rail_latency_us + bytes / nic_gbps
-//   sum       kernel_launch_us + logical bytes / min(ctas * sum_cta_gbps, sm_stream_cap_gbps),
-//             logical bytes = elements in segments * (staged + 1) * in_dtype bytes + dst
-//             bytes (App. G: "L bf16 reads + 1 fp32 write per element"); FSDP2's _chunk_cat
-//             pack is a sum with no staged inputs on a full grid, so it runs at the cap
-//   land      kernel_launch_us + dst bytes / min(ctas * land_cta_gbps, ceiling): TIDE's
-//             landing kernel; the ceiling is the fabric's, land_cap_gbps, when it pulls
-//             partials from peers, and sm_stream_cap_gbps when they are all local (L = 1)
-//   cast      kernel_launch_us + (source + dst bytes) / min(ctas * cast_cta_gbps,
-//             sm_stream_cap_gbps)
-//   zero      kernel_launch_us + bytes / memset_gbps
-//   signal    memop_us;  wait: memop_us after its condition holds; a wait the builder marked
-//             Op::network_round (it closes a network round, App. G t_rnd) ends no earlier than
-//             round_wait_us after the moment its arrivals were complete: t_rnd is the latency
-//             from a round's last arrival to the wait observing it, so a wait reached after its
-//             arrivals pays only what is left of it (a lockstep round, whose stream waits for
-//             its own arrivals, pays all of it)
-//   event record / wait: event_us;  release: 0 (a host-side free). An event wait with
-//             ctas > 0 opens an NCCL collective's kernel on its stream: nccl_launch_us.
-// Steps of an NCCL kernel (Op::inside_kernel) pay no launch: no kernel_launch_us or
-// copy_launch_us, and a ring reduction step (a fold of local buffers) costs only its exposed
-// part, dst bytes / nccl_fold_gbps: NCCL reduces slices as they arrive, overlapped with the
-// transfers of the next slices, so a step's reduction mostly hides behind its transfer.
-// A CTA count of 0 is taken as 1. Host enqueue: each rank's host thread issues its ops in
-// Program::ops order, host_enqueue_us apart (ops marked Op::inside_kernel take no host
-// time); no op starts before it is issued.
-// Shared links: with share_links, the copies of one GPU queue on its copy-engine (same-GPU)
-// or NVLink (peer) resource and its rail puts on its NIC, first come first served, so
-// concurrent transfers of one GPU add up to the per-GPU rate instead of each getting it.
-// SM ops (sum, land, cast, zero, SM copies) run concurrently: TIDE's CTA budgets are far
-// below 132 SMs, and a full-grid kernel is bound by sm_stream_cap_gbps instead.
+// override any subset (load_cost_model; unknown names are errors). How the fields make an op's
+// duration, and how shared links queue: NOTE [cost model] in docs/reference_executor.md.
 #pragma once
 
 #include <iosfwd>
@@ -53,64 +14,35 @@
 
 namespace tide::exec {
 
+// Rates in GB/s (1e9 B/s), times in microseconds. The source of every default (App. G, the
+// H200 measurements in bench/results/, or an assumption): docs/reference_executor.md.
 struct CostModel {
-  // Same-GPU device-to-device copy-engine rate, GB/s (1e9 B/s), one direction.
-  // architecture.md "Seen on the lent H200": cudaMemcpyAsync 1.6-2.1 TB/s.
-  double ce_copy_gbps = 2000.0;
-  // Same-GPU strided 2-D copy rate: architecture.md, 2-D copies with 8 KiB rows ~0.8 TB/s.
-  double ce_copy_2d_gbps = 800.0;
-  // Peer (NVLink) copy rate per GPU, one direction: H200 NVLink 4 is 900 GB/s bidirectional,
-  // 450 GB/s per direction (NVIDIA H200 datasheet). Not calibrated on our machines.
-  double nvlink_gbps = 450.0;
-  // Rail NIC rate per GPU: App. G calibration BW_NIC (core/machine_rates.hpp).
-  double nic_gbps = kDefaultMachineRates.bw_nic_gbps;
-  // Level 1 sum rate per CTA in logical bytes: App. G BW_sum.
-  double sum_cta_gbps = kDefaultMachineRates.bw_sum_gbps;
-  // Landing rate per CTA in fp32 output bytes, and its fabric ceiling: App. G BW_land in
-  // situ, BW_cap.
-  double land_cta_gbps = kDefaultMachineRates.bw_land_gbps;
-  double land_cap_gbps = kDefaultMachineRates.bw_cap_gbps;
-  // fp32 -> bf16 cast rate per CTA (read + write bytes). Assumed equal to BW_sum: an
-  // elementwise streaming kernel like the Level 1 sum. Not calibrated.
-  double cast_cta_gbps = kDefaultMachineRates.bw_sum_gbps;
-  // Zero fill rate (cudaMemsetAsync): assumed the same-GPU copy rate. Not calibrated.
-  double memset_gbps = 2000.0;
-  // Per network round wait overhead: App. G t_rnd.
-  double round_wait_us = kDefaultMachineRates.t_round_ms * 1000.0;
-  // GPU-side start latency of a kernel (sum, land, cast, zero). Assumed typical CUDA value.
-  double kernel_launch_us = 4.0;
-  // GPU-side start latency of a copy-engine copy (batched or not). Assumed.
-  double copy_launch_us = 2.0;
-  // Rail put latency before the first byte arrives (RDMA write + signal). Assumed.
-  double rail_latency_us = 5.0;
-  // Stream memory operation (cuStreamWriteValue / WaitValue) latency. Assumed.
-  double memop_us = 1.0;
-  // cudaEventRecord / cudaStreamWaitEvent latency on the GPU. Assumed.
-  double event_us = 0.0;
-  // Host time to issue one op (a launch, a copy, a memop call). Assumed.
-  double host_enqueue_us = 2.0;
-  // SM copy kernels on one GPU (kCopy with ctas > 0, same rank), GB/s of bytes read +
-  // written. bench/results/fsdp2 (PyTorch 2.11, one H200, Llama-3.1-70B layer, N = 8):
-  // split_with_sizes_copy (the all-gather copy-out, 2-D) 0.870 ms for 3.42 GB = 3932 GB/s.
-  // 1-D (FSDP2's bf16 copy-in): not measured (fsdp2_copies' copy-in is the mixed-precision
-  // cast); taken equal to the copy-out's rate.
+  double ce_copy_gbps = 2000.0;    // same-GPU copy-engine copy, 1-D, one direction
+  double ce_copy_2d_gbps = 800.0;  // same-GPU copy-engine copy, strided 2-D
+  double nvlink_gbps = 450.0;      // peer (NVLink) copy per GPU, one direction
+  double nic_gbps = kDefaultMachineRates.bw_nic_gbps;        // rail NIC per GPU: BW_NIC
+  double sum_cta_gbps = kDefaultMachineRates.bw_sum_gbps;    // Level 1 sum per CTA: BW_sum
+  double land_cta_gbps = kDefaultMachineRates.bw_land_gbps;  // landing per CTA: BW_land
+  double land_cap_gbps = kDefaultMachineRates.bw_cap_gbps;   // landing's fabric ceiling: BW_cap
+  double cast_cta_gbps = kDefaultMachineRates.bw_sum_gbps;   // fp32 -> bf16 cast per CTA
+  double memset_gbps = 2000.0;                               // zero fill
+  double round_wait_us = kDefaultMachineRates.t_round_ms * 1000.0;  // per network round: t_rnd
+  double kernel_launch_us = 4.0;  // GPU-side start of a kernel (sum, land, cast, zero)
+  double copy_launch_us = 2.0;    // GPU-side start of a copy-engine copy
+  double rail_latency_us = 5.0;   // rail put, before its first byte arrives
+  double memop_us = 1.0;          // stream memory operation
+  double event_us = 0.0;          // event record / wait on the GPU
+  double host_enqueue_us = 2.0;   // host time to issue one op
+  // SM copy kernels on one GPU (kCopy with ctas > 0), bytes read + written.
   double sm_copy_2d_gbps = 3932.0;
   double sm_copy_gbps = 3932.0;
-  // Ceiling of an SM streaming kernel (sum, local fold, cast) in its logical bytes: a full
-  // grid is HBM-bound. bench/results/fsdp2: _chunk_cat (bf16 -> fp32 pack, 132 SMs) 2.455 ms
-  // for 5.13 GB read + written = 2091 GB/s (the reference bf16 -> fp32 copy: 2166 GB/s).
-  double sm_stream_cap_gbps = 2091.0;
-  // NCCL's ring between GPUs of one node: its hops (kCopy with ctas > 0 across ranks), per GPU
-  // and direction; the start of a collective's kernel; and the exposed part of a ring
-  // reduction step, GB/s of fp32 output per channel. One fit, least squares in relative
-  // error, to the 8 NCCL-alone times on 2 x H200 (bench/results/nccl/run-2026-11-29-x2-final,
-  // all-gather and reduce-scatter of flat32m / flat128m / Llama / Qwen layers, 1 x 2):
-  // all-gather = launch + S / link, reduce-scatter = launch + S_fp32 / link + (S_fp32 / 2) /
-  // fold, every time within 10%.
+  double sm_stream_cap_gbps = 2091.0;  // ceiling of a full-grid SM streaming kernel
+  // NCCL's ring inside a node: a hop per GPU and direction, the start of a collective's
+  // kernel, and the exposed part of a ring reduction step (fp32 output per channel).
   double nccl_link_gbps = 279.0;
   double nccl_launch_us = 60.0;
   double nccl_fold_gbps = 724.0;
-  // Whether concurrent transfers of one GPU share its per-GPU rates (see the NOTE).
+  // Concurrent transfers of one GPU share its per-GPU rates (NOTE [cost model]).
   bool share_links = true;
 };
 
@@ -124,8 +56,8 @@ CostModel load_cost_model(const std::string& path);
 std::string cost_model_json(const CostModel& model);
 
 // The modeled duration of one op in microseconds, without queueing on shared links and
-// without the host enqueue: see NOTE [cost model]. Waits include the round wait when
-// `network_round_wait` is set.
+// without the host enqueue (NOTE [cost model] in docs/reference_executor.md). Waits include
+// the round wait when `network_round_wait` is set.
 double op_duration_us(const CostModel& model, const program::Op& op,
                       bool network_round_wait = false);
 

@@ -2,28 +2,14 @@
 // on CPU processes that share a host fabric. Real copies and the shared data effects
 // (data_effects.hpp), so outputs are bitwise equal to the reference executor's.
 //
-// NOTE [host execution]
-// 1. The rank's ops run one at a time on the calling thread, in the projection of the call
-//    template's legal order (NOTE [legal order]); since every rank does the same for every
-//    call, in the order all ranks share, no rank can block for good, and event ops need no
-//    action: a record always precedes its waits in that order.
-// 2. A wait spins, then yields, then sleeps, on its signal word until it holds the total
-//    that earlier calls of the sequence added to it plus the template's relative threshold
-//    (NOTE [call sequences]). Signals add with release order after the op's data writes.
-// 3. Per-call bindings: this rank's tensors (kTensor) and output (kOutput) are the caller's
-//    pointers for this call; alpha and accumulate are patched into the sum and landing ops.
-//    kRelease needs no action: the caller owns its gradients and the call is over on return.
-// 4. Fail-stop: a wait past the timeout, a dead peer or an abort by another rank aborts the
-//    fabric (every rank's next wait raises) and throws CommunicationError naming the rank and
-//    the wait.
-// 5. Rail messages: a kRailPut or kSignal from rank s to a rank d of another host (the
-//    fabric's load_store(s, d) is false) travels through the host rail transport (NOTE [host
-//    rail transport]): s packs the put's sources in descriptor order and sends them at the
-//    op's place in the order; d, at the same place of its own walk of that order, receives
-//    them into the destinations and then adds the op's value to its own counter. Every rank
-//    walks the one order, so each pair's sends and receives match in number and order, and
-//    the earliest unfinished message has both ends waiting on it: no rank blocks for good.
-//    A put whose destinations are not all on its counter's rank is tide::Unsupported.
+// Contract (the design, points 1-5: NOTE [host execution] in docs/runtime.md):
+// - run_host_call() runs the rank's ops on the calling thread, in the template's legal order, with
+//   this call's bindings, alpha and accumulate; the call is complete when it returns.
+// - Every rank must run the same calls in the same order: that order is what keeps the waits
+//   and the rail messages to other hosts from blocking for good.
+// - Fail-stop: a wait past the timeout, a dead peer or another rank's abort aborts the fabric
+//   and throws CommunicationError naming the rank and the wait.
+// - A put whose destinations are not all on its counter's rank is tide::Unsupported.
 #pragma once
 
 #include <chrono>

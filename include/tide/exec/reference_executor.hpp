@@ -4,55 +4,21 @@
 //
 // Use:
 //   ReferenceExecutor ex(program);                   // allocates every rank's buffers
-//   auto g = ex.input(Buffer{0, Space::kTensor, 1}); // marks bytes as set, returns them
-//   ... fill g (and other inputs) ...
-//   RunOptions o;
-//   o.seed = 7;                                       // o.jitter = 0.5 to explore more
-//   RunResult r = ex.run(o);
-//   ex.memory(Buffer{0, Space::kOutput, 0})           // read outputs
-//   r.errors, r.makespan_us, r.sm_time_us, r.peak_buffer_bytes, r.op_times
-//   write_chrome_trace_file("t.json", program, r);    // Perfetto; write_timeline_svg_file
+//   auto g = ex.input(Buffer{0, Space::kTensor, 1}); // marks bytes as set; fill g
+//   RunOptions o;  o.seed = 7;                       // o.jitter = 0.5 to explore more
+//   RunResult r = ex.run(o);                         // r.errors, r.makespan_us, r.op_times
+//   ex.memory(Buffer{0, Space::kOutput, 0});         // outputs; write_chrome_trace_file(...)
 // Timing only (no memory, no race tracking): ReferenceExecutor ex(program, {true});
 //
-// NOTE [reference execution semantics]
-// 1. Memory. Every buffer of Program::buffers is a byte array filled with 0xFF ("poison").
-//    Bytes the caller marks through input() count as written by an initial op that happens
-//    before every op; all other bytes are never written until an op writes them.
-// 2. Order. Ops of one (rank, stream) run in list order, one at a time, each after the
-//    previous one completed and after its rank's host issued it. kWait starts once its
-//    counter holds >= value, kEventWait once its rank's record of that event id completed
-//    (event ids, like counter ids, are per rank: (rank, id) is recorded once); both then
-//    complete after their latency. Data effects (copies, sums, landings, casts, zero fills,
-//    releases) and counter additions (kSignal, kRailPut after its copy) apply atomically at
-//    the op's completion. kSum writes every element of dst: level1_partial(staged inputs in
-//    list order, own gradient element, alpha) inside its segments, +0 outside; kLand folds
-//    wave_sum(sources in order) into dst with land(); kCast rounds fp32 to bf16; kRelease
-//    poisons its bytes and marks them released. The seed orders ops that become ready or complete
-//    at the same simulated time, and RunOptions::jitter perturbs durations, so seeds explore
-//    different legal interleavings; one seed is fully deterministic.
-// 3. Happens-before. A vector clock per (rank, stream) component, with edges from stream
-//    order, event record -> event wait, and the additions a wait needed (the prefix of its
-//    counter's additions, in the order they landed, that first reached its value) -> that
-//    wait; a rail put's write precedes its own addition. Each buffer has an interval map of
-//    its last writer and the readers since (one per component).
-// 4. Reported errors (collected, never thrown; the run continues past races and stops at a
-//    deadlock): reading bytes never written, released, or whose last writer does not
-//    happen before the reader; a landing (kLand) summing source bytes that an earlier
-//    landing already summed with no write between (a landing consumes the partials it sums,
-//    so this is a stale partial, e.g. NOTE [stale-block zeroing] broken; bytes last written
-//    by a zero fill are exempt, since zeros add nothing); a write (or release) over bytes whose
-//    earlier readers or writer do not happen before it; a deadlock (one error per blocked stream
-//    head, saying what it waits for); statically, before running, a wait that can never be
-//    satisfied (threshold above everything the program ever adds to its counter, or an event that
-//    is never recorded on the waiter's rank) and malformed ops (out-of-bounds or mismatched
-//    regions, ids out of range, an event recorded twice; such an op is timed but has no
-//    effect), and call-order mismatches (NOTE [call identities] in tide/program/program.hpp:
-//    a rank waits in call i on a counter a peer adds to, and that peer issues another call
-//    as call i; one error per waiting rank, call and peer; the run goes on). Copies and rail puts
-//    perform all their descriptors; none is legal (a copy without any is a no-op, a rail put
-//    without any is a remote signal).
-// 5. Arithmetic: NOTE [arithmetic order] in tide/core/arithmetic.hpp, through tide::arith.
-//    bf16 is stored as 16-bit words, fp32 as IEEE binary32, both little-endian.
+// Contract (the full semantics, points 1-5: NOTE [reference execution semantics] in
+// docs/reference_executor.md):
+// - Buffers start as poison (0xFF); input() marks bytes as written before every op.
+// - Ops of one (rank, stream) run in list order; waits and event waits complete once met; data
+//   effects and counter additions apply atomically at an op's completion. One seed is fully
+//   deterministic; other seeds and jitter explore other legal interleavings.
+// - Races, reads of unwritten, released or stale bytes, deadlocks, unsatisfiable waits,
+//   malformed ops and call-order mismatches are collected in RunResult::errors, never thrown.
+// - Arithmetic follows NOTE [arithmetic order] (tide/core/arithmetic.hpp).
 #pragma once
 
 #include <array>

@@ -17,25 +17,11 @@
 //   built. Across processes, every rank must have built its executor before any rank runs
 //   (a barrier; the multi-GPU runner does it), or a fast peer's additions could be zeroed.
 // - Messages. load_store(from, to) says whether rank `from` can write rank `to`'s arena and
-//   signal words directly (load/store or copy engine through a peer mapping). It is the same
-//   answer on every process. Where it is false, the executor sends puts and signals as
-//   two-sided messages with send()/recv() (NOTE [rail messages] in src/exec/cuda/messages.hpp);
-//   fabrics without messages throw tide::Unsupported. A fabric whose processes all map each
-//   other's memory although some pairs must not store to each other (the ipc fabric over
-//   emulated hosts) offers message areas instead: message_area_bytes() > 0 bytes per rank,
-//   message_area(owner) as this process addresses it; the runner then carries messages
-//   through the ipc rendezvous transport over those areas (NOTE [ipc rendezvous transport]),
-//   not through send()/recv().
-// - One-sided messages (NOTE [one-sided messages] in src/exec/cuda/one_sided_messages.hpp):
-//   where one_sided() (the same answer on every process; opt-in, NCCL >= 2.29) the runner may
-//   carry messages as puts into the receiver's window instead of send()/recv(): put_signal()
-//   writes at an offset of the peer's window (arena offsets, as program::Region's) from this
-//   rank's window (its arena), put_token() writes an 8-byte abort token from this rank's send
-//   slot for its k-th token to the peer on the lane (token_source(), numbered by
-//   next_token_number()) into the peer's token slot for it, and each adds one signal at the
-//   peer; wait_signals() waits on the stream for `count` more signals from a peer;
-//   token_slot() is where a peer's k-th token lands here. one_sided_reason() says why one_sided()
-//   is false. Fabrics without them throw tide::Unsupported.
+//   signal words directly; the same answer on every process. Where it is false, puts and
+//   signals travel as messages (NOTE [rail messages] in docs/executor.md): two-sided through
+//   send()/recv(), through message areas (message_area_bytes() > 0: the ipc rendezvous
+//   transport), or one-sided where one_sided() (NOTE [one-sided messages] in
+//   src/exec/cuda/one_sided_messages.hpp). Fabrics without a kind throw tide::Unsupported.
 // - release() gives up every allocation without freeing it (device work that could not be
 //   drained may still use it).
 #pragma once
@@ -93,13 +79,19 @@ class Fabric {
     (void)lane;
     recv(data, bytes, peer, stream);
   }
-  // Message areas (see above); none by default.
+  // Message areas (ipc over emulated hosts): message_area_bytes() per rank, as this process
+  // addresses them; none by default.
   virtual std::byte* message_area(int owner) const {
     (void)owner;
     return nullptr;
   }
   virtual std::int64_t message_area_bytes() const { return 0; }
-  // One-sided messages (see above); none by default.
+  // One-sided messages; none by default. one_sided() is the same on every process (opt-in,
+  // NCCL >= 2.29); one_sided_reason() says why it is false. put_signal() writes at an arena
+  // offset of the peer's window and adds one signal there; put_token() writes this rank's
+  // k-th 8-byte abort token to the peer (token_source(), numbered by next_token_number()) into
+  // the peer's token_slot() and adds one signal; wait_signals() waits on `stream` for `count`
+  // more signals from `peer`.
   virtual bool one_sided() const { return false; }
   virtual std::string one_sided_reason() const { return "the fabric has no one-sided messages"; }
   virtual void put_signal(const void* data, std::size_t bytes, int peer, std::int64_t window_offset,

@@ -1,46 +1,17 @@
 // The host fabric: the CPU processes of one host share their arenas and signal words through
 // POSIX shared memory (architecture: fabric/host). One rank per process.
 //
-// NOTE [host fabric]
-// 1. Each rank creates one segment: a header (pid, abort flag and reason), `counters` 64-bit
-//    signal words, then the arena. Names come from a job id that rank 0 draws and publishes
-//    through the store, so two jobs on one host never collide.
-// 2. Every rank maps every peer's segment, says so through the store, waits until all have,
-//    and unlinks its own name. From then on the kernel frees the memory when the last process
-//    unmaps it: a job that dies, even by kill -9, leaves no segment behind.
-// 3. Signal words are std::atomic_ref<int64_t> on the shared mapping: a peer adds with
-//    release order after its data writes; the owner waits with acquire loads, so the data
-//    is visible once the wait completes.
-// 4. Call order: before each call a rank announces the call's index and a tag (group and
-//    collective) in its header. A rank that waits long compares the peers' announcements
-//    with its own: the same index with another tag is a call-order mismatch (the paper's
-//    step-call-order fault), reported as such rather than as a timeout.
-// 5. Fail-stop (Sec. 7.5): abort() sets the flag and reason in every rank's header, so each
-//    rank's waits see it at once. A dead peer of the same host is found from its pid
-//    (/proc/<pid>/stat: gone, zombie or dead, and not closed) by any rank that waits for it; a
-//    peer on another host (6) is not, its pid meaning nothing there: the runtime's heartbeats
-//    find it (NOTE [peer liveness]).
-// 6. Hosts. `hosts[r]` is rank r's host (empty: one host). Ranks of one host address each
-//    other's arenas and signal words; ranks of different hosts do not (load_store is false),
-//    and reach each other only by two-sided messages (NOTE [host rail transport]): the host
-//    backend's stand-in for NCCL's point-to-point on the rail, so that one machine can run
-//    the protocol of M hosts with the semantics of the real transport.
-//
-// NOTE [host rail transport]
-// Each rank's segment holds one channel per peer (only where `hosts` has two or more hosts):
-// the words `posted` (receives the peer has posted), `sent` and `taken` (chunks), a chunk
-// header (message number, tag, bytes) and kChunkBytes of data. A message of B bytes from s to
-// d is message k of the pair (both count their messages), carried by s's channel for d:
-//   receiver d: posted += 1 (release); then for each chunk: wait until sent > taken, check the
-//     header (the k-th message, the tag and size d expects), copy the chunk out, taken += 1;
-//   sender s: wait until posted > k (a send waits for its matching receive, the strictest
-//     semantics NCCL allows, so that a mismatched order deadlocks here as it could there);
-//     then for each chunk: wait until taken == sent (the buffer is free), write header and
-//     data, sent += 1 (release); the send returns once the last chunk is taken.
-// A message of 0 bytes is one chunk of 0 bytes (a signal's token). The waits are the
-// caller's (`Waiter`): they see aborts, dead peers and the timeout as every other wait does.
-// A header that is not the one expected (another message number, tag or size) means the two
-// ranks issued their messages in different orders: InternalError names both.
+// Contract (the design, points 1-6: NOTE [host fabric] in docs/runtime.md):
+// - Construction is collective through the store; once every rank has mapped every peer's
+//   segment the names are unlinked, so no segment outlives the job, even after kill -9.
+// - Signal words are atomics on the shared mapping: a peer adds with release order after its
+//   data writes, the owner waits with acquire loads.
+// - abort() marks every rank's header, so every rank's waits see it at once; a dead peer of
+//   this host is found from its pid (dead_peer()); peers of other hosts are the runtime's to
+//   watch. announce() / announced() let a waiting rank tell a call-order mismatch from a
+//   timeout.
+// - Ranks of different hosts (HostFabricOptions::hosts) do not address each other
+//   (load_store() is false) and exchange two-sided messages (send() / recv()).
 #pragma once
 
 #include <chrono>
@@ -85,8 +56,11 @@ class HostFabric {
   bool load_store(int from, int to) const;
   int host_of(int rank) const;
 
-  // NOTE [host rail transport]. `wait(done, what)` returns once done() holds, or throws; the
-  // executor's waits (abort, dead peer, timeout). `tag` identifies the message on both sides.
+  // Two-sided messages to a rank of another host (NOTE [host rail transport] in
+  // docs/runtime.md): a send returns once its matching receive took the last chunk.
+  // `wait(done, what)` returns once done() holds, or throws (abort, dead peer, timeout). `tag`
+  // identifies the message on both sides; messages issued in different orders on the two
+  // ranks throw InternalError naming both.
   static constexpr std::size_t kChunkBytes = std::size_t{64} << 10;
   using Waiter = std::function<void(const std::function<bool()>& done, const std::string& what)>;
   void send(int peer, std::span<const std::byte> data, std::int64_t tag, const Waiter& wait);

@@ -1,38 +1,16 @@
 // The ipc fabric (architecture: fabric/ipc): one process per rank on the GPUs of one host, peers'
 // windows mapped through CUDA IPC. Ranks may share a GPU. Needs CUDA only (no NCCL).
 //
-// NOTE [ipc fabric]
-// What it is: the runtime's window (NOTE [runtime window]) of each rank in memory the other
-// processes of the host map, as PyTorch's CUDA symmetric memory and DeepEP's intranode buffers
-// share theirs. Every peer is addressable (load_store is true for every pair), so the sequence
-// runner runs over it unchanged, rail puts between emulated nodes included (M x L splits on one
-// host), and it needs no NCCL windows (so NCCL older than 2.28, or none).
-// Handles (ipc_memory.hpp, chosen per process by choose_ipc_handles):
-//   - fd, the default where it works: the window is a cuMemCreate allocation with a POSIX file
-//     descriptor handle. A peer takes the exporter's descriptor with pidfd_getfd, imports it
-//     (cuMemImportFromShareableHandle), maps it into its own address range and gives its device
-//     access. Why first: VMM allocations are what torch's symmetric memory and the virtual
-//     fabric use; their granularity is the device's (2 MiB), the mapping is explicit (no
-//     implicit peer-access enabling for the whole context), and nothing goes through the
-//     legacy cudaIpc path, which needs cudaMalloc memory and opens a whole allocation.
-//   - cuda-ipc, where the device has no POSIX fd handles, the kernel no pidfd_getfd, or the
-//     host's ptrace policy (Yama) forbids peers to take descriptors: cudaMalloc,
-//     cudaIpcGetMemHandle, cudaIpcOpenMemHandle(cudaIpcMemLazyEnablePeerAccess). The probe of
-//     ../shared/probes/ipc_pingpong.cu showed it works between processes of one GPU.
-//   All ranks must choose the same kind; they agree through the exchange, and disagree loudly.
-// Construction (collective; every step is an exchange of one string per rank through the
-// caller's bootstrap store, bounded by the store's timeout):
-//   1. The window: the caller's (IpcFabricOptions::window, memory from ipc_allocate, e.g. a
-//      torch.cuda.MemPool tensor over tide_ipc_mem_alloc) or the fabric's own ipc_allocate.
-//   2. "handles": each rank publishes its kind, its allocation's size, the window's offset in
-//      it, and the handle (pid and descriptor, or the cudaIpc handle's bytes).
-//   3. "mapped": each rank maps every peer's window and publishes "ok" or its error; where any
-//      rank failed, every rank throws tide::Unsupported naming it. Only then do the exporters
-//      close their exported descriptors (a peer still taking one would fail otherwise).
-// Liveness: a mapping keeps the peer's memory alive until it is unmapped, also after the peer's
-// process dies; the driver frees everything of a process that ends, so nothing is left behind
-// a job (the device script checks the GPU's free memory). Teardown: peers' mappings, then the
-// own window where the fabric allocated it. release() gives everything up without freeing it.
+// Contract (the design and the handle kinds: NOTE [ipc fabric] in docs/runtime.md):
+// - Each rank's window is the runtime's window (NOTE [runtime window]), mapped by every peer.
+//   load_store is true between ranks of one host; ranks of different emulated hosts
+//   (IpcFabricOptions::hosts) exchange messages through the windows' message areas.
+// - Construction is collective: a few exchanges through the caller's IpcExchange, which bounds
+//   them. All ranks must choose the same handle kind (choose_ipc_handles). Where any rank
+//   cannot map a peer, every rank throws tide::Unsupported naming it.
+// - A mapping keeps the peer's memory alive until it is unmapped, also after the peer dies.
+//   The destructor unmaps the peers, then frees the own window where the fabric allocated it;
+//   release() gives everything up without freeing it.
 #pragma once
 
 #include <chrono>

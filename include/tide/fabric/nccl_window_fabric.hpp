@@ -1,5 +1,16 @@
-// The NCCL fabric's view for the executor (NOTE [nccl window fabric]): the one NCCL fabric that
-// the runtime and the tools (tide-nccl) build on. Built only with NCCL.
+// The NCCL fabric's view for the executor: the one NCCL fabric that the runtime and the tools
+// (tide-nccl) build on. Built only with NCCL.
+//
+// Contract (the design: NOTE [nccl window fabric] in docs/nccl_fabric.md):
+// - One symmetric window per rank (NcclFabric's arena): the arena at offset 0, the signal
+//   words at signal_offset() (NOTE [runtime window]), the same offsets on every rank.
+// - load_store(from, to) is true where both ranks are in one LSA team and on one host, real or
+//   emulated; other peers are reached by messages: send()/recv() on the message communicator,
+//   send_on_lane()/recv_on_lane() on the NCCL fabric's lanes, or one-sided where one_sided().
+// - The runtime's constructor answers pointer() for arenas only (the caller binds tensors per
+//   call); the program's constructor also cudaMallocs this rank's tensors and outputs.
+// - Not collective: every rank builds its own. An executor built on it zeroes this rank's
+//   words, so a barrier must follow every rank's construction of its executor.
 #pragma once
 
 #include <nccl.h>
@@ -16,36 +27,6 @@
 
 namespace tide::fabric {
 
-// NOTE [nccl window fabric]
-// One symmetric NCCL window per rank (NcclFabric's arena) holds the arena at offset 0 and the
-// signal words at signal_offset = the arena bytes rounded up to 4 KiB (NOTE [runtime window]):
-// offsets that are the same on every rank, so peer p's words are at its LSA pointer plus
-// signal_offset. Every LSA peer's arena and words have a pointer (pointer(), signals()); for
-// each peer the fabric says "addressable" or "reach by transport":
-// - Addressable (load_store true): both ranks in one LSA team (contiguous runs of world ranks)
-//   and on one host, real or emulated (NcclWindowOptions::hosts, or the nodes of the M x L
-//   split with messages_between_nodes).
-// - Reach by transport: puts and signals travel as ncclSend / ncclRecv, NOTE [rail messages]:
-//   send()/recv() on NcclWindowOptions::message_comm (world ranks; the main communicator by
-//   default, whose channels are capped, Sec. 6.1), and send_on_lane()/recv_on_lane() on the
-//   NCCL fabric's message lane where it has one (NOTE [nccl fabric] 2b: the runtime's lanes,
-//   each in one order on every rank), else as send()/recv(). Ranks of emulated hosts stay LSA
-//   peers, so the runner still reads their abort words (NOTE [CUDA call sequences] 5). No
-//   flush follows an arrival: NCCL completes a receive once its bytes are visible to later
-//   work on its stream (NOTE [rail messages], Arrival and flush).
-// - One-sided (opt-in, NOTE [nccl fabric] 5, NOTE [one-sided messages]): where the NCCL
-//   fabric agreed on host RMA, one_sided() is true and puts and signals may instead travel as
-//   ncclPutSignal into the peer's window on the lane's communicator (the arena window and the
-//   token area that step 5 registered there), waited for with ncclWaitSignal; send()/recv()
-//   stay as they are. one_sided_reason() is the NCCL fabric's host_rma_reason().
-// Buffers: for the runtime (the first constructor) tensors and outputs are not the fabric's
-// (the caller binds them per call), so pointer() answers arenas only. For one program (the
-// second constructor: tide-nccl, one-shot CudaExecutor programs) the window is sized from the
-// program (required_window_bytes), every rank's arena bytes are the program's, and this rank's
-// tensors and outputs are cudaMalloc'ed at construction (FSDP2's gradients and masters live in
-// PyTorch's allocator, not in the window); other ranks' are not addressable.
-// Not collective: every rank builds its own. An executor built on it zeroes this rank's words,
-// so a barrier must follow every rank's construction of its executor (NOTE [fabric interface]).
 struct NcclWindowOptions {
   // Refuse a world with ranks that are not LSA peers (one machine). The runtime's nccl backend
   // turns it off over several hosts (NOTE [runtime] 9, src/runtime/nccl_layout.hpp), as do

@@ -2,28 +2,15 @@
 // process on one GPU, for tests and kernel-level measurements. It is not a transport: there
 // are no modelled delays, and timings between its ranks are not NVLink timings.
 //
-// NOTE [virtual fabric memory]
-// - Arenas. Every rank's symmetric arena is carved from ONE reserved VMM range of ranks x
-//   stride bytes (stride = the largest arena of the program rounded up to the allocation
-//   granularity, at least 2 MiB): one cuMemAddressReserve, then per device one cuMemCreate on
-//   that device for its block of consecutive ranks, mapped at the block's offset, and one
-//   cuMemSetAccess giving every device read/write access to the whole range. Rank r's arena
-//   starts at base + r x stride, so all arenas are symmetric (same size, same stride apart).
-// - Devices. One by default; with VirtualFabricOptions::devices the ranks are spread over the
-//   GPUs of one host in consecutive blocks (peer access enabled between every pair), and
-//   device_of(rank) says where a rank's streams, kernels and buffers live. Timings between
-//   ranks on different GPUs are NVLink timings; between ranks of one GPU they are not.
-// - Peer pointers. One process and one address space: rank r reaches peer p's arena at
-//   peer p's arena base (peer_arena(r, p) == arena(p)), as an LSA pointer would.
-// - Tensors and outputs. Per rank, per index: plain cudaMalloc buffers outside the arena
-//   (FSDP2's gradients and masters live in PyTorch's allocator, not in the arena).
-// - Signal words (NOTE [fabric interface]): per device one cudaMalloc of its ranks x
-//   signal_words 64-bit words (peers add to them through peer access).
-// - Contents are not initialised. Destruction frees everything (cudaFree, cuMemUnmap,
-//   cuMemRelease, cuMemAddressFree) and therefore waits for work still using it; callers
-//   that could not drain their streams release() the fabric instead, which leaks on purpose.
-// The driver entry points come through cudaGetDriverEntryPointByVersion (no libcuda link),
-// gated in tide/version_gates.hpp.
+// Contract (the memory layout: NOTE [virtual fabric memory] in docs/executor.md):
+// - Every rank's arena is symmetric, carved from one VMM range (arena(r) = base + r x stride),
+//   and every rank addresses every peer's arena and signal words (load_store is always true).
+// - With VirtualFabricOptions::devices the ranks spread over the host's GPUs in consecutive
+//   blocks; device_of(rank) says where a rank's streams, kernels and buffers live.
+// - Tensors and outputs are cudaMalloc buffers outside the arena. Contents are not
+//   initialised.
+// - The destructor frees everything and so waits for work still using it; a caller that could
+//   not drain its streams calls release() instead, which leaks on purpose.
 #pragma once
 
 #include <cstdint>

@@ -8,13 +8,9 @@
 // owner's own contribution is read in place from the per-parameter gradients through a
 // segment table. Columns that no run of the table covers are padding and are written +0.0f.
 // With `accumulate` the block is landed in place: out = out + alpha * sum (M = 1).
-// The same launch is the expert-parallel lane's fixed 8-source fp32 sum (App. F, L_sub = 1;
-// NOTE [arithmetic order], expert-parallel lane): one row, the M - 1 arrived inbox blocks as
-// the staged contributions in contributor order, the own gradients through the table. A
-// missing source of the fixed 8 would add -0.0f, which changes no bit, so S = M - 1 computes
-// the 8-source result exactly (tests/kernels/ep_lane_sum_test.cpp).
-//
-// Host-compilable: no torch types, raw pointers, sizes and a cudaStream_t (style.md, 1).
+// The same launch is the expert-parallel lane's fixed 8-source fp32 sum (App. F; NOTE
+// [arithmetic order]): one row, the M - 1 arrived inbox blocks as the staged contributions.
+// Host-compilable: raw pointers, sizes and a cudaStream_t (style.md, 1).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -32,8 +28,7 @@ namespace tide::kernels {
 inline constexpr int kMaxLevel1Rows = 8;    // L <= 8 destination ranks per node
 inline constexpr int kMaxLevel1Staged = 7;  // L - 1 staged contributions
 inline constexpr int kMaxLevel1Gradients = 256;
-// TIDE's planner uses 1..32 sum CTAs (App. G, Eq. 13); the kernel itself runs on any grid, and
-// the benchmark also runs one CTA per SM.
+// The planner uses 1..32 sum CTAs (App. G, Eq. 13); the kernel runs on any grid.
 inline constexpr int kMaxLevel1Ctas = 1024;
 
 // One contiguous run of the owner's own contribution: columns [dst_col, dst_col + length) of
@@ -67,12 +62,11 @@ struct Level1TableView {
   int num_params = 0;  // largest param index + 1
 };
 
-// Owns the device copy of a block's segment table. Built once at registration (one upload);
-// never rebuilt or copied per call (paper Sec. 6). Validates the runs: inside the block,
-// non-empty, non-overlapping, param < 256, src_offset >= 0. Without `upload` the upload is a
-// synchronous cudaMemcpy (on the legacy default stream); with it, a cudaMemcpyAsync on that
-// stream (from host_runs(), which lives as long as the table), and the caller orders every use
-// of view() after that stream's work (e.g. synchronises it: the sequence runner does).
+// Owns the device copy of a block's segment table, built once at registration (Sec. 6).
+// Throws InvalidArgument unless every run is inside the block, non-empty, non-overlapping,
+// param < 256, src_offset >= 0. Without `upload` the upload is a synchronous cudaMemcpy (legacy
+// stream); with it, a cudaMemcpyAsync on that stream, and the caller orders every use of
+// view() after that stream's work.
 class Level1SegmentTable {
  public:
   Level1SegmentTable(int rows, std::int64_t width, std::span<const Level1RunSpec> runs,
@@ -109,10 +103,9 @@ struct Level1SumArgs {
   int ctas = kDefaultSumCtas;  // the CTA budget; CTAs retire when their tiles are done
 };
 
-// Kernel choice and pipeline shape. Results do not depend on any of it (invariant 2). The
-// default is the bulk-copy pipeline of Sec. 4.1, the faster kernel on a full grid (94 % of the
-// copy ceiling against 88 %); warp_direct is the faster one at 1..32 CTAs. The variants that
-// were measured and lost are recorded in docs/kernels.md and bench/results/kernels/.
+// Kernel choice and pipeline shape; results do not depend on any of it (invariant 2). The
+// default is the bulk-copy pipeline of Sec. 4.1; warp_direct loads without it (docs/kernels.md
+// has the measurements that chose between them).
 struct Level1Tuning {
   int stages = 3;          // pipeline: shared-memory stages (2..4)
   int tile_bytes = 8192;   // pipeline: bytes per input slot and stage (a power of two, 512..65536)
@@ -121,12 +114,8 @@ struct Level1Tuning {
                              // count is the kernel's: 8 for bf16, L = 8, no accumulate; else 16)
 };
 
-// The tuning TIDE uses for a CTA budget, from the H200 measurements in docs/kernels.md
-// (bench/results/kernels/run-2026-11-29c): up to 32 CTAs the warp-direct kernel, whose bf16
-// L = 8 fast path runs 8 warps with 4 chunks of loads in flight per thread (102.4 GB/s per CTA
-// at 4 CTAs, 86.4 at 32; the bulk-copy pipeline: 32.6, 31.1); the pipeline on larger grids
-// (a full grid: `tide calibrate`'s full-grid rate, or a program given more sum CTAs). All
-// compute the same bits.
+// The tuning TIDE uses for a CTA budget: the warp-direct kernel up to 32 CTAs, the pipeline on
+// larger grids (measured on the H200: docs/kernels.md). All compute the same bits.
 inline Level1Tuning recommended_level1_tuning(int ctas) {
   Level1Tuning t;
   t.warp_direct = ctas <= 32;
@@ -137,12 +126,10 @@ inline Level1Tuning recommended_level1_tuning(int ctas) {
 void launch_level1_sum(const Level1SumArgs& args, cudaStream_t stream,
                        const Level1Tuning& tuning = {});
 
-// Loads every kernel launch_level1_sum can pick (each dtype, accumulate, pipeline and
-// warp-direct variant) on the current device. Under CUDA's lazy loading (the default since
-// 12.2) a kernel's first launch loads it, and a load may synchronise the context: a first
-// launch while a stream of the context waits for a peer deadlocks the host inside the launch
-// (NOTE [preloaded kernels] in src/exec/cuda/sequence_runner.cpp). Call it before any stream
-// can wait. Idempotent.
+// Loads every kernel launch_level1_sum can pick on the current device, so that no first
+// launch (which may synchronise the context under lazy loading) happens while a stream waits
+// for a peer (NOTE [preloaded kernels] in src/exec/cuda/sequence_runner.cpp). Call it before
+// any stream can wait. Idempotent.
 void prepare_level1_sum();
 
 namespace detail {

@@ -24,7 +24,7 @@ struct AbortCheck {
 // valid. Graph-capturable (fixed pointers). Checks the launch.
 void launch_abort_check(const AbortCheck& check, cudaStream_t stream);
 
-// NOTE [abort relay] (messages.hpp): enqueues on `stream` one 1-thread kernel that, after a
+// NOTE [abort relay] (docs/executor.md): enqueues on `stream` one 1-thread kernel that, after a
 // system-scope fence, writes into `token` (an 8-byte word on the stream's device) 1 where any
 // of `verdict`'s words (watched and own) is nonzero, else 0: what a message's sender knows of
 // the abort state when its data have been sent. With `base` (bit 0 clear) it writes base | that

@@ -18,7 +18,7 @@ namespace tide::exec::cuda_detail {
 void launch_counter_add(std::uint64_t* counter, std::uint64_t add, cudaStream_t stream,
                         const std::uint64_t* abort = nullptr);
 
-// NOTE [abort relay] (messages.hpp): the receiver's addition of a message. Enqueues on
+// NOTE [abort relay] (docs/executor.md): the receiver's addition of a message. Enqueues on
 // `stream` one 1-thread kernel: nothing where `abort` (the receiver's own word; nullptr: none)
 // is nonzero; else, after a system-scope fence, where the received `token` is nonzero (the
 // sender, or a rank it heard of, aborted; or the token never arrived: it is poisoned nonzero

@@ -1,4 +1,4 @@
-// Puts and signals as two-sided messages: NOTE [rail messages] in messages.hpp.
+// Puts and signals as two-sided messages: NOTE [rail messages] in docs/executor.md.
 #include "messages.hpp"
 
 #include <string>

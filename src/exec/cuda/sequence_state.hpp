@@ -1,5 +1,5 @@
-// The CUDA sequence runner's internal state (NOTE [CUDA call sequences] in
-// include/tide/exec/cuda_sequence.hpp), shared by:
+// The CUDA sequence runner's internal state (NOTE [CUDA call sequences] in docs/executor.md),
+// shared by:
 //   sequence_runner.cpp  construction: templates resolved to pointer slots, streams, events
 //   sequence_enqueue.cpp one call onto the streams (stream path and under capture)
 //   sequence_fusion.cpp  the fusion pass over a mapped template (waits, counter additions)
@@ -291,7 +291,7 @@ struct CudaSequenceRunner::State {
   bool one_sided = false;
   std::string one_sided_refusal;
   void choose_one_sided(bool test);  // test: the loopback transport, whatever the fabric
-  // NOTE [abort relay] (messages.hpp): per local rank its send and receive token words (two
+  // NOTE [abort relay] (docs/executor.md): per local rank its send and receive token words (two
   // words on its device), the relayed-abort word (on the first local rank's device; nullptr
   // without messages), and the verdict a sender's token reads (every word of check_tables).
   std::map<int, std::uint64_t*> tokens;

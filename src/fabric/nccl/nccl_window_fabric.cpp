@@ -1,5 +1,4 @@
-// The one NCCL fabric for the executor: NOTE [nccl window fabric] in
-// include/tide/fabric/nccl_window_fabric.hpp.
+// The one NCCL fabric for the executor: NOTE [nccl window fabric] in docs/nccl_fabric.md.
 #include "tide/fabric/nccl_window_fabric.hpp"
 
 #include <algorithm>

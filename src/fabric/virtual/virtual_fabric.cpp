@@ -1,6 +1,5 @@
 // The virtual fabric: N ranks' arenas carved from one VMM allocation, per-rank tensors and
-// outputs as cudaMalloc buffers. See NOTE [virtual fabric memory] in
-// include/tide/fabric/virtual_fabric.hpp.
+// outputs as cudaMalloc buffers. See NOTE [virtual fabric memory] in docs/executor.md.
 #include "tide/fabric/virtual_fabric.hpp"
 
 #include <cuda.h>
