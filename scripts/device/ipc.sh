@@ -23,6 +23,9 @@
 #   package    pip install . against the image's torch
 #   fsdp       FSDP2 parity, 2 and 4 processes on the GPU (4: HSDP 2 x 2), TIDE on ipc vs stock
 #              on gloo (tests/python/test_fsdp_ipc_gpu.py)
+#   loop       the torchtitan-style loop (tests/python/test_fsdp_titan_loop.py: AC, compile per
+#              block, no-sync accumulation, eval, DCP resume) and the training-loop defects
+#              (test_fsdp_training_loop.py, on CPU there) with 4 processes on the GPU
 #   demo       scripts/main.sh's demo with 4 processes on the GPU
 #   memory     bench/memory/run.py on the GPU (MEMORY_WORLDS, MEMORY_DEPTHS, MEMORY_REPEATS)
 # SPLITS (space-separated, e.g. "2x2 4x1") and VARIANTS (comma-separated) narrow the splits step.
@@ -282,6 +285,14 @@ if has fsdp; then
   cp "$LOG"/fsdp-ipc-*.json "$OUT/" 2>/dev/null
   for f in "$LOG"/fsdp-ipc-*.json; do [[ -f $f ]] && row "$(cat "$f")"; done
   note "fsdp ipc parity rc=$rc $(stamp): $(tail -3 "$LOG/fsdp.log" | tr '\n' ' ')"
+fi
+
+if has loop; then
+  TIDE_LOOP_DEVICE=cuda-shared timeout "${LOOP_TIMEOUT:-500}" python3 -m pytest tests/python/test_fsdp_titan_loop.py \
+    -q -rs -p no:cacheprovider > "$LOG/loop.log" 2>&1
+  rc=$?
+  [[ $rc -ne 0 ]] && rc_all=$rc
+  note "titan loop on the GPU rc=$rc $(stamp): $(tail -2 "$LOG/loop.log" | tr '\n' ' ')"
 fi
 
 if has demo; then

@@ -11,6 +11,8 @@ The loop a user writes, with tide.fsdp.enable(model) as its one extra line:
   - an evaluation forward under no_grad every 3 steps;
   - a DCP save of the model and optimizer after step SAVE_AT; ``--resume`` loads it in new
     processes and runs the steps after it.
+TIDE_LOOP_DEVICE=cuda-shared puts every rank on GPU 0 (gloo with CUDA tensors, TIDE's ipc
+backend), as the one-GPU parity run does; peak memory is then torch's (the arena included).
 Each rank writes OUT_DIR/<mode>[-resume]-rank<r>.json: losses (the sum over micro-batches),
 eval losses, report() rows, its peak memory (NOTE [honest peak on CPU]) and its arena.
 Seed: TIDE_TEST_SEED.
@@ -45,9 +47,15 @@ MICRO_BATCHES = 2
 EVAL_EVERY = 3
 
 
+DEVICE = torch.device("cpu")
+
+
 def build(seed: int) -> Decoder:
+    from torch.distributed.device_mesh import DeviceMesh  # noqa: PLC0415
+
     torch.manual_seed(seed)
-    model = Decoder(CFG)
+    model = Decoder(CFG).to(DEVICE)
+    mesh = DeviceMesh.from_group(dist.group.WORLD, DEVICE.type)
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     compile_blocks = os.environ.get("TIDE_LOOP_COMPILE", "1") != "0"
     for i, block in enumerate(model.blocks):
@@ -55,14 +63,25 @@ def build(seed: int) -> Decoder:
         if compile_blocks:
             block.compile(backend="inductor")
         model.blocks[i] = block
-        fully_shard(block, mp_policy=policy, reshard_after_forward=i < len(model.blocks) - 1)
-    fully_shard(model, mp_policy=policy)
+        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=i < len(model.blocks) - 1)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
     return model
+
+
+def _private_bytes() -> int:
+    from tide.demo.peak import _status  # noqa: PLC0415
+
+    s = _status()
+    return s.get("RssAnon", 0) + s.get("RssFile", 0)
 
 
 def main() -> int:
     mode, out_dir = sys.argv[1], Path(sys.argv[2])
     resume = "--resume" in sys.argv
+    global DEVICE
+    if os.environ.get("TIDE_LOOP_DEVICE", "cpu") == "cuda-shared":
+        DEVICE = torch.device("cuda", 0)
+        torch.cuda.set_device(DEVICE)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     seed = int(os.environ["TIDE_TEST_SEED"])
@@ -82,12 +101,15 @@ def main() -> int:
         first = SAVE_AT + 1
     if mode == "tide":
         tide.fsdp.enable(model)
+    # The process's memory as the loop starts: the model, the optimizer and, with TIDE, its
+    # communicator (a fixed cost per process, reported apart from what the loop holds).
+    at_start = _private_bytes() if DEVICE.type == "cpu" else torch.cuda.memory_allocated(DEVICE)
     losses, evals, norms = {}, {}, {}
     for step in range(first, STEPS):
         total = 0.0
         for micro in range(MICRO_BATCHES):
             model.set_requires_gradient_sync(micro == MICRO_BATCHES - 1)
-            tokens = batch(CFG, 2, seed % 997 + 10 * step + micro, rank, torch.device("cpu"))
+            tokens = batch(CFG, 2, seed % 997 + 10 * step + micro, rank, DEVICE)
             loss = model.loss(tokens) / MICRO_BATCHES
             loss.backward()
             total += loss.item()
@@ -97,21 +119,24 @@ def main() -> int:
         losses[step] = total
         if step % EVAL_EVERY == 0:
             with torch.no_grad():
-                tokens = batch(CFG, 2, seed % 997 + 5000 + step, rank, torch.device("cpu"))
+                tokens = batch(CFG, 2, seed % 997 + 5000 + step, rank, DEVICE)
                 evals[step] = model.loss(tokens).item()
         if step == SAVE_AT and not resume:
             state = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)}
             dcp.save(state, checkpoint_id=str(checkpoint))
     figures = meter.stop()
     arena = tide.fsdp.memory(model).get("arena_bytes", 0) if mode == "tide" else 0
+    if DEVICE.type == "cuda":  # the arena is in torch's allocator (a MemPool)
+        figures = {"torch_max_memory_allocated": torch.cuda.max_memory_allocated(DEVICE)}
     out = {
         "losses": losses,
         "evals": evals,
         "grad_norms": norms,
         "report": tide.fsdp.report(model) if mode == "tide" else [],
         "arena_bytes": arena,
-        "peak_bytes": peak_bytes(figures, arena),
+        "peak_bytes": figures["torch_max_memory_allocated"] if DEVICE.type == "cuda" else peak_bytes(figures, arena),
         "peak_figures": figures,
+        "loop_start_bytes": at_start,
     }
     name = f"{mode}{'-resume' if resume else ''}-rank{rank}.json"
     (out_dir / name).write_text(json.dumps(out))
