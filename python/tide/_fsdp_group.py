@@ -28,7 +28,9 @@ before that backward reads them, so the slot must never hold another group's par
 Where a later iteration unshards in a pattern the traced one did not show (an evaluation
 forward under no_grad that leaves a reshard_after_forward=False block unsharded, a block kept
 unsharded by set_reshard_after_backward(False), deeper prefetching), a group may find its slot
-held by another group. NOTE [reversible fallbacks]:
+held by another group.
+
+NOTE [reversible fallbacks]
   - a holder that nothing reads (``evictable``: no grad-enabled forward of it since its
     backward, not inside its own forward or backward, no all-gather pending) is resharded by
     FSDP2's own ``_to_sharded``, and the group takes the slot on TIDE; FSDP2 all-gathers the
@@ -59,8 +61,8 @@ from . import _memory
 MAX_PARAMS = 256
 _log = logging.getLogger("tide.fsdp")
 
-# NOTE [stock calls are counted by reason]: every call of a group on TIDE that runs stock
-# FSDP2 instead is counted under its reason (report()'s ``stock_reasons``), and a warning is
+# NOTE [stock calls are counted by reason]
+# Every call of a group on TIDE that runs stock FSDP2 instead is counted under its reason (report()'s ``stock_reasons``), and a warning is
 # logged once per reason and group. The one expected reason is the traced first iteration
 # (NOTE [landing slots from the first iteration]), logged at INFO.
 TRACED = "the first iteration runs on stock FSDP2 while TIDE records the order of unshards"

@@ -6,7 +6,7 @@ A stock FSDP2 decoder and a TIDE one of the same seeded weights train side by si
 per-rank batches (seed TIDE_TEST_SEED), on gloo with TIDE's host backend; after every optimizer
 step TIDE's sharded parameters are set to stock's, so each step starts from the same point:
 the losses are then bitwise equal, and the gradients equal within reassociation. Scenarios,
-each one of issue 40's defects as a user's loop meets it:
+each a defect a user's loop met:
   accumulation  bf16 parameters, fp32 reduce, 2 micro-batches with no-sync on the first
   eval          the last block keeps its parameters after forward; an evaluation forward
                 under no_grad every second step

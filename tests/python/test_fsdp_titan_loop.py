@@ -105,8 +105,8 @@ def test_peak_memory_at_or_below_stock(runs):
     state, made with the arena: a few MiB whatever the model's size, not the arena). On a
     GPU that state is host memory, outside torch's allocator, and the check is strict. At
     this model's size (0.2 MiB of parameters) that state outweighs every NS-scale term;
-    bench/memory measures where they dominate, and issue 40's closing note gives the figures
-    (this check does not show "at or below stock" on CPU at this size)."""
+    bench/memory measures where they dominate (this check does not show "at or below stock"
+    on CPU at this size)."""
     for rank, (stock, tide) in enumerate(zip(runs["stock"], runs["tide"])):
         held = [r["peak_bytes"] - r["loop_start_bytes"] for r in (stock, tide)]
         fixed = tide["loop_start_bytes"] - stock["loop_start_bytes"]

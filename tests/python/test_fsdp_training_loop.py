@@ -1,4 +1,4 @@
-"""Issue 40's defects, each as a user's training loop meets it (fsdp_loop_worker.py), on CPU
+"""Defects a user's training loop met, each as the loop meets it (fsdp_loop_worker.py), on CPU
 with gloo and TIDE's host backend: stock FSDP2 and TIDE side by side, every call after the
 first iteration on TIDE or counted under its reason. Seed: TIDE_TEST_SEED (printed)."""
 

@@ -48,6 +48,8 @@ inline constexpr EnvKnob kEnvKnobs[] = {
   {"TIDE_PARITY_MODE", "in-place", "the TIDE mode (in-place or slot-reuse) fsdp_parity_worker.py enables"},
   {"TIDE_PARITY_REFERENCE", "0", "1 (diagnosis): fsdp_parity_worker.py also checks every unshard of both models against a CPU all-gather of the shards, so that a mismatch says which side is wrong"},
   {"TIDE_PARITY_DEVICE", "cpu", "cuda runs the FSDP2 parity run on GPUs (NCCL) instead of the CPU (gloo); cuda-shared puts every rank on GPU 0 (gloo with CUDA tensors for stock, the ipc backend for TIDE)"},
+  {"TIDE_LOOP_DEVICE", "cpu", "cuda-shared runs the torchtitan-style loop test (fsdp_titan_worker.py) with every rank on GPU 0 (gloo with CUDA tensors for stock, the ipc backend for TIDE)"},
+  {"TIDE_LOOP_COMPILE", "1", "0 leaves torch.compile out of the torchtitan-style loop test (fsdp_titan_worker.py)"},
   {"TIDE_BUILD_DIR", "build", "scripts/build.sh, scripts/test.sh: the CMake build directory"},
   {"TIDE_BUILD_TYPE", "RelWithDebInfo", "scripts/build.sh: the CMake build type"},
 };
