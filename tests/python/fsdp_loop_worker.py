@@ -16,6 +16,7 @@ each a defect a user's loop met:
   frozen        every block's norm weights frozen
   custom        set_custom_all_gather on one block after the first TIDE step
   tools         a step under CommDebugMode and one under torch.profiler, both runs
+  compiled      one step under compiled autograd (torch.compile), then eager again
   stages        4 ranks as two pipeline stages (ranks 0-1: three blocks; 2-3: one block)
   abort         rank 1 aborts TIDE's communicator in step 4's backward; afterwards a torch
                 process group TIDE does not serve still runs a collective
@@ -73,7 +74,7 @@ class Pair:
     def tokens(self, micro: int = 0) -> torch.Tensor:
         return batch(CFG, 2, self.seed % 1000 + 7 * self.step_index + micro, self.rank, torch.device("cpu"))
 
-    def step(self, micro_batches: int = 1, before=None, keep_unsharded: bool = False) -> None:
+    def step(self, micro_batches: int = 1, before=None, keep_unsharded: bool = False, wrap=None) -> None:
         """One optimizer step of both models; ``keep_unsharded``: FSDP2 keeps the parameters
         unsharded after every backward but the last (set_reshard_after_backward, as for
         gradient accumulation)."""
@@ -86,7 +87,7 @@ class Pair:
                 model.set_requires_gradient_sync(micro == micro_batches - 1)
                 if keep_unsharded:
                     model.set_reshard_after_backward(micro == micro_batches - 1)
-                loss = model.loss(self.tokens(micro))
+                loss = (wrap(model.loss) if wrap else model.loss)(self.tokens(micro))
                 loss.backward()
                 total += loss.item()
             losses.append(total)
@@ -245,6 +246,27 @@ def scenario_tools(pair: Pair, out: dict) -> None:
     for kind in ("tide::all_gather blocks.0 ", "tide::reduce_scatter blocks.0 "):
         if not any(n.startswith(kind) and n.endswith("B") for n in names):
             pair.failures.append(f"no profiler range {kind!r}...: {names}")
+
+
+def scenario_compiled(pair: Pair, out: dict) -> None:
+    """Compiled autograd traces FSDP2's reduce-scatters: those calls run stock, counted with
+    the reason, and the losses still match; once it is off again, TIDE serves every call."""
+    tide.fsdp.enable(pair.tide)
+    for _ in range(2):
+        pair.step()
+    torch._dynamo.config.compiled_autograd = True
+    try:
+        pair.step(wrap=torch.compile)
+    finally:
+        torch._dynamo.config.compiled_autograd = False
+    before = {r["group"]: r["reduce_scatters"] for r in tide.fsdp.report(pair.tide)}
+    pair.step()
+    rows = tide.fsdp.report(pair.tide)
+    for row in rows:
+        if not any("compiled autograd" in r for r in row["stock_reasons"]):
+            pair.failures.append(f"{row['group']}: no call counted under compiled autograd: {row['stock_reasons']}")
+        if row["reduce_scatters"] != before[row["group"]] + 1:
+            pair.failures.append(f"{row['group']}: not back on TIDE after compiled autograd")
 
 
 def scenario_stages(pair: Pair | None, out: dict) -> None:

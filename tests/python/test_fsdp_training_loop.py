@@ -98,6 +98,11 @@ def test_comm_debug_mode_and_the_profiler_see_tide(tmp_path):
     assert any("allgather" in k for k in counts) and any("reduce_scatter" in k for k in counts), counts
 
 
+def test_compiled_autograd_runs_stock_with_the_reason_and_returns(tmp_path):
+    results, context = run_loop("compiled", 2, tmp_path)
+    _no_failures(results, context)
+
+
 def test_pipeline_stages_each_enable_their_own_sub_mesh(tmp_path):
     results, context = run_loop("stages", 4, tmp_path)
     _no_failures(results, context)
