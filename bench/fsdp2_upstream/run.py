@@ -51,6 +51,7 @@ def run_file(tests: Path, name: str, mode: str, out: Path, args) -> dict:
     env["TIDE_UPSTREAM_OUT"] = str(mode_dir)
     env["DISTRIBUTED_TESTS_DEFAULT_TIMEOUT"] = str(args.test_timeout)
     env["TIDE_UPSTREAM_CPU_SHIM"] = "0" if args.no_cpu_shim else "1"
+    env["TIDE_UPSTREAM_FORCE_CPU"] = str(args.force_cpu)
     env.setdefault("OMP_NUM_THREADS", "1")
     xml = mode_dir / (name.removesuffix(".py") + ".xml")
     cmd = [sys.executable, "-m", "pytest", str(tests / name), "-p", "no:cacheprovider",
@@ -211,6 +212,10 @@ def main() -> int:
     p.add_argument("--no-cpu-shim", action="store_true",
                    help="leave FSDPTest's accelerator-count check alone (on CPU every "
                    "multi-process test then skips: inject/sitecustomize.py)")
+    p.add_argument("--force-cpu", type=int, default=0, metavar="N",
+                   help="also run tests marked for N or fewer accelerators on CPU, with N CPU "
+                   "'devices' (skip_if_lt_x_gpu(x <= N) as if allow_cpu=True; "
+                   "torch.cpu.device_count() and common_fsdp.DEVICE_COUNT = N)")
     p.add_argument("--summary-only", action="store_true", help="summarize an earlier --out")
     args = p.parse_args()
     tests, out, modes = Path(args.tests), Path(args.out), args.modes.split(",")

@@ -33,6 +33,7 @@ import traceback
 _MODE = os.environ.get("TIDE_UPSTREAM_MODE", "")
 _OUT = os.environ.get("TIDE_UPSTREAM_OUT", "")
 _CPU_SHIM = os.environ.get("TIDE_UPSTREAM_CPU_SHIM", "") == "1"
+_FORCE_CPU = int(os.environ.get("TIDE_UPSTREAM_FORCE_CPU", "0") or 0)
 _TARGETS = (
     "torch.distributed.fsdp._fully_shard._fsdp_state",
     "torch.testing._internal.common_distributed",
@@ -48,8 +49,36 @@ def _on_import(name: str, module) -> None:
         _patch_lazy_init(module)
     elif name == _TARGETS[1]:
         _patch_test_runners(module)
-    elif name == _TARGETS[2] and _CPU_SHIM:
-        _patch_fsdp_test_device_check(module)
+        if _FORCE_CPU:
+            _force_cpu_skips(module)
+    elif name == _TARGETS[2]:
+        if _CPU_SHIM or _FORCE_CPU:
+            _patch_fsdp_test_device_check(module)
+        if _FORCE_CPU:
+            _force_cpu_devices(module)
+
+
+def _force_cpu_skips(common_distributed) -> None:
+    """TIDE_UPSTREAM_FORCE_CPU=N (no accelerator): skip_if_lt_x_gpu(x) with x <= N runs the test
+    on CPU as skip_if_lt_x_gpu(x, allow_cpu=True) would. Patched before a test file imports
+    it (its decorators run at import)."""
+    original = common_distributed.skip_if_lt_x_gpu
+
+    def skip_if_lt_x_gpu(x, *, allow_cpu=False):
+        return original(x, allow_cpu=allow_cpu or x <= _FORCE_CPU)
+
+    common_distributed.skip_if_lt_x_gpu = skip_if_lt_x_gpu
+
+
+def _force_cpu_devices(common_fsdp) -> None:
+    """TIDE_UPSTREAM_FORCE_CPU=N: N CPU "devices" for the files' world sizes
+    (torch.get_device_module("cpu").device_count(), common_fsdp.DEVICE_COUNT)."""
+    import torch  # noqa: PLC0415
+
+    if torch.accelerator.is_available():
+        return
+    torch.cpu.device_count = lambda: _FORCE_CPU
+    common_fsdp.DEVICE_COUNT = _FORCE_CPU
 
 
 def _patch_fsdp_test_device_check(common_fsdp) -> None:
