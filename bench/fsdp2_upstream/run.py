@@ -143,7 +143,8 @@ def summarize(out: Path, files: list, modes: list, runs: list) -> dict:
     for m in modes:
         for name in files:
             outcomes[m].update(junit_outcomes(out / m / (name.removesuffix(".py") + ".xml")))
-    tide_served = served(load_records(out / "tide" / "records.jsonl")) if "tide" in modes else {}
+    tide_mode = next((m for m in modes if m.startswith("tide")), "")
+    tide_served = served(load_records(out / tide_mode / "records.jsonl")) if tide_mode else {}
     stock_groups = served(load_records(out / "stock" / "records.jsonl")) if "stock" in modes else {}
     tests = sorted(set().union(*[set(o) for o in outcomes.values()]))
     per_test = []
@@ -203,7 +204,9 @@ def main() -> int:
     p.add_argument("--tests", default=os.environ.get("TIDE_UPSTREAM_TESTS", ""),
                    help="folder with PyTorch's test/distributed/_composable/fsdp files")
     p.add_argument("--files", nargs="*", default=DEFAULT_FILES)
-    p.add_argument("--modes", default="stock,tide")
+    p.add_argument("--modes", default="stock,tide",
+                   help="stock, tide (enable(root)), tide-noring (enable(root, ring=False): "
+                   "TIDE from the first call)")
     p.add_argument("-k", default="", help="pytest -k expression")
     p.add_argument("--out", default="/tmp/tide-fsdp2-upstream")
     p.add_argument("--test-timeout", type=int, default=300,

@@ -6,6 +6,10 @@ PYTHONPATH. It does nothing unless TIDE_UPSTREAM_MODE is set:
 
 - ``stock``: records, per test and rank, the FSDP roots and their parameter groups
   (``tide.fsdp.report`` of a root that was never enabled: backend "stock").
+- ``tide-noring``: as ``tide`` with ``enable(root, ring=False)``: every group has a landing
+  slot of its own and TIDE serves from the first call (the default ring=True runs the first
+  iteration on stock FSDP2 while TIDE traces the order, so a test of one iteration never
+  reaches TIDE).
 - ``tide``: also calls ``tide.fsdp.enable(root)`` on every root FSDP module, at its first
   lazy init (FSDPState._lazy_init on a state that is about to become the root, i.e. before
   FSDP2's own lazy init, whatever triggered it: the first forward, unshard(), state_dict...),
@@ -129,11 +133,11 @@ def _root_found(state) -> None:
         return
     root = modules[0]
     error = ""
-    if _MODE == "tide" and getattr(root, "_tide_groups", None) is None:
+    if _MODE.startswith("tide") and getattr(root, "_tide_groups", None) is None:
         import tide.fsdp  # noqa: PLC0415
 
         try:
-            tide.fsdp.enable(root)
+            tide.fsdp.enable(root, ring=_MODE != "tide-noring")
         except BaseException as e:  # recorded, then the test sees it
             error = f"{type(e).__name__}: {e}"
             _remember(root, error)
@@ -256,5 +260,5 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-if _MODE in ("stock", "tide"):
+if _MODE in ("stock", "tide", "tide-noring"):
     sys.meta_path.insert(0, _Finder())
