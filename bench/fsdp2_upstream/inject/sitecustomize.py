@@ -136,8 +136,13 @@ def _root_found(state) -> None:
     if _MODE.startswith("tide") and getattr(root, "_tide_groups", None) is None:
         import tide.fsdp  # noqa: PLC0415
 
+        # A user calls enable() before the first forward, outside any dispatch mode: its
+        # agreement collectives must not land in a test's CommDebugMode around that forward.
+        from torch.utils._python_dispatch import _disable_current_modes  # noqa: PLC0415
+
         try:
-            tide.fsdp.enable(root, ring=_MODE != "tide-noring")
+            with _disable_current_modes():
+                tide.fsdp.enable(root, ring=_MODE != "tide-noring")
         except BaseException as e:  # recorded, then the test sees it
             error = f"{type(e).__name__}: {e}"
             _remember(root, error)
