@@ -58,8 +58,14 @@ class SlotTracer:
                 self.fp32_grads.add(id(group))
 
     def ready(self) -> bool:
-        """A backward reduced gradients: the trace holds a whole iteration."""
-        return not self.done and self.reduces > 0
+        """A backward reduced gradients: the trace holds a whole iteration; and no group holds
+        an unsharded gradient accumulated without sync on stock FSDP2 (a reduce-scatter of
+        one group completes the trace while another, e.g. a root that skips sync for its own
+        parameters, is still accumulating: taking that group over mid-window lost what it had
+        accumulated; PyTorch's test_gradient_accumulation, mode "root_only")."""
+        if self.done or self.reduces == 0:
+            return False
+        return not any(_accumulating(g) for g in self.groups)
 
     def forget(self) -> None:
         """Drops the recorded order once the slots are taken from it (``_activate``): later
@@ -77,3 +83,16 @@ class SlotTracer:
         for group in self.groups:
             slot.setdefault(id(group), -1)
         return slot
+
+
+def _accumulating(group) -> bool:
+    """Whether FSDP2 holds an unsharded gradient of the group that no reduce-scatter has taken
+    yet (no-sync accumulation: set_requires_gradient_sync(False))."""
+    for fsdp_param in group.fsdp_group.fsdp_params:
+        unsharded = getattr(fsdp_param, "_unsharded_param", None)
+        if unsharded is not None and unsharded.grad is not None:
+            return True
+        # torch before 2.15 keeps the fp32 accumulation (reduce_dtype) in an attribute
+        if vars(fsdp_param).get("unsharded_accumulated_grad") is not None:
+            return True
+    return False

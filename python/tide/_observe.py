@@ -12,7 +12,10 @@ NOTE [visible in torch's tools]
      dispatcher, so each call adds itself, under those same keys, to every CommDebugMode on
      the dispatch-mode stack: the counts a test expects from stock FSDP2 hold with TIDE, per
      module and pass as well. This reaches into CommDebugMode's counters (``comm_counts``,
-     ``comm_module_counts``); a torch whose CommDebugMode lacks them is left uncounted.
+     ``comm_module_counts``); a torch whose CommDebugMode lacks them is left uncounted. A
+     group of one rank counts nothing: FSDP2 issues no collective at world size 1 (its
+     all-gather and reduce-scatter become local copies), so CommDebugMode sees none on stock
+     either (PyTorch's TestFullyShardWorldSize1 asserts 0).
   3. Traced FSDP2 (``torch._dynamo.config.skip_fsdp_hooks = False`` under ``torch.compile``)
      and compiled autograd trace FSDP2's collectives into a graph, where TIDE's calls cannot
      go: such calls run stock FSDP2, counted with the reason (NOTE [stock calls are counted by
@@ -33,7 +36,8 @@ REDUCE_SCATTER = "reduce_scatter"
 def call(collective: str, group, nbytes: int):
     """NOTE [visible in torch's tools] 1 and 2 around one TIDE call."""
     name = f"tide::{collective} {group.name} {int(nbytes)}B"
-    _count_in_debug_modes(collective)
+    if group.world > 1:  # NOTE [visible in torch's tools] 2: none at world size 1
+        _count_in_debug_modes(collective)
     nvtx = torch.cuda.is_available() and group.fsdp_group.device.type == "cuda"
     with torch.profiler.record_function(name):
         if nvtx:
