@@ -7,7 +7,9 @@
 //                           counts (sm_90+; device compilation pass only)
 //   TIDE_HAS_MULTIMEM       device code may use multimem.ld_reduce (sm_90+, PTX ISA 8.1+);
 //                           it is compiled, and gated again at run time (see landing.hpp)
-//   TIDE_HAS_NCCL_DEVICE_API  NCCL >= 2.28: symmetric windows, LSA pointers, LSA barrier, GIN
+//   TIDE_HAS_NCCL_DEVICE_API  NCCL >= 2.28 (TIDE_NCCL_FABRIC_MIN_MAJOR.MINOR, which the binding
+//                           exports to Python: tide/core/rules.hpp): symmetric windows, LSA
+//                           pointers, LSA barrier, GIN
 //   TIDE_HAS_NCCL_HOST_RMA    NCCL >= 2.29: ncclPutSignal / ncclWaitSignal, host peer pointers
 //   TIDE_HAS_NCCL_CONFIG_CTAS  NCCL >= 2.17: ncclConfig_t minCTAs / maxCTAs (channel caps)
 //   TIDE_HAS_NCCL_COMM_SPLIT   NCCL >= 2.18: ncclCommSplit (rail communicators, Sec. 6.1)
@@ -41,8 +43,12 @@
 #define TIDE_HAS_MULTIMEM 0
 #endif
 
+// The oldest NCCL of the nccl backend: the device API's (the newest of TIDE_HAS_NCCL_FABRIC's).
+#define TIDE_NCCL_FABRIC_MIN_MAJOR 2
+#define TIDE_NCCL_FABRIC_MIN_MINOR 28
+
 #if defined(NCCL_VERSION_CODE) && defined(NCCL_VERSION)
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+#if NCCL_VERSION_CODE >= NCCL_VERSION(TIDE_NCCL_FABRIC_MIN_MAJOR, TIDE_NCCL_FABRIC_MIN_MINOR, 0)
 #define TIDE_HAS_NCCL_DEVICE_API 1
 #else
 #define TIDE_HAS_NCCL_DEVICE_API 0

@@ -58,7 +58,7 @@ import torch
 
 from . import _memory
 
-MAX_PARAMS = 256
+from ._runtime import MAX_PARAMS  # noqa: E402 (the runtime's limit, read from tide._C)
 _log = logging.getLogger("tide.fsdp")
 
 # NOTE [stock calls are counted by reason]

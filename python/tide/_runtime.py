@@ -63,9 +63,29 @@ BACKENDS = ("host", "nccl", "ipc")
 # Process group backends TIDE runs beside: it needs one process per rank and torch's default
 # store shared by them (the runtime moves no data through the process group itself).
 KNOWN_PROCESS_GROUP_BACKENDS = ("gloo", "nccl")
-# The NCCL whose symmetric windows and device API the nccl backend uses
-# (TIDE_HAS_NCCL_FABRIC in include/tide/version_gates.hpp).
-NCCL_WITH_WINDOWS = (2, 28)
+# The rules the runtime owns (include/tide/core/rules.hpp), read from tide._C when first used:
+# the module attribute as tide._C exports it.
+_RULES = {
+    "MAX_PARAMS": "MAX_PARAMS_PER_GROUP",  # a group's most parameters (Sec. 2.5)
+    "NCCL_WITH_WINDOWS": "NCCL_FABRIC_MIN_VERSION",  # the nccl backend's oldest NCCL (major, minor)
+}
+
+
+def native_rule(name: str) -> Any:
+    """A rule that tide._C exports (``_RULES``'s value, or a function of it); a clear error
+    where this build of tide._C lacks it."""
+    from . import _C  # noqa: PLC0415 (the binding loads only when a rule or communicator is needed)
+
+    if not hasattr(_C, name):
+        raise RuntimeError(f"tide._C of this build exports no {name} (the runtime's rules): rebuild tide")
+    return getattr(_C, name)
+
+
+def __getattr__(name: str) -> Any:
+    """MAX_PARAMS and NCCL_WITH_WINDOWS, read from tide._C (one source: the runtime's)."""
+    if name in _RULES:
+        return native_rule(_RULES[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def communicator_class() -> Any:
@@ -153,25 +173,21 @@ def unservable_process_group(pg) -> str:
 def nccl_unusable(environ=os.environ, version: tuple | None = None) -> str:
     """Why NCCL cannot give the nccl backend its symmetric windows here; '' when it can.
     ``version``: the NCCL torch loaded (read from torch when None)."""
-    nvls = environ.get("NCCL_NVLS_ENABLE", "")
-    if nvls not in ("", "0"):
-        return (
-            f"NCCL_NVLS_ENABLE={nvls} lets NCCL use NVLink multicast, which TIDE keeps off "
-            "(unset it or set it to 0 for the nccl backend)"
-        )
-    if environ.get("NCCL_CUMEM_ENABLE", "") == "0":
-        return (
-            "NCCL_CUMEM_ENABLE=0 turns off the cuMem allocator that NCCL's symmetric windows "
-            "need (unset it for the nccl backend)"
-        )
+    # The runtime's rule (tide._C.nccl_environment_refusal); an empty value counts as unset.
+    refusal = native_rule("nccl_environment_refusal")(
+        environ.get("NCCL_NVLS_ENABLE") or None, environ.get("NCCL_CUMEM_ENABLE") or None
+    )
+    if refusal:
+        return refusal
     if version is None:
         try:
             version = _version_tuple(torch.cuda.nccl.version())
         except (AttributeError, RuntimeError, TypeError) as e:
             return f"torch reports no NCCL ({e})"
-    if tuple(version[:2]) < NCCL_WITH_WINDOWS:
+    oldest = tuple(native_rule(_RULES["NCCL_WITH_WINDOWS"]))
+    if tuple(version[:2]) < oldest:
         found = ".".join(map(str, version))
-        need = ".".join(map(str, NCCL_WITH_WINDOWS))
+        need = ".".join(map(str, oldest))
         return f"the NCCL torch loaded is {found}; its symmetric windows need NCCL >= {need}"
     return ""
 

@@ -34,6 +34,7 @@
 #include "tide/core/collective_reference.hpp"
 #include "tide/core/error.hpp"
 #include "tide/core/models.hpp"
+#include "tide/core/process.hpp"
 #include "tide/runtime/communicator.hpp"
 
 namespace tide::cli {
@@ -481,71 +482,54 @@ void run_check_runtime(CheckRuntimeArgs a) {
   const std::filesystem::path dir(pattern);
   std::cout.flush();
   std::cerr.flush();
-  std::vector<pid_t> pids;
-  const auto start = std::chrono::steady_clock::now();
-  for (int rank = 0; rank < a.procs; ++rank) {
-    const pid_t pid = fork();
-    if (pid < 0) throw InvalidArgument("fork failed: " + std::string(std::strerror(errno)));
-    if (pid == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the launcher
-      // The rank's stderr in a file of its own: a rank that the fail-stop path ends (NOTE
-      // [runtime] 5) leaves no result, and its one line is then its error.
-      const std::string err_path = (dir / ("rank" + std::to_string(rank) + ".err")).string();
-      const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (err >= 0) {
-        dup2(err, STDERR_FILENO);
-        close(err);
-      }
-      json out;
-      int status = 0;
-      try {
-        const WorkerResult r = run_worker(a, groups, rank, dir / "store");
-        out = {{"rank", rank},
-               {"calls", r.calls},
-               {"mismatches", r.mismatches},
-               {"replays", r.replays},
-               {"captures", r.captures},
-               {"rail_messages", r.rail_messages},
-               {"rail_message_bytes", r.rail_message_bytes},
-               {"lanes", r.lanes},
-               {"message_paths", r.message_paths},
-               {"repoint_failures", r.repoint_failures},
-               {"arena", arena_json(r.arena)}};
-        status = r.mismatches == 0 ? 0 : 1;
-      } catch (const std::exception& e) {
-        out = {{"rank", rank}, {"error", one_line(e.what())}};
-        status = 1;
-      }
-      std::ofstream(dir / ("rank" + std::to_string(rank) + ".json")) << out.dump() << '\n';
-      std::_Exit(status);
-    }
-    pids.push_back(pid);
-  }
   // Wait for every rank, within the timeout plus a margin for set-up and checks.
-  const auto deadline =
-      start + std::chrono::milliseconds(static_cast<std::int64_t>(a.timeout_s * 1000 * 2 + 60000));
-  std::vector<int> status(pids.size(), -1);
-  std::vector<double> seconds(pids.size(), 0.0);
-  std::size_t left = pids.size();
-  while (left > 0) {
-    int st = 0;
-    const pid_t done = waitpid(-1, &st, WNOHANG);
-    if (done > 0) {
-      for (std::size_t r = 0; r < pids.size(); ++r) {
-        if (pids[r] != done) continue;
-        status[r] = st;
-        seconds[r] =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        --left;
-      }
-      continue;
+  WaitPolicy policy;
+  policy.deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(static_cast<std::int64_t>(a.timeout_s * 1000 * 2 + 60000));
+  const auto rank_body = [&](int rank) {
+    // The rank's stderr in a file of its own: a rank that the fail-stop path ends (NOTE
+    // [runtime] 5) leaves no result, and its one line is then its error.
+    const std::string err_path = (dir / ("rank" + std::to_string(rank) + ".err")).string();
+    const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (err >= 0) {
+      dup2(err, STDERR_FILENO);
+      close(err);
     }
-    if (std::chrono::steady_clock::now() > deadline) {
-      for (std::size_t r = 0; r < pids.size(); ++r) {
-        if (status[r] == -1) kill(pids[r], SIGKILL);
-      }
+    json out;
+    int status = 0;
+    try {
+      const WorkerResult r = run_worker(a, groups, rank, dir / "store");
+      out = {{"rank", rank},
+             {"calls", r.calls},
+             {"mismatches", r.mismatches},
+             {"replays", r.replays},
+             {"captures", r.captures},
+             {"rail_messages", r.rail_messages},
+             {"rail_message_bytes", r.rail_message_bytes},
+             {"lanes", r.lanes},
+             {"message_paths", r.message_paths},
+             {"repoint_failures", r.repoint_failures},
+             {"arena", arena_json(r.arena)}};
+      status = r.mismatches == 0 ? 0 : 1;
+    } catch (const std::exception& e) {
+      out = {{"rank", rank}, {"error", one_line(e.what())}};
+      status = 1;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::ofstream(dir / ("rank" + std::to_string(rank) + ".json")) << out.dump() << '\n';
+    return status;
+  };
+  const std::vector<ChildExit> exits = run_processes(
+      a.procs,
+      [&](int rank) {
+        return fork_child([&, rank] { return rank_body(rank); }, /*die_with_parent=*/true);
+      },
+      policy);
+  std::vector<int> status;
+  std::vector<double> seconds;
+  for (const ChildExit& e : exits) {
+    status.push_back(e.wait_status);
+    seconds.push_back(e.seconds);
   }
   json ranks = json::array();
   std::int64_t mismatches = 0, calls_done = 0;

@@ -20,6 +20,7 @@
 
 #include "tide/core/env.hpp"
 #include "tide/core/error.hpp"
+#include "tide/core/process.hpp"
 
 extern char** environ;
 
@@ -99,74 +100,39 @@ int spawn_ranks(int world, const std::vector<std::string>& args, std::chrono::se
   std::vector<std::string> argv_text;
   argv_text.push_back("/proc/self/exe");
   argv_text.insert(argv_text.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : argv_text)
-    argv.push_back(a.data());
-  argv.push_back(nullptr);
 
-  std::vector<pid_t> pids;
-  for (int r = 0; r < world; ++r) {
-    std::vector<std::string> env_text;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string_view v(*e);
-      if (v.starts_with("TIDE_RANK=") || v.starts_with("TIDE_WORLD=") ||
-          v.starts_with("TIDE_LOCAL_RANK=") || v.starts_with("TIDE_RENDEZVOUS=")) {
-        continue;
-      }
-      env_text.emplace_back(v);
-    }
-    env_text.push_back("TIDE_RANK=" + std::to_string(r));
-    env_text.push_back("TIDE_WORLD=" + std::to_string(world));
-    env_text.push_back("TIDE_LOCAL_RANK=" + std::to_string(r));
-    env_text.push_back("TIDE_RENDEZVOUS=" + dir);
-    std::vector<char*> envp;
-    for (std::string& e : env_text)
-      envp.push_back(e.data());
-    envp.push_back(nullptr);
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data());
-    if (rc != 0) {
-      for (pid_t p : pids)
-        kill(p, SIGKILL);
-      throw std::runtime_error("spawn: cannot start rank " + std::to_string(r) + ": " +
-                               std::strerror(rc));
-    }
-    pids.push_back(pid);
-  }
-
-  std::vector<int> status(pids.size(), -1);
-  std::size_t running = pids.size();
-  std::optional<Clock::time_point> first_failure;
-  bool terminated = false;
-  while (running > 0) {
-    int wstatus = 0;
-    const pid_t done = waitpid(-1, &wstatus, WNOHANG);
-    if (done > 0) {
-      for (std::size_t r = 0; r < pids.size(); ++r) {
-        if (pids[r] != done) continue;
-        status[r] = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
-        --running;
-        if (status[r] != 0) {
-          std::cerr << "tide: rank " << r << " exited with status " << status[r] << "\n";
-          if (!first_failure) first_failure = Clock::now();
+  WaitPolicy policy;
+  policy.poll = std::chrono::milliseconds(20);
+  policy.failure_grace = grace;
+  policy.on_exit = [](int r, int wait_status) {
+    const int code = exit_code(wait_status);
+    if (code != 0) std::cerr << "tide: rank " << r << " exited with status " << code << "\n";
+  };
+  policy.on_stop = [] { std::cerr << "tide: stopping the ranks still running after a failure\n"; };
+  const std::vector<ChildExit> exits = run_processes(
+      world,
+      [&](int r) {
+        std::vector<std::string> env_text;
+        for (char** e = environ; *e != nullptr; ++e) {
+          const std::string_view v(*e);
+          if (v.starts_with("TIDE_RANK=") || v.starts_with("TIDE_WORLD=") ||
+              v.starts_with("TIDE_LOCAL_RANK=") || v.starts_with("TIDE_RENDEZVOUS=")) {
+            continue;
+          }
+          env_text.emplace_back(v);
         }
-      }
-      continue;
-    }
-    if (first_failure && Clock::now() - *first_failure > grace) {
-      for (std::size_t r = 0; r < pids.size(); ++r) {
-        if (status[r] == -1) kill(pids[r], terminated ? SIGKILL : SIGTERM);
-      }
-      if (!terminated) std::cerr << "tide: stopping the ranks still running after a failure\n";
-      terminated = true;
-      first_failure = Clock::now() - grace + std::chrono::seconds(5);  // SIGKILL in 5 s
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+        env_text.push_back("TIDE_RANK=" + std::to_string(r));
+        env_text.push_back("TIDE_WORLD=" + std::to_string(world));
+        env_text.push_back("TIDE_LOCAL_RANK=" + std::to_string(r));
+        env_text.push_back("TIDE_RENDEZVOUS=" + dir);
+        return spawn_child("/proc/self/exe", argv_text, env_text,
+                           "spawn: cannot start rank " + std::to_string(r));
+      },
+      policy);
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
-  for (int s : status) {
-    if (s != 0) return 1;
+  for (const ChildExit& e : exits) {
+    if (exit_code(e.wait_status) != 0) return 1;
   }
   return 0;
 }

@@ -15,24 +15,24 @@
 #include <string>
 #include <vector>
 
-#include "abort_check.hpp"
-#include "counter_add.hpp"
 #include "kernels/gpu_test_util.hpp"
 #include "messages.hpp"
 #include "rendezvous_transport.hpp"
 #include "sequence_test_util.hpp"
 #include "tide/cuda/check.hpp"
+#include "tide/kernels/signal/abort_check.hpp"
+#include "tide/kernels/signal/counter_add.hpp"
 
 namespace tide {
 namespace {
 
-using exec::cuda_detail::AbortCheck;
 using exec::cuda_detail::Message;
 using exec::cuda_detail::MessagePart;
 using exec::cuda_detail::MessageRelay;
 using exec::cuda_detail::RendezvousTransport;
 using sequence_testing::Dev;
 using sequence_testing::Stream;
+using tide::kernels::AbortCheck;
 
 struct Case {
   const char* name;
@@ -62,8 +62,8 @@ TEST(AbortRelay, TheTokenDecidesWhetherTheReceiverCounts) {
   std::mt19937_64 rng(seed);
   int device = 0;
   TIDE_CUDA_CHECK(cudaGetDevice(&device));
-  exec::cuda_detail::prepare_counter_adds();
-  exec::cuda_detail::prepare_abort_check();
+  kernels::prepare_counter_adds();
+  kernels::prepare_abort_check();
   exec::cuda_detail::prepare_rendezvous();
   const std::vector<Case> cases{
       {"valid put"},

@@ -1,10 +1,9 @@
-// The graph waits (generation_wait.hpp, NOTE [CUDA call sequences] 3). On the host, their
-// arithmetic: for random periodic sequences, the threshold a wait kernel computes from its
-// slot's generation equals the host threshold (what earlier calls added, plus the template's
-// value) for every call of the slot, before and after the call it was captured at. On a GPU,
-// the kernel itself: it holds its stream until every term is met, across launches.
-#include "generation_wait.hpp"
-
+// The graph waits (tide/kernels/signal/generation_wait.hpp and sequence_generations.hpp, NOTE [CUDA
+// call sequences] 3). On the host, their arithmetic: for random periodic sequences, the threshold a
+// wait kernel computes from its slot's generation equals the host threshold (what earlier calls
+// added, plus the template's value) for every call of the slot, before and after the call it was
+// captured at. On a GPU, the kernel itself: it holds its stream until every term is met, across
+// launches.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -17,6 +16,7 @@
 #include <vector>
 
 #include "kernels/gpu_test_util.hpp"
+#include "sequence_generations.hpp"
 #include "test_seed.hpp"
 #include "tide/cuda/check.hpp"
 

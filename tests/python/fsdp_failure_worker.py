@@ -37,6 +37,7 @@ from torch.distributed.fsdp import fully_shard
 import tide.fsdp
 from tide import _C, _runtime
 from tide.demo.teardown import end_distributed_run
+from seed import tide_test_seed
 
 TIMEOUT_S = 20.0
 UNREACHABLE_TIMEOUT_S = 4.0
@@ -231,7 +232,7 @@ def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    seed = int(os.environ["TIDE_TEST_SEED"])
+    seed = tide_test_seed(required=True)
     run = Run(seed, rank)
     out: dict = {"rank": rank, "scenario": scenario, "seed": seed, "widths": run.widths}
     globals()[f"scenario_{scenario}"](run, out)

@@ -39,6 +39,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 import tide.fsdp
 from tide.demo.model import Config, Decoder, batch
 from tide.demo.teardown import end_distributed_run
+from seed import tide_test_seed
 
 CFG = Config(vocab=64, dim=32, layers=3, heads=2, hidden=52, seq=8)
 STEPS = 6
@@ -276,7 +277,7 @@ def scenario_stages(pair: Pair | None, out: dict) -> None:
     meshes = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
     mesh = meshes["dp"]
     stage = rank // 2
-    seed = int(os.environ["TIDE_TEST_SEED"])
+    seed = tide_test_seed(required=True)
     pair = Pair(seed + stage, rank % 2, layers=3 if stage == 0 else 1, mesh=mesh)
     rows = tide.fsdp.enable(pair.tide)
     out["enable_rows"] = rows
@@ -314,7 +315,7 @@ def main() -> int:
     scenario, out_dir = sys.argv[1], Path(sys.argv[2])
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    seed = int(os.environ["TIDE_TEST_SEED"])
+    seed = tide_test_seed(required=True)
     out: dict = {"failures": []}
     pair = None
     try:

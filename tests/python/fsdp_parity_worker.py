@@ -55,6 +55,7 @@ from torch.utils.checkpoint import checkpoint
 import tide.fsdp
 from tide.demo.model import Config, Decoder, batch
 from tide.demo.teardown import end_distributed_run
+from seed import tide_test_seed
 
 U = 2.0**-24
 LOSS_BOUND_ULPS = 8
@@ -695,7 +696,7 @@ def run_case(case, world, rank, seed):
 def main():
     out = sys.argv[1]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    seed = int(os.environ.get("TIDE_TEST_SEED", "1234"))
+    seed = tide_test_seed(1234)
     cases = os.environ.get("TIDE_PARITY_CASES", "abcdefghijklmno")
     global DEVICE
     device = os.environ.get("TIDE_PARITY_DEVICE", "cpu")

@@ -5,7 +5,6 @@ an error naming it). Seed: TIDE_TEST_SEED (printed)."""
 
 from __future__ import annotations
 
-import os
 import random
 
 import pytest
@@ -16,8 +15,9 @@ from torch.distributed.fsdp import fully_shard
 import tide.fsdp
 from tide import _runtime
 from tide._runtime import Choice, RankFacts, choose_backend
+from seed import tide_test_seed
 
-SEED = int(os.environ.get("TIDE_TEST_SEED", random.randrange(1, 1 << 30)))
+SEED = tide_test_seed()
 
 
 @pytest.fixture

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from seed import tide_test_seed
 
 HERE = Path(__file__).resolve().parent
 TIMEOUT_S = 20.0  # fsdp_failure_worker.TIMEOUT_S: the communicators' timeout
@@ -29,7 +29,7 @@ def _free_port() -> int:
 
 def run_scenario(scenario: str, world: int, tmp_path: Path) -> tuple[dict, dict, int, str]:
     """({rank: its JSON}, {rank: exit code}, seed, context); fails the test on a hang."""
-    seed = int(os.environ.get("TIDE_TEST_SEED", random.randrange(1, 1 << 30)))
+    seed = tide_test_seed()
     print(f"{scenario}: TIDE_TEST_SEED={seed}")
     env = dict(
         os.environ,

@@ -11,8 +11,6 @@ host backend); seed printed."""
 
 from __future__ import annotations
 
-import os
-import random
 
 import pytest
 import torch
@@ -21,8 +19,9 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import tide.fsdp
+from seed import tide_test_seed
 
-SEED = int(os.environ.get("TIDE_TEST_SEED", random.randrange(1, 1 << 30)))
+SEED = tide_test_seed()
 
 
 pytestmark = pytest.mark.usefixtures("world_of_one")

@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from seed import tide_test_seed
 
 HERE = Path(__file__).resolve().parent
 CASES = "abcdefghijklmno"
@@ -66,7 +66,7 @@ def run_parity(
         if "error" in _runs[key]:  # a failed run fails each of its cases once, not re-run per case
             pytest.fail(_runs[key]["error"])
         return _runs[key]
-    seed = int(os.environ.get("TIDE_TEST_SEED", random.randrange(1, 1 << 30)))
+    seed = tide_test_seed()
     out = tmp_path_factory.mktemp(f"parity{world}") / "result.json"
     env = dict(os.environ)
     env.update(

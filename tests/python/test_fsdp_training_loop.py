@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from seed import tide_test_seed
 
 HERE = Path(__file__).resolve().parent
 
@@ -25,7 +25,7 @@ def _free_port() -> int:
 
 def run_loop(scenario: str, world: int, tmp_path: Path, worker: str = "fsdp_loop_worker.py",
              extra_env: dict | None = None, args: tuple = (), timeout: float = 300) -> tuple[dict, str]:
-    seed = int(os.environ.get("TIDE_TEST_SEED", random.randrange(1, 1 << 30)))
+    seed = tide_test_seed()
     print(f"{scenario}: TIDE_TEST_SEED={seed}")
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
                WORLD_SIZE=str(world), TIDE_TEST_SEED=str(seed), OMP_NUM_THREADS="1",

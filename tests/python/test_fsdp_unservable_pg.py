@@ -6,7 +6,6 @@ Seed: TIDE_TEST_SEED (printed)."""
 
 from __future__ import annotations
 
-import os
 import random
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import torch.nn as nn
 from torch.distributed.fsdp import fully_shard
 
 import tide.fsdp
+from seed import tide_test_seed
 
 try:  # torch's FSDP test harness needs expecttest (a torch test dependency)
     from torch.testing._internal.common_fsdp import FSDPTestMultiThread
@@ -30,7 +30,7 @@ except ImportError as e:
 else:
     HARNESS_MISSING = ""
 
-SEED = int(os.environ.get("TIDE_TEST_SEED", random.randrange(1, 1 << 30)))
+SEED = tide_test_seed()
 BOUND_S = 30.0  # the threads must finish long before any TIDE or torch timeout
 
 

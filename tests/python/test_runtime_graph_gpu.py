@@ -8,11 +8,11 @@ fp32, plus out when accumulating; the landing holds bf16(master)). Skips without
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 import torch
 import torch.distributed as dist
+from seed import tide_test_seed
 
 GPU = torch.cuda.is_available()
 SHAPES = [[(37, 64), (5, 1), (130, 96)], [(9, 128), (3, 3)]]
@@ -93,7 +93,7 @@ def _check(step: Step, infos, accumulate: bool, what: str) -> None:
 def test_calls_captured_in_a_torch_graph_replay_bitwise():
     from tide._memory import tensor_at
 
-    seed = int(os.environ.get("TIDE_TEST_SEED", "20261202"))
+    seed = tide_test_seed(20261202)
     print(f"seed {seed} (rerun with TIDE_TEST_SEED)")
     gen = torch.Generator().manual_seed(seed)
     comm = _communicator()

@@ -9,11 +9,11 @@ unordered second call would run first. One GPU, nccl backend, N = 1; skips witho
 
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
 import torch.distributed as dist
+from seed import tide_test_seed
 
 GPU = torch.cuda.is_available()
 # Large enough that a cast into the stage takes longer than a kernel launch.
@@ -31,7 +31,7 @@ def test_a_call_after_one_on_the_legacy_default_stream_waits_for_it():
     legacy = torch.cuda.default_stream()
     if legacy.cuda_stream != 0:
         pytest.skip("torch's default stream is not CUDA's legacy default stream here")
-    seed = int(os.environ.get("TIDE_TEST_SEED", "20261203"))
+    seed = tide_test_seed(20261203)
     print(f"seed {seed} (rerun with TIDE_TEST_SEED)")
     gen = torch.Generator().manual_seed(seed)
     comm = _C.Communicator(0, 1, 1, "nccl", dist.HashStore(), 60.0, torch.cuda.current_device())

@@ -1,8 +1,15 @@
-// Whether a process of this host still runs, for naming a dead peer (NOTE [runtime] 5), and
-// this host's name.
+// Whether a process of this host still runs, for naming a dead peer (NOTE [runtime] 5), this
+// host's name, and TIDE's one process launcher: start N children, wait for them all, and stop
+// the rest past a deadline or a failure (tide check-runtime's ranks, tide-nccl's --spawn).
 #pragma once
 
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace tide {
 
@@ -11,5 +18,43 @@ std::string host_name();
 
 // False for a pid that is absent, a zombie or dead (read from /proc/<pid>/stat).
 bool process_alive(int pid);
+
+// A child that runs `body` in a fork of this process (no exec: nothing CUDA may have been
+// initialised before) and exits with its return (std::_Exit). With `die_with_parent` the child
+// is killed (SIGKILL) when its parent ends. Throws tide::InvalidArgument where fork fails.
+pid_t fork_child(const std::function<int()>& body, bool die_with_parent);
+
+// A child that runs `path` with `argv` (argv[0] included) and exactly the environment `env`
+// ("NAME=value" each), started by posix_spawn. Throws std::runtime_error, `what` then the
+// error, where it cannot start.
+pid_t spawn_child(const std::string& path, const std::vector<std::string>& argv,
+                  const std::vector<std::string>& env, const std::string& what);
+
+// How run_processes waits.
+struct WaitPolicy {
+  std::chrono::milliseconds poll{5};
+  // Past it, every child still running is killed (SIGKILL).
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  // Once this has passed after the first child that did not exit 0, the children still
+  // running get SIGTERM (on_stop is called once), then SIGKILL 5 s later.
+  std::optional<std::chrono::seconds> failure_grace;
+  std::function<void(int index, int wait_status)> on_exit;  // each child as it ends
+  std::function<void()> on_stop;
+};
+
+// One child's end: its wait status (waitpid) and the seconds from the launch to its end.
+struct ChildExit {
+  int wait_status = -1;
+  double seconds = 0;
+};
+
+// Starts `count` children, child i by `start(i)` (fork_child or spawn_child), and waits for
+// them all under `policy`. Where a start throws, the children already started are killed
+// (SIGKILL) and the error propagates.
+std::vector<ChildExit> run_processes(int count, const std::function<pid_t(int)>& start,
+                                     const WaitPolicy& policy);
+
+// A wait status as an exit code: the exit status, or 128 + the signal that ended the child.
+int exit_code(int wait_status);
 
 }  // namespace tide

@@ -12,12 +12,12 @@
 #include <thread>
 #include <vector>
 
-#include "counter_add.hpp"
 #include "program_checks.hpp"
 #include "sequence_state.hpp"
 #include "tide/core/error.hpp"
 #include "tide/cuda/check.hpp"
 #include "tide/exec/cuda_executor.hpp"
+#include "tide/kernels/signal/counter_add.hpp"
 #include "tide/program/legal_order.hpp"
 
 namespace tide::exec {
@@ -254,7 +254,7 @@ void CudaExecutor::State::count_ops() {
         if (m.kind == OpKind::kRailPut) ++counts.kernels;
         break;
       case OpKind::kSignal: {
-        const auto per = static_cast<std::int64_t>(cuda_detail::kMaxCounterAddsPerLaunch);
+        const auto per = static_cast<std::int64_t>(kernels::kMaxCounterAddsPerLaunch);
         const auto adds = static_cast<std::int64_t>(m.adds.size());
         counts.kernels += m.adds.empty() ? 1 : (adds + per - 1) / per;
         break;

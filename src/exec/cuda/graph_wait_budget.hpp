@@ -6,10 +6,10 @@
 //
 // NOTE [graph wait budget]
 // Part of NOTE [CUDA call sequences] 3. In a graph (a slot graph or a caller's), a wait is a
-// 1-warp kernel that spins until its counter is reached (generation_wait.hpp), and at most one
-// spins per stream at a time. A GPU keeps at most kMaxResidentGrids = 128 grids resident at
-// once (CUDA's limit on concurrent kernels per device, compute capability 9.0, and in this
-// process: other processes' contexts time-slice, without MPS). Where spinners held them all,
+// 1-warp kernel that spins until its counter is reached (tide/kernels/signal/generation_wait.hpp),
+// and at most one spins per stream at a time. A GPU keeps at most kMaxResidentGrids = 128 grids
+// resident at once (CUDA's limit on concurrent kernels per device, compute capability 9.0, and in
+// this process: other processes' contexts time-slice, without MPS). Where spinners held them all,
 // the kernels they wait for (a counter addition, a Level 1 sum, another rank's landing on the
 // same GPU) could never start: a hang. So spinners may take at most kMaxGraphWaitStreams = 64
 // of them, half, leaving the rest to the kernels they wait for and to the caller's (NCCL's

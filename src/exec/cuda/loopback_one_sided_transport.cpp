@@ -4,10 +4,10 @@
 
 #include <string>
 
-#include "counter_add.hpp"
-#include "generation_wait.hpp"
 #include "tide/core/error.hpp"
 #include "tide/cuda/check.hpp"
+#include "tide/kernels/signal/counter_add.hpp"
+#include "tide/kernels/signal/generation_wait.hpp"
 
 namespace tide::exec::cuda_detail {
 
@@ -68,7 +68,7 @@ void LoopbackOneSidedTransport::put_signal(int from, int to, const void* data, s
   }
   TIDE_CUDA_CHECK(
       cudaMemcpyAsync(base + window_offset, data, bytes, cudaMemcpyDeviceToDevice, stream));
-  launch_counter_add(signal_word(to, from), 1, stream);
+  kernels::launch_counter_add(signal_word(to, from), 1, stream);
 }
 
 void LoopbackOneSidedTransport::put_token(int from, int to, const std::uint64_t* token,
@@ -80,7 +80,7 @@ void LoopbackOneSidedTransport::put_token(int from, int to, const std::uint64_t*
   }
   auto* slot = const_cast<std::uint64_t*>(token_slot(to, from, number));
   TIDE_CUDA_CHECK(cudaMemcpyAsync(slot, token, 8, cudaMemcpyDeviceToDevice, stream));
-  launch_counter_add(signal_word(to, from), 1, stream);
+  kernels::launch_counter_add(signal_word(to, from), 1, stream);
 }
 
 void LoopbackOneSidedTransport::wait_signals(int to, int from, int count, cudaStream_t stream) {
@@ -89,8 +89,8 @@ void LoopbackOneSidedTransport::wait_signals(int to, int from, int count, cudaSt
     const std::lock_guard<std::mutex> lock(mutex_);
     total = expected_[pair(to, from, ranks_)] += count;
   }
-  const GenerationWait wait{signal_word(to, from), total, 0};
-  launch_generation_waits({&wait, 1}, words_ + pair(ranks_, 0, ranks_), stream);
+  const kernels::GenerationWait wait{signal_word(to, from), total, 0};
+  kernels::launch_generation_waits({&wait, 1}, words_ + pair(ranks_, 0, ranks_), stream);
 }
 
 std::uint64_t LoopbackOneSidedTransport::next_token_number(int self, int peer, bool sending) {

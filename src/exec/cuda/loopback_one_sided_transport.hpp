@@ -15,8 +15,8 @@
 //   not inside the sender's arena, or a token not from its send slot, throws
 //   tide::InternalError, so that the one-GPU tests catch a route NCCL would refuse.
 // - A wait: the host adds `count` to the pair's expected total and enqueues a wait kernel
-//   (generation_wait.hpp, step 0) until the signal word reaches it. Host-counted, so not for
-//   graphs: capture_refusal() says so, as the NCCL transport's does.
+//   (tide/kernels/signal/generation_wait.hpp, step 0) until the signal word reaches it.
+//   Host-counted, so not for graphs: capture_refusal() says so, as the NCCL transport's does.
 // - release(): nothing of its own (its waits are the runner's generation waits, which the
 //   abort words do not end): a released runner's streams drain only as far as the peers'
 //   puts arrive. Tests that release a runner use the rendezvous transport.

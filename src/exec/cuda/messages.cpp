@@ -3,11 +3,11 @@
 
 #include <string>
 
-#include "counter_add.hpp"
 #include "one_sided_messages.hpp"
 #include "program_checks.hpp"
 #include "tide/core/error.hpp"
 #include "tide/cuda/check.hpp"
+#include "tide/kernels/signal/counter_add.hpp"
 
 namespace tide::exec::cuda_detail {
 
@@ -119,7 +119,7 @@ void enqueue_message(const Message& m, MessageTransport& transport, cudaStream_t
       transport.send(m.self, m.peer, p.data, p.bytes, rail);
     }
     // NOTE [abort relay] 1: the verdict after the data's sends, then its own send.
-    launch_abort_token(relay.verdict, relay.send_token, rail);
+    kernels::launch_abort_token(relay.verdict, relay.send_token, rail);
     transport.send(m.self, m.peer, relay.send_token, kToken, rail);
     TIDE_CUDA_CHECK(cudaEventRecord(m.sent, rail));
     TIDE_CUDA_CHECK(cudaStreamWaitEvent(op_stream, m.sent, 0));
@@ -135,8 +135,8 @@ void enqueue_message(const Message& m, MessageTransport& transport, cudaStream_t
   // NOTE [abort relay] 2: a token that never arrives reads as an abort.
   TIDE_CUDA_CHECK(cudaMemsetAsync(relay.recv_token, 0xff, kToken, rail));
   transport.recv(m.self, m.peer, relay.recv_token, kToken, rail);
-  launch_relayed_counter_add(m.counter, m.value, relay.recv_token, relay.relay, rail,
-                             relay.own_abort);
+  kernels::launch_relayed_counter_add(m.counter, m.value, relay.recv_token, relay.relay, rail,
+                                      relay.own_abort);
 }
 
 void release_message(Message& m) noexcept {

@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "abort_check.hpp"
 #include "tide/fabric/fabric.hpp"
+#include "tide/kernels/signal/abort_check.hpp"
 #include "tide/program/program.hpp"
 
 namespace tide::exec::cuda_detail {
@@ -139,7 +139,7 @@ Message map_message(const program::Op& op, bool sender, const MessageAddresses& 
 // words) and `send_token` (an 8-byte word on the sender's device). Receiver: `recv_token` (on
 // its device), `own_abort` (its abort word) and `relay` (the runner's relayed-abort word).
 struct MessageRelay {
-  AbortCheck verdict{};
+  kernels::AbortCheck verdict{};
   std::uint64_t* send_token = nullptr;
   std::uint64_t* recv_token = nullptr;
   const std::uint64_t* own_abort = nullptr;

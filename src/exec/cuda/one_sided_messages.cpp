@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <string>
 
-#include "abort_check.hpp"
-#include "counter_add.hpp"
 #include "program_checks.hpp"
 #include "tide/core/error.hpp"
 #include "tide/cuda/check.hpp"
+#include "tide/kernels/signal/abort_check.hpp"
+#include "tide/kernels/signal/counter_add.hpp"
 
 namespace tide::exec::cuda_detail {
 
@@ -154,7 +154,7 @@ void enqueue_one_sided_message(const Message& m, OneSidedTransport& t, cudaStrea
     }
     // 3. NOTE [abort relay] 1, numbered, written where the transport puts it from.
     std::uint64_t* const token = t.token_source(m.self, m.peer, number);
-    launch_abort_token(relay.verdict, token, rail, number << 1);
+    kernels::launch_abort_token(relay.verdict, token, rail, number << 1);
     t.put_token(m.self, m.peer, token, number, rail);
     // 4.
     TIDE_CUDA_CHECK(cudaEventRecord(m.sent, rail));
@@ -164,8 +164,8 @@ void enqueue_one_sided_message(const Message& m, OneSidedTransport& t, cudaStrea
   // 5.
   t.wait_signals(m.self, m.peer, m.route.signals, rail);
   // 6. NOTE [abort relay] 2, numbered.
-  launch_relayed_counter_add(m.counter, m.value, t.token_slot(m.self, m.peer, number), relay.relay,
-                             rail, relay.own_abort, number << 1);
+  kernels::launch_relayed_counter_add(m.counter, m.value, t.token_slot(m.self, m.peer, number),
+                                      relay.relay, rail, relay.own_abort, number << 1);
 }
 
 }  // namespace tide::exec::cuda_detail

@@ -6,14 +6,14 @@
 #include <array>
 #include <string>
 
-#include "counter_add.hpp"
 #include "cuda_driver.hpp"
-#include "generation_wait.hpp"
 #include "op_resolution.hpp"
+#include "sequence_generations.hpp"
 #include "sequence_state.hpp"
 #include "tide/core/error.hpp"
 #include "tide/cuda/check.hpp"
 #include "tide/kernels/cast.hpp"
+#include "tide/kernels/signal/counter_add.hpp"
 
 namespace tide::exec {
 
@@ -93,7 +93,7 @@ void CudaSequenceRunner::State::wait_terms(cudaStream_t s, int rank, std::int64_
                                            const std::vector<std::int64_t>& base,
                                            Capture* capture) {
   if (capture != nullptr) {
-    std::vector<cuda_detail::GenerationWait> waits;
+    std::vector<kernels::GenerationWait> waits;
     waits.reserve(terms.size());
     for (const sequence_detail::WaitTerm& w : terms) {
       const std::int64_t step =
@@ -102,7 +102,7 @@ void CudaSequenceRunner::State::wait_terms(cudaStream_t s, int rank, std::int64_
       if (step == 0 && t <= 0) continue;  // met by every call of the slot
       waits.push_back(cuda_detail::generation_wait(w.word, t, step, e, q));
     }
-    cuda_detail::launch_generation_waits(waits, generations + e % q, s);
+    kernels::launch_generation_waits(waits, generations + e % q, s);
     return;
   }
   memops.clear();
@@ -229,22 +229,22 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
     case OpKind::kRailPut:  // split by the fusion pass; kept for ops mapped but not fused
       enqueue_copies(m, index, b, s, capture);  // NOTE [copy-engine pool]
       if (m.kind == OpKind::kRailPut)
-        cuda_detail::launch_counter_add(m.word, static_cast<std::uint64_t>(m.value), s,
-                                        abort_of(m.rank));
+        kernels::launch_counter_add(m.word, static_cast<std::uint64_t>(m.value), s,
+                                    abort_of(m.rank));
       break;
     case OpKind::kSignal: {
-      std::array<cuda_detail::CounterAdd, cuda_detail::kMaxCounterAddsPerLaunch> adds{};
+      std::array<kernels::CounterAdd, kernels::kMaxCounterAddsPerLaunch> adds{};
       // NOTE [CUDA call sequences] 5: none of them counts once the rank's abort word is set.
       if (m.adds.empty()) {
-        cuda_detail::launch_counter_add(m.word, static_cast<std::uint64_t>(m.value), s,
-                                        abort_of(m.rank));
+        kernels::launch_counter_add(m.word, static_cast<std::uint64_t>(m.value), s,
+                                    abort_of(m.rank));
         break;
       }
       for (std::size_t first = 0; first < m.adds.size(); first += adds.size()) {
         const std::size_t n = std::min(adds.size(), m.adds.size() - first);
         for (std::size_t k = 0; k < n; ++k)
           adds[k] = {m.adds[first + k].word, static_cast<std::uint64_t>(m.adds[first + k].value)};
-        cuda_detail::launch_counter_adds(std::span(adds.data(), n), s, abort_of(m.rank));
+        kernels::launch_counter_adds(std::span(adds.data(), n), s, abort_of(m.rank));
       }
       break;
     }
@@ -302,11 +302,10 @@ void CudaSequenceRunner::State::enqueue_call(std::int64_t e,
   const sequence_detail::Template& t = templates[static_cast<std::size_t>(e % sequence.period)];
   // The slot's generation (NOTE [CUDA call sequences] 3), before anything of the call.
   use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
-  cuda_detail::launch_counter_add(generations + e % q, 1, caller);
+  kernels::launch_counter_add(generations + e % q, 1, caller);
   if (place.call_tag_word >= 0) {  // NOTE [CUDA call sequences] 7
     for (const int r : local_ranks)
-      cuda_detail::launch_counter_add(fabric.signals(r) + place.call_tag_word, place.call_tag,
-                                      caller);
+      kernels::launch_counter_add(fabric.signals(r) + place.call_tag_word, place.call_tag, caller);
   }
   TIDE_CUDA_CHECK(cudaEventRecord(entry, caller));
   for (const int i : t.streams) {
@@ -344,7 +343,7 @@ void CudaSequenceRunner::State::enqueue_call(std::int64_t e,
   // released its waits.
   if (peer_check.watched_count > 0) {
     use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
-    cuda_detail::launch_abort_check(peer_check, caller);
+    kernels::launch_abort_check(peer_check, caller);
   }
 }
 

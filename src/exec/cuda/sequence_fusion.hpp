@@ -8,18 +8,19 @@
 #include <cstddef>
 #include <vector>
 
-#include "counter_add.hpp"
 #include "sequence_state.hpp"
+#include "tide/kernels/signal/counter_add.hpp"
 
 namespace tide::exec::sequence_detail {
 
 // cuStreamBatchMemOp takes fewer than 256 operations (cuda.h; the driver reports no attribute
-// for it). Graph wait kernels split a longer wait into launches of 32 (generation_wait.hpp).
+// for it). Graph wait kernels split a longer wait into launches of 32
+// (tide/kernels/signal/generation_wait.hpp).
 inline constexpr std::size_t kMaxBatchWaits = 255;
 
 struct FusionLimits {
-  std::size_t waits = kMaxBatchWaits;                        // terms of one kWait
-  std::size_t adds = cuda_detail::kMaxCounterAddsPerLaunch;  // terms of one kSignal
+  std::size_t waits = kMaxBatchWaits;                    // terms of one kWait
+  std::size_t adds = kernels::kMaxCounterAddsPerLaunch;  // terms of one kSignal
 };
 
 // Returns `ops` (one template's local ops in enqueue order, as map_op leaves them) with:

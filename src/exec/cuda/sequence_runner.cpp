@@ -8,10 +8,7 @@
 #include <set>
 #include <string>
 
-#include "abort_check.hpp"
-#include "counter_add.hpp"
 #include "enqueue_order.hpp"
-#include "generation_wait.hpp"
 #include "graph_wait_budget.hpp"
 #include "ipc_rendezvous_transport.hpp"
 #include "loopback_one_sided_transport.hpp"
@@ -20,6 +17,7 @@
 #include "program_checks.hpp"
 #include "rendezvous_transport.hpp"
 #include "sequence_fusion.hpp"
+#include "sequence_generations.hpp"
 #include "sequence_state.hpp"
 #include "sequence_watch.hpp"
 #include "tide/core/dtype.hpp"
@@ -28,6 +26,8 @@
 #include "tide/kernels/cast.hpp"
 #include "tide/kernels/landing.hpp"
 #include "tide/kernels/level1_sum.hpp"
+#include "tide/kernels/signal/abort_check.hpp"
+#include "tide/kernels/signal/counter_add.hpp"
 #include "tide/version_gates.hpp"
 
 namespace tide::exec {
@@ -412,12 +412,12 @@ void CudaSequenceRunner::set_up() {
     // --misorder-rank: both hung until their launcher killed them). A first launch behind a
     // pending cuStreamWaitValue64 does not return; after cudaFuncGetAttributes of that
     // kernel it returns at once. Each kernel (each template instance) is loaded on its own.
-    cuda_detail::prepare_generation_waits();
-    cuda_detail::prepare_counter_adds();
+    kernels::prepare_generation_waits();
+    kernels::prepare_counter_adds();
     kernels::prepare_level1_sum();
     kernels::prepare_landing();
     kernels::prepare_cast();
-    cuda_detail::prepare_abort_check();
+    kernels::prepare_abort_check();
     if (options.test_messages.node_size > 0 || fabric.message_area_bytes() > 0)
       cuda_detail::prepare_rendezvous();
     TIDE_CUDA_CHECK(cudaMemsetAsync(fabric.signals(r) + place.first_signal_word, 0,

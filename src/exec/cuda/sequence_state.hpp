@@ -23,12 +23,12 @@
 #include <utility>
 #include <vector>
 
-#include "abort_check.hpp"
 #include "messages.hpp"
 #include "sequence_watch.hpp"
 #include "tide/exec/cuda_sequence.hpp"
 #include "tide/kernels/landing.hpp"
 #include "tide/kernels/level1_sum.hpp"
+#include "tide/kernels/signal/abort_check.hpp"
 #include "tide/program/program.hpp"
 
 namespace tide::exec::sequence_detail {
@@ -239,7 +239,7 @@ struct CudaSequenceRunner::State {
   std::map<int, std::uint64_t*> private_abort;
   const std::uint64_t** check_tables = nullptr;        // device: watched words, then own words
   std::vector<const std::uint64_t*> check_table_host;  // its source (an asynchronous upload)
-  cuda_detail::AbortCheck peer_check{};                // watched_count 0: no check
+  kernels::AbortCheck peer_check{};                    // watched_count 0: no check
   // Caller capture (NOTE [CUDA call sequences] 4): the calls captured so far and the shadow
   // cursor and totals they were built with.
   CudaCapturedCalls captured;
@@ -296,7 +296,7 @@ struct CudaSequenceRunner::State {
   // without messages), and the verdict a sender's token reads (every word of check_tables).
   std::map<int, std::uint64_t*> tokens;
   std::uint64_t* relay_word = nullptr;
-  cuda_detail::AbortCheck verdict{};
+  kernels::AbortCheck verdict{};
   cuda_detail::MessageRelay relay_of(const cuda_detail::Message& m) const;
   // NOTE [one-shot programs] (executor.cpp): kTensor and kOutput regions are the fabric's
   // buffers, kSum and kLand keep the program's alpha and accumulate, and ops no legal order

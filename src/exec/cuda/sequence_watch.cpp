@@ -403,7 +403,7 @@ void CudaSequenceRunner::enqueue_abort_check(cudaStream_t stream) const {
   const State& s = *state_;
   if (s.peer_check.watched_count == 0) return;
   TIDE_CUDA_CHECK(cudaSetDevice(s.fabric.device_of(s.local_ranks[0])));
-  cuda_detail::launch_abort_check(s.peer_check, stream);
+  kernels::launch_abort_check(s.peer_check, stream);
 }
 
 bool CudaSequenceRunner::released() const {

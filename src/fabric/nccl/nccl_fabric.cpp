@@ -14,6 +14,7 @@
 #include "nccl_rma.hpp"
 #include "tide/core/env.hpp"
 #include "tide/core/error.hpp"
+#include "tide/core/rules.hpp"
 #include "tide/cuda/check.hpp"
 #include "tide/version_gates.hpp"
 
@@ -294,7 +295,7 @@ void NcclFabric::check_arguments(int rank, int world, std::span<const std::byte>
     throw InvalidArgument("NCCL fabric: the timeout must be positive");
   }
   const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
-  if (!options.allow_multicast && nvls != nullptr && std::string(nvls) != "0") {
+  if (!options.allow_multicast && nccl_multicast_requested(nvls)) {
     throw InvalidArgument(std::string("NCCL fabric: NCCL_NVLS_ENABLE=") + nvls +
                           " would let NCCL use NVLink multicast; TIDE keeps it 0 unless "
                           "allow_multicast is set (architecture: hardware rules)");

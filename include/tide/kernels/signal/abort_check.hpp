@@ -1,13 +1,17 @@
-// The peer check at the end of every call of a sequence whose ranks publish abort words
-// (NOTE [CUDA call sequences] 5): a 1-warp kernel on the caller stream that lets the call
-// complete only while no rank's waits have been released.
+// Signal kernels: the peer abort check and the abort token. Contract: at the end of every call
+// of a sequence whose ranks publish abort words (NOTE [CUDA call sequences] 5), a 1-warp
+// kernel on the caller stream lets the call complete only while no rank's waits have been
+// released; a message's sender records what it knows of the abort state in a token
+// (NOTE [abort relay]).
+//
+// Host-compilable: raw pointers, device tables of pointers and a cudaStream_t.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
-namespace tide::exec::cuda_detail {
+namespace tide::kernels {
 
 // Device tables (on the caller stream's device): `watched` are the abort words of the ranks
 // that other processes run (peer mappings), `own` this process's ranks' words.
@@ -35,4 +39,4 @@ void launch_abort_token(const AbortCheck& verdict, std::uint64_t* token, cudaStr
 // Loads the abort check's kernels on the current device (NOTE [preloaded kernels]).
 void prepare_abort_check();
 
-}  // namespace tide::exec::cuda_detail
+}  // namespace tide::kernels

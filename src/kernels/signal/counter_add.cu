@@ -1,10 +1,10 @@
-// The 1-thread counter-addition kernels of kSignal / kRailPut (see counter_add.hpp).
+// The 1-thread counter-addition kernels of kSignal / kRailPut (see the header of the same name).
 #include <algorithm>
 
-#include "counter_add.hpp"
 #include "tide/cuda/check.hpp"
+#include "tide/kernels/signal/counter_add.hpp"
 
-namespace tide::exec::cuda_detail {
+namespace tide::kernels {
 namespace {
 
 // Whether the abort word says the rank's waits were released (NOTE [CUDA call sequences] 5):
@@ -114,4 +114,4 @@ void prepare_counter_adds() {
   TIDE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, relayed_counter_add_kernel));
 }
 
-}  // namespace tide::exec::cuda_detail
+}  // namespace tide::kernels

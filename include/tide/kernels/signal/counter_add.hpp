@@ -1,8 +1,11 @@
-// The counter additions of kSignal and kRailPut (NOTE [CUDA executor op mapping]): a 1-thread
-// kernel that adds to 64-bit device counters after a system-wide fence; the sequence runner
-// adds to several counters in one launch (NOTE [CUDA call sequences]). With an abort word
+// Signal kernels: the counter additions of kSignal and kRailPut (NOTE [CUDA executor op
+// mapping]). Contract: a 1-thread kernel adds to 64-bit device counters after a system-scope
+// fence, so that a waiter that sees the addition sees every write its stream made before it;
+// several counters may go in one launch (NOTE [CUDA call sequences]). With an abort word
 // (NOTE [CUDA call sequences] 5) an addition that runs once the word is nonzero adds nothing:
 // a rank whose waits were released never signals a peer as if its data were valid.
+//
+// Host-compilable: raw pointers, values and a cudaStream_t.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,7 +13,7 @@
 #include <cstdint>
 #include <span>
 
-namespace tide::exec::cuda_detail {
+namespace tide::kernels {
 
 // Enqueues *counter += add on `stream` (atomic, system scope: __threadfence_system() then
 // atomicAdd_system), unless `abort` (a device word on the stream's device; nullptr: none)
@@ -50,4 +53,4 @@ void launch_counter_adds(std::span<const CounterAdd> adds, cudaStream_t stream,
 // Loads both counter-addition kernels on the current device (NOTE [preloaded kernels]).
 void prepare_counter_adds();
 
-}  // namespace tide::exec::cuda_detail
+}  // namespace tide::kernels

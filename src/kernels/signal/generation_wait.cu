@@ -1,10 +1,10 @@
-// The generation-relative wait kernel (see generation_wait.hpp).
+// The generation-relative wait kernel (see the header of the same name).
 #include <algorithm>
 
-#include "generation_wait.hpp"
 #include "tide/cuda/check.hpp"
+#include "tide/kernels/signal/generation_wait.hpp"
 
-namespace tide::exec::cuda_detail {
+namespace tide::kernels {
 namespace {
 
 struct GenerationWaitBatch {
@@ -65,4 +65,4 @@ void launch_generation_waits(std::span<const GenerationWait> waits, const std::u
   }
 }
 
-}  // namespace tide::exec::cuda_detail
+}  // namespace tide::kernels

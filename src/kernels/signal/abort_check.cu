@@ -1,8 +1,8 @@
-// The peer abort check (see abort_check.hpp).
-#include "abort_check.hpp"
+// The peer abort check and abort token (see the header of the same name).
 #include "tide/cuda/check.hpp"
+#include "tide/kernels/signal/abort_check.hpp"
 
-namespace tide::exec::cuda_detail {
+namespace tide::kernels {
 namespace {
 
 __global__ void abort_check_kernel(AbortCheck check) {
@@ -68,4 +68,4 @@ void prepare_abort_check() {
   TIDE_CUDA_CHECK(cudaFuncGetAttributes(&attributes, abort_token_kernel));
 }
 
-}  // namespace tide::exec::cuda_detail
+}  // namespace tide::kernels
