@@ -304,11 +304,12 @@ def write(out: Path, result: dict, repeats: int, steps: int) -> None:
         "TIDE-RS output weakly, as FSDP2 holds its own (a strong reference kept 28 MiB to the "
         "next backward at the wide model's peak at N = 2). So where the spares and the staging "
         "outweigh what FSDP2 frees (the wide model at N = 2: 2 spares of 13.5 MiB each), TIDE's "
-        "peak on one host stays above stock's. The paper's own bound says the same (Sec. 5.4: a "
-        "layer's backward at M = 1 holds 9.5 NS In-Place and 12.5 NS Slot-Reuse against FSDP2's "
-        "4 NS); getting below it needs a one-node layout that the paper does not give (Level 1 "
-        "summing straight into the shards, no spares and no landing pass), not a default the "
-        "solver can set.",
+        "peak on one host stays above stock's. The memory model says the same (Sec. 5.4 with the "
+        "terms the runtime lays out, `tide memory -M 1`: a layer's backward holds 5.625 NS "
+        "In-Place and 4.625 NS Slot-Reuse at L = 8, 6.25 and 5.25 at L = 4, against FSDP2's "
+        "4 NS; bound-by-nodes.md); getting below it needs a one-node layout that the paper does "
+        "not give (Level 1 summing straight into the shards, no spares and no landing pass), not "
+        "a default the solver can set.",
         "",
     ]
     demos = [(m, out / f"demo-cpu-{m}.json") for m in ("in-place", "slot-reuse")]
