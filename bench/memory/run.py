@@ -69,9 +69,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SYSTEMS = ("stock", "in-place", "slot-reuse")
-MODELS = {  # name: (dim, hidden, heads, precision)
-    "decoder": (96, 260, 4, "fp32"),
-    "wide": (768, 2048, 12, "fp32"),
+MODELS = {  # name: (dim, hidden, heads, precision, kv_heads (0: as many as heads))
+    "decoder": (96, 260, 4, "fp32", 0),
+    "wide": (768, 2048, 12, "fp32", 0),
+    # NS scale (bench/memory/ns_scale.py): Llama-3.2-1B's decoder layer (hidden 2048, SwiGLU
+    # 8192, GQA 32/8 heads), 60.8 M parameters, 116 MiB in bf16, trained with FSDP2's mixed
+    # precision (bf16 parameters, fp32 reduction), as Sec. 5.4's NS counts it.
+    "llama1b": (2048, 8192, 32, "bf16", 8),
 }
 MIB = 1 << 20
 
@@ -84,7 +88,7 @@ def free_port() -> int:
 
 def launch(world: int, system: str, layers: int, model: str, steps: int, scratch: Path,
            mmap_threshold: int) -> list[dict]:
-    dim, hidden, heads, precision = MODELS[model]
+    dim, hidden, heads, precision, kv_heads = MODELS[model]
     out = scratch / f"{model}-{layers}-{world}-{system}"
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                WORLD_SIZE=str(world), OMP_NUM_THREADS="1", LOCAL_WORLD_SIZE=str(world))
@@ -92,7 +96,7 @@ def launch(world: int, system: str, layers: int, model: str, steps: int, scratch
         env["MALLOC_MMAP_THRESHOLD_"] = str(mmap_threshold)
     procs = [
         subprocess.Popen([sys.executable, str(HERE / "worker.py"), str(out), system, str(layers),
-                          str(dim), str(hidden), str(heads), str(steps), precision],
+                          str(dim), str(hidden), str(heads), str(steps), precision, str(kv_heads)],
                          env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
         for r in range(world)
@@ -151,7 +155,7 @@ def table(rows: list[dict]) -> list[str]:
     ]
     for r in rows:
         base = stock[(r["layers"], r["dim"], r["world"])]
-        name = "wide" if r["dim"] == MODELS["wide"][0] else "decoder"
+        name = next(n for n, m in MODELS.items() if m[0] == r["dim"])
         spread = r["peak_spread_bytes"]
         vs = (r["peak_bytes"] / base["peak_bytes"] - 1) * 100
         other_vs = (r[other_key] / base[other_key] - 1) * 100
