@@ -69,9 +69,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SYSTEMS = ("stock", "in-place", "slot-reuse")
-MODELS = {  # name: (dim, hidden, heads, precision)
-    "decoder": (96, 260, 4, "fp32"),
-    "wide": (768, 2048, 12, "fp32"),
+MODELS = {  # name: (dim, hidden, heads, precision, kv_heads (0: as many as heads))
+    "decoder": (96, 260, 4, "fp32", 0),
+    "wide": (768, 2048, 12, "fp32", 0),
+    # NS scale (bench/memory/ns_scale.py): Llama-3.2-1B's decoder layer (hidden 2048, SwiGLU
+    # 8192, GQA 32/8 heads), 60.8 M parameters, 116 MiB in bf16, trained with FSDP2's mixed
+    # precision (bf16 parameters, fp32 reduction), as Sec. 5.4's NS counts it.
+    "llama1b": (2048, 8192, 32, "bf16", 8),
 }
 MIB = 1 << 20
 
@@ -84,7 +88,7 @@ def free_port() -> int:
 
 def launch(world: int, system: str, layers: int, model: str, steps: int, scratch: Path,
            mmap_threshold: int) -> list[dict]:
-    dim, hidden, heads, precision = MODELS[model]
+    dim, hidden, heads, precision, kv_heads = MODELS[model]
     out = scratch / f"{model}-{layers}-{world}-{system}"
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                WORLD_SIZE=str(world), OMP_NUM_THREADS="1", LOCAL_WORLD_SIZE=str(world))
@@ -92,7 +96,7 @@ def launch(world: int, system: str, layers: int, model: str, steps: int, scratch
         env["MALLOC_MMAP_THRESHOLD_"] = str(mmap_threshold)
     procs = [
         subprocess.Popen([sys.executable, str(HERE / "worker.py"), str(out), system, str(layers),
-                          str(dim), str(hidden), str(heads), str(steps), precision],
+                          str(dim), str(hidden), str(heads), str(steps), precision, str(kv_heads)],
                          env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
         for r in range(world)
@@ -151,7 +155,7 @@ def table(rows: list[dict]) -> list[str]:
     ]
     for r in rows:
         base = stock[(r["layers"], r["dim"], r["world"])]
-        name = "wide" if r["dim"] == MODELS["wide"][0] else "decoder"
+        name = next(n for n, m in MODELS.items() if m[0] == r["dim"])
         spread = r["peak_spread_bytes"]
         vs = (r["peak_bytes"] / base["peak_bytes"] - 1) * 100
         other_vs = (r[other_key] / base[other_key] - 1) * 100
@@ -304,11 +308,12 @@ def write(out: Path, result: dict, repeats: int, steps: int) -> None:
         "TIDE-RS output weakly, as FSDP2 holds its own (a strong reference kept 28 MiB to the "
         "next backward at the wide model's peak at N = 2). So where the spares and the staging "
         "outweigh what FSDP2 frees (the wide model at N = 2: 2 spares of 13.5 MiB each), TIDE's "
-        "peak on one host stays above stock's. The paper's own bound says the same (Sec. 5.4: a "
-        "layer's backward at M = 1 holds 9.5 NS In-Place and 12.5 NS Slot-Reuse against FSDP2's "
-        "4 NS); getting below it needs a one-node layout that the paper does not give (Level 1 "
-        "summing straight into the shards, no spares and no landing pass), not a default the "
-        "solver can set.",
+        "peak on one host stays above stock's. The memory model says the same (Sec. 5.4 with the "
+        "terms the runtime lays out, `tide memory -M 1`: a layer's backward holds 5.625 NS "
+        "In-Place and 4.625 NS Slot-Reuse at L = 8, 6.25 and 5.25 at L = 4, against FSDP2's "
+        "4 NS; bound-by-nodes.md); getting below it needs a one-node layout that the paper does "
+        "not give (Level 1 summing straight into the shards, no spares and no landing pass), not "
+        "a default the solver can set.",
         "",
     ]
     demos = [(m, out / f"demo-cpu-{m}.json") for m in ("in-place", "slot-reuse")]

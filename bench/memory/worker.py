@@ -4,6 +4,7 @@ TIDE (In-Place or Slot-Reuse), a few training steps, then what this rank held.
 Launched as WORLD_SIZE processes by run.py (gloo on CPU, TIDE's host backend; or NCCL / the
 nccl backend where the process sees a GPU). Writes one JSON line per rank to OUT.rank<r>:
   model_bytes     the unsharded model (fp32 masters)
+  layer_params    one decoder layer's parameters (NS = 2 x this bytes: the layer in bf16)
   shard_bytes     this rank's sharded parameters
   arena_bytes     TIDE's arena on this rank (tide.fsdp.memory), 0 for stock
   bound_bytes     the Sec. 5.4 bound of the same groups, from `tide memory --groups`
@@ -57,6 +58,7 @@ def tide_memory(model, world: int, mode: str, cast: bool) -> dict:
 
 def main() -> None:
     out, system, layers, dim, hidden, heads, steps, mp = sys.argv[1:9]
+    kv_heads = int(sys.argv[9]) if len(sys.argv) > 9 else 0
     layers, dim, hidden, heads, steps = int(layers), int(dim), int(hidden), int(heads), int(steps)
     use_cuda = torch.cuda.is_available()
     if use_cuda:
@@ -72,10 +74,12 @@ def main() -> None:
     dist.init_process_group("gloo" if device.type == "cpu" or shared_gpu else "nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
     load_libraries()  # stock too, before the model (NOTE [honest peak on CPU])
-    cfg = Config(vocab=512, dim=dim, layers=layers, heads=heads, hidden=hidden, seq=32)
+    cfg = Config(vocab=512, dim=dim, layers=layers, heads=heads, hidden=hidden, seq=32,
+                 kv_heads=kv_heads)
     torch.manual_seed(0)
     model = Decoder(cfg).to(device)
     model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    layer_params = sum(p.numel() for p in model.blocks[0].parameters())  # NS = 2 x this
     cast = mp == "bf16"
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if cast else MixedPrecisionPolicy()
     for block in model.blocks:
@@ -121,6 +125,7 @@ def main() -> None:
         "hidden": hidden,
         "precision": mp,
         "model_bytes": model_bytes,
+        "layer_params": layer_params,
         "shard_bytes": shard_bytes,
         **peak,
         "peak_bytes": peak_bytes(peak, 0),

@@ -24,6 +24,7 @@ namespace {
 
 struct MemoryArgs {
   MemoryModelInput in;
+  int inbox_generations = 0;  // 0: from the schedule (NOTE [memory model terms])
   std::int64_t shard_bytes = 0;
   std::string shapes;
   std::string model;
@@ -145,6 +146,7 @@ void run_memory(MemoryArgs& a) {
     return;
   }
   a.in.grad_bytes = static_cast<int>(item_bytes(parse_dtype(a.grad_dtype, "--grad-dtype")));
+  if (a.inbox_generations != 0) a.in.inbox_generations = a.inbox_generations;
   if (a.shard_bytes != 0) a.in.shard_bytes = a.shard_bytes;
   std::string group_name;
   if (!a.shapes.empty() || !a.model.empty()) {
@@ -158,7 +160,7 @@ void run_memory(MemoryArgs& a) {
   const MemoryModel m = evaluate_memory_model(a.in);
   const std::vector<BufferScalingRow> scaling =
       buffer_scaling({1, 2, 4, 8, 16, 32, 64}, a.in.gpus_per_node, a.in.round_width,
-                     a.in.gpus_per_node, a.in.grad_bytes);
+                     a.in.wave_width == 0 ? a.in.gpus_per_node : a.in.wave_width, a.in.grad_bytes);
   auto in_bytes = [&](double ns) -> std::optional<std::int64_t> {
     if (!m.ns_bytes) return std::nullopt;
     return static_cast<std::int64_t>(ns * static_cast<double>(*m.ns_bytes));
@@ -172,21 +174,26 @@ void run_memory(MemoryArgs& a) {
                       {"in_place_blocks", r.in_place_blocks},
                       {"slot_reuse_blocks", r.slot_reuse_blocks}});
     }
-    nlohmann::json out = {{"nodes", a.in.nodes},
-                          {"gpus_per_node", a.in.gpus_per_node},
-                          {"round_width", a.in.round_width},
-                          {"inbox_generations", a.in.inbox_generations},
-                          {"staging_slots", a.in.staging_slots},
-                          {"in_place_staging_blocks", m.in_place_staging_blocks},
-                          {"slot_reuse_staging_blocks", m.slot_reuse_staging_blocks},
-                          {"in_place_staging_ns", m.in_place_staging_ns},
-                          {"slot_reuse_staging_ns", m.slot_reuse_staging_ns},
-                          {"ring_and_stage_ns", m.ring_and_stage_ns},
-                          {"in_place_total_ns", m.in_place_total_ns},
-                          {"slot_reuse_total_ns", m.slot_reuse_total_ns},
-                          {"fsdp2_total_ns", m.fsdp2_total_ns},
-                          {"fsdp2_pack_ns", m.fsdp2_pack_ns},
-                          {"buffer_scaling_fp32_blocks", rows}};
+    nlohmann::json out = {
+        {"nodes", a.in.nodes},
+        {"gpus_per_node", a.in.gpus_per_node},
+        {"round_width", a.in.round_width},
+        {"wave_width", a.in.wave_width == 0 ? a.in.gpus_per_node : a.in.wave_width},
+        {"passes", a.in.passes},
+        {"inbox_generations", m.inbox_generations},
+        {"in_place_outbox_blocks", m.in_place_outbox},
+        {"slot_reuse_outbox_blocks", m.slot_reuse_outbox},
+        {"staging_slots", a.in.staging_slots},
+        {"in_place_staging_blocks", m.in_place_staging_blocks},
+        {"slot_reuse_staging_blocks", m.slot_reuse_staging_blocks},
+        {"in_place_staging_ns", m.in_place_staging_ns},
+        {"slot_reuse_staging_ns", m.slot_reuse_staging_ns},
+        {"ring_and_stage_ns", m.ring_and_stage_ns},
+        {"in_place_total_ns", m.in_place_total_ns},
+        {"slot_reuse_total_ns", m.slot_reuse_total_ns},
+        {"fsdp2_total_ns", m.fsdp2_total_ns},
+        {"fsdp2_pack_ns", m.fsdp2_pack_ns},
+        {"buffer_scaling_fp32_blocks", rows}};
     if (!group_name.empty()) out["group"] = group_name;
     if (m.ns_bytes) {
       out["shard_bytes"] = *a.in.shard_bytes;
@@ -201,9 +208,10 @@ void run_memory(MemoryArgs& a) {
     return;
   }
   std::cout << fmt::format(
-      "Memory model (Sec. 5.4): M={}, L={}, k={}, n_par={}, n_stg={}; NS = one unsharded bf16 "
-      "group{}{}\n",
-      a.in.nodes, a.in.gpus_per_node, a.in.round_width, a.in.inbox_generations, a.in.staging_slots,
+      "Memory model (Sec. 5.4): M={}, L={}, k={}, n_par={}, n_out={} (In-Place) and {} "
+      "(Slot-Reuse), n_stg={}, n_part={}; NS = one unsharded bf16 group{}{}\n",
+      a.in.nodes, a.in.gpus_per_node, a.in.round_width, m.inbox_generations, m.in_place_outbox,
+      m.slot_reuse_outbox, a.in.staging_slots, a.in.passes,
       group_name.empty() ? "" : " (" + group_name + ")",
       m.ns_bytes ? fmt::format(" = {}", bytes(*m.ns_bytes)) : "");
   Table table({"quantity", "S_fp32 blocks", "x NS", "bytes"});
@@ -242,8 +250,12 @@ void add_memory_command(CLI::App& app) {
   cmd->add_option("--gpus-per-node,-L", args->in.gpus_per_node, "GPUs per node L")
       ->capture_default_str();
   cmd->add_option("--round-width,-k", args->in.round_width, "Round width k")->capture_default_str();
-  cmd->add_option("--inbox-generations", args->in.inbox_generations, "n_par (1 or 2)")
+  cmd->add_option("--wave-width", args->in.wave_width, "Wave width W_wave (0: L)")
       ->capture_default_str();
+  cmd->add_option("--passes", args->in.passes, "Sub-slice passes n_part")->capture_default_str();
+  cmd->add_option("--inbox-generations", args->inbox_generations,
+                  "n_par (1 or 2); default: the schedule's (1 for one wave, 2 otherwise, none "
+                  "at M = 1)");
   cmd->add_option("--staging-slots", args->in.staging_slots, "n_stg")->capture_default_str();
   auto* shard = cmd->add_option("--shard-bytes", args->shard_bytes,
                                 "S: bf16 shard bytes of the largest group (adds byte figures)");

@@ -1,4 +1,4 @@
-// Closed-form memory model (Sec. 5.4, Eqs. 10-12, Sec. 7.4). See the header.
+// Closed-form memory model (Sec. 5.4, Eqs. 9-12, Sec. 7.4). See NOTE [memory model terms].
 #include "tide/core/memory_model.hpp"
 
 #include <algorithm>
@@ -14,40 +14,76 @@ void require(bool ok, const std::string& message) {
   if (!ok) throw InvalidArgument(message);
 }
 
-// Eq. 10 in S_fp32 blocks.
-double staging_blocks(int l, int n_stg, int n_par, int n_out, int grad_bytes) {
-  return n_stg * l * grad_bytes / 4.0 + l * n_par + 2.0 * n_out + 2.0;
+// Eq. 10 in S_fp32 blocks (NOTE [memory model terms]).
+double staging_blocks(int l, int n_stg, int n_par, int n_out, int grad_bytes, int passes) {
+  return (n_stg * l * grad_bytes / 4.0 + l * n_par + 2.0 * n_out) / passes + 2.0;
 }
 
 }  // namespace
 
+MemorySchedule memory_schedule(int nodes, int gpus_per_node, int round_width, int wave_width,
+                               int passes) {
+  const Topology topo(nodes, gpus_per_node);  // validates M and L
+  require(round_width >= 1,
+          "round width k = " + std::to_string(round_width) + " must be at least 1");
+  require(wave_width >= 0 && wave_width <= gpus_per_node,
+          "wave width " + std::to_string(wave_width) + " is outside 1..L (0: L)");
+  require(passes >= 1, "passes n_part = " + std::to_string(passes) + " must be at least 1");
+  const int m = nodes;
+  const int w = wave_width == 0 ? gpus_per_node : wave_width;
+  MemorySchedule s;
+  const int waves_per_pass = (m + w - 1) / w;
+  s.waves = passes * waves_per_pass;
+  // Contributors c = 1..M per pass, waves of W_wave; a wave's remote contributors (c < M) go
+  // out in rounds of at most k, and rounds never cross a wave. Eq. 9 runs over the rounds in
+  // order, passes included (k_{-1} = 0).
+  int previous = 0;
+  for (int pass = 0; pass < passes; ++pass) {
+    for (int wave = 0; wave < waves_per_pass; ++wave) {
+      const int remote = std::min((wave + 1) * w, m - 1) - wave * w;  // may be <= 0
+      for (int left = remote; left > 0; left -= round_width) {
+        const int width = std::min(round_width, left);
+        s.slot_reuse_outbox = std::max(s.slot_reuse_outbox, width + previous);
+        previous = width;
+        ++s.rounds;
+      }
+    }
+  }
+  s.in_place_outbox = passes * (m - 1);  // a full outbox (Sec. 5.3)
+  s.inbox_generations = m == 1 ? 0 : (s.waves == 1 ? 1 : 2);
+  return s;
+}
+
 MemoryModel evaluate_memory_model(const MemoryModelInput& in) {
-  const Topology topo(in.nodes, in.gpus_per_node);  // validates M and L
-  require(in.round_width >= 1,
-          "round width k = " + std::to_string(in.round_width) + " must be at least 1");
-  require(in.inbox_generations == 1 || in.inbox_generations == 2,
-          "inbox generations n_par = " + std::to_string(in.inbox_generations) +
-              " must be 1 (single-wave schedule) or 2");
+  const MemorySchedule s =
+      memory_schedule(in.nodes, in.gpus_per_node, in.round_width, in.wave_width, in.passes);
+  require(!in.inbox_generations || *in.inbox_generations == 1 || *in.inbox_generations == 2,
+          "inbox generations n_par = " + std::to_string(in.inbox_generations.value_or(0)) +
+              " must be 1 (single-wave schedule) or 2 (or left to the schedule)");
   require(in.staging_slots >= 1, "staging slots n_stg must be at least 1");
   require(in.grad_bytes == 2 || in.grad_bytes == 4, "gradient item size must be 2 or 4 bytes");
   require(!in.shard_bytes || *in.shard_bytes > 0, "--shard-bytes must be positive");
 
   const int m = in.nodes;
   const int l = in.gpus_per_node;
+  const int world = m * l;
   MemoryModel out;
-  out.in_place_staging_blocks =
-      staging_blocks(l, in.staging_slots, in.inbox_generations, m - 1, in.grad_bytes);
-  out.slot_reuse_staging_blocks =
-      staging_blocks(l, in.staging_slots, in.inbox_generations, 2 * in.round_width, in.grad_bytes);
+  out.inbox_generations = in.inbox_generations.value_or(s.inbox_generations);
+  out.in_place_outbox = s.in_place_outbox;
+  out.slot_reuse_outbox = s.slot_reuse_outbox;
+  out.in_place_staging_blocks = staging_blocks(l, in.staging_slots, out.inbox_generations,
+                                               out.in_place_outbox, in.grad_bytes, in.passes);
+  out.slot_reuse_staging_blocks = staging_blocks(l, in.staging_slots, out.inbox_generations,
+                                                 out.slot_reuse_outbox, in.grad_bytes, in.passes);
   // One S_fp32 block is (4 / b_grad) S_grad; NS is N S_grad with bf16 S.
-  const double block_ns = 2.0 / (static_cast<double>(m) * l);
+  const double block_ns = 2.0 / world;
   out.in_place_staging_ns = out.in_place_staging_blocks * block_ns;
   out.slot_reuse_staging_ns = out.slot_reuse_staging_blocks * block_ns;
-  out.ring_and_stage_ns = 2.0 + static_cast<double>(m - 1) / topo.world();
+  out.ring_and_stage_ns = 2.0 + static_cast<double>(m) / world;  // (2 + 1/L) NS (Sec. 5.4)
   out.in_place_total_ns = out.ring_and_stage_ns + out.in_place_staging_ns + 1.0;
   out.slot_reuse_total_ns = out.ring_and_stage_ns + out.slot_reuse_staging_ns;
   out.fsdp2_pack_ns = 2.0;  // 4 N sum_p R_p K_p bytes = 2 NS whatever the gradient dtype
-  if (in.shard_bytes) out.ns_bytes = *in.shard_bytes * topo.world();
+  if (in.shard_bytes) out.ns_bytes = *in.shard_bytes * world;
   return out;
 }
 
@@ -55,18 +91,17 @@ std::vector<BufferScalingRow> buffer_scaling(const std::vector<int>& node_counts
                                              int round_width, int wave_width, int grad_bytes) {
   std::vector<BufferScalingRow> rows;
   for (int m : node_counts) {
-    const Topology topo(m, gpus_per_node);
     require(wave_width >= 1 && wave_width <= gpus_per_node,
             "wave width " + std::to_string(wave_width) + " is outside 1..L");
+    const MemorySchedule s = memory_schedule(m, gpus_per_node, round_width, wave_width);
     BufferScalingRow row;
     row.nodes = m;
-    row.inbox_generations = (m + wave_width - 1) / wave_width > 1 ? 2 : 1;
-    row.fsdp2_blocks = topo.world();
+    row.inbox_generations = s.inbox_generations;
+    row.fsdp2_blocks = m * gpus_per_node;
     row.in_place_blocks =
-        staging_blocks(gpus_per_node, 2, row.inbox_generations, m - 1, grad_bytes);
-    // Eq. 9's depth never exceeds the M - 1 remote destinations there are.
-    row.slot_reuse_blocks = staging_blocks(gpus_per_node, 2, row.inbox_generations,
-                                           std::min(2 * round_width, m - 1), grad_bytes);
+        staging_blocks(gpus_per_node, 2, s.inbox_generations, s.in_place_outbox, grad_bytes, 1);
+    row.slot_reuse_blocks =
+        staging_blocks(gpus_per_node, 2, s.inbox_generations, s.slot_reuse_outbox, grad_bytes, 1);
     rows.push_back(row);
   }
   return rows;

@@ -15,34 +15,37 @@ std::int64_t aligned(std::int64_t x) {
   return (x + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
 }
 
-// Eq. 10 for the largest group's fp32 shard, in bytes; 0 where the closed form does not
-// apply (the memory model's limits, e.g. n_par > 2).
+// Eq. 10 for the largest group's fp32 shard, in bytes (NOTE [memory model terms]: the
+// model's n_out and n_par are those each plan's schedule lays out, with the pull landing); 0
+// where the closed form does not apply (the memory model's limits). Each RS area is sized by
+// the largest of the plans, so is the bound: the most blocks of any plan times the largest
+// fp32 shard.
 std::int64_t staging_bound(const std::vector<ArenaGroup>& groups) {
   if (groups.empty()) return 0;
-  const RsPlan& first = *groups.front().reduce_scatter;
-  const Topology& topo = first.layout().topology();
   std::int64_t fp32_shard = 0;
-  int generations = 1, slots = 1;
+  double blocks = 0;
   for (const ArenaGroup& g : groups) {
-    fp32_shard = std::max(fp32_shard, g.reduce_scatter->layout().fp32_shard_bytes());
-    generations = std::max(generations, g.reduce_scatter->generations());
-    slots = std::max(slots, g.reduce_scatter->options().staging_slots);
+    const RsPlan& plan = *g.reduce_scatter;
+    const Topology& topo = plan.layout().topology();
+    fp32_shard = std::max(fp32_shard, plan.layout().fp32_shard_bytes());
+    MemoryModelInput in;
+    in.nodes = topo.nodes();
+    in.gpus_per_node = topo.gpus_per_node();
+    in.round_width = plan.round_width();
+    in.wave_width = plan.wave_width();
+    in.passes = plan.passes();
+    in.staging_slots = plan.options().staging_slots;
+    in.grad_bytes = static_cast<int>(item_bytes(plan.layout().grad_dtype()));
+    try {
+      const MemoryModel m = evaluate_memory_model(in);
+      blocks =
+          std::max(blocks, plan.options().mode == RsMode::kSlotReuse ? m.slot_reuse_staging_blocks
+                                                                     : m.in_place_staging_blocks);
+    } catch (const InvalidArgument&) {
+      return 0;
+    }
   }
-  MemoryModelInput in;
-  in.nodes = topo.nodes();
-  in.gpus_per_node = topo.gpus_per_node();
-  in.round_width = first.round_width();
-  in.inbox_generations = generations;
-  in.staging_slots = slots;
-  in.grad_bytes = static_cast<int>(item_bytes(first.layout().grad_dtype()));
-  try {
-    const MemoryModel m = evaluate_memory_model(in);
-    const double blocks = first.options().mode == RsMode::kSlotReuse ? m.slot_reuse_staging_blocks
-                                                                     : m.in_place_staging_blocks;
-    return static_cast<std::int64_t>(blocks * static_cast<double>(fp32_shard));
-  } catch (const InvalidArgument&) {
-    return 0;
-  }
+  return static_cast<std::int64_t>(blocks * static_cast<double>(fp32_shard));
 }
 
 }  // namespace

@@ -1,16 +1,29 @@
 // The bounded-memory model (Sec. 5.4, 7.4).
 //
-// Per-GPU TIDE-RS staging, in S_fp32 blocks (Eq. 10, written for general L; the paper's
-// L = 8, bf16 form is (4 n_stg + 8 n_par + 2 n_out + 2)):
-//   Area_RS <= (n_stg * L * b_grad / 4 + L * n_par + 2 n_out + 2) S_fp32
-// with n_out = M - 1 for In-Place (Eq. 11) and 2k for Slot-Reuse (Eq. 12). In units of NS
-// (one unsharded bf16 group, S_fp32 = 2 S, N = M L):
-//   In-Place   = 4 / L + 2 (n_par + 1) / M      (L = 8: 1/2 + (2 n_par + 2) / M)
-//   Slot-Reuse = 2 (L + L n_par + 4k + 2) / (M L)   (L = 8: (2k + 4 n_par + 5) / (2M))
+// NOTE [memory model terms]
+// Per-GPU TIDE-RS areas, in S_fp32 blocks (S_fp32 = the largest group's fp32 output shard),
+// Eq. 10 written for general L, gradient item size b_grad and n_part pass parts (the paper's
+// L = 8, bf16, one-pass form is (4 n_stg + 8 n_par + 2 n_out + 2)):
+//   Area_RS <= (n_stg L b_grad / 4 + L n_par + 2 n_out) / n_part + 2
+// (a block, and with it a staging chunk, is one pass part: S_fp32 / n_part; each of the two
+// banks keeps one own-node spare, n_part parts). The terms are those the runtime's arena lays
+// out (NOTE [communicator arena], rs_arena_layout with the pull landing):
+//   n_out: outbox blocks per bank (Sec. 5.3). In-Place: a full outbox, n_part (M - 1).
+//     Slot-Reuse: Eq. 9, max_i (k_i + k_{i-1}) over the schedule's network rounds (at most 2k;
+//     0 when there are no rounds, M = 1).
+//   n_par: inbox generations (Sec. 4.2): 1 for a one-wave schedule, 2 otherwise, and none on
+//     one node, where nothing writes or reads the inbox (NOTE [no inbox on one node]). An
+//     explicit n_par (1 or 2) overrides this, e.g. the paper's n_par = 2 at M = 64.
+// The schedule: contributors c = 1..M (c = M the own node) in waves of W_wave per pass, and
+// each wave's remote contributors in network rounds of at most k (rs_plan.hpp).
+// In units of NS (one unsharded bf16 group, S_fp32 = 2 S, N = M L), one pass:
+//   In-Place   = 4 / L + 2 (n_par + 1) / M         (L = 8: 1/2 + (2 n_par + 2) / M, Eq. 11)
+//   Slot-Reuse = 2 (L + L n_par + 2 n_out + 2) / (M L)  (L = 8, n_out = 2k: Eq. 12)
 // Per-layer backward live bytes: FSDP2 4 NS (unsharded parameters, prefetched all-gather
 // output, the previous layer's 2 NS fp32 reduce-scatter input). TIDE: two ring slots and the
-// receive stage, (2 + (M - 1) / N) NS, plus the staging above, plus (In-Place only) the
-// previous layer's bf16 gradients, 1 NS.
+// receive stage with the shard in it ((2 + 1/L) NS = (2 + M / N) NS, Sec. 5.4; the runtime
+// stages the shard, NOTE [communicator arena]), plus the areas above, plus (In-Place only)
+// the previous layer's bf16 gradients, 1 NS.
 #pragma once
 
 #include <cstdint>
@@ -20,16 +33,35 @@
 namespace tide {
 
 struct MemoryModelInput {
-  int nodes = 1;                            // M
-  int gpus_per_node = 8;                    // L
-  int round_width = 4;                      // k
-  int inbox_generations = 2;                // n_par
+  int nodes = 1;          // M
+  int gpus_per_node = 8;  // L
+  int round_width = 4;    // k
+  int wave_width = 0;     // W_wave; 0 selects L
+  int passes = 1;         // n_part
+  // n_par; empty: from the schedule (NOTE [memory model terms]).
+  std::optional<int> inbox_generations;
   int staging_slots = 2;                    // n_stg
   int grad_bytes = 2;                       // b_grad
   std::optional<std::int64_t> shard_bytes;  // S (bf16 shard of the largest group), for bytes
 };
 
+// The schedule's terms (NOTE [memory model terms]).
+struct MemorySchedule {
+  int waves = 0;              // all passes: n_part ceil(M / W_wave)
+  int rounds = 0;             // network rounds, all passes
+  int inbox_generations = 0;  // n_par as the runtime lays it out (0 at M = 1)
+  int in_place_outbox = 0;    // n_out, In-Place: n_part (M - 1)
+  int slot_reuse_outbox = 0;  // n_out, Slot-Reuse: Eq. 9
+};
+
+// Throws InvalidArgument for M < 1, L outside 1..8, k < 1, W_wave outside 0..L, n_part < 1.
+MemorySchedule memory_schedule(int nodes, int gpus_per_node, int round_width, int wave_width = 0,
+                               int passes = 1);
+
 struct MemoryModel {
+  int inbox_generations = 0;  // n_par used
+  int in_place_outbox = 0;    // n_out per mode
+  int slot_reuse_outbox = 0;
   // Eq. 10 bounds in S_fp32 blocks.
   double in_place_staging_blocks = 0;
   double slot_reuse_staging_blocks = 0;
@@ -46,11 +78,12 @@ struct MemoryModel {
   std::optional<std::int64_t> ns_bytes;
 };
 
-// Throws InvalidArgument for M < 1, L outside 1..8, k < 1, n_par outside 1..2, ...
+// Throws InvalidArgument as memory_schedule does, for n_par outside 1..2, n_stg < 1, ...
 MemoryModel evaluate_memory_model(const MemoryModelInput& in);
 
 // FSDP2's reduce-scatter buffer (one fp32 block per GPU, N blocks) against TIDE's In-Place
-// and Slot-Reuse staging bounds at a fixed per-GPU output size, for each node count.
+// and Slot-Reuse staging bounds at a fixed per-GPU output size, for each node count (the
+// terms of NOTE [memory model terms], n_stg = 2, one pass).
 struct BufferScalingRow {
   int nodes = 0;
   int inbox_generations = 0;

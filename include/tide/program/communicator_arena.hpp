@@ -70,9 +70,10 @@ struct CommunicatorArena {
   std::int64_t reduce_scatter_bytes = 0;
   std::int64_t arena_bytes = 0;
   // What Sec. 5.4 bounds these areas by, for these groups: the residents, the largest
-  // group's stage, each slot's largest group, and Eq. 10's staging bound (memory_model.hpp)
-  // for the largest fp32 shard; the arena stays within it plus kArenaAlign per area. 0 where
-  // the closed form does not apply (the memory model's limits).
+  // group's stage, each slot's largest group, and Eq. 10's staging bound for the largest
+  // fp32 shard, with the n_out and n_par these plans lay out (NOTE [memory model terms]); the arena
+  // stays within it plus kArenaAlign per area. 0 where the closed form does not apply (the memory
+  // model's limits).
   std::int64_t bound_bytes = 0;
   int areas = 0;  // areas laid out (for the alignment allowance)
 };
