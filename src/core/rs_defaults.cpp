@@ -2,6 +2,7 @@
 #include "tide/core/rs_defaults.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "tide/core/dtype.hpp"
@@ -40,12 +41,39 @@ RsPacing default_rs_pacing(const Topology& topology, int grad_bytes, std::int64_
   return pacing;
 }
 
+namespace {
+
+// Contract 8-9: the one-node ring's chunk.
+std::int64_t one_node_chunk_elems(const RsPlan& plan) {
+  const GroupLayout& layout = plan.layout();
+  const std::int64_t l = layout.topology().gpus_per_node();
+  const std::int64_t pass = plan.pass_elems();
+  const std::int64_t vec = plan.options().vector_elems;
+  const std::int64_t b_grad = item_bytes(layout.grad_dtype());
+  const std::int64_t per_column = std::int64_t{plan.options().staging_slots} * (l - 1) * b_grad;
+  if (per_column == 0 || pass == 0) return pass;  // L = 1: nothing is staged
+  const double ns = 2.0 * static_cast<double>(layout.shard_elems() * layout.topology().world());
+  const std::int64_t c_mem = std::max(
+      vec, static_cast<std::int64_t>(kOneNodeStagingNs * ns / static_cast<double>(per_column)) /
+               vec * vec);
+  const double inbound_us = static_cast<double>((l - 1) * layout.shard_elems() * b_grad) /
+                            (kOneNodeRates.bw_peer_gbps * 1e3);
+  const double fill_us = static_cast<double>(l - 1) * kOneNodeRates.fill_us;
+  const std::int64_t c_opt =
+      std::clamp<std::int64_t>(std::llround(std::sqrt(inbound_us / fill_us)), 1, kMaxOneNodeChunks);
+  const std::int64_t chunks = std::max({c_opt, (pass + c_mem - 1) / c_mem, std::int64_t{1}});
+  return std::min(pass, ((pass + chunks - 1) / chunks + vec - 1) / vec * vec);
+}
+
+}  // namespace
+
 std::int64_t default_staging_chunk_elems(const GroupLayout& layout, const RsOptions& options) {
   RsOptions whole = options;
   whole.staging_chunk_elems = 0;  // a whole pass part: E_pass
   const RsPlan plan(layout, whole);
   const std::int64_t pass = plan.pass_elems();
   const std::int64_t vec = options.vector_elems;
+  if (plan.one_node()) return one_node_chunk_elems(plan);
   // p R: staging bytes per column, n_stg slots of L - 1 contributions of R rows.
   const std::int64_t per_column = std::int64_t{options.staging_slots} *
                                   (layout.topology().gpus_per_node() - 1) * plan.block_rows() *

@@ -66,7 +66,8 @@ std::string op_key(const Op& op, int age) {
             append(out, s.out_elem, ',');
             append(out, s.param, ',');
             append(out, s.src_elem, ',');
-            append(out, s.elems, ';');
+            append(out, s.elems, ',');
+            append(out, static_cast<int>(s.space), ';');
           }
         }
         if constexpr (requires { p.in_dtype; }) append(out, static_cast<int>(p.in_dtype), ' ');
@@ -352,7 +353,7 @@ Program expand_calls(const CallSequence& sequence, int calls) {
       for_each_region(op, [&](Region& r) { rebase(r, e); });
       if (auto* sum = op.get_if<SumOp>()) {
         for (SumSegment& s : sum->segments)
-          s.param += e * tensors;
+          if (s.space == Space::kTensor) s.param += e * tensors;
       }
       out.ops.push_back(std::move(op));
     }

@@ -271,7 +271,7 @@ void append_lone(Program& step, Program&& call, const LonePlacement& at) {
     for_each_region(op, [&](Region& r) { place_region(r, at); });
     if (auto* sum = op.get_if<SumOp>()) {
       for (SumSegment& seg : sum->segments)
-        seg.param += at.tensor_base;
+        if (seg.space == Space::kTensor) seg.param += at.tensor_base;
     }
     if (Counter* counter = counter_of(op)) counter->id += at.counter_base;
     if (int* event = event_of(op)) *event += at.event_base;

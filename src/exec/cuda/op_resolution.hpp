@@ -28,6 +28,7 @@
 
 #include "program_checks.hpp"
 #include "tide/core/dtype.hpp"
+#include "tide/core/error.hpp"
 #include "tide/cuda/check.hpp"
 #include "tide/kernels/landing.hpp"
 #include "tide/kernels/level1_sum.hpp"
@@ -65,8 +66,14 @@ void resolve_sum(const program::SumOp& op, Resolver& resolver, Target& m) {
   }
   const std::int64_t item = item_bytes(op.in_dtype);
   std::map<int, int> compact;  // tensor index -> kernel gradient slot
-  for (const program::SumSegment& s : op.segments)
+  for (const program::SumSegment& s : op.segments) {
+    // The one-node layout's sums (NOTE [one-node TIDE-RS]) are not wired to the kernel yet:
+    // own contributions in the arena (Slot-Reuse) and folding into the output.
+    if (s.space != program::Space::kTensor || op.dst.buffer.space == program::Space::kOutput) {
+      throw Unsupported("the CUDA executor does not run the one-node TIDE-RS sums yet");
+    }
     compact.emplace(s.param, 0);
+  }
   int slots = 0;
   for (auto& [param, index] : compact) {
     index = slots++;
