@@ -89,8 +89,7 @@ Registration CommunicatorBase::register_group(const GroupSpec& spec) {
   // NOTE [one-node TIDE-RS]: the runtime runs the one-node layout on the host backend, In-Place.
   // Still to wire: the CUDA Level 1 kernel's fold into the output (ipc, nccl), and Slot-Reuse's
   // gradient area aliasing the group's landing slot (RsProgramOptions::gradient_area).
-  base.one_node =
-      base.one_node && options_.backend == BackendKind::kHost && spec.mode == RsMode::kInPlace;
+  base.one_node = options_.backend == BackendKind::kHost && spec.mode == RsMode::kInPlace;
   const RsOptions rs = group_rs_options(spec, topology_, base);
   g.rs = rs;
   g.ag.mixed_precision_cast = spec.cast;

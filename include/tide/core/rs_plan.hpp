@@ -84,8 +84,10 @@ struct RsOptions {
   // At M = 1, the one-node layout (NOTE [one-node TIDE-RS], program/rs_one_node.cpp): every
   // rank owns its own rows (the per-rank geometry, whatever sub_slices says), and Level 1 sums
   // them straight into its output: no spare, no landing, no outbox, no inbox. false keeps the
-  // multi-node layout at M = 1 (own-node spares and a pull landing). Ignored at M >= 2.
-  bool one_node = true;
+  // multi-node layout at M = 1 (own-node spares and a pull landing). Ignored at M >= 2. The
+  // library's defaults (the CLI; the runtime on the host backend) set it; the CUDA executor
+  // does not run one-node sums yet, so a bare RsOptions keeps the multi-node layout.
+  bool one_node = false;
 };
 
 inline constexpr int kMaxRoundWidth = 64;
