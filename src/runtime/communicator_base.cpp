@@ -113,6 +113,16 @@ Registration CommunicatorBase::register_group(const GroupSpec& spec) {
     return Registration{-1, "landing slot " + std::to_string(spec.landing_slot) +
                                 " is not a slot id (>= 0, or -1 for a slot of its own)"};
   }
+  if (rs.one_node && topology_.nodes() == 1) {
+    // Where TIDE would lose (rs_defaults.hpp contract 10), the group keeps stock's
+    // collectives, with the reason: a pure function of the group, the same on every rank.
+    try {
+      const OneNodeForecast f = one_node_rs_forecast(
+          RsPlan(GroupLayout(topology_, spec.params, spec.ag_dtype, spec.grad_dtype), rs));
+      if (!f.tide_wins()) return Registration{-1, f.reason()};
+    } catch (const InvalidArgument&) {  // make_group below reports what cannot be formed
+    }
+  }
   try {
     groups_.push_back(
         make_group(static_cast<int>(groups_.size()), spec, topology_, rs, ep_lane_offer()));
