@@ -201,7 +201,7 @@ struct OneNodeBuilder : Emitter {
       if (pull) {
         const int x = base_fills[static_cast<std::size_t>(rank)] + static_cast<int>(i);
         const int z = x % n_stg;
-        if (!injected(Fault::kRsStagingReuse)) {
+        if (l > 1 && !injected(Fault::kRsStagingReuse)) {
           wait(rank, push, freed(rank, z), x / n_stg,
                who + "own staging slot " + std::to_string(z) + " free");
         }
@@ -279,12 +279,12 @@ struct OneNodeBuilder : Emitter {
         wait(rank, host, peer_reads(), l - 1, who + "peers read the gradient area");
       }
     }
-    record_event(rank, host, ev(kReadDone), who + "read completion");
     if (pull) {  // the gradient area is free for the slot's next all-gather
       auto& release = add<ReleaseOp>(rank, host, who + "release the gradient area");
       release.dst =
           arena(rank, gradients, layout.shard_elems() * layout.topology().world() * b_grad);
     }
+    record_event(rank, host, ev(kReadDone), who + "read completion");
 
     // 5. completion
     record_event(rank, sum, ev(kNetDone), who + "nothing to send");

@@ -116,7 +116,8 @@ void run_rs(const RsCase& c, std::uint64_t data_seed, std::uint64_t schedule_see
         << "rank " << r << " not bitwise";
     for (std::size_t e = 0; e < got.size(); ++e) {
       const double ref = exact[static_cast<std::size_t>(r)][e];
-      ASSERT_LE(std::abs(got[e] - ref), 1e-5 * c.l * std::max(1.0, std::abs(ref)))
+      ASSERT_LE(std::abs(static_cast<double>(got[e]) - ref),
+                1e-5 * c.l * std::max(1.0, std::abs(ref)))
           << "rank " << r << " element " << e;
     }
   }
