@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One-node TIDE-RS and TIDE-AG against stock FSDP2 on the reference executor's cost model
-# (issue 42): `tide simulate --timing-only --jitter 0`, library defaults, against --baseline,
+# One-node TIDE-RS and TIDE-AG against stock FSDP2 on the reference executor's cost model:
+# `tide simulate --timing-only --jitter 0`, library defaults, against --baseline,
 # for the Llama-3.1-8B and 70B decoder layers at 1 x 2, 1 x 4 and 1 x 8; and the arena of two
 # such layers (`tide memory -M 1 --groups "G;G"`) in units of NS (one unsharded bf16 layer).
 # Usage: bench/onenode/simulate.sh [path/to/tide] > bench/results/onenode/simulate.md
