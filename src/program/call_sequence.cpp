@@ -287,7 +287,10 @@ CallSequence ag_call_sequence(const AgPlan& plan, const AgSequenceAreas& areas,
     layout.arena_bytes = areas.bytes;
     AgProgramOptions o;
     o.consumer = false;  // the caller's stream orders the landing's users (runtime)
-    return build_ag_call(plan, o, at, layout, stages[static_cast<std::size_t>(call % 2)]);
+    // One node casts or copies into the landing itself (NOTE [one-node TIDE-AG]): every call
+    // follows the previous one's scatter, so the calls share one AgShared.
+    const int stage = plan.one_node() ? 0 : call % 2;
+    return build_ag_call(plan, o, at, layout, stages[static_cast<std::size_t>(stage)]);
   };
   BufferSizes sizes;
   sizes.arena_bytes = areas.bytes;
