@@ -298,7 +298,8 @@ struct OneNodeBuilder : Emitter {
 }  // namespace
 
 bool rs_one_node_pull(const RsPlan& plan) {
-  return plan.one_node() && plan.options().mode == RsMode::kSlotReuse;
+  return plan.one_node() && plan.options().mode == RsMode::kSlotReuse &&
+         plan.options().one_node_pull;
 }
 
 std::int64_t rs_gradient_area_bytes(const RsPlan& plan) {

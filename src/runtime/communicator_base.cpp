@@ -86,10 +86,12 @@ Registration CommunicatorBase::register_group(const GroupSpec& spec) {
   g.ag_dtype = spec.ag_dtype;
   g.grad_dtype = spec.grad_dtype;
   RsOptions base = rs_options_;
-  // NOTE [one-node TIDE-RS]: the runtime runs the one-node layout on the host backend, In-Place.
-  // Still to wire: the CUDA Level 1 kernel's fold into the output (ipc, nccl), and Slot-Reuse's
-  // gradient area aliasing the group's landing slot (RsProgramOptions::gradient_area).
-  base.one_node = options_.backend == BackendKind::kHost && spec.mode == RsMode::kInPlace;
+  // NOTE [one-node TIDE-RS]: the runtime runs the one-node layout on the host backend, in both
+  // modes with the peers pushing from wherever the adapter left the gradients (Slot-Reuse: in
+  // the vacated slot). Still to wire: the ipc and nccl backends (the CUDA executor runs one-node
+  // In-Place sums; the runtime there keeps the multi-node layout until it ran on the H200).
+  base.one_node = options_.backend == BackendKind::kHost;
+  base.one_node_pull = false;
   const RsOptions rs = group_rs_options(spec, topology_, base);
   g.rs = rs;
   g.ag.mixed_precision_cast = spec.cast;

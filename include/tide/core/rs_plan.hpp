@@ -88,6 +88,12 @@ struct RsOptions {
   // library's defaults (the CLI; the runtime on the host backend) set it; the CUDA executor
   // does not run one-node sums yet, so a bare RsOptions keeps the multi-node layout.
   bool one_node = false;
+  // One-node Slot-Reuse: the owners pull their rows from the peers' gradient areas, into which
+  // the program copies the gradients (NOTE [one-node TIDE-RS]). false: the peers push from
+  // wherever the gradients lie, as In-Place does; what the runtime runs, whose adapter moves
+  // Slot-Reuse gradients into the vacated slot itself (or reads them in place where another
+  // group holds the slot), so the reduce-scatter needs no gradient area of its own.
+  bool one_node_pull = true;
 };
 
 inline constexpr int kMaxRoundWidth = 64;
