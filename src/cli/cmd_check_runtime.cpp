@@ -252,6 +252,9 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
     RsOptions rs;
     rs.mode = mode;
     rs.sub_slices = spec.sub_slices;
+    // As the runtime chooses (NOTE [one-node TIDE-RS]; communicator_base.cpp).
+    rs.one_node = a.backend == "host";
+    rs.one_node_pull = false;
     plans.emplace_back(layouts.back(), rs);
   }
   std::vector<CallSpec> order = fsdp2_order(static_cast<int>(groups.size()), a.calls);

@@ -79,6 +79,8 @@ program::CommunicatorArena groups_arena(const MemoryArgs& a) {
     throw InvalidArgument("--cast all-gathers fp32 masters as bf16: give --ag-dtype bf16");
   }
   RsOptions rs;
+  rs.one_node = true;        // the runtime's layout at M = 1 (NOTE [one-node TIDE-RS]): the peers
+  rs.one_node_pull = false;  // push from wherever the adapter left the gradients
   if (a.mode == "slot-reuse") {
     rs.mode = RsMode::kSlotReuse;
   } else if (a.mode == "in-place") {

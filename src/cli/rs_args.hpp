@@ -21,6 +21,7 @@ struct RsArgs {
   std::int64_t chunk_bytes = 0;
   std::string mode = "in-place";
   std::string sub_slices = std::string(sub_slices_name(RsOptions{}.sub_slices));
+  bool multi_node_layout = false;
 
   void add_to(CLI::App& cmd) {
     cmd.add_option("--wave-width", wave_width, "Contributors per wave W_wave (default L)")
@@ -45,6 +46,10 @@ struct RsArgs {
                    "Sub-slice geometry: across-ranks (paper Sec. 4.1, strided gradient reads), "
                    "per-rank or node-contiguous (1-D reads)")
         ->capture_default_str();
+    cmd.add_flag("--multi-node-layout", multi_node_layout,
+                 "At M = 1, keep the multi-node layout (own-node spares and a landing) instead "
+                 "of the one-node layout, where each rank owns its own rows and Level 1 sums "
+                 "into its output (NOTE [one-node TIDE-RS])");
   }
 
   // A staging slot holds (L - 1) contributions of R rows (L across ranks, 1 per rank):
@@ -57,6 +62,8 @@ struct RsArgs {
     o.staging_slots = staging_slots;
     o.mode = parse_mode(mode);
     o.sub_slices = parse_sub_slices(sub_slices);
+    o.one_node = !multi_node_layout;
+    if (o.one_node && layout.topology().nodes() == 1) o.sub_slices = RsSubSlices::kPerRank;
     if (chunk_bytes < 0) throw InvalidArgument("--chunk-bytes must not be negative");
     const std::int64_t l = layout.topology().gpus_per_node();
     const std::int64_t rows = o.sub_slices == RsSubSlices::kAcrossRanks ? l : 1;

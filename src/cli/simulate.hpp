@@ -21,6 +21,7 @@ struct SimulateArgs {
   std::string shapes, model;
   std::string ag_dtype = "bf16", grad_dtype = "bf16";
   bool cast = false;
+  bool staged = false;  // all-gather: shards given per call and copied in (as tide.fsdp does)
   RsArgs rs;
   int sum_ctas = kDefaultSumCtas, landing_ctas = kDefaultLandingCtas;
   std::string landing = "pull";

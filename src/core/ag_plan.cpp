@@ -56,6 +56,7 @@ AgPlan::AgPlan(const GroupLayout& layout, AgOptions options) : layout_(layout), 
 }
 
 std::int64_t AgPlan::stage_bytes() const {
+  if (one_node()) return 0;  // NOTE [one-node TIDE-AG]
   const std::int64_t m = layout_.topology().nodes();
   return (options_.shard_in_stage() ? m : m - 1) * layout_.shard_bytes();
 }

@@ -144,6 +144,8 @@ void write_group(Writer& w, const GroupSignature& g) {
   w.i64(g.rs.staging_chunk_elems);
   w.i32(g.rs.rounds_in_flight);
   w.i32(g.rs.vector_elems);
+  w.boolean(g.rs.one_node);
+  w.boolean(g.rs.one_node_pull);
   w.boolean(g.ag.mixed_precision_cast);
   w.boolean(g.ag.staged_shards);
   w.i32(g.ag.min_strided_run);
@@ -199,6 +201,8 @@ GroupSignature read_group(Reader& r) {
   g.rs.staging_chunk_elems = r.i64("group.rs.staging_chunk_elems");
   g.rs.rounds_in_flight = r.i32("group.rs.rounds_in_flight");
   g.rs.vector_elems = r.i32("group.rs.vector_elems");
+  g.rs.one_node = r.boolean("group.rs.one_node");
+  g.rs.one_node_pull = r.boolean("group.rs.one_node_pull");
   g.ag.mixed_precision_cast = r.boolean("group.ag.mixed_precision_cast");
   g.ag.staged_shards = r.boolean("group.ag.staged_shards");
   g.ag.min_strided_run = r.i32("group.ag.min_strided_run");
@@ -508,6 +512,8 @@ std::vector<std::pair<std::string, std::string>> agreed_fields(const RankDescrip
   add("group.rs.staging_chunk_elems", std::to_string(g.rs.staging_chunk_elems));
   add("group.rs.rounds_in_flight", std::to_string(g.rs.rounds_in_flight));
   add("group.rs.vector_elems", std::to_string(g.rs.vector_elems));
+  add("group.rs.one_node", flag(g.rs.one_node));
+  add("group.rs.one_node_pull", flag(g.rs.one_node_pull));
   add("group.ag.mixed_precision_cast", flag(g.ag.mixed_precision_cast));
   add("group.ag.staged_shards", flag(g.ag.staged_shards));
   add("group.ag.min_strided_run", std::to_string(g.ag.min_strided_run));

@@ -87,6 +87,12 @@ std::vector<std::vector<float>> rs_expected(const RsPlan& plan, const std::vecto
               partials.push_back(arith::level1_partial(staged, *own, alpha));
             }
             float& y = row[static_cast<std::size_t>(e)];
+            // The one-node layout writes padding as +0, accumulating or not (NOTE [arithmetic
+            // order], one-node layout).
+            if (plan.one_node() && grad_at(layout, grads, r, r, e) == nullptr) {
+              y = 0.0f;
+              continue;
+            }
             y = arith::land(y, arith::wave_sum(partials), wave.wave_in_pass, accumulate);
           }
         }

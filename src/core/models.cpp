@@ -1,6 +1,7 @@
 // Parameter groups of three public models, as FSDP2 wraps them. Only shapes are recorded; every
 // number comes from the models' public configurations and modeling code:
 //   llama3.1-70b   https://huggingface.co/meta-llama/Llama-3.1-70B/blob/main/config.json
+//   llama3.1-8b    https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json
 //                  transformers src/transformers/models/llama/modeling_llama.py
 //                  (LlamaDecoderLayer, LlamaAttention, LlamaMLP)
 //   qwen3-30b-a3b  https://huggingface.co/Qwen/Qwen3-30B-A3B/blob/main/config.json
@@ -46,47 +47,66 @@ void add_linear(std::vector<ParamShape>& params, const std::string& prefix, std:
   if (bias) params.push_back(param(prefix + ".bias", {out}));
 }
 
-// --- Llama-3.1-70B ----------------------------------------------------------------------------
-// config.json: hidden_size 8192, intermediate_size 28672, num_attention_heads 64,
+// --- Llama-3.1 (8B, 70B) ------------------------------------------------------------------------
+// Llama-3.1-70B config.json: hidden_size 8192, intermediate_size 28672, num_attention_heads 64,
 // num_key_value_heads 8 (head_dim 8192 / 64 = 128), num_hidden_layers 80, vocab_size 128256,
 // attention_bias false, mlp_bias false, tie_word_embeddings false.
-ModelPreset llama31_70b() {
-  constexpr std::int64_t kHidden = 8192;
-  constexpr std::int64_t kFfn = 28672;
-  constexpr std::int64_t kHeads = 64;
-  constexpr std::int64_t kKvHeads = 8;
-  constexpr std::int64_t kHeadDim = kHidden / kHeads;
-  constexpr std::int64_t kVocab = 128256;
+// Llama-3.1-8B config.json: hidden_size 4096, intermediate_size 14336, num_attention_heads 32,
+// num_key_value_heads 8 (head_dim 128), num_hidden_layers 32, vocab_size 128256, the same flags.
+struct LlamaConfig {
+  const char* name;
+  const char* description;
+  const char* source;
+  std::int64_t hidden, ffn, heads, kv_heads, vocab;
+  int layers;
+};
 
+ModelPreset llama31(const LlamaConfig& c) {
+  const std::int64_t head_dim = c.hidden / c.heads;
   ModelGroup layer{
       "layer", "one LlamaDecoderLayer (self_attn, mlp, input/post_attention norms)", {}};
   auto& p = layer.params;
-  add_linear(p, "self_attn.q_proj", kHidden, kHeads * kHeadDim, false);
-  add_linear(p, "self_attn.k_proj", kHidden, kKvHeads * kHeadDim, false);
-  add_linear(p, "self_attn.v_proj", kHidden, kKvHeads * kHeadDim, false);
-  add_linear(p, "self_attn.o_proj", kHeads * kHeadDim, kHidden, false);
-  add_linear(p, "mlp.gate_proj", kHidden, kFfn, false);
-  add_linear(p, "mlp.up_proj", kHidden, kFfn, false);
-  add_linear(p, "mlp.down_proj", kFfn, kHidden, false);
-  p.push_back(param("input_layernorm.weight", {kHidden}));
-  p.push_back(param("post_attention_layernorm.weight", {kHidden}));
+  add_linear(p, "self_attn.q_proj", c.hidden, c.heads * head_dim, false);
+  add_linear(p, "self_attn.k_proj", c.hidden, c.kv_heads * head_dim, false);
+  add_linear(p, "self_attn.v_proj", c.hidden, c.kv_heads * head_dim, false);
+  add_linear(p, "self_attn.o_proj", c.heads * head_dim, c.hidden, false);
+  add_linear(p, "mlp.gate_proj", c.hidden, c.ffn, false);
+  add_linear(p, "mlp.up_proj", c.hidden, c.ffn, false);
+  add_linear(p, "mlp.down_proj", c.ffn, c.hidden, false);
+  p.push_back(param("input_layernorm.weight", {c.hidden}));
+  p.push_back(param("post_attention_layernorm.weight", {c.hidden}));
 
   ModelGroup embedding{"embedding",
                        "the token embedding (model.embed_tokens)",
-                       {param("model.embed_tokens.weight", {kVocab, kHidden})}};
+                       {param("model.embed_tokens.weight", {c.vocab, c.hidden})}};
   ModelGroup output{
       "output",
       "the final RMSNorm (model.norm) and the untied lm_head",
-      {param("model.norm.weight", {kHidden}), param("lm_head.weight", {kVocab, kHidden})}};
-
-  return ModelPreset{"llama3.1-70b",
-                     "Llama-3.1-70B: dense decoder, hidden 8192, FFN 28672, GQA 64/8 heads, 80 "
-                     "layers",
-                     "https://huggingface.co/meta-llama/Llama-3.1-70B/blob/main/config.json; "
-                     "https://github.com/huggingface/transformers/blob/main/src/transformers/"
-                     "models/llama/modeling_llama.py",
-                     80,
+      {param("model.norm.weight", {c.hidden}), param("lm_head.weight", {c.vocab, c.hidden})}};
+  return ModelPreset{c.name,
+                     c.description,
+                     c.source,
+                     c.layers,
                      {std::move(layer), std::move(embedding), std::move(output)}};
+}
+
+ModelPreset llama31_70b() {
+  return llama31({"llama3.1-70b",
+                  "Llama-3.1-70B: dense decoder, hidden 8192, FFN 28672, GQA 64/8 heads, 80 "
+                  "layers",
+                  "https://huggingface.co/meta-llama/Llama-3.1-70B/blob/main/config.json; "
+                  "https://github.com/huggingface/transformers/blob/main/src/transformers/"
+                  "models/llama/modeling_llama.py",
+                  8192, 28672, 64, 8, 128256, 80});
+}
+
+ModelPreset llama31_8b() {
+  return llama31({"llama3.1-8b",
+                  "Llama-3.1-8B: dense decoder, hidden 4096, FFN 14336, GQA 32/8 heads, 32 layers",
+                  "https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json; "
+                  "https://github.com/huggingface/transformers/blob/main/src/transformers/"
+                  "models/llama/modeling_llama.py",
+                  4096, 14336, 32, 8, 128256, 32});
 }
 
 // --- Qwen3-30B-A3B ----------------------------------------------------------------------------
@@ -250,7 +270,8 @@ std::string valid_choices() {
 }  // namespace
 
 const std::vector<ModelPreset>& model_presets() {
-  static const std::vector<ModelPreset> presets = {llama31_70b(), qwen3_30b_a3b(), wan22_14b()};
+  static const std::vector<ModelPreset> presets = {llama31_70b(), llama31_8b(), qwen3_30b_a3b(),
+                                                   wan22_14b()};
   return presets;
 }
 

@@ -2,8 +2,10 @@
 #include "tide/core/rs_defaults.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
+#include "tide/core/cta_budgets.hpp"
 #include "tide/core/dtype.hpp"
 #include "tide/core/error.hpp"
 
@@ -40,12 +42,65 @@ RsPacing default_rs_pacing(const Topology& topology, int grad_bytes, std::int64_
   return pacing;
 }
 
+namespace {
+
+// Contract 8-9: the one-node ring's chunk.
+std::int64_t one_node_chunk_elems(const RsPlan& plan) {
+  const GroupLayout& layout = plan.layout();
+  const std::int64_t l = layout.topology().gpus_per_node();
+  const std::int64_t pass = plan.pass_elems();
+  const std::int64_t vec = plan.options().vector_elems;
+  const std::int64_t b_grad = item_bytes(layout.grad_dtype());
+  const std::int64_t per_column = std::int64_t{plan.options().staging_slots} * (l - 1) * b_grad;
+  if (per_column == 0 || pass == 0) return pass;  // L = 1: nothing is staged
+  const double ns = 2.0 * static_cast<double>(layout.shard_elems() * layout.topology().world());
+  const std::int64_t c_mem =
+      std::max(kOneNodeMinChunk / vec * vec,
+               static_cast<std::int64_t>(kOneNodeStagingNs * ns / static_cast<double>(per_column)) /
+                   vec * vec);
+  const double inbound_us = static_cast<double>((l - 1) * layout.shard_elems() * b_grad) /
+                            (kOneNodeRates.bw_peer_gbps * 1e3);
+  const double fill_us = static_cast<double>(l - 1) * kOneNodeRates.fill_us;
+  const std::int64_t c_opt =
+      std::clamp<std::int64_t>(std::llround(std::sqrt(inbound_us / fill_us)), 1, kMaxOneNodeChunks);
+  const std::int64_t chunks = std::max({c_opt, (pass + c_mem - 1) / c_mem, std::int64_t{1}});
+  return std::min(pass, ((pass + chunks - 1) / chunks + vec - 1) / vec * vec);
+}
+
+}  // namespace
+
+std::string OneNodeForecast::reason() const {
+  if (tide_wins()) return "";
+  return "the one-node TIDE-RS forecast (rs_defaults.hpp contract 10) is " +
+         std::to_string(tide_us) + " us against stock FSDP2's " + std::to_string(stock_us) +
+         " us: the group keeps stock's collectives";
+}
+
+OneNodeForecast one_node_rs_forecast(const RsPlan& plan) {
+  if (!plan.one_node()) throw InvalidArgument("one_node_rs_forecast: not a one-node plan");
+  const GroupLayout& layout = plan.layout();
+  const double l = layout.topology().gpus_per_node();
+  const double e = static_cast<double>(layout.shard_elems());
+  const double b = static_cast<double>(item_bytes(layout.grad_dtype()));
+  const double chunk = static_cast<double>(std::max<std::int64_t>(1, plan.chunk_elems()));
+  const double fills = plan.passes() * std::max(1.0, std::ceil(e / plan.passes() / chunk));
+  const OneNodeRates& k = kOneNodeRates;
+  OneNodeForecast f;
+  f.tide_us = fills * (l - 1) * k.fill_us + (l - 1) * e * b / (k.bw_peer_gbps * 1e3) +
+              std::min(e, chunk) * (l * b + 4) /
+                  (std::min(kDefaultSumCtas * kDefaultMachineRates.bw_sum_gbps, k.hbm_gbps) * 1e3);
+  f.stock_us = l * e * (b + 4) / (k.hbm_gbps * 1e3) + (l - 1) * e * 4 / (k.stock_link_gbps * 1e3) +
+               k.stock_launch_us;
+  return f;
+}
+
 std::int64_t default_staging_chunk_elems(const GroupLayout& layout, const RsOptions& options) {
   RsOptions whole = options;
   whole.staging_chunk_elems = 0;  // a whole pass part: E_pass
   const RsPlan plan(layout, whole);
   const std::int64_t pass = plan.pass_elems();
   const std::int64_t vec = options.vector_elems;
+  if (plan.one_node()) return one_node_chunk_elems(plan);
   // p R: staging bytes per column, n_stg slots of L - 1 contributions of R rows.
   const std::int64_t per_column = std::int64_t{options.staging_slots} *
                                   (layout.topology().gpus_per_node() - 1) * plan.block_rows() *

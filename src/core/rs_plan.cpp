@@ -82,7 +82,11 @@ RsPlan::RsPlan(const GroupLayout& layout, RsOptions options)
       options_(options),
       m_(layout.topology().nodes()),
       l_(layout.topology().gpus_per_node()),
-      l_is_power_of_two_((l_ & (l_ - 1)) == 0) {
+      l_is_power_of_two_((l_ & (l_ - 1)) == 0),
+      one_node_(options.one_node && m_ == 1) {
+  // NOTE [one-node TIDE-RS]: at M = 1 rank r owns its own rows, so sub-slice r is rank r's
+  // whole span (per-rank geometry: s = (j + c_bar) mod L = j for the own node, c = M).
+  if (one_node_) options_.sub_slices = RsSubSlices::kPerRank;
   const int m = m_;
   const int l = l_;
   wave_width_ = options_.wave_width == 0 ? l : options_.wave_width;
@@ -382,6 +386,9 @@ RsMemory RsPlan::memory() const {
   mem.inbox_bytes = generations_ * l * mem.block_bytes;
   mem.outbox_bytes = 2 * std::int64_t{outbox_depth_} * mem.block_bytes;
   mem.spare_bytes = 2 * std::int64_t{options_.passes} * mem.block_bytes;  // one per pass part
+  if (one_node_) {  // NOTE [one-node TIDE-RS]: Level 1 sums into the output
+    mem.inbox_bytes = mem.outbox_bytes = mem.spare_bytes = 0;
+  }
   return mem;
 }
 

@@ -18,6 +18,16 @@
 //   completion 8. Wait LANDED >= L (every local GPU has written its shards into r's
 //                 landing: the node-wide completion fence); record READY_EVENT, which FSDP2
 //                 waits on before consuming the parameters.
+// NOTE [one-node TIDE-AG]
+// On one node (M = 1, AgPlan::one_node(): the shard arrives per call, cast or staged) there
+// are no rounds and no receive stage. Steps 2-3 become: wait READY >= L (every local landing
+// free), then cast or copy each parameter's shard straight into this rank's rows of its own
+// landing (Eq. 2's landing_offset(p, r)), record ENTRY. Step 6 copies those rows by copy
+// engine from the own landing into the same rows of every peer's landing (a push; the own
+// landing is not copied onto itself). Steps 7-8 are unchanged: LANDED from every local GPU is
+// the completion fence. The all-gather's memory is the landing slot alone (the 2-slot ring).
+// Faults: ag-no-landing-readiness (the cast or copy into the own landing, and the pushes, lose
+// their edge from the landing's previous user) and ag-no-completion-fence still apply.
 // Synchronisation contract: a stage slot is read (forwarded or scattered) only after the
 // DATA signal of the put that wrote it; a landing is written only after every local GPU
 // published READY; parameters are consumed only after READY_EVENT (completion before
@@ -139,26 +149,36 @@ struct Builder : Emitter {
                  shared.scatter_done_events[static_cast<std::size_t>(shared.calls - 1)],
                  who + "previous call's scatter done");
     }
+    const bool one_node = plan.one_node();
+    // Where parameter p's shard goes: stage slot 0, or on one node the own landing rows.
+    auto shard_at = [&](int p) {
+      const ParamLayout& pl = layout.param(p);
+      return one_node ? arena.landing + layout.landing_offset(p, rank) : slot_offset(0) + pl.offset;
+    };
+    if (one_node && !injected(Fault::kAgNoLandingReadiness)) {
+      wait(rank, caller, counters.ready(), gpus, who + "wait local landings free");
+    }
     if (plan.options().mixed_precision_cast) {
       for (int p = 0; p < layout.param_count(); ++p) {
         const ParamLayout& pl = layout.param(p);
         auto& op = add<CastOp>(rank, caller, who + "cast p" + std::to_string(p));
         op.src = Region{Buffer{rank, Space::kTensor, at.tensor_base + p}, 0, pl.shard_elems() * 4,
                         pl.shard_elems() * 4, 1};
-        op.dst = arena_region(rank, slot_offset(0) + pl.offset, pl.shard_bytes);
+        op.dst = arena_region(rank, shard_at(p), pl.shard_bytes);
         op.ctas = kDefaultCastCtas;
       }
     } else if (plan.options().staged_shards) {
-      auto& op = add<CopyOp>(rank, caller, who + "copy the shards into stage slot 0");
+      auto& op = add<CopyOp>(rank, caller,
+                             who + (one_node ? "copy the shards into the own landing rows"
+                                             : "copy the shards into stage slot 0"));
       for (int p = 0; p < layout.param_count(); ++p) {
         const ParamLayout& pl = layout.param(p);
-        op.copies.push_back(
-            CopyDescriptor{Region{Buffer{rank, Space::kTensor, at.tensor_base + p}, 0,
-                                  pl.shard_bytes, pl.shard_bytes, 1},
-                           arena_region(rank, slot_offset(0) + pl.offset, pl.shard_bytes)});
+        op.copies.push_back(CopyDescriptor{Region{Buffer{rank, Space::kTensor, at.tensor_base + p},
+                                                  0, pl.shard_bytes, pl.shard_bytes, 1},
+                                           arena_region(rank, shard_at(p), pl.shard_bytes)});
       }
     }
-    if (!injected(Fault::kAgNoLandingReadiness)) {
+    if (!one_node && !injected(Fault::kAgNoLandingReadiness)) {
       wait(rank, caller, counters.ready(), gpus, who + "wait local landings free");
     }
     record_event(rank, caller, ev(kEntryEvent), who + "entry");
@@ -212,11 +232,20 @@ struct Builder : Emitter {
     auto emit = [&](std::size_t first, std::size_t last, const std::string& what) {
       for (int d = 0; d < gpus; ++d) {
         const int dst_rank = topo.rank(n, d);
+        if (plan.one_node() && dst_rank == rank) continue;  // the rows are there already
         auto& op = add<CopyOp>(rank, scatter,
                                who + "scatter " + what + " -> GPU " + std::to_string(dst_rank));
         for (std::size_t i = first; i < last; ++i) {
           const AgScatterCopy& c = copies[i];
           const std::int64_t src = (c.from_resident ? arena.resident : arena.stage) + c.src_offset;
+          if (plan.one_node()) {  // NOTE [one-node TIDE-AG]: from the own landing rows
+            op.copies.push_back(CopyDescriptor{
+                Region{Buffer{rank, Space::kArena, 0}, arena.landing + c.dst_offset, c.width,
+                       c.dst_pitch, c.height},
+                Region{Buffer{dst_rank, Space::kArena, 0}, arena.landing + c.dst_offset, c.width,
+                       c.dst_pitch, c.height}});
+            continue;
+          }
           op.copies.push_back(CopyDescriptor{
               Region{Buffer{rank, Space::kArena, 0}, src, c.width, c.src_pitch, c.height},
               Region{Buffer{dst_rank, Space::kArena, 0}, arena.landing + c.dst_offset, c.width,

@@ -66,7 +66,8 @@ std::string op_key(const Op& op, int age) {
             append(out, s.out_elem, ',');
             append(out, s.param, ',');
             append(out, s.src_elem, ',');
-            append(out, s.elems, ';');
+            append(out, s.elems, ',');
+            append(out, static_cast<int>(s.space), ';');
           }
         }
         if constexpr (requires { p.in_dtype; }) append(out, static_cast<int>(p.in_dtype), ' ');
@@ -286,7 +287,10 @@ CallSequence ag_call_sequence(const AgPlan& plan, const AgSequenceAreas& areas,
     layout.arena_bytes = areas.bytes;
     AgProgramOptions o;
     o.consumer = false;  // the caller's stream orders the landing's users (runtime)
-    return build_ag_call(plan, o, at, layout, stages[static_cast<std::size_t>(call % 2)]);
+    // One node casts or copies into the landing itself (NOTE [one-node TIDE-AG]): every call
+    // follows the previous one's scatter, so the calls share one AgShared.
+    const int stage = plan.one_node() ? 0 : call % 2;
+    return build_ag_call(plan, o, at, layout, stages[static_cast<std::size_t>(stage)]);
   };
   BufferSizes sizes;
   sizes.arena_bytes = areas.bytes;
@@ -352,7 +356,7 @@ Program expand_calls(const CallSequence& sequence, int calls) {
       for_each_region(op, [&](Region& r) { rebase(r, e); });
       if (auto* sum = op.get_if<SumOp>()) {
         for (SumSegment& s : sum->segments)
-          s.param += e * tensors;
+          if (s.space == Space::kTensor) s.param += e * tensors;
       }
       out.ops.push_back(std::move(op));
     }

@@ -123,7 +123,9 @@ CommunicatorArena communicator_arena(const std::vector<ArenaGroup>& groups) {
     general.push_back(g);
   }
   if (!rs_plans.empty()) {
-    a.reduce_scatter = rs_arena_layout(rs_plans, LandingStyle::kPull);  // the runtime's landing
+    // The runtime's landing; a one-node Slot-Reuse call's gradient area is its group's landing
+    // slot (NOTE [one-node TIDE-RS], Sec. 5.3), not an area of its own.
+    a.reduce_scatter = rs_arena_layout(rs_plans, LandingStyle::kPull, /*gradient_area=*/false);
   }
   for (std::int64_t* offset : {&a.reduce_scatter.staging, &a.reduce_scatter.outbox,
                                &a.reduce_scatter.spares, &a.reduce_scatter.inbox})

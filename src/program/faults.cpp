@@ -60,6 +60,19 @@ const std::vector<FaultInfo>& fault_catalog() {
        "land a wave without waiting until every partial of it arrived", Detection::kRace,
        "no edge from the wave's arrivals to the landing: it reads inbox bytes the contributors' "
        "rail puts write"},
+      {Fault::kRsPullBeforeReady, "rs-pull-before-ready", "reduce-scatter",
+       "I4 (one node, Slot-Reuse)",
+       "pull the peers' gradients without waiting until they copied them into their gradient "
+       "areas",
+       Detection::kRace,
+       "no edge from the peer's copy into its gradient area (GRADS_READY) to the owner's pull: the "
+       "pull reads gradient-area bytes the copy writes"},
+      {Fault::kRsReleaseBeforePeerReads, "rs-release-before-peer-reads", "reduce-scatter",
+       "I2 (one node, Slot-Reuse; Sec. 5.3)",
+       "free the gradient area (the vacated slot) without waiting for the peers' reads of it",
+       Detection::kRace,
+       "no edge from the peers' pulls (PEER_READS) to the release of the gradient area: it frees "
+       "bytes the peers' pulls still read"},
       {Fault::kAgNoStageCredit, "ag-no-stage-credit", "step", "Sec. 3.1 per-area credits (I3)",
        "put a round into a receive stage without the target's credit from the previous call",
        Detection::kRace,

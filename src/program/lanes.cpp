@@ -91,7 +91,7 @@ class LaneWriter {
       });
       if (auto* sum = op.get_if<SumOp>()) {
         for (SumSegment& s : sum->segments)
-          s.param += at.tensor_base;
+          if (s.space == Space::kTensor) s.param += at.tensor_base;
       }
       if (at.fork_event >= 0 && !started[{op.rank, op.stream}]) {
         started[{op.rank, op.stream}] = true;

@@ -148,9 +148,10 @@ std::vector<Region> reads_of(const Op& op) {
                                staged.offset + s.row * staged.pitch + s.out_elem * item,
                                s.elems * item, s.elems * item, 1});
       }
-      reads.push_back(Region{Buffer{op.rank, Space::kTensor, s.param}, s.src_elem * item,
-                             s.elems * item, s.elems * item, 1});
+      reads.push_back(
+          Region{s.source(op.rank), s.src_elem * item, s.elems * item, s.elems * item, 1});
     }
+    if (sum->accumulate) reads.push_back(sum->dst);
   } else if (const auto* land = op.get_if<LandOp>()) {
     reads = land->sources;
     if (land->accumulate || land->wave_index > 0) reads.push_back(land->dst);

@@ -49,6 +49,7 @@
 #include "tide/core/error.hpp"
 #include "tide/core/plan_validator.hpp"
 #include "tide/program/emitter.hpp"
+#include "tide/program/rs_one_node.hpp"
 
 namespace tide::program {
 namespace {
@@ -484,10 +485,17 @@ RsArenaLayout rs_arena_layout(const RsPlan& plan, LandingStyle landing) {
   return rs_arena_layout({&plan}, landing);
 }
 
-RsArenaLayout rs_arena_layout(const std::vector<const RsPlan*>& plans, LandingStyle landing) {
+RsArenaLayout rs_arena_layout(const std::vector<const RsPlan*>& plans, LandingStyle landing,
+                              bool gradient_area) {
   RsArenaLayout a;
   int slots = 0;
   for (const RsPlan* plan : plans) {
+    if (gradient_area) a.gradient_bytes = std::max(a.gradient_bytes, rs_gradient_area_bytes(*plan));
+    if (plan->one_node() && landing == LandingStyle::kPull) {  // NOTE [one-node TIDE-RS]
+      a.staging_slot_bytes = std::max(a.staging_slot_bytes, plan->memory().staging_slot_bytes);
+      slots = std::max(slots, plan->options().staging_slots);
+      continue;
+    }
     const RsMemory mem = plan->memory();
     a.staging_slot_bytes = std::max(a.staging_slot_bytes, mem.staging_slot_bytes);
     a.block_bytes = std::max(a.block_bytes, mem.block_bytes);
@@ -504,6 +512,10 @@ RsArenaLayout rs_arena_layout(const std::vector<const RsPlan*>& plans, LandingSt
   a.spares = a.outbox + 2 * std::int64_t{a.outbox_blocks} * a.block_bytes;
   a.inbox = a.spares + 2 * std::int64_t{a.spare_blocks} * a.block_bytes;
   a.arena_bytes = a.inbox + std::int64_t{a.inbox_generations} * l * a.block_bytes;
+  if (a.gradient_bytes > 0) {
+    a.gradients = (a.arena_bytes + 255) / 256 * 256;
+    a.arena_bytes = a.gradients + a.gradient_bytes;
+  }
   return a;
 }
 
@@ -514,6 +526,9 @@ int rs_call_event_count(const RsPlan& plan) {
 Program build_rs_call(const RsPlan& plan, const RsProgramOptions& options,
                       const CallPlacement& placement, RsShared& shared, RsProgramIds* ids) {
   require_valid_plan(plan);  // App. D: a rejected plan never becomes a program
+  if (plan.one_node() && options.landing == LandingStyle::kPull) {
+    return build_one_node_rs_call(plan, options, placement, shared, ids);  // rs_one_node.cpp
+  }
   const GroupLayout& layout = plan.layout();
   if (options.sum_ctas < 1 || options.landing_ctas < 1) {
     throw InvalidArgument("sum and landing CTA budgets must be at least 1");
@@ -564,6 +579,7 @@ Program build_rs_call(const RsPlan& plan, const RsProgramOptions& options,
     b.build_rank(r);
   shared.generation_uses = uses;
   shared.net_done_events.push_back(b.ev(Builder::kNetDone));
+  shared.read_done_events.push_back(b.ev(Builder::kReadDone));
   ++shared.calls;
   if (ids) {
     ids->done_event = b.ev(Builder::kDone);
@@ -645,11 +661,35 @@ std::string rs_fault_inapplicable(Fault fault, const RsPlan& plan,
       return "no wave that reuses an inbox generation receives rail puts (use more nodes than "
              "2 W_wave + 1, or --passes 2)";
     case Fault::kRsStagingReuse:
+      if (plan.one_node() && options.landing == LandingStyle::kPull) {
+        const std::int64_t fills =
+            plan.passes() *
+            std::max<std::int64_t>(1, (plan.sub_slice_end(0, 0) - plan.sub_slice_begin(0, 0) +
+                                       plan.chunk_elems() - 1) /
+                                          std::max<std::int64_t>(1, plan.chunk_elems()));
+        return l > 1 && fills > plan.options().staging_slots
+                   ? ""
+                   : "no staging slot is refilled (use L > 1 and more chunks than slots, e.g. "
+                     "--chunk-bytes)";
+      }
       return l > 1 && plan.passes() * m > plan.options().staging_slots
                  ? ""
                  : "no staging slot is refilled (use L > 1 and more destinations than slots)";
     case Fault::kRsSendBeforeSum:
       return m > 1 ? "" : "a single node sends nothing over the rails";
+    case Fault::kRsPullBeforeReady:
+    case Fault::kRsReleaseBeforePeerReads:
+      if (!rs_one_node_pull(plan) || options.landing != LandingStyle::kPull) {
+        return "only a one-node Slot-Reuse reduce-scatter reads its peers' gradient areas (use "
+               "--nodes 1 --mode slot-reuse)";
+      }
+      return l > 1 ? "" : "a single GPU has no peers";
+    case Fault::kRsLandTwice:
+    case Fault::kRsLandBeforeArrival:
+      return plan.one_node() && options.landing == LandingStyle::kPull
+                 ? "the one-node layout has no landing (NOTE [one-node TIDE-RS]; use --nodes 2 "
+                   "or more)"
+                 : "";
     default:  // kNone, and faults that show on every plan
       return "";
   }

@@ -67,6 +67,7 @@ StepArenaLayout step_arena(const std::vector<StepGroup>& groups, int ag_stages,
   a.rs = rs_arena_layout(rs_plans, rs_landing);
   for (std::int64_t* offset : {&a.rs.staging, &a.rs.outbox, &a.rs.spares, &a.rs.inbox})
     *offset += a.reduce_scatter;
+  if (a.rs.gradients >= 0) a.rs.gradients += a.reduce_scatter;  // NOTE [one-node TIDE-RS]
   a.arena_bytes = a.reduce_scatter + a.rs.arena_bytes;
   a.rs.arena_bytes = a.arena_bytes;
   return a;
@@ -271,7 +272,7 @@ void append_lone(Program& step, Program&& call, const LonePlacement& at) {
     for_each_region(op, [&](Region& r) { place_region(r, at); });
     if (auto* sum = op.get_if<SumOp>()) {
       for (SumSegment& seg : sum->segments)
-        seg.param += at.tensor_base;
+        if (seg.space == Space::kTensor) seg.param += at.tensor_base;
     }
     if (Counter* counter = counter_of(op)) counter->id += at.counter_base;
     if (int* event = event_of(op)) *event += at.event_base;
@@ -379,6 +380,11 @@ std::string step_fault_inapplicable(Fault fault, const std::vector<StepGroup>& g
                  ? ""
                  : "no receive stage is reused (use more groups or --ag-stages 1)";
     case Fault::kRsBankReuse:
+      if (groups.front().reduce_scatter->one_node() &&
+          options.reduce_scatter.landing == LandingStyle::kPull) {
+        return "the one-node layout has no banks (NOTE [one-node TIDE-RS]; use --nodes 2 or "
+               "more, or --multi-node-layout)";
+      }
       return count >= 3 ? ""
                         : "bank e mod 2 is reused from the third reduce-scatter on (use "
                           "--layers 3 or more)";

@@ -121,7 +121,9 @@ class Checker {
       if (s.row < 0 || s.row >= sum.dst.rows || s.out_elem < 0 || s.elems < 0 ||
           s.out_elem + s.elems > width)
         return what + " lies outside dst";
-      const std::int64_t size = buffer_size(p_, Buffer{op.rank, Space::kTensor, s.param});
+      if (s.space != Space::kTensor && s.space != Space::kArena)
+        return what + ": an own contribution lies in a gradient tensor or the arena";
+      const std::int64_t size = buffer_size(p_, s.source(op.rank));
       if (size < 0) return what + ": tensor " + std::to_string(s.param) + " does not exist";
       if (s.src_elem < 0 || (s.src_elem + s.elems) * item > size)
         return what + ": elements outside tensor " + std::to_string(s.param);

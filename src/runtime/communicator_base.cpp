@@ -85,7 +85,14 @@ Registration CommunicatorBase::register_group(const GroupSpec& spec) {
   g.params = spec.params;
   g.ag_dtype = spec.ag_dtype;
   g.grad_dtype = spec.grad_dtype;
-  const RsOptions rs = group_rs_options(spec, topology_, rs_options_);
+  RsOptions base = rs_options_;
+  // NOTE [one-node TIDE-RS]: the runtime runs the one-node layout on the host backend, in both
+  // modes with the peers pushing from wherever the adapter left the gradients (Slot-Reuse: in
+  // the vacated slot). Still to wire: the ipc and nccl backends (the CUDA executor runs one-node
+  // In-Place sums; the runtime there keeps the multi-node layout until it ran on the H200).
+  base.one_node = options_.backend == BackendKind::kHost;
+  base.one_node_pull = false;
+  const RsOptions rs = group_rs_options(spec, topology_, base);
   g.rs = rs;
   g.ag.mixed_precision_cast = spec.cast;
   g.ag.staged_shards = spec.staged_shards && !spec.cast;
@@ -107,6 +114,16 @@ Registration CommunicatorBase::register_group(const GroupSpec& spec) {
   if (spec.landing_slot < -1) {
     return Registration{-1, "landing slot " + std::to_string(spec.landing_slot) +
                                 " is not a slot id (>= 0, or -1 for a slot of its own)"};
+  }
+  if (rs.one_node && topology_.nodes() == 1) {
+    // Where TIDE would lose (rs_defaults.hpp contract 10), the group keeps stock's
+    // collectives, with the reason: a pure function of the group, the same on every rank.
+    try {
+      const OneNodeForecast f = one_node_rs_forecast(
+          RsPlan(GroupLayout(topology_, spec.params, spec.ag_dtype, spec.grad_dtype), rs));
+      if (!f.tide_wins()) return Registration{-1, f.reason()};
+    } catch (const InvalidArgument&) {  // make_group below reports what cannot be formed
+    }
   }
   try {
     groups_.push_back(

@@ -66,6 +66,7 @@ CollectiveCase rs_case(int m, int l, std::uint64_t seed, const RsCaseOptions& o)
   options.mode = o.mode;
   options.round_width = o.round_width > 0 ? o.round_width : round_width;
   options.rounds_in_flight = o.rounds_in_flight;
+  options.one_node = o.one_node;
   const RsPlan plan(layout, options);
   program::RsProgramOptions po;
   po.alpha = o.alpha != 0.0f ? o.alpha : 1.0f / static_cast<float>(layout.topology().world());
@@ -74,7 +75,8 @@ CollectiveCase rs_case(int m, int l, std::uint64_t seed, const RsCaseOptions& o)
   po.landing_ctas = o.landing_ctas > 0 ? o.landing_ctas : landing_ctas;
   CollectiveCase c;
   c.name = "RS " + topology_name(m, l) + " " + std::string(mode_name(o.mode)) + " " +
-           std::string(dtype_name(o.grad)) + (o.accumulate ? " accumulate" : "") + o.what;
+           std::string(dtype_name(o.grad)) + (o.accumulate ? " accumulate" : "") +
+           (o.one_node && m == 1 ? " one-node" : "") + o.what;
   c.program = program::build_rs_program(plan, po);
   const auto grads = random_grads(rng, layout);
   for (int r = 0; r < layout.topology().world(); ++r) {

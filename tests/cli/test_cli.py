@@ -204,13 +204,19 @@ class Simulate(unittest.TestCase):
             elif fault["collective"] == "all-gather":
                 topologies = [["all-gather", "-M", "5", "-L", "2"],
                               ["all-gather", "-M", "4", "-L", "4"]]
+            elif fault["name"] in ("rs-pull-before-ready", "rs-release-before-peer-reads"):
+                # One node, Slot-Reuse: the owners pull from the peers' gradient areas.
+                topologies = [["reduce-scatter", "-M", "1", "-L", "4", "--chunk-bytes", "48"],
+                              ["reduce-scatter", "-M", "1", "-L", "2", "--chunk-bytes", "16"]]
             else:
                 topologies = [["reduce-scatter", "-M", "9", "-L", "4", "--wave-width", "2"],
                               ["reduce-scatter", "-M", "7", "-L", "2", "--wave-width", "1"]]
             for args in topologies:
-                if fault["collective"] == "reduce-scatter":
+                if fault["collective"] == "reduce-scatter" and args[2] != "1":
                     args = args + ["--mode", "slot-reuse", "--round-width", "1", "--landing",
                                    "switch-reduce"]
+                elif fault["collective"] == "reduce-scatter":
+                    args = args + ["--mode", "slot-reuse"]
                 for seed in ("1", "2", "3"):
                     out = run_json("simulate", *args, "--shapes", self.SHAPES, "--inject",
                                    fault["name"], "--schedule-seed", seed)

@@ -49,15 +49,31 @@ void expect_shape(const ModelGroup& group, const std::string& name, std::int64_t
   EXPECT_EQ(p.cols, cols) << name;
 }
 
+// Llama-3.1-8B's config.json: hidden 4096, FFN 14336, 32 heads, 8 KV heads of 128.
+TEST(Models, Llama8bLayer) {
+  const ModelGroup& layer = find_model_group("llama3.1-8b");
+  ASSERT_EQ(layer.params.size(), 9u);
+  expect_shape(layer, "self_attn.q_proj.weight", 4096, 4096);
+  expect_shape(layer, "self_attn.k_proj.weight", 1024, 4096);
+  expect_shape(layer, "self_attn.v_proj.weight", 1024, 4096);
+  expect_shape(layer, "self_attn.o_proj.weight", 4096, 4096);
+  expect_shape(layer, "mlp.gate_proj.weight", 14336, 4096);
+  expect_shape(layer, "mlp.up_proj.weight", 14336, 4096);
+  expect_shape(layer, "mlp.down_proj.weight", 4096, 14336);
+  expect_shape(layer, "input_layernorm.weight", 4096, 1);
+}
+
 TEST(Models, PresetsInFixedOrder) {
   const auto& presets = model_presets();
-  ASSERT_EQ(presets.size(), 3u);
+  ASSERT_EQ(presets.size(), 4u);
   EXPECT_EQ(presets[0].name, "llama3.1-70b");
-  EXPECT_EQ(presets[1].name, "qwen3-30b-a3b");
-  EXPECT_EQ(presets[2].name, "wan2.2-14b");
+  EXPECT_EQ(presets[1].name, "llama3.1-8b");
+  EXPECT_EQ(presets[2].name, "qwen3-30b-a3b");
+  EXPECT_EQ(presets[3].name, "wan2.2-14b");
   EXPECT_EQ(presets[0].layer_count, 80);
-  EXPECT_EQ(presets[1].layer_count, 48);
-  EXPECT_EQ(presets[2].layer_count, 40);
+  EXPECT_EQ(presets[1].layer_count, 32);
+  EXPECT_EQ(presets[2].layer_count, 48);
+  EXPECT_EQ(presets[3].layer_count, 40);
   for (const ModelPreset& preset : presets) {
     EXPECT_EQ(preset.groups.front().name, "layer") << preset.name;
     EXPECT_FALSE(preset.source.empty()) << preset.name;

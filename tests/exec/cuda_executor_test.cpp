@@ -409,6 +409,27 @@ TEST(CudaExecutor, RsInPlaceAndSlotReuseMatchReferenceBitwise) {
   }
 }
 
+// NOTE [one-node TIDE-RS]: In-Place on one node, the Level 1 kernel summing into the output
+// with alpha and accumulate (padding +0), bitwise against the reference executor.
+TEST(CudaExecutor, OneNodeInPlaceSumsIntoTheOutputBitwise) {
+  TIDE_REQUIRE_GPU();
+  std::uint64_t seed = 700;
+  for (int l : {2, 4, 8}) {
+    for (DType grad : {DType::kBf16, DType::kFp32}) {
+      for (bool accumulate : {false, true}) {
+        testing::RsCaseOptions o;
+        o.mode = RsMode::kInPlace;
+        o.grad = grad;
+        o.accumulate = accumulate;
+        o.one_node = true;
+        o.alpha = accumulate ? 0.375f : 0.0f;
+        run_case(testing::rs_case(1, l, ++seed, o));
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
 TEST(CudaExecutor, RsFp32GradientsAndAccumulate) {
   TIDE_REQUIRE_GPU();
   run_case(rs_case(2, 4, RsMode::kInPlace, DType::kFp32, false, 301));

@@ -69,11 +69,12 @@ class RsHarness {
  public:
   // With `build` false the runner is built later, by build_runner().
   RsHarness(Topo topo, std::uint64_t seed, const CudaSequenceOptions& options, bool accumulate,
-            bool mapped = false, RsSubSlices geometry = RsOptions{}.sub_slices, bool build = true)
+            bool mapped = false, RsSubSlices geometry = RsOptions{}.sub_slices, bool build = true,
+            bool one_node = false)
       : rng_(seed),
         layout_(Topology(topo.nodes, topo.gpus), odd_shapes(rng_, 1 + static_cast<int>(rng_() % 4)),
                 DType::kBf16, DType::kBf16),
-        plan_(layout_, rs_options(topo, geometry)),
+        plan_(layout_, rs_options(topo, geometry, one_node)),
         seq_(program::rs_call_sequence(
             plan_, {}, program::rs_arena_layout(plan_, program::LandingStyle::kPull))),
         fabric_(fabric_for(seq_)),
@@ -91,9 +92,10 @@ class RsHarness {
   }
   fabric::VirtualFabric& fabric() { return *fabric_; }
 
-  static RsOptions rs_options(Topo topo, RsSubSlices geometry) {
+  static RsOptions rs_options(Topo topo, RsSubSlices geometry, bool one_node = false) {
     RsOptions o;
     o.sub_slices = geometry;
+    o.one_node = one_node;  // NOTE [one-node TIDE-RS]: In-Place, sums into the output
     o.wave_width = topo.nodes > 2 ? std::min(2, topo.gpus) : 0;
     o.round_width = 2;
     o.staging_chunk_elems = 8;  // several fills per call: staging credits cross calls
@@ -253,6 +255,27 @@ void run_fresh_calls(RsHarness& h) {
   EXPECT_EQ(h.runner().calls(), calls);
   for (int e = 0; e < calls; ++e)
     h.expect_equal(*data[static_cast<std::size_t>(e)], "call " + std::to_string(e));
+}
+
+// NOTE [one-node TIDE-RS]: the one-node layout's calls (Level 1 sums into the caller's output
+// with the call's alpha and accumulate), on the stream path and replaying re-pointed graphs.
+TEST(CudaSequence, OneNodeCallsMatchTheDefinitionOnStreamsAndGraphs) {
+  TIDE_REQUIRE_GPU();
+  const std::uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
+  for (Topo topo : {Topo{1, 2}, Topo{1, 4}, Topo{1, 8}}) {
+    for (bool accumulate : {false, true}) {
+      for (bool graphs : {false, true}) {
+        SCOPED_TRACE("1 x " + std::to_string(topo.gpus) + (accumulate ? " accumulate" : "") +
+                     (graphs ? " graphs" : " streams"));
+        CudaSequenceOptions options;
+        options.replay_graphs = graphs;
+        RsHarness h(topo, seed, options, accumulate, false, RsSubSlices::kPerRank, true, true);
+        run_fresh_calls(h);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
 }
 
 // Stream path: fresh buffers (pointers) every call, no host wait between calls.

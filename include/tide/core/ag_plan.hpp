@@ -87,8 +87,13 @@ class AgPlan {
   const std::vector<AgRound>& rounds() const { return rounds_; }           // R entries
   const std::vector<AgSlotGroup>& slot_groups() const { return groups_; }  // in arrival order
 
-  // Receive stage: (M - 1) S bytes, or M S with the mixed-precision cast (slot 0 staged).
+  // Receive stage: (M - 1) S bytes, or M S with the mixed-precision cast (slot 0 staged);
+  // none on one node (one_node()).
   std::int64_t stage_bytes() const;
+  // NOTE [one-node TIDE-AG] (program/ag_builder.cpp): at M = 1 with the shard given per call
+  // (cast or staged), the rank casts or copies it straight into its own rows of its landing,
+  // and the scatter carries those rows to the peers' landings: no receive stage.
+  bool one_node() const { return layout_.topology().nodes() == 1 && options_.shard_in_stage(); }
   std::int64_t stage_slot_offset(int slot) const;
   int source_node(int node, int slot) const;  // (n + slot) mod M
 

@@ -23,6 +23,9 @@
 //       wave = part[c_a] + part[c_a+1] + ... + part[c_b]     left to right,
 //       out  = (w == 0 && !accumulate) ? wave : out + wave.
 //   A single node (M = 1) is one wave with one contributor: out = acc ? out + part : part.
+//   The one-node layout (NOTE [one-node TIDE-RS]) computes exactly that in its Level 1 sum, but
+//   writes padding elements (rows past D_p) as +0 whether accumulating or not, as the Level 1
+//   kernel and the expert-parallel lane do; the multi-node layout's landing leaves out + 0.
 //   A multimem landing (switch reduction, never run on our machines) sums a wave in the
 //   switch's order and is therefore not bitwise comparable with the pull landing.
 //

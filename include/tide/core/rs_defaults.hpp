@@ -43,10 +43,27 @@
 //      element-to-owner map and the order of the sums do not depend on it), and an explicit
 //      staging_chunk_elems > 0 is left alone.
 //
+// One-node plans (RsPlan::one_node(), NOTE [one-node TIDE-RS]) size their ring instead by
+// contract 8-9, from kOneNodeRates:
+//   8. Memory: the ring (n_stg slots of L - 1 chunks of C columns, p = n_stg (L - 1) b_grad
+//      bytes per column) holds at most kOneNodeStagingNs of the group's unsharded bf16 layer NS
+//      = 2 N E_live: C <= C_mem, the largest multiple of v with p C_mem <= kOneNodeStagingNs NS,
+//      but at least kOneNodeMinChunk columns (a ring of at most 2 (L - 1) 8 KiB for bf16: tiny
+//      groups are not cut into thousands of fills). The arena sizes the ring for the largest
+//      group, so it never grows with the model's depth, only with its largest group.
+//   9. Time: a fill costs a fixed t_fill = (L - 1) fill_us (the L - 1 copies' enqueue and
+//      their signals) on top of its bytes, and the first fill and the last sum are exposed, so
+//      c chunks cost about T / c + c t_fill with T = (L - 1) E_live b_grad / BW_peer the
+//      owner's inbound bytes: c_opt = round(sqrt(T / t_fill)), at most kMaxOneNodeChunks.
+//      The chunk count is max(c_opt, ceil(E_pass / C_mem), 1); C = ceil(E_pass / c) rounded up
+//      to v. n_stg stays RsOptions' (2: one fill lands while the previous one is summed; the
+//      sum's rate, 16 CTAs x BW_sum, is above BW_peer's share of it).
+//
 // The defaults are pure functions of their arguments: every rank of a group computes the same.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "tide/core/layout.hpp"
 #include "tide/core/machine_rates.hpp"
@@ -55,6 +72,34 @@
 #include "tide/core/topology.hpp"
 
 namespace tide {
+
+// Rates of one node's copy engines (architecture.md, 2 x H200: push 391 GB/s, about 4 us of
+// host time per copy) for contract 9.
+struct OneNodeRates {
+  double bw_peer_gbps = 391.0;     // BW_peer: copy-engine push to a peer GPU
+  double fill_us = 4.0;            // per copy of a fill: enqueue and signal
+  double hbm_gbps = 2091.0;        // a full-grid kernel's stream rate (FSDP2's fp32 pack)
+  double stock_link_gbps = 279.0;  // NCCL's reduce-scatter over NVLink (architecture.md)
+  double stock_launch_us = 60.0;   // an NCCL collective's start
+};
+inline constexpr OneNodeRates kOneNodeRates{};
+inline constexpr double kOneNodeStagingNs = 0.25;  // contract 8: the ring's bound, in NS
+inline constexpr int kMaxOneNodeChunks = 64;
+inline constexpr std::int64_t kOneNodeMinChunk = 4096;  // columns
+
+// Contract 10: where TIDE-RS would lose on one node. A first-order forecast of one call on
+// kOneNodeRates: TIDE = c t_fill + T + the last chunk's sum (E_live / c (L b_grad + 4) bytes at
+// kDefaultSumCtas x BW_sum), stock FSDP2 = the fp32 pack (N E_live (b_grad + 4) bytes at
+// hbm_gbps) + NCCL's reduce-scatter ((N - 1) E_live 4 bytes at stock_link_gbps) + its launch.
+// The runtime runs a group whose forecast favours stock with stock's collectives, and says why.
+struct OneNodeForecast {
+  double tide_us = 0;
+  double stock_us = 0;
+  bool tide_wins() const { return tide_us <= stock_us; }
+  std::string reason() const;  // empty when TIDE wins
+};
+// Throws InvalidArgument for a plan that is not one-node.
+OneNodeForecast one_node_rs_forecast(const RsPlan& plan);
 
 struct RsPacing {
   int rounds_in_flight = 1;  // d: RsOptions::rounds_in_flight

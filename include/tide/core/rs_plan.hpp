@@ -81,6 +81,19 @@ struct RsOptions {
   // columns per staged row, rounded up to the vector width; 0 stages a whole pass part.
   std::int64_t staging_chunk_elems = 0;
   int vector_elems = 4;  // E_sub alignment in fp32 elements (16 bytes)
+  // At M = 1, the one-node layout (NOTE [one-node TIDE-RS], program/rs_one_node.cpp): every
+  // rank owns its own rows (the per-rank geometry, whatever sub_slices says), and Level 1 sums
+  // them straight into its output: no spare, no landing, no outbox, no inbox. false keeps the
+  // multi-node layout at M = 1 (own-node spares and a pull landing). Ignored at M >= 2. The
+  // library's defaults (the CLI; the runtime on the host backend) set it; the CUDA executor
+  // does not run one-node sums yet, so a bare RsOptions keeps the multi-node layout.
+  bool one_node = false;
+  // One-node Slot-Reuse: the owners pull their rows from the peers' gradient areas, into which
+  // the program copies the gradients (NOTE [one-node TIDE-RS]). false: the peers push from
+  // wherever the gradients lie, as In-Place does; what the runtime runs, whose adapter moves
+  // Slot-Reuse gradients into the vacated slot itself (or reads them in place where another
+  // group holds the slot), so the reduce-scatter needs no gradient area of its own.
+  bool one_node_pull = true;
 };
 
 inline constexpr int kMaxRoundWidth = 64;
@@ -145,6 +158,7 @@ struct RsMemory {
   std::int64_t inbox_bytes = 0;         // n_par generations x L blocks
   std::int64_t outbox_bytes = 0;        // 2 banks x n_out blocks
   std::int64_t spare_bytes = 0;         // 2 banks x one own-node spare (n_part pass parts)
+  // The one-node layout holds only its staging ring: inbox, outbox and spares are 0.
   std::int64_t total() const { return staging_bytes + inbox_bytes + outbox_bytes + spare_bytes; }
 };
 
@@ -163,6 +177,9 @@ class RsPlan {
   int generations() const { return generations_; }                   // n_par
   std::int64_t sub_slice_elems() const { return sub_slice_elems_; }  // E_sub
   RsSubSlices geometry() const { return options_.sub_slices; }
+  // The one-node layout (RsOptions::one_node at M = 1): per-rank geometry, one wave of the own
+  // node, and Level 1 sums into the output (NOTE [one-node TIDE-RS]).
+  bool one_node() const { return one_node_; }
   // Rows of a sub-slice (and of a staging chunk, outbox, inbox and spare block): L across
   // ranks, 1 otherwise. Gradient reads of row k start at destination local rank
   // first_row_rank(s) + k (node-contiguous: row 0 starts at local rank 0 and runs on).
@@ -234,6 +251,7 @@ class RsPlan {
   int m_ = 1;  // M
   int l_ = 1;  // L
   bool l_is_power_of_two_ = true;
+  bool one_node_ = false;
 
   // c_bar mod L, in [0, L): c_bar = c for remote contributors, 0 for the own node c = M.
   int contributor_shift(int contributor) const {

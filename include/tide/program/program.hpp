@@ -70,9 +70,14 @@ struct CopyDescriptor {
 struct SumSegment {
   int row = 0;
   std::int64_t out_elem = 0;
-  int param = 0;  // the kTensor index of its gradient
+  int param = 0;  // the kTensor index of its gradient (kArena: 0)
   std::int64_t src_elem = 0;
   std::int64_t elems = 0;
+  // Where the own contribution lies: the gradient tensor, or (one-node Slot-Reuse, NOTE
+  // [one-node TIDE-RS]) this rank's arena, src_elem then counting gradient-dtype items from
+  // the arena's start.
+  Space space = Space::kTensor;
+  Buffer source(int rank) const { return Buffer{rank, space, space == Space::kTensor ? param : 0}; }
 };
 
 // What each kind of op does: one payload per kind, holding exactly the fields that kind uses.
@@ -94,6 +99,10 @@ struct SumOp {
   std::vector<SumSegment> segments;
   DType in_dtype = DType::kBf16;
   float alpha = 1.0f;
+  // Fold into dst's existing values (dst = dst + part, +0 on padding): the one-node sum into
+  // the output (NOTE [one-node TIDE-RS]; NOTE [arithmetic order], M = 1). Only for a dst in
+  // the output; a sum into the arena overwrites.
+  bool accumulate = false;
   int ctas = 0;
 };
 

@@ -25,6 +25,10 @@ struct RsProgramOptions {
   int landing_ctas = kDefaultLandingCtas;
   LandingStyle landing = LandingStyle::kPull;
   Fault fault = Fault::kNone;  // a reduce-scatter fault to inject on every rank
+  // One-node Slot-Reuse (NOTE [one-node TIDE-RS]): the arena offset of the call's gradient
+  // area, where the caller copies the gradients and the peers read them (the group's vacated
+  // landing slot); -1 uses the layout's own gradient area (RsArenaLayout::gradients).
+  std::int64_t gradient_area = -1;
 };
 
 // Byte offsets of TIDE-RS's areas in each rank's arena, and the strides inside them. A lone
@@ -49,14 +53,22 @@ struct RsArenaLayout {
   int outbox_blocks = 0;                // outbox blocks per bank
   int spare_blocks = 0;                 // spares per bank
   int inbox_generations = 0;            // n_par, or 0 where nothing uses the inbox
+  // One-node Slot-Reuse (NOTE [one-node TIDE-RS]): an area for the largest group's unsharded
+  // gradients after the inbox, where the layout has one (a lone call, a step); -1 where the
+  // calls name theirs (the communicator's landing slots, RsProgramOptions::gradient_area).
+  std::int64_t gradients = -1;
+  std::int64_t gradient_bytes = 0;
 };
 
 // Whether a call of `plan` landing with `landing` writes or reads its inbox.
 bool rs_uses_inbox(const RsPlan& plan, LandingStyle landing);
 
 RsArenaLayout rs_arena_layout(const RsPlan& plan, LandingStyle landing);
-// The smallest layout that holds every one of `plans` (same topology and options).
-RsArenaLayout rs_arena_layout(const std::vector<const RsPlan*>& plans, LandingStyle landing);
+// The smallest layout that holds every one of `plans` (same topology and options), with a
+// gradient area for one-node Slot-Reuse plans unless `gradient_area` is false (the calls then
+// name theirs).
+RsArenaLayout rs_arena_layout(const std::vector<const RsPlan*>& plans, LandingStyle landing,
+                              bool gradient_area = true);
 
 // What a TIDE-RS call shares with the earlier calls of its step (Sec. 5.2, App. E): the
 // staging slots with their cumulative STAGED/FREE counters, the two outbox and spare banks
@@ -64,12 +76,13 @@ RsArenaLayout rs_arena_layout(const std::vector<const RsPlan*>& plans, LandingSt
 // how far each of those has been used. build_rs_call() reads it and advances it.
 struct RsShared {
   RsArenaLayout areas;
-  int staged = 0;                    // first of n_stg STAGED counters
-  int freed = 0;                     // first of L x n_stg FREE counters
-  int inbox_free = 0;                // first of n_par INBOX_FREE counters
-  int landings_done = 0;             // +1 from each local GPU when it finished a call's landings
-  int calls = 0;                     // reduce-scatter calls before this one (e)
-  std::vector<int> net_done_events;  // per earlier call: its NET_DONE event id
+  int staged = 0;                     // first of n_stg STAGED counters
+  int freed = 0;                      // first of L x n_stg FREE counters
+  int inbox_free = 0;                 // first of n_par INBOX_FREE counters
+  int landings_done = 0;              // +1 from each local GPU when it finished a call's landings
+  int calls = 0;                      // reduce-scatter calls before this one (e)
+  std::vector<int> net_done_events;   // per earlier call: its NET_DONE event id
+  std::vector<int> read_done_events;  // per earlier call: its READ_DONE event id
   std::vector<std::vector<int>> pushed;  // [rank][owner]: staging fills pushed so far
   std::vector<int> fills;                // [rank]: fills of its own staging so far
   std::vector<int> generation_uses;      // [q]: waves that used inbox generation q so far

@@ -28,6 +28,7 @@
 
 #include "program_checks.hpp"
 #include "tide/core/dtype.hpp"
+#include "tide/core/error.hpp"
 #include "tide/cuda/check.hpp"
 #include "tide/kernels/landing.hpp"
 #include "tide/kernels/level1_sum.hpp"
@@ -65,8 +66,14 @@ void resolve_sum(const program::SumOp& op, Resolver& resolver, Target& m) {
   }
   const std::int64_t item = item_bytes(op.in_dtype);
   std::map<int, int> compact;  // tensor index -> kernel gradient slot
-  for (const program::SumSegment& s : op.segments)
+  for (const program::SumSegment& s : op.segments) {
+    // The one-node layout's sums (NOTE [one-node TIDE-RS]) are not wired to the kernel yet:
+    // own contributions in the arena (Slot-Reuse) and folding into the output.
+    if (s.space != program::Space::kTensor) {  // one-node Slot-Reuse's gradient areas
+      throw Unsupported("the CUDA executor does not read own contributions from the arena yet");
+    }
     compact.emplace(s.param, 0);
+  }
   int slots = 0;
   for (auto& [param, index] : compact) {
     index = slots++;
@@ -93,6 +100,10 @@ void resolve_sum(const program::SumOp& op, Resolver& resolver, Target& m) {
     a.staged_pitch = op.dst.rows > 1 ? op.staged[0].pitch / item : width;
   }
   a.num_gradients = slots;
+  // A sum into the output (NOTE [one-node TIDE-RS]) folds into it: the program's accumulate
+  // here, the call's in a call sequence (sum_into_output).
+  a.accumulate = op.accumulate;
+  m.sum_into_output = op.dst.buffer.space == program::Space::kOutput;
   a.table = m.table->view();
   a.ctas = std::max(1, op.ctas);
   m.tuning = kernels::recommended_level1_tuning(a.ctas);

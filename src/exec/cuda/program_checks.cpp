@@ -117,6 +117,11 @@ class MappingLimits {
     std::set<int> params;
     for (std::size_t k = 0; k < op.segments.size(); ++k) {
       if (op.segments[k].elems < 1) fail("segment " + std::to_string(k) + " is empty");
+      if (op.segments[k].space != program::Space::kTensor) {
+        unsupported(
+            "an own contribution in the arena (the one-node Slot-Reuse pull, NOTE "
+            "[one-node TIDE-RS]) is not wired to the Level 1 kernel yet");
+      }
       params.insert(op.segments[k].param);
     }
     if (static_cast<int>(params.size()) > kernels::kMaxLevel1Gradients)

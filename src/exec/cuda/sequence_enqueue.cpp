@@ -173,6 +173,7 @@ void CudaSequenceRunner::State::launch_kernel_op(const SeqOp& m, const CudaCallB
       a.out = reinterpret_cast<float*>(at(m.out, b));
       if (a.num_staged > 0) a.staged = at(m.in, b);
       if (!one_shot) a.alpha = alpha;  // NOTE [one-shot programs]: else the program's
+      if (!one_shot && m.sum_into_output) a.accumulate = accumulate;
       kernels::launch_level1_sum(a, s, m.tuning);
       break;
     }

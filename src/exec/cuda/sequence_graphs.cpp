@@ -158,9 +158,10 @@ bool CudaSequenceRunner::State::repoint(SlotGraph& g, std::span<const CudaCallBi
   std::vector<const Repoint*> kernel_nodes;
   for (const Repoint& rp : g.repoints) {
     const SeqOp& m = t.ops[rp.op];
-    const bool stale = changed[static_cast<std::size_t>(m.rank)] != 0 ||
-                       (m.kind == OpKind::kSum && alpha_changed) ||
-                       (m.kind == OpKind::kLand && accumulate_changed);
+    const bool stale =
+        changed[static_cast<std::size_t>(m.rank)] != 0 ||
+        (m.kind == OpKind::kSum && (alpha_changed || (m.sum_into_output && accumulate_changed))) ||
+        (m.kind == OpKind::kLand && accumulate_changed);
     if (!stale) continue;
     const CudaCallBindings& b = bindings[static_cast<std::size_t>(m.rank)];
     cudaError_t err = cudaSuccess;

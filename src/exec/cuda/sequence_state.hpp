@@ -88,6 +88,7 @@ struct SeqOp {
   // kSum: the kernel arguments less gradients, alpha, accumulate; the kTensor index of each
   // kernel gradient slot.
   kernels::Level1SumArgs sum{};
+  bool sum_into_output = false;  // the one-node sum: the call's accumulate applies
   std::vector<int> gradient_slots;
   // One-shot programs (NOTE [one-shot programs]): the gradients as fixed pointers instead of
   // slots, and `sum.alpha` / `land.accumulate` the program's own.

@@ -65,7 +65,9 @@ void copy(const program::CopyDescriptor& c, ByteSpace& space) {
 }
 
 // Level 1 (Sec. 4.1): per element in a segment, level1_partial(staged in list order, own,
-// alpha); +0 elsewhere in dst.
+// alpha); +0 elsewhere in dst. Accumulating (the one-node sum into the output), each element of
+// a segment becomes land(dst, part) = dst + part and padding stays +0, as the Level 1 kernel
+// does (NOTE [arithmetic order], one-node layout).
 void sum(int rank, const program::SumOp& op, ByteSpace& space) {
   const Region& dst = op.dst;
   const std::int64_t row_elems = dst.width / 4;
@@ -77,13 +79,15 @@ void sum(int rank, const program::SumOp& op, ByteSpace& space) {
                    [](const auto* a, const auto* b) { return a->row < b->row; });
 
   std::vector<float> row(static_cast<std::size_t>(row_elems));
+  std::vector<bool> covered(static_cast<std::size_t>(row_elems));
   std::vector<float> staged(op.staged.size());
   auto seg = segments.begin();
   for (std::int64_t r = 0; r < dst.rows; ++r) {
     std::fill(row.begin(), row.end(), 0.0f);
+    std::fill(covered.begin(), covered.end(), false);
     for (; seg != segments.end() && (*seg)->row == r; ++seg) {
       const program::SumSegment& s = **seg;
-      const program::Buffer own_buffer{rank, program::Space::kTensor, s.param};
+      const program::Buffer own_buffer = s.source(rank);
       for (std::int64_t e = 0; e < s.elems; ++e) {
         const std::int64_t col = s.out_elem + e;
         for (std::size_t i = 0; i < op.staged.size(); ++i) {
@@ -92,6 +96,15 @@ void sum(int rank, const program::SumOp& op, ByteSpace& space) {
         }
         const float own = load(space.at(own_buffer, (s.src_elem + e) * item), op.in_dtype);
         row[static_cast<std::size_t>(col)] = arith::level1_partial(staged, own, op.alpha);
+        covered[static_cast<std::size_t>(col)] = true;
+      }
+    }
+    if (op.accumulate && dst.width > 0) {
+      std::vector<float> before(row.size());
+      std::memcpy(before.data(), space.at(dst.buffer, dst.offset + r * dst.pitch),
+                  static_cast<std::size_t>(dst.width));
+      for (std::size_t k = 0; k < row.size(); ++k) {
+        if (covered[k]) row[k] = arith::land(before[k], row[k], 0, true);
       }
     }
     if (dst.width > 0) {  // an empty sub-slice part writes nothing (and row.data() is null)

@@ -250,15 +250,20 @@ HostCallTraffic run_host_call(const program::CallTemplate& call, fabric::HostFab
             .fetch_add(put.value, std::memory_order_acq_rel);
         break;
       }
-      case OpKind::kSum:
-        if (op.as<program::SumOp>().alpha != bindings.alpha) {
+      case OpKind::kSum: {
+        // A sum into the output (NOTE [one-node TIDE-RS]) takes the call's accumulate too.
+        const auto& sum = op.as<program::SumOp>();
+        const bool into_output = sum.dst.buffer.space == program::Space::kOutput;
+        if (sum.alpha != bindings.alpha || (into_output && sum.accumulate != bindings.accumulate)) {
           Op scaled = op;
           scaled.as<program::SumOp>().alpha = bindings.alpha;
+          if (into_output) scaled.as<program::SumOp>().accumulate = bindings.accumulate;
           apply_data(scaled, bytes);
         } else {
           apply_data(op, bytes);
         }
         break;
+      }
       case OpKind::kLand:
         if (op.as<program::LandOp>().accumulate != bindings.accumulate) {
           Op folded = op;

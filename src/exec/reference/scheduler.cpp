@@ -444,7 +444,7 @@ void Simulation::touch_tensors(const Op& o) {
     program::for_each_region(o, [&](const program::Region& r) { touch(r.buffer); });
   if (const auto* sum = o.get_if<program::SumOp>()) {
     for (const program::SumSegment& seg : sum->segments)
-      touch(program::Buffer{o.rank, program::Space::kTensor, seg.param});
+      touch(seg.source(o.rank));
   }
 }
 

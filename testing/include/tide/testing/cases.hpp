@@ -73,6 +73,7 @@ struct RsCaseOptions {
   int rounds_in_flight = 1;  // RsOptions::rounds_in_flight
   int sum_ctas = 0;
   int landing_ctas = 0;
+  bool one_node = false;  // RsOptions::one_node (NOTE [one-node TIDE-RS])
 };
 CollectiveCase rs_case(int m, int l, std::uint64_t seed, const RsCaseOptions& options = {});
 
