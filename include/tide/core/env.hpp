@@ -50,6 +50,11 @@ inline constexpr EnvKnob kEnvKnobs[] = {
   {"TIDE_PARITY_DEVICE", "cpu", "cuda runs the FSDP2 parity run on GPUs (NCCL) instead of the CPU (gloo); cuda-shared puts every rank on GPU 0 (gloo with CUDA tensors for stock, the ipc backend for TIDE)"},
   {"TIDE_LOOP_DEVICE", "cpu", "cuda-shared runs the torchtitan-style loop test (fsdp_titan_worker.py) with every rank on GPU 0 (gloo with CUDA tensors for stock, the ipc backend for TIDE)"},
   {"TIDE_LOOP_COMPILE", "1", "0 leaves torch.compile out of the torchtitan-style loop test (fsdp_titan_worker.py)"},
+  {"TIDE_UPSTREAM_MODE", "stock", "bench/fsdp2_upstream: stock, tide or tide-noring (enable() injected on every FSDP2 root, ring=False for one-iteration tests)"},
+  {"TIDE_UPSTREAM_OUT", "unset", "bench/fsdp2_upstream: the directory each rank writes its report() rows to"},
+  {"TIDE_UPSTREAM_CPU_SHIM", "1", "bench/fsdp2_upstream: 0 keeps torch's test base skipping every multi-process test where no accelerator is present"},
+  {"TIDE_UPSTREAM_FORCE_CPU", "0", "bench/fsdp2_upstream: N runs accelerator-marked tests on CPU with N processes, alike for stock and TIDE"},
+  {"TIDE_UPSTREAM_TESTS", "unset", "bench/fsdp2_upstream: the directory holding PyTorch's FSDP2 test files"},
   {"TIDE_BUILD_DIR", "build", "scripts/build.sh, scripts/test.sh: the CMake build directory"},
   {"TIDE_BUILD_TYPE", "RelWithDebInfo", "scripts/build.sh: the CMake build type"},
 };
