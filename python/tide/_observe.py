@@ -20,6 +20,10 @@ NOTE [visible in torch's tools]
      and compiled autograd trace FSDP2's collectives into a graph, where TIDE's calls cannot
      go: such calls run stock FSDP2, counted with the reason (NOTE [stock calls are counted by
      reason] in _fsdp_group.py).
+  4. TIDE's own agreement collectives (``enable()``'s, and the arena's creation at the first
+     served forward, inside the user's step) are not FSDP2's: they run with the dispatch modes
+     set aside (``gather_objects``), so a CommDebugMode around the step counts what stock
+     FSDP2 would issue, and nothing else.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
+import torch.distributed as dist
 
 ALL_GATHER = "all_gather"
 REDUCE_SCATTER = "reduce_scatter"
@@ -106,3 +111,14 @@ def unservable_context() -> str:
     ):
         return "compiled autograd traces the backward, FSDP2's reduce-scatters with it"
     return ""
+
+
+def gather_objects(obj, pg) -> list:
+    """Every rank's ``obj`` over ``pg`` (``dist.all_gather_object``), outside the dispatch
+    modes on the stack (NOTE [visible in torch's tools] 4)."""
+    from torch.utils._python_dispatch import _disable_current_modes  # noqa: PLC0415
+
+    everyone: list = [None] * pg.size()
+    with _disable_current_modes():
+        dist.all_gather_object(everyone, obj, group=pg)
+    return everyone

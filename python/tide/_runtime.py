@@ -56,6 +56,7 @@ from typing import Any, Sequence
 
 import torch
 import torch.distributed as dist
+from . import _observe
 
 _generation = 0
 SHARED_STORE_GRACE_S = 5.0  # NOTE [shared store]: how long a peer's sent key may take to land
@@ -250,9 +251,7 @@ def gather_facts(pg, device: torch.device) -> list[RankFacts]:
                          unknown=f"{type(e).__name__}: {e}")
     if pg.size() == 1:
         return [mine]
-    everyone: list = [None] * pg.size()
-    dist.all_gather_object(everyone, mine, group=pg)
-    return everyone
+    return _observe.gather_objects(mine, pg)
 
 
 # --- The choice: a pure function of the facts -------------------------------------------------

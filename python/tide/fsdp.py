@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from . import _failure, _fsdp_calls, _fsdp_compat, _fsdp_group, _fsdp_trace, _runtime
+from . import _failure, _fsdp_calls, _fsdp_compat, _fsdp_group, _fsdp_trace, _observe, _runtime
 
 __all__ = ["enable", "report", "memory", "close", "UnsupportedTorch", "CommunicationError"]
 
@@ -127,8 +127,7 @@ def _agree(reasons: list[str], pg=None, keys: list | None = None) -> list[str]:
     if size == 1:
         return reasons
     keys = list(range(len(reasons))) if keys is None else keys
-    everyone: list = [None] * size
-    dist.all_gather_object(everyone, dict(zip(keys, reasons)), group=pg)
+    everyone = _observe.gather_objects(dict(zip(keys, reasons)), pg or dist.group.WORLD)
     ranks = list(range(size)) if pg is None else dist.get_process_group_ranks(pg)
     merged = []
     for key in keys:
@@ -472,8 +471,7 @@ def _register_twins(comm, mine: list, fp32_grads: set, slots: dict) -> list:
     wanted = [g for g in mine if g.on_tide and g.grad_dtype == torch.bfloat16]
     local = [id(g) in fp32_grads for g in wanted]
     if pg.size() > 1:
-        everyone: list = [None] * pg.size()
-        dist.all_gather_object(everyone, local, group=pg)
+        everyone = _observe.gather_objects(local, pg)
         local = [any(r[i] for r in everyone) for i in range(len(wanted))]
     twins = []
     for group, needed in zip(wanted, local):

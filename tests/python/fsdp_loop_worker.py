@@ -228,17 +228,19 @@ def scenario_tools(pair: Pair, out: dict) -> None:
     from torch.distributed.tensor.debug import CommDebugMode  # noqa: PLC0415
 
     tide.fsdp.enable(pair.tide)
-    pair.step()
-    pair.step()
-    counts = []
-    for model in (pair.stock, pair.tide):
-        with CommDebugMode() as mode:
-            model.loss(pair.tokens()).backward()
-        counts.append({str(k): v for k, v in mode.get_comm_counts().items()})
-        model.zero_grad()
-    out["comm_counts"] = counts
-    if counts[0] != counts[1]:
-        pair.failures.append(f"CommDebugMode counts stock {counts[0]} and TIDE {counts[1]}")
+    # The traced iteration, the one whose first forward creates the arena (TIDE's agreement
+    # collectives there must stay out of the count), and a served one.
+    out["comm_counts"] = []
+    for iteration in range(3):
+        counts = []
+        for model in (pair.stock, pair.tide):
+            with CommDebugMode() as mode:
+                model.loss(pair.tokens()).backward()
+            counts.append({str(k): v for k, v in mode.get_comm_counts().items()})
+            model.zero_grad()
+        out["comm_counts"].append(counts)
+        if counts[0] != counts[1]:
+            pair.failures.append(f"iteration {iteration}: CommDebugMode counts stock {counts[0]} and TIDE {counts[1]}")
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         pair.tide.loss(pair.tokens()).backward()
     pair.tide.zero_grad()

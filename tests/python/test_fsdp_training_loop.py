@@ -94,7 +94,7 @@ def test_a_custom_all_gather_set_after_enable_runs_and_is_reported(tmp_path):
 def test_comm_debug_mode_and_the_profiler_see_tide(tmp_path):
     results, context = run_loop("tools", 2, tmp_path)
     _no_failures(results, context)
-    counts = results[0]["comm_counts"][1]
+    counts = results[0]["comm_counts"][-1][1]  # a served iteration, TIDE's run
     assert any("allgather" in k for k in counts) and any("reduce_scatter" in k for k in counts), counts
 
 
