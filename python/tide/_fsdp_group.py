@@ -42,6 +42,11 @@ NOTE [reversible fallbacks]
     until an iteration boundary (the root's post-backward) has passed, and it returns to TIDE
     at its next own forward all-gather. Its reduce-scatters stay on TIDE. Each such call is
     counted under its reason (NOTE [stock calls are counted by reason]);
+  - a group that stock FSDP2 unsharded before TIDE served it (an ``unshard()`` before
+    ``enable(ring=False)``) is suspended the same way: autograd saves its stock parameters;
+  - a gradient accumulated without sync on an unsharded parameter that TIDE rebuilds over
+    another all-gather output (its views installed or dropped mid-accumulation) is carried to
+    the rebuilt parameter at the group's next own unshard;
   - at a group's own unshard in backward: no storage can serve both, so this raises, naming the
     two groups (enable(..., ring=False) gives every group a slot of its own).
 So no group's parameters are ever overwritten while FSDP2 or autograd holds them. A tensor
@@ -188,6 +193,7 @@ class TideGroup:
         self.twin = None  # the registration for fp32 accumulated gradients (NOTE [no-sync accumulation])
         self.twin_refusal = ""  # why the runtime refused that registration
         self.resumes = 0
+        self.carried_grads: dict = {}  # FSDPParam -> a no-sync gradient its dropped unsharded parameter held
 
     @property
     def on_tide(self) -> bool:
@@ -282,6 +288,7 @@ class TideGroup:
                     return _original(*args, **kwargs)
                 finally:
                     self.own_unshard = False
+                    self._restore_carried_grads()
 
             self._wrap(name, own)
         post_backward = fsdp_group.post_backward
@@ -420,8 +427,7 @@ class TideGroup:
             for fp in self.fsdp_group.fsdp_params:
                 for name in ("alloc_all_gather_outputs", "free_all_gather_outputs", "free_unsharded_param"):
                     fp.__dict__.pop(name, None)
-                if hasattr(fp, "_unsharded_param"):
-                    del fp._unsharded_param
+                self._forget_unsharded_param(fp)
                 fp.all_gather_outputs = []
         self.views_installed = False
 
@@ -439,8 +445,7 @@ class TideGroup:
             view = _memory.tensor_at(
                 base + int(self.info["landing_offsets"][p]), numel, self.ag_dtype, device
             )
-            if hasattr(fp, "_unsharded_param"):
-                del fp._unsharded_param  # rebuilt over the landing by FSDP2's copy-out step
+            self._forget_unsharded_param(fp)  # rebuilt over the landing by FSDP2's copy-out step
             fp.all_gather_outputs = [view]
             fp.alloc_all_gather_outputs = _no_op
             if hasattr(fp, "free_all_gather_outputs"):  # torch 2.12+
@@ -448,6 +453,24 @@ class TideGroup:
             else:  # torch 2.11: free_unsharded_param would free the landing view itself
                 fp.free_unsharded_param = _free_inner_tensors_of(fp)
         self.views_installed = True
+
+    def _forget_unsharded_param(self, fp) -> None:
+        """Drops FSDP2's unsharded parameter so that its next unshard rebuilds it over the
+        current all-gather output. A gradient it accumulated without sync (no-sync
+        accumulation begun before the views changed) is carried over to the rebuilt one."""
+        param = fp.__dict__.pop("_unsharded_param", None)
+        if param is not None and param.grad is not None:
+            self.carried_grads[fp] = param.grad
+
+    def _restore_carried_grads(self) -> None:
+        """After the group's own unshard: the rebuilt parameters take the carried gradients."""
+        while self.carried_grads:
+            fp, grad = self.carried_grads.popitem()
+            param = getattr(fp, "_unsharded_param", None)
+            if param is None:  # not rebuilt yet: at the next own unshard
+                self.carried_grads[fp] = grad
+                return
+            param.grad = grad
 
     def landing_view(self, p: int) -> torch.Tensor:
         return self.fsdp_group.fsdp_params[p].all_gather_outputs[0]

@@ -455,6 +455,12 @@ def _activate(state: _Enabled, own_slots: bool = False) -> None:
             continue
         group.slot = slots[id(group)]
         group.active = True
+        fsdp_group = group.fsdp_group
+        if fsdp_group.is_unsharded or getattr(fsdp_group, "_all_gather_result", None) is not None:
+            # NOTE [reversible fallbacks]: unsharded by stock FSDP2 (an unshard() before
+            # enable(ring=False)); autograd will save its stock parameters
+            group.suspend("unsharded by stock FSDP2 before TIDE served the group (an unshard() "
+                          "before enable()); stock FSDP2 until the next iteration")
         if own_slots:
             group.slot_reason = "enable(ring=False)"
         elif group.slot < 0:

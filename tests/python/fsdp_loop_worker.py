@@ -13,6 +13,8 @@ each a defect a user's loop met:
   reshard       from the third step on, 2 micro-batches per step, the parameters kept
                 unsharded after the first one's backward (set_reshard_after_backward(False))
   unshard       an explicit unshard() of the first block after an evaluation forward
+  prefetched    every module unsharded (async) before enable(ring=False), then 3 micro-batches
+                with no-sync on the first two
   frozen        every block's norm weights frozen
   custom        set_custom_all_gather on one block after the first TIDE step
   tools         a step under CommDebugMode and one under torch.profiler, both runs
@@ -34,7 +36,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 import tide.fsdp
 from tide.demo.model import Config, Decoder, batch
@@ -179,6 +181,24 @@ def scenario_unshard(pair: Pair, out: dict) -> None:
     for _ in range(2):
         pair.step()
     only_traced_stock_calls(tide.fsdp.report(pair.tide), pair.failures)
+
+
+def scenario_prefetched(pair: Pair, out: dict) -> None:
+    for model in (pair.stock, pair.tide):
+        for module in model.modules():
+            if isinstance(module, FSDPModule):
+                module.unshard(async_op=True)
+    tide.fsdp.enable(pair.tide, ring=False)  # after the unshards, before the first forward
+    for _ in range(3):
+        pair.step(micro_batches=3)
+    # The first micro-batch's forward read stock's parameters: until that iteration ends, each
+    # group's all-gathers are stock (its backward's, where it resharded after forward), counted.
+    for row in tide.fsdp.report(pair.tide):
+        stock = {k: v for k, v in row["stock_reasons"].items() if not k.startswith("unsharded by stock FSDP2 before")}
+        if row["backend"] != "tide" or stock or sum(row["stock_reasons"].values()) > 1:
+            pair.failures.append(f"{row['group']}: {row['backend']} {row['reason']!r}, stock calls {row['stock_reasons']}")
+        if row["all_gathers"] < 3 or row["reduce_scatters"] != 3:
+            pair.failures.append(f"{row['group']}: {row['all_gathers']} all-gathers and {row['reduce_scatters']} reduce-scatters on TIDE")
 
 
 def scenario_frozen(pair: Pair, out: dict) -> None:

@@ -81,6 +81,11 @@ def test_an_explicit_unshard_into_a_held_slot_unshards(tmp_path):
     _no_failures(results, context)
 
 
+def test_enable_after_an_explicit_unshard_keeps_accumulated_gradients(tmp_path):
+    results, context = run_loop("prefetched", 2, tmp_path)
+    _no_failures(results, context)
+
+
 def test_frozen_parameters_read_one_zero_buffer(tmp_path):
     results, context = run_loop("frozen", 2, tmp_path)
     _no_failures(results, context)
