@@ -216,8 +216,8 @@ void run_memory(MemoryArgs& a) {
   std::cout << fmt::format(
       "Memory model (Sec. 5.4{}): M={}, L={}, k={}, n_par={}, n_out={} (In-Place) and {} "
       "(Slot-Reuse), n_stg={}, n_part={}; NS = one unsharded bf16 group{}{}\n",
-      m.one_node ? "; the one-node layout" : "", a.in.nodes, a.in.gpus_per_node, a.in.round_width, m.inbox_generations, m.in_place_outbox,
-      m.slot_reuse_outbox, a.in.staging_slots, a.in.passes,
+      m.one_node ? "; the one-node layout" : "", a.in.nodes, a.in.gpus_per_node, a.in.round_width,
+      m.inbox_generations, m.in_place_outbox, m.slot_reuse_outbox, a.in.staging_slots, a.in.passes,
       group_name.empty() ? "" : " (" + group_name + ")",
       m.ns_bytes ? fmt::format(" = {}", bytes(*m.ns_bytes)) : "");
   Table table({"quantity", "S_fp32 blocks", "x NS", "bytes"});
@@ -234,8 +234,7 @@ void run_memory(MemoryArgs& a) {
     add("ring slots (no receive stage on one node)", std::nullopt, m.ring_and_stage_ns);
   } else {
     add("In-Place staging bound (Eq. 11)", m.in_place_staging_blocks, m.in_place_staging_ns);
-    add("Slot-Reuse staging bound (Eq. 12)", m.slot_reuse_staging_blocks,
-        m.slot_reuse_staging_ns);
+    add("Slot-Reuse staging bound (Eq. 12)", m.slot_reuse_staging_blocks, m.slot_reuse_staging_ns);
     add("ring slots + receive stage", std::nullopt, m.ring_and_stage_ns);
   }
   add("per-layer backward, TIDE In-Place", std::nullopt, m.in_place_total_ns);

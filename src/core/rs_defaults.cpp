@@ -63,7 +63,7 @@ std::int64_t one_node_chunk_columns(int gpus_per_node, std::int64_t shard_elems,
   const std::int64_t vec = vector_elems;
   const std::int64_t b_grad = grad_bytes;
   const std::int64_t per_column = std::int64_t{staging_slots} * (l - 1) * b_grad;
-  if (per_column == 0 || pass == 0) return pass;  // L = 1: nothing is staged
+  if (per_column == 0 || pass == 0) return pass;                 // L = 1: nothing is staged
   const double ns = 2.0 * static_cast<double>(shard_elems * l);  // one node: N = L
   const std::int64_t c_mem =
       std::max(kOneNodeMinChunk / vec * vec,

@@ -17,11 +17,11 @@ std::int64_t aligned(std::int64_t x) {
 }
 
 // TIDE-RS's areas as the memory model bounds them, in bytes (NOTE [memory model terms], with
-// the n_out and n_par each plan's schedule lays out, the pull landing); 0 where the closed form
-// does not apply (the memory model's limits). Each RS area is sized by the largest of the
-// plans, so is the bound (an empty optional: no closed form applies). Multi-node (Eq. 10): the most blocks of any plan times the largest
-// fp32 shard. One node (the one-node form): the ring, the most slots of any plan times the
-// largest slot that the form gives any plan for its own group.
+// the n_out and n_par each plan's schedule lays out, the pull landing); empty where the closed
+// form does not apply (the memory model's limits). Each RS area is sized by the largest of the
+// plans, so is the bound. Multi-node (Eq. 10): the most blocks of any plan times the largest
+// fp32 shard. One node (the model's one-node form): the ring, the most slots of any plan times
+// the largest slot that the form gives any plan for its own group.
 std::optional<std::int64_t> staging_bound(const std::vector<ArenaGroup>& groups) {
   if (groups.empty()) return std::nullopt;
   std::int64_t fp32_shard = 0, ring_slot = 0;
@@ -57,7 +57,8 @@ std::optional<std::int64_t> staging_bound(const std::vector<ArenaGroup>& groups)
       return std::nullopt;
     }
   }
-  const std::int64_t multi_node = static_cast<std::int64_t>(blocks * static_cast<double>(fp32_shard));
+  const std::int64_t multi_node =
+      static_cast<std::int64_t>(blocks * static_cast<double>(fp32_shard));
   return one_node ? std::max(multi_node, std::int64_t{ring_slots} * ring_slot) : multi_node;
 }
 
