@@ -109,6 +109,7 @@ def main() -> None:
                                a.malloc_mmap_threshold) for _ in range(a.repeats)]
                 row = row_of(runs)
                 row["model"] = MODEL
+                row["repeats"] = a.repeats
                 row["layer_params"] = runs[0][0]["layer_params"]
                 row["ns_bytes"] = 2 * row["layer_params"]
                 row["bound_bytes"] = row.get("bound_bytes", 0)
@@ -146,7 +147,7 @@ def main() -> None:
         "commands": commands,
         "tide": tide,
         "seconds": seconds,
-        "repeats": a.repeats,
+        "repeats": {str(r["world"]): r.get("repeats", a.repeats) for r in rows},
         "steps": a.steps,
         "goals": goals,
         "rows": rows,
@@ -164,7 +165,9 @@ def main() -> None:
         "512, 2 sequences of 32 tokens, FSDP2 with bf16 parameters and fp32 reduction, one "
         "FSDP2 group per layer and the root; AdamW; "
         f"{a.steps} steps (TIDE's first on stock FSDP2 while it traces the order). Each row: "
-        f"the largest rank's figure, median of {a.repeats} repeat(s) in fresh processes. Peak "
+        "the largest rank's figure, median over its repeats in fresh processes (" +
+        ", ".join(f"N = {w}: {n}" for w, n in result["repeats"].items()) +
+        "; [min, max] over the repeats). Peak "
         "on CPU: the rank's private memory at its peak plus its own arena in full once it "
         "exists (NOTE [honest peak on CPU], python/tide/demo/peak.py; workers run with "
         "MALLOC_MMAP_THRESHOLD_=65536); on GPUs torch's max_memory_allocated. 'model "
