@@ -133,7 +133,7 @@ def main() -> None:
         "the model's one-node form: no receive stage, outbox, inbox or spares; two ring slots "
         "(2 NS) and TIDE-RS's staging ring, n_stg (L - 1) C b_grad with the solver's chunk C "
         "for the layer (rs_defaults.hpp contracts 8-9, at most 0.25 NS). There the model and "
-        "the arena agree byte for byte (up to the areas' 256-byte alignment), and the goal is "
+        "the arena agree byte for byte (up to the areas' 4 KiB alignment, kArenaAlign), and the goal is "
         "In-Place <= 3.5 NS and Slot-Reuse <= 2.5 NS (tests/core/memory_model_test.cpp, "
         "OneNodeGoalOnLlamaLayer).\n\n"
         "n_out: outbox blocks per bank (In-Place a full outbox, M - 1; Slot-Reuse Eq. 9, "
