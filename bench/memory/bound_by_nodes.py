@@ -6,7 +6,8 @@ The demo runs on one host (M = 1). This script tabulates the closed-form model o
 (Eqs. 10-12, computed by `tide memory`) for one layer's backward, in NS (one unsharded bf16
 group), for M = 1 .. 64 nodes of L GPUs: the figures show from which M the paper's own layout
 holds less than FSDP2's 4 NS, so that a reader can tell a bug in the runtime from what the
-specification gives. Beside each bound: the runtime's arena for two Llama-3.1-8B decoder layers
+specification gives. At M = 1 the runtime runs the one-node layout (NOTE [one-node TIDE-RS]) and
+the model its one-node form (NOTE [memory model terms]): two ring slots and the staging ring. Beside each bound: the runtime's arena for two Llama-3.1-8B decoder layers
 in the ring (`tide memory --groups "G;G"`, the runtime's defaults), in the same NS, so that the
 closed form can be read against what the runtime lays out (In-Place adds the previous layer's
 gradients, 1 NS, to the arena as the model does).
@@ -34,8 +35,11 @@ LLAMA8B_LAYER = ("4096x4096,1024x4096,1024x4096,4096x4096,14336x4096,14336x4096,
 
 
 def model(tide: str, nodes: int, gpus_per_node: int) -> dict:
+    """The closed form for one Llama-3.1-8B layer (its shard sizes the one-node ring at M = 1;
+    the multi-node form's NS figures do not depend on it)."""
     out = subprocess.run(
-        [tide, "memory", "-M", str(nodes), "-L", str(gpus_per_node), "--json"],
+        [tide, "memory", "-M", str(nodes), "-L", str(gpus_per_node), "--shapes", LLAMA8B_LAYER,
+         "--json"],
         check=True,
         capture_output=True,
         text=True,
@@ -59,8 +63,9 @@ def arena_ns(tide: str, nodes: int, gpus_per_node: int, mode: str) -> float:
 
 
 def first_below(rows: list[dict], key: str) -> str:
+    """The first M >= 2 (the multi-node layout) at which the model is below FSDP2."""
     for r in rows:
-        if r[key] < r["fsdp2_total_ns"]:
+        if r["nodes"] >= 2 and r[key] < r["fsdp2_total_ns"]:
             return str(r["nodes"])
     return "none up to 64"
 
@@ -86,10 +91,13 @@ def table(tide: str) -> str:
                 f"| {r['in_place_total_ns']:.3f} ({in_place:.3f}) "
                 f"| {r['slot_reuse_total_ns']:.3f} ({slot_reuse:.3f}) | {ratio:.2f}x |"
             )
+        one = next(r for r in rows if r["nodes"] == 1)
         lines += [
             "",
-            f"First M at which the model holds less than FSDP2: In-Place "
-            f"{first_below(rows, 'in_place_total_ns')}, Slot-Reuse "
+            f"One node (the one-node layout): In-Place {one['in_place_total_ns']:.3f} NS, "
+            f"Slot-Reuse {one['slot_reuse_total_ns']:.3f} NS against FSDP2's "
+            f"{one['fsdp2_total_ns']:.0f}. Multi-node layout, first M at which the model holds "
+            f"less than FSDP2: In-Place {first_below(rows, 'in_place_total_ns')}, Slot-Reuse "
             f"{first_below(rows, 'slot_reuse_total_ns')}.",
             "",
         ]
@@ -107,8 +115,9 @@ def main() -> None:
         "# One layer's backward in the paper's memory model, by node count\n\n"
         f"Made by `python3 bench/memory/bound_by_nodes.py --tide build/src/cli/tide --out "
         f"bench/results/memory/bound-by-nodes.md` on {platform.node()} ({today}) from "
-        "`tide memory -M M -L L --json` (Sec. 5.4, Eqs. 9-12; k = 4, n_stg = 2, one pass, the "
-        "CLI's defaults; n_out and n_par from the schedule, NOTE [memory model terms]) and "
+        "`tide memory -M M -L L --shapes G --json` (Sec. 5.4, Eqs. 9-12; k = 4, n_stg = 2, one "
+        "pass, the CLI's defaults; n_out and n_par from the schedule, NOTE [memory model terms]) "
+        "and "
         "`tide memory -M M -L L --groups \"G;G\" --mode MODE --json` (G: a Llama-3.1-8B "
         "decoder layer's 9 parameters). NS is one unsharded bf16 group. The bounds are the "
         "model's, not measurements: what the layout may hold during a layer's backward (ring "
@@ -120,6 +129,13 @@ def main() -> None:
         "staged: n_stg b_grad / 4 S_fp32 blocks, 2 / N NS with bf16), and by less where the "
         "solver's chunk stages less (tests/program/arena_model_test.cpp checks this on random "
         "models and topologies).\n\n"
+        "M = 1 is the one-node layout (NOTE [one-node TIDE-RS], NOTE [one-node TIDE-AG]) and "
+        "the model's one-node form: no receive stage, outbox, inbox or spares; two ring slots "
+        "(2 NS) and TIDE-RS's staging ring, n_stg (L - 1) C b_grad with the solver's chunk C "
+        "for the layer (rs_defaults.hpp contracts 8-9, at most 0.25 NS). There the model and "
+        "the arena agree byte for byte (up to the areas' 4 KiB alignment, kArenaAlign), and the goal is "
+        "In-Place <= 3.5 NS and Slot-Reuse <= 2.5 NS (tests/core/memory_model_test.cpp, "
+        "OneNodeGoalOnLlamaLayer).\n\n"
         "n_out: outbox blocks per bank (In-Place a full outbox, M - 1; Slot-Reuse Eq. 9, "
         "max_i (k_i + k_{i-1}) over the network rounds, 0 with none). n_par: inbox "
         "generations (1 for a one-wave schedule, M <= L; 2 otherwise; none at M = 1, where "

@@ -38,11 +38,16 @@ sys.path.insert(0, str(HERE))
 from run import MIB, SYSTEMS, launch, row_of  # noqa: E402
 
 MODEL = "llama1b"
+# One decoder layer's parameters as the benchmark's model holds them (python/tide/demo/model.py:
+# attention norm, fused q/k/v, output, MLP norm, fused gate/up, down), for the closed form.
+LAYER_SHAPES = "2048x1,3072x2048,2048x2048,2048x1,16384x2048,2048x8192"
 
 
 def closed_form(tide: str, world: int) -> dict:
-    out = subprocess.run([tide, "memory", "-M", "1", "-L", str(world), "--json"], check=True,
-                         capture_output=True, text=True).stdout
+    """`tide memory -M 1 -L N` for one layer's shapes (the one-node form with its ring)."""
+    out = subprocess.run([tide, "memory", "-M", "1", "-L", str(world), "--shapes", LAYER_SHAPES,
+                          "--grad-dtype", "bf16", "--json"], check=True, capture_output=True,
+                         text=True).stdout
     return json.loads(out)
 
 
@@ -83,6 +88,9 @@ def main() -> None:
     p.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
     # NOTE [malloc in the memory benchmark] (run.py)
     p.add_argument("--malloc-mmap-threshold", type=int, default=65536)
+    p.add_argument("--keep", action="store_true",
+                   help="keep the rows of --out's results.json for the worlds not run now (so "
+                        "that N = 8 can run on its own); README names every command")
     a = p.parse_args()
     if a.tide:
         os.environ["PATH"] = str(Path(a.tide).resolve().parent) + os.pathsep + os.environ["PATH"]
@@ -101,6 +109,7 @@ def main() -> None:
                                a.malloc_mmap_threshold) for _ in range(a.repeats)]
                 row = row_of(runs)
                 row["model"] = MODEL
+                row["repeats"] = a.repeats
                 row["layer_params"] = runs[0][0]["layer_params"]
                 row["ns_bytes"] = 2 * row["layer_params"]
                 row["bound_bytes"] = row.get("bound_bytes", 0)
@@ -111,6 +120,15 @@ def main() -> None:
                 print(f"N={world} {system:10s} arena {row['arena_bytes'] / MIB:8.1f} MiB "
                       f"peak {row['peak_bytes'] / MIB:8.1f} MiB "
                       f"({time.time() - started:.0f} s)", flush=True)
+    out = Path(a.out)
+    command = " ".join(["python3", Path(sys.argv[0]).as_posix()] + sys.argv[1:])
+    commands, seconds = [command], round(time.time() - started)
+    if a.keep and (out / "results.json").exists():
+        kept = json.loads((out / "results.json").read_text())
+        rows = [r for r in kept["rows"] if r["world"] not in a.worlds] + rows
+        rows.sort(key=lambda r: (r["world"], SYSTEMS.index(r["system"])))
+        commands = kept.get("commands", [kept["command"]]) + commands
+        seconds += kept["seconds"]
     stock = {r["world"]: r for r in rows if r["system"] == "stock"}
     goals = {
         "in_place_peak_at_or_below_stock": all(
@@ -125,33 +143,37 @@ def main() -> None:
         "machine": f"{platform.node()} ({platform.processor() or platform.machine()}, "
                    f"{os.cpu_count()} cores)",
         "date": date.today().isoformat(),
-        "command": " ".join(["python3", Path(sys.argv[0]).as_posix()] + sys.argv[1:]),
+        "command": command,
+        "commands": commands,
         "tide": tide,
-        "seconds": round(time.time() - started),
-        "repeats": a.repeats,
+        "seconds": seconds,
+        "repeats": {str(r["world"]): r.get("repeats", a.repeats) for r in rows},
         "steps": a.steps,
         "goals": goals,
         "rows": rows,
     }
-    out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
     device = rows[0]["device"]
     lines = [
         "# TIDE's memory per rank against stock FSDP2 at NS scale",
         "",
-        f"Made by `{result['command']}` on {result['machine']}, {result['date']} "
+        "Made by " + " then ".join(f"`{c}`" for c in commands) +
+        f" on {result['machine']}, {result['date']} "
         f"({result['seconds']} s), device: {device}. Model: {a.layers} Llama-3.2-1B decoder "
         "layers (hidden 2048, SwiGLU 8192, GQA 32/8 heads; NS = one layer in bf16), vocabulary "
         "512, 2 sequences of 32 tokens, FSDP2 with bf16 parameters and fp32 reduction, one "
         "FSDP2 group per layer and the root; AdamW; "
         f"{a.steps} steps (TIDE's first on stock FSDP2 while it traces the order). Each row: "
-        f"the largest rank's figure, median of {a.repeats} repeat(s) in fresh processes. Peak "
+        "the largest rank's figure, median over its repeats in fresh processes (" +
+        ", ".join(f"N = {w}: {n}" for w, n in result["repeats"].items()) +
+        "; [min, max] over the repeats). Peak "
         "on CPU: the rank's private memory at its peak plus its own arena in full once it "
         "exists (NOTE [honest peak on CPU], python/tide/demo/peak.py; workers run with "
         "MALLOC_MMAP_THRESHOLD_=65536); on GPUs torch's max_memory_allocated. 'model "
-        "per-layer NS' is `tide memory -M 1 -L N`'s closed form for one layer's backward "
-        "(FSDP2 4 NS; TIDE In-Place includes the previous layer's gradients). The bound is "
+        "per-layer NS' is `tide memory -M 1 -L N --shapes <one layer>`'s closed form for one "
+        "layer's backward, the one-node form (FSDP2 4 NS; TIDE: two ring slots and the staging "
+        "ring, In-Place plus the previous layer's gradients). The bound is "
         "`tide memory --groups` for the groups TIDE registered (the CLI named in results.json).",
         "",
         *table(rows),

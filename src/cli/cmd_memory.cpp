@@ -197,6 +197,10 @@ void run_memory(MemoryArgs& a) {
         {"fsdp2_pack_ns", m.fsdp2_pack_ns},
         {"buffer_scaling_fp32_blocks", rows}};
     if (!group_name.empty()) out["group"] = group_name;
+    if (m.one_node) {  // the one-node form (NOTE [memory model terms])
+      out["layout"] = "one-node";
+      if (m.staging_ring_bytes) out["staging_ring_bytes"] = *m.staging_ring_bytes;
+    }
     if (m.ns_bytes) {
       out["shard_bytes"] = *a.in.shard_bytes;
       out["ns_bytes"] = *m.ns_bytes;
@@ -210,10 +214,10 @@ void run_memory(MemoryArgs& a) {
     return;
   }
   std::cout << fmt::format(
-      "Memory model (Sec. 5.4): M={}, L={}, k={}, n_par={}, n_out={} (In-Place) and {} "
+      "Memory model (Sec. 5.4{}): M={}, L={}, k={}, n_par={}, n_out={} (In-Place) and {} "
       "(Slot-Reuse), n_stg={}, n_part={}; NS = one unsharded bf16 group{}{}\n",
-      a.in.nodes, a.in.gpus_per_node, a.in.round_width, m.inbox_generations, m.in_place_outbox,
-      m.slot_reuse_outbox, a.in.staging_slots, a.in.passes,
+      m.one_node ? "; the one-node layout" : "", a.in.nodes, a.in.gpus_per_node, a.in.round_width,
+      m.inbox_generations, m.in_place_outbox, m.slot_reuse_outbox, a.in.staging_slots, a.in.passes,
       group_name.empty() ? "" : " (" + group_name + ")",
       m.ns_bytes ? fmt::format(" = {}", bytes(*m.ns_bytes)) : "");
   Table table({"quantity", "S_fp32 blocks", "x NS", "bytes"});
@@ -221,9 +225,18 @@ void run_memory(MemoryArgs& a) {
     const auto b = in_bytes(ns);
     table.row({what, blocks ? fixed(*blocks, 0) : "", fixed(ns, 3), b ? bytes(*b) : ""});
   };
-  add("In-Place staging bound (Eq. 11)", m.in_place_staging_blocks, m.in_place_staging_ns);
-  add("Slot-Reuse staging bound (Eq. 12)", m.slot_reuse_staging_blocks, m.slot_reuse_staging_ns);
-  add("ring slots + receive stage", std::nullopt, m.ring_and_stage_ns);
+  if (m.one_node) {  // NOTE [memory model terms]: the ring is TIDE-RS's only area, both modes
+    const auto ring = in_bytes(m.in_place_staging_ns);
+    table.row({m.staging_ring_bytes ? "staging ring (one node, the solver's chunk)"
+                                    : "staging ring bound (one node, 0.25 NS)",
+               fixed(m.in_place_staging_blocks, 3), fixed(m.in_place_staging_ns, 3),
+               ring ? bytes(*ring) : ""});
+    add("ring slots (no receive stage on one node)", std::nullopt, m.ring_and_stage_ns);
+  } else {
+    add("In-Place staging bound (Eq. 11)", m.in_place_staging_blocks, m.in_place_staging_ns);
+    add("Slot-Reuse staging bound (Eq. 12)", m.slot_reuse_staging_blocks, m.slot_reuse_staging_ns);
+    add("ring slots + receive stage", std::nullopt, m.ring_and_stage_ns);
+  }
   add("per-layer backward, TIDE In-Place", std::nullopt, m.in_place_total_ns);
   add("per-layer backward, TIDE Slot-Reuse", std::nullopt, m.slot_reuse_total_ns);
   add("per-layer backward, FSDP2", std::nullopt, m.fsdp2_total_ns);

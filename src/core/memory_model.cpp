@@ -5,6 +5,8 @@
 #include <string>
 
 #include "tide/core/error.hpp"
+#include "tide/core/rs_defaults.hpp"
+#include "tide/core/rs_plan.hpp"
 #include "tide/core/topology.hpp"
 
 namespace tide {
@@ -17,6 +19,43 @@ void require(bool ok, const std::string& message) {
 // Eq. 10 in S_fp32 blocks (NOTE [memory model terms]).
 double staging_blocks(int l, int n_stg, int n_par, int n_out, int grad_bytes, int passes) {
   return (n_stg * l * grad_bytes / 4.0 + l * n_par + 2.0 * n_out) / passes + 2.0;
+}
+
+// The one-node form (NOTE [memory model terms]): the staging ring and nothing else of TIDE-RS,
+// no receive stage.
+MemoryModel one_node_memory_model(const MemoryModelInput& in, const MemorySchedule& s) {
+  const int l = in.gpus_per_node;  // N = L
+  MemoryModel out;
+  out.one_node = true;
+  out.inbox_generations = 0;
+  out.in_place_outbox = s.in_place_outbox;      // 0: no remote destinations
+  out.slot_reuse_outbox = s.slot_reuse_outbox;  // 0: no network rounds (Eq. 9)
+  double ring_ns = kOneNodeStagingNs;
+  if (l == 1) ring_ns = 0;  // nothing is staged
+  if (in.shard_bytes) {
+    // The largest group's plan, as RsPlan lays it out at M = 1: one sub-slice per rank of E
+    // columns, n_part pass parts of E_pass columns, both rounded up to the vector width.
+    const std::int64_t vec = RsOptions{}.vector_elems;
+    const std::int64_t e = *in.shard_bytes / 2;  // S counts bf16 items
+    const std::int64_t sub_slice = (e + vec - 1) / vec * vec;
+    const std::int64_t pass = ((sub_slice + in.passes - 1) / in.passes + vec - 1) / vec * vec;
+    const std::int64_t chunk =
+        one_node_chunk_columns(l, e, pass, vec, in.staging_slots, in.grad_bytes);
+    out.staging_ring_bytes =
+        std::int64_t{in.staging_slots} * (l - 1) * chunk * std::int64_t{in.grad_bytes};
+    out.ns_bytes = *in.shard_bytes * l;
+    ring_ns = static_cast<double>(*out.staging_ring_bytes) / static_cast<double>(*out.ns_bytes);
+  }
+  const double block_ns = 2.0 / l;  // one S_fp32 block
+  out.in_place_staging_ns = ring_ns;
+  out.slot_reuse_staging_ns = ring_ns;
+  out.in_place_staging_blocks = ring_ns / block_ns;
+  out.slot_reuse_staging_blocks = ring_ns / block_ns;
+  out.ring_and_stage_ns = 2.0;  // two ring slots, no receive stage (NOTE [one-node TIDE-AG])
+  out.in_place_total_ns = out.ring_and_stage_ns + ring_ns + 1.0;
+  out.slot_reuse_total_ns = out.ring_and_stage_ns + ring_ns;
+  out.fsdp2_pack_ns = 2.0;
+  return out;
 }
 
 }  // namespace
@@ -63,6 +102,8 @@ MemoryModel evaluate_memory_model(const MemoryModelInput& in) {
   require(in.staging_slots >= 1, "staging slots n_stg must be at least 1");
   require(in.grad_bytes == 2 || in.grad_bytes == 4, "gradient item size must be 2 or 4 bytes");
   require(!in.shard_bytes || *in.shard_bytes > 0, "--shard-bytes must be positive");
+
+  if (in.nodes == 1 && in.one_node) return one_node_memory_model(in, s);
 
   const int m = in.nodes;
   const int l = in.gpus_per_node;

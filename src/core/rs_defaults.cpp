@@ -47,27 +47,36 @@ namespace {
 // Contract 8-9: the one-node ring's chunk.
 std::int64_t one_node_chunk_elems(const RsPlan& plan) {
   const GroupLayout& layout = plan.layout();
-  const std::int64_t l = layout.topology().gpus_per_node();
-  const std::int64_t pass = plan.pass_elems();
-  const std::int64_t vec = plan.options().vector_elems;
-  const std::int64_t b_grad = item_bytes(layout.grad_dtype());
-  const std::int64_t per_column = std::int64_t{plan.options().staging_slots} * (l - 1) * b_grad;
-  if (per_column == 0 || pass == 0) return pass;  // L = 1: nothing is staged
-  const double ns = 2.0 * static_cast<double>(layout.shard_elems() * layout.topology().world());
+  return one_node_chunk_columns(layout.topology().gpus_per_node(), layout.shard_elems(),
+                                plan.pass_elems(), plan.options().vector_elems,
+                                plan.options().staging_slots,
+                                static_cast<int>(item_bytes(layout.grad_dtype())));
+}
+
+}  // namespace
+
+std::int64_t one_node_chunk_columns(int gpus_per_node, std::int64_t shard_elems,
+                                    std::int64_t pass_elems, std::int64_t vector_elems,
+                                    int staging_slots, int grad_bytes) {
+  const std::int64_t l = gpus_per_node;
+  const std::int64_t pass = pass_elems;
+  const std::int64_t vec = vector_elems;
+  const std::int64_t b_grad = grad_bytes;
+  const std::int64_t per_column = std::int64_t{staging_slots} * (l - 1) * b_grad;
+  if (per_column == 0 || pass == 0) return pass;                 // L = 1: nothing is staged
+  const double ns = 2.0 * static_cast<double>(shard_elems * l);  // one node: N = L
   const std::int64_t c_mem =
       std::max(kOneNodeMinChunk / vec * vec,
                static_cast<std::int64_t>(kOneNodeStagingNs * ns / static_cast<double>(per_column)) /
                    vec * vec);
-  const double inbound_us = static_cast<double>((l - 1) * layout.shard_elems() * b_grad) /
-                            (kOneNodeRates.bw_peer_gbps * 1e3);
+  const double inbound_us =
+      static_cast<double>((l - 1) * shard_elems * b_grad) / (kOneNodeRates.bw_peer_gbps * 1e3);
   const double fill_us = static_cast<double>(l - 1) * kOneNodeRates.fill_us;
   const std::int64_t c_opt =
       std::clamp<std::int64_t>(std::llround(std::sqrt(inbound_us / fill_us)), 1, kMaxOneNodeChunks);
   const std::int64_t chunks = std::max({c_opt, (pass + c_mem - 1) / c_mem, std::int64_t{1}});
   return std::min(pass, ((pass + chunks - 1) / chunks + vec - 1) / vec * vec);
 }
-
-}  // namespace
 
 std::string OneNodeForecast::reason() const {
   if (tide_wins()) return "";

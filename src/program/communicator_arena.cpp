@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "tide/core/error.hpp"
@@ -15,14 +16,17 @@ std::int64_t aligned(std::int64_t x) {
   return (x + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
 }
 
-// Eq. 10 for the largest group's fp32 shard, in bytes (NOTE [memory model terms]: the
-// model's n_out and n_par are those each plan's schedule lays out, with the pull landing); 0
-// where the closed form does not apply (the memory model's limits). Each RS area is sized by
-// the largest of the plans, so is the bound: the most blocks of any plan times the largest
-// fp32 shard.
-std::int64_t staging_bound(const std::vector<ArenaGroup>& groups) {
-  if (groups.empty()) return 0;
-  std::int64_t fp32_shard = 0;
+// TIDE-RS's areas as the memory model bounds them, in bytes (NOTE [memory model terms], with
+// the n_out and n_par each plan's schedule lays out, the pull landing); empty where the closed
+// form does not apply (the memory model's limits). Each RS area is sized by the largest of the
+// plans, so is the bound. Multi-node (Eq. 10): the most blocks of any plan times the largest
+// fp32 shard. One node (the model's one-node form): the ring, the most slots of any plan times
+// the largest slot that the form gives any plan for its own group.
+std::optional<std::int64_t> staging_bound(const std::vector<ArenaGroup>& groups) {
+  if (groups.empty()) return std::nullopt;
+  std::int64_t fp32_shard = 0, ring_slot = 0;
+  int ring_slots = 0;
+  bool one_node = false;
   double blocks = 0;
   for (const ArenaGroup& g : groups) {
     const RsPlan& plan = *g.reduce_scatter;
@@ -36,16 +40,26 @@ std::int64_t staging_bound(const std::vector<ArenaGroup>& groups) {
     in.passes = plan.passes();
     in.staging_slots = plan.options().staging_slots;
     in.grad_bytes = static_cast<int>(item_bytes(plan.layout().grad_dtype()));
+    in.one_node = plan.one_node();
+    if (plan.one_node()) in.shard_bytes = plan.layout().shard_elems() * 2;  // bf16 S
     try {
       const MemoryModel m = evaluate_memory_model(in);
+      if (m.one_node) {
+        one_node = true;
+        ring_slots = std::max(ring_slots, in.staging_slots);
+        ring_slot = std::max(ring_slot, m.staging_ring_bytes.value_or(0) / in.staging_slots);
+        continue;
+      }
       blocks =
           std::max(blocks, plan.options().mode == RsMode::kSlotReuse ? m.slot_reuse_staging_blocks
                                                                      : m.in_place_staging_blocks);
     } catch (const InvalidArgument&) {
-      return 0;
+      return std::nullopt;
     }
   }
-  return static_cast<std::int64_t>(blocks * static_cast<double>(fp32_shard));
+  const std::int64_t multi_node =
+      static_cast<std::int64_t>(blocks * static_cast<double>(fp32_shard));
+  return one_node ? std::max(multi_node, std::int64_t{ring_slots} * ring_slot) : multi_node;
 }
 
 }  // namespace
@@ -165,10 +179,13 @@ CommunicatorArena communicator_arena(const std::vector<ArenaGroup>& groups) {
   }
   for (const LandingSlot& slot : a.slots)
     slots_bound += slot.bytes;
-  const std::int64_t general_staging = staging_bound(general);
-  const std::int64_t staging =
-      general.empty() ? ep_bytes : (general_staging > 0 ? std::max(general_staging, ep_bytes) : 0);
-  a.bound_bytes = staging > 0 ? residents + stage_bound + slots_bound + staging : 0;
+  std::optional<std::int64_t> staging;  // empty: no closed form applies
+  if (general.empty()) {
+    if (ep_bytes > 0) staging = ep_bytes;
+  } else if (const std::optional<std::int64_t> bound = staging_bound(general)) {
+    staging = std::max(*bound, ep_bytes);
+  }
+  a.bound_bytes = staging ? residents + stage_bound + slots_bound + *staging : 0;
   return a;
 }
 

@@ -24,6 +24,20 @@
 // receive stage with the shard in it ((2 + 1/L) NS = (2 + M / N) NS, Sec. 5.4; the runtime
 // stages the shard, NOTE [communicator arena]), plus the areas above, plus (In-Place only)
 // the previous layer's bf16 gradients, 1 NS.
+// One node (M = 1, MemoryModelInput::one_node, the runtime's layout: NOTE [one-node TIDE-RS],
+// NOTE [one-node TIDE-AG]) has its own form, chosen by evaluate_memory_model. No outbox, no
+// inbox, no spares (n_out = n_par = 0) and no receive stage: the all-gather casts or copies the
+// shard into the own rows of the landing slot. TIDE-RS's only area is the staging ring of
+// n_stg slots of L - 1 chunks of C columns (one row per rank: the per-rank geometry):
+//   Ring = n_stg (L - 1) C b_grad bytes, C = the solver's chunk (rs_defaults.hpp contracts
+//   8-9, one_node_chunk_columns) for the largest group's E = S / 2 columns per rank,
+// which the solver keeps at or below kOneNodeStagingNs NS (0.25) wherever its floor of
+// kOneNodeMinChunk columns does not bind, E >= 8192 n_stg (L - 1) b_grad / L (below that the
+// ring is at most n_stg (L - 1) 4096 b_grad bytes). Without a shard size the form takes the
+// 0.25 NS bound. Per-layer backward:
+//   In-Place   = 2 + Ring / NS + 1   (two ring slots, the ring, the previous layer's gradients)
+//   Slot-Reuse = 2 + Ring / NS       (the gradients move into the vacated slot: no extra NS)
+// In S_fp32 blocks (the *_staging_blocks fields) Ring is Ring / S_fp32 in both modes.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +57,9 @@ struct MemoryModelInput {
   int staging_slots = 2;                    // n_stg
   int grad_bytes = 2;                       // b_grad
   std::optional<std::int64_t> shard_bytes;  // S (bf16 shard of the largest group), for bytes
+  // At M = 1: the one-node layout (the runtime's, the CLI's), else the multi-node layout that
+  // a bare RsOptions keeps at M = 1. Ignored at M >= 2.
+  bool one_node = true;
 };
 
 // The schedule's terms (NOTE [memory model terms]).
@@ -76,6 +93,10 @@ struct MemoryModel {
   double fsdp2_pack_ns = 0;  // FSDP2's fp32 reduce-scatter input, B_pack (Eq. 3)
   // NS in bytes when a shard size was given.
   std::optional<std::int64_t> ns_bytes;
+  // The one-node form was used (M = 1 with MemoryModelInput::one_node).
+  bool one_node = false;
+  // One node with a shard size: the staging ring's bytes, n_stg (L - 1) C b_grad.
+  std::optional<std::int64_t> staging_ring_bytes;
 };
 
 // Throws InvalidArgument as memory_schedule does, for n_par outside 1..2, n_stg < 1, ...

@@ -87,6 +87,15 @@ inline constexpr double kOneNodeStagingNs = 0.25;  // contract 8: the ring's bou
 inline constexpr int kMaxOneNodeChunks = 64;
 inline constexpr std::int64_t kOneNodeMinChunk = 4096;  // columns
 
+// Contract 8-9 as arithmetic, for a one-node plan of L GPUs: the ring's chunk in columns for a
+// group of shard_elems (E_live) columns per rank and pass_elems (E_pass) per pass part, at
+// vector width v, n_stg slots and gradient item size b_grad. What default_staging_chunk_elems
+// gives a one-node plan, and what the memory model's one-node form (memory_model.hpp) sizes
+// the ring with.
+std::int64_t one_node_chunk_columns(int gpus_per_node, std::int64_t shard_elems,
+                                    std::int64_t pass_elems, std::int64_t vector_elems,
+                                    int staging_slots, int grad_bytes);
+
 // Contract 10: where TIDE-RS would lose on one node. A first-order forecast of one call on
 // kOneNodeRates: TIDE = c t_fill + T + the last chunk's sum (E_live / c (L b_grad + 4) bytes at
 // kDefaultSumCtas x BW_sum), stock FSDP2 = the fp32 pack (N E_live (b_grad + 4) bytes at

@@ -72,8 +72,9 @@ struct CommunicatorArena {
   // What Sec. 5.4 bounds these areas by, for these groups: the residents, the largest
   // group's stage, each slot's largest group, and Eq. 10's staging bound for the largest
   // fp32 shard, with the n_out and n_par these plans lay out (NOTE [memory model terms]); the arena
-  // stays within it plus kArenaAlign per area. 0 where the closed form does not apply (the memory
-  // model's limits).
+  // stays within it plus kArenaAlign per area. One-node plans take the model's one-node form
+  // instead: no stage, and the staging ring the solver sizes, exactly. 0 where the closed form
+  // does not apply (the memory model's limits).
   std::int64_t bound_bytes = 0;
   int areas = 0;  // areas laid out (for the alignment allowance)
 };
