@@ -31,6 +31,14 @@
 #            one-sided only where every message's source and destination are arena regions, so
 #            the second run may stay two-sided). Dry run: the host
 #            backend runs both passes (the knob changes nothing there), to check the step.
+#   onenode  the one-node layout at 1 x N (N = the GPUs; NOTE [one-node TIDE-RS], NOTE [one-node
+#            TIDE-AG]): tide check-runtime --backend nccl -M 1 -L N, In-Place and Slot-Reuse,
+#            staged shards on FSDP2's ring, odd groups, bitwise,
+#            and the same with TIDE_ONE_NODE=0 (the multi-node layout); then tide-nccl bench
+#            --one-node (RS as the runtime runs it, AG with staged shards) against NCCL plus
+#            FSDP2's pack and copy-out, In-Place and Slot-Reuse, and without --one-node (every
+#            split, the multi-node layout) -> $OUT/onenode.json (the runs' rows). The train step
+#            runs the one-node layout too (the runtime's default at M = 1).
 #   summary  $OUT/summary.json (bench/multigpu/summary.py's schema) and $OUT/README.md
 #            (bench/multigpu/summary.py)
 # Not yet here: the collective benchmark harness (item 2), the all-push landing and
@@ -38,7 +46,7 @@
 # Dry run without GPUs: BACKEND=host GPUS=4 MODEL=demo STEPS="splits rma train faults summary".
 #   device: run(command="bash scripts/device/multigpu.sh", carry=[".deps"], kind="nvidia-h200-x8")
 set -uo pipefail
-NAME=multigpu DEFAULT_STEPS="build splits hosts rma train faults summary" source "$(dirname "$0")/common.sh"
+NAME=multigpu DEFAULT_STEPS="build splits onenode hosts rma train faults summary" source "$(dirname "$0")/common.sh"
 BUILD=${BUILD_DIR:-build-runtime}
 BACKEND=${BACKEND:-nccl}
 finish() { pack_logs; exit "$1"; }
@@ -90,6 +98,62 @@ PY
     done
   done
   python3 -c "import json; print(json.dumps([json.loads(l) for l in open('$LOG/splits.jsonl')], indent=1))" > "$OUT/splits.json"
+fi
+
+if has onenode; then
+  : > "$LOG/onenode.jsonl"
+  if (( gpus >= 2 && gpus <= 8 )); then
+    for layout in one-node multi-node; do
+      for mode in in-place slot-reuse; do
+        name="check-1x$gpus-$mode-$layout"
+        one_node=1; [[ $layout == multi-node ]] && one_node=0
+        TIDE_ONE_NODE=$one_node timeout 300 "$tide" check-runtime --backend "$BACKEND" -M 1 -L "$gpus" \
+          --groups "33x7,5x3,9x1;40x12,7x1;1000x33,16" --calls 12 \
+          --seed $((gpus * 3)) --mode "$mode" --ring --staged-shards --timeout-s 60 --json \
+          > "$LOG/$name.json" 2> "$LOG/$name.err"
+        rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
+        python3 - "$name" "$rc" "$LOG/$name.json" >> "$LOG/onenode.jsonl" <<'PY'
+import json, sys
+name, rc, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+try:
+    d = json.load(open(out))
+except Exception as e:
+    d = {"per_rank": [{"error": f"no JSON: {e}"}]}
+errors = [r["error"] for r in d.get("per_rank", []) if "error" in r]
+print(json.dumps({"run": name, "exit": rc, "passed": bool(d.get("passed")) and rc == 0,
+                  "mismatches": d.get("mismatches"), "arena": d.get("arena"),
+                  "errors": errors[:2]}))
+PY
+        note "onenode $name rc=$rc: $(tail -1 "$LOG/onenode.jsonl" | cut -c1-300)"
+      done
+    done
+    if [[ "$BACKEND" == nccl ]]; then
+      nccl_run="$BUILD/src/nccl_cli/tide-nccl"
+      for variant in "one-node" "one-node --rs-slot-reuse" "multi-node"; do
+        args=(--cases llama3.1-70b flat128m)
+        [[ $variant == one-node* ]] && args+=(--one-node)
+        [[ $variant == *--rs-slot-reuse ]] && args+=(--rs-slot-reuse)
+        name="bench-$(echo "$variant" | tr -d ' -')"
+        timeout 400 "$nccl_run" --spawn "$gpus" bench "${args[@]}" --json "$LOG/$name.json" \
+          > "$LOG/$name.log" 2>&1
+        rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
+        python3 - "$variant" "$rc" "$LOG/$name.json" >> "$LOG/onenode.jsonl" <<'PY'
+import json, sys
+variant, rc, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+try:
+    rows = json.load(open(out))["rows"]
+except Exception as e:
+    rows = [{"error": f"no JSON: {e}"}]
+print(json.dumps({"bench": variant, "exit": rc, "rows": rows}))
+PY
+        note "onenode tide-nccl bench $variant rc=$rc $(stamp):"
+        grep -E "^(llama|flat)" "$LOG/$name.log" | tee -a "$summary"
+      done
+    fi
+  else
+    note "onenode skipped: $gpus GPUs (1 x N needs 2..8)"
+  fi
+  python3 -c "import json; print(json.dumps([json.loads(l) for l in open('$LOG/onenode.jsonl')], indent=1))" > "$OUT/onenode.json"
 fi
 
 if has hosts; then

@@ -253,7 +253,7 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
     rs.mode = mode;
     rs.sub_slices = spec.sub_slices;
     // As the runtime chooses (NOTE [one-node TIDE-RS]; communicator_base.cpp).
-    rs.one_node = a.backend == "host";
+    rs.one_node = runtime::one_node_layout();
     rs.one_node_pull = false;
     plans.emplace_back(layouts.back(), rs);
   }

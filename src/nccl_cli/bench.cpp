@@ -111,6 +111,16 @@ RsOptions rs_options(const BenchArgs& args) {
   RsOptions o;
   o.mode = args.rs_slot_reuse ? RsMode::kSlotReuse : RsMode::kInPlace;
   o.staging_chunk_elems = args.rs_chunk_elems;
+  o.one_node = args.one_node;
+  o.one_node_pull = false;  // as the runtime runs it
+  return o;
+}
+
+// One node: the shards arrive per call (as tide.fsdp registers its groups), which the one-node
+// all-gather needs (AgPlan::one_node()).
+AgOptions ag_options(const BenchArgs& args) {
+  AgOptions o;
+  o.staged_shards = args.one_node;
   return o;
 }
 
@@ -136,7 +146,7 @@ std::int64_t window_for(const std::vector<BenchCase>& cases, const BenchArgs& ar
       if (world % l != 0) continue;
       const GroupLayout layout(Topology(world / l, l), c.shapes, DType::kBf16, DType::kBf16);
       need = std::max(need, fabric::NcclWindowFabric::required_window_bytes(
-                                program::build_ag_program(AgPlan(layout, AgOptions{}))));
+                                program::build_ag_program(AgPlan(layout, ag_options(args)))));
       need =
           std::max(need, fabric::NcclWindowFabric::required_window_bytes(program::build_rs_program(
                              RsPlan(layout, rs_options(args)), rs_program_options(args))));
@@ -194,14 +204,31 @@ nlohmann::json Bench::all_gather(const BenchCase& c, int m, int l) {
   const int me = session_.rank();
   const int world = m * l;
   const GroupLayout layout(Topology(m, l), c.shapes, DType::kBf16, DType::kBf16);
-  const AgPlan plan(layout, AgOptions{});
+  const AgPlan plan(layout, ag_options(args_));
   const program::Program program = program::build_ag_program(plan);
   const program::AgArenaLayout arena = program::ag_arena_layout(plan);
   fabric::NcclWindowFabric pf(session_.fabric(), program, program_options(l));
   exec::CudaExecutor ex(program, pf, executor_options());
   auto* window = static_cast<std::byte*>(pf.pointer(Buffer{me, Space::kArena, 0}));
+  // The shard: resident in the window, or (staged) per-parameter tensors, which the stock path
+  // reads as one contiguous shard (FSDP2's copy-in, made once here, not timed).
+  DeviceBuffer staged_shard(plan.options().staged_shards ? layout.shard_bytes() : 0);
   std::byte* shard = window + arena.resident;
-  kernels::launch_fill_random(shard, layout.shard_elems(), 2, args_.seed * 7919 + me, stream_);
+  if (plan.options().staged_shards) {
+    shard = staged_shard.as<std::byte>();
+    for (int p = 0; p < layout.param_count(); ++p) {
+      const ParamLayout& pl = layout.param(p);
+      void* tensor = pf.pointer(Buffer{me, Space::kTensor, p});
+      kernels::launch_fill_random(tensor, pl.shard_bytes / 2, 2,
+                                  args_.seed * 7919 + static_cast<std::uint64_t>(me * 1000 + p),
+                                  stream_);
+      TIDE_CUDA_CHECK(cudaMemcpyAsync(shard + pl.offset, tensor,
+                                      static_cast<std::size_t>(pl.shard_bytes),
+                                      cudaMemcpyDeviceToDevice, stream_));
+    }
+  } else {
+    kernels::launch_fill_random(shard, layout.shard_elems(), 2, args_.seed * 7919 + me, stream_);
+  }
   TIDE_CUDA_CHECK(cudaMemsetAsync(window + arena.landing, 0xFF,
                                   static_cast<std::size_t>(layout.unsharded_bytes()), stream_));
   TIDE_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -384,6 +411,7 @@ nlohmann::json Bench::reduce_scatter(const BenchCase& c, int m, int l) {
           {"rs_landing_ctas", args_.rs_landing_ctas},
           {"rs_chunk_elems", args_.rs_chunk_elems},
           {"rs_mode", args_.rs_slot_reuse ? "slot-reuse" : "in-place"},
+          {"one_node", plan.one_node()},
           {"tide_window_bytes", program.buffers[static_cast<std::size_t>(me)].arena_bytes},
           {"stock_buffer_bytes", layout.pack_buffer_bytes()},
           {"check", ok ? "equal to pack + NCCL reduce-scatter on every rank (" + verdict + " here)"
@@ -438,6 +466,7 @@ int run_bench(const fabric::LaunchedRank& me, const BenchArgs& args) {
   for (const BenchCase& c : cases) {
     for (int l : {1, 2, 4, 8}) {
       if (session.world() % l != 0) continue;
+      if (args.one_node && l != session.world()) continue;  // 1 x world only
       const int m = session.world() / l;
       for (const bool ag : {true, false}) {
         if (ag ? !args.all_gather : !args.reduce_scatter) continue;

@@ -61,6 +61,9 @@ struct BenchArgs {
   int rs_landing_ctas = kDefaultLandingCtas;
   std::int64_t rs_chunk_elems = 0;  // RsOptions::staging_chunk_elems (0: a whole pass part)
   bool rs_slot_reuse = false;
+  // The one-node layout (NOTE [one-node TIDE-RS], NOTE [one-node TIDE-AG]) on the 1 x world
+  // split only: TIDE-RS as the runtime runs it (the peers push), TIDE-AG with staged shards.
+  bool one_node = false;
 };
 int run_bench(const fabric::LaunchedRank& me, const BenchArgs& args);
 

@@ -93,6 +93,8 @@ int main(int argc, char** argv) {
                    "Level 1 staging chunk, columns per staged row (0: a whole pass part)")
       ->check(CLI::NonNegativeNumber);
   bench_cmd->add_flag("--rs-slot-reuse", bench.rs_slot_reuse, "TIDE-RS in Slot-Reuse mode");
+  bench_cmd->add_flag("--one-node", bench.one_node,
+                      "the one-node layout at 1 x world only (RS: peers push; AG: staged shards)");
   add_executor_options(bench_cmd, bench.common);
 
   CLI11_PARSE(app, argc, argv);

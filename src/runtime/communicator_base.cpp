@@ -3,8 +3,11 @@
 #include "communicator_base.hpp"
 
 #include <functional>
+#include <optional>
+#include <string>
 #include <utility>
 
+#include "tide/core/env.hpp"
 #include "tide/core/error.hpp"
 #include "tide/core/process.hpp"
 #include "tide/core/rs_defaults.hpp"
@@ -86,11 +89,10 @@ Registration CommunicatorBase::register_group(const GroupSpec& spec) {
   g.ag_dtype = spec.ag_dtype;
   g.grad_dtype = spec.grad_dtype;
   RsOptions base = rs_options_;
-  // NOTE [one-node TIDE-RS]: the runtime runs the one-node layout on the host backend, in both
-  // modes with the peers pushing from wherever the adapter left the gradients (Slot-Reuse: in
-  // the vacated slot). Still to wire: the ipc and nccl backends (the CUDA executor runs one-node
-  // In-Place sums; the runtime there keeps the multi-node layout until it ran on the H200).
-  base.one_node = options_.backend == BackendKind::kHost;
+  // NOTE [one-node TIDE-RS]: at M = 1 the runtime runs the one-node layout on every backend
+  // (TIDE_ONE_NODE=0 keeps the multi-node layout, for comparison), in both modes with the peers
+  // pushing from wherever the adapter left the gradients (Slot-Reuse: in the vacated slot).
+  base.one_node = one_node_layout();
   base.one_node_pull = false;
   const RsOptions rs = group_rs_options(spec, topology_, base);
   g.rs = rs;
@@ -368,6 +370,13 @@ void CommunicatorBase::check_reduce_scatter(const Group& g, std::size_t grads,
 }  // namespace tide::runtime::detail
 
 namespace tide::runtime {
+
+bool one_node_layout() {
+  const std::optional<std::string> v = env::value("TIDE_ONE_NODE");
+  if (!v || *v == "1") return true;
+  if (*v == "0") return false;
+  throw InvalidArgument("TIDE_ONE_NODE='" + *v + "' is not 0 or 1");
+}
 
 ArenaInfo describe_arena(const program::CommunicatorArena& arena) {
   ArenaInfo a;

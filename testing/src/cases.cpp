@@ -31,11 +31,12 @@ CollectiveCase ag_case(int m, int l, std::uint64_t seed, const AgCaseOptions& o)
   const GroupLayout layout(Topology(m, l), shapes, o.dtype, DType::kBf16);
   AgOptions options;
   options.mixed_precision_cast = o.cast;
+  options.staged_shards = o.staged;
   options.head_bytes = o.head_bytes;
   const AgPlan plan(layout, options);
   CollectiveCase c;
   c.name = "AG " + topology_name(m, l) + " " + std::string(dtype_name(o.dtype)) +
-           (o.cast ? " cast" : "") + o.what;
+           (o.cast ? " cast" : "") + (o.staged && !o.cast ? " staged" : "") + o.what;
   c.program = program::build_ag_program(plan);
   const program::AgArenaLayout arena = program::ag_arena_layout(plan);
   for (int r = 0; r < layout.topology().world(); ++r) {
@@ -43,6 +44,12 @@ CollectiveCase ag_case(int m, int l, std::uint64_t seed, const AgCaseOptions& o)
       for (int p = 0; p < layout.param_count(); ++p) {
         const auto master = random_values(rng, layout.param(p).shard_elems(), DType::kFp32);
         c.inputs.push_back({Buffer{r, Space::kTensor, p}, 0, bytes_of(master, DType::kFp32)});
+      }
+    } else if (o.staged) {
+      for (int p = 0; p < layout.param_count(); ++p) {
+        const std::int64_t elems = layout.param(p).shard_bytes / item_bytes(o.dtype);
+        const auto shard = random_values(rng, elems, o.dtype);
+        c.inputs.push_back({Buffer{r, Space::kTensor, p}, 0, bytes_of(shard, o.dtype)});
       }
     } else {
       const auto shard = random_values(rng, layout.shard_bytes() / item_bytes(o.dtype), o.dtype);
@@ -67,6 +74,7 @@ CollectiveCase rs_case(int m, int l, std::uint64_t seed, const RsCaseOptions& o)
   options.round_width = o.round_width > 0 ? o.round_width : round_width;
   options.rounds_in_flight = o.rounds_in_flight;
   options.one_node = o.one_node;
+  options.one_node_pull = o.one_node_pull;
   const RsPlan plan(layout, options);
   program::RsProgramOptions po;
   po.alpha = o.alpha != 0.0f ? o.alpha : 1.0f / static_cast<float>(layout.topology().world());
@@ -76,7 +84,11 @@ CollectiveCase rs_case(int m, int l, std::uint64_t seed, const RsCaseOptions& o)
   CollectiveCase c;
   c.name = "RS " + topology_name(m, l) + " " + std::string(mode_name(o.mode)) + " " +
            std::string(dtype_name(o.grad)) + (o.accumulate ? " accumulate" : "") +
-           (o.one_node && m == 1 ? " one-node" : "") + o.what;
+           (o.one_node && m == 1 ? " one-node" : "") +
+           (o.one_node && m == 1 && o.mode == RsMode::kSlotReuse
+                ? (o.one_node_pull ? " pull" : " push-from-slot")
+                : "") +
+           o.what;
   c.program = program::build_rs_program(plan, po);
   const auto grads = random_grads(rng, layout);
   for (int r = 0; r < layout.topology().world(); ++r) {

@@ -22,16 +22,16 @@ SEED = int(os.environ.get("TIDE_TEST_SEED", random.randrange(1 << 31)))
 FAILURES = []
 
 
-def run(args, timeout=300):
+def run(args, timeout=300, env=None):
     start = time.monotonic()
     p = subprocess.run([TIDE, "check-runtime", *args], capture_output=True, text=True,
-                       timeout=timeout)
+                       timeout=timeout, env=None if env is None else {**os.environ, **env})
     return p, time.monotonic() - start
 
 
-def run_json(name, args):
+def run_json(name, args, env=None):
     """check-runtime's JSON summary, or None after recording a failure for a run without one."""
-    p, _ = run(args)
+    p, _ = run(args, env=env)
     try:
         return p, json.loads(p.stdout)
     except json.JSONDecodeError:
@@ -39,10 +39,10 @@ def run_json(name, args):
         return p, None
 
 
-def run_passing(name, args):
+def run_passing(name, args, env=None):
     """check-runtime's JSON summary, after checking that every output was bit for bit right;
     None (a failure recorded) for a run without one."""
-    p, summary = run_json(name, args)
+    p, summary = run_json(name, args, env)
     if summary is not None:
         check(name, p.returncode == 0 and summary["passed"] and summary["mismatches"] == 0,
               f"exit {p.returncode}: {json.dumps(summary)[:600]}")
@@ -215,6 +215,29 @@ def main():
           all("call-order mismatch" in r.get("error", "") for r in summary["per_rank"]),
           json.dumps(summary["per_rank"]))
     check("hosts misorder: found well before the timeout", elapsed < 10, f"{elapsed:.1f} s")
+
+    # NOTE [one-node TIDE-RS]: at M = 1 the one-node layout by default, TIDE_ONE_NODE=0 the
+    # multi-node one (its Level 1 staging and spares: a larger reduce-scatter area); both
+    # bitwise (calls vary alpha and accumulate). Another value is refused, naming the variable.
+    for l, mode in [(2, "slot-reuse"), (2, "in-place")]:
+        # Groups of MiBs at 1 x 2, where TIDE wins (rs_defaults.hpp contract 10; at 1 x 4 and
+        # 1 x 8 groups of this size keep stock), and the layouts differ by pages.
+        groups = "2048x512,1001x33;1536x512"
+        seed = rng.randrange(1 << 30)
+        args = ["-M", "1", "-L", str(l), "--groups", groups, "--calls", "8", "--seed", str(seed),
+                "--mode", mode, "--ring", "--staged-shards", "--timeout-s", "60", "--json"]
+        name = f"one-node knob 1x{l} {mode} groups {groups} seed {seed}"
+        one = run_passing(name + " default", args)
+        multi = run_passing(name + " TIDE_ONE_NODE=0", args, env={"TIDE_ONE_NODE": "0"})
+        if one is not None and multi is not None:
+            check(f"{name}: the multi-node layout holds a larger reduce-scatter area",
+                  multi["arena"]["reduce_scatter_bytes"] > one["arena"]["reduce_scatter_bytes"],
+                  f"one-node {one['arena']} multi-node {multi['arena']}")
+    p, _ = run(["-M", "1", "-L", "2", "--groups", "9x5", "--json"], timeout=120,
+               env={"TIDE_ONE_NODE": "yes"})
+    check("TIDE_ONE_NODE=yes is refused naming the variable",
+          p.returncode != 0 and "TIDE_ONE_NODE" in p.stdout + p.stderr,
+          p.stdout[-300:] + p.stderr[-300:])
 
     # A rank killed mid-run: every other rank fails within the timeout, naming it.
     timeout_s = 5

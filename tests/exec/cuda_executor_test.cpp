@@ -430,6 +430,102 @@ TEST(CudaExecutor, OneNodeInPlaceSumsIntoTheOutputBitwise) {
   }
 }
 
+// The one-node cases below pass the executor's checks and run clean on the reference executor
+// (its race detector), before any GPU work: every L, both Slot-Reuse programs, staged AG.
+TEST(CudaExecutorCheck, AcceptsTheOneNodeProgramsAndTheReferenceRunsThemClean) {
+  std::uint64_t seed = 900;
+  for (int l : {2, 4, 8}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      testing::RsCaseOptions o;
+      o.mode = variant == 0 ? RsMode::kInPlace : RsMode::kSlotReuse;
+      o.one_node = true;
+      o.one_node_pull = variant == 1;
+      o.accumulate = true;
+      o.alpha = 0.625f;
+      const Case c = testing::rs_case(1, l, ++seed, o);
+      EXPECT_NO_THROW(CudaExecutor::check(c.program)) << c.name;
+      std::vector<std::vector<std::byte>> want;
+      EXPECT_NO_THROW(reference_outputs(c, &want)) << c.name;
+      EXPECT_EQ(want.size(), static_cast<std::size_t>(l)) << c.name;
+    }
+    testing::AgCaseOptions ag;
+    ag.staged = true;
+    const Case c = testing::ag_case(1, l, ++seed, ag);
+    EXPECT_NO_THROW(CudaExecutor::check(c.program)) << c.name;
+    std::vector<std::vector<std::byte>> want;
+    EXPECT_NO_THROW(reference_outputs(c, &want)) << c.name;
+    EXPECT_EQ(want.size(), static_cast<std::size_t>(l)) << c.name;
+  }
+}
+
+// NOTE [one-node TIDE-RS]: Slot-Reuse on one node, both programs: the owners pull their rows
+// from the peers' gradient areas (RsOptions::one_node_pull), and the peers push from where the
+// gradients lie (the runtime's variant: its adapter moved them into the vacated slot). bf16 and
+// fp32 gradients, with and without accumulate, alpha = 1/N or a random alpha; bitwise against
+// the reference executor, two runs on one executor (counters carry over).
+TEST(CudaExecutor, OneNodeSlotReusePullAndPushFromSlotBitwise) {
+  TIDE_REQUIRE_GPU();
+  const std::uint64_t seed0 = 750;
+  SCOPED_TRACE("seeds from " + std::to_string(seed0));
+  std::uint64_t seed = seed0;
+  std::mt19937_64 rng(seed0);
+  for (int l : {2, 4, 8}) {
+    for (bool pull : {true, false}) {
+      for (DType grad : {DType::kBf16, DType::kFp32}) {
+        for (bool accumulate : {false, true}) {
+          testing::RsCaseOptions o;
+          o.mode = RsMode::kSlotReuse;
+          o.grad = grad;
+          o.accumulate = accumulate;
+          o.one_node = true;
+          o.one_node_pull = pull;
+          o.alpha = accumulate ? 0.25f + static_cast<float>(rng() % 97) / 64.0f : 0.0f;
+          run_case(testing::rs_case(1, l, ++seed, o));
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+// The one-node programs on larger groups (several chunks per owner, the staging ring reused
+// within the call): a shrunk Llama-3.1-8B layer, In-Place and both Slot-Reuse programs.
+TEST(CudaExecutor, OneNodeShrunkPresetLayerEveryProgramBitwise) {
+  TIDE_REQUIRE_GPU();
+  const std::vector<ParamShape> layer = shrunk(find_model_group("llama3.1-8b").params, 32);
+  std::uint64_t seed = 780;
+  for (int l : {2, 4, 8}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      testing::RsCaseOptions o;
+      o.mode = variant == 0 ? RsMode::kInPlace : RsMode::kSlotReuse;
+      o.one_node = true;
+      o.one_node_pull = variant == 1;
+      o.accumulate = variant != 0;
+      o.alpha = 0.8125f;
+      o.shapes = layer;
+      o.what = " llama3.1-8b/32";
+      run_case(testing::rs_case(1, l, ++seed, o));
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// NOTE [one-node TIDE-AG]: staged shards at M = 1 (the cast is in AgEveryTopologyBf16Fp32Cast):
+// bf16 and fp32, each rank's rows copied into its landing slot and pushed to the peers.
+TEST(CudaExecutor, OneNodeAgStagedShardsBitwise) {
+  TIDE_REQUIRE_GPU();
+  std::uint64_t seed = 800;
+  for (int l : {2, 4, 8}) {
+    for (DType dtype : {DType::kBf16, DType::kFp32}) {
+      testing::AgCaseOptions o;
+      o.staged = true;
+      o.dtype = dtype;
+      run_case(testing::ag_case(1, l, ++seed, o));
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
 TEST(CudaExecutor, RsFp32GradientsAndAccumulate) {
   TIDE_REQUIRE_GPU();
   run_case(rs_case(2, 4, RsMode::kInPlace, DType::kFp32, false, 301));

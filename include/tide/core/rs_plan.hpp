@@ -85,8 +85,8 @@ struct RsOptions {
   // rank owns its own rows (the per-rank geometry, whatever sub_slices says), and Level 1 sums
   // them straight into its output: no spare, no landing, no outbox, no inbox. false keeps the
   // multi-node layout at M = 1 (own-node spares and a pull landing). Ignored at M >= 2. The
-  // library's defaults (the CLI; the runtime on the host backend) set it; the CUDA executor
-  // does not run one-node sums yet, so a bare RsOptions keeps the multi-node layout.
+  // library's defaults set it (the CLI; the runtime on every backend, unless TIDE_ONE_NODE=0);
+  // a bare RsOptions keeps the multi-node layout.
   bool one_node = false;
   // One-node Slot-Reuse: the owners pull their rows from the peers' gradient areas, into which
   // the program copies the gradients (NOTE [one-node TIDE-RS]). false: the peers push from

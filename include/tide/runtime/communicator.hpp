@@ -55,6 +55,10 @@ BackendKind parse_backend(std::string_view text);
 std::string_view backend_name(BackendKind backend);
 // Whether this build has the backend (nccl: built with CUDA and NCCL; ipc: with CUDA).
 bool backend_built(BackendKind backend);
+// Whether the runtime lays TIDE-RS out for one node at M = 1 (NOTE [one-node TIDE-RS]): on every
+// backend, unless TIDE_ONE_NODE=0 keeps the multi-node layout. InvalidArgument for another value.
+// The ranks agree it with the group (a rank that differs refuses the group with the reason).
+bool one_node_layout();
 
 // Fault injection for tests and `tide check-runtime` only; the defaults inject nothing.
 struct CommunicatorFaultInjection {

@@ -7,7 +7,8 @@
 //   address(region)  the target's address type (a Ptr: a fixed arena pointer, or a slot bound
 //                    per call: a tensor, the output; one-shot programs bind every slot now)
 //   fixed(region)    a fixed pointer (landing partials: the kernel takes them by value)
-//   gradient(param)  records the kernel gradient slot of kTensor `param`
+//   gradient(param)  records the kernel gradient slot of kTensor `param` (an arena slot,
+//                    -1 in gradient_slots, is a fixed pointer in fixed_gradients)
 //   upload_stream()  optional: the stream that uploads Level 1 segment tables (without it the
 //                    upload is synchronous)
 // resolve_payload() fills the per-kind fields: copies, out, in, elems, ctas, zero_width /
@@ -58,31 +59,43 @@ void resolve_copies(const program::Op& op, Resolver& resolver, Target& m) {
 // the segment table (gradient slots compacted per op: the kernel takes at most 256), the
 // staged geometry, the CTA budget and its tuning. Alpha and accumulate stay at their defaults.
 template <class Target, class Resolver>
-void resolve_sum(const program::SumOp& op, Resolver& resolver, Target& m) {
+void resolve_sum(const program::SumOp& op, int rank, Resolver& resolver, Target& m) {
   const std::int64_t width = op.dst.width / 4;
   if (width == 0 || op.dst.rows == 0) {
     m.empty = true;
     return;
   }
   const std::int64_t item = item_bytes(op.in_dtype);
-  std::map<int, int> compact;  // tensor index -> kernel gradient slot
-  for (const program::SumSegment& s : op.segments) {
-    // The one-node layout's sums (NOTE [one-node TIDE-RS]) are not wired to the kernel yet:
-    // own contributions in the arena (Slot-Reuse) and folding into the output.
-    if (s.space != program::Space::kTensor) {  // one-node Slot-Reuse's gradient areas
-      throw Unsupported("the CUDA executor does not read own contributions from the arena yet");
-    }
-    compact.emplace(s.param, 0);
-  }
+  // Kernel gradient slots: kTensor `param` under key param (>= 0); the rank's arena (one-node
+  // Slot-Reuse pull: the own contribution in the gradient area, NOTE [one-node TIDE-RS]) under
+  // key -1, a fixed pointer to the arena's start (src_elem counts items from there).
+  constexpr int kArenaKey = -1;
+  auto key_of = [](const program::SumSegment& s) {
+    if (s.space == program::Space::kTensor) return s.param;
+    if (s.space == program::Space::kArena) return kArenaKey;
+    throw Unsupported("a Level 1 sum reads own contributions from tensors or the arena only");
+  };
+  std::map<int, int> compact;  // key -> kernel gradient slot
+  for (const program::SumSegment& s : op.segments)
+    compact.emplace(key_of(s), 0);
   int slots = 0;
-  for (auto& [param, index] : compact) {
+  for (auto& [key, index] : compact) {
     index = slots++;
-    resolver.gradient(param);
+    if (key != kArenaKey) {
+      resolver.gradient(key);
+      continue;
+    }
+    // Slot -1, its pointer fixed now (aligned with the slots: entries of kTensor slots stay
+    // null where the resolver binds tensors per call).
+    const program::Region arena{program::Buffer{rank, program::Space::kArena, 0}, 0, item, item, 1};
+    m.gradient_slots.push_back(-1);
+    m.fixed_gradients.resize(m.gradient_slots.size(), nullptr);
+    m.fixed_gradients.back() = resolver.fixed(arena);
   }
   std::vector<kernels::Level1RunSpec> runs;
   runs.reserve(op.segments.size());
   for (const program::SumSegment& s : op.segments)
-    runs.push_back({s.row, s.out_elem, s.elems, compact.at(s.param), s.src_elem});
+    runs.push_back({s.row, s.out_elem, s.elems, compact.at(key_of(s)), s.src_elem});
   // A resolver with upload_stream() uploads the table on that stream (the sequence runner's
   // setup stream, NOTE [CUDA call sequences] 1); else synchronously.
   std::optional<cudaStream_t> upload;
@@ -131,7 +144,7 @@ void resolve_payload(const program::Op& op, Resolver& resolver, Target& m) {
   if (op.is<program::CopyOp>() || op.is<program::RailPutOp>()) {
     resolve_copies(op, resolver, m);
   } else if (const auto* sum = op.get_if<program::SumOp>()) {
-    resolve_sum(*sum, resolver, m);
+    resolve_sum(*sum, op.rank, resolver, m);
   } else if (const auto* land = op.get_if<program::LandOp>()) {
     resolve_land(*land, resolver, m);
   } else if (const auto* cast = op.get_if<program::CastOp>()) {

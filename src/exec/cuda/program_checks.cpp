@@ -117,12 +117,14 @@ class MappingLimits {
     std::set<int> params;
     for (std::size_t k = 0; k < op.segments.size(); ++k) {
       if (op.segments[k].elems < 1) fail("segment " + std::to_string(k) + " is empty");
-      if (op.segments[k].space != program::Space::kTensor) {
-        unsupported(
-            "an own contribution in the arena (the one-node Slot-Reuse pull, NOTE "
-            "[one-node TIDE-RS]) is not wired to the Level 1 kernel yet");
+      // An own contribution lies in a tensor, or in the rank's arena (the one-node Slot-Reuse
+      // pull's gradient area, NOTE [one-node TIDE-RS]): one kernel gradient slot each.
+      const program::Space space = op.segments[k].space;
+      if (space != program::Space::kTensor && space != program::Space::kArena) {
+        unsupported("segment " + std::to_string(k) +
+                    ": an own contribution outside the tensors and the arena");
       }
-      params.insert(op.segments[k].param);
+      params.insert(space == program::Space::kArena ? -1 : op.segments[k].param);
     }
     if (static_cast<int>(params.size()) > kernels::kMaxLevel1Gradients)
       unsupported("more than 256 distinct gradients in one sum");

@@ -167,8 +167,9 @@ void CudaSequenceRunner::State::launch_kernel_op(const SeqOp& m, const CudaCallB
       kernels::Level1SumArgs a = m.sum;
       std::array<const void*, kernels::kMaxLevel1Gradients> gradients{};
       for (std::size_t k = 0; k < m.gradient_slots.size(); ++k)
-        gradients[k] = one_shot ? m.fixed_gradients[k]
-                                : b.tensors[static_cast<std::size_t>(m.gradient_slots[k])];
+        gradients[k] = one_shot || m.gradient_slots[k] < 0
+                           ? m.fixed_gradients[k]
+                           : b.tensors[static_cast<std::size_t>(m.gradient_slots[k])];
       a.gradients = gradients.data();
       a.out = reinterpret_cast<float*>(at(m.out, b));
       if (a.num_staged > 0) a.staged = at(m.in, b);

@@ -48,10 +48,12 @@ struct CollectiveCase {
   std::vector<CaseCheck> checks;
 };
 
-// TIDE-AG over M x L: random shards (or, with `cast`, random fp32 masters); checks every
-// rank's landing zone. Random shapes when `shapes` is empty. head_bytes = 64 unless given.
+// TIDE-AG over M x L: random shards (or, with `cast`, random fp32 masters; with `staged`,
+// per-parameter shards of the all-gather dtype arriving per call); checks every rank's
+// landing zone. Random shapes when `shapes` is empty. head_bytes = 64 unless given.
 struct AgCaseOptions {
   bool cast = false;
+  bool staged = false;  // AgOptions::staged_shards (at M = 1: NOTE [one-node TIDE-AG])
   DType dtype = DType::kBf16;
   std::vector<ParamShape> shapes;
   std::string what;  // appended to the name
@@ -73,7 +75,8 @@ struct RsCaseOptions {
   int rounds_in_flight = 1;  // RsOptions::rounds_in_flight
   int sum_ctas = 0;
   int landing_ctas = 0;
-  bool one_node = false;  // RsOptions::one_node (NOTE [one-node TIDE-RS])
+  bool one_node = false;      // RsOptions::one_node (NOTE [one-node TIDE-RS])
+  bool one_node_pull = true;  // RsOptions::one_node_pull (Slot-Reuse: pull, or push as In-Place)
 };
 CollectiveCase rs_case(int m, int l, std::uint64_t seed, const RsCaseOptions& options = {});
 
