@@ -202,15 +202,15 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
   use_device_of(m.rank);
   cudaStream_t s = streams[static_cast<std::size_t>(m.stream)];
   if (m.message) {  // NOTE [CUDA call sequences] 6; under capture as on the stream path
-    const cuda_detail::Message* message = m.message.get();
-    cuda_detail::Message bound;  // the parts of caller memory at this call's pointers
+    const transport::Message* message = m.message.get();
+    transport::Message bound;  // the parts of caller memory at this call's pointers
     for (std::size_t k = 0; k < m.message_slots.size(); ++k) {
       if (m.message_slots[k].slot == sequence_detail::kFixed) continue;
       if (message != &bound) {
         bound = *m.message;  // shares its events and staging; never released itself
         message = &bound;
       }
-      cuda_detail::MessagePart& part = bound.parts[k];
+      transport::MessagePart& part = bound.parts[k];
       (part.strided ? part.region : part.data) = at(m.message_slots[k], b);
     }
     // NOTE [CUDA call sequences] 3: a slot graph holding caller memory in a message is not
@@ -221,8 +221,8 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
       repoint_failure = sequence_detail::kMessageNotRepointed;
     }
     // NOTE [abort relay]: the receiver's addition counts only where the token says valid.
-    cuda_detail::enqueue_message(*message, *transport, streams[static_cast<std::size_t>(m.rail)], s,
-                                 relay_of(*message));
+    transport::enqueue_message(*message, *transport, streams[static_cast<std::size_t>(m.rail)], s,
+                               relay_of(*message));
     return;
   }
   switch (m.kind) {

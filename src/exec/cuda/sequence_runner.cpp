@@ -10,12 +10,8 @@
 
 #include "enqueue_order.hpp"
 #include "graph_wait_budget.hpp"
-#include "ipc_rendezvous_transport.hpp"
-#include "loopback_one_sided_transport.hpp"
-#include "one_sided_messages.hpp"
 #include "op_resolution.hpp"
 #include "program_checks.hpp"
-#include "rendezvous_transport.hpp"
 #include "sequence_fusion.hpp"
 #include "sequence_generations.hpp"
 #include "sequence_state.hpp"
@@ -29,6 +25,7 @@
 #include "tide/kernels/signal/abort_check.hpp"
 #include "tide/kernels/signal/counter_add.hpp"
 #include "tide/version_gates.hpp"
+#include "transport/one_sided.hpp"
 
 namespace tide::exec {
 
@@ -203,9 +200,7 @@ void CudaSequenceRunner::State::map_op(const Op& op, int age, SeqOp& m) {
 
 bool CudaSequenceRunner::State::is_message(const Op& op) const {
   int from = 0, to = 0;
-  if (!cuda_detail::crosses_ranks(op, from, to)) return false;
-  const int node = options.test_messages.node_size;
-  if (node > 0) return from / node != to / node;  // emulated nodes (tests only)
+  if (!transport::crosses_ranks(op, from, to)) return false;
   return !fabric.load_store(from, to);
 }
 
@@ -213,7 +208,7 @@ bool CudaSequenceRunner::State::is_message(const Op& op) const {
 // place: the sender's (its op stream, its rail stream), then the receiver's (its rail stream).
 void CudaSequenceRunner::State::map_message(const Op& op, std::set<int>& used,
                                             std::vector<SeqOp>& out) {
-  cuda_detail::MessageAddresses at;
+  transport::MessageAddresses at;
   std::vector<Ptr> slots;  // per part of the side being mapped
   at.region = [this, &slots](const Region& r) -> std::byte* {
     const Ptr p = resolve(r);
@@ -224,8 +219,8 @@ void CudaSequenceRunner::State::map_message(const Op& op, std::set<int>& used,
   };
   at.counter = [this](const program::Counter& c) { return word(c); };
   const int to = program::addition_of(op).value().counter.rank;
-  const auto release = [](cuda_detail::Message* m) {
-    cuda_detail::release_message(*m);
+  const auto release = [](transport::Message* m) {
+    transport::release_message(*m);
     delete m;
   };
   for (const bool sender : {true, false}) {
@@ -238,9 +233,9 @@ void CudaSequenceRunner::State::map_message(const Op& op, std::set<int>& used,
     m.rail = stream(rank, sequence_detail::kRailStreamName);
     m.stream = sender ? stream(rank, op.stream) : m.rail;
     slots.clear();
-    m.message = std::shared_ptr<cuda_detail::Message>(
-        new cuda_detail::Message(cuda_detail::map_message(op, sender, at, !one_sided)), release);
-    if (one_sided) cuda_detail::route_one_sided(op, place.region_offset, *m.message);
+    m.message = std::shared_ptr<transport::Message>(
+        new transport::Message(transport::map_message(op, sender, at, !one_sided)), release);
+    if (one_sided) transport::route_one_sided(op, place.region_offset, *m.message);
     m.message_slots = slots;
     used.insert(m.stream);
     used.insert(m.rail);
@@ -418,8 +413,10 @@ void CudaSequenceRunner::set_up() {
     kernels::prepare_landing();
     kernels::prepare_cast();
     kernels::prepare_abort_check();
-    if (options.test_messages.node_size > 0 || fabric.message_area_bytes() > 0)
-      cuda_detail::prepare_rendezvous();
+    for (transport::MessageTransport* t :
+         {place.messages.two_sided.get(),
+          static_cast<transport::MessageTransport*>(place.messages.one_sided.get())})
+      if (t != nullptr) t->prepare();
     TIDE_CUDA_CHECK(cudaMemsetAsync(fabric.signals(r) + place.first_signal_word, 0,
                                     static_cast<std::size_t>(sequence.counters) * 8, setup));
   }
@@ -442,31 +439,16 @@ void CudaSequenceRunner::set_up() {
   s.use_device_of(s.local_ranks.empty() ? 0 : s.local_ranks[0]);
   TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&s.entry, cudaEventDisableTiming));
   TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&s.origin, cudaStreamNonBlocking));
-  // NOTE [CUDA call sequences] 6: the transport messages take.
-  if (options.test_messages.node_size > 0) {
-    for (int r = 0; r < s.ranks; ++r)
-      if (!fabric.local(r))
-        throw InvalidArgument("CudaSequenceRunner: test messages need every rank local");
-    if (options.test_messages.one_sided) s.choose_one_sided(/*test=*/true);
-    if (s.one_sided) {
-      s.transport = std::make_unique<cuda_detail::LoopbackOneSidedTransport>(fabric, s.ranks);
-    } else {
-      s.transport = std::make_unique<cuda_detail::RendezvousTransport>(s.ranks, fabric.device());
-    }
-  } else if (fabric.message_area_bytes() > 0) {  // NOTE [ipc rendezvous transport]
-    s.transport =
-        std::make_unique<cuda_detail::IpcRendezvousTransport>(fabric, place.message_channels);
-  } else {
-    s.choose_one_sided(/*test=*/false);  // NOTE [one-sided messages]
-    if (s.one_sided) {
-      s.transport =
-          std::make_unique<cuda_detail::FabricOneSidedTransport>(fabric, place.message_channels);
-    } else {
-      s.transport = std::make_unique<cuda_detail::FabricTransport>(fabric, place.message_channels);
-    }
-  }
-  if (s.one_sided_refusal.empty() && !s.one_sided)
-    s.one_sided_refusal = "its messages travel through a rendezvous transport";
+  // NOTE [CUDA call sequences] 6: the transport messages take, the place's (NOTE [one-sided
+  // messages]: one-sided where given and every template plans).
+  if (place.messages.one_sided)
+    s.choose_one_sided();
+  else
+    s.one_sided_refusal = place.messages.no_one_sided;
+  if (s.one_sided)
+    s.transport = place.messages.one_sided;
+  else
+    s.transport = place.messages.two_sided;
   for (const int r : s.local_ranks) {  // NOTE [abort relay]: send and receive tokens
     s.use_device_of(r);
     TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.tokens[r]), 2 * sizeof(std::uint64_t)));
@@ -474,12 +456,17 @@ void CudaSequenceRunner::set_up() {
   s.templates.resize(sequence.templates.size());
   for (std::size_t t = 0; t < sequence.templates.size(); ++t)
     s.map_template(sequence.templates[t], s.templates[t]);
+  if (s.has_messages && !s.transport) {
+    throw Unsupported(
+        "CudaSequenceRunner: some ranks are not load/store reachable and the place names no "
+        "message transport (CudaSequencePlace::messages)");
+  }
   for (sequence_detail::Template& t : s.templates) {  // messages_sent() per call of t
     for (const SeqOp& m : t.ops) {
       if (!m.message || !m.message->sender) continue;
       ++t.message_sends;
       std::size_t bytes = sizeof(std::uint64_t);  // the abort token (NOTE [abort relay])
-      for (const cuda_detail::MessagePart& part : m.message->parts)
+      for (const transport::MessagePart& part : m.message->parts)
         bytes += part.bytes;
       t.message_bytes += static_cast<std::int64_t>(bytes);
     }
@@ -664,12 +651,8 @@ std::string CudaSequenceRunner::message_path() const {
 }
 
 // NOTE [one-sided messages]: every template's messages planned on the place's lane; every
-// process decides alike (the same programs, the same agreed Fabric::one_sided()).
-void CudaSequenceRunner::State::choose_one_sided(bool test) {
-  if (!test && !fabric.one_sided()) {
-    one_sided_refusal = "one-sided messages are off: " + fabric.one_sided_reason();
-    return;
-  }
+// process decides alike (the same programs, the same one-sided transport on every rank).
+void CudaSequenceRunner::State::choose_one_sided() {
   // Each rank's window: its arena where this process knows it, else this process's own (the
   // NCCL window fabric's arenas are the same size on every rank).
   const std::int64_t own =
@@ -687,8 +670,8 @@ void CudaSequenceRunner::State::choose_one_sided(bool test) {
         for (const int i : *part)
           if (is_message(t.program.ops[static_cast<std::size_t>(i)])) ops.push_back(i);
       const auto input =
-          cuda_detail::one_sided_input(t.program, ops, place.region_offset, place.message_channels);
-      (void)messages::plan_one_sided(input, {ranks, lanes, window, /*token=*/true});
+          transport::one_sided_input(t.program, ops, place.region_offset, place.message_channels);
+      (void)transport::plan_one_sided(input, {ranks, lanes, window, /*token=*/true});
     }
   } catch (const std::exception& e) {
     one_sided_refusal = std::string("its messages cannot travel one-sided: ") + e.what();

@@ -23,13 +23,13 @@
 #include <utility>
 #include <vector>
 
-#include "messages.hpp"
 #include "sequence_watch.hpp"
 #include "tide/exec/cuda_sequence.hpp"
 #include "tide/kernels/landing.hpp"
 #include "tide/kernels/level1_sum.hpp"
 #include "tide/kernels/signal/abort_check.hpp"
 #include "tide/program/program.hpp"
+#include "transport/message.hpp"
 
 namespace tide::exec::sequence_detail {
 
@@ -104,7 +104,7 @@ struct SeqOp {
   // A side of a message (NOTE [CUDA call sequences] 6, NOTE [rail messages]): the sender's
   // (on `stream`, its transfer on `rail`) or the receiver's (`stream` == `rail`). Kept out of
   // the fusion pass.
-  std::shared_ptr<cuda_detail::Message> message;
+  std::shared_ptr<transport::Message> message;
   int rail = -1;
   // Per message part: what it moves; a part of caller memory (slot != kFixed: a staged
   // shard, a gradient) is bound per call, its mapped pointer only a placeholder.
@@ -286,19 +286,19 @@ struct CudaSequenceRunner::State {
   std::vector<CUstreamBatchMemOpParams> memops;  // reused by every wait
   // NOTE [CUDA call sequences] 6: where messages travel, and the 8-byte device word signal
   // messages carry (on the first local rank's device).
-  std::unique_ptr<cuda_detail::MessageTransport> transport;
+  std::shared_ptr<transport::MessageTransport> transport;  // the place's, or null
   bool has_messages = false;
   // NOTE [one-sided messages]: whether this runner's messages travel one-sided, and why not.
   bool one_sided = false;
   std::string one_sided_refusal;
-  void choose_one_sided(bool test);  // test: the loopback transport, whatever the fabric
+  void choose_one_sided();
   // NOTE [abort relay] (docs/executor.md): per local rank its send and receive token words (two
   // words on its device), the relayed-abort word (on the first local rank's device; nullptr
   // without messages), and the verdict a sender's token reads (every word of check_tables).
   std::map<int, std::uint64_t*> tokens;
   std::uint64_t* relay_word = nullptr;
   kernels::AbortCheck verdict{};
-  cuda_detail::MessageRelay relay_of(const cuda_detail::Message& m) const;
+  transport::MessageRelay relay_of(const transport::Message& m) const;
   // NOTE [one-shot programs] (executor.cpp): kTensor and kOutput regions are the fabric's
   // buffers, kSum and kLand keep the program's alpha and accumulate, and ops no legal order
   // reaches follow in program order.

@@ -9,10 +9,10 @@
 #include <string>
 #include <thread>
 
-#include "messages.hpp"
 #include "sequence_state.hpp"
 #include "tide/core/error.hpp"
 #include "tide/cuda/check.hpp"
+#include "transport/message.hpp"
 
 namespace tide::exec {
 
@@ -162,8 +162,8 @@ void CudaSequenceRunner::State::set_up_abort_words() {
   peer_check.own_count = static_cast<int>(table.size()) - watched;
 }
 
-cuda_detail::MessageRelay CudaSequenceRunner::State::relay_of(const cuda_detail::Message& m) const {
-  cuda_detail::MessageRelay relay;
+transport::MessageRelay CudaSequenceRunner::State::relay_of(const transport::Message& m) const {
+  transport::MessageRelay relay;
   std::uint64_t* words = tokens.at(m.self);
   relay.verdict = verdict;
   relay.send_token = words;
