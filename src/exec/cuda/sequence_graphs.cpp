@@ -1,10 +1,14 @@
 // The CUDA sequence runner, steps 3-4 of NOTE [CUDA call sequences]: replay graphs per event
 // slot, re-pointed where a call binds fresh pointers, and calls captured into a caller's
 // graph; their waits follow the call on the device (nothing is patched per launch).
+#include <atomic>
+#include <map>
 #include <string>
 #include <utility>
 
 #include "cuda_driver.hpp"
+#include "graph_wait_budget.hpp"
+#include "sequence_generations.hpp"
 #include "sequence_slot_policy.hpp"
 #include "sequence_state.hpp"
 #include "tide/core/error.hpp"
@@ -19,6 +23,53 @@ using sequence_detail::Copy;
 using sequence_detail::Repoint;
 using sequence_detail::SeqOp;
 using sequence_detail::SlotGraph;
+
+// At construction: whether this runner's calls may wait in graphs (NOTE [graph wait budget]:
+// graph waits spin in kernels, one per stream at a time; the streams of every runner whose
+// calls may overlap on a device share one budget there), whether it keeps slot graphs, and the
+// slots' generation words.
+void CudaSequenceRunner::State::set_up_graph_waits() {
+  std::map<int, int> streams_per_device;
+  for (const int r : stream_rank)
+    ++streams_per_device[fabric.device_of(r)];
+  budget_id = reinterpret_cast<std::uintptr_t>(this);
+  if (one_shot) {
+    // NOTE [one-shot programs]: every call on the stream path; no claim on the budget.
+    no_graph_waits = "a one-shot program (CudaExecutor) runs on the stream path";
+  } else if (has_messages && !transport->capture_refusal().empty()) {
+    // NOTE [CUDA call sequences] 6: messages a graph cannot hold.
+    no_graph_waits =
+        "its calls send rail messages (NOTE [CUDA call sequences] 6) that cannot "
+        "be captured: " +
+        transport->capture_refusal();
+  } else {
+    no_graph_waits = sequence_detail::GraphWaitBudget::process().claim(
+        budget_id, options.graph_lane, streams_per_device);
+  }
+  if (no_graph_waits.empty()) {
+    budget_claimed = true;
+    // NOTE [CUDA call sequences] 6: slot graphs are decided per process; a caller's capture
+    // is the caller's, alike on every rank.
+    if (has_messages && !transport->per_process_refusal().empty()) {
+      no_slot_graphs =
+          "no slot graphs (a caller's capture is taken): " + transport->per_process_refusal();
+      options.replay_graphs = false;
+    }
+  } else {
+    options.replay_graphs = false;
+  }
+  // Graph waits (NOTE [CUDA call sequences] 3): what Q calls add, the slots' generations.
+  std::vector<std::vector<std::int64_t>> additions;
+  for (const sequence_detail::Template& t : templates)
+    additions.push_back(t.additions);
+  slot_period_additions = cuda_detail::slot_period_additions(additions, q);
+  use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
+  TIDE_CUDA_CHECK(
+      cudaMalloc(reinterpret_cast<void**>(&generations), static_cast<std::size_t>(q) * 8));
+  TIDE_CUDA_CHECK(cudaMemsetAsync(generations, 0, static_cast<std::size_t>(q) * 8,
+                                  setup_stream(local_ranks.empty() ? 0 : local_ranks[0])));
+  graphs.resize(static_cast<std::size_t>(q));
+}
 
 bool CudaSequenceRunner::State::same_as(const sequence_detail::SlotBindings& last,
                                         std::span<const CudaCallBindings> bindings, float alpha,

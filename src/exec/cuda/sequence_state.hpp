@@ -1,6 +1,9 @@
-// The CUDA sequence runner's internal state (NOTE [CUDA call sequences] in docs/executor.md),
-// shared by:
-//   sequence_runner.cpp  construction: templates resolved to pointer slots, streams, events
+// The CUDA sequence runner's internal state (NOTE [CUDA call sequences] in docs/executor.md).
+// Its parts' types sit in their own headers (sequence_mapping.hpp: a mapped template;
+// sequence_slot_graph.hpp: slot graphs and captures; sequence_watch.hpp: the watch); the state
+// is shared by:
+//   sequence_runner.cpp  construction: checks, streams, events, the parts below set up
+//   sequence_mapping.cpp templates resolved to pointer slots, messages and their transport
 //   sequence_enqueue.cpp one call onto the streams (stream path and under capture)
 //   sequence_fusion.cpp  the fusion pass over a mapped template (waits, counter additions)
 //   sequence_graphs.cpp  the replay graphs (re-pointed) and the caller's captures
@@ -23,6 +26,8 @@
 #include <utility>
 #include <vector>
 
+#include "sequence_mapping.hpp"
+#include "sequence_slot_graph.hpp"
 #include "sequence_watch.hpp"
 #include "tide/exec/cuda_sequence.hpp"
 #include "tide/kernels/landing.hpp"
@@ -32,106 +37,6 @@
 #include "transport/message.hpp"
 
 namespace tide::exec::sequence_detail {
-
-inline constexpr int kFixed = -1;       // Ptr::slot: resolved at construction
-inline constexpr int kOutputSlot = -2;  // Ptr::slot: the call's output
-inline constexpr std::size_t kConstantWait = kConstantWaitTotal;  // a wait not on a counter total
-
-// A device address: fixed (arena) or a slot filled per call (a tensor index, the output).
-struct Ptr {
-  std::byte* fixed = nullptr;
-  int slot = kFixed;
-  std::int64_t offset = 0;
-};
-
-struct Copy {
-  Ptr dst, src;
-  std::size_t width = 0, rows = 0, dpitch = 0, spitch = 0;
-  bool flat = true;
-};
-
-// One wait of a (fused) kWait: the counter word, its index into the totals, the template's
-// relative threshold (NOTE [CUDA call sequences]).
-using WaitTerm = CudaWaitTerm;
-
-// One counter addition of a (fused) kSignal.
-struct AddTerm {
-  std::uint64_t* word = nullptr;
-  std::int64_t value = 0;
-};
-
-// One op of a template, resolved at construction.
-struct SeqOp {
-  program::OpKind kind = program::OpKind::kRelease;
-  int rank = 0;
-  int stream = -1;  // index into State::streams
-  int op = -1;      // index into the template program's ops (profiles name it)
-  bool empty = false;
-  std::vector<Copy> copies;
-  // The copy-engine pool (NOTE [copy-engine pool]): the lane of each copy (0: `stream`, j:
-  // pool[j - 1], an index into State::streams), the fork event and one join per pool stream.
-  // Empty where the copies stay on `stream`. The events are the State's (pool_events).
-  std::vector<int> lane;
-  std::vector<int> pool;
-  cudaEvent_t fork = nullptr;
-  std::vector<cudaEvent_t> joins;
-  // Counters: the word, its index into the totals, the template's value (as mapped); after
-  // the fusion pass (sequence_fusion.hpp) a kWait enqueues `waits`, a kSignal `adds`.
-  std::uint64_t* word = nullptr;
-  std::size_t total = 0;
-  std::int64_t value = 0;
-  std::vector<WaitTerm> waits;
-  std::vector<AddTerm> adds;
-  // Events: local id and age (NOTE [call sequences]).
-  int event = 0;
-  int age = 0;
-  // kSum: the kernel arguments less gradients, alpha, accumulate; the kTensor index of each
-  // kernel gradient slot.
-  kernels::Level1SumArgs sum{};
-  bool sum_into_output = false;  // the one-node sum: the call's accumulate applies
-  std::vector<int> gradient_slots;
-  // One-shot programs (NOTE [one-shot programs]): the gradients as fixed pointers instead of
-  // slots, and `sum.alpha` / `land.accumulate` the program's own.
-  std::vector<const void*> fixed_gradients;
-  std::unique_ptr<kernels::Level1SegmentTable> table;
-  kernels::Level1Tuning tuning{};
-  // kLand (out from `out`), kCast (dst `out`, src `in`), kZero (`out`).
-  kernels::LandingArgs land{};
-  Ptr out, in;
-  std::int64_t elems = 0;
-  int ctas = 0;
-  std::size_t zero_width = 0, zero_rows = 0, zero_pitch = 0;
-  // A side of a message (NOTE [CUDA call sequences] 6, NOTE [rail messages]): the sender's
-  // (on `stream`, its transfer on `rail`) or the receiver's (`stream` == `rail`). Kept out of
-  // the fusion pass.
-  std::shared_ptr<transport::Message> message;
-  int rail = -1;
-  // Per message part: what it moves; a part of caller memory (slot != kFixed: a staged
-  // shard, a gradient) is bound per call, its mapped pointer only a placeholder.
-  std::vector<Ptr> message_slots;
-};
-
-// The stream name of a rank's rail stream (program stream names are >= 0), and of its first
-// copy-pool stream (the j-th is kPoolStreamName - j).
-inline constexpr int kRailStreamName = -1;
-inline constexpr int kPoolStreamName = -2;
-
-struct Template {
-  std::vector<SeqOp> ops;               // local ranks' ops, in the template's legal order
-  std::vector<int> streams;             // streams with ops (indices into State::streams)
-  std::vector<std::int64_t> additions;  // per (rank, counter), rank-major
-  std::vector<int> tensors;             // per rank: kTensor slots the call must bind
-  int deferred = 0;  // ops enqueued after a later op (NOTE [enqueue order]; one-shot only)
-  // Per call: the local ranks' message sends and their bytes (messages_sent()).
-  std::int64_t message_sends = 0;
-  std::int64_t message_bytes = 0;
-};
-
-// Why a slot whose calls send caller memory as messages does not re-point (NOTE [CUDA call
-// sequences] 3).
-inline constexpr const char* kMessageNotRepointed =
-    "message: a rail message of caller memory (the transport's kernels or NCCL's operations "
-    "take its pointer at capture and cannot be re-pointed)";
 
 // Timing events of profiled calls (one-shot programs, CudaRunOptions::profile): per op of
 // template 0 (kernels only, else null) and per stream, a pair around it.
@@ -150,59 +55,22 @@ struct GraphDriver {
 };
 const GraphDriver& graph_driver();
 
-// A template as CudaExecutor::check() can take it: relative wait thresholds <= 0 (credits
-// earlier calls already paid, NOTE [call sequences]) are met at once, so they check as 0.
-program::Program checkable_template(const program::Program& t);
-
-// A node of a slot graph that carries what a call binds: caller pointers (a kTensor or
-// kOutput slot), alpha (kSum) or accumulate (kLand) (NOTE [CUDA call sequences] 3).
-struct Repoint {
-  cudaGraphNode_t node = nullptr;
-  std::size_t op = 0;         // index into the template's ops
-  int copy = -1;              // the copy of a kCopy; -1: the op's kernel or memset
-  cudaMemsetParams memset{};  // a kZero's node as captured (its dst is replaced)
-};
-
-// A call being captured (NOTE [CUDA call sequences] 3-4): where the graph starts and, for the
-// runner's own slot graphs, where to record the nodes that carry caller pointers.
-struct Capture {
-  std::int64_t first_call = 0;               // earlier calls are outside the graph
-  std::vector<Repoint>* repoints = nullptr;  // null: not recorded
-  bool repointable = true;  // every such node was found (one node per copy / launch)
-};
-
-// What a call binds on the local ranks (NOTE [slot graph policy]).
-struct SlotBindings {
-  bool set = false;  // the fields hold a call's
-  std::vector<std::vector<const void*>> tensors;
-  std::vector<void*> outputs;
-  float alpha = 1.0f;
-  bool accumulate = false;
-};
-
-// A replay graph of one event slot (NOTE [CUDA call sequences] 3, NOTE [slot graph policy]).
-struct SlotGraph {
-  SlotBindings last;  // the slot's last call's bindings
-  int run = 0;        // consecutive calls of the slot that bound `last` (the last one included)
-  int captures = 0;   // graphs captured for the slot so far
-  SlotBindings held;  // what the graph's nodes hold (set while `exec` is)
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  std::vector<Repoint> repoints;
-  bool repointable = false;     // every node carrying bindings is in `repoints`
-  bool repoint_failed = false;  // a node update failed once: not tried again for this slot
-};
-
-// The device address of `p` for a call's bindings.
-std::byte* at(const Ptr& p, const CudaCallBindings& b);
-// A 2-D copy's parameters for a call's bindings.
-// Whether `m` carries something a call binds (see Repoint).
-bool carries_bindings(const SeqOp& m);
-
 }  // namespace tide::exec::sequence_detail
 
 namespace tide::exec {
 
+// The members below keep the order that construction and destruction rely on; by part:
+// - the runner (sequence_runner.cpp): sequence, fabric, place, options, ranks, counters, q,
+//   local ranks, contexts, streams, events, setup streams, the lock, call, totals;
+// - mapping (sequence_mapping.cpp): templates, template_repointable, transport, has_messages,
+//   one_sided, one_sided_refusal, one_shot, pool_events;
+// - enqueue (sequence_enqueue.cpp): last_done, last_caller, called, memops, batch_waits,
+//   tokens, relay_word, verdict, messages_sent, profile;
+// - slot graphs (sequence_graphs.cpp): captured, capture_totals, capture_id, graphs, origin,
+//   graph counts, generations, slot_period_additions, no_graph_waits, no_slot_graphs, the
+//   budget's claim, repoint counts, scratch;
+// - the watch (sequence_watch.cpp): watch, abort_words, private_abort, check_tables,
+//   check_table_host, peer_check.
 struct CudaSequenceRunner::State {
   const program::CallSequence& sequence;
   fabric::Fabric& fabric;
@@ -292,6 +160,7 @@ struct CudaSequenceRunner::State {
   bool one_sided = false;
   std::string one_sided_refusal;
   void choose_one_sided();
+  void choose_transport();  // sequence_mapping.cpp, step 1
   // NOTE [abort relay] (docs/executor.md): per local rank its send and receive token words (two
   // words on its device), the relayed-abort word (on the first local rank's device; nullptr
   // without messages), and the verdict a sender's token reads (every word of check_tables).
@@ -318,6 +187,7 @@ struct CudaSequenceRunner::State {
   int stream(int rank, int name);
   sequence_detail::Ptr resolve(const program::Region& r) const;
   std::uint64_t* word(const program::Counter& c) const;
+  void map_templates();  // sequence_mapping.cpp, step 2: every template
   void map_template(const program::CallTemplate& t, sequence_detail::Template& out);
   void map_message(const program::Op& op, std::set<int>& used,
                    std::vector<sequence_detail::SeqOp>& out);
@@ -358,7 +228,8 @@ struct CudaSequenceRunner::State {
   void count_messages(std::int64_t e);
   void check_bindings(std::span<const CudaCallBindings> bindings) const;
 
-  // Replay graphs.
+  // Replay graphs (sequence_graphs.cpp); at construction, the graph waits' budget and words.
+  void set_up_graph_waits();
   bool same_as(const sequence_detail::SlotBindings& b, std::span<const CudaCallBindings> bindings,
                float alpha, bool accumulate) const;
   void remember(sequence_detail::SlotBindings& b, std::span<const CudaCallBindings> bindings,
