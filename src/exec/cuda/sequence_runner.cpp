@@ -17,22 +17,14 @@
 //   6. graph waits and slot graphs (State::set_up_graph_waits), the call-order event.
 //   7. the abort words and the watch (NOTE [CUDA call sequences] 5).
 //   8. the host waits for its own setup streams only, never for the device.
-#include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <map>
-#include <set>
 #include <string>
 
-#include "enqueue_order.hpp"
 #include "graph_wait_budget.hpp"
-#include "op_resolution.hpp"
 #include "program_checks.hpp"
-#include "sequence_fusion.hpp"
-#include "sequence_generations.hpp"
 #include "sequence_state.hpp"
 #include "sequence_watch.hpp"
-#include "tide/core/dtype.hpp"
 #include "tide/core/error.hpp"
 #include "tide/cuda/check.hpp"
 #include "tide/kernels/cast.hpp"
@@ -40,19 +32,12 @@
 #include "tide/kernels/level1_sum.hpp"
 #include "tide/kernels/signal/abort_check.hpp"
 #include "tide/kernels/signal/counter_add.hpp"
-#include "tide/version_gates.hpp"
-#include "transport/one_sided.hpp"
+#include "tide/kernels/signal/generation_wait.hpp"
 
 namespace tide::exec {
 
 using program::Buffer;
-using program::Op;
-using program::OpKind;
-using program::Region;
 using program::Space;
-using sequence_detail::Copy;
-using sequence_detail::Ptr;
-using sequence_detail::SeqOp;
 
 namespace sequence_detail {
 

@@ -7,6 +7,8 @@
 //   sequence_enqueue.cpp one call onto the streams (stream path and under capture)
 //   sequence_fusion.cpp  the fusion pass over a mapped template (waits, counter additions)
 //   sequence_graphs.cpp  the replay graphs (re-pointed) and the caller's captures
+//   sequence_watch.cpp   the watch: stalled calls, release (sequence_abort_words.cpp: its words)
+//   sequence_driver.cpp  the driver entry points; sequence_readouts.cpp the public read-outs
 //   sequence_copy_pool.cpp  the copy-engine pool (NOTE [copy-engine pool])
 //   sequence_profile.cpp the timing events of profiled calls (one-shot programs)
 //   executor.cpp         the one-shot facade, CudaExecutor (NOTE [one-shot programs])
@@ -69,8 +71,8 @@ namespace tide::exec {
 // - slot graphs (sequence_graphs.cpp): captured, capture_totals, capture_id, graphs, origin,
 //   graph counts, generations, slot_period_additions, no_graph_waits, no_slot_graphs, the
 //   budget's claim, repoint counts, scratch;
-// - the watch (sequence_watch.cpp): watch, abort_words, private_abort, check_tables,
-//   check_table_host, peer_check.
+// - the watch (sequence_watch.cpp, sequence_abort_words.cpp): watch, abort_words,
+//   private_abort, check_tables, check_table_host, peer_check.
 struct CudaSequenceRunner::State {
   const program::CallSequence& sequence;
   fabric::Fabric& fabric;
@@ -249,7 +251,7 @@ struct CudaSequenceRunner::State {
                        std::span<const CudaCallBindings> bindings, float alpha, bool accumulate);
   static void drop(sequence_detail::SlotGraph& g);
 
-  // The watch (sequence_watch.cpp).
+  // The watch (sequence_watch.cpp); its abort words (sequence_abort_words.cpp).
   void create_watch();
   void destroy_watch() noexcept;
   bool released() const;
