@@ -212,6 +212,30 @@ void CudaSequenceRunner::State::map_template(const program::CallTemplate& t,
         static_cast<int>(p.buffers[static_cast<std::size_t>(r)].tensor_bytes.size());
 }
 
+namespace sequence_detail {
+
+std::byte* at(const Ptr& p, const CudaCallBindings& b) {
+  if (p.slot == kFixed) return p.fixed;
+  const void* base = p.slot == kOutputSlot ? b.output : b.tensors[static_cast<std::size_t>(p.slot)];
+  return const_cast<std::byte*>(static_cast<const std::byte*>(base)) + p.offset;
+}
+
+bool carries_bindings(const SeqOp& m) {
+  switch (m.kind) {
+    case OpKind::kSum:
+    case OpKind::kLand:
+      return true;  // alpha, accumulate (and gradients, output)
+    case OpKind::kCast:
+      return m.out.slot != kFixed || m.in.slot != kFixed;
+    case OpKind::kZero:
+      return m.out.slot != kFixed;
+    default:
+      return false;  // copies: per copy
+  }
+}
+
+}  // namespace sequence_detail
+
 // Step 2.
 void CudaSequenceRunner::State::map_templates() {
   templates.resize(sequence.templates.size());

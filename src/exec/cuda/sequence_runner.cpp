@@ -1,8 +1,9 @@
 // The CUDA sequence runner's construction, step 1 of NOTE [CUDA call sequences]
 // (docs/executor.md). The runner's parts, one job each: the mapping (sequence_mapping.cpp:
 // templates to pointer slots and words, messages and their transport), the enqueue
-// (sequence_enqueue.cpp, with the fusion and the copy-engine pool), the slot graphs
-// (sequence_graphs.cpp) and the watch (sequence_watch.cpp); read-outs in sequence_readouts.cpp.
+// (sequence_enqueue.cpp and sequence_waits.cpp, with the fusion and the copy-engine pool), the
+// slot graphs (sequence_graphs.cpp) and the watch (sequence_watch.cpp); read-outs in
+// sequence_readouts.cpp.
 // Steps of set_up():
 //   1. checks: the options; the sequence against the fabric and the place (signal words, the
 //      abort and call-tag words, every local rank's arena); every template as

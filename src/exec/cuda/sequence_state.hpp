@@ -5,6 +5,7 @@
 //   sequence_runner.cpp  construction: checks, streams, events, the parts below set up
 //   sequence_mapping.cpp templates resolved to pointer slots, messages and their transport
 //   sequence_enqueue.cpp one call onto the streams (stream path and under capture)
+//   sequence_waits.cpp   a call's waits (stream memory operations, or wait kernels in graphs)
 //   sequence_fusion.cpp  the fusion pass over a mapped template (waits, counter additions)
 //   sequence_graphs.cpp  the replay graphs (re-pointed) and the caller's captures
 //   sequence_watch.cpp   the watch: stalled calls, release (sequence_abort_words.cpp: its words)
@@ -66,7 +67,8 @@ namespace tide::exec {
 //   local ranks, contexts, streams, events, setup streams, the lock, call, totals;
 // - mapping (sequence_mapping.cpp): templates, template_repointable, transport, has_messages,
 //   one_sided, one_sided_refusal, one_shot, pool_events;
-// - enqueue (sequence_enqueue.cpp): last_done, last_caller, called, memops, batch_waits,
+// - enqueue (sequence_enqueue.cpp, sequence_waits.cpp): last_done, last_caller, called, memops,
+// batch_waits,
 //   tokens, relay_word, verdict, messages_sent, profile;
 // - slot graphs (sequence_graphs.cpp): captured, capture_totals, capture_id, graphs, origin,
 //   graph counts, generations, slot_period_additions, no_graph_waits, no_slot_graphs, the
