@@ -20,7 +20,7 @@ namespace tide::exec {
 // another process's, and the verdict a message's token reads. Called at construction, after
 // the templates were mapped.
 void CudaSequenceRunner::State::set_up_abort_words() {
-  abort_words.assign(static_cast<std::size_t>(ranks), nullptr);
+  aborts.words.assign(static_cast<std::size_t>(ranks), nullptr);
   const int word = place.abort_word;
   const int first = local_ranks.empty() ? 0 : local_ranks[0];  // the caller stream's rank
   bool others = false;                                         // some rank is another process's
@@ -34,64 +34,64 @@ void CudaSequenceRunner::State::set_up_abort_words() {
         throw InternalError("CudaSequenceRunner: local rank " + std::to_string(r) +
                             " has no signal words");
       }
-      if (reachable) abort_words[static_cast<std::size_t>(r)] = words + word;
+      if (reachable) aborts.words[static_cast<std::size_t>(r)] = words + word;
     } else if (fabric.local(r)) {
       const int device = fabric.device_of(r);
-      std::uint64_t*& own = private_abort[device];
+      std::uint64_t*& own = aborts.private_words[device];
       if (own == nullptr) {
         use_device_of(r);
         TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&own), 8));
       }
-      abort_words[static_cast<std::size_t>(r)] = own;
+      aborts.words[static_cast<std::size_t>(r)] = own;
     }
   }
   for (const int r : local_ranks) {
     use_device_of(r);
     TIDE_CUDA_CHECK(
-        cudaMemsetAsync(abort_words[static_cast<std::size_t>(r)], 0, 8, setup_stream(r)));
+        cudaMemsetAsync(aborts.words[static_cast<std::size_t>(r)], 0, 8, setup_stream(r)));
   }
   if (has_messages) {  // NOTE [abort relay] 2
     use_device_of(first);
-    TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&relay_word), 8));
-    TIDE_CUDA_CHECK(cudaMemsetAsync(relay_word, 0, 8, setup_stream(first)));
+    TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&aborts.relay_word), 8));
+    TIDE_CUDA_CHECK(cudaMemsetAsync(aborts.relay_word, 0, 8, setup_stream(first)));
   }
-  std::vector<const std::uint64_t*>& table = check_table_host;  // uploaded asynchronously
+  std::vector<const std::uint64_t*>& table = aborts.check_table_host;  // uploaded asynchronously
   table.clear();
   if (word >= 0) {
     for (int r = 0; r < ranks; ++r)
-      if (!fabric.local(r) && abort_words[static_cast<std::size_t>(r)] != nullptr)
-        table.push_back(abort_words[static_cast<std::size_t>(r)]);
+      if (!fabric.local(r) && aborts.words[static_cast<std::size_t>(r)] != nullptr)
+        table.push_back(aborts.words[static_cast<std::size_t>(r)]);
   }
-  if (relay_word != nullptr) table.push_back(relay_word);
+  if (aborts.relay_word != nullptr) table.push_back(aborts.relay_word);
   const auto watched = static_cast<int>(table.size());
   for (const int r : local_ranks) {
-    const std::uint64_t* own = abort_words[static_cast<std::size_t>(r)];
+    const std::uint64_t* own = aborts.words[static_cast<std::size_t>(r)];
     if (std::find(table.begin() + watched, table.end(), own) == table.end()) table.push_back(own);
   }
   if (!has_messages && (word < 0 || !others || watched == 0)) return;  // no table needed
   use_device_of(first);
   const std::size_t bytes = table.size() * sizeof(const std::uint64_t*);
-  TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&check_tables), bytes));
-  TIDE_CUDA_CHECK(cudaMemcpyAsync(check_tables, table.data(), bytes, cudaMemcpyHostToDevice,
+  TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&aborts.check_tables), bytes));
+  TIDE_CUDA_CHECK(cudaMemcpyAsync(aborts.check_tables, table.data(), bytes, cudaMemcpyHostToDevice,
                                   setup_stream(first)));
-  verdict.watched = check_tables;  // NOTE [abort relay] 1: every word
-  verdict.watched_count = static_cast<int>(table.size());
+  aborts.verdict.watched = aborts.check_tables;  // NOTE [abort relay] 1: every word
+  aborts.verdict.watched_count = static_cast<int>(table.size());
   // The end-of-call check only where another process's rank can abort, with published words.
   if (word < 0 || !others || watched == 0) return;
-  peer_check.watched = check_tables;
-  peer_check.watched_count = watched;
-  peer_check.own = check_tables + watched;
-  peer_check.own_count = static_cast<int>(table.size()) - watched;
+  aborts.peer_check.watched = aborts.check_tables;
+  aborts.peer_check.watched_count = watched;
+  aborts.peer_check.own = aborts.check_tables + watched;
+  aborts.peer_check.own_count = static_cast<int>(table.size()) - watched;
 }
 
 transport::MessageRelay CudaSequenceRunner::State::relay_of(const transport::Message& m) const {
   transport::MessageRelay relay;
-  std::uint64_t* words = tokens.at(m.self);
-  relay.verdict = verdict;
+  std::uint64_t* words = aborts.tokens.at(m.self);
+  relay.verdict = aborts.verdict;
   relay.send_token = words;
   relay.recv_token = words + 1;
   relay.own_abort = abort_of(m.self);
-  relay.relay = relay_word;
+  relay.relay = aborts.relay_word;
   return relay;
 }
 

@@ -257,9 +257,9 @@ void CudaSequenceRunner::State::enqueue_call(std::int64_t e,
   }
   // NOTE [CUDA call sequences] 5: the call completes only while no other process's rank has
   // released its waits.
-  if (peer_check.watched_count > 0) {
+  if (aborts.peer_check.watched_count > 0) {
     use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
-    kernels::launch_abort_check(peer_check, caller);
+    kernels::launch_abort_check(aborts.peer_check, caller);
   }
 }
 

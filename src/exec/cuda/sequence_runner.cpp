@@ -239,7 +239,8 @@ void CudaSequenceRunner::set_up() {
   s.choose_transport();                // 5.
   for (const int r : s.local_ranks) {  // NOTE [abort relay]: send and receive tokens
     s.use_device_of(r);
-    TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.tokens[r]), 2 * sizeof(std::uint64_t)));
+    TIDE_CUDA_CHECK(
+        cudaMalloc(reinterpret_cast<void**>(&s.aborts.tokens[r]), 2 * sizeof(std::uint64_t)));
   }
   s.map_templates();
   s.totals.assign(static_cast<std::size_t>(s.ranks) * static_cast<std::size_t>(s.counters), 0);
@@ -291,13 +292,13 @@ CudaSequenceRunner::State::~State() {
   if (entry != nullptr) (void)cudaEventDestroy(entry);
   if (last_done != nullptr) (void)cudaEventDestroy(last_done);
   if (generations != nullptr) (void)cudaFree(generations);
-  for (const auto& [device, word] : private_abort)
+  for (const auto& [device, word] : aborts.private_words)
     (void)cudaFree(word);
-  for (const auto& [rank, words] : tokens)
+  for (const auto& [rank, words] : aborts.tokens)
     (void)cudaFree(words);
-  if (relay_word != nullptr) (void)cudaFree(relay_word);
+  if (aborts.relay_word != nullptr) (void)cudaFree(aborts.relay_word);
   transport.reset();
-  if (check_tables != nullptr) (void)cudaFree(check_tables);
+  if (aborts.check_tables != nullptr) (void)cudaFree(aborts.check_tables);
   for (cudaStream_t st : streams)
     (void)cudaStreamDestroy(st);
   if (origin != nullptr) (void)cudaStreamDestroy(origin);

@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "sequence_abort_words.hpp"
 #include "sequence_mapping.hpp"
 #include "sequence_slot_graph.hpp"
 #include "sequence_watch.hpp"
@@ -69,12 +70,12 @@ namespace tide::exec {
 //   one_sided, one_sided_refusal, one_shot, pool_events;
 // - enqueue (sequence_enqueue.cpp, sequence_waits.cpp): last_done, last_caller, called, memops,
 // batch_waits,
-//   tokens, relay_word, verdict, messages_sent, profile;
+//   messages_sent, profile;
 // - slot graphs (sequence_graphs.cpp): captured, capture_totals, capture_id, graphs, origin,
 //   graph counts, generations, slot_period_additions, no_graph_waits, no_slot_graphs, the
 //   budget's claim, repoint counts, scratch;
-// - the watch (sequence_watch.cpp, sequence_abort_words.cpp): watch, abort_words,
-//   private_abort, check_tables, check_table_host, peer_check.
+// - the watch (sequence_watch.cpp): watch, and its abort words, a part of their own (aborts:
+//   sequence_abort_words.hpp).
 struct CudaSequenceRunner::State {
   const program::CallSequence& sequence;
   fabric::Fabric& fabric;
@@ -108,11 +109,7 @@ struct CudaSequenceRunner::State {
   // private device word of its device; other ranks: the published word through the peer
   // mapping where it is load/store reachable, else null: NOTE [abort relay]), the private
   // words per device, and the end-of-call peer check.
-  std::vector<std::uint64_t*> abort_words;
-  std::map<int, std::uint64_t*> private_abort;
-  const std::uint64_t** check_tables = nullptr;        // device: watched words, then own words
-  std::vector<const std::uint64_t*> check_table_host;  // its source (an asynchronous upload)
-  kernels::AbortCheck peer_check{};                    // watched_count 0: no check
+  sequence_detail::AbortWords aborts;
   // Caller capture (NOTE [CUDA call sequences] 4): the calls captured so far and the shadow
   // cursor and totals they were built with.
   CudaCapturedCalls captured;
@@ -165,12 +162,6 @@ struct CudaSequenceRunner::State {
   std::string one_sided_refusal;
   void choose_one_sided();
   void choose_transport();  // sequence_mapping.cpp, step 1
-  // NOTE [abort relay] (docs/executor.md): per local rank its send and receive token words (two
-  // words on its device), the relayed-abort word (on the first local rank's device; nullptr
-  // without messages), and the verdict a sender's token reads (every word of check_tables).
-  std::map<int, std::uint64_t*> tokens;
-  std::uint64_t* relay_word = nullptr;
-  kernels::AbortCheck verdict{};
   transport::MessageRelay relay_of(const transport::Message& m) const;
   // NOTE [one-shot programs] (executor.cpp): kTensor and kOutput regions are the fabric's
   // buffers, kSum and kLand keep the program's alpha and accumulate, and ops no legal order
@@ -259,7 +250,7 @@ struct CudaSequenceRunner::State {
   bool released() const;
   void watch_call(std::int64_t e, cudaStream_t caller);
   const std::uint64_t* abort_of(int rank) const {
-    return abort_words[static_cast<std::size_t>(rank)];
+    return aborts.words[static_cast<std::size_t>(rank)];
   }
   void set_up_abort_words();
   std::vector<std::string> aborted_ranks() const;

@@ -136,12 +136,13 @@ std::vector<std::string> CudaSequenceRunner::State::aborted_ranks() const {
   std::uint64_t* relayed = watch->host_abort + 1 + 2 * ranks;
   *relayed = 0;
   for (int r = 0; r < ranks; ++r) {
-    if (abort_words[static_cast<std::size_t>(r)] == nullptr) continue;  // relayed
-    TIDE_CUDA_CHECK(cudaMemcpyAsync(host + r, abort_words[static_cast<std::size_t>(r)], 8,
+    if (aborts.words[static_cast<std::size_t>(r)] == nullptr) continue;  // relayed
+    TIDE_CUDA_CHECK(cudaMemcpyAsync(host + r, aborts.words[static_cast<std::size_t>(r)], 8,
                                     cudaMemcpyDefault, watch->readers[0]));
   }
-  if (relay_word != nullptr) {
-    TIDE_CUDA_CHECK(cudaMemcpyAsync(relayed, relay_word, 8, cudaMemcpyDefault, watch->readers[0]));
+  if (aborts.relay_word != nullptr) {
+    TIDE_CUDA_CHECK(
+        cudaMemcpyAsync(relayed, aborts.relay_word, 8, cudaMemcpyDefault, watch->readers[0]));
   }
   if (!completes_in_bound(watch->readers[0])) {
     lines.emplace_back("the ranks' abort words could not be read (the GPU's queues are held)");
@@ -259,12 +260,13 @@ std::vector<std::string> CudaSequenceRunner::State::unsatisfied_waits(std::int64
 std::optional<bool> CudaSequenceRunner::relayed_abort() const {
   const RelaxedCaptureMode relaxed;
   const State& s = *state_;
-  if (s.relay_word == nullptr || s.local_ranks.empty()) return false;
+  if (s.aborts.relay_word == nullptr || s.local_ranks.empty()) return false;
   std::lock_guard read_lock(s.watch->read_mutex);  // the host word aborted_ranks() uses too
   std::uint64_t* host = s.watch->host_abort + 1 + 2 * s.ranks;
   *host = 0;
   TIDE_CUDA_CHECK(cudaSetDevice(s.fabric.device_of(s.local_ranks[0])));
-  TIDE_CUDA_CHECK(cudaMemcpyAsync(host, s.relay_word, 8, cudaMemcpyDefault, s.watch->readers[0]));
+  TIDE_CUDA_CHECK(
+      cudaMemcpyAsync(host, s.aborts.relay_word, 8, cudaMemcpyDefault, s.watch->readers[0]));
   if (!completes_in_bound(s.watch->readers[0])) return std::nullopt;
   return *host != 0;
 }
@@ -319,9 +321,9 @@ bool CudaSequenceRunner::stuck() const {
 
 void CudaSequenceRunner::enqueue_abort_check(cudaStream_t stream) const {
   const State& s = *state_;
-  if (s.peer_check.watched_count == 0) return;
+  if (s.aborts.peer_check.watched_count == 0) return;
   TIDE_CUDA_CHECK(cudaSetDevice(s.fabric.device_of(s.local_ranks[0])));
-  kernels::launch_abort_check(s.peer_check, stream);
+  kernels::launch_abort_check(s.aborts.peer_check, stream);
 }
 
 bool CudaSequenceRunner::released() const {
@@ -354,7 +356,7 @@ void CudaSequenceRunner::release_waits() {
   }
   std::vector<std::uint64_t*> aborts;  // the distinct abort words of the local ranks
   for (const int r : s.local_ranks) {
-    std::uint64_t* word = s.abort_words[static_cast<std::size_t>(r)];
+    std::uint64_t* word = s.aborts.words[static_cast<std::size_t>(r)];
     if (std::find(aborts.begin(), aborts.end(), word) == aborts.end()) aborts.push_back(word);
   }
   const std::size_t n = static_cast<std::size_t>(s.counters);
