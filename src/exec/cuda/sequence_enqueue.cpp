@@ -51,8 +51,8 @@ void CudaSequenceRunner::State::record_node(cudaStream_t s, const SeqOp& m, std:
   std::size_t count = 0;
   TIDE_CUDA_CHECK(cudaStreamGetCaptureInfo(s, &status, nullptr, nullptr, &deps, nullptr, &count));
   if (status != cudaStreamCaptureStatusActive || count != 1) {
-    repoint_failure = std::string(program::op_kind_name(m.kind)) + ": captured as " +
-                      std::to_string(count) + " nodes";
+    slot_graphs.repoint_failure = std::string(program::op_kind_name(m.kind)) + ": captured as " +
+                                  std::to_string(count) + " nodes";
     capture->repointable = false;
     return;
   }
@@ -66,8 +66,9 @@ void CudaSequenceRunner::State::record_node(cudaStream_t s, const SeqOp& m, std:
                     : m.kind == OpKind::kZero ? type == cudaGraphNodeTypeMemset
                                               : type == cudaGraphNodeTypeKernel;
   if (!fits) {
-    repoint_failure = std::string(program::op_kind_name(m.kind)) + ": captured as node type " +
-                      std::to_string(static_cast<int>(type));
+    slot_graphs.repoint_failure = std::string(program::op_kind_name(m.kind)) +
+                                  ": captured as node type " +
+                                  std::to_string(static_cast<int>(type));
     capture->repointable = false;
     return;
   }
@@ -133,7 +134,7 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
     if (message == &bound && capture != nullptr && capture->repoints != nullptr &&
         capture->repointable) {
       capture->repointable = false;
-      repoint_failure = sequence_detail::kMessageNotRepointed;
+      slot_graphs.repoint_failure = sequence_detail::kMessageNotRepointed;
     }
     // NOTE [abort relay]: the receiver's addition counts only where the token says valid.
     transport::enqueue_message(*message, *transport, streams[static_cast<std::size_t>(m.rail)], s,
@@ -218,7 +219,7 @@ void CudaSequenceRunner::State::enqueue_call(std::int64_t e,
   const sequence_detail::Template& t = templates[static_cast<std::size_t>(e % sequence.period)];
   // The slot's generation (NOTE [CUDA call sequences] 3), before anything of the call.
   use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
-  kernels::launch_counter_add(generations + e % q, 1, caller);
+  kernels::launch_counter_add(slot_graphs.generations + e % q, 1, caller);
   if (place.call_tag_word >= 0) {  // NOTE [CUDA call sequences] 7
     for (const int r : local_ranks)
       kernels::launch_counter_add(fabric.signals(r) + place.call_tag_word, place.call_tag, caller);
@@ -312,9 +313,9 @@ void CudaSequenceRunner::enqueue(std::span<const CudaCallBindings> bindings, flo
     throw InvalidArgument("CudaSequenceRunner: the caller stream's capture was invalidated");
   }
   const bool capturing = status == cudaStreamCaptureStatusActive;
-  if (capturing && !s.no_graph_waits.empty()) {
+  if (capturing && !s.slot_graphs.no_graph_waits.empty()) {
     throw Unsupported("CudaSequenceRunner: calls of this sequence cannot be captured: " +
-                      s.no_graph_waits);
+                      s.slot_graphs.no_graph_waits);
   }
   try {
     enqueue_checked(bindings, alpha, accumulate, caller);
@@ -322,7 +323,7 @@ void CudaSequenceRunner::enqueue(std::span<const CudaCallBindings> bindings, flo
     // Under a caller's capture nothing reached the device and the runner did not advance:
     // the capture's record goes (that graph cannot be launched), the runner stays usable.
     if (capturing) {
-      s.captured = {};
+      s.slot_graphs.captured = {};
     } else {
       s.broken = true;
     }
@@ -340,17 +341,18 @@ void CudaSequenceRunner::enqueue_checked(std::span<const CudaCallBindings> bindi
 
     unsigned long long id = 0;
     TIDE_CUDA_CHECK(cudaStreamGetCaptureInfo(caller, &status, &id));
-    if (s.captured.calls > 0 && id != s.capture_id) s.captured = {};  // an abandoned capture's
-    s.capture_id = id;
-    if (s.captured.calls == 0) {
-      s.captured.first_call = s.call;
-      s.capture_totals = s.totals;
+    if (s.slot_graphs.captured.calls > 0 && id != s.slot_graphs.capture_id)
+      s.slot_graphs.captured = {};  // an abandoned capture's
+    s.slot_graphs.capture_id = id;
+    if (s.slot_graphs.captured.calls == 0) {
+      s.slot_graphs.captured.first_call = s.call;
+      s.slot_graphs.capture_totals = s.totals;
     }
-    const std::int64_t e = s.captured.first_call + s.captured.calls;
-    sequence_detail::Capture capture{s.captured.first_call};
-    s.enqueue_call(e, bindings, alpha, accumulate, caller, s.capture_totals, &capture);
-    s.advance(s.capture_totals, e);
-    ++s.captured.calls;
+    const std::int64_t e = s.slot_graphs.captured.first_call + s.slot_graphs.captured.calls;
+    sequence_detail::Capture capture{s.slot_graphs.captured.first_call};
+    s.enqueue_call(e, bindings, alpha, accumulate, caller, s.slot_graphs.capture_totals, &capture);
+    s.advance(s.slot_graphs.capture_totals, e);
+    ++s.slot_graphs.captured.calls;
     return;
   }
   if (status != cudaStreamCaptureStatusNone) {

@@ -32,26 +32,26 @@ void CudaSequenceRunner::State::set_up_graph_waits() {
   std::map<int, int> streams_per_device;
   for (const int r : stream_rank)
     ++streams_per_device[fabric.device_of(r)];
-  budget_id = reinterpret_cast<std::uintptr_t>(this);
+  slot_graphs.budget_id = reinterpret_cast<std::uintptr_t>(this);
   if (one_shot) {
     // NOTE [one-shot programs]: every call on the stream path; no claim on the budget.
-    no_graph_waits = "a one-shot program (CudaExecutor) runs on the stream path";
+    slot_graphs.no_graph_waits = "a one-shot program (CudaExecutor) runs on the stream path";
   } else if (has_messages && !transport->capture_refusal().empty()) {
     // NOTE [CUDA call sequences] 6: messages a graph cannot hold.
-    no_graph_waits =
+    slot_graphs.no_graph_waits =
         "its calls send rail messages (NOTE [CUDA call sequences] 6) that cannot "
         "be captured: " +
         transport->capture_refusal();
   } else {
-    no_graph_waits = sequence_detail::GraphWaitBudget::process().claim(
-        budget_id, options.graph_lane, streams_per_device);
+    slot_graphs.no_graph_waits = sequence_detail::GraphWaitBudget::process().claim(
+        slot_graphs.budget_id, options.graph_lane, streams_per_device);
   }
-  if (no_graph_waits.empty()) {
-    budget_claimed = true;
+  if (slot_graphs.no_graph_waits.empty()) {
+    slot_graphs.budget_claimed = true;
     // NOTE [CUDA call sequences] 6: slot graphs are decided per process; a caller's capture
     // is the caller's, alike on every rank.
     if (has_messages && !transport->per_process_refusal().empty()) {
-      no_slot_graphs =
+      slot_graphs.no_slot_graphs =
           "no slot graphs (a caller's capture is taken): " + transport->per_process_refusal();
       options.replay_graphs = false;
     }
@@ -62,13 +62,13 @@ void CudaSequenceRunner::State::set_up_graph_waits() {
   std::vector<std::vector<std::int64_t>> additions;
   for (const sequence_detail::Template& t : templates)
     additions.push_back(t.additions);
-  slot_period_additions = cuda_detail::slot_period_additions(additions, q);
+  slot_graphs.slot_period_additions = cuda_detail::slot_period_additions(additions, q);
   use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
-  TIDE_CUDA_CHECK(
-      cudaMalloc(reinterpret_cast<void**>(&generations), static_cast<std::size_t>(q) * 8));
-  TIDE_CUDA_CHECK(cudaMemsetAsync(generations, 0, static_cast<std::size_t>(q) * 8,
+  TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&slot_graphs.generations),
+                             static_cast<std::size_t>(q) * 8));
+  TIDE_CUDA_CHECK(cudaMemsetAsync(slot_graphs.generations, 0, static_cast<std::size_t>(q) * 8,
                                   setup_stream(local_ranks.empty() ? 0 : local_ranks[0])));
-  graphs.resize(static_cast<std::size_t>(q));
+  slot_graphs.graphs.resize(static_cast<std::size_t>(q));
 }
 
 bool CudaSequenceRunner::State::same_as(const sequence_detail::SlotBindings& last,
@@ -119,13 +119,13 @@ void CudaSequenceRunner::State::capture_slot(SlotGraph& g,
                                              std::span<const CudaCallBindings> bindings,
                                              float alpha, bool accumulate) {
   use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
-  TIDE_CUDA_CHECK(cudaStreamBeginCapture(origin, cudaStreamCaptureModeRelaxed));
+  TIDE_CUDA_CHECK(cudaStreamBeginCapture(slot_graphs.origin, cudaStreamCaptureModeRelaxed));
   sequence_detail::Capture capture{call, &g.repoints};
   try {
-    enqueue_call(call, bindings, alpha, accumulate, origin, totals, &capture);
+    enqueue_call(call, bindings, alpha, accumulate, slot_graphs.origin, totals, &capture);
   } catch (...) {
     cudaGraph_t partial = nullptr;
-    (void)cudaStreamEndCapture(origin, &partial);
+    (void)cudaStreamEndCapture(slot_graphs.origin, &partial);
     if (partial != nullptr) (void)cudaGraphDestroy(partial);
     release_repoints(g);
     throw;
@@ -133,10 +133,10 @@ void CudaSequenceRunner::State::capture_slot(SlotGraph& g,
   const bool repointable = capture.repointable;
   if (!repointable) release_repoints(g);
   g.repointable = repointable;
-  TIDE_CUDA_CHECK(cudaStreamEndCapture(origin, &g.graph));
+  TIDE_CUDA_CHECK(cudaStreamEndCapture(slot_graphs.origin, &g.graph));
   TIDE_CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
   ++g.captures;
-  ++graph_captures;
+  ++slot_graphs.graph_captures;
   remember(g.held, bindings, alpha, accumulate);
 }
 
@@ -144,7 +144,7 @@ void CudaSequenceRunner::State::capture_slot(SlotGraph& g,
 bool CudaSequenceRunner::State::run_slot_graph(std::span<const CudaCallBindings> bindings,
                                                float alpha, bool accumulate, cudaStream_t caller) {
   const auto slot = static_cast<std::size_t>(call % q);
-  SlotGraph& g = graphs[slot];
+  SlotGraph& g = slot_graphs.graphs[slot];
   sequence_detail::SlotView v;
   v.graph = g.exec != nullptr;
   v.graph_same = v.graph && same_as(g.held, bindings, alpha, accumulate);
@@ -168,7 +168,7 @@ bool CudaSequenceRunner::State::run_slot_graph(std::span<const CudaCallBindings>
         drop(g);
         return false;
       }
-      ++repointed_launches;
+      ++slot_graphs.repointed_launches;
       remember(g.held, bindings, alpha, accumulate);
       break;
     case sequence_detail::SlotStep::kCapture:
@@ -182,7 +182,7 @@ bool CudaSequenceRunner::State::run_slot_graph(std::span<const CudaCallBindings>
   TIDE_CUDA_CHECK(cudaGraphLaunch(g.exec, caller));
   mark_done(caller);
   watch_call(call, caller);
-  ++graph_launches;
+  ++slot_graphs.graph_launches;
   return true;
 }
 
@@ -193,7 +193,8 @@ bool CudaSequenceRunner::State::run_slot_graph(std::span<const CudaCallBindings>
 bool CudaSequenceRunner::State::repoint(SlotGraph& g, std::span<const CudaCallBindings> bindings,
                                         float alpha, bool accumulate) {
   if (!g.repointable || g.exec == nullptr) {  // slot_step() asks only where it is
-    if (repoint_failure.empty()) repoint_failure = "the slot graph was captured not repointable";
+    if (slot_graphs.repoint_failure.empty())
+      slot_graphs.repoint_failure = "the slot graph was captured not repointable";
     return false;
   }
   const sequence_detail::Template& t = templates[static_cast<std::size_t>(call % sequence.period)];
@@ -249,10 +250,11 @@ bool CudaSequenceRunner::State::repoint(SlotGraph& g, std::span<const CudaCallBi
     }
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
-      repoint_failure = std::string(program::op_kind_name(m.kind)) + ": " + cudaGetErrorName(err);
+      slot_graphs.repoint_failure =
+          std::string(program::op_kind_name(m.kind)) + ": " + cudaGetErrorName(err);
       return false;
     }
-    ++nodes_repointed;
+    ++slot_graphs.nodes_repointed;
   }
   return kernel_nodes.empty() || repoint_kernels(g.exec, kernel_nodes, bindings, alpha, accumulate);
 }
@@ -271,7 +273,7 @@ bool CudaSequenceRunner::State::repoint_kernels(cudaGraphExec_t exec,
     const int rank = t.ops[nodes[k]->op].rank;
     const int device = fabric.device_of(rank);
     use_device_of(rank);
-    cudaStream_t& scr = scratch[device];
+    cudaStream_t& scr = slot_graphs.scratch[device];
     if (scr == nullptr) TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&scr, cudaStreamNonBlocking));
     TIDE_CUDA_CHECK(cudaStreamBeginCapture(scr, cudaStreamCaptureModeRelaxed));
     std::vector<std::pair<cudaGraphNode_t, cudaGraphNode_t>> pairs;  // (slot graph, scratch)
@@ -287,7 +289,8 @@ bool CudaSequenceRunner::State::repoint_kernels(cudaGraphExec_t exec,
         TIDE_CUDA_CHECK(
             cudaStreamGetCaptureInfo(scr, &status, nullptr, nullptr, &deps, nullptr, &count));
         if (count != 1) {
-          repoint_failure = "a kernel launch captured as " + std::to_string(count) + " nodes";
+          slot_graphs.repoint_failure =
+              "a kernel launch captured as " + std::to_string(count) + " nodes";
           ok = false;
           ++k;
           break;
@@ -309,11 +312,11 @@ bool CudaSequenceRunner::State::repoint_kernels(cudaGraphExec_t exec,
       if (err == cudaSuccess) err = cudaGraphExecKernelNodeSetParams(exec, target, &p);
       if (err != cudaSuccess) {
         (void)cudaGetLastError();
-        repoint_failure = std::string("kernel node update: ") + cudaGetErrorName(err);
+        slot_graphs.repoint_failure = std::string("kernel node update: ") + cudaGetErrorName(err);
         ok = false;
         break;
       }
-      ++nodes_repointed;
+      ++slot_graphs.nodes_repointed;
     }
     (void)cudaGraphDestroy(launches);
     if (!ok) return false;
@@ -323,8 +326,8 @@ bool CudaSequenceRunner::State::repoint_kernels(cudaGraphExec_t exec,
 
 CudaCapturedCalls CudaSequenceRunner::take_captured() {
   std::lock_guard lock(state_->mutex);
-  CudaCapturedCalls out = std::move(state_->captured);
-  state_->captured = {};
+  CudaCapturedCalls out = std::move(state_->slot_graphs.captured);
+  state_->slot_graphs.captured = {};
   return out;
 }
 

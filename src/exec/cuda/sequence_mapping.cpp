@@ -274,9 +274,10 @@ void CudaSequenceRunner::State::map_templates() {
     template_repointable.push_back(repointable && !message_of_caller ? 1 : 0);
     if (options.replay_graphs && options.repoint_graphs) {
       if (!repointable)
-        repoint_failure = "copy: a 2-D copy of caller memory (CUDA updates only 1-D copy nodes)";
+        slot_graphs.repoint_failure =
+            "copy: a 2-D copy of caller memory (CUDA updates only 1-D copy nodes)";
       else if (message_of_caller)
-        repoint_failure = sequence_detail::kMessageNotRepointed;
+        slot_graphs.repoint_failure = sequence_detail::kMessageNotRepointed;
     }
   }
 }

@@ -44,27 +44,28 @@ int CudaSequenceRunner::graph_wait_streams(int device) {
 
 std::int64_t CudaSequenceRunner::graph_launches() const {
   std::lock_guard lock(state_->mutex);
-  return state_->graph_launches;
+  return state_->slot_graphs.graph_launches;
 }
 std::int64_t CudaSequenceRunner::graph_captures() const {
   std::lock_guard lock(state_->mutex);
-  return state_->graph_captures;
+  return state_->slot_graphs.graph_captures;
 }
 std::string CudaSequenceRunner::graphs_unavailable() const {
   // Fixed at construction.
-  return state_->no_graph_waits.empty() ? state_->no_slot_graphs : state_->no_graph_waits;
+  return state_->slot_graphs.no_graph_waits.empty() ? state_->slot_graphs.no_slot_graphs
+                                                    : state_->slot_graphs.no_graph_waits;
 }
 std::string CudaSequenceRunner::repoint_failure() const {
   std::lock_guard lock(state_->mutex);
-  return state_->repoint_failure;
+  return state_->slot_graphs.repoint_failure;
 }
 std::int64_t CudaSequenceRunner::nodes_repointed() const {
   std::lock_guard lock(state_->mutex);
-  return state_->nodes_repointed;
+  return state_->slot_graphs.nodes_repointed;
 }
 std::int64_t CudaSequenceRunner::repointed_launches() const {
   std::lock_guard lock(state_->mutex);
-  return state_->repointed_launches;
+  return state_->slot_graphs.repointed_launches;
 }
 
 }  // namespace tide::exec

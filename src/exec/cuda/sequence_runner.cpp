@@ -235,7 +235,7 @@ void CudaSequenceRunner::set_up() {
   }
   s.use_device_of(s.local_ranks.empty() ? 0 : s.local_ranks[0]);
   TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&s.entry, cudaEventDisableTiming));
-  TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&s.origin, cudaStreamNonBlocking));
+  TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&s.slot_graphs.origin, cudaStreamNonBlocking));
   s.choose_transport();                // 5.
   for (const int r : s.local_ranks) {  // NOTE [abort relay]: send and receive tokens
     s.use_device_of(r);
@@ -280,8 +280,9 @@ CudaSequenceRunner::State::~State() {
   }
   for (cudaStream_t st : streams)
     (void)cudaStreamSynchronize(st);
-  if (budget_claimed) sequence_detail::GraphWaitBudget::process().release(budget_id);
-  for (sequence_detail::SlotGraph& g : graphs)
+  if (slot_graphs.budget_claimed)
+    sequence_detail::GraphWaitBudget::process().release(slot_graphs.budget_id);
+  for (sequence_detail::SlotGraph& g : slot_graphs.graphs)
     drop(g);
   destroy_watch();
   templates.clear();  // Level 1 tables
@@ -291,7 +292,7 @@ CudaSequenceRunner::State::~State() {
     (void)cudaEventDestroy(e);
   if (entry != nullptr) (void)cudaEventDestroy(entry);
   if (last_done != nullptr) (void)cudaEventDestroy(last_done);
-  if (generations != nullptr) (void)cudaFree(generations);
+  if (slot_graphs.generations != nullptr) (void)cudaFree(slot_graphs.generations);
   for (const auto& [device, word] : aborts.private_words)
     (void)cudaFree(word);
   for (const auto& [rank, words] : aborts.tokens)
@@ -301,8 +302,8 @@ CudaSequenceRunner::State::~State() {
   if (aborts.check_tables != nullptr) (void)cudaFree(aborts.check_tables);
   for (cudaStream_t st : streams)
     (void)cudaStreamDestroy(st);
-  if (origin != nullptr) (void)cudaStreamDestroy(origin);
-  for (const auto& [device, st] : scratch)
+  if (slot_graphs.origin != nullptr) (void)cudaStreamDestroy(slot_graphs.origin);
+  for (const auto& [device, st] : slot_graphs.scratch)
     (void)cudaStreamDestroy(st);
   for (const auto& [device, st] : setup)  // a constructor that threw
     if (st != nullptr) (void)cudaStreamDestroy(st);

@@ -8,7 +8,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
+
+#include "tide/exec/cuda_sequence.hpp"
 
 namespace tide::exec::sequence_detail {
 
@@ -49,6 +53,37 @@ struct SlotGraph {
   std::vector<Repoint> repoints;
   bool repointable = false;     // every node carrying bindings is in `repoints`
   bool repoint_failed = false;  // a node update failed once: not tried again for this slot
+};
+
+// The runner's slot graphs and what goes with them (NOTE [CUDA call sequences] 3-4).
+struct SlotGraphs {
+  // Caller capture (step 4): the calls captured so far and the shadow cursor and totals they
+  // were built with.
+  CudaCapturedCalls captured;
+  std::vector<std::int64_t> capture_totals;
+  unsigned long long capture_id = 0;  // the capture `captured` belongs to
+  // Replay graphs, per event slot, and the stream they are captured from.
+  std::vector<SlotGraph> graphs;
+  cudaStream_t origin = nullptr;
+  std::int64_t graph_launches = 0;  // captures, replays and re-pointed replays
+  std::int64_t graph_captures = 0;  // slot graphs captured and instantiated
+  // Graph waits (step 3): per event slot, a device word counting the slot's calls (on the
+  // first local rank's device), and what Q consecutive calls add to each counter (rank *
+  // counters + id).
+  std::uint64_t* generations = nullptr;
+  std::vector<std::int64_t> slot_period_additions;
+  std::string no_graph_waits;  // why graphs cannot hold this sequence's waits (empty: they can)
+  // Why the runner's own slot graphs are off while a caller's capture is taken (step 6: a
+  // transport whose sides must be captured alike on both ranks).
+  std::string no_slot_graphs;
+  // NOTE [graph wait budget]: this runner's claim in the process's registry.
+  std::uint64_t budget_id = 0;
+  bool budget_claimed = false;
+  std::string repoint_failure;  // step 3: the last reason
+  std::int64_t nodes_repointed = 0;
+  std::int64_t repointed_launches = 0;
+  // Per device: the stream that captures a fresh call's kernels for their node parameters.
+  std::map<int, cudaStream_t> scratch;
 };
 
 }  // namespace tide::exec::sequence_detail

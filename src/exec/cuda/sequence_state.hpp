@@ -71,9 +71,8 @@ namespace tide::exec {
 // - enqueue (sequence_enqueue.cpp, sequence_waits.cpp): last_done, last_caller, called, memops,
 // batch_waits,
 //   messages_sent, profile;
-// - slot graphs (sequence_graphs.cpp): captured, capture_totals, capture_id, graphs, origin,
-//   graph counts, generations, slot_period_additions, no_graph_waits, no_slot_graphs, the
-//   budget's claim, repoint counts, scratch;
+// - slot graphs (sequence_graphs.cpp): a part of their own (slot_graphs:
+//   sequence_slot_graph.hpp);
 // - the watch (sequence_watch.cpp): watch, and its abort words, a part of their own (aborts:
 //   sequence_abort_words.hpp).
 struct CudaSequenceRunner::State {
@@ -110,30 +109,11 @@ struct CudaSequenceRunner::State {
   // mapping where it is load/store reachable, else null: NOTE [abort relay]), the private
   // words per device, and the end-of-call peer check.
   sequence_detail::AbortWords aborts;
-  // Caller capture (NOTE [CUDA call sequences] 4): the calls captured so far and the shadow
-  // cursor and totals they were built with.
-  CudaCapturedCalls captured;
-  std::vector<std::int64_t> capture_totals;
-  unsigned long long capture_id = 0;  // the capture `captured` belongs to
-  // Replay graphs, per event slot, and the stream they are captured from.
-  std::vector<sequence_detail::SlotGraph> graphs;
-  cudaStream_t origin = nullptr;
-  std::int64_t graph_launches = 0;  // captures, replays and re-pointed replays
-  std::int64_t graph_captures = 0;  // slot graphs captured and instantiated
-  std::int64_t messages_sent = 0;   // sender sides enqueued (under `mutex`)
+  // NOTE [CUDA call sequences] 3-4: the slot graphs, the caller's captures and the graph waits
+  // (sequence_graphs.cpp, sequence_waits.cpp).
+  sequence_detail::SlotGraphs slot_graphs;
+  std::int64_t messages_sent = 0;  // sender sides enqueued (under `mutex`)
   std::int64_t message_bytes_sent = 0;
-  // Graph waits (NOTE [CUDA call sequences] 3): per event slot, a device word counting the
-  // slot's calls (on the first local rank's device), and what Q consecutive calls add to
-  // each counter (rank * counters + id).
-  std::uint64_t* generations = nullptr;
-  std::vector<std::int64_t> slot_period_additions;
-  std::string no_graph_waits;  // why graphs cannot hold this sequence's waits (empty: they can)
-  // Why the runner's own slot graphs are off while a caller's capture is taken (NOTE [CUDA
-  // call sequences] 6: a transport whose sides must be captured alike on both ranks).
-  std::string no_slot_graphs;
-  // NOTE [graph wait budget]: this runner's claim in the process's registry.
-  std::uint64_t budget_id = 0;
-  bool budget_claimed = false;
   // Calls run one after another (NOTE [CUDA call sequences] 2): each records last_done on its
   // caller stream, and a call on another caller stream first waits for it. The legacy default
   // stream is nullptr, a caller stream like any other: `called` says whether one was seen.
@@ -142,13 +122,8 @@ struct CudaSequenceRunner::State {
   bool called = false;
   // NOTE [CUDA call sequences] 5 (sequence_watch.cpp).
   std::unique_ptr<sequence_detail::Watch> watch;
-  std::string repoint_failure;  // NOTE [CUDA call sequences] 3: the last reason
-  std::int64_t nodes_repointed = 0;
-  std::int64_t repointed_launches = 0;
-  // Per device: whether cuStreamBatchMemOp may carry 64-bit waits (else one by one), and the
-  // stream that captures a fresh call's kernels for their node parameters.
+  // Per device: whether cuStreamBatchMemOp may carry 64-bit waits (else one by one).
   std::map<int, bool> batch_waits;
-  std::map<int, cudaStream_t> scratch;
   // Construction only (NOTE [CUDA call sequences] 1): per device the private stream that runs
   // the runner's setup work (zeroing, table uploads); synchronised and destroyed at its end.
   std::map<int, cudaStream_t> setup;

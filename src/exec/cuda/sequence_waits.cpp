@@ -42,13 +42,14 @@ void CudaSequenceRunner::State::wait_terms(cudaStream_t s, int rank, std::int64_
     std::vector<kernels::GenerationWait> waits;
     waits.reserve(terms.size());
     for (const sequence_detail::WaitTerm& w : terms) {
-      const std::int64_t step =
-          w.total == sequence_detail::kConstantWait ? 0 : slot_period_additions[w.total];
+      const std::int64_t step = w.total == sequence_detail::kConstantWait
+                                    ? 0
+                                    : slot_graphs.slot_period_additions[w.total];
       const std::int64_t t = threshold(w, base);
       if (step == 0 && t <= 0) continue;  // met by every call of the slot
       waits.push_back(cuda_detail::generation_wait(w.word, t, step, e, q));
     }
-    kernels::launch_generation_waits(waits, generations + e % q, s);
+    kernels::launch_generation_waits(waits, slot_graphs.generations + e % q, s);
     return;
   }
   memops.clear();
