@@ -4,9 +4,10 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(_tide_exported)
-foreach(_target tide_warnings tide_core tide_program tide_fabric_host tide_exec_data tide_exec_messages
+foreach(_target tide_warnings tide_core tide_program tide_fabric_host tide_transport_host tide_exec_data tide_transport_plan
                 tide_exec_host tide_runtime tide_cuda_driver tide_ptx tide_kernels tide_fabric_virtual
-                tide_fabric_caps tide_fabric_ipc tide_fabric_nccl tide_exec_cuda)
+                tide_fabric_caps tide_fabric_ipc tide_fabric_nccl tide_transport tide_transport_nccl
+                tide_exec_cuda)
   if(TARGET ${_target})
     list(APPEND _tide_exported ${_target})
   endif()

@@ -43,6 +43,7 @@
 #include "tide/kernels/fill_random.hpp"
 #include "tide/program/ag_builder.hpp"
 #include "tide/program/rs_builder.hpp"
+#include "tide/transport/nccl_transports.hpp"
 #include "timing.hpp"
 
 namespace tide::nccl_cli {
@@ -180,9 +181,10 @@ class Bench {
     return o;
   }
 
-  exec::CudaExecutorOptions executor_options() const {
+  exec::CudaExecutorOptions executor_options(fabric::NcclWindowFabric& window) const {
     exec::CudaExecutorOptions o;
     o.copy_streams = args_.common.copy_streams;
+    o.messages = [&window] { return transport::nccl_transports(window, 0); };
     return o;
   }
 
@@ -208,7 +210,7 @@ nlohmann::json Bench::all_gather(const BenchCase& c, int m, int l) {
   const program::Program program = program::build_ag_program(plan);
   const program::AgArenaLayout arena = program::ag_arena_layout(plan);
   fabric::NcclWindowFabric pf(session_.fabric(), program, program_options(l));
-  exec::CudaExecutor ex(program, pf, executor_options());
+  exec::CudaExecutor ex(program, pf, executor_options(pf));
   auto* window = static_cast<std::byte*>(pf.pointer(Buffer{me, Space::kArena, 0}));
   // The shard: resident in the window, or (staged) per-parameter tensors, which the stock path
   // reads as one contiguous shard (FSDP2's copy-in, made once here, not timed).
@@ -310,7 +312,7 @@ nlohmann::json Bench::reduce_scatter(const BenchCase& c, int m, int l) {
   po.alpha = 1.0f / static_cast<float>(world);
   const program::Program program = program::build_rs_program(plan, po);
   fabric::NcclWindowFabric pf(session_.fabric(), program, program_options(l));
-  exec::CudaExecutor ex(program, pf, executor_options());
+  exec::CudaExecutor ex(program, pf, executor_options(pf));
   for (int p = 0; p < layout.param_count(); ++p) {
     const ParamLayout& pl = layout.param(p);
     kernels::launch_fill_random(pf.pointer(Buffer{me, Space::kTensor, p}), pl.rows * pl.cols, 2,

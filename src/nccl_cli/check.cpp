@@ -33,6 +33,7 @@
 #include "tide/exec/cuda_executor.hpp"
 #include "tide/fabric/nccl_window_fabric.hpp"
 #include "tide/testing/cases.hpp"
+#include "tide/transport/nccl_transports.hpp"
 
 namespace tide::nccl_cli {
 namespace {
@@ -225,6 +226,8 @@ CaseResult run_one(RankSession& session, const CollectiveCase& c, int gpus_per_n
     pf = std::make_unique<fabric::NcclWindowFabric>(session.fabric(), program, po);
     exec::CudaExecutorOptions eo;
     eo.copy_streams = args.common.copy_streams;
+    fabric::NcclWindowFabric* window = pf.get();
+    eo.messages = [window] { return transport::nccl_transports(*window, 0); };
     ex = std::make_unique<exec::CudaExecutor>(program, *pf, eo);
     result.message_path = ex->message_path();
   } catch (const std::exception& e) {

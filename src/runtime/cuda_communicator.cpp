@@ -286,6 +286,7 @@ void CudaCommunicator::commit() {
     exec::CudaSequencePlace place{0, handoffs_[lane].first_counter};
     place.abort_word = kAbortWord;
     place.message_channels = lane;  // NOTE [ipc rendezvous transport]: a lane's set
+    place.messages = windows_->transports(lane);
     handoff_options.graph_lane = graph_lanes[lane];
     handoff_runners_[lane] = std::make_unique<exec::CudaSequenceRunner>(
         handoffs_[lane].sequence, windows_->fabric(), place, handoff_options);
@@ -301,6 +302,7 @@ void CudaCommunicator::commit() {
       place.call_tag_word = kCallTagWords[collective];
       place.call_tag = call_tag_of(g->index);
       place.message_channels = collective;  // the lane's (NOTE [ipc rendezvous transport])
+      place.messages = windows_->transports(collective);
       runner_options.graph_lane = graph_lanes[collective];  // lane 0: all-gathers, 1: RS
       runners_.push_back(std::make_unique<exec::CudaSequenceRunner>(
           calls.sequence, windows_->fabric(), place, runner_options));

@@ -22,6 +22,7 @@
 #include "peer_liveness.hpp"
 #include "tide/exec/cuda_sequence.hpp"
 #include "tide/fabric/fabric.hpp"
+#include "tide/transport/message_transport.hpp"
 #include "watchdog.hpp"
 
 namespace tide::runtime::detail {
@@ -31,6 +32,8 @@ class CudaWindows {
  public:
   virtual ~CudaWindows() = default;
   virtual fabric::Fabric& fabric() = 0;
+  // The transports of message lane `lane` (CudaSequencePlace::messages): fresh ones per runner.
+  virtual transport::MessageTransports transports(int lane) = 0;
   virtual std::byte* window() const = 0;   // this rank's (the arena at offset 0)
   virtual std::int64_t bytes() const = 0;  // as allocated
   // From any thread (the watchdog's): the transport's own waits fail from now on. Idempotent.

@@ -10,6 +10,7 @@
 #include "tide/core/error.hpp"
 #include "tide/exec/host_executor.hpp"
 #include "tide/fabric/host_fabric.hpp"
+#include "tide/transport/host_messages.hpp"
 
 namespace tide::runtime::detail {
 namespace {
@@ -120,6 +121,7 @@ class HostCommunicator final : public CommunicatorBase {
     o.timeout = options_.timeout;
     o.hosts = hosts();
     fabric_ = std::make_unique<fabric::HostFabric>(store(), o);
+    messages_ = std::make_unique<transport::HostMessages>(*fabric_);
     start_liveness();
     for (auto& g : groups_) {
       std::byte* arena = fabric_->arena(options_.rank);
@@ -179,6 +181,7 @@ class HostCommunicator final : public CommunicatorBase {
     exec::HostSequencePlace place;
     place.region_offset = 0;
     place.first_counter = s.first_counter;
+    place.messages = messages_.get();
     exec::HostCallTag t;
     t.index = next_call_index();
     t.tag = tag;
@@ -190,8 +193,9 @@ class HostCommunicator final : public CommunicatorBase {
   }
 
   std::unique_ptr<fabric::HostFabric> fabric_;
-  std::atomic<bool> in_call_{false};        // read by the liveness thread's on_dead
-  std::unique_ptr<PeerLiveness> liveness_;  // after fabric_: stopped before it goes
+  std::unique_ptr<transport::HostMessages> messages_;  // on fabric_
+  std::atomic<bool> in_call_{false};                   // read by the liveness thread's on_dead
+  std::unique_ptr<PeerLiveness> liveness_;             // after fabric_: stopped before it goes
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "cuda_communicator.hpp"
 #include "tide/fabric/ipc_fabric.hpp"
 #include "tide/fabric/ipc_memory.hpp"
+#include "tide/transport/ipc_rendezvous.hpp"
 
 namespace tide::runtime::detail {
 namespace {
@@ -18,6 +19,9 @@ class IpcWindows final : public CudaWindows {
  public:
   explicit IpcWindows(std::unique_ptr<fabric::IpcFabric> ipc) : ipc_(std::move(ipc)) {}
   fabric::Fabric& fabric() override { return *ipc_; }
+  transport::MessageTransports transports(int lane) override {
+    return transport::ipc_transports(*ipc_, lane);
+  }
   std::byte* window() const override { return ipc_->window(); }
   std::int64_t bytes() const override { return ipc_->window_bytes(); }
   void release() noexcept override {

@@ -12,6 +12,7 @@
 #include "tide/core/error.hpp"
 #include "tide/fabric/nccl_fabric.hpp"
 #include "tide/fabric/nccl_window_fabric.hpp"
+#include "tide/transport/nccl_transports.hpp"
 
 namespace tide::runtime::detail {
 namespace {
@@ -36,6 +37,9 @@ class NcclWindows final : public CudaWindows {
     nccl_.reset();
   }
   fabric::Fabric& fabric() override { return *window_; }
+  transport::MessageTransports transports(int lane) override {
+    return transport::nccl_transports(*window_, lane);
+  }
   std::byte* window() const override { return static_cast<std::byte*>(nccl_->arena()); }
   std::int64_t bytes() const override { return nccl_->arena_bytes(); }
   void abort() noexcept override { nccl_->abort(); }

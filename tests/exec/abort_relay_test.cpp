@@ -16,23 +16,23 @@
 #include <vector>
 
 #include "kernels/gpu_test_util.hpp"
-#include "messages.hpp"
-#include "rendezvous_transport.hpp"
 #include "sequence_test_util.hpp"
 #include "tide/cuda/check.hpp"
 #include "tide/kernels/signal/abort_check.hpp"
 #include "tide/kernels/signal/counter_add.hpp"
+#include "tide/testing/rendezvous_transport.hpp"
+#include "transport/message.hpp"
 
 namespace tide {
 namespace {
 
-using exec::cuda_detail::Message;
-using exec::cuda_detail::MessagePart;
-using exec::cuda_detail::MessageRelay;
-using exec::cuda_detail::RendezvousTransport;
 using sequence_testing::Dev;
 using sequence_testing::Stream;
 using tide::kernels::AbortCheck;
+using tide::testing::RendezvousTransport;
+using transport::Message;
+using transport::MessagePart;
+using transport::MessageRelay;
 
 struct Case {
   const char* name;
@@ -64,7 +64,7 @@ TEST(AbortRelay, TheTokenDecidesWhetherTheReceiverCounts) {
   TIDE_CUDA_CHECK(cudaGetDevice(&device));
   kernels::prepare_counter_adds();
   kernels::prepare_abort_check();
-  exec::cuda_detail::prepare_rendezvous();
+  RendezvousTransport(2, device).prepare();
   const std::vector<Case> cases{
       {"valid put"},
       {"valid signal", false},
@@ -131,11 +131,11 @@ TEST(AbortRelay, TheTokenDecidesWhetherTheReceiverCounts) {
     if (c.token_lost) {
       // The receiver's side alone: its receives wait for sends that never come, until the
       // release ends them (moving nothing), as ncclCommAbort ends a pending ncclRecv.
-      exec::cuda_detail::enqueue_message(recv, t, r_rail.get(), r_rail.get(), receiver_side);
+      transport::enqueue_message(recv, t, r_rail.get(), r_rail.get(), receiver_side);
       t.release();
     } else {
-      exec::cuda_detail::enqueue_message(send, t, s_rail.get(), s_op.get(), sender_side);
-      exec::cuda_detail::enqueue_message(recv, t, r_rail.get(), r_rail.get(), receiver_side);
+      transport::enqueue_message(send, t, s_rail.get(), s_op.get(), sender_side);
+      transport::enqueue_message(recv, t, r_rail.get(), r_rail.get(), receiver_side);
     }
     TIDE_CUDA_CHECK(cudaStreamSynchronize(r_rail.get()));
     TIDE_CUDA_CHECK(cudaStreamSynchronize(s_op.get()));
@@ -155,7 +155,7 @@ TEST(AbortRelay, TheTokenDecidesWhetherTheReceiverCounts) {
       for (const std::byte b : dst.download())
         ASSERT_EQ(b, std::byte{0xA5}) << "a released receive moved bytes";
     }
-    exec::cuda_detail::release_message(send);
+    transport::release_message(send);
   }
 }
 

@@ -49,10 +49,10 @@ std::string path_name(Path p) {
   return p == Path::kStream ? "stream" : p == Path::kGraphs ? "graphs" : "messages";
 }
 
-CudaSequenceOptions options_for(Path path) {
-  CudaSequenceOptions o;
+SequenceTestOptions options_for(Path path) {
+  SequenceTestOptions o;
   o.replay_graphs = path != Path::kStream;
-  if (path == Path::kMessages) o.test_messages.node_size = 1;  // every rank an emulated node
+  if (path == Path::kMessages) o.node_size = 1;  // every rank an emulated node
   return o;
 }
 
@@ -97,13 +97,14 @@ void expect_path(const CudaSequenceRunner& runner, Path path, int calls, Message
 
 class EpRsHarness {
  public:
-  EpRsHarness(int m, std::uint64_t seed, const CudaSequenceOptions& options)
+  EpRsHarness(int m, std::uint64_t seed, const SequenceTestOptions& options)
       : rng_(seed),
         layout_(Topology(m, 1), lane_shapes(rng_, m), DType::kBf16, DType::kBf16),
         areas_(areas_of(layout_)),
         seq_(program::ep_rs_call_sequence(layout_, areas_)),
         fabric_(fabric_for(seq_)),
-        runner_(seq_, *fabric_, exec::CudaSequencePlace{kRegionOffset, kFirstWord}, options),
+        test_fabric_(*fabric_, options),
+        runner_(seq_, test_fabric_.get(), test_fabric_.place(), options),
         poison_(out_bytes()) {
     poison_.fill(0xFF);  // NaN bits: a non-accumulating call must overwrite every element
   }
@@ -207,6 +208,7 @@ class EpRsHarness {
   program::EpRsArenaLayout areas_;
   CallSequence seq_;
   std::unique_ptr<fabric::VirtualFabric> fabric_;
+  TestFabric test_fabric_;
   CudaSequenceRunner runner_;
   Dev poison_;
 };
@@ -249,14 +251,15 @@ INSTANTIATE_TEST_SUITE_P(Lane, EpRsRunner,
 
 class EpAgHarness {
  public:
-  EpAgHarness(int m, bool cast, std::uint64_t seed, const CudaSequenceOptions& options)
+  EpAgHarness(int m, bool cast, std::uint64_t seed, const SequenceTestOptions& options)
       : rng_(seed),
         layout_(Topology(m, 1), lane_shapes(rng_, m), DType::kBf16, DType::kBf16),
         plan_(layout_, ag_options(cast)),
         areas_(program::ep_ag_arena_layout(layout_)),
         seq_(program::ep_ag_call_sequence(plan_, areas_)),
         fab_(fabric_for(seq_)),
-        runner_(seq_, *fab_, {kRegionOffset, kFirstWord}, options),
+        test_fabric_(*fab_, options),
+        runner_(seq_, test_fabric_.get(), test_fabric_.place(), options),
         data_(rng_, layout_, std::max(7, 2 * runner_.event_slots() + 1), cast) {
     for (int r = 0; r < world(); ++r) {
       if (!cast) {
@@ -296,6 +299,7 @@ class EpAgHarness {
   program::EpAgArenaLayout areas_;
   CallSequence seq_;
   std::unique_ptr<fabric::VirtualFabric> fab_;
+  TestFabric test_fabric_;
   CudaSequenceRunner runner_;
   AgCallData data_;
 };

@@ -25,7 +25,6 @@
 
 #include "ag_call_data.hpp"
 #include "kernels/gpu_test_util.hpp"
-#include "rendezvous_transport.hpp"
 #include "sequence_test_kernels.hpp"
 #include "sequence_test_util.hpp"
 #include "slot_policy_model.hpp"
@@ -35,6 +34,8 @@
 #include "tide/cuda/check.hpp"
 #include "tide/exec/cuda_executor.hpp"
 #include "tide/fabric/virtual_fabric.hpp"
+#include "tide/testing/rendezvous_transport.hpp"
+#include "transport/message.hpp"
 #include "watchdog.hpp"
 
 namespace tide {
@@ -68,7 +69,7 @@ struct RsBuffers {
 class RsHarness {
  public:
   // With `build` false the runner is built later, by build_runner().
-  RsHarness(Topo topo, std::uint64_t seed, const CudaSequenceOptions& options, bool accumulate,
+  RsHarness(Topo topo, std::uint64_t seed, const SequenceTestOptions& options, bool accumulate,
             bool mapped = false, RsSubSlices geometry = RsOptions{}.sub_slices, bool build = true,
             bool one_node = false)
       : rng_(seed),
@@ -78,6 +79,7 @@ class RsHarness {
         seq_(program::rs_call_sequence(
             plan_, {}, program::rs_arena_layout(plan_, program::LandingStyle::kPull))),
         fabric_(fabric_for(seq_)),
+        test_fabric_(*fabric_, options),
         options_(options),
         accumulate_(accumulate),
         mapped_(mapped),
@@ -87,8 +89,8 @@ class RsHarness {
   }
 
   void build_runner() {
-    runner_ = std::make_unique<CudaSequenceRunner>(
-        seq_, *fabric_, exec::CudaSequencePlace{kRegionOffset, kFirstWord}, options_);
+    runner_ = std::make_unique<CudaSequenceRunner>(seq_, test_fabric_.get(), test_fabric_.place(),
+                                                   options_);
   }
   fabric::VirtualFabric& fabric() { return *fabric_; }
 
@@ -190,6 +192,7 @@ class RsHarness {
   RsPlan plan_;
   CallSequence seq_;
   std::unique_ptr<fabric::VirtualFabric> fabric_;
+  TestFabric test_fabric_;
   CudaSequenceOptions options_;
   std::unique_ptr<CudaSequenceRunner> runner_;
   bool accumulate_;
@@ -396,8 +399,7 @@ bool messages_move_caller_memory(const program::CallTemplate& t, int node_size) 
   };
   for (const program::Op& op : t.program.ops) {
     int from = 0, to = 0;
-    if (!exec::cuda_detail::crosses_ranks(op, from, to) || from / node_size == to / node_size)
-      continue;
+    if (!transport::crosses_ranks(op, from, to) || from / node_size == to / node_size) continue;
     for (const program::CopyDescriptor& c : program::copies_of(op))
       if (c.src.bytes() > 0 && (caller(c.src) || caller(c.dst))) return true;
   }
@@ -405,13 +407,13 @@ bool messages_move_caller_memory(const program::CallTemplate& t, int node_size) 
 }
 
 // The slot policy case below, with `options` (messages between emulated nodes where
-// options.test_messages asks for them). Returns the graph launches.
-int slot_policy_case(Topo topo, RsSubSlices geometry, const CudaSequenceOptions& options) {
+// options.node_size asks for them). Returns the graph launches.
+int slot_policy_case(Topo topo, RsSubSlices geometry, const SequenceTestOptions& options) {
   const std::uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TIDE_TEST_SEED)");
   std::printf("%s\n", tide::testing::seed_trace(seed).c_str());
   const bool repoint = options.repoint_graphs;
-  const int node = options.test_messages.node_size;
+  const int node = options.node_size;
   RsHarness h(topo, seed, options, false, false, geometry);
   const int q = h.runner().event_slots();
   const std::vector<int> rounds{0, 0, 1, 0, 2, 2, 0, 3, 3, 3, 3, 3, 0};
@@ -892,7 +894,7 @@ TEST(CudaSequence, ConstructionWaitsOnlyForItsOwnSetup) {
 class AgHarness {
  public:
   AgHarness(Topo topo, bool cast, int calls_at_least, std::uint64_t seed,
-            const CudaSequenceOptions& options)
+            const SequenceTestOptions& options)
       : rng_(seed),
         layout_(Topology(topo.nodes, topo.gpus), odd_shapes(rng_, 1 + static_cast<int>(rng_() % 4)),
                 DType::kBf16, DType::kBf16),
@@ -900,7 +902,8 @@ class AgHarness {
         areas_(program::ag_sequence_areas(plan_)),
         seq_(program::ag_call_sequence(plan_, areas_)),
         fab_(fabric_for(seq_)),
-        runner_(seq_, *fab_, {kRegionOffset, kFirstWord}, options),
+        test_fabric_(*fab_, options),
+        runner_(seq_, test_fabric_.get(), test_fabric_.place(), options),
         data_(rng_, layout_, std::max(calls_at_least, 2 * runner_.event_slots() + 1), cast) {
     for (int r = 0; r < world(); ++r) {
       if (!cast) {
@@ -946,6 +949,7 @@ class AgHarness {
   program::AgSequenceAreas areas_;
   CallSequence seq_;
   std::unique_ptr<fabric::VirtualFabric> fab_;
+  TestFabric test_fabric_;
   CudaSequenceRunner runner_;
   AgCallData data_;
 };
@@ -1395,14 +1399,14 @@ TEST(CudaSequence, WatchQueriesLeaveAGlobalCaptureElsewhereIntact) {
 // ---- Rail messages (NOTE [CUDA call sequences] 6) -------------------------------------------
 
 // M > 1 emulated nodes of `topo.gpus` ranks on the virtual fabric: every put and signal between
-// nodes travels as a message through the rendezvous transport (CudaSequenceTestMessages, NOTE
+// nodes travels as a message through the rendezvous transport (SequenceTestOptions, NOTE
 // [rendezvous transport]: a send waits on the device for its receive), although the fabric
 // could store directly. The transport numbers its messages on the device, so calls with
 // messages run in graphs (`graphs`) as any other (NOTE [CUDA call sequences] 3, 6).
-CudaSequenceOptions forced_messages(Topo topo, bool graphs = true) {
-  CudaSequenceOptions o;
+SequenceTestOptions forced_messages(Topo topo, bool graphs = true) {
+  SequenceTestOptions o;
   o.replay_graphs = graphs;
-  o.test_messages.node_size = topo.gpus;
+  o.node_size = topo.gpus;
   return o;
 }
 
@@ -1450,7 +1454,7 @@ class RsMessageGraphs : public ::testing::TestWithParam<std::tuple<Topo, RsSubSl
 TEST_P(RsMessageGraphs, SlotGraphsWithMessagesCaptureAndReplay) {
   TIDE_REQUIRE_GPU();
   const auto [topo, geometry, repoint] = GetParam();
-  CudaSequenceOptions options = forced_messages(topo);
+  SequenceTestOptions options = forced_messages(topo);
   options.repoint_graphs = repoint;
   EXPECT_GT(slot_policy_case(topo, geometry, options), 0) << "no call ran as a graph";
 }
@@ -1501,9 +1505,9 @@ INSTANTIATE_TEST_SUITE_P(MultiNode, AgMessages,
 // one-sided put through the loopback transport (NOTE [loopback one-sided transport]): routes,
 // numbered abort tokens, signal waits. Not capturable, so every call takes the stream path;
 // outputs bitwise the definition, as with the rendezvous transport.
-CudaSequenceOptions one_sided_messages(Topo topo) {
-  CudaSequenceOptions o = forced_messages(topo, /*graphs=*/false);
-  o.test_messages.one_sided = true;
+SequenceTestOptions one_sided_messages(Topo topo) {
+  SequenceTestOptions o = forced_messages(topo, /*graphs=*/false);
+  o.one_sided = true;
   return o;
 }
 
@@ -1610,7 +1614,7 @@ TEST(RendezvousTransport, ASendWaitsForItsReceive) {
   std::mt19937_64 rng(seed);
   int device = 0;
   TIDE_CUDA_CHECK(cudaGetDevice(&device));
-  exec::cuda_detail::RendezvousTransport t(2, device);
+  tide::testing::RendezvousTransport t(2, device);
   Stream a, b;
   for (const std::size_t bytes : {std::size_t{4096}, std::size_t{1003}}) {
     std::vector<unsigned char> host(bytes);
@@ -1643,7 +1647,7 @@ void cross_two_sends() {
   if (dup2(2, 1) < 0) std::abort();
   int device = 0;
   TIDE_CUDA_CHECK(cudaGetDevice(&device));
-  exec::cuda_detail::RendezvousTransport t(2, device, 300ull * 1000 * 1000);
+  tide::testing::RendezvousTransport t(2, device, 300ull * 1000 * 1000);
   Stream a, b;
   Dev x(64), y(64), u(64), v(64);
   t.send(0, 1, x.get(), 64, a.get());

@@ -2,8 +2,6 @@
 // messages between emulated nodes, as the runner plans them (one_sided_input, the plan) and
 // routes them (route_one_sided): the routes must put exactly the plan's bytes at its offsets,
 // and a template either plans or names its problem. No GPU, no NCCL.
-#include "one_sided_messages.hpp"
-
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -13,6 +11,7 @@
 
 #include "sequence_test_util.hpp"
 #include "tide/core/error.hpp"
+#include "transport/one_sided.hpp"
 
 namespace tide {
 namespace {
@@ -27,7 +26,7 @@ std::vector<int> messages_of(const program::CallTemplate& t, int node) {
   std::vector<int> out;
   for (const int i : t.order.order) {
     int from = 0, to = 0;
-    if (exec::cuda_detail::crosses_ranks(t.program.ops[static_cast<std::size_t>(i)], from, to) &&
+    if (transport::crosses_ranks(t.program.ops[static_cast<std::size_t>(i)], from, to) &&
         from / node != to / node)
       out.push_back(i);
   }
@@ -41,11 +40,11 @@ int messages_seen = 0;
 std::string check_template(const program::CallTemplate& t, int node, int ranks) {
   const std::vector<int> ops = messages_of(t, node);
   messages_seen += static_cast<int>(ops.size());
-  const auto input = exec::cuda_detail::one_sided_input(t.program, ops, kRegion, 1);
+  const auto input = transport::one_sided_input(t.program, ops, kRegion, 1);
   const std::vector<std::int64_t> window(static_cast<std::size_t>(ranks), kWindow);
-  exec::messages::OneSidedPlan plan;
+  transport::OneSidedPlan plan;
   try {
-    plan = exec::messages::plan_one_sided(input, {ranks, 2, window, true});
+    plan = transport::plan_one_sided(input, {ranks, 2, window, true});
   } catch (const std::exception& e) {
     return e.what();
   }
@@ -53,22 +52,22 @@ std::string check_template(const program::CallTemplate& t, int node, int ranks) 
   std::size_t next = 0;  // into plan.puts
   for (std::size_t k = 0; k < ops.size(); ++k) {
     const program::Op& op = t.program.ops[static_cast<std::size_t>(ops[k])];
-    exec::cuda_detail::Message m;
+    transport::Message m;
     std::vector<std::int64_t> source_of_part;  // each part's source offset in the window
     for (const program::CopyDescriptor& c : program::copies_of(op)) {
       if (c.src.bytes() == 0) continue;
       m.parts.emplace_back();
       source_of_part.push_back(kRegion + c.src.offset);
     }
-    exec::cuda_detail::route_one_sided(op, kRegion, m);
+    transport::route_one_sided(op, kRegion, m);
     EXPECT_TRUE(m.route.one_sided);
     EXPECT_EQ(m.route.signals, plan.messages[k].signals) << "message " << k;
-    for (const exec::cuda_detail::OneSidedPut& put : m.route.puts) {
+    for (const transport::OneSidedPut& put : m.route.puts) {
       if (next >= plan.puts.size()) {
         ADD_FAILURE() << "the routes put more than the plan";
         return {};
       }
-      const exec::messages::PlannedPut& want = plan.puts[next++];
+      const transport::PlannedPut& want = plan.puts[next++];
       EXPECT_EQ(want.message, static_cast<int>(k));
       EXPECT_EQ(static_cast<std::int64_t>(put.bytes), want.bytes);
       EXPECT_EQ(put.window_offset, want.offset);

@@ -1,6 +1,6 @@
-// The one-sided plan (src/exec/messages/one_sided_plan.hpp) against a brute-force reference on
+// The one-sided plan (src/transport/one_sided_plan.hpp) against a brute-force reference on
 // random calls from a printed seed, and its refusals of bad inputs.
-#include "messages/one_sided_plan.hpp"
+#include "transport/one_sided_plan.hpp"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@
 #include "test_seed.hpp"
 #include "tide/core/error.hpp"
 
-namespace tide::exec::messages {
+namespace tide::transport {
 namespace {
 
 // The reference: every check by the definition (pairwise overlaps), every count by a scan.
@@ -324,4 +324,4 @@ TEST(OneSidedPlan, SignalsTokensAndOrdinals) {
 }
 
 }  // namespace
-}  // namespace tide::exec::messages
+}  // namespace tide::transport

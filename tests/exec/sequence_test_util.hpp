@@ -21,6 +21,7 @@
 #include "tide/exec/cuda_sequence.hpp"
 #include "tide/fabric/virtual_fabric.hpp"
 #include "tide/program/call_sequence.hpp"
+#include "tide/testing/emulated_nodes.hpp"
 
 namespace tide::sequence_testing {
 
@@ -115,6 +116,41 @@ inline std::unique_ptr<fabric::VirtualFabric> fabric_for(const CallSequence& seq
   o.signal_words = seq.counters + kFirstWord + 2;
   return std::make_unique<fabric::VirtualFabric>(sizes, o);
 }
+
+// The runner's options in these tests, and where its messages go (tide/testing/
+// emulated_nodes.hpp): with node_size > 0, ranks r, p with r / node_size != p / node_size are on
+// different emulated nodes and their puts and signals travel as messages through the rendezvous
+// transport; with one_sided too, through the loopback transport where every template plans
+// (else two-sided, one_sided_refusal() says why).
+struct SequenceTestOptions : CudaSequenceOptions {
+  SequenceTestOptions() = default;
+  SequenceTestOptions(const CudaSequenceOptions& o) : CudaSequenceOptions(o) {}  // NOLINT
+  int node_size = 0;
+  bool one_sided = false;
+};
+
+// The fabric a test's runner takes: `fabric` itself, or emulated nodes over it.
+class TestFabric {
+ public:
+  TestFabric(fabric::Fabric& fabric, const SequenceTestOptions& options)
+      : fabric_(fabric),
+        nodes_(options.node_size > 0
+                   ? std::make_unique<tide::testing::EmulatedNodesFabric>(fabric, options.node_size)
+                   : nullptr),
+        one_sided_(options.one_sided) {}
+  fabric::Fabric& get() { return nodes_ ? *nodes_ : fabric_; }
+  // {kRegionOffset, kFirstWord}, with fresh transports between emulated nodes.
+  exec::CudaSequencePlace place() {
+    exec::CudaSequencePlace p{kRegionOffset, kFirstWord};
+    if (nodes_) p.messages = tide::testing::emulated_node_transports(fabric_, one_sided_);
+    return p;
+  }
+
+ private:
+  fabric::Fabric& fabric_;
+  std::unique_ptr<tide::testing::EmulatedNodesFabric> nodes_;
+  bool one_sided_ = false;
+};
 
 class Stream {
  public:

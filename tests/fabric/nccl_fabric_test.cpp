@@ -12,6 +12,7 @@
 #include "nccl_rma.hpp"
 #include "tide/core/error.hpp"
 #include "tide/fabric/nccl_window_fabric.hpp"
+#include "tide/transport/nccl_transports.hpp"
 #include "tide/version_gates.hpp"
 
 namespace tide::fabric {
@@ -167,8 +168,10 @@ TEST(NcclFabricOneRank, HostRmaAgreement) {
     EXPECT_EQ(fab.host_rma_reason().rfind("not requested", 0), 0u) << fab.host_rma_reason();
     EXPECT_EQ(fab.lane_window(0), nullptr);
     NcclWindowFabric window(fab, 4096, 8);
-    EXPECT_FALSE(window.one_sided());
-    EXPECT_THROW(window.wait_signals(0, 1, 0, nullptr), Unsupported);
+    const transport::MessageTransports t = transport::nccl_transports(window, 0);
+    EXPECT_EQ(t.one_sided, nullptr);
+    EXPECT_THROW(transport::NcclOneSidedTransport(fab, 0).wait_signals(0, 0, 1, nullptr),
+                 Unsupported);
   }
   o.host_rma = true;
   NcclFabric fab(0, 1, NcclFabric::make_unique_id(), o);

@@ -20,20 +20,20 @@
 #include <thread>
 #include <vector>
 
-#include "../../src/exec/cuda/ipc_rendezvous_transport.hpp"
-#include "../../src/exec/cuda/rendezvous_transport.hpp"
 #include "../support/test_seed.hpp"
 #include "forked_ranks.hpp"
 #include "tide/core/error.hpp"
 #include "tide/core/store.hpp"
 #include "tide/fabric/ipc_fabric.hpp"
 #include "tide/fabric/runtime_window.hpp"
+#include "tide/testing/rendezvous_transport.hpp"
+#include "tide/transport/ipc_rendezvous.hpp"
 
 namespace tide::fabric {
 namespace {
 
-using exec::cuda_detail::IpcRendezvousTransport;
-using exec::cuda_detail::RendezvousTransport;
+using tide::testing::RendezvousTransport;
+using transport::IpcRendezvousTransport;
 
 const auto kTimeout = std::chrono::seconds(60);
 

@@ -24,6 +24,7 @@
 #include "tide/exec/cuda_sequence.hpp"
 #include "tide/fabric/ipc_fabric.hpp"
 #include "tide/program/lanes.hpp"
+#include "tide/transport/ipc_rendezvous.hpp"
 
 namespace tide::fabric {
 namespace {
@@ -81,7 +82,9 @@ std::string run_rank(int rank, const std::filesystem::path& dir, bool misorder) 
   const program::CallSequence seq = handoff(misorder && rank == 1);
   std::string report = "ok";
   {
-    exec::CudaSequenceRunner runner(seq, fabric, exec::CudaSequencePlace{0, 0});
+    exec::CudaSequencePlace place{0, 0};
+    place.messages = transport::ipc_transports(fabric, 0);
+    exec::CudaSequenceRunner runner(seq, fabric, place);
     cudaStream_t caller = nullptr;
     if (cudaStreamCreateWithFlags(&caller, cudaStreamNonBlocking) != cudaSuccess)
       return "no stream";

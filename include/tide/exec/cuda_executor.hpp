@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -33,6 +34,7 @@
 
 #include "tide/fabric/fabric.hpp"
 #include "tide/program/program.hpp"
+#include "tide/transport/message_transport.hpp"
 
 namespace tide::exec {
 
@@ -45,6 +47,10 @@ class ExecutionTimeout : public std::runtime_error {
 struct CudaExecutorOptions {
   // Streams per rank a copy op's descriptors are dealt over, 1..16 (NOTE [copy-engine pool]).
   int copy_streams = 1;
+  // Where some ranks are not load/store reachable: the message transports of each runner the
+  // executor builds (CudaSequencePlace::messages; fresh ones per runner, as a released
+  // transport stays released). Empty: none.
+  std::function<transport::MessageTransports()> messages = {};
 };
 
 struct CudaRunOptions {

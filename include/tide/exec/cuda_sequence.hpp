@@ -35,6 +35,7 @@
 
 #include "tide/fabric/fabric.hpp"
 #include "tide/program/call_sequence.hpp"
+#include "tide/transport/message_transport.hpp"
 
 namespace tide::exec {
 
@@ -50,9 +51,13 @@ struct CudaSequencePlace {
   int call_tag_word = -1;
   std::uint64_t call_tag = 0;
   // The message lane: a channel set over a fabric with message areas (NOTE [ipc rendezvous
-  // transport]), else the lane of Fabric::send_on_lane. Sequences sharing a lane must never
-  // have calls in flight at once on a device; every process gives a sequence the same lane.
+  // transport]), else the NCCL fabric's lane. Sequences sharing a lane must never have calls in
+  // flight at once on a device; every process gives a sequence the same lane.
   int message_channels = 0;
+  // Step 6: the transports of the lane, the same kinds on every process (the runtime's
+  // backend gives them, tide/transport/*.hpp; tests pass their own). Needed where some pair of
+  // ranks is not load/store reachable (tide::Unsupported at construction otherwise).
+  transport::MessageTransports messages = {};
 };
 
 // One local rank's pointers for one call.
@@ -71,17 +76,6 @@ struct CudaSequenceFaultInjection {
   bool hold_messages_on_release = false;
 };
 
-// Test options, only tests set them; the defaults change nothing.
-struct CudaSequenceTestMessages {
-  // > 0: ranks r, p with r / node_size != p / node_size are on different emulated nodes, and
-  // their puts and signals travel as messages (step 6) through the rendezvous transport (NOTE
-  // [rendezvous transport]). Needs every rank local (the virtual fabric).
-  int node_size = 0;
-  // With node_size: one-sided through the loopback transport (NOTE [loopback one-sided
-  // transport]) where every template plans; else two-sided (one_sided_refusal() says why).
-  bool one_sided = false;
-};
-
 struct CudaSequenceOptions {
   bool replay_graphs = true;  // slot graphs (step 3)
   // With replay_graphs: calls with fresh bindings replay re-pointed; off: only calls whose
@@ -93,7 +87,6 @@ struct CudaSequenceOptions {
   // Streams per rank a copy op's descriptors are dealt over, 1..16 (NOTE [copy-engine pool]).
   int copy_streams = 1;
   CudaSequenceFaultInjection fault_injection;  // tests only
-  CudaSequenceTestMessages test_messages;      // tests only
 };
 
 // A lane id no other call of this process returned (NOTE [graph wait budget]).
@@ -221,7 +214,7 @@ class CudaSequenceRunner {
   std::int64_t repointed_launches() const;
   CudaSequenceCounts counts() const;
   // Why messages travel two-sided; empty where one-sided (NOTE [one-sided messages] in
-  // src/exec/cuda/one_sided_messages.hpp). Fixed at construction, the same on every process.
+  // src/transport/one_sided.hpp). Fixed at construction, the same on every process.
   std::string one_sided_refusal() const;
   // "two-sided", "one-sided", "ipc-rendezvous", "test-rendezvous" or "test-one-sided"; empty
   // where calls send no messages. Fixed at construction.

@@ -21,6 +21,7 @@
 
 #include "tide/fabric/host_fabric.hpp"
 #include "tide/program/call_sequence.hpp"
+#include "tide/transport/host_messages.hpp"
 
 namespace tide::exec {
 
@@ -42,6 +43,9 @@ struct HostCallTag {
 struct HostSequencePlace {
   std::int64_t region_offset = 0;  // the group's region in every rank's arena
   int first_counter = 0;           // the sequence's counter 0 among the fabric's words
+  // The rail messages' transport (NOTE [host execution] 5), one per fabric; needed where some
+  // rank is on another host (tide::Unsupported otherwise).
+  transport::HostMessages* messages = nullptr;
 };
 
 // What a call sent as rail messages (NOTE [host execution] 5) from this rank.

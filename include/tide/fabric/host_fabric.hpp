@@ -11,7 +11,8 @@
 //   watch. announce() / announced() let a waiting rank tell a call-order mismatch from a
 //   timeout.
 // - Ranks of different hosts (HostFabricOptions::hosts) do not address each other
-//   (load_store() is false) and exchange two-sided messages (send() / recv()).
+//   (load_store() is false) and exchange two-sided messages through channel()
+//   (tide/transport/host_messages.hpp).
 #pragma once
 
 #include <chrono>
@@ -56,15 +57,22 @@ class HostFabric {
   bool load_store(int from, int to) const;
   int host_of(int rank) const;
 
-  // Two-sided messages to a rank of another host (NOTE [host rail transport] in
-  // docs/runtime.md): a send returns once its matching receive took the last chunk.
-  // `wait(done, what)` returns once done() holds, or throws (abort, dead peer, timeout). `tag`
-  // identifies the message on both sides; messages issued in different orders on the two
-  // ranks throw InternalError naming both.
+  // NOTE [host rail transport] (docs/runtime.md): the message channels between ranks of
+  // different hosts, one per (owner, peer) in the owner's segment; the owner sends, the peer
+  // receives. The messages themselves are tide::transport::HostMessages'
+  // (tide/transport/host_messages.hpp). Throws InternalError for ranks that address each other.
   static constexpr std::size_t kChunkBytes = std::size_t{64} << 10;
-  using Waiter = std::function<void(const std::function<bool()>& done, const std::string& what)>;
-  void send(int peer, std::span<const std::byte> data, std::int64_t tag, const Waiter& wait);
-  void recv(int peer, std::span<std::byte> data, std::int64_t tag, const Waiter& wait);
+  struct alignas(64) Channel {
+    std::int64_t posted;   // receives the peer posted (written by the peer)
+    std::int64_t sent;     // chunks the owner wrote
+    std::int64_t taken;    // chunks the peer copied out (written by the peer)
+    std::int64_t message;  // the chunk's header: the pair's message number,
+    std::int64_t tag;      // its tag,
+    std::int64_t bytes;    // this chunk's bytes
+    std::int64_t total;    // and the message's
+    std::byte data[kChunkBytes];
+  };
+  Channel& channel(int owner, int peer) const;
 
   // The first peer of this host found dead, or -1 (NOTE [host fabric] 5).
   int dead_peer() const;
@@ -86,16 +94,11 @@ class HostFabric {
     void* base = nullptr;
     std::size_t bytes = 0;
   };
-  struct Channel;
-  Channel& channel(int owner, int peer) const;  // owner's channel for messages to peer
-
   HostFabricOptions options_;
   std::size_t counters_offset_ = 0;
   std::size_t channels_offset_ = 0;  // 0: one host, no channels
   std::size_t arena_offset_ = 0;
   std::vector<Mapping> maps_;
-  std::vector<std::int64_t> sent_messages_;      // per peer: messages this rank sent it
-  std::vector<std::int64_t> received_messages_;  // per peer: messages this rank received
 };
 
 }  // namespace tide::fabric

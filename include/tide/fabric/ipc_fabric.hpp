@@ -62,9 +62,11 @@ class IpcFabric final : public Fabric {
   std::uint64_t* signals(int owner) const override;
   std::int64_t signal_words() const override { return signal_words_; }
   bool load_store(int from, int to) const override;
-  std::byte* message_area(int owner) const override;
-  std::int64_t message_area_bytes() const override { return message_bytes_; }
   void release() noexcept override;
+  // Message areas (NOTE [ipc rendezvous transport]): message_area_bytes() per rank, as this
+  // process maps them; 0 and nullptr without hosts.
+  std::byte* message_area(int owner) const;
+  std::int64_t message_area_bytes() const { return message_bytes_; }
 
   std::byte* window() const { return windows_[static_cast<std::size_t>(rank_)]; }
   std::int64_t window_bytes() const;

@@ -5,8 +5,8 @@
 // - One symmetric window per rank (NcclFabric's arena): the arena at offset 0, the signal
 //   words at signal_offset() (NOTE [runtime window]), the same offsets on every rank.
 // - load_store(from, to) is true where both ranks are in one LSA team and on one host, real or
-//   emulated; other peers are reached by messages: send()/recv() on the message communicator,
-//   send_on_lane()/recv_on_lane() on the NCCL fabric's lanes, or one-sided where one_sided().
+//   emulated; other peers are reached by messages, through the NCCL transports
+//   (tide/transport/nccl_transports.hpp) on the NCCL fabric's lanes or message_comm().
 // - The runtime's constructor answers pointer() for arenas only (the caller binds tensors per
 //   call); the program's constructor also cudaMallocs this rank's tensors and outputs.
 // - Not collective: every rank builds its own. An executor built on it zeroes this rank's
@@ -40,9 +40,9 @@ struct NcclWindowOptions {
   // Treat ranks on different nodes of the split as on different hosts, so that every transfer
   // between nodes goes through messages.
   bool messages_between_nodes = false;
-  // The communicator send()/recv() use (world ranks); nullptr: the fabric's main communicator.
-  // A message-heavy run wants one with NCCL's default channels (tide-nccl makes one by
-  // ncclCommSplit).
+  // The communicator of messages outside the fabric's lanes (world ranks); nullptr: the fabric's
+  // main communicator. A message-heavy run wants one with NCCL's default channels (tide-nccl makes
+  // one by ncclCommSplit).
   ncclComm_t message_comm = nullptr;
 };
 
@@ -74,24 +74,13 @@ class NcclWindowFabric final : public Fabric {
   std::uint64_t* signals(int owner) const override;
   std::int64_t signal_words() const override;
   bool load_store(int from, int to) const override;
-  void send(const void* data, std::size_t bytes, int peer, cudaStream_t stream) override;
-  void recv(void* data, std::size_t bytes, int peer, cudaStream_t stream) override;
-  void send_on_lane(const void* data, std::size_t bytes, int peer, int lane,
-                    cudaStream_t stream) override;
-  void recv_on_lane(void* data, std::size_t bytes, int peer, int lane,
-                    cudaStream_t stream) override;
-  bool one_sided() const override;
-  std::string one_sided_reason() const override;
-  void put_signal(const void* data, std::size_t bytes, int peer, std::int64_t window_offset,
-                  int lane, cudaStream_t stream) override;
-  void put_token(const std::uint64_t* token, int peer, std::uint64_t number, int lane,
-                 cudaStream_t stream) override;
-  void signal(int peer, int lane, cudaStream_t stream) override;
-  void wait_signals(int peer, int count, int lane, cudaStream_t stream) override;
-  std::uint64_t next_token_number(int peer, int lane, bool sending) override;
-  std::uint64_t* token_source(int peer, std::uint64_t number, int lane) override;
-  const std::uint64_t* token_slot(int peer, std::uint64_t number, int lane) const override;
   void release() noexcept override;
+
+  // What the NCCL transports (tide/transport/nccl_transports.hpp) carry messages on: the NCCL
+  // fabric, and the communicator for messages outside its lanes (NcclWindowOptions::
+  // message_comm, else the main one).
+  NcclFabric& nccl() const;
+  ncclComm_t message_comm() const;
 
   std::int64_t signal_offset() const;
   std::int64_t tensor_bytes() const;  // cudaMalloc'ed bytes of this rank's tensors and outputs

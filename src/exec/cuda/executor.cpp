@@ -163,8 +163,9 @@ struct CudaExecutor::State {
     CudaSequenceOptions o;
     o.replay_graphs = false;
     o.copy_streams = options.copy_streams;
-    runner.reset(new CudaSequenceRunner(sequence, fabric, CudaSequencePlace{}, o,
-                                        CudaSequenceRunner::OneShot{}));
+    CudaSequencePlace place;
+    if (options.messages) place.messages = options.messages();
+    runner.reset(new CudaSequenceRunner(sequence, fabric, place, o, CudaSequenceRunner::OneShot{}));
   }
   CudaSequenceRunner::State& inner() const { return *runner->state_; }
 

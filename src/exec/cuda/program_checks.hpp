@@ -6,6 +6,7 @@
 #include <string>
 
 #include "tide/program/program.hpp"
+#include "transport/message.hpp"
 
 namespace tide::exec::cuda_detail {
 
@@ -15,10 +16,7 @@ std::string op_where(const program::Program& program, int op);
 // The size a program gives a buffer, or -1 when the buffer does not exist.
 std::int64_t buffer_size(const program::Program& program, const program::Buffer& buffer);
 
-// True when a region's bytes are one contiguous run (one row, or pitch == width).
-inline bool contiguous(const program::Region& r) {
-  return r.rows <= 1 || r.pitch == r.width;
-}
+using transport::contiguous;
 
 // Bytes between consecutive staged contributions of a kSum (0 with fewer than two).
 std::int64_t staged_stride(const program::SumOp& op);

@@ -91,7 +91,8 @@ void CudaSequenceRunner::State::enqueue_copies(const SeqOp& m, std::size_t index
         capture->repointable) {
       // CUDA updates only 1-D copy nodes; a 2-D copy's node, on its own or as a child
       // graph, is refused (measured on the H200, NOTE [CUDA call sequences] 3).
-      repoint_failure = "copy: a 2-D copy of caller memory (CUDA updates only 1-D copy nodes)";
+      slot_graphs.repoint_failure =
+          "copy: a 2-D copy of caller memory (CUDA updates only 1-D copy nodes)";
       capture->repointable = false;
     }
     cuda_detail::enqueue_copy(c, sequence_detail::at(c.dst, b), sequence_detail::at(c.src, b), on);

@@ -18,53 +18,11 @@
 namespace tide::exec {
 
 using program::OpKind;
+using sequence_detail::at;
 using sequence_detail::Capture;
 using sequence_detail::Copy;
 using sequence_detail::Ptr;
 using sequence_detail::SeqOp;
-
-namespace sequence_detail {
-
-std::byte* at(const Ptr& p, const CudaCallBindings& b) {
-  if (p.slot == kFixed) return p.fixed;
-  const void* base = p.slot == kOutputSlot ? b.output : b.tensors[static_cast<std::size_t>(p.slot)];
-  return const_cast<std::byte*>(static_cast<const std::byte*>(base)) + p.offset;
-}
-
-bool carries_bindings(const SeqOp& m) {
-  switch (m.kind) {
-    case OpKind::kSum:
-    case OpKind::kLand:
-      return true;  // alpha, accumulate (and gradients, output)
-    case OpKind::kCast:
-      return m.out.slot != kFixed || m.in.slot != kFixed;
-    case OpKind::kZero:
-      return m.out.slot != kFixed;
-    default:
-      return false;  // copies: per copy
-  }
-}
-
-}  // namespace sequence_detail
-
-namespace {
-
-using sequence_detail::at;
-
-std::int64_t threshold(const sequence_detail::WaitTerm& w, const std::vector<std::int64_t>& base) {
-  return w.total == sequence_detail::kConstantWait ? w.value : base[w.total] + w.value;
-}
-
-CUstreamBatchMemOpParams wait_op(std::uint64_t* word, std::int64_t threshold) {
-  CUstreamBatchMemOpParams op{};
-  op.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
-  op.waitValue.address = reinterpret_cast<CUdeviceptr>(word);
-  op.waitValue.value64 = static_cast<cuuint64_t>(threshold > 0 ? threshold : 0);
-  op.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
-  return op;
-}
-
-}  // namespace
 
 void CudaSequenceRunner::State::check_bindings(std::span<const CudaCallBindings> bindings) const {
   if (bindings.size() < static_cast<std::size_t>(ranks)) {
@@ -83,49 +41,6 @@ void CudaSequenceRunner::State::check_bindings(std::span<const CudaCallBindings>
   }
 }
 
-// The waits of one (fused) kWait (NOTE [CUDA call sequences] 2-3). Outside capture: the
-// waits whose threshold is > 0 (the others are met already), as one cuStreamBatchMemOp, or
-// one cuStreamWaitValue64 each where the device cannot batch them. Under capture (call e):
-// wait kernels, each term's threshold base + value at this call and a step of what Q calls
-// add to its counter per generation of the slot.
-void CudaSequenceRunner::State::wait_terms(cudaStream_t s, int rank, std::int64_t e,
-                                           std::span<const sequence_detail::WaitTerm> terms,
-                                           const std::vector<std::int64_t>& base,
-                                           Capture* capture) {
-  if (capture != nullptr) {
-    std::vector<kernels::GenerationWait> waits;
-    waits.reserve(terms.size());
-    for (const sequence_detail::WaitTerm& w : terms) {
-      const std::int64_t step =
-          w.total == sequence_detail::kConstantWait ? 0 : slot_period_additions[w.total];
-      const std::int64_t t = threshold(w, base);
-      if (step == 0 && t <= 0) continue;  // met by every call of the slot
-      waits.push_back(cuda_detail::generation_wait(w.word, t, step, e, q));
-    }
-    kernels::launch_generation_waits(waits, generations + e % q, s);
-    return;
-  }
-  memops.clear();
-  for (const sequence_detail::WaitTerm& w : terms) {
-    const std::int64_t t = threshold(w, base);
-    if (t > 0) memops.push_back(wait_op(w.word, t));
-  }
-  if (memops.empty()) return;
-  const auto stream = reinterpret_cast<CUstream>(s);
-  if (memops.size() > 1 && batch_waits[fabric.device_of(rank)]) {
-    fabric::detail::check_driver(
-        sequence_detail::graph_driver().stream_batch_mem_op(
-            stream, static_cast<unsigned int>(memops.size()), memops.data(), 0),
-        "cuStreamBatchMemOp");
-    return;
-  }
-  for (const CUstreamBatchMemOpParams& op : memops)
-    fabric::detail::check_driver(
-        fabric::detail::driver().stream_wait_value64(
-            stream, op.waitValue.address, op.waitValue.value64, CU_STREAM_WAIT_VALUE_GEQ),
-        "cuStreamWaitValue64");
-}
-
 // Under the capture of a slot graph: the node the copy or launch just captured on `s` carries
 // caller pointers; remember it (NOTE [CUDA call sequences] 3).
 void CudaSequenceRunner::State::record_node(cudaStream_t s, const SeqOp& m, std::size_t index,
@@ -136,8 +51,8 @@ void CudaSequenceRunner::State::record_node(cudaStream_t s, const SeqOp& m, std:
   std::size_t count = 0;
   TIDE_CUDA_CHECK(cudaStreamGetCaptureInfo(s, &status, nullptr, nullptr, &deps, nullptr, &count));
   if (status != cudaStreamCaptureStatusActive || count != 1) {
-    repoint_failure = std::string(program::op_kind_name(m.kind)) + ": captured as " +
-                      std::to_string(count) + " nodes";
+    slot_graphs.repoint_failure = std::string(program::op_kind_name(m.kind)) + ": captured as " +
+                                  std::to_string(count) + " nodes";
     capture->repointable = false;
     return;
   }
@@ -151,8 +66,9 @@ void CudaSequenceRunner::State::record_node(cudaStream_t s, const SeqOp& m, std:
                     : m.kind == OpKind::kZero ? type == cudaGraphNodeTypeMemset
                                               : type == cudaGraphNodeTypeKernel;
   if (!fits) {
-    repoint_failure = std::string(program::op_kind_name(m.kind)) + ": captured as node type " +
-                      std::to_string(static_cast<int>(type));
+    slot_graphs.repoint_failure = std::string(program::op_kind_name(m.kind)) +
+                                  ": captured as node type " +
+                                  std::to_string(static_cast<int>(type));
     capture->repointable = false;
     return;
   }
@@ -203,15 +119,15 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
   use_device_of(m.rank);
   cudaStream_t s = streams[static_cast<std::size_t>(m.stream)];
   if (m.message) {  // NOTE [CUDA call sequences] 6; under capture as on the stream path
-    const cuda_detail::Message* message = m.message.get();
-    cuda_detail::Message bound;  // the parts of caller memory at this call's pointers
+    const transport::Message* message = m.message.get();
+    transport::Message bound;  // the parts of caller memory at this call's pointers
     for (std::size_t k = 0; k < m.message_slots.size(); ++k) {
       if (m.message_slots[k].slot == sequence_detail::kFixed) continue;
       if (message != &bound) {
         bound = *m.message;  // shares its events and staging; never released itself
         message = &bound;
       }
-      cuda_detail::MessagePart& part = bound.parts[k];
+      transport::MessagePart& part = bound.parts[k];
       (part.strided ? part.region : part.data) = at(m.message_slots[k], b);
     }
     // NOTE [CUDA call sequences] 3: a slot graph holding caller memory in a message is not
@@ -219,11 +135,11 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
     if (message == &bound && capture != nullptr && capture->repoints != nullptr &&
         capture->repointable) {
       capture->repointable = false;
-      repoint_failure = sequence_detail::kMessageNotRepointed;
+      slot_graphs.repoint_failure = sequence_detail::kMessageNotRepointed;
     }
     // NOTE [abort relay]: the receiver's addition counts only where the token says valid.
-    cuda_detail::enqueue_message(*message, *transport, streams[static_cast<std::size_t>(m.rail)], s,
-                                 relay_of(*message));
+    transport::enqueue_message(*message, *transport, streams[static_cast<std::size_t>(m.rail)], s,
+                               relay_of(*message));
     return;
   }
   switch (m.kind) {
@@ -304,7 +220,7 @@ void CudaSequenceRunner::State::enqueue_call(std::int64_t e,
   const sequence_detail::Template& t = templates[static_cast<std::size_t>(e % sequence.period)];
   // The slot's generation (NOTE [CUDA call sequences] 3), before anything of the call.
   use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
-  kernels::launch_counter_add(generations + e % q, 1, caller);
+  kernels::launch_counter_add(slot_graphs.generations + e % q, 1, caller);
   if (place.call_tag_word >= 0) {  // NOTE [CUDA call sequences] 7
     for (const int r : local_ranks)
       kernels::launch_counter_add(fabric.signals(r) + place.call_tag_word, place.call_tag, caller);
@@ -343,9 +259,9 @@ void CudaSequenceRunner::State::enqueue_call(std::int64_t e,
   }
   // NOTE [CUDA call sequences] 5: the call completes only while no other process's rank has
   // released its waits.
-  if (peer_check.watched_count > 0) {
+  if (aborts.peer_check.watched_count > 0) {
     use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
-    kernels::launch_abort_check(peer_check, caller);
+    kernels::launch_abort_check(aborts.peer_check, caller);
   }
 }
 
@@ -398,9 +314,9 @@ void CudaSequenceRunner::enqueue(std::span<const CudaCallBindings> bindings, flo
     throw InvalidArgument("CudaSequenceRunner: the caller stream's capture was invalidated");
   }
   const bool capturing = status == cudaStreamCaptureStatusActive;
-  if (capturing && !s.no_graph_waits.empty()) {
+  if (capturing && !s.slot_graphs.no_graph_waits.empty()) {
     throw Unsupported("CudaSequenceRunner: calls of this sequence cannot be captured: " +
-                      s.no_graph_waits);
+                      s.slot_graphs.no_graph_waits);
   }
   try {
     enqueue_checked(bindings, alpha, accumulate, caller);
@@ -408,7 +324,7 @@ void CudaSequenceRunner::enqueue(std::span<const CudaCallBindings> bindings, flo
     // Under a caller's capture nothing reached the device and the runner did not advance:
     // the capture's record goes (that graph cannot be launched), the runner stays usable.
     if (capturing) {
-      s.captured = {};
+      s.slot_graphs.captured = {};
     } else {
       s.broken = true;
     }
@@ -426,17 +342,18 @@ void CudaSequenceRunner::enqueue_checked(std::span<const CudaCallBindings> bindi
 
     unsigned long long id = 0;
     TIDE_CUDA_CHECK(cudaStreamGetCaptureInfo(caller, &status, &id));
-    if (s.captured.calls > 0 && id != s.capture_id) s.captured = {};  // an abandoned capture's
-    s.capture_id = id;
-    if (s.captured.calls == 0) {
-      s.captured.first_call = s.call;
-      s.capture_totals = s.totals;
+    if (s.slot_graphs.captured.calls > 0 && id != s.slot_graphs.capture_id)
+      s.slot_graphs.captured = {};  // an abandoned capture's
+    s.slot_graphs.capture_id = id;
+    if (s.slot_graphs.captured.calls == 0) {
+      s.slot_graphs.captured.first_call = s.call;
+      s.slot_graphs.capture_totals = s.totals;
     }
-    const std::int64_t e = s.captured.first_call + s.captured.calls;
-    sequence_detail::Capture capture{s.captured.first_call};
-    s.enqueue_call(e, bindings, alpha, accumulate, caller, s.capture_totals, &capture);
-    s.advance(s.capture_totals, e);
-    ++s.captured.calls;
+    const std::int64_t e = s.slot_graphs.captured.first_call + s.slot_graphs.captured.calls;
+    sequence_detail::Capture capture{s.slot_graphs.captured.first_call};
+    s.enqueue_call(e, bindings, alpha, accumulate, caller, s.slot_graphs.capture_totals, &capture);
+    s.advance(s.slot_graphs.capture_totals, e);
+    ++s.slot_graphs.captured.calls;
     return;
   }
   if (status != cudaStreamCaptureStatusNone) {

@@ -1,10 +1,14 @@
 // The CUDA sequence runner, steps 3-4 of NOTE [CUDA call sequences]: replay graphs per event
 // slot, re-pointed where a call binds fresh pointers, and calls captured into a caller's
 // graph; their waits follow the call on the device (nothing is patched per launch).
+#include <atomic>
+#include <map>
 #include <string>
 #include <utility>
 
 #include "cuda_driver.hpp"
+#include "graph_wait_budget.hpp"
+#include "sequence_generations.hpp"
 #include "sequence_slot_policy.hpp"
 #include "sequence_state.hpp"
 #include "tide/core/error.hpp"
@@ -19,6 +23,53 @@ using sequence_detail::Copy;
 using sequence_detail::Repoint;
 using sequence_detail::SeqOp;
 using sequence_detail::SlotGraph;
+
+// At construction: whether this runner's calls may wait in graphs (NOTE [graph wait budget]:
+// graph waits spin in kernels, one per stream at a time; the streams of every runner whose
+// calls may overlap on a device share one budget there), whether it keeps slot graphs, and the
+// slots' generation words.
+void CudaSequenceRunner::State::set_up_graph_waits() {
+  std::map<int, int> streams_per_device;
+  for (const int r : stream_rank)
+    ++streams_per_device[fabric.device_of(r)];
+  slot_graphs.budget_id = reinterpret_cast<std::uintptr_t>(this);
+  if (one_shot) {
+    // NOTE [one-shot programs]: every call on the stream path; no claim on the budget.
+    slot_graphs.no_graph_waits = "a one-shot program (CudaExecutor) runs on the stream path";
+  } else if (has_messages && !transport->capture_refusal().empty()) {
+    // NOTE [CUDA call sequences] 6: messages a graph cannot hold.
+    slot_graphs.no_graph_waits =
+        "its calls send rail messages (NOTE [CUDA call sequences] 6) that cannot "
+        "be captured: " +
+        transport->capture_refusal();
+  } else {
+    slot_graphs.no_graph_waits = sequence_detail::GraphWaitBudget::process().claim(
+        slot_graphs.budget_id, options.graph_lane, streams_per_device);
+  }
+  if (slot_graphs.no_graph_waits.empty()) {
+    slot_graphs.budget_claimed = true;
+    // NOTE [CUDA call sequences] 6: slot graphs are decided per process; a caller's capture
+    // is the caller's, alike on every rank.
+    if (has_messages && !transport->per_process_refusal().empty()) {
+      slot_graphs.no_slot_graphs =
+          "no slot graphs (a caller's capture is taken): " + transport->per_process_refusal();
+      options.replay_graphs = false;
+    }
+  } else {
+    options.replay_graphs = false;
+  }
+  // Graph waits (NOTE [CUDA call sequences] 3): what Q calls add, the slots' generations.
+  std::vector<std::vector<std::int64_t>> additions;
+  for (const sequence_detail::Template& t : templates)
+    additions.push_back(t.additions);
+  slot_graphs.slot_period_additions = cuda_detail::slot_period_additions(additions, q);
+  use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
+  TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&slot_graphs.generations),
+                             static_cast<std::size_t>(q) * 8));
+  TIDE_CUDA_CHECK(cudaMemsetAsync(slot_graphs.generations, 0, static_cast<std::size_t>(q) * 8,
+                                  setup_stream(local_ranks.empty() ? 0 : local_ranks[0])));
+  slot_graphs.graphs.resize(static_cast<std::size_t>(q));
+}
 
 bool CudaSequenceRunner::State::same_as(const sequence_detail::SlotBindings& last,
                                         std::span<const CudaCallBindings> bindings, float alpha,
@@ -68,13 +119,13 @@ void CudaSequenceRunner::State::capture_slot(SlotGraph& g,
                                              std::span<const CudaCallBindings> bindings,
                                              float alpha, bool accumulate) {
   use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
-  TIDE_CUDA_CHECK(cudaStreamBeginCapture(origin, cudaStreamCaptureModeRelaxed));
+  TIDE_CUDA_CHECK(cudaStreamBeginCapture(slot_graphs.origin, cudaStreamCaptureModeRelaxed));
   sequence_detail::Capture capture{call, &g.repoints};
   try {
-    enqueue_call(call, bindings, alpha, accumulate, origin, totals, &capture);
+    enqueue_call(call, bindings, alpha, accumulate, slot_graphs.origin, totals, &capture);
   } catch (...) {
     cudaGraph_t partial = nullptr;
-    (void)cudaStreamEndCapture(origin, &partial);
+    (void)cudaStreamEndCapture(slot_graphs.origin, &partial);
     if (partial != nullptr) (void)cudaGraphDestroy(partial);
     release_repoints(g);
     throw;
@@ -82,10 +133,10 @@ void CudaSequenceRunner::State::capture_slot(SlotGraph& g,
   const bool repointable = capture.repointable;
   if (!repointable) release_repoints(g);
   g.repointable = repointable;
-  TIDE_CUDA_CHECK(cudaStreamEndCapture(origin, &g.graph));
+  TIDE_CUDA_CHECK(cudaStreamEndCapture(slot_graphs.origin, &g.graph));
   TIDE_CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
   ++g.captures;
-  ++graph_captures;
+  ++slot_graphs.graph_captures;
   remember(g.held, bindings, alpha, accumulate);
 }
 
@@ -93,7 +144,7 @@ void CudaSequenceRunner::State::capture_slot(SlotGraph& g,
 bool CudaSequenceRunner::State::run_slot_graph(std::span<const CudaCallBindings> bindings,
                                                float alpha, bool accumulate, cudaStream_t caller) {
   const auto slot = static_cast<std::size_t>(call % q);
-  SlotGraph& g = graphs[slot];
+  SlotGraph& g = slot_graphs.graphs[slot];
   sequence_detail::SlotView v;
   v.graph = g.exec != nullptr;
   v.graph_same = v.graph && same_as(g.held, bindings, alpha, accumulate);
@@ -117,7 +168,7 @@ bool CudaSequenceRunner::State::run_slot_graph(std::span<const CudaCallBindings>
         drop(g);
         return false;
       }
-      ++repointed_launches;
+      ++slot_graphs.repointed_launches;
       remember(g.held, bindings, alpha, accumulate);
       break;
     case sequence_detail::SlotStep::kCapture:
@@ -131,7 +182,7 @@ bool CudaSequenceRunner::State::run_slot_graph(std::span<const CudaCallBindings>
   TIDE_CUDA_CHECK(cudaGraphLaunch(g.exec, caller));
   mark_done(caller);
   watch_call(call, caller);
-  ++graph_launches;
+  ++slot_graphs.graph_launches;
   return true;
 }
 
@@ -142,7 +193,8 @@ bool CudaSequenceRunner::State::run_slot_graph(std::span<const CudaCallBindings>
 bool CudaSequenceRunner::State::repoint(SlotGraph& g, std::span<const CudaCallBindings> bindings,
                                         float alpha, bool accumulate) {
   if (!g.repointable || g.exec == nullptr) {  // slot_step() asks only where it is
-    if (repoint_failure.empty()) repoint_failure = "the slot graph was captured not repointable";
+    if (slot_graphs.repoint_failure.empty())
+      slot_graphs.repoint_failure = "the slot graph was captured not repointable";
     return false;
   }
   const sequence_detail::Template& t = templates[static_cast<std::size_t>(call % sequence.period)];
@@ -198,10 +250,11 @@ bool CudaSequenceRunner::State::repoint(SlotGraph& g, std::span<const CudaCallBi
     }
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
-      repoint_failure = std::string(program::op_kind_name(m.kind)) + ": " + cudaGetErrorName(err);
+      slot_graphs.repoint_failure =
+          std::string(program::op_kind_name(m.kind)) + ": " + cudaGetErrorName(err);
       return false;
     }
-    ++nodes_repointed;
+    ++slot_graphs.nodes_repointed;
   }
   return kernel_nodes.empty() || repoint_kernels(g.exec, kernel_nodes, bindings, alpha, accumulate);
 }
@@ -220,7 +273,7 @@ bool CudaSequenceRunner::State::repoint_kernels(cudaGraphExec_t exec,
     const int rank = t.ops[nodes[k]->op].rank;
     const int device = fabric.device_of(rank);
     use_device_of(rank);
-    cudaStream_t& scr = scratch[device];
+    cudaStream_t& scr = slot_graphs.scratch[device];
     if (scr == nullptr) TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&scr, cudaStreamNonBlocking));
     TIDE_CUDA_CHECK(cudaStreamBeginCapture(scr, cudaStreamCaptureModeRelaxed));
     std::vector<std::pair<cudaGraphNode_t, cudaGraphNode_t>> pairs;  // (slot graph, scratch)
@@ -236,7 +289,8 @@ bool CudaSequenceRunner::State::repoint_kernels(cudaGraphExec_t exec,
         TIDE_CUDA_CHECK(
             cudaStreamGetCaptureInfo(scr, &status, nullptr, nullptr, &deps, nullptr, &count));
         if (count != 1) {
-          repoint_failure = "a kernel launch captured as " + std::to_string(count) + " nodes";
+          slot_graphs.repoint_failure =
+              "a kernel launch captured as " + std::to_string(count) + " nodes";
           ok = false;
           ++k;
           break;
@@ -258,11 +312,11 @@ bool CudaSequenceRunner::State::repoint_kernels(cudaGraphExec_t exec,
       if (err == cudaSuccess) err = cudaGraphExecKernelNodeSetParams(exec, target, &p);
       if (err != cudaSuccess) {
         (void)cudaGetLastError();
-        repoint_failure = std::string("kernel node update: ") + cudaGetErrorName(err);
+        slot_graphs.repoint_failure = std::string("kernel node update: ") + cudaGetErrorName(err);
         ok = false;
         break;
       }
-      ++nodes_repointed;
+      ++slot_graphs.nodes_repointed;
     }
     (void)cudaGraphDestroy(launches);
     if (!ok) return false;
@@ -272,8 +326,8 @@ bool CudaSequenceRunner::State::repoint_kernels(cudaGraphExec_t exec,
 
 CudaCapturedCalls CudaSequenceRunner::take_captured() {
   std::lock_guard lock(state_->mutex);
-  CudaCapturedCalls out = std::move(state_->captured);
-  state_->captured = {};
+  CudaCapturedCalls out = std::move(state_->slot_graphs.captured);
+  state_->slot_graphs.captured = {};
   return out;
 }
 

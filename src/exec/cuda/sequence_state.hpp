@@ -1,9 +1,15 @@
-// The CUDA sequence runner's internal state (NOTE [CUDA call sequences] in docs/executor.md),
-// shared by:
-//   sequence_runner.cpp  construction: templates resolved to pointer slots, streams, events
+// The CUDA sequence runner's internal state (NOTE [CUDA call sequences] in docs/executor.md).
+// Its parts' types sit in their own headers (sequence_mapping.hpp: a mapped template;
+// sequence_slot_graph.hpp: slot graphs and captures; sequence_watch.hpp: the watch); the state
+// is shared by:
+//   sequence_runner.cpp  construction: checks, streams, events, the parts below set up
+//   sequence_mapping.cpp templates resolved to pointer slots, messages and their transport
 //   sequence_enqueue.cpp one call onto the streams (stream path and under capture)
+//   sequence_waits.cpp   a call's waits (stream memory operations, or wait kernels in graphs)
 //   sequence_fusion.cpp  the fusion pass over a mapped template (waits, counter additions)
 //   sequence_graphs.cpp  the replay graphs (re-pointed) and the caller's captures
+//   sequence_watch.cpp   the watch: stalled calls, release (sequence_abort_words.cpp: its words)
+//   sequence_driver.cpp  the driver entry points; sequence_readouts.cpp the public read-outs
 //   sequence_copy_pool.cpp  the copy-engine pool (NOTE [copy-engine pool])
 //   sequence_profile.cpp the timing events of profiled calls (one-shot programs)
 //   executor.cpp         the one-shot facade, CudaExecutor (NOTE [one-shot programs])
@@ -23,115 +29,18 @@
 #include <utility>
 #include <vector>
 
-#include "messages.hpp"
+#include "sequence_abort_words.hpp"
+#include "sequence_mapping.hpp"
+#include "sequence_slot_graph.hpp"
 #include "sequence_watch.hpp"
 #include "tide/exec/cuda_sequence.hpp"
 #include "tide/kernels/landing.hpp"
 #include "tide/kernels/level1_sum.hpp"
 #include "tide/kernels/signal/abort_check.hpp"
 #include "tide/program/program.hpp"
+#include "transport/message.hpp"
 
 namespace tide::exec::sequence_detail {
-
-inline constexpr int kFixed = -1;       // Ptr::slot: resolved at construction
-inline constexpr int kOutputSlot = -2;  // Ptr::slot: the call's output
-inline constexpr std::size_t kConstantWait = kConstantWaitTotal;  // a wait not on a counter total
-
-// A device address: fixed (arena) or a slot filled per call (a tensor index, the output).
-struct Ptr {
-  std::byte* fixed = nullptr;
-  int slot = kFixed;
-  std::int64_t offset = 0;
-};
-
-struct Copy {
-  Ptr dst, src;
-  std::size_t width = 0, rows = 0, dpitch = 0, spitch = 0;
-  bool flat = true;
-};
-
-// One wait of a (fused) kWait: the counter word, its index into the totals, the template's
-// relative threshold (NOTE [CUDA call sequences]).
-using WaitTerm = CudaWaitTerm;
-
-// One counter addition of a (fused) kSignal.
-struct AddTerm {
-  std::uint64_t* word = nullptr;
-  std::int64_t value = 0;
-};
-
-// One op of a template, resolved at construction.
-struct SeqOp {
-  program::OpKind kind = program::OpKind::kRelease;
-  int rank = 0;
-  int stream = -1;  // index into State::streams
-  int op = -1;      // index into the template program's ops (profiles name it)
-  bool empty = false;
-  std::vector<Copy> copies;
-  // The copy-engine pool (NOTE [copy-engine pool]): the lane of each copy (0: `stream`, j:
-  // pool[j - 1], an index into State::streams), the fork event and one join per pool stream.
-  // Empty where the copies stay on `stream`. The events are the State's (pool_events).
-  std::vector<int> lane;
-  std::vector<int> pool;
-  cudaEvent_t fork = nullptr;
-  std::vector<cudaEvent_t> joins;
-  // Counters: the word, its index into the totals, the template's value (as mapped); after
-  // the fusion pass (sequence_fusion.hpp) a kWait enqueues `waits`, a kSignal `adds`.
-  std::uint64_t* word = nullptr;
-  std::size_t total = 0;
-  std::int64_t value = 0;
-  std::vector<WaitTerm> waits;
-  std::vector<AddTerm> adds;
-  // Events: local id and age (NOTE [call sequences]).
-  int event = 0;
-  int age = 0;
-  // kSum: the kernel arguments less gradients, alpha, accumulate; the kTensor index of each
-  // kernel gradient slot.
-  kernels::Level1SumArgs sum{};
-  bool sum_into_output = false;  // the one-node sum: the call's accumulate applies
-  std::vector<int> gradient_slots;
-  // One-shot programs (NOTE [one-shot programs]): the gradients as fixed pointers instead of
-  // slots, and `sum.alpha` / `land.accumulate` the program's own.
-  std::vector<const void*> fixed_gradients;
-  std::unique_ptr<kernels::Level1SegmentTable> table;
-  kernels::Level1Tuning tuning{};
-  // kLand (out from `out`), kCast (dst `out`, src `in`), kZero (`out`).
-  kernels::LandingArgs land{};
-  Ptr out, in;
-  std::int64_t elems = 0;
-  int ctas = 0;
-  std::size_t zero_width = 0, zero_rows = 0, zero_pitch = 0;
-  // A side of a message (NOTE [CUDA call sequences] 6, NOTE [rail messages]): the sender's
-  // (on `stream`, its transfer on `rail`) or the receiver's (`stream` == `rail`). Kept out of
-  // the fusion pass.
-  std::shared_ptr<cuda_detail::Message> message;
-  int rail = -1;
-  // Per message part: what it moves; a part of caller memory (slot != kFixed: a staged
-  // shard, a gradient) is bound per call, its mapped pointer only a placeholder.
-  std::vector<Ptr> message_slots;
-};
-
-// The stream name of a rank's rail stream (program stream names are >= 0), and of its first
-// copy-pool stream (the j-th is kPoolStreamName - j).
-inline constexpr int kRailStreamName = -1;
-inline constexpr int kPoolStreamName = -2;
-
-struct Template {
-  std::vector<SeqOp> ops;               // local ranks' ops, in the template's legal order
-  std::vector<int> streams;             // streams with ops (indices into State::streams)
-  std::vector<std::int64_t> additions;  // per (rank, counter), rank-major
-  std::vector<int> tensors;             // per rank: kTensor slots the call must bind
-  int deferred = 0;  // ops enqueued after a later op (NOTE [enqueue order]; one-shot only)
-  // Per call: the local ranks' message sends and their bytes (messages_sent()).
-  std::int64_t message_sends = 0;
-  std::int64_t message_bytes = 0;
-};
-
-// Why a slot whose calls send caller memory as messages does not re-point (NOTE [CUDA call
-// sequences] 3).
-inline constexpr const char* kMessageNotRepointed =
-    "message: a rail message of caller memory (the transport's kernels or NCCL's operations "
-    "take its pointer at capture and cannot be re-pointed)";
 
 // Timing events of profiled calls (one-shot programs, CudaRunOptions::profile): per op of
 // template 0 (kernels only, else null) and per stream, a pair around it.
@@ -150,59 +59,22 @@ struct GraphDriver {
 };
 const GraphDriver& graph_driver();
 
-// A template as CudaExecutor::check() can take it: relative wait thresholds <= 0 (credits
-// earlier calls already paid, NOTE [call sequences]) are met at once, so they check as 0.
-program::Program checkable_template(const program::Program& t);
-
-// A node of a slot graph that carries what a call binds: caller pointers (a kTensor or
-// kOutput slot), alpha (kSum) or accumulate (kLand) (NOTE [CUDA call sequences] 3).
-struct Repoint {
-  cudaGraphNode_t node = nullptr;
-  std::size_t op = 0;         // index into the template's ops
-  int copy = -1;              // the copy of a kCopy; -1: the op's kernel or memset
-  cudaMemsetParams memset{};  // a kZero's node as captured (its dst is replaced)
-};
-
-// A call being captured (NOTE [CUDA call sequences] 3-4): where the graph starts and, for the
-// runner's own slot graphs, where to record the nodes that carry caller pointers.
-struct Capture {
-  std::int64_t first_call = 0;               // earlier calls are outside the graph
-  std::vector<Repoint>* repoints = nullptr;  // null: not recorded
-  bool repointable = true;  // every such node was found (one node per copy / launch)
-};
-
-// What a call binds on the local ranks (NOTE [slot graph policy]).
-struct SlotBindings {
-  bool set = false;  // the fields hold a call's
-  std::vector<std::vector<const void*>> tensors;
-  std::vector<void*> outputs;
-  float alpha = 1.0f;
-  bool accumulate = false;
-};
-
-// A replay graph of one event slot (NOTE [CUDA call sequences] 3, NOTE [slot graph policy]).
-struct SlotGraph {
-  SlotBindings last;  // the slot's last call's bindings
-  int run = 0;        // consecutive calls of the slot that bound `last` (the last one included)
-  int captures = 0;   // graphs captured for the slot so far
-  SlotBindings held;  // what the graph's nodes hold (set while `exec` is)
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  std::vector<Repoint> repoints;
-  bool repointable = false;     // every node carrying bindings is in `repoints`
-  bool repoint_failed = false;  // a node update failed once: not tried again for this slot
-};
-
-// The device address of `p` for a call's bindings.
-std::byte* at(const Ptr& p, const CudaCallBindings& b);
-// A 2-D copy's parameters for a call's bindings.
-// Whether `m` carries something a call binds (see Repoint).
-bool carries_bindings(const SeqOp& m);
-
 }  // namespace tide::exec::sequence_detail
 
 namespace tide::exec {
 
+// The members below keep the order that construction and destruction rely on; by part:
+// - the runner (sequence_runner.cpp): sequence, fabric, place, options, ranks, counters, q,
+//   local ranks, contexts, streams, events, setup streams, the lock, call, totals;
+// - mapping (sequence_mapping.cpp): templates, template_repointable, transport, has_messages,
+//   one_sided, one_sided_refusal, one_shot, pool_events;
+// - enqueue (sequence_enqueue.cpp, sequence_waits.cpp): last_done, last_caller, called, memops,
+// batch_waits,
+//   messages_sent, profile;
+// - slot graphs (sequence_graphs.cpp): a part of their own (slot_graphs:
+//   sequence_slot_graph.hpp);
+// - the watch (sequence_watch.cpp): watch, and its abort words, a part of their own (aborts:
+//   sequence_abort_words.hpp).
 struct CudaSequenceRunner::State {
   const program::CallSequence& sequence;
   fabric::Fabric& fabric;
@@ -236,35 +108,12 @@ struct CudaSequenceRunner::State {
   // private device word of its device; other ranks: the published word through the peer
   // mapping where it is load/store reachable, else null: NOTE [abort relay]), the private
   // words per device, and the end-of-call peer check.
-  std::vector<std::uint64_t*> abort_words;
-  std::map<int, std::uint64_t*> private_abort;
-  const std::uint64_t** check_tables = nullptr;        // device: watched words, then own words
-  std::vector<const std::uint64_t*> check_table_host;  // its source (an asynchronous upload)
-  kernels::AbortCheck peer_check{};                    // watched_count 0: no check
-  // Caller capture (NOTE [CUDA call sequences] 4): the calls captured so far and the shadow
-  // cursor and totals they were built with.
-  CudaCapturedCalls captured;
-  std::vector<std::int64_t> capture_totals;
-  unsigned long long capture_id = 0;  // the capture `captured` belongs to
-  // Replay graphs, per event slot, and the stream they are captured from.
-  std::vector<sequence_detail::SlotGraph> graphs;
-  cudaStream_t origin = nullptr;
-  std::int64_t graph_launches = 0;  // captures, replays and re-pointed replays
-  std::int64_t graph_captures = 0;  // slot graphs captured and instantiated
-  std::int64_t messages_sent = 0;   // sender sides enqueued (under `mutex`)
+  sequence_detail::AbortWords aborts;
+  // NOTE [CUDA call sequences] 3-4: the slot graphs, the caller's captures and the graph waits
+  // (sequence_graphs.cpp, sequence_waits.cpp).
+  sequence_detail::SlotGraphs slot_graphs;
+  std::int64_t messages_sent = 0;  // sender sides enqueued (under `mutex`)
   std::int64_t message_bytes_sent = 0;
-  // Graph waits (NOTE [CUDA call sequences] 3): per event slot, a device word counting the
-  // slot's calls (on the first local rank's device), and what Q consecutive calls add to
-  // each counter (rank * counters + id).
-  std::uint64_t* generations = nullptr;
-  std::vector<std::int64_t> slot_period_additions;
-  std::string no_graph_waits;  // why graphs cannot hold this sequence's waits (empty: they can)
-  // Why the runner's own slot graphs are off while a caller's capture is taken (NOTE [CUDA
-  // call sequences] 6: a transport whose sides must be captured alike on both ranks).
-  std::string no_slot_graphs;
-  // NOTE [graph wait budget]: this runner's claim in the process's registry.
-  std::uint64_t budget_id = 0;
-  bool budget_claimed = false;
   // Calls run one after another (NOTE [CUDA call sequences] 2): each records last_done on its
   // caller stream, and a call on another caller stream first waits for it. The legacy default
   // stream is nullptr, a caller stream like any other: `called` says whether one was seen.
@@ -273,32 +122,22 @@ struct CudaSequenceRunner::State {
   bool called = false;
   // NOTE [CUDA call sequences] 5 (sequence_watch.cpp).
   std::unique_ptr<sequence_detail::Watch> watch;
-  std::string repoint_failure;  // NOTE [CUDA call sequences] 3: the last reason
-  std::int64_t nodes_repointed = 0;
-  std::int64_t repointed_launches = 0;
-  // Per device: whether cuStreamBatchMemOp may carry 64-bit waits (else one by one), and the
-  // stream that captures a fresh call's kernels for their node parameters.
+  // Per device: whether cuStreamBatchMemOp may carry 64-bit waits (else one by one).
   std::map<int, bool> batch_waits;
-  std::map<int, cudaStream_t> scratch;
   // Construction only (NOTE [CUDA call sequences] 1): per device the private stream that runs
   // the runner's setup work (zeroing, table uploads); synchronised and destroyed at its end.
   std::map<int, cudaStream_t> setup;
   std::vector<CUstreamBatchMemOpParams> memops;  // reused by every wait
   // NOTE [CUDA call sequences] 6: where messages travel, and the 8-byte device word signal
   // messages carry (on the first local rank's device).
-  std::unique_ptr<cuda_detail::MessageTransport> transport;
+  std::shared_ptr<transport::MessageTransport> transport;  // the place's, or null
   bool has_messages = false;
   // NOTE [one-sided messages]: whether this runner's messages travel one-sided, and why not.
   bool one_sided = false;
   std::string one_sided_refusal;
-  void choose_one_sided(bool test);  // test: the loopback transport, whatever the fabric
-  // NOTE [abort relay] (docs/executor.md): per local rank its send and receive token words (two
-  // words on its device), the relayed-abort word (on the first local rank's device; nullptr
-  // without messages), and the verdict a sender's token reads (every word of check_tables).
-  std::map<int, std::uint64_t*> tokens;
-  std::uint64_t* relay_word = nullptr;
-  kernels::AbortCheck verdict{};
-  cuda_detail::MessageRelay relay_of(const cuda_detail::Message& m) const;
+  void choose_one_sided();
+  void choose_transport();  // sequence_mapping.cpp, step 1
+  transport::MessageRelay relay_of(const transport::Message& m) const;
   // NOTE [one-shot programs] (executor.cpp): kTensor and kOutput regions are the fabric's
   // buffers, kSum and kLand keep the program's alpha and accumulate, and ops no legal order
   // reaches follow in program order.
@@ -318,6 +157,7 @@ struct CudaSequenceRunner::State {
   int stream(int rank, int name);
   sequence_detail::Ptr resolve(const program::Region& r) const;
   std::uint64_t* word(const program::Counter& c) const;
+  void map_templates();  // sequence_mapping.cpp, step 2: every template
   void map_template(const program::CallTemplate& t, sequence_detail::Template& out);
   void map_message(const program::Op& op, std::set<int>& used,
                    std::vector<sequence_detail::SeqOp>& out);
@@ -358,7 +198,8 @@ struct CudaSequenceRunner::State {
   void count_messages(std::int64_t e);
   void check_bindings(std::span<const CudaCallBindings> bindings) const;
 
-  // Replay graphs.
+  // Replay graphs (sequence_graphs.cpp); at construction, the graph waits' budget and words.
+  void set_up_graph_waits();
   bool same_as(const sequence_detail::SlotBindings& b, std::span<const CudaCallBindings> bindings,
                float alpha, bool accumulate) const;
   void remember(sequence_detail::SlotBindings& b, std::span<const CudaCallBindings> bindings,
@@ -378,13 +219,13 @@ struct CudaSequenceRunner::State {
                        std::span<const CudaCallBindings> bindings, float alpha, bool accumulate);
   static void drop(sequence_detail::SlotGraph& g);
 
-  // The watch (sequence_watch.cpp).
+  // The watch (sequence_watch.cpp); its abort words (sequence_abort_words.cpp).
   void create_watch();
   void destroy_watch() noexcept;
   bool released() const;
   void watch_call(std::int64_t e, cudaStream_t caller);
   const std::uint64_t* abort_of(int rank) const {
-    return abort_words[static_cast<std::size_t>(rank)];
+    return aborts.words[static_cast<std::size_t>(rank)];
   }
   void set_up_abort_words();
   std::vector<std::string> aborted_ranks() const;

@@ -1,6 +1,6 @@
 // The CUDA sequence runner, step 5 of NOTE [CUDA call sequences]: completion events per call,
-// the stalled call and its unsatisfied waits, the release of every wait after an abort, and
-// the abort words that keep a released rank's later signals from counting.
+// the stalled call and its unsatisfied waits, and the release of every wait after an abort
+// (the abort words it stores are set up in sequence_abort_words.cpp).
 #include "sequence_watch.hpp"
 
 #include <algorithm>
@@ -9,10 +9,10 @@
 #include <string>
 #include <thread>
 
-#include "messages.hpp"
 #include "sequence_state.hpp"
 #include "tide/core/error.hpp"
 #include "tide/cuda/check.hpp"
+#include "transport/message.hpp"
 
 namespace tide::exec {
 
@@ -91,88 +91,6 @@ void CudaSequenceRunner::State::destroy_watch() noexcept {
   watch.reset();
 }
 
-// NOTE [CUDA call sequences] 5: the abort word of every local rank (the published one, or a
-// private word per device), the published words of the other ranks this process loads
-// directly (NOTE [abort relay]: the rest are relayed by their messages), the relayed-abort
-// word where the sequence sends messages, the end-of-call check's tables where some rank is
-// another process's, and the verdict a message's token reads. Called at construction, after
-// the templates were mapped.
-void CudaSequenceRunner::State::set_up_abort_words() {
-  abort_words.assign(static_cast<std::size_t>(ranks), nullptr);
-  const int word = place.abort_word;
-  const int first = local_ranks.empty() ? 0 : local_ranks[0];  // the caller stream's rank
-  bool others = false;                                         // some rank is another process's
-  for (int r = 0; r < ranks; ++r) {
-    if (!fabric.local(r)) others = true;
-    if (word >= 0) {
-      std::uint64_t* words = fabric.signals(r);
-      // NOTE [abort relay] 3: only words of ranks this process loads and stores directly.
-      const bool reachable = fabric.local(r) || (words != nullptr && fabric.load_store(first, r));
-      if (fabric.local(r) && words == nullptr) {
-        throw InternalError("CudaSequenceRunner: local rank " + std::to_string(r) +
-                            " has no signal words");
-      }
-      if (reachable) abort_words[static_cast<std::size_t>(r)] = words + word;
-    } else if (fabric.local(r)) {
-      const int device = fabric.device_of(r);
-      std::uint64_t*& own = private_abort[device];
-      if (own == nullptr) {
-        use_device_of(r);
-        TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&own), 8));
-      }
-      abort_words[static_cast<std::size_t>(r)] = own;
-    }
-  }
-  for (const int r : local_ranks) {
-    use_device_of(r);
-    TIDE_CUDA_CHECK(
-        cudaMemsetAsync(abort_words[static_cast<std::size_t>(r)], 0, 8, setup_stream(r)));
-  }
-  if (has_messages) {  // NOTE [abort relay] 2
-    use_device_of(first);
-    TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&relay_word), 8));
-    TIDE_CUDA_CHECK(cudaMemsetAsync(relay_word, 0, 8, setup_stream(first)));
-  }
-  std::vector<const std::uint64_t*>& table = check_table_host;  // uploaded asynchronously
-  table.clear();
-  if (word >= 0) {
-    for (int r = 0; r < ranks; ++r)
-      if (!fabric.local(r) && abort_words[static_cast<std::size_t>(r)] != nullptr)
-        table.push_back(abort_words[static_cast<std::size_t>(r)]);
-  }
-  if (relay_word != nullptr) table.push_back(relay_word);
-  const auto watched = static_cast<int>(table.size());
-  for (const int r : local_ranks) {
-    const std::uint64_t* own = abort_words[static_cast<std::size_t>(r)];
-    if (std::find(table.begin() + watched, table.end(), own) == table.end()) table.push_back(own);
-  }
-  if (!has_messages && (word < 0 || !others || watched == 0)) return;  // no table needed
-  use_device_of(first);
-  const std::size_t bytes = table.size() * sizeof(const std::uint64_t*);
-  TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&check_tables), bytes));
-  TIDE_CUDA_CHECK(cudaMemcpyAsync(check_tables, table.data(), bytes, cudaMemcpyHostToDevice,
-                                  setup_stream(first)));
-  verdict.watched = check_tables;  // NOTE [abort relay] 1: every word
-  verdict.watched_count = static_cast<int>(table.size());
-  // The end-of-call check only where another process's rank can abort, with published words.
-  if (word < 0 || !others || watched == 0) return;
-  peer_check.watched = check_tables;
-  peer_check.watched_count = watched;
-  peer_check.own = check_tables + watched;
-  peer_check.own_count = static_cast<int>(table.size()) - watched;
-}
-
-cuda_detail::MessageRelay CudaSequenceRunner::State::relay_of(const cuda_detail::Message& m) const {
-  cuda_detail::MessageRelay relay;
-  std::uint64_t* words = tokens.at(m.self);
-  relay.verdict = verdict;
-  relay.send_token = words;
-  relay.recv_token = words + 1;
-  relay.own_abort = abort_of(m.self);
-  relay.relay = relay_word;
-  return relay;
-}
-
 bool CudaSequenceRunner::State::released() const {
   return watch->released.load();
 }
@@ -218,12 +136,13 @@ std::vector<std::string> CudaSequenceRunner::State::aborted_ranks() const {
   std::uint64_t* relayed = watch->host_abort + 1 + 2 * ranks;
   *relayed = 0;
   for (int r = 0; r < ranks; ++r) {
-    if (abort_words[static_cast<std::size_t>(r)] == nullptr) continue;  // relayed
-    TIDE_CUDA_CHECK(cudaMemcpyAsync(host + r, abort_words[static_cast<std::size_t>(r)], 8,
+    if (aborts.words[static_cast<std::size_t>(r)] == nullptr) continue;  // relayed
+    TIDE_CUDA_CHECK(cudaMemcpyAsync(host + r, aborts.words[static_cast<std::size_t>(r)], 8,
                                     cudaMemcpyDefault, watch->readers[0]));
   }
-  if (relay_word != nullptr) {
-    TIDE_CUDA_CHECK(cudaMemcpyAsync(relayed, relay_word, 8, cudaMemcpyDefault, watch->readers[0]));
+  if (aborts.relay_word != nullptr) {
+    TIDE_CUDA_CHECK(
+        cudaMemcpyAsync(relayed, aborts.relay_word, 8, cudaMemcpyDefault, watch->readers[0]));
   }
   if (!completes_in_bound(watch->readers[0])) {
     lines.emplace_back("the ranks' abort words could not be read (the GPU's queues are held)");
@@ -341,12 +260,13 @@ std::vector<std::string> CudaSequenceRunner::State::unsatisfied_waits(std::int64
 std::optional<bool> CudaSequenceRunner::relayed_abort() const {
   const RelaxedCaptureMode relaxed;
   const State& s = *state_;
-  if (s.relay_word == nullptr || s.local_ranks.empty()) return false;
+  if (s.aborts.relay_word == nullptr || s.local_ranks.empty()) return false;
   std::lock_guard read_lock(s.watch->read_mutex);  // the host word aborted_ranks() uses too
   std::uint64_t* host = s.watch->host_abort + 1 + 2 * s.ranks;
   *host = 0;
   TIDE_CUDA_CHECK(cudaSetDevice(s.fabric.device_of(s.local_ranks[0])));
-  TIDE_CUDA_CHECK(cudaMemcpyAsync(host, s.relay_word, 8, cudaMemcpyDefault, s.watch->readers[0]));
+  TIDE_CUDA_CHECK(
+      cudaMemcpyAsync(host, s.aborts.relay_word, 8, cudaMemcpyDefault, s.watch->readers[0]));
   if (!completes_in_bound(s.watch->readers[0])) return std::nullopt;
   return *host != 0;
 }
@@ -401,9 +321,9 @@ bool CudaSequenceRunner::stuck() const {
 
 void CudaSequenceRunner::enqueue_abort_check(cudaStream_t stream) const {
   const State& s = *state_;
-  if (s.peer_check.watched_count == 0) return;
+  if (s.aborts.peer_check.watched_count == 0) return;
   TIDE_CUDA_CHECK(cudaSetDevice(s.fabric.device_of(s.local_ranks[0])));
-  kernels::launch_abort_check(s.peer_check, stream);
+  kernels::launch_abort_check(s.aborts.peer_check, stream);
 }
 
 bool CudaSequenceRunner::released() const {
@@ -436,7 +356,7 @@ void CudaSequenceRunner::release_waits() {
   }
   std::vector<std::uint64_t*> aborts;  // the distinct abort words of the local ranks
   for (const int r : s.local_ranks) {
-    std::uint64_t* word = s.abort_words[static_cast<std::size_t>(r)];
+    std::uint64_t* word = s.aborts.words[static_cast<std::size_t>(r)];
     if (std::find(aborts.begin(), aborts.end(), word) == aborts.end()) aborts.push_back(word);
   }
   const std::size_t n = static_cast<std::size_t>(s.counters);

@@ -142,11 +142,20 @@ std::int64_t message_bytes(const Op& op, RegionOf&& region_of) {
   return total;
 }
 
+// The place's transport (NOTE [host execution] 5).
+transport::HostMessages& messages_of(const HostSequencePlace& place) {
+  if (place.messages == nullptr) {
+    throw Unsupported(
+        "host executor: a rail message and no transport (HostSequencePlace::messages)");
+  }
+  return *place.messages;
+}
+
 // Returns the bytes sent.
 std::int64_t send_message(const program::CallTemplate& call, const Op& op, int op_index,
                           const program::CounterUse& add, HostBytes& bytes,
-                          fabric::HostFabric& fabric, const HostCallTag& tag,
-                          std::chrono::milliseconds timeout) {
+                          fabric::HostFabric& fabric, transport::HostMessages& messages,
+                          const HostCallTag& tag, std::chrono::milliseconds timeout) {
   std::vector<std::byte> packed;
   packed.reserve(static_cast<std::size_t>(
       message_bytes(op, [](const program::CopyDescriptor& c) { return c.src; })));
@@ -161,11 +170,11 @@ std::int64_t send_message(const program::CallTemplate& call, const Op& op, int o
       packed.insert(packed.end(), from, from + n);
     });
   }
-  fabric.send(add.counter.rank, packed, message_tag(call, op_index, tag),
-              [&](const std::function<bool()>& done, const std::string& what) {
-                wait_until(
-                    fabric, done, [&] { return "waiting for " + what; }, op, tag, timeout);
-              });
+  messages.send(add.counter.rank, packed, message_tag(call, op_index, tag),
+                [&](const std::function<bool()>& done, const std::string& what) {
+                  wait_until(
+                      fabric, done, [&] { return "waiting for " + what; }, op, tag, timeout);
+                });
   return static_cast<std::int64_t>(packed.size());
 }
 
@@ -176,11 +185,12 @@ void receive_message(const program::CallTemplate& call, const Op& op, int op_ind
   std::vector<std::byte> packed(static_cast<std::size_t>(
       message_bytes(op, [](const program::CopyDescriptor& c) { return c.dst; })));
   try {
-    fabric.recv(op.rank, packed, message_tag(call, op_index, tag),
-                [&](const std::function<bool()>& done, const std::string& what) {
-                  wait_until(
-                      fabric, done, [&] { return "waiting for " + what; }, op, tag, timeout);
-                });
+    messages_of(place).recv(op.rank, packed, message_tag(call, op_index, tag),
+                            [&](const std::function<bool()>& done, const std::string& what) {
+                              wait_until(
+                                  fabric, done, [&] { return "waiting for " + what; }, op, tag,
+                                  timeout);
+                            });
   } catch (const InternalError&) {
     // A message of another order: where the sender announced this call as another
     // collective, that is the cause to name (a message can arrive before any wait looks).
@@ -219,7 +229,8 @@ HostCallTraffic run_host_call(const program::CallTemplate& call, fabric::HostFab
     const std::optional<program::CounterUse> message = message_of(op, fabric);
     if (message) {  // NOTE [host execution] 5: both ends, at the op's place in the order
       if (op.rank == me) {
-        traffic.bytes += send_message(call, op, index, *message, bytes, fabric, tag, timeout);
+        traffic.bytes += send_message(call, op, index, *message, bytes, fabric, messages_of(place),
+                                      tag, timeout);
         ++traffic.messages;
       } else if (message->counter.rank == me) {
         receive_message(call, op, index, *message, bytes, fabric, place, tag, timeout);

@@ -58,18 +58,6 @@ SegmentHeader* header_of(void* base) {
 
 }  // namespace
 
-// NOTE [host rail transport]: one per (owner, peer); the owner sends, the peer receives.
-struct alignas(64) HostFabric::Channel {
-  std::int64_t posted;   // receives the peer posted (written by the peer)
-  std::int64_t sent;     // chunks the owner wrote
-  std::int64_t taken;    // chunks the peer copied out (written by the peer)
-  std::int64_t message;  // the chunk's header: the pair's message number,
-  std::int64_t tag;      // its tag,
-  std::int64_t bytes;    // this chunk's bytes
-  std::int64_t total;    // and the message's
-  std::byte data[kChunkBytes];
-};
-
 HostFabric::HostFabric(Store& store, const HostFabricOptions& options) : options_(options) {
   if (options.world < 1 || options.rank < 0 || options.rank >= options.world) {
     throw InvalidArgument("host fabric: rank " + std::to_string(options.rank) +
@@ -93,8 +81,6 @@ HostFabric::HostFabric(Store& store, const HostFabricOptions& options) : options
   if (distinct_hosts(options.hosts) > 1) {  // NOTE [host rail transport]: a channel per peer
     channels_offset_ = round_up(end, alignof(Channel));
     end = channels_offset_ + sizeof(Channel) * static_cast<std::size_t>(options.world);
-    sent_messages_.assign(static_cast<std::size_t>(options.world), 0);
-    received_messages_.assign(static_cast<std::size_t>(options.world), 0);
   }
   arena_offset_ = round_up(end, 4096);
   const std::size_t bytes =
@@ -298,60 +284,6 @@ HostFabric::Channel& HostFabric::channel(int owner, int peer) const {
   return reinterpret_cast<Channel*>(
       static_cast<std::byte*>(maps_.at(static_cast<std::size_t>(owner)).base) +
       channels_offset_)[peer];
-}
-
-void HostFabric::send(int peer, std::span<const std::byte> data, std::int64_t tag,
-                      const Waiter& wait) {
-  Channel& c = channel(options_.rank, peer);
-  const std::int64_t k = sent_messages_[static_cast<std::size_t>(peer)]++;
-  std::atomic_ref<std::int64_t> posted(c.posted), sent(c.sent), taken(c.taken);
-  const std::string what = "message " + std::to_string(k) + " to rank " + std::to_string(peer);
-  wait([&] { return posted.load(std::memory_order_acquire) > k; }, "the receive matching " + what);
-  const auto chunk_free = [&] {
-    return taken.load(std::memory_order_acquire) == sent.load(std::memory_order_relaxed);
-  };
-  std::size_t offset = 0;
-  do {
-    const std::size_t n = std::min(kChunkBytes, data.size() - offset);
-    wait(chunk_free, "rank " + std::to_string(peer) + " taking a chunk of " + what);
-    c.message = k;
-    c.tag = tag;
-    c.bytes = static_cast<std::int64_t>(n);
-    c.total = static_cast<std::int64_t>(data.size());
-    if (n > 0) std::memcpy(c.data, data.data() + offset, n);
-    sent.fetch_add(1, std::memory_order_release);
-    offset += n;
-  } while (offset < data.size());
-  wait(chunk_free, "rank " + std::to_string(peer) + " taking the last chunk of " + what);
-}
-
-void HostFabric::recv(int peer, std::span<std::byte> data, std::int64_t tag, const Waiter& wait) {
-  Channel& c = channel(peer, options_.rank);
-  const std::int64_t k = received_messages_[static_cast<std::size_t>(peer)]++;
-  std::atomic_ref<std::int64_t> posted(c.posted), sent(c.sent), taken(c.taken);
-  const std::string what = "message " + std::to_string(k) + " from rank " + std::to_string(peer);
-  posted.store(k + 1, std::memory_order_release);
-  std::size_t offset = 0;
-  do {
-    wait(
-        [&] {
-          return sent.load(std::memory_order_acquire) > taken.load(std::memory_order_relaxed);
-        },
-        "a chunk of " + what);
-    const std::size_t n = std::min(kChunkBytes, data.size() - offset);
-    if (c.message != k || c.tag != tag || c.total != static_cast<std::int64_t>(data.size()) ||
-        c.bytes != static_cast<std::int64_t>(n)) {
-      throw InternalError("host rail transport: rank " + std::to_string(options_.rank) +
-                          " expected " + what + " (tag " + std::to_string(tag) + ", " +
-                          std::to_string(data.size()) + " bytes) and got message " +
-                          std::to_string(c.message) + " (tag " + std::to_string(c.tag) + ", " +
-                          std::to_string(c.total) +
-                          " bytes): the two ranks issued their messages in different orders");
-    }
-    if (n > 0) std::memcpy(data.data() + offset, c.data, n);
-    taken.fetch_add(1, std::memory_order_release);
-    offset += n;
-  } while (offset < data.size());
 }
 
 }  // namespace tide::fabric

@@ -6,7 +6,6 @@
 #include <utility>
 #include <vector>
 
-#include "nccl_rma.hpp"
 #include "tide/core/error.hpp"
 #include "tide/cuda/check.hpp"
 #include "tide/fabric/runtime_window.hpp"
@@ -214,136 +213,12 @@ bool NcclWindowFabric::load_store(int from, int to) const {
   return state_->load_store(from, to);
 }
 
-void NcclWindowFabric::send(const void* data, std::size_t bytes, int peer, cudaStream_t stream) {
-  NcclFabric& f = *state_->nccl;
-  ncclComm_t comm = state_->options.message_comm ? state_->options.message_comm : f.main_comm();
-  f.settle(comm, ncclSend(data, bytes, ncclUint8, peer, comm, stream), "ncclSend (message)");
+NcclFabric& NcclWindowFabric::nccl() const {
+  return *state_->nccl;
 }
 
-void NcclWindowFabric::recv(void* data, std::size_t bytes, int peer, cudaStream_t stream) {
-  NcclFabric& f = *state_->nccl;
-  ncclComm_t comm = state_->options.message_comm ? state_->options.message_comm : f.main_comm();
-  f.settle(comm, ncclRecv(data, bytes, ncclUint8, peer, comm, stream), "ncclRecv (message)");
-}
-
-// NOTE [nccl fabric] 2b: world ranks are the lane communicator's ranks (color 0, key rank).
-void NcclWindowFabric::send_on_lane(const void* data, std::size_t bytes, int peer, int lane,
-                                    cudaStream_t stream) {
-  NcclFabric& f = *state_->nccl;
-  ncclComm_t comm = f.message_comm(lane);
-  if (comm == nullptr) return send(data, bytes, peer, stream);
-  f.settle(comm, ncclSend(data, bytes, ncclUint8, peer, comm, stream), "ncclSend (message)");
-}
-
-void NcclWindowFabric::recv_on_lane(void* data, std::size_t bytes, int peer, int lane,
-                                    cudaStream_t stream) {
-  NcclFabric& f = *state_->nccl;
-  ncclComm_t comm = f.message_comm(lane);
-  if (comm == nullptr) return recv(data, bytes, peer, stream);
-  f.settle(comm, ncclRecv(data, bytes, ncclUint8, peer, comm, stream), "ncclRecv (message)");
-}
-
-bool NcclWindowFabric::one_sided() const {
-  return state_->nccl->host_rma();
-}
-
-std::string NcclWindowFabric::one_sided_reason() const {
-  return state_->nccl->host_rma_reason();
-}
-
-namespace {
-
-// The lane's communicator with its one-sided windows (NOTE [nccl fabric] 5), or a throw.
-ncclComm_t rma_comm(const NcclFabric& f, int lane) {
-  ncclComm_t comm = f.message_comm(lane);
-  if (!f.host_rma() || comm == nullptr || f.lane_window(lane) == nullptr) {
-    throw Unsupported("NcclWindowFabric: no one-sided messages on lane " + std::to_string(lane) +
-                      " (" + (f.host_rma() ? "the fabric has no such lane" : f.host_rma_reason()) +
-                      "); carry them two-sided");
-  }
-  return comm;
-}
-
-// NOTE [nccl fabric] 5: a lane's token area holds world() receive rings (one per sender),
-// then world() send rings (one per receiver), kTokenRing words each.
-std::size_t token_offset(int sender, std::uint64_t number) {
-  return (static_cast<std::size_t>(sender) * NcclFabric::kTokenRing +
-          static_cast<std::size_t>(number % NcclFabric::kTokenRing)) *
-         sizeof(std::uint64_t);
-}
-std::size_t send_token_offset(int world, int receiver, std::uint64_t number) {
-  return token_offset(world + receiver, number);
-}
-
-}  // namespace
-
-void NcclWindowFabric::put_signal(const void* data, std::size_t bytes, int peer,
-                                  std::int64_t window_offset, int lane, cudaStream_t stream) {
-  NcclFabric& f = *state_->nccl;
-  ncclComm_t comm = rma_comm(f, lane);
-  if (window_offset < 0 || window_offset > f.arena_bytes() ||
-      bytes > static_cast<std::size_t>(f.arena_bytes() - window_offset)) {
-    throw InvalidArgument("NcclWindowFabric: a one-sided put of " + std::to_string(bytes) +
-                          " bytes at offset " + std::to_string(window_offset) +
-                          " leaves the window of " + std::to_string(f.arena_bytes()) + " bytes");
-  }
-  // NOTE [one-sided messages] (iv): NCCL puts only from a symmetric window, the arena here.
-  const auto* arena = static_cast<const std::byte*>(f.arena());
-  const auto* source = static_cast<const std::byte*>(data);
-  if (source < arena || source > arena + f.arena_bytes() ||
-      bytes > static_cast<std::size_t>(arena + f.arena_bytes() - source)) {
-    throw InvalidArgument("NcclWindowFabric: a one-sided put of " + std::to_string(bytes) +
-                          " bytes reads outside this rank's arena; ncclPutSignal puts only "
-                          "from a registered window, so carry the message two-sided");
-  }
-  f.settle(comm,
-           rma::put_signal(data, bytes, peer, f.lane_window(lane),
-                           static_cast<std::size_t>(window_offset), 0, comm, stream),
-           "ncclPutSignal (message)");
-}
-
-void NcclWindowFabric::put_token(const std::uint64_t* token, int peer, std::uint64_t number,
-                                 int lane, cudaStream_t stream) {
-  NcclFabric& f = *state_->nccl;
-  ncclComm_t comm = rma_comm(f, lane);
-  if (token != token_source(peer, number, lane)) {
-    throw InvalidArgument(
-        "NcclWindowFabric: a token put from outside its send slot; write it "
-        "at token_source(peer, number, lane), inside the token window");
-  }
-  f.settle(comm,
-           rma::put_signal(token, sizeof(std::uint64_t), peer, f.lane_token_window(lane),
-                           token_offset(state_->rank, number), 0, comm, stream),
-           "ncclPutSignal (abort token)");
-}
-
-void NcclWindowFabric::signal(int peer, int lane, cudaStream_t stream) {
-  NcclFabric& f = *state_->nccl;
-  ncclComm_t comm = rma_comm(f, lane);
-  f.settle(comm, rma::signal(peer, 0, comm, stream), "ncclSignal (message)");
-}
-
-void NcclWindowFabric::wait_signals(int peer, int count, int lane, cudaStream_t stream) {
-  NcclFabric& f = *state_->nccl;
-  ncclComm_t comm = rma_comm(f, lane);
-  const rma::SignalCount wait{peer, 0, count};
-  f.settle(comm, rma::wait_signals({&wait, 1}, comm, stream), "ncclWaitSignal (message)");
-}
-
-std::uint64_t NcclWindowFabric::next_token_number(int peer, int lane, bool sending) {
-  return state_->nccl->next_token_number(peer, lane, sending);
-}
-
-std::uint64_t* NcclWindowFabric::token_source(int peer, std::uint64_t number, int lane) {
-  NcclFabric& f = *state_->nccl;
-  (void)rma_comm(f, lane);
-  return f.token_area(lane) + send_token_offset(f.world(), peer, number) / sizeof(std::uint64_t);
-}
-
-const std::uint64_t* NcclWindowFabric::token_slot(int peer, std::uint64_t number, int lane) const {
-  const NcclFabric& f = *state_->nccl;
-  (void)rma_comm(f, lane);
-  return f.token_area(lane) + token_offset(peer, number) / sizeof(std::uint64_t);
+ncclComm_t NcclWindowFabric::message_comm() const {
+  return state_->options.message_comm ? state_->options.message_comm : state_->nccl->main_comm();
 }
 
 void NcclWindowFabric::release() noexcept {

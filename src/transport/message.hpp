@@ -1,5 +1,6 @@
-// Puts and signals between ranks that cannot address each other, as two-sided messages
-// (the rail path to other hosts; paper Sec. 6.1-6.2).
+// One side of a rail message (a put or signal between ranks that cannot address each other:
+// the rail path to other hosts; paper Sec. 6.1-6.2) and how it is enqueued through a
+// MessageTransport (tide/transport/message_transport.hpp).
 //
 // Contract (the design: NOTE [rail messages] and NOTE [abort relay] in docs/executor.md):
 // - A kRailPut or kSignal from s to d where Fabric::load_store(s, d) is false becomes the
@@ -23,11 +24,11 @@
 #include <string>
 #include <vector>
 
-#include "tide/fabric/fabric.hpp"
 #include "tide/kernels/signal/abort_check.hpp"
 #include "tide/program/program.hpp"
+#include "tide/transport/message_transport.hpp"
 
-namespace tide::exec::cuda_detail {
+namespace tide::transport {
 
 struct MessagePart {
   void* data = nullptr;  // the contiguous bytes sent or received (the region, or `staging`)
@@ -38,7 +39,7 @@ struct MessagePart {
   std::size_t width = 0, rows = 0, pitch = 0;
 };
 
-// NOTE [one-sided messages] (one_sided_messages.hpp): one put of a one-sided message: `bytes`
+// NOTE [one-sided messages] (one_sided.hpp): one put of a one-sided message: `bytes`
 // from byte `first` of part `part`'s source region (counted from its first byte, rows at its
 // pitch) into the receiver's window at `window_offset`; a descriptor takes one put per run
 // contiguous in both its source and its destination.
@@ -69,52 +70,10 @@ struct Message {
   OneSidedRoute route;          // NOTE [one-sided messages]
 };
 
-// Two-sided transfers between ranks. Contract (NCCL's point-to-point semantics): for each
-// ordered pair (from, to), the k-th send(from, to, ...) matches the k-th recv(to, from, ...),
-// with the same byte count; each is enqueued on a stream of its own rank's device and
-// completes in that stream's order; a send may wait (on the device) until its receive is
-// posted, so a caller that enqueues two pairs' sends and receives in crossing orders on one
-// stream deadlocks. Host calls never wait for the device.
-// release() (fail-stop, NOTE [CUDA call sequences] 5; any thread, idempotent, never waits for
-// the device): every wait of the transport's own kernels, pending or later, ends at once and
-// moves nothing, so the streams drain; what the released messages delivered is void. A
-// transport whose waits are another library's (NCCL's) has nothing to release: the
-// communicator's abort ends those.
-// Graphs (NOTE [CUDA call sequences] 3, 4, 6): capture_refusal() says why sends and receives
-// cannot be captured into CUDA graphs at all (empty: they can); per_process_refusal() says why
-// one process may not capture a message's side while its partner enqueues the other side
-// outside a graph (empty: it may, as where the matching is numbered on the device). The
-// runner's own slot graphs need both empty (each process decides them from its own
-// bindings); a caller's capture, which the caller makes on every rank alike, needs the first.
-// path() names how messages travel, for reports: "two-sided" (NCCL send/receive),
-// "one-sided" (NCCL put/signal), "ipc-rendezvous", or a one-GPU test transport's name.
-class MessageTransport {
- public:
-  virtual ~MessageTransport() = default;
-  virtual const char* path() const = 0;
-  virtual void send(int from, int to, const void* data, std::size_t bytes, cudaStream_t stream) = 0;
-  virtual void recv(int to, int from, void* data, std::size_t bytes, cudaStream_t stream) = 0;
-  virtual void release() noexcept {}
-  virtual std::string capture_refusal() const { return {}; }
-  virtual std::string per_process_refusal() const { return {}; }
-};
-
-// The fabric's own messages (Fabric::send_on_lane/recv_on_lane: one local rank per process,
-// NCCL), on message lane `lane` (CudaSequencePlace::message_channels).
-class FabricTransport final : public MessageTransport {
- public:
-  explicit FabricTransport(fabric::Fabric& fabric, int lane = 0) : fabric_(fabric), lane_(lane) {}
-  const char* path() const override { return "two-sided"; }
-  void send(int from, int to, const void* data, std::size_t bytes, cudaStream_t stream) override;
-  void recv(int to, int from, void* data, std::size_t bytes, cudaStream_t stream) override;
-  // ncclSend / ncclRecv are capturable (NCCL >= 2.9), but NCCL needs a send and its receive
-  // both captured or both not, and a graph holding them launched on both ranks alike.
-  std::string per_process_refusal() const override;
-
- private:
-  fabric::Fabric& fabric_;
-  int lane_ = 0;
-};
+// True when a region's bytes are one contiguous run (one row, or pitch == width).
+inline bool contiguous(const program::Region& r) {
+  return r.rows <= 1 || r.pitch == r.width;
+}
 
 // Whether `op` is a put or signal whose counter is on a rank other than its own, and its
 // (from, to) pair.
@@ -155,4 +114,4 @@ void enqueue_message(const Message& m, MessageTransport& transport, cudaStream_t
 // Frees staging and events; never throws.
 void release_message(Message& m) noexcept;
 
-}  // namespace tide::exec::cuda_detail
+}  // namespace tide::transport

@@ -1,5 +1,5 @@
 // The one-sided plan of a call's rail messages (NOTE [one-sided messages] in
-// src/exec/cuda/one_sided_messages.hpp): where each message's bytes land in the receiver's
+// src/transport/one_sided.hpp): where each message's bytes land in the receiver's
 // registered window and which signals the receiver waits for. Pure C++ (no CUDA, no NCCL), so
 // that the arithmetic and the checks run on the CPU.
 //
@@ -28,7 +28,7 @@
 #include <span>
 #include <vector>
 
-namespace tide::exec::messages {
+namespace tide::transport {
 
 inline constexpr std::int64_t kNotInWindow = -1;
 
@@ -83,4 +83,4 @@ struct OneSidedLimits {
 OneSidedPlan plan_one_sided(std::span<const OneSidedMessage> messages,
                             const OneSidedLimits& limits);
 
-}  // namespace tide::exec::messages
+}  // namespace tide::transport

@@ -1,6 +1,6 @@
 // One-sided messages over the virtual fabric's pointers, for tests: NOTE [loopback one-sided
-// transport] in loopback_one_sided_transport.hpp.
-#include "loopback_one_sided_transport.hpp"
+// transport] in tide/testing/loopback_one_sided_transport.hpp.
+#include "tide/testing/loopback_one_sided_transport.hpp"
 
 #include <string>
 
@@ -9,7 +9,7 @@
 #include "tide/kernels/signal/counter_add.hpp"
 #include "tide/kernels/signal/generation_wait.hpp"
 
-namespace tide::exec::cuda_detail {
+namespace tide::testing {
 
 namespace {
 
@@ -113,4 +113,4 @@ std::string LoopbackOneSidedTransport::capture_refusal() const {
          "[loopback one-sided transport]), like the NCCL transport's not capturable";
 }
 
-}  // namespace tide::exec::cuda_detail
+}  // namespace tide::testing

@@ -1,16 +1,15 @@
-// Rail messages as one-sided puts: NOTE [one-sided messages] in one_sided_messages.hpp.
-#include "one_sided_messages.hpp"
+// Rail messages as one-sided puts: NOTE [one-sided messages] in one_sided.hpp.
+#include "one_sided.hpp"
 
 #include <algorithm>
 #include <string>
 
-#include "program_checks.hpp"
 #include "tide/core/error.hpp"
 #include "tide/cuda/check.hpp"
 #include "tide/kernels/signal/abort_check.hpp"
 #include "tide/kernels/signal/counter_add.hpp"
 
-namespace tide::exec::cuda_detail {
+namespace tide::transport {
 
 using program::Region;
 
@@ -34,15 +33,14 @@ void for_each_run(const program::CopyDescriptor& c, Fn&& fn) {
 
 }  // namespace
 
-std::vector<messages::OneSidedMessage> one_sided_input(const program::Program& p,
-                                                       std::span<const int> ops,
-                                                       std::int64_t region_offset, int lane) {
-  std::vector<messages::OneSidedMessage> out;
+std::vector<OneSidedMessage> one_sided_input(const program::Program& p, std::span<const int> ops,
+                                             std::int64_t region_offset, int lane) {
+  std::vector<OneSidedMessage> out;
   for (const int i : ops) {
     const program::Op& op = p.ops[static_cast<std::size_t>(i)];
     int from = 0, to = 0;
     if (!crosses_ranks(op, from, to)) continue;
-    messages::OneSidedMessage m{from, to, lane, {}};
+    OneSidedMessage m{from, to, lane, {}};
     if (op.is<program::RailPutOp>()) {
       for (const program::CopyDescriptor& c : program::copies_of(op)) {
         if (c.src.bytes() == 0) continue;
@@ -51,8 +49,8 @@ std::vector<messages::OneSidedMessage> one_sided_input(const program::Program& p
             c.src.buffer.space == program::Space::kArena && c.src.buffer.rank == from;
         if (!dst_window || !src_window) {  // the plan refuses it (two-sided)
           m.pieces.push_back({c.src.bytes(), c.dst.bytes(),
-                              dst_window ? region_offset + c.dst.offset : messages::kNotInWindow,
-                              src_window ? region_offset + c.src.offset : messages::kNotInWindow});
+                              dst_window ? region_offset + c.dst.offset : kNotInWindow,
+                              src_window ? region_offset + c.src.offset : kNotInWindow});
           continue;
         }
         if (c.src.bytes() != c.dst.bytes()) {
@@ -70,48 +68,6 @@ std::vector<messages::OneSidedMessage> one_sided_input(const program::Program& p
     out.push_back(std::move(m));
   }
   return out;
-}
-
-void OneSidedTransport::send(int, int, const void*, std::size_t, cudaStream_t) {
-  throw InternalError("OneSidedTransport: a two-sided send on a one-sided runner");
-}
-
-void OneSidedTransport::recv(int, int, void*, std::size_t, cudaStream_t) {
-  throw InternalError("OneSidedTransport: a two-sided receive on a one-sided runner");
-}
-
-void FabricOneSidedTransport::put_signal(int, int to, const void* data, std::size_t bytes,
-                                         std::int64_t window_offset, cudaStream_t stream) {
-  fabric_.put_signal(data, bytes, to, window_offset, lane_, stream);
-}
-
-void FabricOneSidedTransport::put_token(int, int to, const std::uint64_t* token,
-                                        std::uint64_t number, cudaStream_t stream) {
-  fabric_.put_token(token, to, number, lane_, stream);
-}
-
-void FabricOneSidedTransport::wait_signals(int, int from, int count, cudaStream_t stream) {
-  fabric_.wait_signals(from, count, lane_, stream);
-}
-
-std::uint64_t FabricOneSidedTransport::next_token_number(int, int peer, bool sending) {
-  return fabric_.next_token_number(peer, lane_, sending);
-}
-
-std::uint64_t* FabricOneSidedTransport::token_source(int, int to, std::uint64_t number) {
-  return fabric_.token_source(to, number, lane_);
-}
-
-const std::uint64_t* FabricOneSidedTransport::token_slot(int, int from,
-                                                         std::uint64_t number) const {
-  return fabric_.token_slot(from, number, lane_);
-}
-
-std::string FabricOneSidedTransport::capture_refusal() const {
-  return "its rail messages are one-sided NCCL puts (ncclPutSignal / ncclWaitSignal), which "
-         "a graph holds only as matched captured puts and waits with one signal in flight per "
-         "pair (NCCL >= 2.30.3; none before: NOTE [one-sided messages]); unset "
-         "TIDE_NCCL_HOST_RMA for capturable two-sided messages";
 }
 
 void route_one_sided(const program::Op& op, std::int64_t region_offset, Message& m) {
@@ -168,4 +124,4 @@ void enqueue_one_sided_message(const Message& m, OneSidedTransport& t, cudaStrea
                                       relay.relay, rail, relay.own_abort, number << 1);
 }
 
-}  // namespace tide::exec::cuda_detail
+}  // namespace tide::transport

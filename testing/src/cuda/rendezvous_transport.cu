@@ -1,15 +1,17 @@
 // The rendezvous transport's kernels and channels: NOTE [rendezvous transport] in
-// rendezvous_transport.hpp.
+// tide/testing/rendezvous_transport.hpp.
 #include <cstdio>
 #include <string>
 
-#include "ipc_rendezvous_transport.hpp"
-#include "rendezvous_transport.hpp"
-#include "rendezvous_wait.cuh"
 #include "tide/core/error.hpp"
 #include "tide/cuda/check.hpp"
+#include "tide/testing/rendezvous_transport.hpp"
+#include "transport/rendezvous_wait.cuh"
 
-namespace tide::exec::cuda_detail {
+namespace tide::testing {
+
+using transport::rendezvous_released;
+using transport::rendezvous_wait;
 
 struct RendezvousTransport::Channel {
   unsigned long long posted;
@@ -99,29 +101,6 @@ __global__ void rendezvous_done_kernel(Channel* c, const unsigned int* release) 
 
 }  // namespace
 
-ReleaseWord::ReleaseWord() {
-  void* p = nullptr;
-  TIDE_CUDA_CHECK(
-      cudaHostAlloc(&p, sizeof(unsigned int), cudaHostAllocMapped | cudaHostAllocPortable));
-  host_ = static_cast<unsigned int*>(p);
-  *static_cast<volatile unsigned int*>(host_) = 0;
-  void* d = nullptr;
-  TIDE_CUDA_CHECK(cudaHostGetDevicePointer(&d, p, 0));
-  device_ = static_cast<unsigned int*>(d);
-}
-
-ReleaseWord::~ReleaseWord() {
-  if (host_ != nullptr) (void)cudaFreeHost(host_);
-}
-
-void ReleaseWord::set() noexcept {
-  __atomic_store_n(host_, 1u, __ATOMIC_SEQ_CST);
-}
-
-bool ReleaseWord::is_set() const noexcept {
-  return __atomic_load_n(host_, __ATOMIC_SEQ_CST) != 0;
-}
-
 RendezvousTransport::RendezvousTransport(int ranks, int device, std::uint64_t timeout_ns)
     : ranks_(ranks), timeout_ns_(timeout_ns) {
   if (ranks < 1) throw InvalidArgument("RendezvousTransport: needs at least one rank");
@@ -172,13 +151,12 @@ void RendezvousTransport::recv(int to, int from, void* data, std::size_t bytes,
   TIDE_CUDA_CHECK(cudaGetLastError());
 }
 
-void prepare_rendezvous() {
+void RendezvousTransport::prepare() {
   cudaFuncAttributes a{};
   TIDE_CUDA_CHECK(cudaFuncGetAttributes(&a, rendezvous_wait_kernel));
   TIDE_CUDA_CHECK(cudaFuncGetAttributes(&a, rendezvous_post_kernel));
   TIDE_CUDA_CHECK(cudaFuncGetAttributes(&a, rendezvous_copy_kernel));
   TIDE_CUDA_CHECK(cudaFuncGetAttributes(&a, rendezvous_done_kernel));
-  prepare_ipc_rendezvous();
 }
 
-}  // namespace tide::exec::cuda_detail
+}  // namespace tide::testing

@@ -5,7 +5,7 @@
 
 #include <cstdio>
 
-namespace tide::exec::cuda_detail {
+namespace tide::transport {
 
 __device__ inline unsigned long long rendezvous_now_ns() {
   unsigned long long t = 0;
@@ -44,4 +44,4 @@ __device__ inline bool rendezvous_wait(const unsigned long long* word, unsigned 
   return true;
 }
 
-}  // namespace tide::exec::cuda_detail
+}  // namespace tide::transport

@@ -1,7 +1,7 @@
-// A MessageTransport (messages.hpp) for tests on one GPU: ranks of one process exchange
-// messages over the pointers the virtual fabric gives them, with NCCL's two-sided matching
-// emulated on the device, so that the sequence runner's message order (NOTE [rail messages])
-// is exercised without a second host.
+// A MessageTransport (tide/transport/message_transport.hpp) for tests on one GPU: ranks of one
+// process exchange messages over the pointers the virtual fabric gives them, with NCCL's two-sided
+// matching emulated on the device, so that the sequence runner's message order (NOTE [rail
+// messages]) is exercised without a second host.
 //
 // NOTE [rendezvous transport]
 // Per ordered pair (from, to) one channel in device memory: `posted` and `done` (64-bit,
@@ -51,31 +51,14 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "messages.hpp"
+#include "tide/transport/message_transport.hpp"
+#include "tide/transport/release_word.hpp"
 
-namespace tide::exec::cuda_detail {
+namespace tide::testing {
 
 inline constexpr std::uint64_t kRendezvousTimeoutNs = std::uint64_t{60} * 1000 * 1000 * 1000;
 
-// A transport's release word: 4 bytes of mapped, portable host memory (every device of the
-// process reads it), 0 until set() stores 1. set() is a plain host store: it reaches the device
-// through no stream, so no queue that a held wait blocks can delay it.
-class ReleaseWord {
- public:
-  ReleaseWord();
-  ~ReleaseWord();
-  ReleaseWord(const ReleaseWord&) = delete;
-  ReleaseWord& operator=(const ReleaseWord&) = delete;
-  void set() noexcept;
-  bool is_set() const noexcept;
-  const unsigned int* device() const { return device_; }  // what the kernels poll
-
- private:
-  unsigned int* host_ = nullptr;
-  unsigned int* device_ = nullptr;
-};
-
-class RendezvousTransport final : public MessageTransport {
+class RendezvousTransport final : public transport::MessageTransport {
  public:
   // Channels for `ranks` ranks in memory of `device` (every device that runs a rank's streams
   // must reach it: one GPU, or peers with peer access, as the virtual fabric sets up). Each
@@ -91,6 +74,7 @@ class RendezvousTransport final : public MessageTransport {
   void send(int from, int to, const void* data, std::size_t bytes, cudaStream_t stream) override;
   void recv(int to, int from, void* data, std::size_t bytes, cudaStream_t stream) override;
 
+  void prepare() override;  // NOTE [preloaded kernels]
   // Thread-safe, idempotent (NOTE [rendezvous transport], Release).
   void release() noexcept override { release_.set(); }
 
@@ -105,11 +89,7 @@ class RendezvousTransport final : public MessageTransport {
   std::uint64_t timeout_ns_ = kRendezvousTimeoutNs;
   Channel* channels_ = nullptr;  // device: ranks x ranks
   std::int64_t messages_ = 0;
-  ReleaseWord release_;
+  transport::ReleaseWord release_;
 };
 
-// Loads both rendezvous transports' kernels (this one's and the ipc one's,
-// ipc_rendezvous_transport.hpp) on the current device (NOTE [preloaded kernels]).
-void prepare_rendezvous();
-
-}  // namespace tide::exec::cuda_detail
+}  // namespace tide::testing

@@ -8,7 +8,7 @@
 
 #include "tide/core/error.hpp"
 
-namespace tide::exec::messages {
+namespace tide::transport {
 
 namespace {
 
@@ -151,4 +151,4 @@ OneSidedPlan plan_one_sided(std::span<const OneSidedMessage> messages,
   return plan;
 }
 
-}  // namespace tide::exec::messages
+}  // namespace tide::transport

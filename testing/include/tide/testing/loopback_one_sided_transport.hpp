@@ -1,8 +1,9 @@
-// A OneSidedTransport (one_sided_messages.hpp) for tests on one GPU: the ranks of one process
-// (the virtual fabric) put into each other's arenas through the fabric's pointers, so that the
-// sequence runner's one-sided path (NOTE [one-sided messages]: routes, numbered tokens, the
+// A OneSidedTransport (tide/transport/message_transport.hpp) for tests on one GPU: the ranks of one
+// process (the virtual fabric) put into each other's arenas through the fabric's pointers, so that
+// the sequence runner's one-sided path (NOTE [one-sided messages]: routes, numbered tokens, the
 // receiver's signal waits and checked additions) runs without NCCL 2.29 or a second GPU.
-// Selected by CudaSequenceTestMessages::one_sided.
+// Tests hand it to the runner (CudaSequencePlace::messages, with a RendezvousTransport for the
+// templates that do not plan).
 //
 // NOTE [loopback one-sided transport]
 // - A put: cudaMemcpyAsync into fabric.pointer(arena of `to`) + window_offset on the sender's
@@ -32,12 +33,12 @@
 #include <tuple>
 #include <vector>
 
-#include "one_sided_messages.hpp"
 #include "tide/fabric/fabric.hpp"
+#include "tide/transport/message_transport.hpp"
 
-namespace tide::exec::cuda_detail {
+namespace tide::testing {
 
-class LoopbackOneSidedTransport final : public OneSidedTransport {
+class LoopbackOneSidedTransport final : public transport::OneSidedTransport {
  public:
   static constexpr int kTokenRing = 64;
 
@@ -72,4 +73,4 @@ class LoopbackOneSidedTransport final : public OneSidedTransport {
   std::mutex mutex_;
 };
 
-}  // namespace tide::exec::cuda_detail
+}  // namespace tide::testing

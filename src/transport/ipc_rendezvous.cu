@@ -1,15 +1,15 @@
 // The ipc rendezvous transport's kernels: NOTE [ipc rendezvous transport] in
-// ipc_rendezvous_transport.hpp (steps and synchronisation there).
+// tide/transport/ipc_rendezvous.hpp (steps and synchronisation there).
 #include <cstdio>
 #include <string>
 
-#include "ipc_rendezvous_transport.hpp"
 #include "rendezvous_wait.cuh"
 #include "tide/core/error.hpp"
 #include "tide/cuda/check.hpp"
 #include "tide/fabric/runtime_window.hpp"
+#include "tide/transport/ipc_rendezvous.hpp"
 
-namespace tide::exec::cuda_detail {
+namespace tide::transport {
 namespace {
 
 constexpr const char* kName = "ipc rendezvous transport";
@@ -145,7 +145,7 @@ __global__ void ipc_send_kernel(std::byte* channel, const void* src, unsigned lo
 
 }  // namespace
 
-IpcRendezvousTransport::IpcRendezvousTransport(const fabric::Fabric& fabric, int channels,
+IpcRendezvousTransport::IpcRendezvousTransport(const fabric::IpcFabric& fabric, int channels,
                                                std::uint64_t timeout_ns)
     : fabric_(fabric), channels_(channels), timeout_ns_(timeout_ns) {
   if (channels < 0 || channels >= fabric::kMessageChannelSets) {
@@ -194,11 +194,20 @@ void IpcRendezvousTransport::recv(int to, int from, void* data, std::size_t byte
   TIDE_CUDA_CHECK(cudaGetLastError());
 }
 
-void prepare_ipc_rendezvous() {
+MessageTransports ipc_transports(const fabric::IpcFabric& fabric, int lane) {
+  MessageTransports t;
+  if (fabric.message_area_bytes() > 0) {
+    t.two_sided = std::make_shared<IpcRendezvousTransport>(fabric, lane);
+    t.no_one_sided = "its messages travel through a rendezvous transport";
+  }
+  return t;
+}
+
+void IpcRendezvousTransport::prepare() {
   cudaFuncAttributes a{};
   TIDE_CUDA_CHECK(cudaFuncGetAttributes(&a, ipc_post_kernel));
   TIDE_CUDA_CHECK(cudaFuncGetAttributes(&a, ipc_drain_kernel));
   TIDE_CUDA_CHECK(cudaFuncGetAttributes(&a, ipc_send_kernel));
 }
 
-}  // namespace tide::exec::cuda_detail
+}  // namespace tide::transport

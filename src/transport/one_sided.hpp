@@ -6,29 +6,31 @@
 // NcclFabricOptions::host_rma on every rank; NOTE [nccl fabric] 5); two-sided stays the
 // default.
 // When the runner takes it (CudaSequenceRunner, at construction, the same on every process):
-// Fabric::one_sided() (every rank agreed), no test or ipc transport, and every template's
-// messages plan (messages/one_sided_plan.hpp) with the lane of the place: every destination a
+// its place names a one-sided transport (CudaSequencePlace::messages; NCCL's where
+// NcclFabric::host_rma(), every rank agreed), and every template's messages plan
+// (one_sided_plan.hpp) with the lane of the place: every destination a
 // region of the receiver's arena and every source one of the sender's (caller memory, FSDP2's
 // tensors and outputs, is not registered: such a sequence stays two-sided), inside the
 // windows, disjoint within a call, source and destination bytes equal. Otherwise two-sided,
 // and one_sided_refusal() says why.
 // Steps, for a message m from s to d on lane l (k = m's number on (s, d, l), from
-// Fabric::next_token_number, the same on both sides since each lane's messages come in one
-// order on every rank):
+// OneSidedTransport::next_token_number, the same on both sides since each lane's messages come in
+// one order on every rank):
 //   sender s, in the op's place on its stream S:
 //     1. record `ready` on S; the rail stream R waits for it (every wait before the op).
-//     2. for every non-empty copy descriptor in order: one Fabric::put_signal per run that is
+//     2. for every non-empty copy descriptor in order: one OneSidedTransport::put_signal per run
+//     that is
 //        contiguous in both source and destination (one for two contiguous regions, else one
 //        per row), straight from the source region in s's window (its arena: NCCL puts only
 //        from a symmetric window, so there is no staging) into d's window at the region's
 //        offset (place.region_offset + offset).
 //     3. the abort token (NOTE [abort relay] 1) written with base 2k: 2k where s's verdict is
 //        clean, 2k + 1 where not, into s's send slot (d, k mod kTokenRing) of its token window
-//        (Fabric::token_source); Fabric::put_token puts it into d's token slot (s, k mod
+//        (OneSidedTransport::token_source); put_token puts it into d's token slot (s, k mod
 //        kTokenRing) with one signal.
 //     4. record `sent` on R; S waits for it.
 //   receiver d, at the same place of the global schedule, on its rail stream:
-//     5. Fabric::wait_signals(s, puts + 1, l): every put of m and its token signalled.
+//     5. OneSidedTransport::wait_signals(s, puts + 1, l): every put of m and its token signalled.
 //     6. launch_relayed_counter_add with `expected` = 2k: the token slot (s, k) holding 2k
 //        adds the op's value; anything else (the abort bit, a stale number: the token never
 //        came, or an aborted wait let the kernel run early) sets the relayed-abort word and
@@ -89,74 +91,20 @@
 #include <string>
 #include <vector>
 
-#include "messages.hpp"
-#include "messages/one_sided_plan.hpp"
-#include "tide/fabric/fabric.hpp"
+#include "message.hpp"
+#include "one_sided_plan.hpp"
 #include "tide/program/program.hpp"
 
-namespace tide::exec::cuda_detail {
+namespace tide::transport {
 
 // The one-sided plan's input for `ops` (indices into p.ops, the messages of one call in
 // schedule order) on lane `lane`: per descriptor whose source (the sender's arena) and
 // destination (the receiver's) are both in a window, a piece per run contiguous in both, at
-// region_offset + offset on each side; else one piece with messages::kNotInWindow for the side
+// region_offset + offset on each side; else one piece with kNotInWindow for the side
 // in caller memory (the plan refuses it). Throws tide::InvalidArgument where a descriptor in
 // the windows has source and destination bytes that differ.
-std::vector<messages::OneSidedMessage> one_sided_input(const program::Program& p,
-                                                       std::span<const int> ops,
-                                                       std::int64_t region_offset, int lane);
-
-// Where one-sided messages travel (NOTE [one-sided messages]): puts with a signal into a
-// rank's window, numbered tokens, waits for signals. Each call names both ranks; enqueued on
-// a stream of its first rank's device, completing in its order. send()/recv() throw
-// tide::InternalError (every message of a one-sided runner is routed). Implemented over the
-// fabric (FabricOneSidedTransport, NCCL) and, for tests on one GPU, over the virtual fabric's
-// pointers (LoopbackOneSidedTransport, loopback_one_sided_transport.hpp).
-class OneSidedTransport : public MessageTransport {
- public:
-  void send(int from, int to, const void* data, std::size_t bytes, cudaStream_t stream) override;
-  void recv(int to, int from, void* data, std::size_t bytes, cudaStream_t stream) override;
-  // `bytes` from `data` (in `from`'s window: its arena) into `to`'s window at
-  // `window_offset`, then one signal at `to`.
-  virtual void put_signal(int from, int to, const void* data, std::size_t bytes,
-                          std::int64_t window_offset, cudaStream_t stream) = 0;
-  // The 8-byte token at `token` (token_source(from, to, number), where the sender wrote it)
-  // into `to`'s slot for `from`'s `number`-th token, then a signal.
-  virtual void put_token(int from, int to, const std::uint64_t* token, std::uint64_t number,
-                         cudaStream_t stream) = 0;
-  // Where `from` writes its `number`-th token to `to` before put_token (device, on `from`'s
-  // device, inside a registered window: NCCL puts only from one).
-  virtual std::uint64_t* token_source(int from, int to, std::uint64_t number) = 0;
-  // Until `count` more signals from `from` have arrived at `to`.
-  virtual void wait_signals(int to, int from, int count, cudaStream_t stream) = 0;
-  // 1, 2, ... for the tokens `self` sends to (receives from) `peer`, in call order.
-  virtual std::uint64_t next_token_number(int self, int peer, bool sending) = 0;
-  // Where `from`'s `number`-th token to `to` lands (device, on `to`'s device).
-  virtual const std::uint64_t* token_slot(int to, int from, std::uint64_t number) const = 0;
-};
-
-// Over Fabric::put_signal / put_token / wait_signals on one lane (NCCL: one local rank per
-// process, so the fabric's calls name only the peer).
-class FabricOneSidedTransport final : public OneSidedTransport {
- public:
-  FabricOneSidedTransport(fabric::Fabric& fabric, int lane) : fabric_(fabric), lane_(lane) {}
-  const char* path() const override { return "one-sided"; }
-  void put_signal(int from, int to, const void* data, std::size_t bytes, std::int64_t window_offset,
-                  cudaStream_t stream) override;
-  void put_token(int from, int to, const std::uint64_t* token, std::uint64_t number,
-                 cudaStream_t stream) override;
-  void wait_signals(int to, int from, int count, cudaStream_t stream) override;
-  std::uint64_t next_token_number(int self, int peer, bool sending) override;
-  std::uint64_t* token_source(int from, int to, std::uint64_t number) override;
-  const std::uint64_t* token_slot(int to, int from, std::uint64_t number) const override;
-  // Not capturable as the runner uses them (Graphs, above).
-  std::string capture_refusal() const override;
-  std::string per_process_refusal() const override { return capture_refusal(); }
-
- private:
-  fabric::Fabric& fabric_;
-  int lane_ = 0;
-};
+std::vector<OneSidedMessage> one_sided_input(const program::Program& p, std::span<const int> ops,
+                                             std::int64_t region_offset, int lane);
 
 // Routes one side of a message op one-sided (m.route): the sender's puts (part, first byte,
 // bytes, window offset), the receiver's signal count. `m` is map_message's for the same op.
@@ -166,4 +114,4 @@ void route_one_sided(const program::Op& op, std::int64_t region_offset, Message&
 void enqueue_one_sided_message(const Message& m, OneSidedTransport& transport, cudaStream_t rail,
                                cudaStream_t op_stream, const MessageRelay& relay);
 
-}  // namespace tide::exec::cuda_detail
+}  // namespace tide::transport

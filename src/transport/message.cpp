@@ -1,33 +1,16 @@
 // Puts and signals as two-sided messages: NOTE [rail messages] in docs/executor.md.
-#include "messages.hpp"
+#include "message.hpp"
 
 #include <string>
 
-#include "one_sided_messages.hpp"
-#include "program_checks.hpp"
+#include "one_sided.hpp"
 #include "tide/core/error.hpp"
 #include "tide/cuda/check.hpp"
 #include "tide/kernels/signal/counter_add.hpp"
 
-namespace tide::exec::cuda_detail {
+namespace tide::transport {
 
 using program::Region;
-
-void FabricTransport::send(int /*from*/, int to, const void* data, std::size_t bytes,
-                           cudaStream_t stream) {
-  fabric_.send_on_lane(data, bytes, to, lane_, stream);
-}
-
-void FabricTransport::recv(int /*to*/, int from, void* data, std::size_t bytes,
-                           cudaStream_t stream) {
-  fabric_.recv_on_lane(data, bytes, from, lane_, stream);
-}
-
-std::string FabricTransport::per_process_refusal() const {
-  return "its rail messages are NCCL sends and receives, whose capture NCCL needs uniform over "
-         "the sender and the receiver (a graph holding them launched by both), while each "
-         "process decides its slot graphs from its own bindings";
-}
 
 bool crosses_ranks(const program::Op& op, int& from, int& to) {
   const auto add = program::addition_of(op);  // a kRailPut or kSignal
@@ -148,4 +131,4 @@ void release_message(Message& m) noexcept {
   m.ready = m.sent = nullptr;
 }
 
-}  // namespace tide::exec::cuda_detail
+}  // namespace tide::transport

@@ -1,11 +1,11 @@
-// A MessageTransport (messages.hpp) between processes that map each other's memory but must
-// not store to each other directly: the ipc fabric over emulated hosts (NOTE [ipc fabric]).
-// Several processes on one GPU then exchange the sequence runner's rail messages with NCCL's
-// two-sided semantics (a send waits for its receive), as ranks on different hosts would
+// A MessageTransport (tide/transport/message_transport.hpp) between processes that map each other's
+// memory but must not store to each other directly: the ipc fabric over emulated hosts (NOTE [ipc
+// fabric]). Several processes on one GPU then exchange the sequence runner's rail messages with
+// NCCL's two-sided semantics (a send waits for its receive), as ranks on different hosts would
 // through ncclSend / ncclRecv (paper Sec. 6.1-6.2).
 //
 // NOTE [ipc rendezvous transport]
-// Memory. Every rank's window ends in a message area (Fabric::message_area, NOTE [runtime
+// Memory. Every rank's window ends in a message area (IpcFabric::message_area, NOTE [runtime
 // window]) that every process maps: kMessageChannelSets sets of one channel per sending rank.
 // Channel (set c, sender s) of receiver d lies in d's area at (c * ranks + s) *
 // kMessageChannelBytes: a 4 KiB page of words, each on its own 128-byte line, then a bounce
@@ -43,7 +43,7 @@
 // Bounds and release: every wait is bounded (kIpcRendezvousTimeoutNs by default, longer than
 // any runtime call timeout's watchdog, which acts first): past it the kernel prints the pair,
 // the message number, the word and its value, and traps. Every wait also polls the transport's
-// ReleaseWord (rendezvous_transport.hpp): after release() (the runner's release_waits(), on a
+// ReleaseWord (release_word.hpp): after release() (the runner's release_waits(), on a
 // fail-stop abort) the kernels end at once and move nothing, so the process's streams drain;
 // a peer still waiting on this rank's messages is released by its own watchdog (its call
 // times out, NOTE [CUDA call sequences] 5 (b)). A peer that died leaves its mapped memory
@@ -60,11 +60,11 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "messages.hpp"
-#include "rendezvous_transport.hpp"
-#include "tide/fabric/fabric.hpp"
+#include "tide/fabric/ipc_fabric.hpp"
+#include "tide/transport/message_transport.hpp"
+#include "tide/transport/release_word.hpp"
 
-namespace tide::exec::cuda_detail {
+namespace tide::transport {
 
 inline constexpr std::uint64_t kIpcRendezvousTimeoutNs = std::uint64_t{600} * 1000 * 1000 * 1000;
 
@@ -73,7 +73,7 @@ class IpcRendezvousTransport final : public MessageTransport {
   // Channel set `channels` (0 <= channels < kMessageChannelSets) of `fabric`'s message areas
   // (tide::InvalidArgument where the fabric has none, or too small ones). Each wait traps
   // after `timeout_ns` of the device's global timer.
-  IpcRendezvousTransport(const fabric::Fabric& fabric, int channels,
+  IpcRendezvousTransport(const fabric::IpcFabric& fabric, int channels,
                          std::uint64_t timeout_ns = kIpcRendezvousTimeoutNs);
   const char* path() const override { return "ipc-rendezvous"; }
 
@@ -81,12 +81,13 @@ class IpcRendezvousTransport final : public MessageTransport {
   // of this process. Host calls never wait for the device.
   void send(int from, int to, const void* data, std::size_t bytes, cudaStream_t stream) override;
   void recv(int to, int from, void* data, std::size_t bytes, cudaStream_t stream) override;
+  void prepare() override;  // NOTE [preloaded kernels]
   // Thread-safe, idempotent (NOTE [ipc rendezvous transport], Bounds and release).
   void release() noexcept override { release_.set(); }
 
  private:
   std::byte* channel(int from, int to) const;  // in `to`'s area, as this process maps it
-  const fabric::Fabric& fabric_;
+  const fabric::IpcFabric& fabric_;
   int channels_ = 0;
   std::uint64_t timeout_ns_ = kIpcRendezvousTimeoutNs;
   ReleaseWord release_;
@@ -99,7 +100,8 @@ inline constexpr std::size_t kChannelFilled = 256;
 inline constexpr std::size_t kChannelDrained = 384;
 inline constexpr std::size_t kChannelSent = 512;
 
-// Loads the transport's kernels on the current device (NOTE [preloaded kernels]).
-void prepare_ipc_rendezvous();
+// The transports of message lane `lane` over `fabric`: the ipc rendezvous transport where the
+// fabric has message areas (emulated hosts), else none (every rank load/store reachable).
+MessageTransports ipc_transports(const fabric::IpcFabric& fabric, int lane);
 
-}  // namespace tide::exec::cuda_detail
+}  // namespace tide::transport

@@ -1,0 +1,70 @@
+// The NCCL transports (architecture: transport/): rail messages over the NCCL fabric's
+// communicators, one local rank per process, so each call's own rank is this process's.
+// - NcclTwoSidedTransport: ncclSend / ncclRecv on message lane `lane`'s communicator (NOTE
+//   [nccl fabric] 2b; world ranks), or, where the fabric has no such lane, on the window's
+//   message communicator (NcclWindowOptions::message_comm, else the main one).
+// - NcclOneSidedTransport: NOTE [one-sided messages] over ncclPutSignal / ncclWaitSignal into
+//   lane `lane`'s windows (NOTE [nccl fabric] 5); every call throws tide::Unsupported where the
+//   fabric has no one-sided messages on the lane. Puts read only from this rank's arena and
+//   its tokens only from their send slots (tide::InvalidArgument otherwise: NCCL puts only
+//   from a registered window).
+// - nccl_transports(window, lane): the two-sided transport, and the one-sided one where
+//   NcclFabric::host_rma() (the same answer on every rank); else no_one_sided names why.
+// Graphs: ncclSend / ncclRecv are capturable, but NCCL needs a send and its receive both
+// captured or both not (per_process_refusal); the one-sided calls are not capturable as the
+// runner uses them (capture_refusal, NOTE [one-sided messages], Graphs).
+#pragma once
+
+#include <nccl.h>
+
+#include <cstdint>
+#include <string>
+
+#include "tide/fabric/nccl_fabric.hpp"
+#include "tide/fabric/nccl_window_fabric.hpp"
+#include "tide/transport/message_transport.hpp"
+
+namespace tide::transport {
+
+class NcclTwoSidedTransport final : public MessageTransport {
+ public:
+  NcclTwoSidedTransport(fabric::NcclFabric& nccl, int lane, ncclComm_t fallback)
+      : nccl_(nccl), lane_(lane), fallback_(fallback) {}
+  const char* path() const override { return "two-sided"; }
+  void send(int from, int to, const void* data, std::size_t bytes, cudaStream_t stream) override;
+  void recv(int to, int from, void* data, std::size_t bytes, cudaStream_t stream) override;
+  std::string per_process_refusal() const override;
+
+ private:
+  ncclComm_t comm() const;
+  fabric::NcclFabric& nccl_;
+  int lane_ = 0;
+  ncclComm_t fallback_ = nullptr;
+};
+
+class NcclOneSidedTransport final : public OneSidedTransport {
+ public:
+  NcclOneSidedTransport(fabric::NcclFabric& nccl, int lane) : nccl_(nccl), lane_(lane) {}
+  const char* path() const override { return "one-sided"; }
+  void put_signal(int from, int to, const void* data, std::size_t bytes, std::int64_t window_offset,
+                  cudaStream_t stream) override;
+  void put_token(int from, int to, const std::uint64_t* token, std::uint64_t number,
+                 cudaStream_t stream) override;
+  void wait_signals(int to, int from, int count, cudaStream_t stream) override;
+  std::uint64_t next_token_number(int self, int peer, bool sending) override;
+  std::uint64_t* token_source(int from, int to, std::uint64_t number) override;
+  const std::uint64_t* token_slot(int to, int from, std::uint64_t number) const override;
+  // A bare signal to `peer` (no data).
+  void signal(int peer, cudaStream_t stream);
+  std::string capture_refusal() const override;
+  std::string per_process_refusal() const override { return capture_refusal(); }
+
+ private:
+  ncclComm_t comm() const;  // the lane's, with its windows, or a throw
+  fabric::NcclFabric& nccl_;
+  int lane_ = 0;
+};
+
+MessageTransports nccl_transports(fabric::NcclWindowFabric& window, int lane);
+
+}  // namespace tide::transport

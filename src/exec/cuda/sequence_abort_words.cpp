@@ -1,0 +1,98 @@
+// The CUDA sequence runner's abort words, step 5 of NOTE [CUDA call sequences] and NOTE [abort
+// relay] (docs/executor.md): the words that keep a released rank's later signals from counting,
+// the end-of-call check's tables, and the words each message side carries. The watch
+// (sequence_watch.cpp) stores into them; the enqueue (sequence_enqueue.cpp) reads relay_of().
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "sequence_state.hpp"
+#include "tide/core/error.hpp"
+#include "tide/cuda/check.hpp"
+#include "transport/message.hpp"
+
+namespace tide::exec {
+
+// NOTE [CUDA call sequences] 5: the abort word of every local rank (the published one, or a
+// private word per device), the published words of the other ranks this process loads
+// directly (NOTE [abort relay]: the rest are relayed by their messages), the relayed-abort
+// word where the sequence sends messages, the end-of-call check's tables where some rank is
+// another process's, and the verdict a message's token reads. Called at construction, after
+// the templates were mapped.
+void CudaSequenceRunner::State::set_up_abort_words() {
+  aborts.words.assign(static_cast<std::size_t>(ranks), nullptr);
+  const int word = place.abort_word;
+  const int first = local_ranks.empty() ? 0 : local_ranks[0];  // the caller stream's rank
+  bool others = false;                                         // some rank is another process's
+  for (int r = 0; r < ranks; ++r) {
+    if (!fabric.local(r)) others = true;
+    if (word >= 0) {
+      std::uint64_t* words = fabric.signals(r);
+      // NOTE [abort relay] 3: only words of ranks this process loads and stores directly.
+      const bool reachable = fabric.local(r) || (words != nullptr && fabric.load_store(first, r));
+      if (fabric.local(r) && words == nullptr) {
+        throw InternalError("CudaSequenceRunner: local rank " + std::to_string(r) +
+                            " has no signal words");
+      }
+      if (reachable) aborts.words[static_cast<std::size_t>(r)] = words + word;
+    } else if (fabric.local(r)) {
+      const int device = fabric.device_of(r);
+      std::uint64_t*& own = aborts.private_words[device];
+      if (own == nullptr) {
+        use_device_of(r);
+        TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&own), 8));
+      }
+      aborts.words[static_cast<std::size_t>(r)] = own;
+    }
+  }
+  for (const int r : local_ranks) {
+    use_device_of(r);
+    TIDE_CUDA_CHECK(
+        cudaMemsetAsync(aborts.words[static_cast<std::size_t>(r)], 0, 8, setup_stream(r)));
+  }
+  if (has_messages) {  // NOTE [abort relay] 2
+    use_device_of(first);
+    TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&aborts.relay_word), 8));
+    TIDE_CUDA_CHECK(cudaMemsetAsync(aborts.relay_word, 0, 8, setup_stream(first)));
+  }
+  std::vector<const std::uint64_t*>& table = aborts.check_table_host;  // uploaded asynchronously
+  table.clear();
+  if (word >= 0) {
+    for (int r = 0; r < ranks; ++r)
+      if (!fabric.local(r) && aborts.words[static_cast<std::size_t>(r)] != nullptr)
+        table.push_back(aborts.words[static_cast<std::size_t>(r)]);
+  }
+  if (aborts.relay_word != nullptr) table.push_back(aborts.relay_word);
+  const auto watched = static_cast<int>(table.size());
+  for (const int r : local_ranks) {
+    const std::uint64_t* own = aborts.words[static_cast<std::size_t>(r)];
+    if (std::find(table.begin() + watched, table.end(), own) == table.end()) table.push_back(own);
+  }
+  if (!has_messages && (word < 0 || !others || watched == 0)) return;  // no table needed
+  use_device_of(first);
+  const std::size_t bytes = table.size() * sizeof(const std::uint64_t*);
+  TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&aborts.check_tables), bytes));
+  TIDE_CUDA_CHECK(cudaMemcpyAsync(aborts.check_tables, table.data(), bytes, cudaMemcpyHostToDevice,
+                                  setup_stream(first)));
+  aborts.verdict.watched = aborts.check_tables;  // NOTE [abort relay] 1: every word
+  aborts.verdict.watched_count = static_cast<int>(table.size());
+  // The end-of-call check only where another process's rank can abort, with published words.
+  if (word < 0 || !others || watched == 0) return;
+  aborts.peer_check.watched = aborts.check_tables;
+  aborts.peer_check.watched_count = watched;
+  aborts.peer_check.own = aborts.check_tables + watched;
+  aborts.peer_check.own_count = static_cast<int>(table.size()) - watched;
+}
+
+transport::MessageRelay CudaSequenceRunner::State::relay_of(const transport::Message& m) const {
+  transport::MessageRelay relay;
+  std::uint64_t* words = aborts.tokens.at(m.self);
+  relay.verdict = aborts.verdict;
+  relay.send_token = words;
+  relay.recv_token = words + 1;
+  relay.own_abort = abort_of(m.self);
+  relay.relay = aborts.relay_word;
+  return relay;
+}
+
+}  // namespace tide::exec

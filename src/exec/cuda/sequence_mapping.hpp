@@ -1,0 +1,130 @@
+// The mapped form of a call template (step 1 of NOTE [CUDA call sequences], docs/executor.md;
+// built by sequence_mapping.cpp, run by sequence_enqueue.cpp): every op of the ranks this
+// process holds, resolved once to pointer slots, counter words, tables and kernel arguments.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tide/exec/cuda_sequence.hpp"
+#include "tide/kernels/landing.hpp"
+#include "tide/kernels/level1_sum.hpp"
+#include "tide/program/program.hpp"
+#include "transport/message.hpp"
+
+namespace tide::exec::sequence_detail {
+
+inline constexpr int kFixed = -1;       // Ptr::slot: resolved at construction
+inline constexpr int kOutputSlot = -2;  // Ptr::slot: the call's output
+inline constexpr std::size_t kConstantWait = kConstantWaitTotal;  // a wait not on a counter total
+
+// A device address: fixed (arena) or a slot filled per call (a tensor index, the output).
+struct Ptr {
+  std::byte* fixed = nullptr;
+  int slot = kFixed;
+  std::int64_t offset = 0;
+};
+
+struct Copy {
+  Ptr dst, src;
+  std::size_t width = 0, rows = 0, dpitch = 0, spitch = 0;
+  bool flat = true;
+};
+
+// One wait of a (fused) kWait: the counter word, its index into the totals, the template's
+// relative threshold (NOTE [CUDA call sequences]).
+using WaitTerm = CudaWaitTerm;
+
+// One counter addition of a (fused) kSignal.
+struct AddTerm {
+  std::uint64_t* word = nullptr;
+  std::int64_t value = 0;
+};
+
+// One op of a template, resolved at construction.
+struct SeqOp {
+  program::OpKind kind = program::OpKind::kRelease;
+  int rank = 0;
+  int stream = -1;  // index into State::streams
+  int op = -1;      // index into the template program's ops (profiles name it)
+  bool empty = false;
+  std::vector<Copy> copies;
+  // The copy-engine pool (NOTE [copy-engine pool]): the lane of each copy (0: `stream`, j:
+  // pool[j - 1], an index into State::streams), the fork event and one join per pool stream.
+  // Empty where the copies stay on `stream`. The events are the State's (pool_events).
+  std::vector<int> lane;
+  std::vector<int> pool;
+  cudaEvent_t fork = nullptr;
+  std::vector<cudaEvent_t> joins;
+  // Counters: the word, its index into the totals, the template's value (as mapped); after
+  // the fusion pass (sequence_fusion.hpp) a kWait enqueues `waits`, a kSignal `adds`.
+  std::uint64_t* word = nullptr;
+  std::size_t total = 0;
+  std::int64_t value = 0;
+  std::vector<WaitTerm> waits;
+  std::vector<AddTerm> adds;
+  // Events: local id and age (NOTE [call sequences]).
+  int event = 0;
+  int age = 0;
+  // kSum: the kernel arguments less gradients, alpha, accumulate; the kTensor index of each
+  // kernel gradient slot.
+  kernels::Level1SumArgs sum{};
+  bool sum_into_output = false;  // the one-node sum: the call's accumulate applies
+  std::vector<int> gradient_slots;
+  // One-shot programs (NOTE [one-shot programs]): the gradients as fixed pointers instead of
+  // slots, and `sum.alpha` / `land.accumulate` the program's own.
+  std::vector<const void*> fixed_gradients;
+  std::unique_ptr<kernels::Level1SegmentTable> table;
+  kernels::Level1Tuning tuning{};
+  // kLand (out from `out`), kCast (dst `out`, src `in`), kZero (`out`).
+  kernels::LandingArgs land{};
+  Ptr out, in;
+  std::int64_t elems = 0;
+  int ctas = 0;
+  std::size_t zero_width = 0, zero_rows = 0, zero_pitch = 0;
+  // A side of a message (NOTE [CUDA call sequences] 6, NOTE [rail messages]): the sender's
+  // (on `stream`, its transfer on `rail`) or the receiver's (`stream` == `rail`). Kept out of
+  // the fusion pass.
+  std::shared_ptr<transport::Message> message;
+  int rail = -1;
+  // Per message part: what it moves; a part of caller memory (slot != kFixed: a staged
+  // shard, a gradient) is bound per call, its mapped pointer only a placeholder.
+  std::vector<Ptr> message_slots;
+};
+
+// The stream name of a rank's rail stream (program stream names are >= 0), and of its first
+// copy-pool stream (the j-th is kPoolStreamName - j).
+inline constexpr int kRailStreamName = -1;
+inline constexpr int kPoolStreamName = -2;
+
+struct Template {
+  std::vector<SeqOp> ops;               // local ranks' ops, in the template's legal order
+  std::vector<int> streams;             // streams with ops (indices into State::streams)
+  std::vector<std::int64_t> additions;  // per (rank, counter), rank-major
+  std::vector<int> tensors;             // per rank: kTensor slots the call must bind
+  int deferred = 0;  // ops enqueued after a later op (NOTE [enqueue order]; one-shot only)
+  // Per call: the local ranks' message sends and their bytes (messages_sent()).
+  std::int64_t message_sends = 0;
+  std::int64_t message_bytes = 0;
+};
+
+// Why a slot whose calls send caller memory as messages does not re-point (NOTE [CUDA call
+// sequences] 3).
+inline constexpr const char* kMessageNotRepointed =
+    "message: a rail message of caller memory (the transport's kernels or NCCL's operations "
+    "take its pointer at capture and cannot be re-pointed)";
+
+// A template as CudaExecutor::check() can take it: relative wait thresholds <= 0 (credits
+// earlier calls already paid, NOTE [call sequences]) are met at once, so they check as 0.
+program::Program checkable_template(const program::Program& t);
+
+// The device address of `p` for a call's bindings.
+std::byte* at(const Ptr& p, const CudaCallBindings& b);
+// Whether `m` carries something a call binds (see Repoint).
+bool carries_bindings(const SeqOp& m);
+
+}  // namespace tide::exec::sequence_detail

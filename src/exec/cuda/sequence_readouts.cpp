@@ -1,0 +1,71 @@
+// The sequence runner's read-outs (include/tide/exec/cuda_sequence.hpp): what construction
+// fixed, read as is, and what calls change, read under the runner's lock (NOTE [CUDA call
+// sequences] 6).
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "graph_wait_budget.hpp"
+#include "sequence_state.hpp"
+
+namespace tide::exec {
+
+std::int64_t CudaSequenceRunner::calls() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->call;
+}
+int CudaSequenceRunner::event_slots() const {
+  return state_->q;  // fixed at construction
+}
+std::int64_t CudaSequenceRunner::messages_sent() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->messages_sent;
+}
+std::int64_t CudaSequenceRunner::message_bytes_sent() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->message_bytes_sent;
+}
+std::string CudaSequenceRunner::one_sided_refusal() const {
+  return state_->one_sided_refusal;  // fixed at construction
+}
+std::string CudaSequenceRunner::message_path() const {
+  return state_->has_messages ? state_->transport->path() : "";  // fixed at construction
+}
+
+std::uint64_t new_graph_lane() {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1);
+}
+
+int CudaSequenceRunner::graph_wait_streams(int device) {
+  return sequence_detail::GraphWaitBudget::process().resident(device);
+}
+
+std::int64_t CudaSequenceRunner::graph_launches() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->slot_graphs.graph_launches;
+}
+std::int64_t CudaSequenceRunner::graph_captures() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->slot_graphs.graph_captures;
+}
+std::string CudaSequenceRunner::graphs_unavailable() const {
+  // Fixed at construction.
+  return state_->slot_graphs.no_graph_waits.empty() ? state_->slot_graphs.no_slot_graphs
+                                                    : state_->slot_graphs.no_graph_waits;
+}
+std::string CudaSequenceRunner::repoint_failure() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->slot_graphs.repoint_failure;
+}
+std::int64_t CudaSequenceRunner::nodes_repointed() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->slot_graphs.nodes_repointed;
+}
+std::int64_t CudaSequenceRunner::repointed_launches() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->slot_graphs.repointed_launches;
+}
+
+}  // namespace tide::exec
