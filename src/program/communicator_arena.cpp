@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "tide/core/error.hpp"
 #include "tide/core/memory_model.hpp"
@@ -170,6 +171,31 @@ CommunicatorArena communicator_arena(const std::vector<ArenaGroup>& groups) {
       general.empty() ? ep_bytes : (general_staging > 0 ? std::max(general_staging, ep_bytes) : 0);
   a.bound_bytes = staging > 0 ? residents + stage_bound + slots_bound + staging : 0;
   return a;
+}
+
+GroupSequences group_sequences(const std::vector<ArenaGroup>& groups,
+                               const CommunicatorArena& arena, std::size_t i,
+                               const RsProgramOptions& rs, Fault fault,
+                               const SequenceOptions& sequence) {
+  const ArenaGroup& g = groups.at(i);
+  const AgSequenceAreas& areas = arena.all_gather.at(i);
+  const std::string_view collective =
+      fault == Fault::kNone ? std::string_view() : fault_info(fault).collective;
+  const bool ag_fault = collective == "all-gather" || fault == Fault::kAgNoStageCredit;
+  RsProgramOptions rs_options = rs;
+  if (collective == "reduce-scatter" || fault == Fault::kRsBankReuse) rs_options.fault = fault;
+  GroupSequences out;
+  out.all_gather =
+      g.ep_all_gather
+          ? ep_ag_call_sequence(*g.all_gather,
+                                EpAgArenaLayout{areas.resident, areas.landing, areas.bytes},
+                                sequence)
+          : ag_call_sequence(*g.all_gather, areas, sequence, ag_fault ? fault : Fault::kNone);
+  out.reduce_scatter =
+      g.ep_reduce_scatter
+          ? ep_rs_call_sequence(g.reduce_scatter->layout(), arena.ep_reduce_scatter.at(i), sequence)
+          : rs_call_sequence(*g.reduce_scatter, rs_options, arena.reduce_scatter, sequence);
+  return out;
 }
 
 }  // namespace tide::program

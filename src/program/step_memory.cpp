@@ -1,8 +1,8 @@
 // What a training step's collectives hold per GPU at their peak, as each system holds it
-// (NOTE [step memory] in step.hpp).
+// (NOTE [step memory] in training_step.hpp).
 #include <algorithm>
 
-#include "tide/program/step.hpp"
+#include "tide/program/training_step.hpp"
 
 namespace tide::program {
 namespace {

@@ -192,7 +192,9 @@ class Simulate(unittest.TestCase):
             self.assertIn(fault["expected_detection"], classes, fault["name"])
             self.assertTrue(fault["mechanism"], fault["name"])
             if fault["collective"] == "step":
-                continue  # sequences of calls: tests/cli/test_step.py
+                continue  # several groups' calls: tests/cli/test_step.py
+            if fault["collective"] == "sequence":
+                continue  # one group's calls: tests/program/fault_injection_test.cpp
             if fault["collective"] == "communicator":
                 continue  # several groups of one arena: tests/program/lanes_test.cpp
             if fault["collective"] == "ep-all-gather":
