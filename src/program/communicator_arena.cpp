@@ -8,6 +8,7 @@
 
 #include "tide/core/error.hpp"
 #include "tide/core/memory_model.hpp"
+#include "tide/program/memory_mode.hpp"
 
 namespace tide::program {
 namespace {
@@ -39,9 +40,7 @@ std::int64_t staging_bound(const std::vector<ArenaGroup>& groups) {
     in.grad_bytes = static_cast<int>(item_bytes(plan.layout().grad_dtype()));
     try {
       const MemoryModel m = evaluate_memory_model(in);
-      blocks =
-          std::max(blocks, plan.options().mode == RsMode::kSlotReuse ? m.slot_reuse_staging_blocks
-                                                                     : m.in_place_staging_blocks);
+      blocks = std::max(blocks, memory_mode(plan).staging_blocks(m));
     } catch (const InvalidArgument&) {
       return 0;
     }
