@@ -286,6 +286,7 @@ TEST(FaultInjection, SequenceFaultsShowAsExpected) {
   check_sequence_faults(2, 2);
   check_sequence_faults(3, 2);
   check_sequence_faults(5, 1);
+  check_sequence_faults(2, 4);
 }
 
 // --- Steps: several groups' calls through the lanes (training_step.hpp) -----------------------
