@@ -200,8 +200,8 @@ std::string fault_collective_mismatch(Fault fault, std::string_view collective) 
                       : it_is_a_fault_of(owner) + ", not one of the expert-parallel lane";
   }
   if (owner == "communicator") {
-    return "it breaks the ordering between the groups of one communicator (lane programs, "
-           "lanes.hpp)";
+    return "it breaks the ordering between the groups of one communicator (use tide simulate "
+           "step)";
   }
   return it_is_a_fault_of(owner);
 }

@@ -191,6 +191,12 @@ std::string step_fault_inapplicable(Fault fault, const std::vector<StepGroup>& g
       return "every rank signals the lane handoff after its slot's release, so the handoff "
              "orders the scatters after the landings' previous users (NOTE [lane handoff]); it "
              "shows on one call (tide simulate all-gather)";
+    case Fault::kLaneNoHandoff:
+      return topo.nodes() == 1 ? "on one node a call's own completion orders what the handoff "
+                                 "would (NOTE [lane handoff]; use --nodes 2 or more)"
+                               : "";
+    case Fault::kAgNoSlotRelease:
+      return "";
     case Fault::kAgNoCompletionFence:
       if (topo.gpus_per_node() == 1) {
         return "with one GPU per node the lane joins the call's own scatter before its layer "

@@ -196,7 +196,7 @@ class Simulate(unittest.TestCase):
             if fault["collective"] == "sequence":
                 continue  # one group's calls: tests/program/fault_injection_test.cpp
             if fault["collective"] == "communicator":
-                continue  # several groups of one arena: tests/program/lanes_test.cpp
+                continue  # several groups of one arena: test_step.py, lanes_test.cpp
             if fault["collective"] == "ep-all-gather":
                 topologies = [["all-gather", "-M", "5", "-L", "1", "--lane", "ep"],
                               ["all-gather", "-M", "8", "-L", "1", "--lane", "ep"]]

@@ -152,6 +152,25 @@ class StepFaults(unittest.TestCase):
                     self.assertTrue(out["fault_detected"], (fault, m, l, seed))
                     self.assertEqual(out["detected_by"], expected, (fault, m, l, seed))
 
+    def test_communicator_faults_are_caught(self):
+        # The runtime's step runs every group on one arena: without the lane handoff (across
+        # nodes) or a slot's release edge, the executor finds the race (NOTE [lane handoff]).
+        listed = subprocess.run([TIDE, "simulate", "--list-faults", "--json"],
+                                capture_output=True, text=True, check=True)
+        faults = {f["name"]: f["expected_detection"] for f in json.loads(listed.stdout)["faults"]
+                  if f["collective"] == "communicator"}
+        self.assertEqual(sorted(faults), ["ag-no-slot-release", "lane-no-handoff"])
+        for fault, expected in faults.items():
+            for m, l in ((2, 2), (3, 2), (5, 1)):
+                for seed in ("1", "2", "3"):
+                    out = run_json("-M", str(m), "-L", str(l), "--groups", GROUPS, "--inject",
+                                   fault, "--schedule-seed", seed)
+                    self.assertTrue(out["fault_detected"], (fault, m, l, seed))
+                    self.assertEqual(out["detected_by"], expected, (fault, m, l, seed))
+        result = run("-M", "1", "-L", "4", "--groups", GROUPS, "--inject", "lane-no-handoff")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--nodes 2", result.stderr)
+
     def test_call_order_is_a_mismatch_whatever_the_shapes(self):
         # The swapped reduce-scatters (groups 2 and 1) of unequal and of alike shapes are
         # reported as a call-order mismatch that names both calls, before the run.

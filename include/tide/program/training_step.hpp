@@ -54,8 +54,9 @@ struct StepOptions {
   // The reduce-scatter calls' options: alpha, accumulate, CTA budgets, landing style (the
   // runtime's are the defaults).
   RsProgramOptions reduce_scatter;
-  // A fault on every rank: a reduce-scatter or all-gather fault applies to every such call;
-  // kStepCallOrder swaps the first two reduce-scatters on the last rank.
+  // A fault on every rank: a reduce-scatter or all-gather fault applies to every such call,
+  // a communicator fault to the lanes (LaneProgramOptions); kStepCallOrder swaps the first two
+  // reduce-scatters on the last rank.
   Fault fault = Fault::kNone;
 };
 
