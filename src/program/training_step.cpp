@@ -144,15 +144,14 @@ StepProgram build_step_program(const std::vector<StepGroup>& groups, const StepO
   LaneProgramOptions lane_options;
   lane_options.fault = options.fault;
   LaneProgram lp = lane_program(placed.lanes, lane_calls(out.calls), lane_options);
+  const CommunicatorArena& arena = placed.arena;
   for (std::size_t k = 0; k < out.calls.size(); ++k) {
     StepCall& call = out.calls[k];
     call.output = lp.calls[k].output;
     call.tensor_base = lp.calls[k].first_tensor;
     call.done_event = lp.calls[k].done_event;
-    call.landing_slot = placed.arena
-                            .slots[static_cast<std::size_t>(
-                                placed.arena.slot_of[static_cast<std::size_t>(call.group)])]
-                            .id;
+    const int slot = arena.slot_of[static_cast<std::size_t>(call.group)];
+    call.landing_slot = arena.slots[static_cast<std::size_t>(slot)].id;
   }
   if (options.fault == Fault::kStepCallOrder) {
     // The last rank issues the first two reduce-scatters in the other order.
