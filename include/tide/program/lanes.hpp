@@ -30,12 +30,13 @@ namespace tide::program {
 // call that read or wrote it: a device-side barrier between consecutive calls of a lane,
 // with no host synchronisation. It costs each call its overlap with the previous call of the
 // lane, which in FSDP2 belongs to another group and is a layer's compute away. The two lanes
-// are independent (disjoint areas). The handoff subsumes the edges a group's own sequence
-// keeps between its calls (stage credits, bank e mod 2: the faults of collective "sequence"
-// show on a group's sequence alone) and, since each rank signals it after its slot's release,
-// an all-gather's wait for its landings to be published free. Landing slots are not lane areas: an
-// all-gather into a slot waits for the release of the slot's previous occupant (NOTE [runtime] 7),
-// here an event that the layer records when it is done with the parameters.
+// are independent (disjoint areas). Landing slots are not lane areas: an all-gather into a
+// slot waits for the release of the slot's previous occupant (NOTE [runtime] 7), here an
+// event that the layer records when it is done with the parameters, before its handoff.
+// The handoff thus subsumes the edges a group's own sequence keeps between its calls (stage
+// credits, bank e mod 2: the faults of collective "sequence" show on a group's sequence
+// alone) and, as every rank signals it after its slot's release, an all-gather's wait for the
+// local landings to be published free (ag-no-landing-readiness shows on a lone call).
 inline constexpr int kAllGatherHandoffWord = 0;  // signal words of every rank
 inline constexpr int kReduceScatterHandoffWord = 1;
 inline constexpr int kHandoffWords = 2;  // groups' sequences' words follow
