@@ -687,7 +687,8 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--dump", a->dump, "Write inputs and outputs as .npy plus manifest.json");
   cmd->add_option("--layers", a->layers, "step: how many times the layer group repeats")
       ->capture_default_str();
-  cmd->add_option("--ag-stages", a->ag_stages, "step: all-gather receive stages, 1 or 2")
+  cmd->add_option("--ag-stages", a->ag_stages,
+                  "step: all-gather receive stages (the runtime keeps 1)")
       ->capture_default_str();
   cmd->add_option("--groups", a->groups, "step: distinct groups' shapes, 'D0xK0,...;D0xK0,...'");
   cmd->add_option("--lane", a->lane,

@@ -1,9 +1,11 @@
 // `tide simulate step`: a training step's sequence of TIDE-AG and TIDE-RS calls (FSDP2
-// order, program/step.hpp) on the CPU reference executor, with every call's output checked
+// order, built from the runtime's own multi-call programs: program/training_step.hpp) on the
+// CPU reference executor, with every call's output checked
 // (all-gathers bit for bit against Eq. 2, reduce-scatters against TIDE's arithmetic order and
 // float64), or timing only; optionally with a fault.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -20,7 +22,7 @@
 #include "table.hpp"
 #include "tide/core/error.hpp"
 #include "tide/core/models.hpp"
-#include "tide/program/step.hpp"
+#include "tide/program/training_step.hpp"
 #include "tide/testing/checks.hpp"
 
 namespace tide::cli {
@@ -84,6 +86,7 @@ std::vector<NamedGroup> step_groups(const SimulateArgs& a) {
 void require_step_fits(const SimulateArgs& a, const Topology& topo,
                        const std::vector<NamedGroup>& named, DType ag_dtype, DType grad_dtype) {
   std::map<std::string, std::pair<ResourceEstimate, int>> distinct;
+  double building = 0;  // the largest sequence's build
   for (const NamedGroup& g : named) {
     std::string key;
     for (const ParamShape& p : g.params)
@@ -96,17 +99,22 @@ void require_step_fits(const SimulateArgs& a, const Topology& topo,
     ag_options.mixed_precision_cast = a.cast;
     const ResourceEstimate all_gather =
         estimate_all_gather(AgPlan(layout, ag_options), !a.timing_only, false);
+    const ResourceEstimate reduce_scatter =
+        estimate_reduce_scatter(RsPlan(layout, a.rs.options(layout)), !a.timing_only, false);
     ResourceEstimate& per_group = it->second.first;
     per_group += all_gather;
     per_group += all_gather;  // forward and backward
-    per_group +=
-        estimate_reduce_scatter(RsPlan(layout, a.rs.options(layout)), !a.timing_only, false);
+    per_group += reduce_scatter;
+    // Finding a sequence's templates holds 8 calls of every rank and their normalised copies
+    // (training_step.cpp): programs without the executor's state, about half its bytes per op.
+    building = std::max(building, 8 * std::max(all_gather.op_bytes, reduce_scatter.op_bytes));
   }
   ResourceEstimate total;
   for (const auto& [key, entry] : distinct) {
     for (int i = 0; i < entry.second; ++i)
       total += entry.first;
   }
+  total.op_bytes += building;
   const std::string what =
       fmt::format("tide simulate step of {} groups on M = {} x L = {}{}", named.size(), a.nodes,
                   a.gpus_per_node, a.timing_only ? " (timing only)" : " with data");
@@ -135,6 +143,12 @@ void simulate_step(const SimulateArgs& a) {
   if (!a.dump.empty()) throw InvalidArgument("--dump is for single calls; drop it for a step");
   if (a.baseline && a.cast) {
     throw InvalidArgument("--baseline models FSDP2's bf16 all-gather; drop --cast");
+  }
+  if (a.ag_stages != 1) {
+    throw InvalidArgument(
+        "--ag-stages " + std::to_string(a.ag_stages) +
+        ": the runtime keeps one all-gather receive stage per communicator, ordered by the lane "
+        "handoff (NOTE [communicator arena]); only 1");
   }
 
   const Topology topo(a.nodes, a.gpus_per_node);
@@ -177,7 +191,6 @@ void simulate_step(const SimulateArgs& a) {
   options.reduce_scatter = rs_program_options(a, topo.world());
   const program::RsProgramOptions& rs = options.reduce_scatter;
   options.fault = fault;
-  options.ag_stages = a.ag_stages;
   const program::StepProgram step = a.baseline ? program::build_fsdp2_step_program(groups, options)
                                                : program::build_step_program(groups, options);
   exec::ReferenceExecutor ex(step.program, exec::ExecutorOptions{a.timing_only});
@@ -196,8 +209,8 @@ void simulate_step(const SimulateArgs& a) {
       for (int r = 0; r < topo.world(); ++r) {
         if (a.cast || a.baseline) continue;  // the all-gather calls' tensors (below)
         const AgShard& shard = shards[g][static_cast<std::size_t>(r)];
-        auto bytes =
-            ex.input(Buffer{r, Space::kArena, 0}, step.arena.resident[g], layout.shard_bytes());
+        auto bytes = ex.input(Buffer{r, Space::kArena, 0}, step.arena.all_gather[g].resident,
+                              layout.shard_bytes());
         std::memcpy(bytes.data(), shard.packed.data(), bytes.size());
       }
     }

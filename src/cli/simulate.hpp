@@ -33,7 +33,7 @@ struct SimulateArgs {
   std::string expect_detection;  // overrides the injected fault's expected detection
   bool timing_only = false, json = false, list_faults = false, baseline = false;
   int layers = 2;                   // step: how many times the layer group repeats
-  int ag_stages = 2;                // step: all-gather receive stages (1 or 2)
+  int ag_stages = 1;                // step: all-gather receive stages (the runtime keeps 1)
   std::string groups;               // step: shape sets of distinct groups, "D0xK0,...;D0xK0,..."
   bool step_options_given = false;  // --layers or --ag-stages on the command line
   std::string lane;                 // "ep": the expert-parallel lane (App. F, program/ep_lane.hpp)

@@ -106,7 +106,6 @@ std::vector<CheckCase> make_cases(int world, std::uint64_t seed, bool quick) {
     step.mode = RsMode::kSlotReuse;
     step.grad = fp32;
     step.accumulate = true;
-    step.ag_stages = 1;
     add(testing::step_case(m, l, ++s, step));
     // Many odd parameters, and the model presets shrunk to fit the CPU reference.
     std::mt19937_64 rng(++s);

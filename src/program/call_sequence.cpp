@@ -13,7 +13,7 @@
 namespace tide::program {
 namespace {
 
-constexpr std::int64_t kAlign = 256;  // every area on a 256-byte boundary (as in step.cpp)
+constexpr std::int64_t kAlign = 256;  // every area on a 256-byte boundary
 std::int64_t aligned(std::int64_t x) {
   return (x + kAlign - 1) / kAlign * kAlign;
 }
@@ -273,13 +273,13 @@ AgSequenceAreas ag_sequence_areas(const AgPlan& plan, std::int64_t at) {
 }
 
 CallSequence ag_call_sequence(const AgPlan& plan, const AgSequenceAreas& areas,
-                              const SequenceOptions& options) {
+                              const SequenceOptions& options, Fault fault) {
   const int rounds = static_cast<int>(plan.rounds().size());
   // One AgShared per receive stage, each with its own stage-credit counters (as in a step).
   std::vector<AgShared> stages(2);
   stages[0].stage_credit = 0;
   stages[1].stage_credit = rounds;
-  CallBuilder build = [&plan, &areas, stages](int call, const CallPlacement& at) mutable {
+  CallBuilder build = [&plan, &areas, stages, fault](int call, const CallPlacement& at) mutable {
     AgArenaLayout layout;
     layout.resident = areas.resident;
     layout.stage = areas.stage[call % 2];
@@ -287,6 +287,7 @@ CallSequence ag_call_sequence(const AgPlan& plan, const AgSequenceAreas& areas,
     layout.arena_bytes = areas.bytes;
     AgProgramOptions o;
     o.consumer = false;  // the caller's stream orders the landing's users (runtime)
+    o.fault = fault;
     // One node casts or copies into the landing itself (NOTE [one-node TIDE-AG]): every call
     // follows the previous one's scatter, so the calls share one AgShared.
     const int stage = plan.one_node() ? 0 : call % 2;

@@ -5,9 +5,11 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "tide/core/error.hpp"
 #include "tide/core/memory_model.hpp"
+#include "tide/program/memory_mode.hpp"
 
 namespace tide::program {
 namespace {
@@ -50,9 +52,7 @@ std::optional<std::int64_t> staging_bound(const std::vector<ArenaGroup>& groups)
         ring_slot = std::max(ring_slot, m.staging_ring_bytes.value_or(0) / in.staging_slots);
         continue;
       }
-      blocks =
-          std::max(blocks, plan.options().mode == RsMode::kSlotReuse ? m.slot_reuse_staging_blocks
-                                                                     : m.in_place_staging_blocks);
+      blocks = std::max(blocks, memory_mode(plan).staging_blocks(m));
     } catch (const InvalidArgument&) {
       return std::nullopt;
     }
@@ -187,6 +187,31 @@ CommunicatorArena communicator_arena(const std::vector<ArenaGroup>& groups) {
   }
   a.bound_bytes = staging ? residents + stage_bound + slots_bound + *staging : 0;
   return a;
+}
+
+GroupSequences group_sequences(const std::vector<ArenaGroup>& groups,
+                               const CommunicatorArena& arena, std::size_t i,
+                               const RsProgramOptions& rs, Fault fault,
+                               const SequenceOptions& sequence) {
+  const ArenaGroup& g = groups.at(i);
+  const AgSequenceAreas& areas = arena.all_gather.at(i);
+  const std::string_view collective =
+      fault == Fault::kNone ? std::string_view() : fault_info(fault).collective;
+  const bool ag_fault = collective == "all-gather" || fault == Fault::kAgNoStageCredit;
+  RsProgramOptions rs_options = rs;
+  if (collective == "reduce-scatter" || fault == Fault::kRsBankReuse) rs_options.fault = fault;
+  GroupSequences out;
+  out.all_gather =
+      g.ep_all_gather
+          ? ep_ag_call_sequence(*g.all_gather,
+                                EpAgArenaLayout{areas.resident, areas.landing, areas.bytes},
+                                sequence)
+          : ag_call_sequence(*g.all_gather, areas, sequence, ag_fault ? fault : Fault::kNone);
+  out.reduce_scatter =
+      g.ep_reduce_scatter
+          ? ep_rs_call_sequence(g.reduce_scatter->layout(), arena.ep_reduce_scatter.at(i), sequence)
+          : rs_call_sequence(*g.reduce_scatter, rs_options, arena.reduce_scatter, sequence);
+  return out;
 }
 
 }  // namespace tide::program

@@ -73,12 +73,12 @@ const std::vector<FaultInfo>& fault_catalog() {
        Detection::kRace,
        "no edge from the peers' pulls (PEER_READS) to the release of the gradient area: it frees "
        "bytes the peers' pulls still read"},
-      {Fault::kAgNoStageCredit, "ag-no-stage-credit", "step", "Sec. 3.1 per-area credits (I3)",
+      {Fault::kAgNoStageCredit, "ag-no-stage-credit", "sequence", "Sec. 3.1 per-area credits (I3)",
        "put a round into a receive stage without the target's credit from the previous call",
        Detection::kRace,
        "no edge from the target's scatter of the previous call to the put: it overwrites "
        "receive-stage bytes that scatter still reads"},
-      {Fault::kRsBankReuse, "rs-bank-reuse", "step", "Sec. 5.2 bank alternation (I3)",
+      {Fault::kRsBankReuse, "rs-bank-reuse", "sequence", "Sec. 5.2 bank alternation (I3)",
        "sum into bank e mod 2 before call e - 2 sent its outbox and landed its spares",
        Detection::kRace,
        "no edge from call e-2's send and landing to call e's sum: it overwrites bank e mod 2 while "
@@ -189,6 +189,10 @@ std::string fault_collective_mismatch(Fault fault, std::string_view collective) 
   const std::string_view owner = fault_info(fault).collective;
   if (owner == collective) return "";
   if (owner == "step") return "it breaks a sequence of calls (use tide simulate step)";
+  if (owner == "sequence") {
+    return "it breaks a group's own sequence of calls, which a step's lane handoff covers (NOTE "
+           "[lane handoff]; it shows on a group's call sequence alone, call_sequence.hpp)";
+  }
   const bool lane_owner = owner.starts_with("ep-");
   if (lane_owner || collective.starts_with("ep-")) {
     return lane_owner ? "it is a fault of the expert-parallel lane's " +
@@ -196,8 +200,8 @@ std::string fault_collective_mismatch(Fault fault, std::string_view collective) 
                       : it_is_a_fault_of(owner) + ", not one of the expert-parallel lane";
   }
   if (owner == "communicator") {
-    return "it breaks the ordering between the groups of one communicator (lane programs, "
-           "lanes.hpp)";
+    return "it breaks the ordering between the groups of one communicator (use tide simulate "
+           "step)";
   }
   return it_is_a_fault_of(owner);
 }

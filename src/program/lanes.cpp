@@ -62,6 +62,7 @@ class LaneWriter {
     int output_base = 0;
     int fork_event = -1;  // >= 0: every stream of a rank starts after this event of the rank
     bool drop_waits = false;
+    int call = -1;  // Op::call of the template's ops (NOTE [call identities])
   };
 
   // Appends `t`; returns the event base it used. With a fork event, returns the join: each
@@ -74,6 +75,7 @@ class LaneWriter {
     std::map<std::pair<int, int>, bool> started;  // (rank, stream) -> forked
     for (std::size_t i = 0; i < t.program.ops.size(); ++i) {
       Op op = t.program.ops[i];
+      op.call = at.call;
       op.stream = stream(at.prefix + t.program.stream_names[static_cast<std::size_t>(op.stream)]);
       if (at.drop_waits && op.is<WaitOp>()) continue;
       if (Counter* c = counter_of(op)) {
@@ -164,6 +166,7 @@ LaneProgram lane_program(const std::vector<LaneGroup>& groups, const std::vector
   std::vector<std::vector<int>> earlier(2 * groups.size());  // per (group, collective)
   std::vector<int> handoffs[2];                              // per lane: its event bases
   std::map<int, int> released;                               // slot -> its release event
+  std::vector<CallIdentity> identities;                      // per call
   const int compute = w.stream("compute");
   for (const LaneCall& c : calls) {
     if (c.group < 0 || c.group >= static_cast<int>(groups.size())) {
@@ -197,6 +200,9 @@ LaneProgram lane_program(const std::vector<LaneGroup>& groups, const std::vector
     at.earlier = &mine;
     at.tensor_base = w.tensors();
     at.output_base = w.outputs();
+    at.call = static_cast<int>(out.calls.size());
+    identities.push_back(
+        CallIdentity{c.group, c.reduce_scatter ? "reduce-scatter" : "all-gather", g.name});
     // The handoff's template stream is the lane's caller stream.
     const CallTemplate& ht = handoff.for_call(static_cast<std::int64_t>(handoffs[lane].size()));
     CallTemplate renamed = ht;
@@ -218,6 +224,7 @@ LaneProgram lane_program(const std::vector<LaneGroup>& groups, const std::vector
       const int ready = w.event(), release = w.event();
       sizes.output_bytes = {g.landing_bytes};
       buffers.output = at.output_base;
+      buffers.done_event = ready;
       for (int r = 0; r < ranks; ++r) {
         w.program().ops.push_back(
             make_op(r, caller, "lane: parameters ready", EventRecordOp{ready}));
@@ -232,13 +239,19 @@ LaneProgram lane_program(const std::vector<LaneGroup>& groups, const std::vector
         w.program().ops.push_back(make_op(r, compute, "layer: release", EventRecordOp{release}));
       }
       released[g.landing_slot] = release;
-    } else if (!sizes.output_bytes.empty()) {
-      buffers.output = at.output_base;
+    } else {
+      if (!sizes.output_bytes.empty()) buffers.output = at.output_base;
+      buffers.done_event = w.event();
+      for (int r = 0; r < ranks; ++r) {
+        w.program().ops.push_back(
+            make_op(r, caller, "lane: call done", EventRecordOp{buffers.done_event}));
+      }
     }
     w.add_buffers(sizes);
     out.calls.push_back(buffers);
   }
   out.program = std::move(w.program());
+  out.program.calls.assign(static_cast<std::size_t>(ranks), identities);
   return out;
 }
 

@@ -257,18 +257,38 @@ struct Builder : Emitter {
     }
   }
 
+  // The phases of one rank's call, in the order the steps above number them. Each emits onto
+  // its own streams; build_rank calls them in the order the ops are listed.
   void build_rank(int rank) {
-    const int n = topo.node_of(rank);
-    const int me = topo.local_of(rank);
     const std::string who = "RS r" + std::to_string(rank) + " ";
+    entry(rank, who);                   // 1
+    read_phase(rank, who);              // 2-3
+    RoundWindow window{rank, who, {}};  // 4: rounds in flight across waves
+    for (const RsWave& wave : plan.waves()) {
+      send_wave(window, wave);      // 4
+      relay_wave(rank, who, wave);  // 5
+      land_wave(rank, who, wave);   // 6
+    }
+    finish_network(window);        // 4, 6: the last arrivals, LAND_DONE
+    grant_credits(rank, who);      // 7
+    release_gradients(rank, who);  // 8
+    // 9. completion in network order, on the landing stream: the caller stream never blocks,
+    // so the next call's read phase starts as soon as its gradients are ready (Sec. 5.2).
+    record_event(rank, land, ev(kDone), who + "reduce-scatter done");
+  }
 
-    // 1. caller: entry (in a step, after backward produced the gradients)
+  // 1. caller: entry (in a step, after backward produced the gradients)
+  void entry(int rank, const std::string& who) {
     if (at.entry_event >= 0) {
       wait_event(rank, caller, at.entry_event, who + "wait for the gradients");
     }
     record_event(rank, caller, ev(kEntry), who + "gradients ready");
+  }
 
-    // 2-3. read phase: pushes and sums
+  // 2-3. read phase: pushes and sums
+  void read_phase(int rank, const std::string& who) {
+    const int n = topo.node_of(rank);
+    const int me = topo.local_of(rank);
     wait_event(rank, push, ev(kEntry), who + "push after entry");
     wait_event(rank, sum, ev(kEntry), who + "sum after entry");
     reuse_bank(rank, who);
@@ -314,136 +334,168 @@ struct Builder : Emitter {
     }
     record_event(rank, push, ev(kPushDone), who + "pushes done");
     record_event(rank, sum, ev(kSumDone), who + "sums done");
+  }
 
-    // 4. network phase. Round i's sends follow round i - d's arrivals (d rounds in flight;
-    // d = 1 is lockstep); the last d rounds' arrivals are awaited after the last sends.
-    struct RoundArrivals {
-      int counter = 0;
-      int value = 0;
-      int index = 0;
-    };
+  // 4. network phase. Round i's sends follow round i - d's arrivals (d rounds in flight;
+  // d = 1 is lockstep); the last d rounds' arrivals are awaited after the last sends.
+  struct RoundArrivals {
+    int counter = 0;
+    int value = 0;
+    int index = 0;
+  };
+  struct RoundWindow {
+    int rank = 0;
+    std::string who;
     std::vector<RoundArrivals> unobserved;
+  };
+
+  void observe_oldest(RoundWindow& w) {
+    const RoundArrivals a = w.unobserved.front();
+    w.unobserved.erase(w.unobserved.begin());
+    WaitOp* arrivals = wait(w.rank, net, a.counter, a.value,
+                            w.who + "round " + std::to_string(a.index) + " arrivals");
+    if (arrivals != nullptr) arrivals->network_round = true;
+  }
+
+  void send_wave(RoundWindow& w, const RsWave& wave) {
+    const int rank = w.rank;
+    const std::string& who = w.who;
+    const int n = topo.node_of(rank);
+    const int me = topo.local_of(rank);
     const std::size_t in_flight =
         static_cast<std::size_t>(std::max(1, plan.options().rounds_in_flight));
-    auto observe_oldest = [&] {
-      const RoundArrivals a = unobserved.front();
-      unobserved.erase(unobserved.begin());
-      WaitOp* arrivals = wait(rank, net, a.counter, a.value,
-                              who + "round " + std::to_string(a.index) + " arrivals");
-      if (arrivals != nullptr) arrivals->network_round = true;
-    };
-    for (const RsWave& wave : plan.waves()) {
-      const int g = wave.index;
-      const int remote = std::min(wave.last_contributor, m - 1) - wave.first_contributor + 1;
-      if (uses_before[static_cast<std::size_t>(g)] > 0 && remote > 0 &&
-          !injected(Fault::kRsInboxReuse)) {
-        wait(rank, net, credit_of(g), remote, who + "inbox credits for wave " + std::to_string(g));
-      }
-      int arrived_so_far = 0;
-      for (int r = 0; r < wave.round_count; ++r) {
-        const RsRound& round = plan.rounds()[static_cast<std::size_t>(wave.first_round + r)];
-        for (int c = round.first_contributor; c < round.first_contributor + round.width; ++c) {
-          const int destination = wave.pass * (m - 1) + c;
-          const int t = mod(n + c, m);
-          const int s = plan.sub_slice(me, c);
-          if (!injected(Fault::kRsSendBeforeSum)) {
-            wait(rank, net, summed(), destination, who + "sum of J" + std::to_string(destination));
-          }
-          auto& put =
-              add<RailPutOp>(rank, net,
-                             who + "put J" + std::to_string(destination) + " -> r" +
-                                 std::to_string(topo.rank(t, me)) + " block " + std::to_string(s));
-          put.copies = {CopyDescriptor{
-              arena(rank, outbox_block(destination), live(wave.pass, s) * 4, e_pass * 4, rows),
-              arena(topo.rank(t, me), inbox_block(wave.generation, s), live(wave.pass, s) * 4,
-                    e_pass * 4, rows)}};
-          put.counter = Counter{topo.rank(t, me), arrived(g)};
-          put.value = 1;
-          signal(rank, net, rank, sent(), who + "sent J" + std::to_string(destination));
+    const int g = wave.index;
+    const int remote = std::min(wave.last_contributor, m - 1) - wave.first_contributor + 1;
+    if (uses_before[static_cast<std::size_t>(g)] > 0 && remote > 0 &&
+        !injected(Fault::kRsInboxReuse)) {
+      wait(rank, net, credit_of(g), remote, who + "inbox credits for wave " + std::to_string(g));
+    }
+    int arrived_so_far = 0;
+    for (int r = 0; r < wave.round_count; ++r) {
+      const RsRound& round = plan.rounds()[static_cast<std::size_t>(wave.first_round + r)];
+      for (int c = round.first_contributor; c < round.first_contributor + round.width; ++c) {
+        const int destination = wave.pass * (m - 1) + c;
+        const int t = mod(n + c, m);
+        const int s = plan.sub_slice(me, c);
+        if (!injected(Fault::kRsSendBeforeSum)) {
+          wait(rank, net, summed(), destination, who + "sum of J" + std::to_string(destination));
         }
-        arrived_so_far += round.width;
-        unobserved.push_back({arrived(g), arrived_so_far, round.index});
-        if (unobserved.size() >= in_flight) observe_oldest();
+        auto& put =
+            add<RailPutOp>(rank, net,
+                           who + "put J" + std::to_string(destination) + " -> r" +
+                               std::to_string(topo.rank(t, me)) + " block " + std::to_string(s));
+        put.copies = {CopyDescriptor{
+            arena(rank, outbox_block(destination), live(wave.pass, s) * 4, e_pass * 4, rows),
+            arena(topo.rank(t, me), inbox_block(wave.generation, s), live(wave.pass, s) * 4,
+                  e_pass * 4, rows)}};
+        put.counter = Counter{topo.rank(t, me), arrived(g)};
+        put.value = 1;
+        signal(rank, net, rank, sent(), who + "sent J" + std::to_string(destination));
       }
+      arrived_so_far += round.width;
+      w.unobserved.push_back({arrived(g), arrived_so_far, round.index});
+      if (w.unobserved.size() >= in_flight) observe_oldest(w);
+    }
+  }
 
-      // 5. relay: this GPU's part of the wave is in place
-      wait(rank, relay, arrived(g), remote, who + "wave " + std::to_string(g) + " arrived");
-      if (wave.has_own_node) {
-        wait_event(rank, relay, own_done(wave.pass), who + "own partial ready");
-      }
-      if (options.landing == LandingStyle::kSwitchReduce) {
-        wait(rank, relay, inbox_free(wave.generation),
-             std::int64_t{l} * uses_before[static_cast<std::size_t>(g)],
-             who + "generation free for zeroing");
-        for (int s = 0; s < l; ++s) {
-          if (((wave.zeroed_blocks[static_cast<std::size_t>(me)] >> s) & 1u) &&
-              !injected(Fault::kRsNoStaleZeroing)) {
-            auto& zero = add<ZeroOp>(rank, relay, who + "zero stale block " + std::to_string(s));
-            zero.dst = arena(rank, inbox_block(wave.generation, s), areas.block_bytes,
-                             areas.block_bytes, 1);
-          }
-        }
-        if (wave.has_own_node) {
-          auto& copy = add<CopyOp>(rank, relay, who + "own spare -> inbox");
-          copy.copies = {CopyDescriptor{
-              arena(rank, spare(wave.pass), live(wave.pass, me) * 4, e_pass * 4, rows),
-              arena(rank, inbox_block(wave.generation, me), live(wave.pass, me) * 4, e_pass * 4,
-                    rows)}};
-        }
-      }
-      for (int k = 0; k < l; ++k) {
-        signal(rank, relay, topo.rank(n, k), wave_ready(g),
-               who + "wave " + std::to_string(g) + " ready here");
-      }
-
-      // 6. landing of this rank's output
-      if (!injected(Fault::kRsLandBeforeArrival)) {
-        wait(rank, land, wave_ready(g), l, who + "wave " + std::to_string(g) + " ready on node");
-      }
+  // 5. relay: this GPU's part of the wave is in place
+  void relay_wave(int rank, const std::string& who, const RsWave& wave) {
+    const int n = topo.node_of(rank);
+    const int me = topo.local_of(rank);
+    const int g = wave.index;
+    const int remote = std::min(wave.last_contributor, m - 1) - wave.first_contributor + 1;
+    wait(rank, relay, arrived(g), remote, who + "wave " + std::to_string(g) + " arrived");
+    if (wave.has_own_node) {
+      wait_event(rank, relay, own_done(wave.pass), who + "own partial ready");
+    }
+    if (options.landing == LandingStyle::kSwitchReduce) {
+      wait(rank, relay, inbox_free(wave.generation),
+           std::int64_t{l} * uses_before[static_cast<std::size_t>(g)],
+           who + "generation free for zeroing");
       for (int s = 0; s < l; ++s) {
-        // This rank's elements of sub-slice s: one run (row me across ranks, all of s = me
-        // per rank), or one per parameter piece node-contiguous (NOTE [sub-slice geometry]).
-        for (const RsLandingRun& run : plan.landing_runs(wave.pass, s, me)) {
-          auto& op = add<LandOp>(rank, land,
-                                 who + "land wave " + std::to_string(g) + " s" + std::to_string(s));
-          const std::int64_t bytes = run.length * 4;
-          op.dst =
-              Region{Buffer{rank, Space::kOutput, at.output}, run.span_offset * 4, bytes, bytes, 1};
-          op.wave_index = wave.wave_in_pass;
-          op.accumulate = options.accumulate;
-          op.ctas = options.landing_ctas;
-          const std::int64_t at_run = (run.row * e_pass + run.column) * 4;
-          if (options.landing == LandingStyle::kSwitchReduce) {
-            for (int k = 0; k < l; ++k) {
-              op.sources.push_back(arena(topo.rank(n, k), inbox_block(wave.generation, s) + at_run,
-                                         bytes, bytes, 1));
-            }
-          } else {
-            for (int c = wave.first_contributor; c <= wave.last_contributor; ++c) {
-              const int gpu = plan.destination_gpu(s, c);
-              const std::int64_t from = c == m ? spare(wave.pass) : inbox_block(wave.generation, s);
-              op.sources.push_back(arena(topo.rank(n, gpu), from + at_run, bytes, bytes, 1));
-            }
-          }
-          if (injected(Fault::kRsLandTwice)) op.sources.push_back(op.sources.front());
+        if (((wave.zeroed_blocks[static_cast<std::size_t>(me)] >> s) & 1u) &&
+            !injected(Fault::kRsNoStaleZeroing)) {
+          auto& zero = add<ZeroOp>(rank, relay, who + "zero stale block " + std::to_string(s));
+          zero.dst =
+              arena(rank, inbox_block(wave.generation, s), areas.block_bytes, areas.block_bytes, 1);
         }
       }
-      for (int k = 0; k < l; ++k) {
-        signal(rank, land, topo.rank(n, k), inbox_free(wave.generation),
-               who + "landed wave " + std::to_string(g));
+      if (wave.has_own_node) {
+        auto& copy = add<CopyOp>(rank, relay, who + "own spare -> inbox");
+        copy.copies = {
+            CopyDescriptor{arena(rank, spare(wave.pass), live(wave.pass, me) * 4, e_pass * 4, rows),
+                           arena(rank, inbox_block(wave.generation, me), live(wave.pass, me) * 4,
+                                 e_pass * 4, rows)}};
       }
     }
-    while (!unobserved.empty())
-      observe_oldest();
-    record_event(rank, net, ev(kNetDone), who + "outbox bank sent");
+    for (int k = 0; k < l; ++k) {
+      signal(rank, relay, topo.rank(n, k), wave_ready(g),
+             who + "wave " + std::to_string(g) + " ready here");
+    }
+  }
+
+  // 6. landing of this rank's output (Level 2)
+  void land_wave(int rank, const std::string& who, const RsWave& wave) {
+    const int n = topo.node_of(rank);
+    const int me = topo.local_of(rank);
+    const int g = wave.index;
+    if (!injected(Fault::kRsLandBeforeArrival)) {
+      wait(rank, land, wave_ready(g), l, who + "wave " + std::to_string(g) + " ready on node");
+    }
+    for (int s = 0; s < l; ++s) {
+      // This rank's elements of sub-slice s: one run (row me across ranks, all of s = me
+      // per rank), or one per parameter piece node-contiguous (NOTE [sub-slice geometry]).
+      for (const RsLandingRun& run : plan.landing_runs(wave.pass, s, me)) {
+        auto& op = add<LandOp>(rank, land,
+                               who + "land wave " + std::to_string(g) + " s" + std::to_string(s));
+        const std::int64_t bytes = run.length * 4;
+        op.dst =
+            Region{Buffer{rank, Space::kOutput, at.output}, run.span_offset * 4, bytes, bytes, 1};
+        op.wave_index = wave.wave_in_pass;
+        op.accumulate = options.accumulate;
+        op.ctas = options.landing_ctas;
+        const std::int64_t at_run = (run.row * e_pass + run.column) * 4;
+        if (options.landing == LandingStyle::kSwitchReduce) {
+          for (int k = 0; k < l; ++k) {
+            op.sources.push_back(
+                arena(topo.rank(n, k), inbox_block(wave.generation, s) + at_run, bytes, bytes, 1));
+          }
+        } else {
+          for (int c = wave.first_contributor; c <= wave.last_contributor; ++c) {
+            const int gpu = plan.destination_gpu(s, c);
+            const std::int64_t from = c == m ? spare(wave.pass) : inbox_block(wave.generation, s);
+            op.sources.push_back(arena(topo.rank(n, gpu), from + at_run, bytes, bytes, 1));
+          }
+        }
+        if (injected(Fault::kRsLandTwice)) op.sources.push_back(op.sources.front());
+      }
+    }
+    for (int k = 0; k < l; ++k) {
+      signal(rank, land, topo.rank(n, k), inbox_free(wave.generation),
+             who + "landed wave " + std::to_string(g));
+    }
+  }
+
+  // 4 and 6, after the last wave: the arrivals still unobserved, the bank sent, the landings
+  // done.
+  void finish_network(RoundWindow& w) {
+    const int rank = w.rank;
+    const int n = topo.node_of(rank);
+    while (!w.unobserved.empty())
+      observe_oldest(w);
+    record_event(rank, net, ev(kNetDone), w.who + "outbox bank sent");
     for (int k = 0; k < l; ++k) {
       signal(rank, land, topo.rank(n, k), shared.landings_done,
-             who + "landings done -> GPU " + std::to_string(topo.rank(n, k)));
+             w.who + "landings done -> GPU " + std::to_string(topo.rank(n, k)));
     }
-    record_event(rank, land, ev(kLandDone), who + "landings done");
+    record_event(rank, land, ev(kLandDone), w.who + "landings done");
+  }
 
-    // 7. credits: a wave that reuses an inbox generation (in this call or after an earlier
-    // one) gets one from each of its targets once all L landings there read the previous use.
+  // 7. credits: a wave that reuses an inbox generation (in this call or after an earlier
+  // one) gets one from each of its targets once all L landings there read the previous use.
+  void grant_credits(int rank, const std::string& who) {
+    const int n = topo.node_of(rank);
+    const int me = topo.local_of(rank);
     for (const RsWave& wave : plan.waves()) {
       const int g = wave.index;
       const int uses = uses_before[static_cast<std::size_t>(g)];
@@ -455,8 +507,10 @@ struct Builder : Emitter {
                who + "credit wave " + std::to_string(g));
       }
     }
+  }
 
-    // 8. host: read completion and release
+  // 8. host: read completion and release
+  void release_gradients(int rank, const std::string& who) {
     if (!injected(Fault::kRsReleaseBeforeRead)) {
       wait_event(rank, host, ev(kPushDone), who + "pushes finished");
       wait_event(rank, host, ev(kSumDone), who + "sums finished");
@@ -468,10 +522,6 @@ struct Builder : Emitter {
       release.dst =
           Region{gradient(rank, p), 0, pl.rows * pl.cols * b_grad, pl.rows * pl.cols * b_grad, 1};
     }
-
-    // 9. completion in network order, on the landing stream: the caller stream never blocks,
-    // so the next call's read phase starts as soon as its gradients are ready (Sec. 5.2).
-    record_event(rank, land, ev(kDone), who + "reduce-scatter done");
   }
 };
 

@@ -45,6 +45,7 @@
 
 #include "tide/core/error.hpp"
 #include "tide/program/emitter.hpp"
+#include "tide/program/memory_mode.hpp"
 
 namespace tide::program {
 namespace {
@@ -298,7 +299,7 @@ struct OneNodeBuilder : Emitter {
 }  // namespace
 
 bool rs_one_node_pull(const RsPlan& plan) {
-  return plan.one_node() && plan.options().mode == RsMode::kSlotReuse &&
+  return plan.one_node() && memory_mode(plan).gradients_in_vacated_slot &&
          plan.options().one_node_pull;
 }
 

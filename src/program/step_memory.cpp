@@ -1,8 +1,9 @@
 // What a training step's collectives hold per GPU at their peak, as each system holds it
-// (NOTE [step memory] in step.hpp).
+// (NOTE [step memory] in training_step.hpp).
 #include <algorithm>
 
-#include "tide/program/step.hpp"
+#include "tide/program/memory_mode.hpp"
+#include "tide/program/training_step.hpp"
 
 namespace tide::program {
 namespace {
@@ -20,7 +21,7 @@ std::int64_t gradient_bytes(const GroupLayout& layout) {
 std::int64_t tide_step_held_bytes(const std::vector<StepGroup>& groups, std::int64_t arena_bytes) {
   std::int64_t previous_gradients = 0;
   for (const StepGroup& g : groups) {
-    if (g.reduce_scatter->options().mode == RsMode::kInPlace) {
+    if (memory_mode(*g.reduce_scatter).holds_previous_gradients) {
       previous_gradients = std::max(previous_gradients, gradient_bytes(g.reduce_scatter->layout()));
     }
   }

@@ -38,22 +38,6 @@ SequenceState sequence_state(program::CallSequence sequence, int first_counter, 
   return s;
 }
 
-// The group's two call sequences in `arena` (it is group `i` there): the expert-parallel
-// lane's where the group runs on it (NOTE [runtime] 11), else TIDE-AG's and TIDE-RS's.
-std::pair<program::CallSequence, program::CallSequence> sequences_of(
-    const Group& g, const program::CommunicatorArena& arena, std::size_t i) {
-  const program::AgSequenceAreas& areas = arena.all_gather[i];
-  program::CallSequence ag =
-      g.ep_all_gather
-          ? program::ep_ag_call_sequence(
-                g.ag, program::EpAgArenaLayout{areas.resident, areas.landing, areas.bytes})
-          : program::ag_call_sequence(g.ag, areas);
-  program::CallSequence rs =
-      g.ep_reduce_scatter ? program::ep_rs_call_sequence(g.layout, arena.ep_reduce_scatter[i])
-                          : program::rs_call_sequence(g.rs, {}, arena.reduce_scatter);
-  return {std::move(ag), std::move(rs)};
-}
-
 program::ArenaGroup arena_group(const Group& g, int landing_slot) {
   program::ArenaGroup a{&g.ag, &g.rs, landing_slot};
   a.ep_all_gather = g.ep_all_gather;
@@ -102,7 +86,8 @@ std::unique_ptr<Group> make_group(int index, const GroupSpec& spec, const Topolo
   choose_lanes(*g, ep);
   // Registration refuses what cannot run: the sequences on an arena of the group's own
   // (place_groups builds them again in the communicator's arena).
-  (void)sequences_of(*g, program::communicator_arena({arena_group(*g, -1)}), 0);
+  const std::vector<program::ArenaGroup> alone = {arena_group(*g, -1)};
+  (void)program::group_sequences(alone, program::communicator_arena(alone), 0);
 
   GroupInfo& info = g->info;
   info.name = spec.name;
@@ -129,12 +114,15 @@ program::CommunicatorArena arena_of(const std::vector<std::unique_ptr<Group>>& g
 
 int place_groups(const std::vector<std::unique_ptr<Group>>& groups,
                  const program::CommunicatorArena& arena, int first_counter, int rank) {
+  std::vector<program::ArenaGroup> list;
+  for (const auto& g : groups)
+    list.push_back(arena_group(*g, g->spec.landing_slot));
   int counter = first_counter;
   for (std::size_t i = 0; i < groups.size(); ++i) {
     Group& g = *groups[i];
     g.ag_areas = arena.all_gather[i];
     g.slot = arena.slot_of[i];
-    auto [ag_seq, rs_seq] = sequences_of(g, arena, i);
+    auto [ag_seq, rs_seq] = program::group_sequences(list, arena, i);
     const int rs_first = counter + ag_seq.counters;
     g.all_gathers = sequence_state(std::move(ag_seq), counter, rank);
     g.reduce_scatters = sequence_state(std::move(rs_seq), rs_first, rank);

@@ -9,7 +9,7 @@
 #include "tide/exec/reference_executor.hpp"
 #include "tide/program/ag_builder.hpp"
 #include "tide/program/rs_builder.hpp"
-#include "tide/program/step.hpp"
+#include "tide/program/training_step.hpp"
 
 namespace tide::testing {
 
@@ -136,17 +136,15 @@ CollectiveCase step_case(int m, int l, std::uint64_t seed, const StepCaseOptions
   options.reduce_scatter.alpha = 1.0f / static_cast<float>(topo.world());
   options.reduce_scatter.accumulate = o.accumulate;
   options.reduce_scatter.sum_ctas = 3;
-  options.ag_stages = o.ag_stages;
   program::StepProgram step = program::build_step_program(groups, options);
   CollectiveCase c;
   c.name = "step " + topology_name(m, l) + " " + std::string(mode_name(o.mode)) + " " +
-           std::string(dtype_name(o.grad)) + (o.accumulate ? " accumulate" : "") +
-           " stages=" + std::to_string(o.ag_stages);
+           std::string(dtype_name(o.grad)) + (o.accumulate ? " accumulate" : "");
   for (std::size_t g = 0; g < layouts.size(); ++g) {
     for (int r = 0; r < topo.world(); ++r) {
       const auto shard = random_values(rng, layouts[g].shard_bytes() / 2, DType::kBf16);
-      c.inputs.push_back(
-          {Buffer{r, Space::kArena, 0}, step.arena.resident[g], bytes_of(shard, DType::kBf16)});
+      c.inputs.push_back({Buffer{r, Space::kArena, 0}, step.arena.all_gather[g].resident,
+                          bytes_of(shard, DType::kBf16)});
     }
   }
   for (const program::StepCall& call : step.calls) {

@@ -192,9 +192,11 @@ class Simulate(unittest.TestCase):
             self.assertIn(fault["expected_detection"], classes, fault["name"])
             self.assertTrue(fault["mechanism"], fault["name"])
             if fault["collective"] == "step":
-                continue  # sequences of calls: tests/cli/test_step.py
+                continue  # several groups' calls: tests/cli/test_step.py
+            if fault["collective"] == "sequence":
+                continue  # one group's calls: tests/program/fault_injection_test.cpp
             if fault["collective"] == "communicator":
-                continue  # several groups of one arena: tests/program/lanes_test.cpp
+                continue  # several groups of one arena: test_step.py, lanes_test.cpp
             if fault["collective"] == "ep-all-gather":
                 topologies = [["all-gather", "-M", "5", "-L", "1", "--lane", "ep"],
                               ["all-gather", "-M", "8", "-L", "1", "--lane", "ep"]]

@@ -1,5 +1,6 @@
 """End-to-end tests of `tide simulate step`: a training step's TIDE-AG and TIDE-RS calls in
-FSDP2 order on the CPU reference executor, sharing one arena per rank (program/step.hpp).
+FSDP2 order on the CPU reference executor, as the runtime builds them: one communicator arena per
+rank, each group's call sequences, the lanes' handoffs (program/training_step.hpp).
 
 Run through CTest, or directly: python3 tests/cli/test_step.py path/to/tide
 """
@@ -115,19 +116,33 @@ class StepData(unittest.TestCase):
             backward += [("all-gather", False, f"--shapes {g}"),
                          ("reduce-scatter", False, f"--shapes {g}")]
         self.assertEqual(calls, forward + backward)
-        # The a-th all-gather lands in ring slot a mod 2 (App. F).
-        slots = [c["landing_slot"] for c in out["calls"] if c["kind"] == "all-gather"]
-        self.assertEqual(slots, [0, 1, 0, 1, 0, 1])
+        # Each all-gather lands in its group's ring slot, g mod 2 in forward order (App. F, NOTE
+        # [communicator arena]): consecutive all-gathers of different groups alternate slots.
+        gathers = [(c["group"], c["landing_slot"]) for c in out["calls"]
+                   if c["kind"] == "all-gather"]
+        self.assertEqual([slot for _, slot in gathers], [0, 1, 0, 0, 1, 0])
+        for (g, a), (h, b) in zip(gathers, gathers[1:]):
+            if g != h:
+                self.assertNotEqual(a, b, (g, h))
 
 
 class StepFaults(unittest.TestCase):
     def test_every_step_fault_is_caught(self):
         listed = subprocess.run([TIDE, "simulate", "--list-faults", "--json"],
                                 capture_output=True, text=True, check=True)
-        faults = {f["name"]: f["expected_detection"] for f in json.loads(listed.stdout)["faults"]
-                  if f["collective"] == "step"}
-        self.assertEqual(sorted(faults),
-                         ["ag-no-stage-credit", "rs-bank-reuse", "step-call-order"])
+        catalog = json.loads(listed.stdout)["faults"]
+        faults = {f["name"]: f["expected_detection"] for f in catalog if f["collective"] == "step"}
+        self.assertEqual(sorted(faults), ["step-call-order"])
+        # A group's own credits across its calls (stage credits, bank e mod 2) are subsumed by
+        # the lane handoff in a step; their faults show on a group's call sequence alone, on
+        # these topologies and seeds (tests/program/fault_injection_test.cpp,
+        # SequenceFaultsShowAsExpected), and a step refuses them.
+        sequence = sorted(f["name"] for f in catalog if f["collective"] == "sequence")
+        self.assertEqual(sequence, ["ag-no-stage-credit", "rs-bank-reuse"])
+        for fault in sequence:
+            result = run("-M", "3", "-L", "2", "--groups", GROUPS, "--inject", fault)
+            self.assertEqual(result.returncode, 2, fault)
+            self.assertIn("lane handoff", result.stderr, fault)
         # Each on three schedule seeds and three topologies, by its own mechanism.
         for fault, expected in faults.items():
             for m, l in ((2, 2), (3, 2), (5, 1)):
@@ -136,6 +151,25 @@ class StepFaults(unittest.TestCase):
                                    fault, "--schedule-seed", seed)
                     self.assertTrue(out["fault_detected"], (fault, m, l, seed))
                     self.assertEqual(out["detected_by"], expected, (fault, m, l, seed))
+
+    def test_communicator_faults_are_caught(self):
+        # The runtime's step runs every group on one arena: without the lane handoff (across
+        # nodes) or a slot's release edge, the executor finds the race (NOTE [lane handoff]).
+        listed = subprocess.run([TIDE, "simulate", "--list-faults", "--json"],
+                                capture_output=True, text=True, check=True)
+        faults = {f["name"]: f["expected_detection"] for f in json.loads(listed.stdout)["faults"]
+                  if f["collective"] == "communicator"}
+        self.assertEqual(sorted(faults), ["ag-no-slot-release", "lane-no-handoff"])
+        for fault, expected in faults.items():
+            for m, l in ((2, 2), (3, 2), (5, 1)):
+                for seed in ("1", "2", "3"):
+                    out = run_json("-M", str(m), "-L", str(l), "--groups", GROUPS, "--inject",
+                                   fault, "--schedule-seed", seed)
+                    self.assertTrue(out["fault_detected"], (fault, m, l, seed))
+                    self.assertEqual(out["detected_by"], expected, (fault, m, l, seed))
+        result = run("-M", "1", "-L", "4", "--groups", GROUPS, "--inject", "lane-no-handoff")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--nodes 2", result.stderr)
 
     def test_call_order_is_a_mismatch_whatever_the_shapes(self):
         # The swapped reduce-scatters (groups 2 and 1) of unequal and of alike shapes are
@@ -156,19 +190,28 @@ class StepFaults(unittest.TestCase):
 
     def test_single_call_faults_inside_a_step_are_caught(self):
         for fault in ("rs-staging-reuse", "rs-release-before-read", "ag-no-completion-fence",
-                      "ag-no-landing-readiness"):
+                      "ag-scatter-before-arrival"):
             out = run_json("-M", "3", "-L", "2", "--groups", GROUPS, "--inject", fault)
             self.assertTrue(out["fault_detected"], fault)
             self.assertEqual(out["detected_by"], out["expected_detection"], fault)
+        # Every rank signals the lane handoff after its slot's release, so in a step the
+        # handoff orders the scatters after the landings' previous users: refused here, shown
+        # on one call (tests/cli/test_cli.py).
+        result = run("-M", "3", "-L", "2", "--groups", GROUPS, "--inject",
+                     "ag-no-landing-readiness")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("tide simulate all-gather", result.stderr)
 
     def test_inapplicable_step_fault_is_refused(self):
-        result = run("-M", "2", "-L", "2", "--shapes", "37x5", "--layers", "2", "--inject",
-                     "rs-bank-reuse")
+        for fault in ("rs-bank-reuse", "ag-no-stage-credit"):  # a group's own calls
+            result = run("-M", "2", "-L", "2", "--shapes", "37x5", "--layers", "3", "--inject",
+                         fault)
+            self.assertEqual(result.returncode, 2, fault)
+            self.assertIn("call_sequence.hpp", result.stderr, fault)
+        result = run("-M", "3", "-L", "1", "--shapes", "37x5", "--inject",
+                     "ag-no-completion-fence")
         self.assertEqual(result.returncode, 2)
-        self.assertIn("--layers 3", result.stderr)
-        result = run("-M", "1", "-L", "4", "--shapes", "37x5", "--inject", "ag-no-stage-credit")
-        self.assertEqual(result.returncode, 2)
-        self.assertIn("--nodes 2", result.stderr)
+        self.assertIn("--gpus-per-node 2", result.stderr)
         result = run("-M", "2", "-L", "2", "--shapes", "37x5", "--layers", "1", "--inject",
                      "step-call-order")
         self.assertEqual(result.returncode, 2)
@@ -176,7 +219,7 @@ class StepFaults(unittest.TestCase):
 
     def test_step_fault_refused_by_single_call(self):
         result = subprocess.run([TIDE, "simulate", "reduce-scatter", "--shapes", "37x5",
-                                 "--inject", "rs-bank-reuse"], capture_output=True, text=True)
+                                 "--inject", "step-call-order"], capture_output=True, text=True)
         self.assertEqual(result.returncode, 2)
         self.assertIn("tide simulate step", result.stderr)
 

@@ -21,7 +21,7 @@
 #include "tide/fabric/virtual_fabric.hpp"
 #include "tide/program/ag_builder.hpp"
 #include "tide/program/rs_builder.hpp"
-#include "tide/program/step.hpp"
+#include "tide/program/training_step.hpp"
 #include "tide/testing/cases.hpp"
 
 namespace tide {
@@ -625,33 +625,32 @@ TEST(CudaExecutor, ModelPresetGroupsShrunk) {
   }
 }
 
-// A training step (program/step.hpp): three distinct groups, forward all-gathers then
-// backward all-gathers and reduce-scatters in FSDP2 order, every call's output on every rank
-// bitwise equal to the reference executor's; three runs of one executor identical.
-Case step_case(int m, int l, RsMode mode, DType grad, bool accumulate, int ag_stages,
-               std::uint64_t seed) {
+// A training step (program/training_step.hpp, the runtime's multi-call programs): three
+// distinct groups, forward all-gathers then backward all-gathers and reduce-scatters in FSDP2
+// order, every call's output on every rank bitwise equal to the reference executor's; three
+// runs of one executor identical.
+Case step_case(int m, int l, RsMode mode, DType grad, bool accumulate, std::uint64_t seed) {
   testing::StepCaseOptions o;
   o.mode = mode;
   o.grad = grad;
   o.accumulate = accumulate;
-  o.ag_stages = ag_stages;
   return testing::step_case(m, l, seed, o);
 }
 
 TEST(CudaExecutorCheck, AcceptsStepPrograms) {
   EXPECT_NO_THROW(
-      CudaExecutor::check(step_case(2, 4, RsMode::kSlotReuse, DType::kFp32, true, 2, 5).program));
+      CudaExecutor::check(step_case(2, 4, RsMode::kSlotReuse, DType::kFp32, true, 5).program));
 }
 
 TEST(CudaExecutor, StepProgramThreeGroupsEveryCallBitwise) {
   TIDE_REQUIRE_GPU();
-  run_case(step_case(2, 2, RsMode::kInPlace, DType::kBf16, false, 2, 5001), 3);
-  run_case(step_case(2, 4, RsMode::kSlotReuse, DType::kFp32, true, 2, 5002), 3);
-  run_case(step_case(3, 2, RsMode::kSlotReuse, DType::kBf16, true, 1, 5003), 3);
-  run_case(step_case(1, 8, RsMode::kInPlace, DType::kFp32, false, 2, 5004), 3);
-  run_case(step_case(4, 1, RsMode::kInPlace, DType::kBf16, true, 1, 5005), 3);
-  run_case(step_case(8, 8, RsMode::kSlotReuse, DType::kBf16, false, 2, 5006), 2);
-  run_case(step_case(2, 4, RsMode::kSlotReuse, DType::kFp32, true, 2, 5007), 2);
+  run_case(step_case(2, 2, RsMode::kInPlace, DType::kBf16, false, 5001), 3);
+  run_case(step_case(2, 4, RsMode::kSlotReuse, DType::kFp32, true, 5002), 3);
+  run_case(step_case(3, 2, RsMode::kSlotReuse, DType::kBf16, true, 5003), 3);
+  run_case(step_case(1, 8, RsMode::kInPlace, DType::kFp32, false, 5004), 3);
+  run_case(step_case(4, 1, RsMode::kInPlace, DType::kBf16, true, 5005), 3);
+  run_case(step_case(8, 8, RsMode::kSlotReuse, DType::kBf16, false, 5006), 2);
+  run_case(step_case(2, 4, RsMode::kSlotReuse, DType::kFp32, true, 5007), 2);
 }
 
 // Many runs of one executor without re-poisoning between runs (counter epochs carry over):
@@ -732,8 +731,8 @@ TEST(CudaExecutor, SeveralGpusOfOneHostMatchReferenceBitwise) {
     run_case(rs_case(m, l, RsMode::kSlotReuse, DType::kFp32, true, ++seed), 2, {}, spread);
     if (HasFatalFailure()) return;
   }
-  run_case(step_case(2, 4, RsMode::kSlotReuse, DType::kFp32, true, 2, 7201), 3, {}, spread);
-  run_case(step_case(4, 2, RsMode::kInPlace, DType::kBf16, false, 1, 7202), 3, {}, spread);
+  run_case(step_case(2, 4, RsMode::kSlotReuse, DType::kFp32, true, 7201), 3, {}, spread);
+  run_case(step_case(4, 2, RsMode::kInPlace, DType::kBf16, false, 7202), 3, {}, spread);
   // A profiled run across devices: kernels timed, streams measured from their device's origin.
   const Case c = rs_case(2, 2, RsMode::kInPlace, DType::kBf16, false, 7301);
   VirtualFabric fab(c.program, spread);
@@ -760,7 +759,7 @@ TEST(CudaExecutor, CopyEnginePoolMatchesReferenceBitwise) {
       run_case(rs_case(m, l, RsMode::kSlotReuse, DType::kBf16, true, ++seed), 2, pooled);
       if (HasFatalFailure()) return;
     }
-    run_case(step_case(2, 4, RsMode::kInPlace, DType::kBf16, false, 2, ++seed), 3, pooled);
+    run_case(step_case(2, 4, RsMode::kInPlace, DType::kBf16, false, ++seed), 3, pooled);
   }
 }
 

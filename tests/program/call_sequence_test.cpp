@@ -11,12 +11,14 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "program_test_support.hpp"
 #include "test_seed.hpp"
 #include "tide/core/arithmetic.hpp"
 #include "tide/core/collective_reference.hpp"
 #include "tide/exec/reference_executor.hpp"
+#include "tide/program/communicator_arena.hpp"
 
 namespace tide {
 namespace {
@@ -178,6 +180,89 @@ INSTANTIATE_TEST_SUITE_P(Topologies, AgSequence,
                          ::testing::Combine(::testing::Values(Topo{1, 2}, Topo{2, 1}, Topo{2, 2},
                                                               Topo{3, 2}, Topo{5, 1}),
                                             ::testing::Bool()));
+
+// The simulator finds a step's templates with two periods of at most two calls from call 0
+// (training_step.cpp); the runtime with its default warm-up and periods. Both must give the
+// same templates: every op's kind, place, regions, counter, value and event, per template
+// (labels aside).
+std::string op_text(const program::Op& op) {
+  std::string t = std::to_string(static_cast<int>(op.kind())) + " r" + std::to_string(op.rank) +
+                  " s" + std::to_string(op.stream);  // labels name calls only for people
+  program::Op copy = op;
+  program::for_each_region(copy, [&](program::Region& r) {
+    t += " [" + std::to_string(r.buffer.rank) + ":" +
+         std::to_string(static_cast<int>(r.buffer.space)) + ":" + std::to_string(r.buffer.index) +
+         "@" + std::to_string(r.offset) + "/" + std::to_string(r.width) + "/" +
+         std::to_string(r.pitch) + "/" + std::to_string(r.rows) + "]";
+  });
+  if (const program::Counter* c = program::counter_of(copy))
+    t += " c" + std::to_string(c->rank) + ":" + std::to_string(c->id);
+  if (const auto* w = op.get_if<program::WaitOp>()) t += " >=" + std::to_string(w->value);
+  if (const auto add = program::addition_of(op)) t += " +" + std::to_string(add->value);
+  if (const int* e = program::event_of(copy)) t += " e" + std::to_string(*e);
+  return t;
+}
+
+void expect_same_templates(const program::CallSequence& quick, const program::CallSequence& full) {
+  ASSERT_EQ(quick.period, full.period);
+  EXPECT_EQ(quick.counters, full.counters);
+  EXPECT_EQ(quick.events_per_call, full.events_per_call);
+  EXPECT_EQ(quick.max_event_age, full.max_event_age);
+  for (int j = 0; j < quick.period; ++j) {
+    const program::CallTemplate& a = quick.templates[static_cast<std::size_t>(j)];
+    const program::CallTemplate& b = full.templates[static_cast<std::size_t>(j)];
+    EXPECT_EQ(a.program.stream_names, b.program.stream_names);
+    EXPECT_EQ(a.additions, b.additions);
+    EXPECT_EQ(a.event_age, b.event_age);
+    ASSERT_EQ(a.program.ops.size(), b.program.ops.size()) << "template " << j;
+    for (std::size_t i = 0; i < a.program.ops.size(); ++i)
+      ASSERT_EQ(op_text(a.program.ops[i]), op_text(b.program.ops[i])) << "template " << j;
+  }
+}
+
+TEST(CallSequence, TwoPeriodsFromTheFirstCallFindTheRuntimesTemplates) {
+  const tide::testing::TestSeed seed;
+  std::mt19937_64 rng = seed.engine();
+  program::SequenceOptions quick;
+  quick.max_period = 2;
+  quick.warmup = 2;
+  for (const Topo topo : {Topo{1, 2}, Topo{2, 1}, Topo{2, 2}, Topo{3, 2}, Topo{5, 1}, Topo{4, 2}}) {
+    for (const RsMode mode : {RsMode::kInPlace, RsMode::kSlotReuse}) {
+      for (const bool cast : {false, true}) {
+        SCOPED_TRACE(std::to_string(topo.nodes) + "x" + std::to_string(topo.gpus) +
+                     (mode == RsMode::kInPlace ? " in-place" : " slot-reuse") +
+                     (cast ? " cast" : ""));
+        std::vector<GroupLayout> layouts;
+        for (int g = 0; g < 3; ++g) {
+          layouts.emplace_back(Topology(topo.nodes, topo.gpus), odd_shapes(rng, 1 + rng() % 3),
+                               DType::kBf16, DType::kBf16);
+        }
+        std::vector<AgPlan> ag;
+        std::vector<RsPlan> rs;
+        std::vector<program::ArenaGroup> groups;
+        for (const GroupLayout& layout : layouts) {
+          AgOptions ao;
+          ao.mixed_precision_cast = cast;
+          ag.emplace_back(layout, ao);
+          RsOptions ro;
+          ro.mode = mode;
+          ro.staging_chunk_elems = 8;  // several fills per call
+          rs.emplace_back(layout, ro);
+        }
+        for (std::size_t g = 0; g < layouts.size(); ++g)
+          groups.push_back({&ag[g], &rs[g], static_cast<int>(g % 2)});
+        const program::CommunicatorArena arena = program::communicator_arena(groups);
+        for (std::size_t g = 0; g < groups.size(); ++g) {
+          const program::GroupSequences a =
+              program::group_sequences(groups, arena, g, {}, program::Fault::kNone, quick);
+          const program::GroupSequences b = program::group_sequences(groups, arena, g);
+          expect_same_templates(a.all_gather, b.all_gather);
+          expect_same_templates(a.reduce_scatter, b.reduce_scatter);
+        }
+      }
+    }
+  }
+}
 
 }  // namespace
 }  // namespace tide

@@ -20,7 +20,7 @@
 #include "tide/program/ag_builder.hpp"
 #include "tide/program/fsdp2_baseline.hpp"
 #include "tide/program/rs_builder.hpp"
-#include "tide/program/step.hpp"
+#include "tide/program/training_step.hpp"
 #include "tide/testing/cases.hpp"
 
 namespace tide {

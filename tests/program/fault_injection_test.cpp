@@ -1,8 +1,8 @@
 // Program-level fault injection: every fault of the catalog (program/faults.hpp), built into
-// a TIDE-AG, TIDE-RS or step program, run on the CPU reference executor on three schedule
-// seeds and two topologies, must show exactly as its expected Detection (NOTE [fault
-// detection]). Corruption is judged against the same inputs run without the fault, which
-// must itself be clean.
+// a TIDE-AG, TIDE-RS, call-sequence or step program, run on the CPU reference executor on
+// three schedule seeds and two or more topologies, must show exactly as its expected
+// Detection (NOTE [fault detection]). Corruption is judged against the same inputs run without the
+// fault, which must itself be clean.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -18,9 +18,10 @@
 #include "tide/exec/fault_detection.hpp"
 #include "tide/exec/reference_executor.hpp"
 #include "tide/program/ag_builder.hpp"
+#include "tide/program/call_sequence.hpp"
 #include "tide/program/faults.hpp"
 #include "tide/program/rs_builder.hpp"
-#include "tide/program/step.hpp"
+#include "tide/program/training_step.hpp"
 
 namespace tide {
 namespace {
@@ -228,7 +229,67 @@ TEST(FaultInjection, StaleZeroingOfAReusedGenerationIsAnUninitialisedRead) {
   check_stale_partials(10, 3, {{"a", 37, 5}, {"b", 64, 3}});
 }
 
-// --- Steps: sequences of calls ----------------------------------------------------------------
+// --- A group's own sequence of calls (the runtime's builders; NOTE [call sequences]) ---------
+
+// `calls` consecutive calls of one group's sequence, expanded without the lanes: only the
+// sequence's own credits order a call after the group's earlier calls.
+void check_sequence_faults(int m, int l) {
+  SCOPED_TRACE("sequence on M = " + std::to_string(m) + ", L = " + std::to_string(l));
+  const tide::testing::TestSeed data_seed;
+  std::mt19937_64 rng = data_seed.engine();
+  const GroupLayout layout(Topology(m, l), {{"a", 37, 5}, {"b", 9, 11}}, DType::kBf16,
+                           DType::kBf16);
+  const AgPlan ag(layout, AgOptions{});
+  const RsPlan rs(layout, RsOptions{});
+  const program::AgSequenceAreas areas = program::ag_sequence_areas(ag);
+  program::RsProgramOptions rs_options;
+  rs_options.alpha = 0.25f;
+  const program::RsArenaLayout rs_areas = program::rs_arena_layout(rs, rs_options.landing);
+  constexpr int kCalls = 6;  // banks and stages reused from the third call on
+  for (Fault fault : faults_of("sequence")) {
+    SCOPED_TRACE(std::string(program::fault_info(fault).name));
+    program::Program clean, faulty;
+    if (fault == Fault::kAgNoStageCredit) {  // the sequence's own stages, a mod 2
+      clean = program::expand_calls(program::ag_call_sequence(ag, areas), kCalls);
+      faulty = program::expand_calls(program::ag_call_sequence(ag, areas, {}, fault), kCalls);
+    } else {
+      clean = program::expand_calls(program::rs_call_sequence(rs, rs_options, rs_areas), kCalls);
+      program::RsProgramOptions o = rs_options;
+      o.fault = fault;
+      faulty = program::expand_calls(program::rs_call_sequence(rs, o, rs_areas), kCalls);
+    }
+    // Inputs: every rank's resident shard (all-gather) and every call's tensors (gradients),
+    // the same bytes for both runs.
+    const bool all_gather = fault == Fault::kAgNoStageCredit;
+    std::vector<std::vector<std::byte>> bytes;
+    for (int r = 0; r < clean.ranks; ++r) {
+      bytes.push_back(random_words(rng, layout.shard_bytes(), DType::kBf16));
+      for (std::int64_t t : clean.buffers[static_cast<std::size_t>(r)].tensor_bytes)
+        bytes.push_back(random_words(rng, t, DType::kBf16));
+    }
+    const Inputs inputs = [&](exec::ReferenceExecutor& ex) {
+      std::size_t next = 0;
+      for (int r = 0; r < clean.ranks; ++r) {
+        const std::vector<std::byte>& shard = bytes[next++];
+        if (all_gather) put(ex, Buffer{r, Space::kArena, 0}, areas.resident, shard);
+        const auto& tensors = clean.buffers[static_cast<std::size_t>(r)].tensor_bytes;
+        for (std::size_t t = 0; t < tensors.size(); ++t)
+          put(ex, Buffer{r, Space::kTensor, static_cast<int>(t)}, 0, bytes[next++]);
+      }
+    };
+    expect_detection(fault,
+                     [&](std::uint64_t seed) { return detect(clean, faulty, inputs, seed); });
+  }
+}
+
+TEST(FaultInjection, SequenceFaultsShowAsExpected) {
+  check_sequence_faults(2, 2);
+  check_sequence_faults(3, 2);
+  check_sequence_faults(5, 1);
+  check_sequence_faults(2, 4);
+}
+
+// --- Steps: several groups' calls through the lanes (training_step.hpp) -----------------------
 
 // Default TIDE-AG and TIDE-RS plans of each layout, and the step's groups "g0", "g1", ... over
 // them (which point into the plans: not copyable).
@@ -273,7 +334,7 @@ void check_step_faults(int m, int l, const std::vector<std::vector<ParamShape>>&
     const int world = m * l;
     for (std::size_t g = 0; g < layouts.size(); ++g) {
       for (int r = 0; r < world; ++r) {
-        put(ex, Buffer{r, Space::kArena, 0}, clean.arena.resident[g],
+        put(ex, Buffer{r, Space::kArena, 0}, clean.arena.all_gather[g].resident,
             shards[g * static_cast<std::size_t>(world) + static_cast<std::size_t>(r)]);
       }
     }

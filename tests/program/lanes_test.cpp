@@ -12,6 +12,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../support/test_seed.hpp"
@@ -84,8 +85,10 @@ Communicator place(const LaneCase& c, std::mt19937_64& rng) {
   m.arena = program::communicator_arena(groups);
   int counter = program::kHandoffWords;
   for (int g = 0; g < c.groups; ++g) {
-    m.ag_seq.push_back(program::ag_call_sequence(*m.ag[g], m.arena.all_gather[g]));
-    m.rs_seq.push_back(program::rs_call_sequence(*m.rs[g], {}, m.arena.reduce_scatter));
+    program::GroupSequences s =
+        program::group_sequences(groups, m.arena, static_cast<std::size_t>(g));
+    m.ag_seq.push_back(std::move(s.all_gather));
+    m.rs_seq.push_back(std::move(s.reduce_scatter));
   }
   for (int g = 0; g < c.groups; ++g) {
     program::LaneGroup lane;

@@ -7,7 +7,7 @@
 
 #include "tide/core/ag_plan.hpp"
 #include "tide/core/rs_plan.hpp"
-#include "tide/program/step.hpp"
+#include "tide/program/training_step.hpp"
 
 namespace tide::program {
 namespace {

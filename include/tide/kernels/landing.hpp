@@ -44,8 +44,9 @@ void prepare_landing();
 
 // ---- Multimem (switch-reduction) landing: written, never executed here. ----
 //
-// The opt-in is the environment knob TIDE_ENABLE_MULTIMEM=1 (read in one place, landing.cu)
-// AND `opt_in = true` at the call; the capability is CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED.
+// The opt-in is the environment knob TIDE_ENABLE_MULTIMEM=1 (read in one place,
+// level2_multimem.cu) AND `opt_in = true` at the call; the capability is
+// CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED.
 struct MultimemLandingArgs {
   float* out = nullptr;
   std::int64_t n = 0;                // a multiple of 4, 16-byte-aligned pointers

@@ -18,14 +18,14 @@
 namespace tide::program {
 
 // NOTE [call sequences]
-// The step builders (step.hpp) already express how consecutive calls share storage: bank
-// e mod 2, inbox generations and staging slots with cumulative FREE / INBOX_FREE credits, two
-// all-gather receive stages with per-area STAGE_CREDIT counters. A training job makes an
-// unbounded number of calls, so the runtime cannot build them all. It builds the first calls
-// of one group's sequence with those builders and finds that, past a warm-up, the sequence is
-// periodic: call e + P has the ops of call e, except that every wait's threshold has grown by
-// what one period of calls adds to its counter, and event references point P calls later.
-// Normalised that way, P calls are the templates, and call e runs template e mod P:
+// The per-call builders (ag_builder.hpp, rs_builder.hpp) express how consecutive calls share
+// storage: bank e mod 2, inbox generations and staging slots with cumulative FREE /
+// INBOX_FREE credits, two all-gather receive stages with per-area STAGE_CREDIT counters. A
+// training job makes an unbounded number of calls, so the runtime cannot build them all. It
+// builds the first calls of one group's sequence with those builders and finds that, past a
+// warm-up, the sequence is periodic: call e + P has the ops of call e, except that every wait's
+// threshold has grown by what one period of calls adds to its counter, and event references point P
+// calls later. Normalised that way, P calls are the templates, and call e runs template e mod P:
 //   - Counters. Ids below `first_private_counter` are shared by every call (credits); the
 //     private counters of call e live in slot e mod P (each call adds to them afresh). A
 //     template's wait thresholds are relative: the wait completes once its counter holds the
@@ -96,9 +96,10 @@ struct AgSequenceAreas {
 };
 AgSequenceAreas ag_sequence_areas(const AgPlan& plan, std::int64_t at = 0);
 
-// The all-gather calls of one group (Sec. 3.1-3.2).
+// The all-gather calls of one group (Sec. 3.1-3.2); `fault`: an all-gather fault built into
+// every call (tests and the simulator).
 CallSequence ag_call_sequence(const AgPlan& plan, const AgSequenceAreas& areas,
-                              const SequenceOptions& options = {});
+                              const SequenceOptions& options = {}, Fault fault = Fault::kNone);
 // The reduce-scatter calls of one group (Sec. 5.2-5.3): `areas` offsets inside the region.
 CallSequence rs_call_sequence(const RsPlan& plan, const RsProgramOptions& rs,
                               const RsArenaLayout& areas, const SequenceOptions& options = {});

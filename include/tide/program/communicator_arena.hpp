@@ -82,4 +82,17 @@ struct CommunicatorArena {
 // Throws InvalidArgument for an empty list, a missing plan, or plans of different topologies.
 CommunicatorArena communicator_arena(const std::vector<ArenaGroup>& groups);
 
+// The call sequences a communicator runs for group `i` of `groups`, in `arena` (theirs): the
+// expert-parallel lane's where the group is on it, else TIDE-AG's and TIDE-RS's. The runtime
+// builds its groups' sequences here with the defaults; `rs`, `fault` (a fault built into
+// every call of its collective) and `sequence` are for tests and the simulator.
+struct GroupSequences {
+  CallSequence all_gather;
+  CallSequence reduce_scatter;
+};
+GroupSequences group_sequences(const std::vector<ArenaGroup>& groups,
+                               const CommunicatorArena& arena, std::size_t i,
+                               const RsProgramOptions& rs = {}, Fault fault = Fault::kNone,
+                               const SequenceOptions& sequence = {});
+
 }  // namespace tide::program

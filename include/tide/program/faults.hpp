@@ -30,10 +30,11 @@ enum class Fault {
   // One-node TIDE-RS, Slot-Reuse (NOTE [one-node TIDE-RS])
   kRsPullBeforeReady,         // pull a peer's gradients before it copied them in (I4)
   kRsReleaseBeforePeerReads,  // free the gradient area before the peers read it (I2, Sec. 5.3)
-  // Sequences of calls (a training step; Sec. 3.1, 3.2, 5.2)
+  // A group's own sequence of calls (call_sequence.hpp; Sec. 3.1, 5.2)
   kAgNoStageCredit,  // put into a receive stage before its target scattered the last call (3.1)
   kRsBankReuse,      // sum into bank e mod 2 before call e - 2 sent and landed it (5.2, I3)
-  kStepCallOrder,    // one rank issues two calls in the other order (3.2 same call order, I4)
+  // A training step (training_step.hpp; Sec. 3.2)
+  kStepCallOrder,  // one rank issues two calls in the other order (3.2 same call order, I4)
   // A communicator's groups sharing one arena (NOTE [communicator arena], [lane handoff])
   kLaneNoHandoff,    // a lane call starts before every rank finished the lane's previous call
   kAgNoSlotRelease,  // an all-gather into a shared slot before its previous occupant released it
@@ -65,8 +66,9 @@ Detection parse_detection(std::string_view name);
 struct FaultInfo {
   Fault fault;
   std::string_view name;         // CLI name, e.g. "ag-no-completion-fence"
-  std::string_view collective;   // "all-gather", "reduce-scatter", "step" (several calls),
-                                 // "communicator" (several groups: lanes.hpp), or the
+  std::string_view collective;   // "all-gather", "reduce-scatter", "sequence" (one group's
+                                 // calls), "step" (several groups' calls), "communicator"
+                                 // (several groups: lanes.hpp), or the
                                  // expert-parallel lane's "ep-all-gather", "ep-reduce-scatter"
   std::string_view rule;         // the invariant or safety rule it breaks
   std::string_view description;  // one line

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "tide/program/call_sequence.hpp"
@@ -31,7 +32,11 @@ namespace tide::program {
 // lane, which in FSDP2 belongs to another group and is a layer's compute away. The two lanes
 // are independent (disjoint areas). Landing slots are not lane areas: an all-gather into a
 // slot waits for the release of the slot's previous occupant (NOTE [runtime] 7), here an
-// event that the layer records when it is done with the parameters.
+// event that the layer records when it is done with the parameters, before its handoff.
+// The handoff thus subsumes the edges a group's own sequence keeps between its calls (stage
+// credits, bank e mod 2: the faults of collective "sequence" show on a group's sequence
+// alone) and, as every rank signals it after its slot's release, an all-gather's wait for the
+// local landings to be published free (ag-no-landing-readiness shows on a lone call).
 inline constexpr int kAllGatherHandoffWord = 0;  // signal words of every rank
 inline constexpr int kReduceScatterHandoffWord = 1;
 inline constexpr int kHandoffWords = 2;  // groups' sequences' words follow
@@ -48,6 +53,7 @@ struct LaneGroup {
   int landing_slot = 0;             // its slot, by index: groups of one index alias
   std::int64_t landing_offset = 0;  // the slot's bytes the layer reads after an all-gather
   std::int64_t landing_bytes = 0;
+  std::string name;  // for call identities (NOTE [call identities])
 };
 
 struct LaneCall {
@@ -57,7 +63,8 @@ struct LaneCall {
 
 struct LaneProgramOptions {
   // kLaneNoHandoff: calls start without the handoff's wait; kAgNoSlotRelease: an all-gather
-  // into a slot does not wait for the previous occupant's release.
+  // into a slot does not wait for the previous occupant's release. Other faults change
+  // nothing here (the sequences carry them).
   Fault fault = Fault::kNone;
 };
 
@@ -65,6 +72,7 @@ struct LaneProgramOptions {
 struct LaneCallBuffers {
   int first_tensor = 0;  // kTensor of its first gradient (RS) or shard (AG with staged input)
   int output = -1;       // kOutput: its fp32 shard (RS), or what its layer read (AG)
+  int done_event = -1;   // on every rank's caller stream: parameters ready (AG), call done (RS)
 };
 
 struct LaneProgram {
@@ -74,7 +82,9 @@ struct LaneProgram {
 
 // The calls in order on every rank, each after its lane's handoff; after each all-gather its
 // layer (a "compute" stream) reads the slot into the call's output and records the slot's
-// release, which the slot's next all-gather waits for. Every group's call sequences must
+// release, which the slot's next all-gather waits for. Call k's own ops are Op::call k, and
+// Program::calls names them on every rank (NOTE [call identities]). Every group's call
+// sequences must
 // share one arena (their templates' buffer sizes) and one rank count. Throws InvalidArgument
 // for a call of a group without that sequence.
 LaneProgram lane_program(const std::vector<LaneGroup>& groups, const std::vector<LaneCall>& calls,

@@ -33,7 +33,7 @@ struct RsProgramOptions {
 
 // Byte offsets of TIDE-RS's areas in each rank's arena, and the strides inside them. A lone
 // call sizes them from its plan (RsPlan::memory()); the calls of a step share one layout
-// sized for the largest group (program/step.hpp).
+// sized for the largest group (communicator_arena.hpp).
 //
 // NOTE [no inbox on one node]
 // The inbox receives rail puts from other nodes, and the switch-reduce landing reads it on

@@ -80,14 +80,13 @@ struct RsCaseOptions {
 };
 CollectiveCase rs_case(int m, int l, std::uint64_t seed, const RsCaseOptions& options = {});
 
-// A training step (program/step.hpp) over M x L: three distinct random groups, forward
-// all-gathers then backward all-gathers and reduce-scatters in FSDP2 order; every call's
-// output on every rank checked.
+// A training step (program/training_step.hpp: the runtime's multi-call programs) over M x L:
+// three distinct random groups, forward all-gathers then backward all-gathers and
+// reduce-scatters in FSDP2 order; every call's output on every rank checked.
 struct StepCaseOptions {
   RsMode mode = RsMode::kInPlace;
   DType grad = DType::kBf16;
   bool accumulate = false;
-  int ag_stages = 2;
 };
 CollectiveCase step_case(int m, int l, std::uint64_t seed, const StepCaseOptions& options = {});
 

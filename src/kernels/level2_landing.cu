@@ -1,5 +1,6 @@
-// Level 2 landing kernels of TIDE-RS (paper Sec. 4.2 "Bounded waves and safe reuse",
-// Sec. 2.4 "Architectural synthesis", Sec. 4.3, App. G BW_land).
+// Level 2 of TIDE-RS: the pull landing kernel (paper Sec. 4.2 "Bounded waves and safe
+// reuse", Sec. 2.4 "Architectural synthesis", Sec. 4.3, App. G BW_land). The multimem
+// variant, never executed on the lent machines, is level2_multimem.cu.
 //
 // Pull landing, steps:
 //   1. Each thread of a grid-stride loop takes U 16-byte vectors of the output at a time
@@ -17,18 +18,12 @@
 // output; the kernel reads the W partials and the output, writes only the output, and
 // completes in stream order (the inbox generation may be reused after it). No device-side
 // waits, no polling.
-//
-// Multimem landing (never executed on the lent machines; see landing.hpp): one
-// multimem.ld_reduce.relaxed.sys.global.add.v4.f32 per 16 bytes through the multicast
-// mapping, then the same landing rule. Launching it needs opt_in, TIDE_ENABLE_MULTIMEM=1
-// and a device that reports multicast support; otherwise the launcher throws Unsupported.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "ptx.cuh"
-#include "tide/core/env.hpp"
 #include "tide/core/error.hpp"
 #include "tide/cuda/check.hpp"
 #include "tide/kernels/landing.hpp"
@@ -104,31 +99,6 @@ __global__ void __launch_bounds__(kLandingThreads)
     }
   }
 }
-
-#if TIDE_HAS_MULTIMEM || !defined(__CUDA_ARCH__)
-// Never launched on the lent machines (see the file comment).
-template <bool kReadOut>
-__global__ void __launch_bounds__(kLandingThreads)
-    landing_multimem_kernel(float* out, const float* mc, std::int64_t nvec) {
-  const std::int64_t tid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const std::int64_t nthreads = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  auto* out4 = reinterpret_cast<float4*>(out);
-  for (std::int64_t v = tid; v < nvec; v += nthreads) {
-    float4 w;
-    asm volatile("multimem.ld_reduce.relaxed.sys.global.add.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(w.x), "=f"(w.y), "=f"(w.z), "=f"(w.w)
-                 : "l"(mc + 4 * v)
-                 : "memory");
-    if (kReadOut) {
-      const float4 o = out4[v];
-      w = make_float4(__fadd_rn(o.x, w.x), __fadd_rn(o.y, w.y), __fadd_rn(o.z, w.z),
-                      __fadd_rn(o.w, w.w));
-    }
-    out4[v] = make_float4(ptx::canonical(w.x), ptx::canonical(w.y), ptx::canonical(w.z),
-                          ptx::canonical(w.w));
-  }
-}
-#endif
 
 [[noreturn]] void invalid(const std::string& what) {
   throw InvalidArgument("launch_landing: " + what);
@@ -207,53 +177,6 @@ void launch_landing(const LandingArgs& a, cudaStream_t stream) {
   void* args[] = {&launch.params};
   TIDE_CUDA_CHECK(cudaLaunchKernel(launch.kernel, dim3(static_cast<unsigned>(launch.grid)),
                                    dim3(static_cast<unsigned>(launch.block)), args, 0, stream));
-}
-
-bool multimem_supported(int device) {
-  int value = 0;
-  // cudaDevAttrReserved132 is CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED (cuda.h) in the runtime.
-  if (cudaDeviceGetAttribute(&value, cudaDevAttrReserved132, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return value != 0;
-}
-
-// TIDE_ENABLE_MULTIMEM (NOTE [environment knobs]).
-bool multimem_enabled_by_environment() {
-  return env::flag("TIDE_ENABLE_MULTIMEM");
-}
-
-void launch_landing_multimem(const MultimemLandingArgs& a, cudaStream_t stream, bool opt_in) {
-  if (!opt_in || !multimem_enabled_by_environment()) {
-    throw Unsupported(
-        "launch_landing_multimem: the multimem landing needs opt_in and TIDE_ENABLE_MULTIMEM=1; "
-        "use launch_landing (pull)");
-  }
-  int device = 0;
-  TIDE_CUDA_CHECK(cudaGetDevice(&device));
-  if (!multimem_supported(device)) {
-    throw Unsupported("launch_landing_multimem: device " + std::to_string(device) +
-                      " reports no multicast support; use launch_landing (pull)");
-  }
-  if (a.out == nullptr || a.multicast == nullptr) invalid("multimem: null pointer");
-  if (a.n < 0 || a.n % 4 != 0)
-    invalid("multimem: n = " + std::to_string(a.n) + " is not a multiple of 4");
-  if (reinterpret_cast<std::uintptr_t>(a.out) % 16 != 0 ||
-      reinterpret_cast<std::uintptr_t>(a.multicast) % 16 != 0) {
-    invalid("multimem: pointers must be 16-byte aligned");
-  }
-  if (a.ctas < 1 || a.ctas > kMaxLandingCtas) invalid("multimem: ctas outside [1, 1024]");
-  if (a.n == 0) return;
-  const bool read_out = a.wave_index > 0 || a.accumulate;
-  if (read_out) {
-    landing_multimem_kernel<true>
-        <<<a.ctas, kLandingThreads, 0, stream>>>(a.out, a.multicast, a.n / 4);
-  } else {
-    landing_multimem_kernel<false>
-        <<<a.ctas, kLandingThreads, 0, stream>>>(a.out, a.multicast, a.n / 4);
-  }
-  TIDE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace tide::kernels

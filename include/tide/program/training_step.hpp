@@ -1,0 +1,113 @@
+// A training step as FSDP2 issues its collectives (Sec. 5.1-5.3, App. F), built from the
+// runtime's own multi-call programs, so that `tide simulate step` predicts the step the
+// runtime runs. Steps:
+//   1. the groups' communicator arena (communicator_arena.hpp; NOTE [communicator arena]),
+//      group g in landing slot g mod 2 (App. F's ring in forward order);
+//   2. each group's call sequences placed in it, as the runtime places them (group_sequences,
+//      their signal words after the lanes' handoff words);
+//   3. the calls in FSDP2's issue order (the forward all-gathers of every group in order,
+//      then, for each group in reverse order, its backward all-gather and its reduce-scatter)
+//      through the lanes (lanes.hpp): each call after its lane's handoff (NOTE [lane
+//      handoff]), each all-gather after its slot's release, its layer reading the parameters
+//      into the call's output on the compute stream.
+// Synchronisation is the runtime's: every cross-call edge is the sequences' credits, the
+// handoff or a slot's release. All calls are issued in the same order on every rank (I4).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tide/core/ag_plan.hpp"
+#include "tide/core/rs_plan.hpp"
+#include "tide/program/communicator_arena.hpp"
+#include "tide/program/faults.hpp"
+#include "tide/program/program.hpp"
+#include "tide/program/rs_builder.hpp"
+
+namespace tide::program {
+
+// One parameter group of the step: its all-gather and reduce-scatter plans (one topology).
+struct StepGroup {
+  std::string name;
+  const AgPlan* all_gather = nullptr;
+  const RsPlan* reduce_scatter = nullptr;
+};
+
+enum class StepCallKind { kAllGather, kReduceScatter };
+
+// One call of the step, in issue order.
+struct StepCall {
+  StepCallKind kind = StepCallKind::kAllGather;
+  int group = 0;
+  bool forward = true;   // all-gathers: forward or backward (re-gather)
+  int output = 0;        // kOutput index: the layer's view of the parameters, or the fp32 shard
+  int tensor_base = 0;   // kTensor index of its first gradient (RS) or fp32 master shard (AG cast)
+  int done_event = 0;    // AG: parameters ready; RS: reduce-scatter done (network order)
+  int landing_slot = 0;  // AG: its group's landing slot id
+};
+
+// The calls in FSDP2's issue order (buffers and events not set).
+std::vector<StepCall> fsdp2_issue_order(int groups);
+
+struct StepOptions {
+  // The reduce-scatter calls' options: alpha, accumulate, CTA budgets, landing style (the
+  // runtime's are the defaults).
+  RsProgramOptions reduce_scatter;
+  // A fault on every rank: a reduce-scatter or all-gather fault applies to every such call,
+  // a communicator fault to the lanes (LaneProgramOptions); kStepCallOrder swaps the first two
+  // reduce-scatters on the last rank.
+  Fault fault = Fault::kNone;
+};
+
+// NOTE [step memory]
+// What a step's collectives hold per GPU at their peak, as each system holds it. Both counts
+// leave out what both systems hold alike: the running layer's gradients, the reduce-scatter
+// outputs (the sharded gradients), optimizer state and activations.
+//   TIDE: its arena (NOTE [communicator arena]) plus, In-Place, one more group's bf16
+//     gradients: TIDE-RS reads the previous group's gradients in place until its reads
+//     complete, so two gradient groups are briefly live (Sec. 5.3); Slot-Reuse moves them
+//     into a vacated ring slot.
+//   Stock FSDP2: the sharded parameters (what TIDE keeps as resident shards) plus the peak
+//     over the step of the collective buffers its caching allocator holds (Sec. 5.4), with
+//     U_g = N S_g the unsharded (padded) parameters of group g and P_g = N S_fp32 its fp32
+//     reduce-scatter input:
+//       forward of g:   U_g + U_{g+1}            (the all-gather prefetched at depth 1)
+//       backward of g:  U_g + U_{g-1} + P_{g+1}  (the prefetched backward all-gather on its
+//                       own stream, which the reduce-scatter never reuses, and the previous
+//                       group's reduce-scatter input, kept until the next post_backward
+//                       observes its completion)
+//     With equal groups that is the paper's 4 NS during backward. The all-gather's rank-major
+//     flat buffer is freed after its copy-out and counts as the U of its group.
+// The stock program itself still gives every call its own arena region (fsdp2 step builder):
+// those are addresses for the executor, not memory FSDP2 holds.
+std::int64_t tide_step_held_bytes(const std::vector<StepGroup>& groups, std::int64_t arena_bytes);
+std::int64_t fsdp2_step_held_bytes(const std::vector<StepGroup>& groups);
+
+struct StepProgram {
+  Program program;
+  std::vector<StepCall> calls;
+  // TIDE: the communicator's arena (resident shards at all_gather[g].resident); stock FSDP2:
+  // only arena_bytes, its held bytes.
+  CommunicatorArena arena;
+  std::int64_t held_bytes = 0;  // NOTE [step memory]
+};
+
+// TIDE's step (steps 1-3 above). Throws InvalidArgument for no groups, a missing plan, plans
+// of different topologies, or a fault that cannot show (step_fault_inapplicable).
+StepProgram build_step_program(const std::vector<StepGroup>& groups, const StepOptions& options);
+
+// Stock FSDP2's calls in the same order (fsdp2_baseline.hpp), for comparison: each call keeps
+// its own arena region (addresses for the executor; what FSDP2 holds is `held_bytes`, also
+// given as `arena.arena_bytes`: NOTE [step memory]), the all-gather's copy-out and the layer's
+// read run on the compute stream, the reduce-scatter (packing and ring) on the reduce-scatter
+// stream after its layer's backward. Only `reduce_scatter.alpha` and `accumulate` of `options`
+// apply.
+StepProgram build_fsdp2_step_program(const std::vector<StepGroup>& groups,
+                                     const StepOptions& options);
+
+// Why `fault` cannot show in a step of `groups` (empty when it can).
+std::string step_fault_inapplicable(Fault fault, const std::vector<StepGroup>& groups,
+                                    const StepOptions& options);
+
+}  // namespace tide::program
