@@ -67,7 +67,8 @@ std::int64_t one_node_chunk_columns(int gpus_per_node, std::int64_t shard_elems,
   const double ns = 2.0 * static_cast<double>(shard_elems * l);  // one node: N = L
   const std::int64_t c_mem =
       std::max(kOneNodeMinChunk / vec * vec,
-               static_cast<std::int64_t>(kOneNodeStagingNs * ns / static_cast<double>(per_column)) /
+               static_cast<std::int64_t>(std::max(kOneNodeStagingNs * ns, kOneNodeMinRingBytes) /
+                                         static_cast<double>(per_column)) /
                    vec * vec);
   const double inbound_us =
       static_cast<double>((l - 1) * shard_elems * b_grad) / (kOneNodeRates.bw_peer_gbps * 1e3);

@@ -40,7 +40,9 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from tide.demo.model import Config, Decoder, batch
 from tide.demo.peak import PeakMeter, load_libraries, peak_bytes
 
-CFG = Config(vocab=128, dim=64, layers=3, heads=4, hidden=120, seq=16, kv_heads=2)
+# Layers of 3.5 MiB in bf16 (NS): large enough that the per-layer terms of the peak outweigh
+# TIDE's fixed host state (a few MiB) on CPU, small enough for 4 CPU processes.
+CFG = Config(vocab=128, dim=512, layers=3, heads=4, hidden=1366, seq=16, kv_heads=2)
 STEPS = 7
 SAVE_AT = 3  # the checkpoint holds the state after steps 0..SAVE_AT
 MICRO_BATCHES = 2
