@@ -172,7 +172,7 @@ void check_one_node(const Case& c, double* arena_ns_out) {
   // 4. In NS of the largest group: the arena is the model's per-layer total (less In-Place's
   //    live gradients), less the slots its groups leave free, plus the ring a smaller group may
   //    size above the largest one's (the solver's chunk count steps with the group's size),
-  //    which contract 8 bounds by kOneNodeStagingNs NS or the floor's ring.
+  //    which contract 8 bounds by kOneNodeStagingNs NS or the floors' ring.
   const double ns = static_cast<double>(*model.ns_bytes);
   const double arena_ns = static_cast<double>(a.arena_bytes) / ns;
   if (arena_ns_out != nullptr) *arena_ns_out = arena_ns;
@@ -182,8 +182,9 @@ void check_one_node(const Case& c, double* arena_ns_out) {
   const double ring_excess = static_cast<double>(ring - *model.staging_ring_bytes) / ns;
   EXPECT_GE(ring_excess, 0.0);
   EXPECT_NEAR(arena_ns, total - slots_free + ring_excess, alignment);
-  const double floor_ring = static_cast<double>(std::int64_t{c.staging_slots} * (c.l - 1) *
-                                                kOneNodeMinChunk * item_bytes(c.grad)) /
+  const double floor_ring = std::max(static_cast<double>(std::int64_t{c.staging_slots} * (c.l - 1) *
+                                                         kOneNodeMinChunk * item_bytes(c.grad)),
+                                     kOneNodeMinRingBytes) /
                             ns;
   EXPECT_LE(static_cast<double>(ring) / ns, std::max(kOneNodeStagingNs, floor_ring) + 1e-12);
   EXPECT_DOUBLE_EQ(model.in_place_total_ns, model.slot_reuse_total_ns + 1.0);
