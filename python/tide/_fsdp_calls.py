@@ -253,6 +253,8 @@ def _reduce_refusal(group, a: dict) -> str:
     served = {group.grad_dtype} | ({torch.float32} if group.twin is not None else set())
     if not dtypes <= served:
         if torch.float32 in dtypes and group.grad_dtype == torch.bfloat16:
+            if group.twin_refusal:
+                return f"gradients accumulated in fp32 without sync: the runtime refused their registration ({group.twin_refusal})"
             return ("gradients accumulated in fp32 without sync (set_requires_gradient_sync(False)) "
                     "first appeared after the first iteration, when TIDE laid out its arena; "
                     "accumulate from the first step on to have TIDE reduce them")

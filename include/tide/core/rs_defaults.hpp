@@ -49,8 +49,8 @@
 //      bytes per column) holds at most kOneNodeStagingNs of the group's unsharded bf16 layer NS
 //      = 2 N E_live, or kOneNodeMinRingBytes where that is more: C <= C_mem, the largest
 //      multiple of v with p C_mem <= max(kOneNodeStagingNs NS, kOneNodeMinRingBytes), and at
-//      least kOneNodeMinChunk columns. The floor keeps small groups (NS under 4 MiB) from being
-//      cut into fills whose fixed cost exceeds stock's whole call; the arena sizes the ring
+//      least kOneNodeMinChunk columns. The floor keeps small groups (NS under 16 MiB) from being
+//      cut into fills whose fixed costs exceed stock's whole call; the arena sizes the ring
 //      for the largest group, so the floor adds memory only to a model whose every group is
 //      that small, and the ring never grows with the model's depth.
 //   9. Time: a fill costs a fixed t_fill = (L - 1) fill_us (the L - 1 copies' enqueue and
@@ -87,8 +87,8 @@ struct OneNodeRates {
 inline constexpr OneNodeRates kOneNodeRates{};
 inline constexpr double kOneNodeStagingNs = 0.25;  // contract 8: the ring's bound, in NS
 inline constexpr int kMaxOneNodeChunks = 64;
-inline constexpr std::int64_t kOneNodeMinChunk = 4096;           // columns
-inline constexpr double kOneNodeMinRingBytes = 1024.0 * 1024.0;  // contract 8's floor
+inline constexpr std::int64_t kOneNodeMinChunk = 4096;             // columns
+inline constexpr double kOneNodeMinRingBytes = 4.0 * 1024 * 1024;  // contract 8's floor
 
 // Contract 8-9 as arithmetic, for a one-node plan of L GPUs: the ring's chunk in columns for a
 // group of shard_elems (E_live) columns per rank and pass_elems (E_pass) per pass part, at
