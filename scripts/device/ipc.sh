@@ -28,6 +28,8 @@
 #              (test_fsdp_training_loop.py, on CPU there) with 4 processes on the GPU
 #   demo       scripts/main.sh's demo with 4 processes on the GPU
 #   memory     bench/memory/run.py on the GPU (MEMORY_WORLDS, MEMORY_DEPTHS, MEMORY_REPEATS)
+#   nsscale    bench/memory/ns_scale.py on the GPU (NSSCALE_WORLDS, default "2 4"; NSSCALE_REPEATS,
+#              default 1): the NS-scale model, stock vs both modes, torch.cuda's peak
 # SPLITS (space-separated, e.g. "2x2 4x1") and VARIANTS (comma-separated) narrow the splits step.
 # Writes under $OUT: summary.md, rows.jsonl (one JSON row per run, for ipc_results.py),
 # logs.tgz. Then here: python3 scripts/device/ipc_results.py <files_at> writes
@@ -312,6 +314,15 @@ if has memory; then
   rc=$?
   [[ $rc -ne 0 ]] && rc_all=$rc
   note "memory rc=$rc $(stamp): $(grep -A8 '^Goals' "$OUT/memory/README.md" 2>/dev/null | head -1) $(tail -2 "$LOG/memory.log" | tr '\n' ' ' | cut -c1-400)"
+fi
+
+if has nsscale; then
+  timeout "${NSSCALE_TIMEOUT:-300}" python3 bench/memory/ns_scale.py --tide "$tide" \
+    --worlds ${NSSCALE_WORLDS:-2 4} --repeats "${NSSCALE_REPEATS:-1}" --out "$OUT/ns-scale" \
+    > "$LOG/nsscale.log" 2>&1
+  rc=$?
+  [[ $rc -ne 0 ]] && rc_all=$rc
+  note "ns-scale rc=$rc $(stamp): $(tail -3 "$LOG/nsscale.log" | tr '\n' ' ' | cut -c1-600)"
 fi
 
 row "{\"kind\": \"end\", \"gpu_used_mib_end\": $(gpu_used), \"tide_processes_left\": $(tide_procs)}"

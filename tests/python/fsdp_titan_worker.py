@@ -40,6 +40,8 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from tide.demo.model import Config, Decoder, batch
 from tide.demo.peak import PeakMeter, load_libraries, peak_bytes
 
+from seed import tide_test_seed
+
 # Layers of 3.5 MiB in bf16 (NS): large enough that the per-layer terms of the peak outweigh
 # TIDE's fixed host state (a few MiB) on CPU, small enough for 4 CPU processes.
 CFG = Config(vocab=128, dim=512, layers=3, heads=4, hidden=1366, seq=16, kv_heads=2)
@@ -86,7 +88,7 @@ def main() -> int:
         torch.cuda.set_device(DEVICE)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    seed = int(os.environ["TIDE_TEST_SEED"])
+    seed = tide_test_seed(required=True)
     load_libraries()  # both runs alike (NOTE [honest peak on CPU])
     import tide.fsdp  # noqa: PLC0415
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from seed import tide_test_seed
 
 HERE = Path(__file__).resolve().parent
 WORLD = 4
@@ -56,7 +56,7 @@ def _launch(mode: str, out: Path, seed: int, resume: bool = False) -> list[dict]
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    seed = int(os.environ.get("TIDE_TEST_SEED", random.randrange(1, 1 << 30)))
+    seed = tide_test_seed()
     print(f"titan loop: TIDE_TEST_SEED={seed}")
     stock_dir, tide_dir = tmp_path_factory.mktemp("stock"), tmp_path_factory.mktemp("tide")
     return {
