@@ -82,7 +82,8 @@ struct LaneProgram {
 
 // The calls in order on every rank, each after its lane's handoff; after each all-gather its
 // layer (a "compute" stream) reads the slot into the call's output and records the slot's
-// release, which the slot's next all-gather waits for. Call k's own ops are Op::call k, and
+// release, which the slot's next all-gather waits for; a reduce-scatter waits for its group's
+// last layer compute (its gradients). Call k's own ops are Op::call k, and
 // Program::calls names them on every rank (NOTE [call identities]). Every group's call
 // sequences must
 // share one arena (their templates' buffer sizes) and one rank count. Throws InvalidArgument
