@@ -24,7 +24,7 @@
 // - path() names how messages travel, for reports: "two-sided" (NCCL send/receive),
 //   "one-sided" (NCCL put/signal), "ipc-rendezvous", or a one-GPU test transport's name.
 // OneSidedTransport adds the puts, numbered tokens and signal waits of NOTE [one-sided
-// messages] (src/transport/one_sided.hpp); its send()/recv() throw tide::InternalError.
+// messages] (docs/executor.md); its send()/recv() throw tide::InternalError.
 #pragma once
 
 #include <cuda_runtime_api.h>
