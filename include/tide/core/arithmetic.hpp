@@ -23,20 +23,14 @@
 //       wave = part[c_a] + part[c_a+1] + ... + part[c_b]     left to right,
 //       out  = (w == 0 && !accumulate) ? wave : out + wave.
 //   A single node (M = 1) is one wave with one contributor: out = acc ? out + part : part.
-//   The one-node layout (NOTE [one-node TIDE-RS]) computes exactly that in its Level 1 sum, but
-//   writes padding elements (rows past D_p) as +0 whether accumulating or not, as the Level 1
-//   kernel and the expert-parallel lane do; the multi-node layout's landing leaves out + 0.
-//   A multimem landing (switch reduction, never run on our machines) sums a wave in the
-//   switch's order and is therefore not bitwise comparable with the pull landing.
+//   The one-node layout (NOTE [one-node TIDE-RS]) computes the same, but writes padding
+//   elements (rows past D_p) as +0 whether accumulating or not; the multi-node landing
+//   leaves out + 0. A multimem landing sums in the switch's order (not bitwise comparable).
 //
-//   Expert-parallel lane (App. F, L_sub = 1, M x 1 with M <= 8), for one element of the
-//   output shard of rank r: the fixed 8-source sum adds the M - 1 arriving bf16 values in
-//   contributor order c = 1..M-1 (rank (r - c) mod M, Eq. 6), then r's own, exactly as Level 1
-//   adds staged and own values: part = level1_partial(arrivals, own, alpha); out = accumulate ?
-//   out + part : part. With alpha = 1 and no accumulation this is TIDE-RS's own order on M x 1
-//   (Level 2 over waves of one contributor) bit for bit; otherwise alpha scales the sum once
-//   instead of each contribution, so the lane and TIDE-RS's M x 1 plan may differ in the last
-//   bit (both within the float64 tolerance).
+//   Expert-parallel lane (App. F, M x 1, M <= 8), for one element of rank r's output:
+//   part = level1_partial(arrivals in contributor order c = 1..M-1 (rank (r - c) mod M,
+//   Eq. 6), own, alpha); out = accumulate ? out + part : part. Bitwise TIDE-RS's M x 1 order
+//   only with alpha = 1 and no accumulation (docs/core.md, Arithmetic).
 //
 //   All-gather cast (Sec. 3.1): bf16 = round-to-nearest-even(fp32); NaN -> 0x7FFF.
 #pragma once

@@ -1,65 +1,33 @@
 // The reduce-scatter's defaults that the sizing solver picks when the caller does not say (Sec.
-// 6.3: "a calibrated first-order model picks ... round width k, chunk size, ..."): how many
-// network rounds TIDE-RS keeps in flight (App. G; sizing_solver.hpp), from the library's
-// default machine rates, and how large a Level 1 staging chunk is.
+// 6.3): how many network rounds TIDE-RS keeps in flight (App. G; sizing_solver.hpp), from the
+// library's default machine rates, and how large a Level 1 staging chunk is. Derivations and
+// measured costs: docs/core.md, "Solver defaults".
 //
 // Contract of default_rs_pacing(topology, grad_bytes, shard_bytes, round_width, wave_width):
-//   1. It is solve_sizing() on kDefaultMachineRates (App. G's calibration of the evaluation
-//      platform, BW_NIC = 47.5 GB/s, BW_sum = 99 GB/s/CTA, BW_land = 21 GB/s/CTA, BW_cap =
-//      90 GB/s, t_rnd = 1.3 ms) for M x L, S = shard_bytes (per rank, in the gradient dtype
-//      of grad_bytes = 2 or 4), W_wave = wave_width (0: L) and k_max = round_width; it returns
-//      the solver's rounds in flight d and round width k unchanged.
-//   2. d = 1 (lockstep) whenever there are no network rounds, in particular at M = 1 (one
-//      host), and for an empty shard (no solver call).
-//   3. Rounds in flight are ours, not the paper's (App. G sizes k, not d; see the solver's
-//      header for the rule d = 1 + ceil(t_rnd / t_round)). d changes only when a round's sends
-//      start, never placement, waves or inbox generations, so App. D's guarantees and the
-//      outputs' bits are those of lockstep rounds for every d.
-//   4. The plan's round width stays the caller's (RsOptions' k = 4 = k_max unless given): the
-//      solver only picks d > 1 after widening k as far as widening cuts rounds, so its k then
-//      gives as many rounds as k_max does.
+//   1. It is solve_sizing() on kDefaultMachineRates (App. G's calibration) for M x L,
+//      S = shard_bytes (per rank, gradient dtype of grad_bytes = 2 or 4), W_wave = wave_width
+//      (0: L) and k_max = round_width; it returns the solver's d and k unchanged.
+//   2. d = 1 (lockstep) where there are no network rounds (M = 1) and for an empty shard.
+//   3. d changes only when a round's sends start, never placement, waves or inbox
+//      generations: the outputs' bits are those of lockstep rounds for every d.
+//   4. The plan's round width stays the caller's (RsOptions' k unless given).
 //
-// Contract of default_staging_chunk_elems(layout, options): the Level 1 staging chunk
-// (RsOptions::staging_chunk_elems; Sec. 4.1: "staging is processed and reused in chunks").
-// With R = block_rows() rows, E_pass columns per pass part (the RsPlan of `options` with a
-// whole-part chunk), b_grad the gradient item size, v the vector width, N = M L and
-// p = n_stg (L - 1) b_grad, a chunk of C columns stages p R C bytes in all (n_stg slots of
-// L - 1 contributions). A whole part stages Eq. 10's n_stg (L b_grad / 4) S_fp32: 7 S_fp32
-// at L = 8 with bf16 and n_stg = 2, under FSDP2's fp32 packing buffer B_pack = N S_fp32
-// (Eq. 3), but 14 S_fp32 with fp32 gradients, above it on one node (B_pack = 8 S_fp32).
-//   5. C is the fewest equal chunks whose staging fits B_pack: with C_pack the largest
-//      multiple of v such that p R C_pack <= B_pack (at least v), c = ceil(E_pass / C_pack)
-//      chunks of C = ceil(E_pass / c) rounded up to v (<= C_pack); c = 1 gives C = E_pass.
-//      TIDE-RS then never stages more than FSDP2 packs for the group. L = 8: bf16 stays one
-//      chunk at every M; fp32 takes two at M = 1 and one from M = 2 on.
-//   6. The fewest chunks, not a smaller staging: each chunk is a fill that the owner's sum
-//      waits for, with n_stg slots in flight, and the reference executor's cost model prices
-//      one Llama-3.1-70B layer (bf16, L = 8) at 9.9, 9.7, 12.2, 13.3 and 15.0 ms for 1, 2,
-//      3, 4 and 7 chunks at M = 1 (9.3, 9.6, 10.1, 10.6, 14.2 ms at M = 8; `tide simulate
-//      reduce-scatter --timing-only --jitter 0 --chunk-bytes ...`): staging one fp32 block
-//      (7 chunks) would cost half a reduce-scatter again.
-//   7. A part of fewer than v columns per chunk stages p R v bytes (the plan rounds to v),
-//      which can exceed B_pack for a tiny group. The chunk changes no bit (invariant 2: the
-//      element-to-owner map and the order of the sums do not depend on it), and an explicit
-//      staging_chunk_elems > 0 is left alone.
-//
-// One-node plans (RsPlan::one_node(), NOTE [one-node TIDE-RS]) size their ring instead by
-// contract 8-9, from kOneNodeRates:
-//   8. Memory: the ring (n_stg slots of L - 1 chunks of C columns, p = n_stg (L - 1) b_grad
-//      bytes per column) holds at most kOneNodeStagingNs of the group's unsharded bf16 layer NS
-//      = 2 N E_live, or kOneNodeMinRingBytes where that is more: C <= C_mem, the largest
-//      multiple of v with p C_mem <= max(kOneNodeStagingNs NS, kOneNodeMinRingBytes), and at
-//      least kOneNodeMinChunk columns. The floor keeps small groups (NS under 16 MiB) from being
-//      cut into fills whose fixed costs exceed stock's whole call; the arena sizes the ring
-//      for the largest group, so the floor adds memory only to a model whose every group is
-//      that small, and the ring never grows with the model's depth.
-//   9. Time: a fill costs a fixed t_fill = (L - 1) fill_us (the L - 1 copies' enqueue and
-//      their signals) on top of its bytes, and the first fill and the last sum are exposed, so
-//      c chunks cost about T / c + c t_fill with T = (L - 1) E_live b_grad / BW_peer the
-//      owner's inbound bytes: c_opt = round(sqrt(T / t_fill)), at most kMaxOneNodeChunks.
-//      The chunk count is max(c_opt, ceil(E_pass / C_mem), 1); C = ceil(E_pass / c) rounded up
-//      to v. n_stg stays RsOptions' (2: one fill lands while the previous one is summed; the
-//      sum's rate, 16 CTAs x BW_sum, is above BW_peer's share of it).
+// Contract of default_staging_chunk_elems(layout, options) (RsOptions::staging_chunk_elems):
+// with R = block_rows(), E_pass columns per pass part, vector width v and
+// p = n_stg (L - 1) b_grad, a chunk of C columns stages p R C bytes.
+//   5. C is the fewest equal chunks whose staging fits FSDP2's packing buffer B_pack = N S_fp32
+//      (Eq. 3): C_pack the largest multiple of v with p R C_pack <= B_pack (at least v),
+//      c = ceil(E_pass / C_pack) chunks of C = ceil(E_pass / c) rounded up to v.
+//   6. The fewest chunks, not a smaller staging (each chunk is a fill the sum waits for).
+//   7. Below v columns a chunk stages p R v bytes (may exceed B_pack for a tiny group). The
+//      chunk changes no bit; an explicit staging_chunk_elems > 0 is left alone.
+// One-node plans (RsPlan::one_node(), NOTE [one-node TIDE-RS]) size their ring instead:
+//   8. Memory: C <= C_mem, the largest multiple of v with
+//      p C_mem <= max(kOneNodeStagingNs NS, kOneNodeMinRingBytes), NS = 2 N E_live the
+//      group's unsharded bf16 layer, and C >= kOneNodeMinChunk.
+//   9. Time: c = max(c_opt, ceil(E_pass / C_mem), 1) chunks, c_opt = round(sqrt(T / t_fill))
+//      (at most kMaxOneNodeChunks), T = (L - 1) E_live b_grad / BW_peer, t_fill = (L - 1)
+//      fill_us; C = ceil(E_pass / c) rounded up to v. n_stg stays RsOptions'.
 //
 // The defaults are pure functions of their arguments: every rank of a group computes the same.
 #pragma once
