@@ -3,37 +3,23 @@
 // the two memory modes need.
 //
 // Output (Eq. 5): rank r's fp32 shard out_r is the concatenation over p of R_p K_p elements
-// (the "span", E_live = sum_p R_p K_p elements). A destination node's L spans are cut into
-// L sub-slices, each of `block_rows()` rows (one per destination rank it covers) of E_sub
-// elements; each sub-slice is cut into n_part pass parts of E_pass elements. Pass q handles
-// part q of every sub-slice, so an element's sub-slice, and with it its Level 1 owner and
-// the order of its sums, do not depend on n_part (NOTE [arithmetic order]). Three geometries
-// (RsSubSlices, NOTE [sub-slice geometry] in rs_plan.cpp):
-//   across ranks (Sec. 4.1): sub-slice s is part s of every destination rank's span: L rows
-//     of E_sub = ceil(E_live / L) elements (rounded up to the vector width; the last live
-//     sub-slices may be short or empty), read from a gradient as one strided descriptor;
-//   per rank: sub-slice s is destination rank s's whole span: 1 row of E_live elements
-//     (rounded up), read from a gradient as 1-D descriptors;
-//   node-contiguous: the node's L spans laid out parameter by parameter as the gradients
-//     hold them (rank-major inside a parameter), cut into L parts of E_live elements: 1 row,
-//     1-D reads, as many descriptors as across ranks; a destination rank's elements of one
-//     sub-slice are several runs (landing_runs()).
-// Sub-slice columns are span elements, except node-contiguous: node-flat elements (element
-// k of parameter p's node region is rank k / s_p's element k mod s_p of p's shard).
+// (the "span", E_live = sum_p R_p K_p). A destination node's L spans are cut into L
+// sub-slices of `block_rows()` rows and E_sub columns, each cut into n_part pass parts of
+// E_pass; pass q handles part q of every sub-slice, so an element's Level 1 owner and the
+// order of its sums do not depend on n_part (NOTE [arithmetic order]). The geometry
+// (RsSubSlices, NOTE [sub-slice geometry] in rs_plan.cpp) picks the rows: L across ranks,
+// 1 per rank or node-contiguous (whose columns are node-flat elements: element k of p's node
+// region is rank k / s_p's element k mod s_p; a rank's elements are landing_runs()).
 //
 // Level 1 (Sec. 4.1): for destination node t, local GPU j of sender node n owns sub-slice
-//   s = (j + c_bar) mod L   (Eq. 7),  c = c(t, n) (Eq. 6), c_bar = c mod M,
-// for the destination ranks of t it covers. The other L - 1 local ranks push their gradient
-// pieces into j's staging (across ranks: one strided descriptor per rank-run, plus a tail for
-// a padded row; otherwise one 1-D descriptor per piece, its real prefix); j reads its own
-// contribution in place and sums into an outbox block of block_rows() rows x E_pass fp32.
-//
-// Level 2 (Sec. 4.2): the block travels over rail j to inbox block s of rank (t, j), so on
-// a destination node contributor c of sub-slice s sits on GPU j(s, c) = (s - c_bar) mod L
-// (Eq. 8). Contributors c = 1..M (c = M the own node) form waves of at most W_wave, network
-// rounds carry at most k transfers and never cross a wave, and wave g uses inbox
-// generation g mod n_par (n_par = 1 for a single-wave schedule, 2 otherwise).
-// See NOTE [stale-block zeroing] in rs_plan.cpp for the zeroing rule.
+//   s = (j + c_bar) mod L   (Eq. 7),  c = c(t, n) (Eq. 6), c_bar = c mod M;
+// the other L - 1 local ranks push their pieces into j's staging, j reads its own in place
+// and sums into an outbox block of block_rows() rows x E_pass fp32.
+// Level 2 (Sec. 4.2): the block travels over rail j to inbox block s of rank (t, j), so
+// contributor c of sub-slice s sits on GPU j(s, c) = (s - c_bar) mod L (Eq. 8). Contributors
+// c = 1..M (c = M the own node) form waves of at most W_wave; rounds carry at most k
+// transfers and never cross a wave; wave g uses inbox generation g mod n_par (n_par = 1 for
+// a single-wave schedule, else 2). Zeroing: NOTE [stale-block zeroing] in rs_plan.cpp.
 #pragma once
 
 #include <array>
@@ -65,34 +51,25 @@ RsSubSlices parse_sub_slices(std::string_view text);
 struct RsOptions {
   int wave_width = 0;   // W_wave; 0 selects L
   int round_width = 4;  // k: concurrent rail transfers per round
-  // Network rounds in flight: round i's sends start once round i - d's arrivals are in
-  // (d = 1: lockstep, each round waits for its own arrivals; App. G's t_rnd then adds up over
-  // the rounds). Deeper pacing overlaps a round's wait with the next rounds' transfers. It
-  // changes no placement, wave or generation: inbox reuse stays gated by CREDIT, outbox reuse
-  // by SENT (Sec. 5.2), so App. D's guarantees hold for every d.
+  // Network rounds in flight d: round i's sends start once round i - d's arrivals are in
+  // (1: lockstep). Changes no placement, wave or generation (App. D holds for every d).
   int rounds_in_flight = 1;
   RsMode mode = RsMode::kInPlace;
-  // NOTE [sub-slice geometry]: node-contiguous measured faster on the host and the GPU
-  // (bench/results/runtime/README.md); across ranks is the paper's.
+  // NOTE [sub-slice geometry]: node-contiguous measured faster; across ranks is the paper's.
   RsSubSlices sub_slices = RsSubSlices::kNodeContiguous;
   int passes = 1;         // n_part
   int staging_slots = 2;  // n_stg
-  // Level 1 staging chunk (Sec. 4.1: staging is processed and reused in bounded chunks):
-  // columns per staged row, rounded up to the vector width; 0 stages a whole pass part.
+  // Level 1 staging chunk: columns per staged row, rounded up to the vector width; 0: a
+  // whole pass part.
   std::int64_t staging_chunk_elems = 0;
   int vector_elems = 4;  // E_sub alignment in fp32 elements (16 bytes)
-  // At M = 1, the one-node layout (NOTE [one-node TIDE-RS], program/rs_one_node.cpp): every
-  // rank owns its own rows (the per-rank geometry, whatever sub_slices says), and Level 1 sums
-  // them straight into its output: no spare, no landing, no outbox, no inbox. false keeps the
-  // multi-node layout at M = 1 (own-node spares and a pull landing). Ignored at M >= 2. The
-  // library's defaults set it (the CLI; the runtime on every backend, unless TIDE_ONE_NODE=0);
-  // a bare RsOptions keeps the multi-node layout.
+  // At M = 1, the one-node layout (NOTE [one-node TIDE-RS]): every rank owns its own rows and
+  // Level 1 sums straight into its output (no spare, landing, outbox or inbox). false keeps the
+  // multi-node layout; ignored at M >= 2. The library's defaults set it; a bare RsOptions not.
   bool one_node = false;
   // One-node Slot-Reuse: the owners pull their rows from the peers' gradient areas, into which
-  // the program copies the gradients (NOTE [one-node TIDE-RS]). false: the peers push from
-  // wherever the gradients lie, as In-Place does; what the runtime runs, whose adapter moves
-  // Slot-Reuse gradients into the vacated slot itself (or reads them in place where another
-  // group holds the slot), so the reduce-scatter needs no gradient area of its own.
+  // the program copies the gradients. false: the peers push from wherever the gradients lie
+  // (what the runtime runs: its adapter stages the gradients itself).
   bool one_node_pull = true;
 };
 
