@@ -17,30 +17,13 @@
 
 namespace tide::program {
 
-// NOTE [call sequences]
-// The per-call builders (ag_builder.hpp, rs_builder.hpp) express how consecutive calls share
-// storage: bank e mod 2, inbox generations and staging slots with cumulative FREE /
-// INBOX_FREE credits, two all-gather receive stages with per-area STAGE_CREDIT counters. A
-// training job makes an unbounded number of calls, so the runtime cannot build them all. It
-// builds the first calls of one group's sequence with those builders and finds that, past a
-// warm-up, the sequence is periodic: call e + P has the ops of call e, except that every wait's
-// threshold has grown by what one period of calls adds to its counter, and event references point P
-// calls later. Normalised that way, P calls are the templates, and call e runs template e mod P:
-//   - Counters. Ids below `first_private_counter` are shared by every call (credits); the
-//     private counters of call e live in slot e mod P (each call adds to them afresh). A
-//     template's wait thresholds are relative: the wait completes once its counter holds the
-//     total that every earlier call of the sequence added to it, plus `value` (which may be
-//     <= 0: a credit owed by calls that do not exist yet is already paid). Totals are known
-//     on the host without communication, since every rank issues the same calls.
-//   - Events. Template event ids are local (0 .. events_per_call - 1) plus an age per op:
-//     a wait of age a refers to the event recorded by call e - a (none when e < a).
-// Starting with template 0 at call 0 makes the whole sequence exactly periodic, so the
-// dependency structure of every call is the steady state's, minus references to calls
-// before the first (which would only have ordered against nothing). Tests expand templates
-// into one flat program of many calls and run it through the reference executor, which
-// checks every read and reuse (App. E, I1-I4) and the bits of every output. The
-// expert-parallel lane (App. F) has sequences of its own builders, of period 1
-// (ep_ag_call_sequence, ep_rs_call_sequence in ep_lane.hpp; its inbox credits are shared).
+// Call e of a sequence runs template e mod P (period P, found past a warm-up of calls built by
+// the per-call builders). Counters below `first_private_counter` are shared by every call;
+// call e's private counters live in slot e mod P. A template's wait thresholds are relative:
+// the wait completes once its counter holds what every earlier call added plus `value` (which
+// may be <= 0). Template event ids are local plus an age per op: a wait of age a refers to
+// call e - a's record (none when e < a). How the period is found and why it is exact: NOTE
+// [call sequences] in docs/program.md.
 struct CallTemplate {
   // One call on every rank: physical counter ids, relative wait thresholds, local event ids.
   // Tensors are kTensor 0..P-1 (per-parameter gradients, or fp32 master shards with a cast)

@@ -13,31 +13,12 @@
 
 namespace tide::program {
 
-// NOTE [communicator arena]
-// FSDP2 unshards about two groups at a time (prefetch depth 1), so TIDE's memory must not
-// grow with the number of groups. Every rank's arena holds, in this order:
-//   1. a resident shard per group that keeps one (AgOptions::shard_in_stage() false): the
-//      only per-group area, S_g bytes (the FSDP2 adapter keeps none: its shards arrive per
-//      call and are cast or copied into stage slot 0);
-//   2. one all-gather receive stage, shared by every group, the largest group's
-//      AgPlan::stage_bytes() (Sec. 5.4: one receive stage). A group's sequence alternates
-//      two stage areas to overlap its own consecutive calls; both are this one, since the
-//      lane handoff already orders every all-gather after the previous one;
-//   3. the landing slots: groups with one slot id share one slot, sized by the largest of
-//      them, and their landing views alias (App. F's ring: slot g mod 2 in execution order);
-//      a group with slot -1 gets a slot of its own. Who may occupy a slot when is the
-//      caller's contract (the runtime refuses an all-gather into a slot that another group
-//      still holds; NOTE [runtime] 7);
-//   4. TIDE-RS's areas (staging, outbox banks, spares, inbox generations), shared by every
-//      group and sized by the largest (rs_arena_layout of every plan; Eq. 10-12), for the
-//      runtime's pull landing: no inbox on one node (NOTE [no inbox on one node]).
-// Groups on the expert-parallel lane (App. F, program/ep_lane.hpp; ArenaGroup::ep_*) need no
-// receive stage (their all-gather lands landing to landing) and, for their reduce-scatter,
-// only the lane's double-buffered inbox and scratch part instead of TIDE-RS's areas: it
-// starts where those do (area 4, which is the larger of the two) and is ordered against the
-// other groups' reduce-scatters by the same lane handoff.
-// Areas shared by groups need ordering between the calls of different groups: NOTE [lane
-// handoff] (lanes.hpp). Every area starts on a kArenaAlign boundary.
+// Every rank's arena holds, in this order: (1) a resident shard per group that keeps one;
+// (2) one all-gather receive stage shared by every group, the largest group's; (3) the landing
+// slots: groups with one slot id share one slot sized by the largest, a group with -1 has its
+// own; (4) TIDE-RS's areas (or the expert-parallel lane's inbox and scratch), shared, sized by
+// the largest group. Shared areas are ordered between groups by NOTE [lane handoff]. Every area
+// starts on a kArenaAlign boundary. Why: NOTE [communicator arena] in docs/program.md.
 inline constexpr std::int64_t kArenaAlign = 4096;
 
 struct ArenaGroup {

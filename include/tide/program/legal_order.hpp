@@ -9,20 +9,11 @@
 
 namespace tide::program {
 
-// NOTE [legal order]
-// A serial order of every rank's ops in which each op follows the earlier ops of its
-// (rank, stream), each kWait follows the additions that bring its counter to its value, and
-// each kEventWait follows its (rank, event) record. It is found by repeatedly taking the head
-// op of any (rank, stream) whose wait the ops already taken satisfy.
-// Why executors want it:
-//   - the CUDA executor enqueues in it, so no hardware queue shared by several streams holds a
-//     wait ahead of the signal it needs (NOTE [enqueue order]);
-//   - the host executor runs one rank's ops one at a time in it. If every process runs the
-//     projection of one legal order onto its ranks, none can block for good: the earliest op
-//     not yet done has every op before it done, on every rank (an induction on the order).
-// The concatenation of legal orders of consecutive calls is a legal order of the sequence,
-// provided each call's order was found with the counter totals and recorded events its
-// earlier calls leave behind (`start`).
+// A legal order: every rank's ops in one serial order in which each op follows the earlier ops
+// of its (rank, stream), each kWait the additions that bring its counter to its value, and each
+// kEventWait its (rank, event) record. The concatenation of legal orders of consecutive calls,
+// each found from the totals its earlier calls leave (`start`), is one of the sequence. Why the
+// executors walk it: NOTE [legal order] in docs/program.md.
 struct SyncStart {
   // Per (rank, counter id): what earlier calls added, rank-major (rank * counters + id).
   // Empty: all zero.
