@@ -35,13 +35,9 @@ struct RsProgramOptions {
 // call sizes them from its plan (RsPlan::memory()); the calls of a step share one layout
 // sized for the largest group (communicator_arena.hpp).
 //
-// NOTE [no inbox on one node]
-// The inbox receives rail puts from other nodes, and the switch-reduce landing reads it on
-// every local GPU. On one node (M = 1) with the pull landing nothing writes or reads it: the
-// landing pulls the own node's partials from the spares. So there the layout holds no inbox
-// (inbox_generations = 0, L blocks per generation saved: as large as FSDP2's whole fp32
-// reduce-scatter input at M = 1). build_rs_call() refuses a layout without the inbox its plan
-// and landing need.
+// On one node with the pull landing the layout holds no inbox (inbox_generations = 0; NOTE [no
+// inbox on one node] in docs/program.md); build_rs_call() refuses a layout without the inbox
+// its plan and landing need.
 struct RsArenaLayout {
   std::int64_t staging = 0;  // n_stg slots, each (L - 1) contributions x L rows x chunk
   std::int64_t outbox = 0;   // 2 banks x n_out blocks

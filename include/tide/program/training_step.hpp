@@ -60,27 +60,11 @@ struct StepOptions {
   Fault fault = Fault::kNone;
 };
 
-// NOTE [step memory]
-// What a step's collectives hold per GPU at their peak, as each system holds it. Both counts
-// leave out what both systems hold alike: the running layer's gradients, the reduce-scatter
-// outputs (the sharded gradients), optimizer state and activations.
-//   TIDE: its arena (NOTE [communicator arena]) plus, In-Place, one more group's bf16
-//     gradients: TIDE-RS reads the previous group's gradients in place until its reads
-//     complete, so two gradient groups are briefly live (Sec. 5.3); Slot-Reuse moves them
-//     into a vacated ring slot.
-//   Stock FSDP2: the sharded parameters (what TIDE keeps as resident shards) plus the peak
-//     over the step of the collective buffers its caching allocator holds (Sec. 5.4), with
-//     U_g = N S_g the unsharded (padded) parameters of group g and P_g = N S_fp32 its fp32
-//     reduce-scatter input:
-//       forward of g:   U_g + U_{g+1}            (the all-gather prefetched at depth 1)
-//       backward of g:  U_g + U_{g-1} + P_{g+1}  (the prefetched backward all-gather on its
-//                       own stream, which the reduce-scatter never reuses, and the previous
-//                       group's reduce-scatter input, kept until the next post_backward
-//                       observes its completion)
-//     With equal groups that is the paper's 4 NS during backward. The all-gather's rank-major
-//     flat buffer is freed after its copy-out and counts as the U of its group.
-// The stock program itself still gives every call its own arena region (fsdp2 step builder):
-// those are addresses for the executor, not memory FSDP2 holds.
+// Per GPU at the step's peak, leaving out what both hold alike (the running layer's gradients,
+// the sharded gradients, optimizer state, activations). TIDE: its arena plus, In-Place, one
+// more group's bf16 gradients. Stock FSDP2: the sharded parameters plus the peak over the step
+// of its collective buffers, max over g of U_g + U_{g+1} (forward) and U_g + U_{g-1} + P_{g+1}
+// (backward), U_g = N S_g, P_g = N S_fp32. Why: NOTE [step memory] in docs/program.md.
 std::int64_t tide_step_held_bytes(const std::vector<StepGroup>& groups, std::int64_t arena_bytes);
 std::int64_t fsdp2_step_held_bytes(const std::vector<StepGroup>& groups);
 
