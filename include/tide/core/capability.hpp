@@ -2,30 +2,13 @@
 // wants to run and what its process can do; the launcher all-gathers the descriptions; every
 // rank then calls agree() on the same vector and reaches the same decision.
 //
-// NOTE [capability agreement]
-// A RankDescription has three kinds of fields:
-//   1. Agreed fields: the group signature (name, M x L, parameter shapes, dtypes), the plan
-//      options, the opt-ins, and the library versions that shape the protocol (TIDE's
-//      description format, CUDA runtime, NCCL). Every rank must hold the same value; the
-//      first field (in the fixed order of agreed_fields()) on which some rank differs from
-//      rank 0 aborts the group with InconsistentGroup naming that field, rank 0's value and
-//      the ranks that differ. This is the "inconsistent global capabilities abort" of Sec. 6.3.
-//   2. Reduced capabilities: what a rank's device and driver can do (compute capability,
-//      VMM, stream memory operations, copy-engine batches, symmetric windows, the NCCL
-//      device API, NVLink multicast). They may differ between ranks (a mixed cluster) and
-//      are combined: minimum of numbers, AND of flags. The group can use what all ranks have.
-//   3. Identity: the rank (must equal its index in the gathered vector), the world size
-//      (must equal the vector's length) and a host id (ranks of one declared node must share
-//      a host: a node is one NVSwitch domain, Sec. 2.1).
-// An agreed, well-formed group that TIDE cannot run (more than 256 parameters, L > 8, a
-// declared M x L that does not match the world, a node spanning hosts, a device or library
-// without what TIDE needs, plan options a plan constructor refuses) falls back to stock
-// collectives; Decision::reason is the one-line reason, the same on every rank.
-// NVLink multicast is never used unless every rank opted in AND every rank is capable
-// (Decision::use_multicast); both default to off (architecture: hardware rules).
-//
-// agree() is a pure function of the vector: no clocks, no environment, no hashing of
-// pointers. Every rank deserialises the same bytes, so every rank decides the same.
+// A RankDescription's fields are agreed (the group signature, plan options, opt-ins and the
+// protocol-shaping versions: the first that differs from rank 0's throws InconsistentGroup
+// naming it), reduced (device and driver capabilities: min of numbers, AND of flags) or
+// identity (rank, world, host id). A consistent group TIDE cannot run gets kStock and a
+// one-line reason, the same on every rank. NVLink multicast only where every rank opted in and
+// is capable. agree() is a pure function of the vector. The rules: NOTE [capability agreement]
+// in docs/core.md.
 #pragma once
 
 #include <cstdint>
