@@ -1,16 +1,8 @@
 // The TIDE runtime (architecture: runtime/): what a training loop calls. One Communicator per
-// process group; groups registered once; all-gathers and reduce-scatters bound per call.
+// process group; groups registered once; all-gathers and reduce-scatters bound per call. An
+// example of use: docs/runtime.md.
 //
-// Use (every rank, the same calls in the same order):
-//   runtime::CommunicatorOptions o;  o.rank = r;  o.world = n;  o.gpus_per_node = l;
-//   o.backend = runtime::BackendKind::kHost;  o.store = std::make_shared<FileStore>(dir);
-//   auto comm = runtime::Communicator::create(o);
-//   runtime::Registration g = comm->register_group(spec);     // g.group < 0: stock, g.reason
-//   comm->all_gather(g.group, stream, shards);                  // landing: comm->info(g).landing
-//   comm->reduce_scatter(g.group, stream, grads, out, alpha, accumulate);
-//
-// Contract. The design, in points 1-11 that the comments below cite, is NOTE [runtime] in
-// docs/runtime.md.
+// Contract (points 1-11, cited below: NOTE [runtime] in docs/runtime.md):
 // - Collective calls: create(), register_group(), and the first info(), arena(),
 //   arena_request() or call; every rank makes them with the same arguments in the same order.
 //   A group TIDE cannot run gets a reason and no id (1), never an internal error. Groups
@@ -62,24 +54,21 @@ bool one_node_layout();
 
 // Fault injection for tests and `tide check-runtime` only; the defaults inject nothing.
 struct CommunicatorFaultInjection {
-  // GPU backends: from rank `stall_rank`'s call `stall_at_call` on (counting every call of the
-  // communicator), its calls wait for a gate that never opens; the watchdog must find it.
+  // GPU backends: rank `stall_rank`'s calls from `stall_at_call` on never start (the watchdog
+  // must find them).
   int stall_rank = -1;
   std::int64_t stall_at_call = -1;
   // GPU backends: rank `release_rank`'s abort() lets its messages flow for `release_hold`
-  // before it ends them and marks the failure, so peers learn of it only from the messages'
-  // abort tokens (NOTE [abort relay]).
+  // before it marks the failure (peers learn it from the abort tokens, NOTE [abort relay]).
   int release_rank = -1;
   std::chrono::milliseconds release_hold{0};
 };
 
 // Emulation for tests and `tide check-runtime` only.
 struct CommunicatorEmulation {
-  // Every node of gpus_per_node ranks reports a host of its own (NOTE [runtime] 9), so its
-  // ranks reach other nodes by rail messages only.
+  // Every node reports a host of its own (NOTE [runtime] 9): other nodes by rail messages only.
   bool nodes_as_hosts = false;
-  // With nodes_as_hosts: this rank's emulated host; ranks that give one name share it ("":
-  // one per node). NOTE [runtime] 11.
+  // With nodes_as_hosts: this rank's emulated host ("": one per node). NOTE [runtime] 11.
   std::string host;
 };
 
@@ -104,11 +93,8 @@ struct GroupSpec {
   RsMode mode = RsMode::kInPlace;
   // TIDE-RS sub-slice geometry (NOTE [sub-slice geometry] in rs_plan.cpp).
   RsSubSlices sub_slices = RsOptions{}.sub_slices;
-  // The all-gather reads per-parameter fp32 master shards and casts to ag_dtype (Sec. 3.2).
-  bool cast = false;
-  // Without a cast: it reads per-parameter shards in ag_dtype with every call, not a resident
-  // packed shard.
-  bool staged_shards = false;
+  bool cast = false;           // the all-gather casts per-parameter fp32 masters (Sec. 3.2)
+  bool staged_shards = false;  // no cast: per-parameter shards with every call, no resident
   // NOTE [runtime] 7: groups with one slot id >= 0 land in one shared slot; -1: its own.
   int landing_slot = -1;
 };
@@ -131,15 +117,14 @@ struct GroupInfo {
   std::byte* resident = nullptr;              // this rank's packed shard (nullptr: shards per call)
   int landing_slot = -1;     // its slot: index into ArenaInfo::slots (NOTE [runtime] 7)
   int landing_slot_id = -1;  // GroupSpec::landing_slot
-  // Each collective's lane ("tide-ag", "tide-rs" or "ep"), and why a group of one rank per host
-  // is not on the "ep" lane ("" otherwise). NOTE [runtime] 11.
+  // Each collective's lane ("tide-ag", "tide-rs", "ep"), and why a one-rank-per-host group is
+  // not on "ep". NOTE [runtime] 11.
   std::string all_gather_lane;
   std::string reduce_scatter_lane;
   std::string lane_reason;
   int ag_period = 0;  // calls per template cycle (NOTE [call sequences])
   int rs_period = 0;
-  // A CUDA graph holds a multiple of this many of the group's calls of each collective (NOTE
-  // [runtime] 6); 0 on the host backend and before the first call.
+  // A CUDA graph holds a multiple of this many calls (NOTE [runtime] 6); 0 on the host backend.
   int graph_period = 0;
 };
 
@@ -158,14 +143,10 @@ struct GraphCalls {
 struct GroupStats {
   std::int64_t all_gathers = 0;
   std::int64_t reduce_scatters = 0;
-  // Bytes FSDP2's layout copies would have moved for these calls (Sec. 1, Eq. 3).
-  std::int64_t copy_bytes_avoided = 0;
-  // Bytes these calls still copy: shards cast or copied per call (S each).
-  std::int64_t copy_bytes_made = 0;
-  // Of those, the gradients stage_gradients copied into the group's slot (Slot-Reuse).
-  std::int64_t gradient_bytes_staged = 0;
-  // GPU backends: calls that ran as replays of their slot's CUDA graph, and the calls that
-  // captured one (NOTE [slot graph policy]); the others ran on the stream path.
+  std::int64_t copy_bytes_avoided = 0;     // what FSDP2's layout copies would move (Eq. 3)
+  std::int64_t copy_bytes_made = 0;        // shards cast or copied per call (S each)
+  std::int64_t gradient_bytes_staged = 0;  // of those, by stage_gradients (Slot-Reuse)
+  // GPU backends: calls replayed from / captured into slot graphs (NOTE [slot graph policy]).
   std::int64_t all_gather_replays = 0;
   std::int64_t reduce_scatter_replays = 0;
   std::int64_t all_gather_graph_captures = 0;
@@ -173,8 +154,7 @@ struct GroupStats {
   // Why a collective's slot graphs cannot take fresh pointers (empty where they can).
   std::string all_gather_repoint_failure;
   std::string reduce_scatter_repoint_failure;
-  // Rail messages to ranks of other hosts sent for these calls, and their bytes (NOTE
-  // [runtime] 9).
+  // Rail messages to other hosts, and their bytes (NOTE [runtime] 9).
   std::int64_t rail_messages = 0;
   std::int64_t rail_message_bytes = 0;
   // GPU backends: "<all-gather>/<reduce-scatter>", each CudaSequenceRunner::message_path() or
