@@ -1,17 +1,7 @@
 // The CUDA executor (architecture: exec/cuda): runs a Program's ops of the ranks the fabric
-// calls local on GPUs, with copy engines, stream memory operations, events and TIDE's kernels.
-// Its outputs are bitwise equal to the CPU reference executor's (invariant 1).
-//
-// Use:
-//   fabric::VirtualFabric fab(program);             // allocates every rank's buffers
-//   CudaExecutor ex(program, fab);                  // validates, builds tables, streams, events
-//   ex.upload(Buffer{0, Space::kTensor, 1}, bytes); // inputs (and poison, with fill())
-//   CudaRunResult r = ex.run();                     // enqueues everything, waits with a timeout
-//   std::vector<std::byte> out = ex.download(Buffer{0, Space::kOutput, 0});
-//
-// CudaExecutor is the one-shot face of the CUDA sequence runner (cuda_sequence.hpp): a call
-// sequence of period 1 whose buffers are bound at construction (NOTE [one-shot programs] in
-// src/exec/cuda/executor.cpp).
+// calls local on GPUs, bitwise equal to the CPU reference executor (invariant 1). It is the
+// one-shot face of the CUDA sequence runner: a call sequence of period 1 with buffers bound at
+// construction (NOTE [one-shot programs] in src/exec/cuda/executor.cpp; use: docs/executor.md).
 //
 // Contract (how each op maps to CUDA: NOTE [CUDA executor op mapping] in docs/executor.md):
 // - Construction validates the program, resolves every pointer, table and kernel argument and
@@ -55,9 +45,8 @@ struct CudaExecutorOptions {
 
 struct CudaRunOptions {
   double timeout_s = 60.0;  // per run, from the first enqueue; > 0
-  // Timing events around every kernel op (kSum, kLand, kCast) and at the head and tail of
-  // every stream; the result then carries CudaRunResult::kernels_timed and stream spans.
-  // Adds two event records per kernel and per stream: leave off when timing enqueue.
+  // Timing events around every kernel op and at each stream's head and tail (kernels_timed,
+  // streams); two event records per kernel and stream: leave off when timing enqueue.
   bool profile = false;
 };
 

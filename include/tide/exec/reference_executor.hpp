@@ -1,15 +1,7 @@
-// The CPU reference executor (architecture: exec/reference): runs every
-// rank's ops of a Program in one process as a deterministic discrete-event simulation, with
-// real data, seeded interleavings, race and deadlock detection, and the cost model's times.
-//
-// Use:
-//   ReferenceExecutor ex(program);                   // allocates every rank's buffers
-//   auto g = ex.input(Buffer{0, Space::kTensor, 1}); // marks bytes as set; fill g
-//   RunOptions o;  o.seed = 7;                       // o.jitter = 0.5 to explore more
-//   RunResult r = ex.run(o);                         // r.errors, r.makespan_us, r.op_times
-//   ex.memory(Buffer{0, Space::kOutput, 0});         // outputs; write_chrome_trace_file(...)
-// Timing only (no memory, no race tracking): ReferenceExecutor ex(program, {true});
-//
+// The CPU reference executor (architecture: exec/reference): runs every rank's ops of a Program
+// in one process as a deterministic discrete-event simulation, with real data, seeded
+// interleavings, race and deadlock detection, and the cost model's times (use:
+// docs/reference_executor.md).
 // Contract (the full semantics, points 1-5: NOTE [reference execution semantics] in
 // docs/reference_executor.md):
 // - Buffers start as poison (0xFF); input() marks bytes as written before every op.
@@ -96,11 +88,8 @@ struct RunResult {
   double makespan_us = 0.0;
   // Sum over SM ops (sum, land, cast, zero) of max(1, ctas) * duration, CTA-microseconds.
   double sm_time_us = 0.0;
-  // The largest, over ranks, of arena + output bytes plus the peak of that rank's live
-  // per-parameter tensor bytes (a tensor is live from the start of the first op that
-  // touches it until releases covered its bytes; the same with and without data). Every
-  // output and the whole arena count at once: for a program of several calls with their own
-  // outputs (a step) this adds the calls up and is not their peak.
+  // The largest, over ranks, of arena + output bytes plus the peak of its live per-parameter
+  // tensor bytes (every output counts at once: for a step, the calls added up, not a peak).
   std::int64_t peak_buffer_bytes = 0;
   std::vector<OpTime> op_times;  // per Program::ops index, when record_times
 

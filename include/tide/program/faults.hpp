@@ -48,7 +48,7 @@ enum class Fault {
 };
 
 // How a run shows a fault, strongest first (NOTE [fault detection] in
-// tide/exec/fault_detection.hpp says which executor findings map to which class).
+// docs/reference_executor.md: which executor findings map to which class).
 enum class Detection : std::uint8_t {
   kNone,               // nothing found
   kCallOrder,          // ranks issue different calls at one position, found before running
