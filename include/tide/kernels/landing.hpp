@@ -5,11 +5,8 @@
 //     out  = (wave_index == 0 && !accumulate) ? wave : out + wave
 // per NOTE [arithmetic order] (include/tide/core/arithmetic.hpp: wave_sum, land).
 //
-// The default landing pulls: the W partial pointers are LSA (peer) pointers or local ones
-// (the own-node spare block), passed as kernel parameters. A multimem variant, where the
-// NVSwitch sums the wave (multimem.ld_reduce...add.v4.f32), exists behind a run-time
-// capability check and an explicit opt-in; it is never run on the lent machines (NVLink
-// multicast is forbidden there) and is not bitwise comparable with the pull landing.
+// The default landing pulls: the W partial pointers are LSA (peer) or local pointers, passed
+// as kernel parameters. The multimem variant is opt-in and never run here (docs/kernels.md).
 //
 // Host-compilable: raw pointers, sizes and a cudaStream_t.
 #pragma once
@@ -43,10 +40,7 @@ void launch_landing(const LandingArgs& args, cudaStream_t stream);
 void prepare_landing();
 
 // ---- Multimem (switch-reduction) landing: written, never executed here. ----
-//
-// The opt-in is the environment knob TIDE_ENABLE_MULTIMEM=1 (read in one place,
-// level2_multimem.cu) AND `opt_in = true` at the call; the capability is
-// CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED.
+// Runs only with TIDE_ENABLE_MULTIMEM=1 AND `opt_in`, on a device with multicast support.
 struct MultimemLandingArgs {
   float* out = nullptr;
   std::int64_t n = 0;                // a multiple of 4, 16-byte-aligned pointers

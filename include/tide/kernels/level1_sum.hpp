@@ -1,16 +1,11 @@
 // Level 1 of TIDE-RS (paper Sec. 4.1): the node-local sum kernel and its launcher.
 //
-// One launch produces one fp32 outbox block of `rows` rows (the L destination ranks of one
-// destination node, rows <= 8) by `width` elements. Element (r, c) is
-//     alpha * (staged[0][r][c] + ... + staged[S-1][r][c] + own[r][c])       (Eq. 5)
-// in exactly the order of NOTE [arithmetic order] (include/tide/core/arithmetic.hpp), where
-// the S <= 7 staged contributions were pushed by copy engines into a staging area and the
-// owner's own contribution is read in place from the per-parameter gradients through a
-// segment table. Columns that no run of the table covers are padding and are written +0.0f.
-// With `accumulate` the block is landed in place: out = out + alpha * sum (M = 1).
-// The same launch is the expert-parallel lane's fixed 8-source fp32 sum (App. F; NOTE
-// [arithmetic order]): one row, the M - 1 arrived inbox blocks as the staged contributions.
-// Host-compilable: raw pointers, sizes and a cudaStream_t (style.md, 1).
+// One launch writes an fp32 block of `rows` (<= 8) by `width` elements:
+//     out[r][c] = alpha * (staged[0][r][c] + ... + staged[S-1][r][c] + own[r][c])   (Eq. 5)
+// in the order of NOTE [arithmetic order]; S <= 7 staged contributions, the own one read in
+// place from the gradients through a segment table; uncovered columns are padding (+0.0f).
+// With `accumulate`: out = out + alpha * sum. Also the expert-parallel lane's fixed 8-source
+// sum (one row, the arrived inbox blocks staged). Host-compilable (raw pointers, a stream).
 #pragma once
 
 #include <cuda_runtime_api.h>

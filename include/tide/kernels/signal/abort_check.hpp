@@ -28,11 +28,10 @@ struct AbortCheck {
 // valid. Graph-capturable (fixed pointers). Checks the launch.
 void launch_abort_check(const AbortCheck& check, cudaStream_t stream);
 
-// NOTE [abort relay] (docs/executor.md): enqueues on `stream` one 1-thread kernel that, after a
-// system-scope fence, writes into `token` (an 8-byte word on the stream's device) 1 where any
-// of `verdict`'s words (watched and own) is nonzero, else 0: what a message's sender knows of
-// the abort state when its data have been sent. With `base` (bit 0 clear) it writes base | that
-// bit: one-sided messages number their tokens (NOTE [one-sided messages]). Checks the launch.
+// NOTE [abort relay] (docs/executor.md): enqueues one 1-thread kernel that, after a system-scope
+// fence, writes into `token` base | (1 where any of `verdict`'s words is nonzero, else 0);
+// `base` (bit 0 clear) numbers one-sided messages' tokens (NOTE [one-sided messages]).
+// Checks the launch.
 void launch_abort_token(const AbortCheck& verdict, std::uint64_t* token, cudaStream_t stream,
                         std::uint64_t base = 0);
 

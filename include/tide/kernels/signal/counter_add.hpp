@@ -21,15 +21,11 @@ namespace tide::kernels {
 void launch_counter_add(std::uint64_t* counter, std::uint64_t add, cudaStream_t stream,
                         const std::uint64_t* abort = nullptr);
 
-// NOTE [abort relay] (docs/executor.md): the receiver's addition of a message. Enqueues on
-// `stream` one 1-thread kernel: nothing where `abort` (the receiver's own word; nullptr: none)
-// is nonzero; else, after a system-scope fence, where the received `token` is nonzero (the
-// sender, or a rank it heard of, aborted; or the token never arrived: it is poisoned nonzero
-// before its receive) it stores 1 into `relay` (the runner's relayed-abort word, which the
-// end-of-call check watches) and adds nothing; else *counter += add as launch_counter_add.
-// A one-sided message's token (NOTE [one-sided messages]) is valid where it equals `expected`
-// (its number, bit 0 clear) instead of 0: any other value (the abort bit, a stale number) reads
-// as an abort. Checks the launch.
+// NOTE [abort relay] (docs/executor.md): the receiver's addition of a message, one 1-thread
+// kernel on `stream`: nothing where `abort` (nullptr: none) is nonzero; else, after a
+// system-scope fence, where `token` differs from `expected` (0; a one-sided message's number,
+// NOTE [one-sided messages]) it stores 1 into `relay` and adds nothing; else *counter += add
+// as launch_counter_add. Checks the launch.
 void launch_relayed_counter_add(std::uint64_t* counter, std::uint64_t add,
                                 const std::uint64_t* token, std::uint64_t* relay,
                                 cudaStream_t stream, const std::uint64_t* abort,

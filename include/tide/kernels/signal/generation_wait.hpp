@@ -4,13 +4,7 @@
 // fences at system scope, so that the stream's later work sees what the signalling peers wrote
 // before their additions. The thresholds follow the call from a device generation word, so a
 // graph replays with nothing patched (the runner's arithmetic: src/exec/cuda/
-// sequence_generations.hpp).
-//
-// Why not the driver's waits: a cuStreamWaitValue64 captured into a graph keeps the threshold
-// it was captured with (with cumulative counters every later replay's wait is already met),
-// and explicit batch-mem-op nodes, which can be re-targeted, cost 1.3-2.3 us of host time per
-// node to launch plus a patch per node per launch (bench/results/runtime/primitives_*.json:
-// 80 such waits, 185 us to launch; 80 of these kernels and their links, 2.1 us).
+// sequence_generations.hpp). Why not the driver's waits: docs/kernels.md, Interfaces.
 //
 // Host-compilable: raw pointers, values and a cudaStream_t.
 #pragma once
@@ -44,10 +38,9 @@ inline constexpr std::size_t kMaxGenerationWaitsPerLaunch = 32;
 // CTA cannot share).
 void prepare_generation_waits();
 
-// Enqueues on `stream` one kernel per kMaxGenerationWaitsPerLaunch waits; each returns when
-// every one of its waits is met, after a system-scope fence, so that the stream's later work
-// (copies included: they start after the kernel completes) sees what the signalling peers
-// wrote before their additions. Nothing for an empty span. Checks the launches.
+// Enqueues on `stream` one kernel per kMaxGenerationWaitsPerLaunch waits, each with the
+// contract above (copies after it start after it completes). Nothing for an empty span.
+// Checks the launches.
 void launch_generation_waits(std::span<const GenerationWait> waits, const std::uint64_t* generation,
                              cudaStream_t stream);
 
