@@ -43,8 +43,7 @@
 
 namespace tide {
 
-// Rates of one node's copy engines (architecture.md, 2 x H200: push 391 GB/s, about 4 us of
-// host time per copy) for contract 9.
+// One node's measured rates (2 x H200, docs/core.md) for contracts 9-10.
 struct OneNodeRates {
   double bw_peer_gbps = 391.0;     // BW_peer: copy-engine push to a peer GPU
   double fill_us = 4.0;            // per copy of a fill: enqueue and signal
@@ -58,20 +57,16 @@ inline constexpr int kMaxOneNodeChunks = 64;
 inline constexpr std::int64_t kOneNodeMinChunk = 4096;             // columns
 inline constexpr double kOneNodeMinRingBytes = 4.0 * 1024 * 1024;  // contract 8's floor
 
-// Contract 8-9 as arithmetic, for a one-node plan of L GPUs: the ring's chunk in columns for a
-// group of shard_elems (E_live) columns per rank and pass_elems (E_pass) per pass part, at
-// vector width v, n_stg slots and gradient item size b_grad. What default_staging_chunk_elems
-// gives a one-node plan, and what the memory model's one-node form (memory_model.hpp) sizes
-// the ring with.
+// Contracts 8-9: the one-node ring's chunk in columns (E_live = shard_elems, E_pass =
+// pass_elems); what default_staging_chunk_elems and the memory model's one-node form use.
 std::int64_t one_node_chunk_columns(int gpus_per_node, std::int64_t shard_elems,
                                     std::int64_t pass_elems, std::int64_t vector_elems,
                                     int staging_slots, int grad_bytes);
 
-// Contract 10: where TIDE-RS would lose on one node. A first-order forecast of one call on
-// kOneNodeRates: TIDE = c t_fill + T + the last chunk's sum (E_live / c (L b_grad + 4) bytes at
-// kDefaultSumCtas x BW_sum), stock FSDP2 = the fp32 pack (N E_live (b_grad + 4) bytes at
-// hbm_gbps) + NCCL's reduce-scatter ((N - 1) E_live 4 bytes at stock_link_gbps) + its launch.
-// The runtime runs a group whose forecast favours stock with stock's collectives, and says why.
+// Contract 10: a first-order forecast of one one-node call on kOneNodeRates. TIDE = c t_fill +
+// T + the last chunk's sum (E_live / c (L b_grad + 4) bytes at kDefaultSumCtas x BW_sum); stock
+// = the fp32 pack (N E_live (b_grad + 4) bytes at hbm_gbps) + NCCL's reduce-scatter ((N - 1)
+// E_live 4 bytes at stock_link_gbps) + its launch. Where stock wins, the runtime runs stock.
 struct OneNodeForecast {
   double tide_us = 0;
   double stock_us = 0;
