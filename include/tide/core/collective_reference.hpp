@@ -38,10 +38,8 @@ std::vector<std::vector<float>> rs_expected(const RsPlan& plan, const std::vecto
                                             float alpha, bool accumulate,
                                             const std::vector<std::vector<float>>& initial);
 
-// out[r][e] of Eq. 5 in the expert-parallel lane's order (NOTE [arithmetic order], lane;
-// program/ep_lane.hpp) for an M x 1 `layout`: per element of rank r, the other ranks' values in
-// contributor order c = 1..M-1 (rank (r - c) mod M), then r's own, summed and scaled as Level 1
-// sums (arith::level1_partial); out = accumulate ? out + part : part; padding is +0.
+// out[r][e] of Eq. 5 in the expert-parallel lane's order (NOTE [arithmetic order], lane) for
+// an M x 1 `layout`; padding is +0.
 std::vector<std::vector<float>> ep_rs_expected(const GroupLayout& layout,
                                                const std::vector<RankGrads>& grads, float alpha,
                                                bool accumulate,

@@ -10,17 +10,11 @@
 //    this wave's partial or zeros (NOTE [stale-block zeroing]), and no zeroing touches a
 //    block the wave writes;
 //  - outbox safe: the outbox block a destination reuses was sent in an earlier round.
-// The validator re-derives each property by simulation from the plan's own tables; it does
-// not trust the proof.
-//
-// A TIDE-AG plan (Sec. 3.1) is accepted only if its Bruck rounds receive every slot 1..M-1
-// exactly once, each round forwards only slots its sender already holds, its slot groups
-// tile the rounds in arrival order, and every node's scatter copies place each (parameter,
-// slot) exactly once at its Eq. 2 landing.
-//
-// Every path that builds a program from a plan checks it first: the builders throw
-// InvalidArgument (bad input; the CLI exits 2 with the reason), the runtime asks
-// *_plan_fallback_reason() and keeps FSDP2's stock collective when it gets one.
+// Each property is re-derived by simulation from the plan's tables, not from the proof. A
+// TIDE-AG plan (Sec. 3.1) is accepted only if its rounds receive every slot 1..M-1 once, each
+// forwards only slots its sender holds, its slot groups tile the rounds in arrival order, and
+// every scatter places each (parameter, slot) once at its Eq. 2 landing. Builders check first
+// (InvalidArgument); the runtime asks *_plan_fallback_reason() and keeps stock on a reason.
 #pragma once
 
 #include <cstdint>

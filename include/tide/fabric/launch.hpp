@@ -1,20 +1,11 @@
 // Launcher glue for one process per GPU: who am I, start the ranks on one
 // host, and hand rank 0's NCCL unique id to every rank.
 //
-// NOTE [launch]
-// Rank discovery, first match wins:
-//   TIDE_RANK, TIDE_WORLD, TIDE_LOCAL_RANK        spawn_ranks() below (mpirun-style, one host)
-//   RANK, WORLD_SIZE, LOCAL_RANK                   torchrun
-//   OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK       Open MPI's mpirun
-//   PMI_RANK, PMI_SIZE, MPI_LOCALRANKID            MPICH / Hydra
-// The unique id travels through a rendezvous directory that every rank can read (one host,
-// or a shared file system): rank 0 writes DIR/nccl-unique-id atomically (a temporary file,
-// then rename), the others poll for it with a bound. TIDE_RENDEZVOUS names the directory;
-// spawn_ranks() makes a fresh one per launch; under torchrun without it the directory is
-// /tmp/tide-rendezvous-<MASTER_ADDR>-<MASTER_PORT>-<TORCHELASTIC_RUN_ID>-<restart count>
-// (one host only). A directory reused across launches could hold a stale id: use a fresh
-// one per launch (rank 0 removes what it finds, but a fast peer may read it first).
-// Capability agreement needs no file: it runs over the main communicator once it exists.
+// Rank discovery, first match wins: TIDE_RANK/WORLD/LOCAL_RANK (spawn_ranks), torchrun, Open
+// MPI, MPICH. The unique id travels through a rendezvous directory every rank can read (rank 0
+// writes DIR/nccl-unique-id atomically, the others poll with a bound): TIDE_RENDEZVOUS, a fresh
+// one per spawn_ranks() launch, or under torchrun one derived from its run. Use a fresh
+// directory per launch. Variables and paths: NOTE [launch] in docs/nccl_fabric.md.
 #pragma once
 
 #include <chrono>

@@ -25,9 +25,8 @@ namespace tide::program {
 // call e - a's record (none when e < a). How the period is found and why it is exact: NOTE
 // [call sequences] in docs/program.md.
 struct CallTemplate {
-  // One call on every rank: physical counter ids, relative wait thresholds, local event ids.
-  // Tensors are kTensor 0..P-1 (per-parameter gradients, or fp32 master shards with a cast)
-  // and the output kOutput 0; buffer sizes are set (the arena is the group's region).
+  // One call on every rank: physical counters, relative thresholds, local events; tensors
+  // kTensor 0..P-1, output kOutput 0, the arena the group's region.
   Program program;
   std::vector<int> event_age;           // per op: for kEventWait, how many calls back
   std::vector<std::int64_t> additions;  // per (rank, counter), rank-major: what the call adds
@@ -68,9 +67,8 @@ struct SequenceOptions {
 CallSequence make_call_sequence(const CallBuilder& build, int first_private_counter,
                                 const BufferSizes& sizes, const SequenceOptions& options = {});
 
-// Where a group keeps its all-gather bytes in its region: the resident shard (absent with a
-// cast), two receive stages (call a uses stage a mod 2, so consecutive calls overlap), and
-// the landing, where every call leaves the parameters (stable for the group's life).
+// A group's all-gather bytes in its region: the resident shard (absent with a cast), two
+// receive stages (call a uses a mod 2), the landing (stable for the group's life).
 struct AgSequenceAreas {
   std::int64_t resident = 0;
   std::int64_t stage[2] = {0, 0};
@@ -87,9 +85,8 @@ CallSequence ag_call_sequence(const AgPlan& plan, const AgSequenceAreas& areas,
 CallSequence rs_call_sequence(const RsPlan& plan, const RsProgramOptions& rs,
                               const RsArenaLayout& areas, const SequenceOptions& options = {});
 
-// Calls 0 .. calls - 1 of `sequence` as one flat program (absolute thresholds, events of
-// distinct calls distinct): call e's tensors are kTensor e * tensors + p and its output is
-// kOutput e. For tests and checks: the reference executor runs it.
+// Calls 0 .. calls - 1 as one flat program (absolute thresholds; call e's tensors kTensor
+// e * tensors + p, output kOutput e), for the reference executor.
 Program expand_calls(const CallSequence& sequence, int calls);
 
 }  // namespace tide::program

@@ -1,17 +1,13 @@
 // A training step as FSDP2 issues its collectives (Sec. 5.1-5.3, App. F), built from the
-// runtime's own multi-call programs, so that `tide simulate step` predicts the step the
-// runtime runs. Steps:
-//   1. the groups' communicator arena (communicator_arena.hpp; NOTE [communicator arena]),
-//      group g in landing slot g mod 2 (App. F's ring in forward order);
-//   2. each group's call sequences placed in it, as the runtime places them (group_sequences,
-//      their signal words after the lanes' handoff words);
-//   3. the calls in FSDP2's issue order (the forward all-gathers of every group in order,
-//      then, for each group in reverse order, its backward all-gather and its reduce-scatter)
-//      through the lanes (lanes.hpp): each call after its lane's handoff (NOTE [lane
-//      handoff]), each all-gather after its slot's release, its layer reading the parameters
-//      into the call's output on the compute stream.
-// Synchronisation is the runtime's: every cross-call edge is the sequences' credits, the
-// handoff or a slot's release. All calls are issued in the same order on every rank (I4).
+// runtime's own multi-call programs, so that `tide simulate step` predicts what it runs:
+//   1. the groups' communicator arena (NOTE [communicator arena]), group g in slot g mod 2;
+//   2. each group's call sequences placed in it as the runtime places them (group_sequences);
+//   3. the calls in FSDP2's issue order (forward all-gathers in order, then per group in
+//      reverse its backward all-gather and reduce-scatter) through the lanes (lanes.hpp), each
+//      all-gather after its slot's release, its layer reading the parameters on the compute
+//      stream.
+// Every cross-call edge is the runtime's (credits, the lane handoff, a slot's release); every
+// rank issues the calls in the same order (I4).
 #pragma once
 
 #include <cstdint>
@@ -51,12 +47,9 @@ struct StepCall {
 std::vector<StepCall> fsdp2_issue_order(int groups);
 
 struct StepOptions {
-  // The reduce-scatter calls' options: alpha, accumulate, CTA budgets, landing style (the
-  // runtime's are the defaults).
-  RsProgramOptions reduce_scatter;
-  // A fault on every rank: a reduce-scatter or all-gather fault applies to every such call,
-  // a communicator fault to the lanes (LaneProgramOptions); kStepCallOrder swaps the first two
-  // reduce-scatters on the last rank.
+  RsProgramOptions reduce_scatter;  // the reduce-scatter calls' options (the runtime's defaults)
+  // A fault on every rank: a collective's fault on every such call, a communicator fault on the
+  // lanes; kStepCallOrder swaps the first two reduce-scatters on the last rank.
   Fault fault = Fault::kNone;
 };
 
@@ -71,8 +64,7 @@ std::int64_t fsdp2_step_held_bytes(const std::vector<StepGroup>& groups);
 struct StepProgram {
   Program program;
   std::vector<StepCall> calls;
-  // TIDE: the communicator's arena (resident shards at all_gather[g].resident); stock FSDP2:
-  // only arena_bytes, its held bytes.
+  // TIDE: the communicator's arena; stock FSDP2: only arena_bytes, its held bytes.
   CommunicatorArena arena;
   std::int64_t held_bytes = 0;  // NOTE [step memory]
 };
@@ -81,12 +73,10 @@ struct StepProgram {
 // of different topologies, or a fault that cannot show (step_fault_inapplicable).
 StepProgram build_step_program(const std::vector<StepGroup>& groups, const StepOptions& options);
 
-// Stock FSDP2's calls in the same order (fsdp2_baseline.hpp), for comparison: each call keeps
-// its own arena region (addresses for the executor; what FSDP2 holds is `held_bytes`, also
-// given as `arena.arena_bytes`: NOTE [step memory]), the all-gather's copy-out and the layer's
-// read run on the compute stream, the reduce-scatter (packing and ring) on the reduce-scatter
-// stream after its layer's backward. Only `reduce_scatter.alpha` and `accumulate` of `options`
-// apply.
+// Stock FSDP2's calls in the same order (fsdp2_baseline.hpp): each call its own arena region
+// (addresses only; what FSDP2 holds is `held_bytes`, NOTE [step memory]); copy-out and the
+// layer's read on the compute stream, the reduce-scatter on its own stream after the layer's
+// backward. Of `options` only `reduce_scatter.alpha` and `accumulate` apply.
 StepProgram build_fsdp2_step_program(const std::vector<StepGroup>& groups,
                                      const StepOptions& options);
 
