@@ -26,9 +26,8 @@ inline constexpr int kMaxLevel1Gradients = 256;
 // The planner uses 1..32 sum CTAs (App. G, Eq. 13); the kernel runs on any grid.
 inline constexpr int kMaxLevel1Ctas = 1024;
 
-// One contiguous run of the owner's own contribution: columns [dst_col, dst_col + length) of
-// one row of the block come from elements [src_offset, src_offset + length) of gradient
-// `param`. Device-resident (24 bytes), built once at registration.
+// A run of the own contribution: block columns [dst_col, +length) of one row from elements
+// [src_offset, +length) of gradient `param` (24 bytes, device-resident).
 struct Level1Run {
   std::int64_t src_offset;
   std::uint32_t dst_col;
@@ -57,11 +56,10 @@ struct Level1TableView {
   int num_params = 0;  // largest param index + 1
 };
 
-// Owns the device copy of a block's segment table, built once at registration (Sec. 6).
-// Throws InvalidArgument unless every run is inside the block, non-empty, non-overlapping,
-// param < 256, src_offset >= 0. Without `upload` the upload is a synchronous cudaMemcpy (legacy
-// stream); with it, a cudaMemcpyAsync on that stream, and the caller orders every use of
-// view() after that stream's work.
+// Owns the device copy of a block's segment table (built at registration, Sec. 6).
+// InvalidArgument unless every run is inside the block, non-empty, non-overlapping, param < 256,
+// src_offset >= 0. With `upload` the copy is async on that stream (order view()'s uses after
+// it); else a synchronous cudaMemcpy.
 class Level1SegmentTable {
  public:
   Level1SegmentTable(int rows, std::int64_t width, std::span<const Level1RunSpec> runs,
@@ -98,19 +96,15 @@ struct Level1SumArgs {
   int ctas = kDefaultSumCtas;  // the CTA budget; CTAs retire when their tiles are done
 };
 
-// Kernel choice and pipeline shape; results do not depend on any of it (invariant 2). The
-// default is the bulk-copy pipeline of Sec. 4.1; warp_direct loads without it (docs/kernels.md
-// has the measurements that chose between them).
+// Kernel choice and pipeline shape (no bit depends on it, invariant 2; docs/kernels.md).
 struct Level1Tuning {
   int stages = 3;          // pipeline: shared-memory stages (2..4)
   int tile_bytes = 8192;   // pipeline: bytes per input slot and stage (a power of two, 512..65536)
   int consumer_warps = 8;  // pipeline: warps that convert, add and store (1..12)
-  bool warp_direct = false;  // no pipeline: every warp loads its inputs directly (the warp
-                             // count is the kernel's: 8 for bf16, L = 8, no accumulate; else 16)
+  bool warp_direct = false;  // no pipeline: every warp loads its inputs directly
 };
 
-// The tuning TIDE uses for a CTA budget: the warp-direct kernel up to 32 CTAs, the pipeline on
-// larger grids (measured on the H200: docs/kernels.md). All compute the same bits.
+// TIDE's tuning for a CTA budget: warp-direct up to 32 CTAs, else the pipeline.
 inline Level1Tuning recommended_level1_tuning(int ctas) {
   Level1Tuning t;
   t.warp_direct = ctas <= 32;
@@ -121,10 +115,8 @@ inline Level1Tuning recommended_level1_tuning(int ctas) {
 void launch_level1_sum(const Level1SumArgs& args, cudaStream_t stream,
                        const Level1Tuning& tuning = {});
 
-// Loads every kernel launch_level1_sum can pick on the current device, so that no first
-// launch (which may synchronise the context under lazy loading) happens while a stream waits
-// for a peer (NOTE [preloaded kernels] in src/exec/cuda/sequence_runner.cpp). Call it before
-// any stream can wait. Idempotent.
+// Loads every kernel launch_level1_sum can pick on the current device, before any stream can
+// wait (NOTE [preloaded kernels] in src/exec/cuda/sequence_runner.cpp). Idempotent.
 void prepare_level1_sum();
 
 namespace detail {

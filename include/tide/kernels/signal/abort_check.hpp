@@ -1,9 +1,5 @@
-// Signal kernels: the peer abort check and the abort token. Contract: at the end of every call
-// of a sequence whose ranks publish abort words (NOTE [CUDA call sequences] 5), a 1-warp
-// kernel on the caller stream lets the call complete only while no rank's waits have been
-// released; a message's sender records what it knows of the abort state in a token
-// (NOTE [abort relay]).
-//
+// Signal kernels: the peer abort check at the end of every call (NOTE [CUDA call sequences]
+// 5) and a message's abort token (NOTE [abort relay]).
 // Host-compilable: raw pointers, device tables of pointers and a cudaStream_t.
 #pragma once
 
@@ -22,10 +18,9 @@ struct AbortCheck {
   int own_count = 0;
 };
 
-// Enqueues the check on `stream`: returns at once while every watched word is 0; where one is
-// set, spins until every own word is set (this process released its waits: its watchdog
-// timed the call out), so that the call, and the caller's work after it, never completes as
-// valid. Graph-capturable (fixed pointers). Checks the launch.
+// Enqueues the 1-warp check: returns at once while every watched word is 0; else spins until
+// every own word is set (the watchdog released this process), so the call never completes as
+// valid. Graph-capturable. Checks the launch.
 void launch_abort_check(const AbortCheck& check, cudaStream_t stream);
 
 // NOTE [abort relay] (docs/executor.md): enqueues one 1-thread kernel that, after a system-scope

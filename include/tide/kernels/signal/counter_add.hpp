@@ -1,9 +1,7 @@
-// Signal kernels: the counter additions of kSignal and kRailPut (NOTE [CUDA executor op
-// mapping]). Contract: a 1-thread kernel adds to 64-bit device counters after a system-scope
-// fence, so that a waiter that sees the addition sees every write its stream made before it;
-// several counters may go in one launch (NOTE [CUDA call sequences]). With an abort word
-// (NOTE [CUDA call sequences] 5) an addition that runs once the word is nonzero adds nothing:
-// a rank whose waits were released never signals a peer as if its data were valid.
+// Signal kernels: kSignal's and kRailPut's counter additions (NOTE [CUDA executor op mapping]).
+// A 1-thread kernel adds to 64-bit counters after a system-scope fence (a waiter that sees the
+// addition sees the stream's earlier writes); none once the abort word is nonzero (NOTE [CUDA
+// call sequences] 5).
 //
 // Host-compilable: raw pointers, values and a cudaStream_t.
 #pragma once
@@ -15,9 +13,8 @@
 
 namespace tide::kernels {
 
-// Enqueues *counter += add on `stream` (atomic, system scope: __threadfence_system() then
-// atomicAdd_system), unless `abort` (a device word on the stream's device; nullptr: none)
-// holds a nonzero value when the kernel runs. Checks the launch.
+// *counter += add (__threadfence_system(), atomicAdd_system) unless `abort` (nullptr: none) is
+// nonzero when it runs. Checks the launch.
 void launch_counter_add(std::uint64_t* counter, std::uint64_t add, cudaStream_t stream,
                         const std::uint64_t* abort = nullptr);
 
@@ -40,9 +37,8 @@ struct CounterAdd {
 // The most additions one launch carries (its kernel parameters: 16 bytes each).
 inline constexpr std::size_t kMaxCounterAddsPerLaunch = 32;
 
-// Enqueues the additions in order on `stream`, each as launch_counter_add's (fence, then
-// atomicAdd_system; none once `abort` is nonzero), in one 1-thread kernel per
-// kMaxCounterAddsPerLaunch of them. Checks the launches; nothing for an empty batch.
+// The additions in order, each as launch_counter_add's, one kernel per
+// kMaxCounterAddsPerLaunch. Checks the launches.
 void launch_counter_adds(std::span<const CounterAdd> adds, cudaStream_t stream,
                          const std::uint64_t* abort = nullptr);
 
