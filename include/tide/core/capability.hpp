@@ -45,15 +45,12 @@ struct GroupSignature {
   RsOptions rs;  // mode, W_wave, k, passes, staging
   AgOptions ag;  // cast, strided runs, last-round groups, head bytes
   int ag_stages = 2;
-  // The communicator's landing slot the group's all-gathers land in (NOTE [communicator
-  // arena]); groups of one slot alias. -1: a slot of its own.
+  // The group's landing slot (NOTE [communicator arena]); -1: its own.
   int landing_slot = -1;
   bool multicast_opt_in = false;  // NVLink multicast: off unless the user asks for it
-  // The group runs on the host backend (CPU processes of one host, shared memory): no GPU,
-  // NCCL or device feature is needed, only a plan TIDE accepts.
+  // The host backend: no GPU, NCCL or device feature needed, only a plan TIDE accepts.
   bool host_transport = false;
-  // The group runs on the ipc backend (GPU processes of one host, windows shared through CUDA
-  // IPC, NOTE [ipc fabric]): the GPU features are needed, NCCL's are not.
+  // The ipc backend (NOTE [ipc fabric]): GPU features needed, NCCL's not.
   bool ipc_transport = false;
 };
 
@@ -83,8 +80,8 @@ struct RankDescription {
   RankCapabilities caps;
 };
 
-// Compact little-endian encoding with a magic and the format version; the launcher
-// all-gathers these bytes. deserialize throws InvalidArgument on truncated or malformed input.
+// Little-endian encoding with a magic and the format version (what the launcher all-gathers);
+// deserialize throws InvalidArgument on malformed input.
 std::string serialize(const RankDescription& description);
 RankDescription deserialize(std::string_view bytes);
 
@@ -92,8 +89,7 @@ RankDescription deserialize(std::string_view bytes);
 // compares them ("group.params[3].rows", "caps.nccl_version", ...).
 std::vector<std::pair<std::string, std::string>> agreed_fields(const RankDescription& d);
 
-// Descriptions disagree: the group cannot be run by TIDE nor safely by a fallback that
-// assumes the same shapes. Every rank throws the same message.
+// Descriptions disagree: neither TIDE nor a fallback can run the group. Same on every rank.
 class InconsistentGroup : public std::runtime_error {
  public:
   InconsistentGroup(std::string field, std::vector<int> ranks, const std::string& message)
@@ -116,8 +112,7 @@ enum class FallbackReason : std::uint8_t {
   kWorldMismatch,      // M x L != the launcher's world
   kNodeSpansHosts,     // a declared node's ranks are on different hosts
   kLayout,             // empty group, non-positive extent, byte overflow
-  kPlanOptions,        // an RsPlan / AgPlan / ag_stages option out of range, or a plan the
-                       // plan validator rejects (Prop. 4.1, App. D)
+  kPlanOptions,        // a plan option out of range, or a plan the validator rejects
   kComputeCapability,  // some rank below sm_90 or without enough shared memory
   kNccl,               // some rank without NCCL >= 2.28, symmetric windows or the device API
   kDeviceFeatures,     // some rank without VMM or stream memory operations
@@ -153,9 +148,8 @@ struct Decision {
   bool operator==(const Decision& other) const;
 };
 
-// Decides for the whole group from every rank's description, indexed by rank. Throws
-// InvalidArgument for an empty vector and InconsistentGroup for disagreeing descriptions.
-// `log`, when given, receives the one-line decision (pass it on one rank to log once).
+// The group's decision from every rank's description (by rank). InvalidArgument (empty),
+// InconsistentGroup; `log` receives the one-line decision.
 Decision agree(const std::vector<RankDescription>& descriptions,
                const std::function<void(std::string_view)>& log = {});
 

@@ -86,8 +86,8 @@ struct RsWave {
   int last_contributor = 0;
   int first_round = 0;  // rounds [first_round, first_round + round_count)
   int round_count = 0;
-  // Per destination GPU j (bit s = inbox block s): blocks this wave writes, and blocks that
-  // must be zeroed before it lands (NOTE [stale-block zeroing]). Entries j >= L are 0.
+  // Per destination GPU j, bit s = inbox block s: written by this wave, and to be zeroed
+  // before it lands (NOTE [stale-block zeroing]).
   std::array<std::uint8_t, kMaxGpusPerNode> written_blocks{};
   std::array<std::uint8_t, kMaxGpusPerNode> zeroed_blocks{};
   bool has_own_node = false;  // the own node (c = M) closes the last wave of each pass
@@ -106,15 +106,13 @@ struct RsPiece {
   int param = 0;
   std::int64_t span_begin = 0;
   std::int64_t span_end = 0;
-  // span_begin - e_p: element offset inside R_p K_p (node-contiguous: span_begin - L e_p,
-  // inside the node's L R_p K_p)
+  // span_begin - e_p (node-contiguous: - L e_p), the offset inside p's elements
   std::int64_t param_offset = 0;
   std::int64_t length() const { return span_end - span_begin; }
 };
 
-// Elements of one destination rank in one pass part of a sub-slice: `length` elements at
-// `column` of block row `row` (columns counted from sub_slice_begin) are the rank's output
-// span elements from `span_offset` on.
+// `length` elements of a destination rank at `column` (from sub_slice_begin) of block row
+// `row`: its output span elements from `span_offset` on.
 struct RsLandingRun {
   int row = 0;
   std::int64_t column = 0;
@@ -141,8 +139,7 @@ struct RsMemory {
 
 class RsPlan {
  public:
-  // Throws InvalidArgument for options out of range (W_wave outside 1..L, k < 1, ...).
-  // Does not check collision freedom: PlanValidator does (App. D).
+  // InvalidArgument for options out of range; collision freedom is PlanValidator's (App. D).
   RsPlan(const GroupLayout& layout, RsOptions options);
 
   const GroupLayout& layout() const { return layout_; }
@@ -154,12 +151,10 @@ class RsPlan {
   int generations() const { return generations_; }                   // n_par
   std::int64_t sub_slice_elems() const { return sub_slice_elems_; }  // E_sub
   RsSubSlices geometry() const { return options_.sub_slices; }
-  // The one-node layout (RsOptions::one_node at M = 1): per-rank geometry, one wave of the own
-  // node, and Level 1 sums into the output (NOTE [one-node TIDE-RS]).
+  // The one-node layout (RsOptions::one_node at M = 1, NOTE [one-node TIDE-RS]).
   bool one_node() const { return one_node_; }
-  // Rows of a sub-slice (and of a staging chunk, outbox, inbox and spare block): L across
-  // ranks, 1 otherwise. Gradient reads of row k start at destination local rank
-  // first_row_rank(s) + k (node-contiguous: row 0 starts at local rank 0 and runs on).
+  // Rows of a sub-slice and of every block: L across ranks, else 1. Row k reads from local
+  // rank first_row_rank(s) + k (node-contiguous: row 0 from rank 0, running on).
   int block_rows() const { return block_rows_; }
   int first_row_rank(int s) const { return options_.sub_slices == RsSubSlices::kPerRank ? s : 0; }
   // Columns of all sub-slices together: E_live, or L E_live node-contiguous.
@@ -187,13 +182,11 @@ class RsPlan {
   int outbox_block(int destination) const;
   int round_of_destination(int destination) const;  // 0-based round index of destination J
 
-  // Columns [begin, end) of pass q's part of sub-slice s, clipped to sub_slice_space() (the
-  // same columns in every row of the sub-slice).
+  // Columns [begin, end) of pass q's part of sub-slice s (every row), clipped to the space.
   std::int64_t sub_slice_begin(int pass, int s) const;
   std::int64_t sub_slice_end(int pass, int s) const;
   std::vector<RsPiece> pieces(int pass, int s) const;
-  // Elements of `piece` that the gradient really holds for the row starting at destination
-  // rank r (rows past D_p are padding); node-contiguous rows run on past rank r's shard.
+  // Elements of `piece` the gradient holds for the row starting at rank r (not padding).
   std::int64_t valid_length(const RsPiece& piece, int destination_rank) const;
 
   // Level 1 copy descriptors issued by one sender rank per call, and the maximum over ranks.
@@ -205,8 +198,7 @@ class RsPlan {
 
   RsMemory memory() const;
 
-  // Fault injection: lets tests break a plan's wave tables (drop a zeroing, move a
-  // contributor) to prove the validator catches it. Never used by planners or executors.
+  // For tests only: break the wave tables to prove the validator catches it.
   std::vector<RsWave>& waves_for_fault_injection() { return waves_; }
 
  private:

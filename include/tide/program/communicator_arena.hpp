@@ -41,8 +41,7 @@ struct CommunicatorArena {
   std::vector<int> slot_of;                 // per group: index into `slots`
   std::vector<LandingSlot> slots;
   RsArenaLayout reduce_scatter;  // shared; offsets absolute, arena_bytes = the whole arena
-  // Per group on the lane's reduce-scatter (others: empty): its inbox and scratch, absolute,
-  // arena_bytes = the whole arena (ep_rs_arena_layout with fold_always).
+  // Per group on the lane's reduce-scatter (else empty): its inbox and scratch, absolute.
   std::vector<EpRsArenaLayout> ep_reduce_scatter;
   // Bytes by kind (each sum aligned as laid out); they add up to arena_bytes.
   std::int64_t resident_bytes = 0;
@@ -50,12 +49,9 @@ struct CommunicatorArena {
   std::int64_t landing_bytes = 0;
   std::int64_t reduce_scatter_bytes = 0;
   std::int64_t arena_bytes = 0;
-  // What Sec. 5.4 bounds these areas by, for these groups: the residents, the largest
-  // group's stage, each slot's largest group, and Eq. 10's staging bound for the largest
-  // fp32 shard, with the n_out and n_par these plans lay out (NOTE [memory model terms]); the arena
-  // stays within it plus kArenaAlign per area. One-node plans take the model's one-node form
-  // instead: no stage, and the staging ring the solver sizes, exactly. 0 where the closed form
-  // does not apply (the memory model's limits).
+  // Sec. 5.4's bound for these groups (residents, largest stage, slots, Eq. 10 for the largest
+  // shard; one-node: the model's one-node form); the arena stays within it plus kArenaAlign per
+  // area. 0 where the closed form does not apply.
   std::int64_t bound_bytes = 0;
   int areas = 0;  // areas laid out (for the alignment allowance)
 };
@@ -63,10 +59,8 @@ struct CommunicatorArena {
 // Throws InvalidArgument for an empty list, a missing plan, or plans of different topologies.
 CommunicatorArena communicator_arena(const std::vector<ArenaGroup>& groups);
 
-// The call sequences a communicator runs for group `i` of `groups`, in `arena` (theirs): the
-// expert-parallel lane's where the group is on it, else TIDE-AG's and TIDE-RS's. The runtime
-// builds its groups' sequences here with the defaults; `rs`, `fault` (a fault built into
-// every call of its collective) and `sequence` are for tests and the simulator.
+// The call sequences a communicator runs for group `i` in `arena` (the lane's or TIDE-AG's and
+// TIDE-RS's); `rs`, `fault` and `sequence` are for tests and the simulator.
 struct GroupSequences {
   CallSequence all_gather;
   CallSequence reduce_scatter;

@@ -46,9 +46,7 @@ struct LaneCall {
 };
 
 struct LaneProgramOptions {
-  // kLaneNoHandoff: calls start without the handoff's wait; kAgNoSlotRelease: an all-gather
-  // into a slot does not wait for the previous occupant's release. Other faults change
-  // nothing here (the sequences carry them).
+  // kLaneNoHandoff or kAgNoSlotRelease (other faults are the sequences').
   Fault fault = Fault::kNone;
 };
 
@@ -65,12 +63,9 @@ struct LaneProgram {
 };
 
 // The calls in order on every rank, each after its lane's handoff; after each all-gather its
-// layer (a "compute" stream) reads the slot into the call's output and records the slot's
-// release, which the slot's next all-gather waits for. Call k's own ops are Op::call k, and
-// Program::calls names them on every rank (NOTE [call identities]). Every group's call
-// sequences must
-// share one arena (their templates' buffer sizes) and one rank count. Throws InvalidArgument
-// for a call of a group without that sequence.
+// layer ("compute" stream) reads the slot into the call's output and records the slot's
+// release. Call k's ops are Op::call k (NOTE [call identities]). The sequences share one arena
+// and rank count; InvalidArgument for a call of a group without that sequence.
 LaneProgram lane_program(const std::vector<LaneGroup>& groups, const std::vector<LaneCall>& calls,
                          const LaneProgramOptions& options = {});
 
