@@ -1,8 +1,5 @@
-// The data effects of a program's ops (copies, the Level 1 sum, landings, casts, zero fills,
-// releases), in the exact arithmetic of NOTE [arithmetic order]. One implementation, shared by
-// every CPU executor: the reference executor (its simulated memory) and the host executor
-// (shared-memory arenas and the caller's tensors). bf16 values are 16-bit words, fp32 values
-// binary32, both little-endian.
+// The data effects of a program's ops in the arithmetic of NOTE [arithmetic order], shared by
+// every CPU executor (reference and host). bf16: 16-bit words; fp32: binary32; little-endian.
 #pragma once
 
 #include <cstddef>

@@ -35,8 +35,7 @@ struct LandingArgs {
 // Validates (throws InvalidArgument) and enqueues the pull landing on `stream`.
 void launch_landing(const LandingArgs& args, cudaStream_t stream);
 
-// Loads every pull-landing kernel (W = 1..8, reading the output or not) on the current
-// device, so that no launch_landing loads one lazily (NOTE [preloaded kernels]). Idempotent.
+// Loads every pull-landing kernel on the current device (NOTE [preloaded kernels]).
 void prepare_landing();
 
 // ---- Multimem (switch-reduction) landing: written, never executed here. ----
@@ -67,10 +66,8 @@ struct LandingParams {
 };
 }  // namespace detail
 
-// What launch_landing enqueues for `args`, validated the same way: the kernel instance, its
-// grid and block, and its one parameter; `empty` when n = 0 (nothing is launched). A CUDA
-// graph's landing node takes these (cudaGraphExecKernelNodeSetParams) when its bindings
-// change, without a launch.
+// What launch_landing would enqueue for `args` (validated alike; `empty` when n = 0), for a
+// graph's landing node to take when its bindings change (cudaGraphExecKernelNodeSetParams).
 struct LandingLaunch {
   const void* kernel = nullptr;
   int grid = 0;

@@ -33,9 +33,8 @@ inline std::int64_t generation_threshold(const GenerationWait& w, std::int64_t g
 // The most waits one launch carries (kernel parameters: 24 bytes each, one thread each).
 inline constexpr std::size_t kMaxGenerationWaitsPerLaunch = 32;
 
-// Sets the wait kernel's preferred carveout on the current device (once per runner, outside
-// any capture: a resident spinner must not hold its SM in a carveout that a Level 1 sum's
-// CTA cannot share).
+// Sets the wait kernel's carveout on the current device (once, outside any capture), so a
+// spinner never holds an SM a Level 1 sum's CTA cannot share.
 void prepare_generation_waits();
 
 // Enqueues on `stream` one kernel per kMaxGenerationWaitsPerLaunch waits, each with the
