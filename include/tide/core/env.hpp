@@ -3,8 +3,8 @@
 // NOTE [environment knobs]
 // Every TIDE_* variable is one line of kEnvKnobs: name, default (when unset or empty), meaning
 // (as NCCL_PARAM). Code reads them only through env::value() / flag() / positive_seconds(),
-// which refuse undeclared names (shell scripts read only declared ones). `tide --help-env` prints the table; docs/environment.md is
-// generated from it and scripts/check_source.py checks both.
+// which refuse undeclared names (shell scripts read only declared ones). `tide --help-env`
+// prints the table; docs/environment.md is generated from it; scripts/check_source.py checks.
 #pragma once
 
 #include <cstdlib>
