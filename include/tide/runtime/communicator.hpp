@@ -3,23 +3,19 @@
 // example of use: docs/runtime.md.
 //
 // Contract (points 1-11, cited below: NOTE [runtime] in docs/runtime.md):
-// - Collective calls: create(), register_group(), and the first info(), arena(),
-//   arena_request() or call; every rank makes them with the same arguments in the same order.
-//   A group TIDE cannot run gets a reason and no id (1), never an internal error. Groups
-//   registered after the arena exists (3) are refused with a reason.
-// - Calls: calls of different groups may interleave in any order every rank shares (4).
-//   Backends: kHost runs a call on the calling thread over shared memory, complete when it
-//   returns (`stream` ignored); kNccl and kIpc enqueue it on the caller's stream (a
-//   cudaStream_t as an integer) and return at once, with no host synchronisation; pointers are
-//   then device pointers.
-// - Landing slots (7-8): a group's landing holds its parameters until release(); an all-gather
-//   into a slot another group holds throws InvalidArgument and writes nothing.
-// - Graphs (6, GPU backends): a call under the caller's capture goes into the caller's graph;
-//   pass take_graph_calls() to prepare_graph_launch() before each launch. The first call or
-//   info() must come before any capture; a graph must not be launched after close.
-// - Failure (5, fail-stop): a timeout, a dead peer or an abort raises CommunicationError here
-//   and aborts the communicator on every rank, whose next call, wait or check() raises. GPU
-//   calls complete after they return, so callers check() at their own synchronisation points.
+// - Collective: create(), register_group() and the first info(), arena(), arena_request() or
+//   call, on every rank with the same arguments in the same order. A group TIDE cannot run (1),
+//   or registered after the arena exists (3), gets a reason and no id.
+// - Calls of different groups interleave in any order every rank shares (4). kHost runs a call
+//   on the calling thread, complete on return; kNccl and kIpc enqueue it on the caller's stream
+//   (a cudaStream_t as an integer; device pointers) and return at once.
+// - Landing slots (7-8): a landing holds its parameters until release(); an all-gather into a
+//   slot another group holds throws InvalidArgument and writes nothing.
+// - Graphs (6, GPU backends): calls under the caller's capture go into its graph; pass
+//   take_graph_calls() to prepare_graph_launch() before each launch. The first call or info()
+//   comes before any capture; no launch after close.
+// - Failure (5, fail-stop): a timeout, dead peer or abort raises CommunicationError and aborts
+//   every rank's communicator; GPU callers check() at their own synchronisation points.
 #pragma once
 
 #include <chrono>
@@ -47,9 +43,8 @@ BackendKind parse_backend(std::string_view text);
 std::string_view backend_name(BackendKind backend);
 // Whether this build has the backend (nccl: built with CUDA and NCCL; ipc: with CUDA).
 bool backend_built(BackendKind backend);
-// Whether the runtime lays TIDE-RS out for one node at M = 1 (NOTE [one-node TIDE-RS]): on every
-// backend, unless TIDE_ONE_NODE=0 keeps the multi-node layout. InvalidArgument for another value.
-// The ranks agree it with the group (a rank that differs refuses the group with the reason).
+// The one-node layout at M = 1 (NOTE [one-node TIDE-RS]) unless TIDE_ONE_NODE=0 (another
+// value: InvalidArgument); agreed with the group (a rank that differs refuses it).
 bool one_node_layout();
 
 // Fault injection for tests and `tide check-runtime` only; the defaults inject nothing.
@@ -157,9 +152,8 @@ struct GroupStats {
   // Rail messages to other hosts, and their bytes (NOTE [runtime] 9).
   std::int64_t rail_messages = 0;
   std::int64_t rail_message_bytes = 0;
-  // GPU backends: "<all-gather>/<reduce-scatter>", each CudaSequenceRunner::message_path() or
-  // "none"; empty where neither sends messages. message_path_reason: the first non-empty
-  // one_sided_refusal() of the collectives that send, all-gather first.
+  // GPU backends: "<all-gather>/<reduce-scatter>" message paths ("none"; empty without
+  // messages), and the first one_sided_refusal(), all-gather first.
   std::string message_path;
   std::string message_path_reason;
 };
@@ -186,8 +180,7 @@ ArenaInfo describe_arena(const program::CommunicatorArena& arena);
 
 class Communicator {
  public:
-  // Collective over the world: every rank calls it with the same world, L, backend and
-  // prefix. Throws InvalidArgument for inconsistent options.
+  // Collective: the same world, L, backend and prefix everywhere (else InvalidArgument).
   static std::unique_ptr<Communicator> create(const CommunicatorOptions& options);
   virtual ~Communicator() = default;
 
@@ -196,16 +189,14 @@ class Communicator {
   virtual const GroupInfo& info(int group) = 0;
   // The group's layout as info() gives it, without creating the arena: no pointers yet.
   virtual const GroupInfo& planned_info(int group) const = 0;
-  // NOTE [runtime] 7: every group's landing slot id, by group id, replacing those given at
-  // registration; the same on every rank. Throws InvalidArgument after the arena exists, or
-  // for a list of another length or an id below -1.
+  // NOTE [runtime] 7: every group's landing slot id (by group), the same on every rank;
+  // InvalidArgument after the arena exists, for another length or an id below -1.
   virtual void assign_landing_slots(std::span<const int> slots) = 0;
   virtual GroupStats stats(int group) const = 0;
 
-  // TIDE-AG (Sec. 3): afterwards the landing holds every rank's shard of every parameter.
-  // `shards`: empty when the packed shard is already at info().resident; otherwise one
-  // pointer per parameter (R_p K_p elements: fp32 masters with a cast, else the all-gather
-  // dtype, copied into the resident shard first).
+  // TIDE-AG (Sec. 3): the landing then holds every rank's shard of every parameter. `shards`:
+  // empty (the packed shard at info().resident) or a pointer per parameter (R_p K_p elements,
+  // fp32 masters with a cast, else the all-gather dtype).
   virtual void all_gather(int group, std::uintptr_t stream,
                           std::span<const void* const> shards) = 0;
   // TIDE-RS (Sec. 4-5): out (fp32, shard_elems) = alpha * sum over ranks of the gradients'
@@ -214,28 +205,25 @@ class Communicator {
   virtual void reduce_scatter(int group, std::uintptr_t stream, std::span<const void* const> grads,
                               float* out, float alpha, bool accumulate) = 0;
 
-  // NOTE [runtime] 6 (GPU backends; the host backend throws Unsupported): what the caller's
-  // capture took (resets the record), and before every launch the call indices it runs as;
-  // throws InvalidArgument when the groups' next calls do not fall on the captured ones.
+  // NOTE [runtime] 6 (host: Unsupported): what the capture took (resets the record); before
+  // every launch, its call indices (InvalidArgument where the next calls differ).
   virtual GraphCalls take_graph_calls() = 0;
   virtual void prepare_graph_launch(const GraphCalls& calls) = 0;
 
-  // NOTE [runtime] 7: the caller is done with the group's landing after the work enqueued
-  // on `stream` so far (host backend: now). Throws InvalidArgument when the group holds no
-  // slot (no all-gather since its last release).
+  // NOTE [runtime] 7: done with the landing after `stream`'s work so far (host: now);
+  // InvalidArgument when the group holds no slot.
   virtual void release(int group, std::uintptr_t stream) = 0;
-  // NOTE [runtime] 8: throws InvalidArgument where the slot is held by another group (the
-  // caller then reads the gradients in place), or the dtypes' geometry differs.
+  // NOTE [runtime] 8: InvalidArgument where another group holds the slot (read in place then)
+  // or the dtypes' geometry differs.
   virtual void stage_gradients(int group, std::uintptr_t stream,
                                std::span<const void* const> grads) = 0;
   // Whether the group's slot holds its parameters (an all-gather since the last release).
   virtual bool holds_slot(int group) const = 0;
 
   virtual std::int64_t arena_bytes() const = 0;  // 0 before the first call
-  // Before the arena exists (collective): the device bytes the backend would allocate for it,
-  // for the caller to allocate instead; 0 where it cannot take outside memory (host). The
-  // memory must come from ncclMemAlloc (nccl) and outlive the communicator. provide_arena()
-  // throws InvalidArgument after the arena exists, or for fewer bytes than asked.
+  // Before the arena exists (collective): the bytes for the caller to allocate instead (0 on
+  // host; nccl: ncclMemAlloc), outliving the communicator. provide_arena(): InvalidArgument
+  // after the arena exists or for fewer bytes.
   virtual std::int64_t arena_request() = 0;  // lays the arena out (collective)
   virtual void provide_arena(std::uintptr_t memory, std::int64_t bytes) = 0;
   // The arena's layout; creates it like info() (collective at the first use).
@@ -244,8 +232,7 @@ class Communicator {
   virtual int world() const = 0;
   // Fail-stop by hand: every rank's next wait raises with `reason`.
   virtual void abort(const std::string& reason) = 0;
-  // Throws CommunicationError with the reason when the communicator has failed (an abort, or
-  // a call the watchdog found stalled).
+  // CommunicationError with the reason once the communicator failed.
   virtual void check() const = 0;
 };
 
