@@ -29,8 +29,7 @@ struct MemoryModelInput {
   int staging_slots = 2;                    // n_stg
   int grad_bytes = 2;                       // b_grad
   std::optional<std::int64_t> shard_bytes;  // S (bf16 shard of the largest group), for bytes
-  // At M = 1: the one-node layout (the runtime's, the CLI's), else the multi-node layout that
-  // a bare RsOptions keeps at M = 1. Ignored at M >= 2.
+  // At M = 1: the one-node layout (the runtime's), else the multi-node one. Ignored at M >= 2.
   bool one_node = true;
 };
 
@@ -74,9 +73,8 @@ struct MemoryModel {
 // Throws InvalidArgument as memory_schedule does, for n_par outside 1..2, n_stg < 1, ...
 MemoryModel evaluate_memory_model(const MemoryModelInput& in);
 
-// FSDP2's reduce-scatter buffer (one fp32 block per GPU, N blocks) against TIDE's In-Place
-// and Slot-Reuse staging bounds at a fixed per-GPU output size, for each node count (the
-// terms of NOTE [memory model terms], n_stg = 2, one pass).
+// FSDP2's reduce-scatter buffer (N fp32 blocks) against TIDE's staging bounds per node count,
+// at a fixed per-GPU output (n_stg = 2, one pass).
 struct BufferScalingRow {
   int nodes = 0;
   int inbox_generations = 0;

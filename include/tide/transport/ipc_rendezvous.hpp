@@ -1,10 +1,6 @@
-// A MessageTransport (tide/transport/message_transport.hpp) between processes that map each other's
-// memory but must not store to each other directly: the ipc fabric over emulated hosts (NOTE [ipc
-// fabric]). Several processes on one GPU then exchange the sequence runner's rail messages with
-// NCCL's two-sided semantics (a send waits for its receive), as ranks on different hosts would
-// through ncclSend / ncclRecv (paper Sec. 6.1-6.2).
-//
-// Contract: channel (set c, sender s) of receiver d is a page of cumulative words (posted,
+// A MessageTransport between processes that map each other's memory but must not store to it
+// directly (the ipc fabric over emulated hosts, NOTE [ipc fabric]), with NCCL's two-sided
+// semantics (Sec. 6.1-6.2). Contract: channel (set c, sender s) of receiver d is a page of cumulative words (posted,
 // bytes, filled, drained, sent; offsets below) and a bounce buffer of kMessageBounceBytes in
 // d's message area. Each side numbers its messages on the device, from the words: the k-th
 // send of s to d matches the k-th receive of d from s, so runners sharing a channel set must
@@ -32,15 +28,13 @@ inline constexpr std::uint64_t kIpcRendezvousTimeoutNs = std::uint64_t{600} * 10
 
 class IpcRendezvousTransport final : public MessageTransport {
  public:
-  // Channel set `channels` (0 <= channels < kMessageChannelSets) of `fabric`'s message areas
-  // (tide::InvalidArgument where the fabric has none, or too small ones). Each wait traps
-  // after `timeout_ns` of the device's global timer.
+  // Channel set `channels` (< kMessageChannelSets) of `fabric`'s message areas
+  // (InvalidArgument where it has none, or too small ones).
   IpcRendezvousTransport(const fabric::IpcFabric& fabric, int channels,
                          std::uint64_t timeout_ns = kIpcRendezvousTimeoutNs);
   const char* path() const override { return "ipc-rendezvous"; }
 
-  // Enqueue on `stream`, whose device must be current; `from` (send) or `to` (recv) is a rank
-  // of this process. Host calls never wait for the device.
+  // On `stream` (its device current); `from` (send) or `to` (recv) is this process's rank.
   void send(int from, int to, const void* data, std::size_t bytes, cudaStream_t stream) override;
   void recv(int to, int from, void* data, std::size_t bytes, cudaStream_t stream) override;
   void prepare() override;  // NOTE [preloaded kernels]
@@ -62,8 +56,7 @@ inline constexpr std::size_t kChannelFilled = 256;
 inline constexpr std::size_t kChannelDrained = 384;
 inline constexpr std::size_t kChannelSent = 512;
 
-// The transports of message lane `lane` over `fabric`: the ipc rendezvous transport where the
-// fabric has message areas (emulated hosts), else none (every rank load/store reachable).
+// Lane `lane`'s transports: this one where the fabric has message areas, else none.
 MessageTransports ipc_transports(const fabric::IpcFabric& fabric, int lane);
 
 }  // namespace tide::transport
