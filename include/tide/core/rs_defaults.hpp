@@ -1,20 +1,13 @@
-// The reduce-scatter's defaults that the sizing solver picks when the caller does not say (Sec.
-// 6.3): how many network rounds TIDE-RS keeps in flight (App. G; sizing_solver.hpp), from the
-// library's default machine rates, and how large a Level 1 staging chunk is. Derivations and
-// measured costs: docs/core.md, "Solver defaults".
-//
-// Contract of default_rs_pacing(topology, grad_bytes, shard_bytes, round_width, wave_width):
-//   1. It is solve_sizing() on kDefaultMachineRates (App. G's calibration) for M x L,
-//      S = shard_bytes (per rank, gradient dtype of grad_bytes = 2 or 4), W_wave = wave_width
-//      (0: L) and k_max = round_width; it returns the solver's d and k unchanged.
-//   2. d = 1 (lockstep) where there are no network rounds (M = 1) and for an empty shard.
-//   3. d changes only when a round's sends start, never placement, waves or inbox
-//      generations: the outputs' bits are those of lockstep rounds for every d.
-//   4. The plan's round width stays the caller's (RsOptions' k unless given).
-//
-// Contract of default_staging_chunk_elems(layout, options) (RsOptions::staging_chunk_elems):
-// with R = block_rows(), E_pass columns per pass part, vector width v and
-// p = n_stg (L - 1) b_grad, a chunk of C columns stages p R C bytes.
+// The reduce-scatter's defaults when the caller does not say (Sec. 6.3): rounds in flight
+// (App. G; sizing_solver.hpp) and the Level 1 staging chunk. Why: docs/core.md, Solver defaults.
+// default_rs_pacing(topology, grad_bytes, shard_bytes, round_width, wave_width):
+//   1. solve_sizing() on kDefaultMachineRates for M x L, S = shard_bytes (per rank, gradient
+//      dtype), W_wave = wave_width (0: L), k_max = round_width; its d and k unchanged.
+//   2. d = 1 without network rounds (M = 1) and for an empty shard.
+//   3. d changes no placement, wave or generation: the bits are lockstep's for every d.
+//   4. The plan's round width stays the caller's.
+// default_staging_chunk_elems(layout, options), with R = block_rows(), E_pass columns per
+// pass part, vector width v and p = n_stg (L - 1) b_grad (a chunk of C columns stages p R C):
 //   5. C is the fewest equal chunks whose staging fits FSDP2's packing buffer B_pack = N S_fp32
 //      (Eq. 3): C_pack the largest multiple of v with p R C_pack <= B_pack (at least v),
 //      c = ceil(E_pass / C_pack) chunks of C = ceil(E_pass / c) rounded up to v.
@@ -28,7 +21,6 @@
 //   9. Time: c = max(c_opt, ceil(E_pass / C_mem), 1) chunks, c_opt = round(sqrt(T / t_fill))
 //      (at most kMaxOneNodeChunks), T = (L - 1) E_live b_grad / BW_peer, t_fill = (L - 1)
 //      fill_us; C = ceil(E_pass / c) rounded up to v. n_stg stays RsOptions'.
-//
 // The defaults are pure functions of their arguments: every rank of a group computes the same.
 #pragma once
 

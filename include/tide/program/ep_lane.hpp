@@ -58,10 +58,8 @@ struct EpAgProgramIds {
   int used_event = 0;   // with a consumer: the layer finished reading them
 };
 
-// One call of the lane's all-gather on every rank. Input: each rank's packed shard at
-// `resident` (the all-gather dtype, P shards). Output: the landing, parameter p of rank u at
-// landing + layout.landing_offset(p, u) on every rank (Eq. 2); with a consumer, also copied to
-// kOutput 0 after READY.
+// One call of the lane's all-gather: from each rank's packed shard at `resident` to the
+// landing (Eq. 2) on every rank; with a consumer, also into kOutput 0 after READY.
 Program build_ep_ag_program(const GroupLayout& layout, const EpAgProgramOptions& options = {},
                             EpAgProgramIds* ids = nullptr);
 
@@ -73,8 +71,7 @@ inline constexpr int kEpSumSources = 8;
 struct EpRsProgramOptions {
   float alpha = 1.0f;
   bool accumulate = false;
-  // Sum into the scratch part and fold into the output whether or not the call accumulates: a
-  // call sequence binds accumulate per call (NOTE [host execution] 3).
+  // Fold through the scratch part even without accumulate (bound per call in a sequence).
   bool fold_always = false;
   int parts = 4;  // rail parts per destination shard (App. F: four); fewer for tiny shards
   int sum_ctas = kDefaultSumCtas;
@@ -94,8 +91,7 @@ struct EpRsArenaLayout {
   std::int64_t arena_bytes = 0;
 };
 EpRsArenaLayout ep_rs_arena_layout(const GroupLayout& layout, const EpRsProgramOptions& options);
-// The same with every offset moved by `at` (the lane's area in a communicator's arena) and
-// arena_bytes the whole arena's, `arena_bytes`.
+// The same moved to `at` in a communicator's arena of `arena_bytes`.
 EpRsArenaLayout ep_rs_arena_layout_at(EpRsArenaLayout areas, std::int64_t at,
                                       std::int64_t arena_bytes);
 
@@ -104,12 +100,9 @@ struct EpRsProgramIds {
   int read_done_event = 0;  // per rank, on its host stream: its gradients may be freed
 };
 
-// One call of the lane's reduce-scatter on every rank. Inputs: each rank's gradients G_p
-// (kTensor p, D_p x K_p bf16) and, when accumulating, its output. Output: each rank's packed
-// fp32 shard (kOutput 0, S_fp32 bytes), Eq. 5 in the lane's arithmetic order (NOTE [arithmetic
-// order], expert-parallel lane): ep_rs_expected() in tide/core/collective_reference.hpp.
-// Requires 2 <= M <= kEpSumSources (one fixed sum holds every contribution) and bf16
-// gradients; throws Unsupported otherwise (ep_rs_inapplicable says why first).
+// One call of the lane's reduce-scatter: bf16 gradients (kTensor p) to each rank's fp32 shard
+// (kOutput 0), Eq. 5 in the lane's order (ep_rs_expected()). 2 <= M <= kEpSumSources and bf16
+// gradients, else Unsupported (ep_rs_inapplicable says why first).
 Program build_ep_rs_program(const GroupLayout& layout, const EpRsProgramOptions& options = {},
                             EpRsProgramIds* ids = nullptr);
 std::string ep_rs_inapplicable(const GroupLayout& layout);

@@ -72,8 +72,7 @@ struct SumSegment {
 };
 
 // One payload per kind of op, holding exactly the fields that kind uses.
-// Copies of a batch of 1-D or 2-D descriptors. ctas > 0 marks an SM-driven transfer (a copy
-// kernel, an NCCL kernel) rather than a copy engine.
+// A batch of 1-D or 2-D copies; ctas > 0: SM-driven (a copy or NCCL kernel), not a copy engine.
 struct CopyOp {
   std::vector<CopyDescriptor> copies;
   int ctas = 0;
@@ -128,8 +127,7 @@ struct WaitOp {
   bool network_round = false;  // closes a network round (the cost model adds t_rnd)
 };
 
-// `copies` to a rail peer, then counter += value on that peer. ctas > 0 marks an SM-driven
-// put (an NCCL kernel) rather than the NIC.
+// `copies` to a rail peer, then counter += value there; ctas > 0: an NCCL kernel, not the NIC.
 struct RailPutOp {
   std::vector<CopyDescriptor> copies;
   Counter counter;
@@ -180,8 +178,7 @@ struct Op {
   std::string label;  // what the op is, for errors and traces ("AG r2 scatter slot 3 p1")
   // A step inside one long-running kernel (an NCCL ring step): no host enqueue time.
   bool inside_kernel = false;
-  // The call of its rank's call sequence the op belongs to: an index into
-  // Program::calls[rank] (NOTE [call identities]); -1 for ops outside any call.
+  // Its call: an index into Program::calls[rank] (NOTE [call identities]); -1: none.
   int call = -1;
   OpPayload payload;
 
@@ -268,8 +265,7 @@ void for_each_region(OpT& op, F&& f) {
 }
 }  // namespace detail
 
-// Calls f on every region an op names: copy sources and destinations, a cast's source, dst,
-// staged inputs, landing sources. Sum segments are not regions (they name tensors by index).
+// Calls f on every region an op names (sum segments name tensors by index: not regions).
 template <class F>
 void for_each_region(Op& op, F&& f) {
   detail::for_each_region(op, f);
@@ -325,8 +321,7 @@ struct CallPlacement {
   int entry_event = -1;  // the caller stream waits for this event before the call (-1: none)
 };
 
-// The byte ranges an op reads and writes (copy sources, staged inputs, gradient runs,
-// landing partials, the output when accumulating ...). Synchronisation ops touch none.
+// The byte ranges an op reads and writes; synchronisation ops touch none.
 std::vector<Region> reads_of(const Op& op);
 std::vector<Region> writes_of(const Op& op);
 
