@@ -1,6 +1,5 @@
-// One group's open-ended sequence of calls of one collective, as a few call templates
-// (NOTE [call sequences]). The runtime registers a group once and then runs any number of
-// all-gathers and reduce-scatters of it, with no host barrier between calls.
+// One group's open-ended sequence of calls of one collective as a few call templates: any
+// number of calls after one registration, no host barrier between them.
 #pragma once
 
 #include <cstdint>
@@ -52,8 +51,7 @@ struct CallSequence {
   }
 };
 
-// Builds call e of a sequence at `placement` (counter and event bases chosen by
-// make_call_sequence); called for e = 0, 1, 2, ... in order, so it may keep shared state.
+// Builds call e at `placement`; called for e = 0, 1, 2, ... in order (may keep state).
 using CallBuilder = std::function<Program(int call, const CallPlacement& placement)>;
 
 struct SequenceOptions {
@@ -61,9 +59,8 @@ struct SequenceOptions {
   int warmup = 8;      // calls built before the first template (rounded up to a period)
 };
 
-// Finds the period and the templates. `first_private_counter`: counter ids below it are
-// shared by every call. `sizes`: the buffer sizes of one call (arena = the region). Throws
-// Unsupported when no period up to max_period fits (the caller falls back and says why).
+// Finds the period and templates; `sizes`: one call's buffers (arena = the region).
+// Unsupported when no period up to max_period fits (the caller falls back).
 CallSequence make_call_sequence(const CallBuilder& build, int first_private_counter,
                                 const BufferSizes& sizes, const SequenceOptions& options = {});
 

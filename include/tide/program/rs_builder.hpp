@@ -77,8 +77,7 @@ struct RsShared {
   std::vector<int> generation_uses;      // [q]: waves that used inbox generation q so far
 };
 
-// Shared state for the reduce-scatter calls of `plans` (one topology) landing with `landing`,
-// its counters numbered from `first_counter`; nothing used yet.
+// Fresh shared state for the calls of `plans`, counters numbered from `first_counter`.
 RsShared rs_shared_state(const std::vector<const RsPlan*>& plans, int first_counter,
                          LandingStyle landing);
 
@@ -88,9 +87,8 @@ struct RsProgramIds {
   int net_done_event = 0;   // recorded on each rank's net stream: its outbox bank was sent
 };
 
-// The program of one TIDE-RS call on every rank. Inputs: each rank's gradients G_p
-// (kTensor p, D_p x K_p elements of the plan's gradient dtype) and, when accumulating, its
-// output. Output: each rank's packed fp32 shard (kOutput, S_fp32 bytes), Eq. 5.
+// One TIDE-RS call on every rank: gradients G_p (kTensor p, D_p x K_p, the gradient dtype) to
+// each rank's packed fp32 shard (kOutput, Eq. 5; read first when accumulating).
 Program build_rs_program(const RsPlan& plan, const RsProgramOptions& options,
                          RsProgramIds* ids = nullptr);
 
@@ -102,8 +100,7 @@ Program build_rs_call(const RsPlan& plan, const RsProgramOptions& options,
 // Events a call records for later calls: private event ids relative to its event_base.
 int rs_call_event_count(const RsPlan& plan);
 
-// Why `fault` cannot show on this plan and these options (empty when it can), e.g. outbox
-// reuse under In-Place, whose outbox never refills a block.
+// Why `fault` cannot show here (empty when it can), e.g. outbox reuse under In-Place.
 std::string rs_fault_inapplicable(Fault fault, const RsPlan& plan, const RsProgramOptions& options);
 
 }  // namespace tide::program

@@ -1,13 +1,9 @@
-// A training step as FSDP2 issues its collectives (Sec. 5.1-5.3, App. F), built from the
-// runtime's own multi-call programs, so that `tide simulate step` predicts what it runs:
-//   1. the groups' communicator arena (NOTE [communicator arena]), group g in slot g mod 2;
-//   2. each group's call sequences placed in it as the runtime places them (group_sequences);
-//   3. the calls in FSDP2's issue order (forward all-gathers in order, then per group in
-//      reverse its backward all-gather and reduce-scatter) through the lanes (lanes.hpp), each
-//      all-gather after its slot's release, its layer reading the parameters on the compute
-//      stream.
-// Every cross-call edge is the runtime's (credits, the lane handoff, a slot's release); every
-// rank issues the calls in the same order (I4).
+// A training step as FSDP2 issues its collectives (Sec. 5.1-5.3, App. F), from the runtime's
+// own programs, so `tide simulate step` predicts what it runs: (1) the communicator arena,
+// group g in slot g mod 2; (2) each group's sequences placed as the runtime places them;
+// (3) the calls in FSDP2's order (forward all-gathers, then per group in reverse its backward
+// all-gather and reduce-scatter) through the lanes, each layer reading its parameters on the
+// compute stream. Every cross-call edge is the runtime's; every rank issues the same order.
 #pragma once
 
 #include <cstdint>
