@@ -1,14 +1,8 @@
-// Level 2 landing of TIDE-RS (paper Sec. 4.2 "Bounded waves and safe reuse", App. G BW_land):
-// folds one wave of W fp32 node partials, which sit at the same offset on W peers, into the
-// fp32 output shard:
-//     wave = part[0] + part[1] + ... + part[W-1]                  (contributor order)
-//     out  = (wave_index == 0 && !accumulate) ? wave : out + wave
-// per NOTE [arithmetic order] (include/tide/core/arithmetic.hpp: wave_sum, land).
-//
-// The default landing pulls: the W partial pointers are LSA (peer) or local pointers, passed
-// as kernel parameters. The multimem variant is opt-in and never run here (docs/kernels.md).
-//
-// Host-compilable: raw pointers, sizes and a cudaStream_t.
+// Level 2 landing of TIDE-RS (Sec. 4.2, App. G BW_land): folds one wave of W fp32 partials
+// into the fp32 output shard, wave = part[0] + ... + part[W-1] (contributor order), out =
+// (wave_index == 0 && !accumulate) ? wave : out + wave (NOTE [arithmetic order]: wave_sum,
+// land). The pull landing reads LSA (peer) or local pointers, passed as kernel parameters; the
+// multimem variant is opt-in and never run here (docs/kernels.md). Host-compilable.
 #pragma once
 
 #include <cuda_runtime_api.h>
