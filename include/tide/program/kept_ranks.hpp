@@ -13,9 +13,7 @@ namespace tide::program {
 // CallTemplate::op_ids (each op's id as built, the same in every process) and built_ops; every
 // rank's additions and buffer sizes. Such a template no longer describes other ranks' work:
 // the reference executor, expand_calls and lane programs need every rank. Why: NOTE [kept
-// ranks] in docs/program.md.
-// Throws InvalidArgument for a rank outside the sequence's. Keeping the kept ranks again
-// changes nothing.
+// ranks] in docs/program.md. InvalidArgument for a rank outside the sequence; idempotent.
 void keep_ranks(CallSequence& sequence, std::span<const int> ranks);
 void keep_ranks(CallTemplate& call, std::span<const int> ranks);
 

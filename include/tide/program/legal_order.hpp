@@ -1,5 +1,4 @@
-// A legal serial order of a program's ops, found by simulating its counters and events on the
-// host (NOTE [legal order]).
+// A legal serial order of a program's ops, found by simulating its counters and events.
 #pragma once
 
 #include <cstdint>
@@ -15,18 +14,15 @@ namespace tide::program {
 // each found from the totals its earlier calls leave (`start`), is one of the sequence. Why the
 // executors walk it: NOTE [legal order] in docs/program.md.
 struct SyncStart {
-  // Per (rank, counter id): what earlier calls added, rank-major (rank * counters + id).
-  // Empty: all zero.
+  // What earlier calls added per (rank, counter id), rank-major; empty: all zero.
   std::vector<std::int64_t> counter_totals;
-  // Every event id at or above this is taken as already recorded on every rank (earlier
-  // calls' events). Default: none.
+  // Event ids at or above this count as recorded on every rank (earlier calls').
   int recorded_events_from = 1 << 30;
 };
 
 struct LegalOrder {
   std::vector<int> order;     // indices into Program::ops
-  std::vector<int> unplaced;  // ops no legal order reaches (a wait never satisfied), in
-                              // program order; empty for a well-formed program
+  std::vector<int> unplaced;  // ops no legal order reaches, in program order
 };
 
 LegalOrder legal_order(const Program& program, const SyncStart& start = {});

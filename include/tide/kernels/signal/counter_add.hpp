@@ -1,9 +1,7 @@
 // Signal kernels: kSignal's and kRailPut's counter additions (NOTE [CUDA executor op mapping]).
 // A 1-thread kernel adds to 64-bit counters after a system-scope fence (a waiter that sees the
 // addition sees the stream's earlier writes); none once the abort word is nonzero (NOTE [CUDA
-// call sequences] 5).
-//
-// Host-compilable: raw pointers, values and a cudaStream_t.
+// call sequences] 5). Host-compilable: raw pointers, values and a cudaStream_t.
 #pragma once
 
 #include <cuda_runtime_api.h>

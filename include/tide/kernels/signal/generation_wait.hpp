@@ -1,11 +1,8 @@
 // Signal kernels: the generation-relative waits of a call inside a CUDA graph (NOTE [CUDA call
-// sequences] 3-4). Contract: a 1-warp kernel holds its stream until, for each of its waits,
-// *word >= first + step * generation (signed 64-bit; `generation` read once per launch), then
-// fences at system scope, so that the stream's later work sees what the signalling peers wrote
-// before their additions. The thresholds follow the call from a device generation word, so a
-// graph replays with nothing patched (the runner's arithmetic: src/exec/cuda/
-// sequence_generations.hpp). Why not the driver's waits: docs/kernels.md, Interfaces.
-//
+// sequences] 3-4). A 1-warp kernel holds its stream until each of its waits is met, then
+// fences at system scope (later work sees what the signalling peers wrote before adding). The
+// thresholds follow a device generation word, so a graph replays unpatched (arithmetic:
+// src/exec/cuda/sequence_generations.hpp; why not the driver's waits: docs/kernels.md).
 // Host-compilable: raw pointers, values and a cudaStream_t.
 #pragma once
 
