@@ -79,8 +79,9 @@ struct RunResult {
   std::vector<ExecError> errors;                         // the first max_errors, in the order found
   std::int64_t error_count = 0;                          // all errors found
   std::array<std::int64_t, kErrorKinds> error_counts{};  // all errors found, by kind
-  double makespan_us = 0.0;  // simulated time of the last completion
-  double sm_time_us = 0.0;   // sum over SM ops of max(1, ctas) * duration (CTA-us)
+  // Simulated time of the last completion; sum over SM ops of max(1, ctas) * duration (CTA-us).
+  double makespan_us = 0.0;
+  double sm_time_us = 0.0;
   // The largest, over ranks, of arena + output bytes plus the peak of its live per-parameter
   // tensor bytes (every output counts at once: for a step, the calls added up, not a peak).
   std::int64_t peak_buffer_bytes = 0;

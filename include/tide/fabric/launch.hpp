@@ -1,9 +1,9 @@
-// Launcher glue for one process per GPU: who am I, start the ranks on one host, and hand rank
-// 0's NCCL unique id to every rank. Rank discovery, first match wins: TIDE_RANK/WORLD/LOCAL_RANK (spawn_ranks), torchrun, Open
-// MPI, MPICH. The unique id travels through a rendezvous directory every rank can read (rank 0
-// writes DIR/nccl-unique-id atomically, the others poll with a bound): TIDE_RENDEZVOUS, a fresh
-// one per spawn_ranks() launch, or under torchrun one derived from its run. Use a fresh
-// directory per launch. Variables and paths: NOTE [launch] in docs/nccl_fabric.md.
+// Launcher glue for one process per GPU: who am I, start the ranks on one host, and hand rank 0's
+// NCCL unique id to every rank. Rank discovery, first match wins: TIDE_RANK/WORLD/LOCAL_RANK
+// (spawn_ranks), torchrun, Open MPI, MPICH. The unique id travels through a rendezvous directory
+// every rank can read (rank 0 writes DIR/nccl-unique-id atomically, the others poll with a bound):
+// TIDE_RENDEZVOUS, a fresh one per spawn_ranks() launch, or under torchrun one derived from its
+// run. Use a fresh directory per launch. Variables and paths: NOTE [launch] in docs/nccl_fabric.md.
 #pragma once
 
 #include <chrono>

@@ -217,8 +217,8 @@ inline Op make_op(int rank, int stream, std::string label, OpPayload payload) {
   return op;
 }
 
-// Facts several kinds share. The CTA budget of a kSum / kLand / kCast, the SM-driven mark of a kCopy / kRailPut, the
-// kernel-opening mark of a kEventWait; 0 for other kinds.
+// Facts several kinds share. The CTA budget of a kSum / kLand / kCast, the SM-driven mark of a
+// kCopy / kRailPut, the kernel-opening mark of a kEventWait; 0 for other kinds.
 int ctas_of(const Op& op);
 // The descriptors of a kCopy / kRailPut; empty for other kinds.
 std::span<const CopyDescriptor> copies_of(const Op& op);

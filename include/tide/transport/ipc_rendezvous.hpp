@@ -1,16 +1,15 @@
 // A MessageTransport between processes that map each other's memory but must not store to it
-// directly (the ipc fabric over emulated hosts, NOTE [ipc fabric]), with NCCL's two-sided
-// semantics (Sec. 6.1-6.2). Contract: channel (set c, sender s) of receiver d is a page of cumulative words (posted,
-// bytes, filled, drained, sent; offsets below) and a bounce buffer of kMessageBounceBytes in
-// d's message area. Each side numbers its messages on the device, from the words: the k-th
-// send of s to d matches the k-th receive of d from s, so runners sharing a channel set must
-// never run messages at once on a device (the runtime's lanes, NOTE [lane handoff]). A send
-// waits for its receive to be posted, traps on a mismatched byte count, and is complete (its
-// source reusable) once its last chunk is in the bounce; what follows a recv on its stream
-// reads the data. Every wait traps after timeout_ns naming the pair, and ends at once after
-// release(). Nothing is numbered on the host, so calls may be captured into graphs. Not a
-// performance model: one block copies. The steps and their fences: NOTE [ipc rendezvous
-// transport] in docs/runtime.md.
+// directly (the ipc fabric over emulated hosts, NOTE [ipc fabric]), with NCCL's two-sided semantics
+// (Sec. 6.1-6.2). Contract: channel (set c, sender s) of receiver d is a page of cumulative words
+// (posted, bytes, filled, drained, sent; offsets below) and a bounce buffer of kMessageBounceBytes
+// in d's message area. Each side numbers its messages on the device, from the words: the k-th send
+// of s to d matches the k-th receive of d from s, so runners sharing a channel set must never run
+// messages at once on a device (the runtime's lanes, NOTE [lane handoff]). A send waits for its
+// receive to be posted, traps on a mismatched byte count, and is complete (its source reusable)
+// once its last chunk is in the bounce; what follows a recv on its stream reads the data. Every
+// wait traps after timeout_ns naming the pair, and ends at once after release(). Nothing is
+// numbered on the host, so calls may be captured into graphs. Not a performance model: one block
+// copies. The steps and their fences: NOTE [ipc rendezvous transport] in docs/runtime.md.
 #pragma once
 
 #include <cuda_runtime_api.h>
