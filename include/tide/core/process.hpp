@@ -32,8 +32,7 @@ struct WaitPolicy {
   std::chrono::milliseconds poll{5};
   // Past it, every child still running is killed (SIGKILL).
   std::optional<std::chrono::steady_clock::time_point> deadline;
-  // This long after the first child that did not exit 0: SIGTERM (on_stop once), 5 s later
-  // SIGKILL.
+  // This long after the first child that did not exit 0: SIGTERM (on_stop once), 5 s later SIGKILL.
   std::optional<std::chrono::seconds> failure_grace;
   std::function<void(int index, int wait_status)> on_exit;  // each child as it ends
   std::function<void()> on_stop;

@@ -23,10 +23,9 @@ struct IpcHandleChoice {
   std::string why;  // one line: what decided it
 };
 
-// The handles this process uses on `device` (decided once): TIDE_IPC_HANDLES forces one (fd
-// without support: Unsupported); else fd where the device has POSIX fd handles, the kernel
-// pidfd_getfd and peers may take this process's descriptors (Yama 0 or CAP_SYS_PTRACE); else
-// cuda-ipc.
+// The handles this process uses on `device` (decided once): TIDE_IPC_HANDLES forces one (fd without
+// support: Unsupported); else fd where the device has POSIX fd handles, the kernel pidfd_getfd and
+// peers may take this process's descriptors (Yama 0 or CAP_SYS_PTRACE); else cuda-ipc.
 IpcHandleChoice choose_ipc_handles(int device);
 
 // The bytes an allocation of `bytes` takes on `device` (rounded up to the VMM granularity for

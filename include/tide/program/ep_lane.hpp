@@ -107,8 +107,7 @@ Program build_ep_rs_program(const GroupLayout& layout, const EpRsProgramOptions&
                             EpRsProgramIds* ids = nullptr);
 std::string ep_rs_inapplicable(const GroupLayout& layout);
 
-// Why `fault` cannot show on this lane (empty when it can), e.g. a forwarding fault below 4
-// nodes.
+// Why `fault` cannot show on this lane (empty when it can), e.g. a forwarding fault below 4 nodes.
 std::string ep_ag_fault_inapplicable(Fault fault, const GroupLayout& layout);
 std::string ep_rs_fault_inapplicable(Fault fault, const GroupLayout& layout,
                                      const EpRsProgramOptions& options);

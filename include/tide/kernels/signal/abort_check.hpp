@@ -24,9 +24,8 @@ struct AbortCheck {
 void launch_abort_check(const AbortCheck& check, cudaStream_t stream);
 
 // NOTE [abort relay] (docs/executor.md): enqueues one 1-thread kernel that, after a system-scope
-// fence, writes into `token` base | (1 where any of `verdict`'s words is nonzero, else 0);
-// `base` (bit 0 clear) numbers one-sided messages' tokens (NOTE [one-sided messages]).
-// Checks the launch.
+// fence, writes into `token` base | (1 where any of `verdict`'s words is nonzero, else 0); `base`
+// (bit 0 clear) numbers one-sided messages' tokens (NOTE [one-sided messages]). Checks the launch.
 void launch_abort_token(const AbortCheck& verdict, std::uint64_t* token, cudaStream_t stream,
                         std::uint64_t base = 0);
 

@@ -34,9 +34,8 @@ inline constexpr std::size_t kMaxGenerationWaitsPerLaunch = 32;
 // spinner never holds an SM a Level 1 sum's CTA cannot share.
 void prepare_generation_waits();
 
-// Enqueues on `stream` one kernel per kMaxGenerationWaitsPerLaunch waits, each with the
-// contract above (copies after it start after it completes). Nothing for an empty span.
-// Checks the launches.
+// Enqueues on `stream` one kernel per kMaxGenerationWaitsPerLaunch waits, each with the contract
+// above (copies after it start after it completes). Nothing for an empty span. Checks the launches.
 void launch_generation_waits(std::span<const GenerationWait> waits, const std::uint64_t* generation,
                              cudaStream_t stream);
 
