@@ -1,8 +1,6 @@
-// Capability agreement (Sec. 6.3): before a group's first call, every rank describes what it
-// wants to run and what its process can do; the launcher all-gathers the descriptions; every
-// rank then calls agree() on the same vector and reaches the same decision.
-//
-// A RankDescription's fields are agreed (the group signature, plan options, opt-ins and the
+// Capability agreement (Sec. 6.3): before a group's first call every rank describes what it wants
+// to run and can do, the launcher all-gathers the descriptions, and every rank's agree() on them
+// reaches the same decision. A RankDescription's fields are agreed (the group signature, plan options, opt-ins and the
 // protocol-shaping versions: the first that differs from rank 0's throws InconsistentGroup naming
 // it), reduced (device and driver capabilities: min of numbers, AND of flags) or identity (rank,
 // world, host id). A consistent group TIDE cannot run gets kStock and a one-line reason, the same

@@ -1,25 +1,18 @@
-// The TIDE-RS plan (Sec. 4.1-4.2, 5.2-5.3): who reduces which sub-slice, where each node
-// partial lands, which contributors share a wave and a network round, and how much staging
-// the two memory modes need.
-//
-// Output (Eq. 5): rank r's fp32 shard out_r is the concatenation over p of R_p K_p elements
-// (the "span", E_live = sum_p R_p K_p). A destination node's L spans are cut into L
-// sub-slices of `block_rows()` rows and E_sub columns, each cut into n_part pass parts of
-// E_pass; pass q handles part q of every sub-slice, so an element's Level 1 owner and the
-// order of its sums do not depend on n_part (NOTE [arithmetic order]). The geometry
-// (RsSubSlices, NOTE [sub-slice geometry] in rs_plan.cpp) picks the rows: L across ranks,
-// 1 per rank or node-contiguous (whose columns are node-flat elements: element k of p's node
-// region is rank k / s_p's element k mod s_p; a rank's elements are landing_runs()).
-//
-// Level 1 (Sec. 4.1): for destination node t, local GPU j of sender node n owns sub-slice
-//   s = (j + c_bar) mod L   (Eq. 7),  c = c(t, n) (Eq. 6), c_bar = c mod M;
-// the other L - 1 local ranks push their pieces into j's staging, j reads its own in place
-// and sums into an outbox block of block_rows() rows x E_pass fp32.
-// Level 2 (Sec. 4.2): the block travels over rail j to inbox block s of rank (t, j), so
-// contributor c of sub-slice s sits on GPU j(s, c) = (s - c_bar) mod L (Eq. 8). Contributors
-// c = 1..M (c = M the own node) form waves of at most W_wave; rounds carry at most k
-// transfers and never cross a wave; wave g uses inbox generation g mod n_par (n_par = 1 for
-// a single-wave schedule, else 2). Zeroing: NOTE [stale-block zeroing] in rs_plan.cpp.
+// The TIDE-RS plan (Sec. 4.1-4.2, 5.2-5.3): who reduces which sub-slice, where each partial lands,
+// which contributors share a wave and a round, and the two memory modes' staging. Output (Eq. 5):
+// rank r's fp32 shard concatenates its R_p K_p elements (the span, E_live). A destination node's L
+// spans are cut into L sub-slices of block_rows() rows and E_sub columns, each into n_part pass
+// parts of E_pass; pass q handles part q of every sub-slice, so owners and sum orders do not depend
+// on n_part. The geometry (NOTE [sub-slice geometry] in rs_plan.cpp) picks the rows: L across
+// ranks, else 1 (node-contiguous columns are node-flat elements: k of p's node region is rank k /
+// s_p's element k mod s_p; a rank's elements are landing_runs()). Level 1 (Sec. 4.1): for
+// destination node t, GPU j of node n owns sub-slice s = (j + c_bar) mod L (Eq. 7; c = c(t, n), Eq.
+// 6; c_bar = c mod M); the other L - 1 ranks push their pieces into j's staging, j reads its own in
+// place and sums into an outbox block. Level 2 (Sec. 4.2): the block goes over rail j to inbox
+// block s of rank (t, j): contributor c of sub-slice s sits on GPU (s - c_bar) mod L (Eq. 8).
+// Contributors c = 1..M (M the own node) form waves of at most W_wave; rounds carry at most k
+// transfers within a wave; wave g uses generation g mod n_par (1 for one wave, else 2). Zeroing:
+// NOTE [stale-block zeroing] in rs_plan.cpp.
 #pragma once
 
 #include <array>
