@@ -1,12 +1,12 @@
 // The TIDE-AG plan (Sec. 3.1): which shard slots move in which round, and the copies that scatter
 // them to their parameter-major landing (Eq. 2). M = 1: rank r copies its P shard pieces to their
 // landing on every local GPU (P descriptors per destination). M > 1: Bruck recursive doubling over
-// each rail in ceil(log2 M) rounds; round d sends the first c_d = min(2^d, M - 2^d) slots to (n -
-// 2^d) mod M and receives as many from (n + 2^d) mod M into stage slots [2^d, 2^d + c_d). Slot i
-// holds node (n + i) mod M's shard (slot 0 the own). A run of >= min_strided_run slots not crossing
-// the wrap is one strided copy per parameter (landing pitch L s_p, stage pitch S); the last round
-// is split into at most max_last_round_groups. Round d >= 1 waits for its target's confirmation of
-// round d - 1's heads (head then tail, head_bytes per round). Choices: docs/core.md, TIDE-AG.
+// each rail in ceil(log2 M) rounds; round d sends the first c_d = min(2^d, M - 2^d) slots to
+// (n - 2^d) mod M and receives as many from (n + 2^d) mod M into stage slots [2^d, 2^d + c_d).
+// Slot i holds node (n + i) mod M's shard (slot 0 the own). A run of >= min_strided_run slots not
+// crossing the wrap is one strided copy per parameter (landing pitch L s_p, stage pitch S); the
+// last round is split into at most max_last_round_groups. Round d >= 1 waits for its target's
+// confirmation of round d - 1's heads (head then tail, head_bytes per round). Choices: core.md.
 #pragma once
 
 #include <cstdint>

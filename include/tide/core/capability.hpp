@@ -1,11 +1,12 @@
 // Capability agreement (Sec. 6.3): before a group's first call every rank describes what it wants
 // to run and can do, the launcher all-gathers the descriptions, and every rank's agree() on them
-// reaches the same decision. A RankDescription's fields are agreed (the group signature, plan options, opt-ins and the
-// protocol-shaping versions: the first that differs from rank 0's throws InconsistentGroup naming
-// it), reduced (device and driver capabilities: min of numbers, AND of flags) or identity (rank,
-// world, host id). A consistent group TIDE cannot run gets kStock and a one-line reason, the same
-// on every rank. NVLink multicast only where every rank opted in and is capable. agree() is a pure
-// function of the vector. The rules: NOTE [capability agreement] in docs/core.md.
+// reaches the same decision. A RankDescription's fields are agreed (the group signature, plan
+// options, opt-ins and the protocol-shaping versions: the first that differs from rank 0's throws
+// InconsistentGroup naming it), reduced (device and driver capabilities: min of numbers, AND of
+// flags) or identity (rank, world, host id). A consistent group TIDE cannot run gets kStock and a
+// one-line reason, the same on every rank. NVLink multicast only where every rank opted in and is
+// capable. agree() is a pure function of the vector. The rules: NOTE [capability agreement] in
+// docs/core.md.
 #pragma once
 
 #include <cstdint>
