@@ -6,7 +6,7 @@
 // Slot i holds node (n + i) mod M's shard (slot 0 the own). A run of >= min_strided_run slots not
 // crossing the wrap is one strided copy per parameter (landing pitch L s_p, stage pitch S); the
 // last round is split into at most max_last_round_groups. Round d >= 1 waits for its target's
-// confirmation of round d - 1's heads (head then tail, head_bytes per round). Choices: core.md.
+// confirmation of round d - 1's heads (head then tail, head_bytes per round). See docs/core.md.
 #pragma once
 
 #include <cstdint>
