@@ -1,6 +1,5 @@
 // Every CUDA and NCCL version test of TIDE, in one place (style.md, habit 4). Code tests the
 // feature macros below, never a version number.
-//
 //   TIDE_HAS_CUDA_RUNTIME    the CUDA runtime headers are visible (included before this one)
 //   TIDE_HAS_TMA_BULK        device code: cp.async.bulk with mbarrier transaction counts (sm_90+)
 //   TIDE_HAS_MULTIMEM        device code: multimem.ld_reduce (sm_90+, PTX ISA 8.1+; run-time

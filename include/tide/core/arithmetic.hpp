@@ -1,6 +1,5 @@
 // The reference arithmetic of TIDE: bf16 conversion and the exact order of every fp32
 // operation in TIDE-RS and in the mixed-precision all-gather cast.
-//
 // NOTE [arithmetic order]
 // Every executor and kernel follows this order, so all are bitwise identical for the same
 // plan and inputs (invariant 1; Sec. 4.3): IEEE-754 binary32, round-to-nearest-even, never

@@ -1,5 +1,4 @@
 // TIDE's environment variables, declared once.
-//
 // NOTE [environment knobs]
 // Every TIDE_* variable is one line of kEnvKnobs: name, default (when unset or empty), meaning
 // (as NCCL_PARAM). Code reads them only through env::value() / flag() / positive_seconds(),

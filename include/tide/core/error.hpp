@@ -1,8 +1,6 @@
-// Errors raised by TIDE.
-//
-// Every message is one line that names the offending value, the limit it broke and, where
-// there is one, what to do instead. Front ends (the `tide` CLI, the future Python binding)
-// print the message and map the type to an exit status or exception class.
+// Errors raised by TIDE. Every message is one line that names the offending value, the limit it
+// broke and, where there is one, what to do instead. Front ends (the `tide` CLI, the future Python
+// binding) print the message and map the type to an exit status or exception class.
 #pragma once
 
 #include <stdexcept>

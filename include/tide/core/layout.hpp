@@ -1,5 +1,4 @@
 // The layout of one FSDP2 parameter group (Sec. 2.1, Eqs. 2-3).
-//
 // Parameter p is viewed as a (D_p, K_p) matrix sharded along dimension 0 over N ranks:
 //   R_p = ceil(D_p / N)              padded rows per rank (rows past D_p are padding)
 //   s_p = R_p * K_p * b_ag            shard bytes;  o_p = sum_{i<p} s_i;  S = sum_p s_p

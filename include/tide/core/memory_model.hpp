@@ -1,5 +1,4 @@
 // The bounded-memory model (Sec. 5.4, 7.4).
-//
 // Per-GPU TIDE-RS areas in S_fp32 blocks (Eq. 10 for general L, gradient item size b_grad
 // and n_part pass parts) and per-layer backward live bytes in NS (one unsharded bf16 group),
 // with the terms the runtime's arena lays out (NOTE [communicator arena]):

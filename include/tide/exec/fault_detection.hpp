@@ -1,9 +1,7 @@
-// How a reference-executor run shows a fault (program/faults.hpp).
-//
-// A run's findings map to the strongest class present: call order, malformed, deadlock, race,
-// uninitialised read, corruption (program::Detection's order). An injected fault must show as
-// its catalog's Detection. Which finding is which class, and why: NOTE [fault detection] in
-// docs/reference_executor.md.
+// How a reference-executor run shows a fault (program/faults.hpp). A run's findings map to the
+// strongest class present: call order, malformed, deadlock, race, uninitialised read, corruption
+// (program::Detection's order). An injected fault must show as its catalog's Detection. Which
+// finding is which class, and why: NOTE [fault detection] in docs/reference_executor.md.
 #pragma once
 
 #include <string>

@@ -1,7 +1,6 @@
 // The host executor (architecture: exec/host): runs this process's rank's ops of one call
 // on CPU processes that share a host fabric. Real copies and the shared data effects
 // (data_effects.hpp), so outputs are bitwise equal to the reference executor's.
-//
 // Contract (NOTE [host execution] in docs/runtime.md): run_host_call() runs the rank's ops on
 // the calling thread in the template's legal order, complete when it returns. Every rank runs
 // the same calls in the same order (what keeps waits and messages from blocking for good). A

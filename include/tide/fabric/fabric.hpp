@@ -1,6 +1,5 @@
 // What the CUDA executor needs of a fabric (architecture: executors over fabrics): where a
 // program's buffers and signal words live, as the ranks this process runs address them.
-//
 // NOTE [fabric interface]
 // - Ranks: this process runs the ops of the ranks where local(rank) (all N on the virtual
 //   fabric, one on the NCCL fabric).

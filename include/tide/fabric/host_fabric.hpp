@@ -1,6 +1,5 @@
 // The host fabric: the CPU processes of one host share their arenas and signal words through
 // POSIX shared memory (architecture: fabric/host). One rank per process.
-//
 // Contract (points 1-6: NOTE [host fabric] in docs/runtime.md): construction is collective
 // through the store, and the segments' names are unlinked once all are mapped (none outlives
 // the job). Signal words are shared atomics (peers add with release order after their writes,

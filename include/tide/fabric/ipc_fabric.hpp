@@ -1,6 +1,5 @@
 // The ipc fabric (architecture: fabric/ipc): one process per rank on the GPUs of one host, peers'
 // windows mapped through CUDA IPC. Ranks may share a GPU. Needs CUDA only (no NCCL).
-//
 // Contract (NOTE [ipc fabric] in docs/runtime.md): each rank's window is the runtime's (NOTE
 // [runtime window]), mapped by every peer; ranks of different emulated hosts exchange messages
 // through the windows' message areas instead. Construction is collective through the caller's

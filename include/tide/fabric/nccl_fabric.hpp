@@ -1,6 +1,5 @@
 // The NCCL fabric (architecture: fabric/nccl): one process per GPU, peers and
 // memory from NCCL communicators. Built only where CUDA and NCCL >= 2.28 are found.
-//
 // Contract (steps 1-5 and teardown: NOTE [nccl fabric] in docs/nccl_fabric.md):
 // - Construction is collective: communicators, message lanes, the symmetric arena window
 //   (arena_bytes equal on every rank), LSA peer pointers and the optional one-sided setup, each

@@ -1,6 +1,5 @@
 // The NCCL fabric's view for the executor: the one NCCL fabric that the runtime and the tools
 // (tide-nccl) build on. Built only with NCCL.
-//
 // Contract (NOTE [nccl window fabric] in docs/nccl_fabric.md): one symmetric window per rank,
 // the arena at 0 and the signal words at signal_offset() (NOTE [runtime window]). load_store is
 // true within one LSA team on one host (real or emulated); other peers get messages through

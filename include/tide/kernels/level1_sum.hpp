@@ -1,5 +1,4 @@
 // Level 1 of TIDE-RS (paper Sec. 4.1): the node-local sum kernel and its launcher.
-//
 // One launch writes an fp32 block of `rows` (<= 8) by `width` elements:
 //     out[r][c] = alpha * (staged[0][r][c] + ... + staged[S-1][r][c] + own[r][c])   (Eq. 5)
 // in the order of NOTE [arithmetic order]; S <= 7 staged contributions, the own one read in

@@ -1,5 +1,4 @@
 // The TIDE protocol as data: per-rank op lists on named streams (architecture: program/).
-//
 // Ops of one (rank, stream) run in list order, each after the previous one completed (CUDA
 // stream semantics). Across streams and ranks, order exists only through:
 //   - kEventRecord / kEventWait: each (rank, id) recorded once; a wait completes once that

@@ -1,8 +1,6 @@
 // The TIDE runtime (architecture: runtime/): what a training loop calls. One Communicator per
-// process group; groups registered once; all-gathers and reduce-scatters bound per call. An
-// example of use: docs/runtime.md.
-//
-// Contract (points 1-11, cited below: NOTE [runtime] in docs/runtime.md):
+// process group; groups registered once; all-gathers and reduce-scatters bound per call. An example
+// of use: docs/runtime.md. Contract (points 1-11, cited below: NOTE [runtime] in docs/runtime.md):
 // - Collective: create(), register_group() and the first info(), arena(), arena_request() or
 //   call, on every rank with the same arguments in the same order. A group TIDE cannot run (1),
 //   or registered after the arena exists (3), gets a reason and no id.
