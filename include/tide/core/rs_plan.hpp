@@ -56,13 +56,11 @@ struct RsOptions {
   // whole pass part.
   std::int64_t staging_chunk_elems = 0;
   int vector_elems = 4;  // E_sub alignment in fp32 elements (16 bytes)
-  // At M = 1, the one-node layout (NOTE [one-node TIDE-RS]): every rank owns its own rows and
-  // Level 1 sums straight into its output (no spare, landing, outbox or inbox). false keeps the
-  // multi-node layout; ignored at M >= 2. The library's defaults set it; a bare RsOptions not.
+  // M = 1: the one-node layout (NOTE [one-node TIDE-RS]; Level 1 sums into the output, no
+  // spare, landing, outbox or inbox). Ignored at M >= 2; the library's defaults set it.
   bool one_node = false;
-  // One-node Slot-Reuse: the owners pull their rows from the peers' gradient areas, into which
-  // the program copies the gradients. false: the peers push from wherever the gradients lie
-  // (what the runtime runs: its adapter stages the gradients itself).
+  // One-node Slot-Reuse: owners pull from the peers' gradient areas (filled by the program);
+  // false: the peers push from wherever the gradients lie (the runtime's choice).
   bool one_node_pull = true;
 };
 

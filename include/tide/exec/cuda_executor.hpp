@@ -2,7 +2,7 @@
 // calls local on GPUs, bitwise equal to the CPU reference executor (invariant 1). It is the
 // one-shot face of the CUDA sequence runner: a call sequence of period 1 with buffers bound at
 // construction (NOTE [one-shot programs] in src/exec/cuda/executor.cpp; use: docs/executor.md).
-// Contract (op mapping: NOTE [CUDA executor op mapping] in docs/executor.md): construction
+// Contract (NOTE [CUDA executor op mapping] in docs/executor.md): construction
 // validates the program, resolves every pointer, table and kernel argument and zeroes the local
 // counters (no metadata copies at run time). run() enqueues one run and waits up to the
 // timeout; on a timeout it names every unsatisfied wait, releases the waits so the streams

@@ -1,8 +1,7 @@
 // The CPU reference executor (architecture: exec/reference): runs every rank's ops of a Program in
 // one process as a deterministic discrete-event simulation, with real data, seeded interleavings,
 // race and deadlock detection, and the cost model's times (use: docs/reference_executor.md).
-// Contract (the full semantics, points 1-5: NOTE [reference execution semantics] in
-// docs/reference_executor.md):
+// Contract (NOTE [reference execution semantics] in docs/reference_executor.md):
 // - Buffers start as poison (0xFF); input() marks bytes as written before every op.
 // - Ops of one (rank, stream) run in list order; waits and event waits complete once met; data
 //   effects and counter additions apply atomically at an op's completion. One seed is fully

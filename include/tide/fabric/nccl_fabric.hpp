@@ -115,8 +115,8 @@ class NcclFabric {
   // NOTE [nccl fabric] 5: one-sided messages on (the same on every rank), and why not.
   bool host_rma() const;
   const std::string& host_rma_reason() const;
-  // A lane's token area: slot p * kTokenRing + (k mod kTokenRing) receives sender p's k-th
-  // token; slot (world() + q) * kTokenRing + (k mod kTokenRing) is this rank's k-th to q.
+  // Token slots: p * kTokenRing + k mod kTokenRing receives sender p's k-th token,
+  // (world() + q) * kTokenRing + k mod kTokenRing holds this rank's k-th to q.
   static constexpr int kTokenRing = 64;
   // With host_rma(): the lane's windows over the arena and the token area, and this rank's
   // token area (2 * world() * kTokenRing device words); else nullptr.

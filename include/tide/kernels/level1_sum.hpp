@@ -55,10 +55,9 @@ struct Level1TableView {
   int num_params = 0;  // largest param index + 1
 };
 
-// Owns the device copy of a block's segment table (built at registration, Sec. 6).
-// InvalidArgument unless every run is inside the block, non-empty, non-overlapping, param < 256,
-// src_offset >= 0. With `upload` the copy is async on that stream (order view()'s uses after
-// it); else a synchronous cudaMemcpy.
+// Owns a block's segment table on the device (built at registration, Sec. 6). InvalidArgument
+// unless every run is inside the block, non-empty, disjoint, param < 256, src_offset >= 0. With
+// `upload` the copy is async on it (order view()'s uses after it); else synchronous.
 class Level1SegmentTable {
  public:
   Level1SegmentTable(int rows, std::int64_t width, std::span<const Level1RunSpec> runs,

@@ -47,8 +47,7 @@ bool one_node_layout();
 
 // Fault injection for tests and `tide check-runtime` only; the defaults inject nothing.
 struct CommunicatorFaultInjection {
-  // GPU backends: rank `stall_rank`'s calls from `stall_at_call` on never start (the watchdog
-  // must find them).
+  // GPU backends: rank `stall_rank`'s calls from `stall_at_call` on never start.
   int stall_rank = -1;
   std::int64_t stall_at_call = -1;
   // GPU backends: rank `release_rank`'s abort() lets its messages flow for `release_hold`

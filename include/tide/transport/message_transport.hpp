@@ -43,12 +43,10 @@ class OneSidedTransport : public MessageTransport {
  public:
   void send(int from, int to, const void* data, std::size_t bytes, cudaStream_t stream) override;
   void recv(int to, int from, void* data, std::size_t bytes, cudaStream_t stream) override;
-  // `bytes` from `data` (in `from`'s window: its arena) into `to`'s window at
-  // `window_offset`, then one signal at `to`.
+  // `bytes` from `data` (in `from`'s arena) to `to`'s window at `window_offset`, then a signal.
   virtual void put_signal(int from, int to, const void* data, std::size_t bytes,
                           std::int64_t window_offset, cudaStream_t stream) = 0;
-  // The 8-byte token at `token` (token_source(from, to, number), where the sender wrote it)
-  // into `to`'s slot for `from`'s `number`-th token, then a signal.
+  // The token at token_source(from, to, number) into `to`'s slot for it, then a signal.
   virtual void put_token(int from, int to, const std::uint64_t* token, std::uint64_t number,
                          cudaStream_t stream) = 0;
   // Where `from` writes that token before put_token (device, inside a registered window).
