@@ -85,10 +85,8 @@ RsPacing default_rs_pacing(const Topology& topology, int grad_bytes, std::int64_
 // Contract 5-7. Throws InvalidArgument where RsPlan(layout, options) does.
 std::int64_t default_staging_chunk_elems(const GroupLayout& layout, const RsOptions& options);
 
-// `options` with the solver's defaults for `layout`: rounds_in_flight replaced by the default for
-// its topology, gradient dtype and per-rank gradient shard (S = shard elements x gradient item
-// bytes) at the options' round and wave width, and, where staging_chunk_elems is 0, the default
-// staging chunk (contract 5). What the runtime and the CLI use when no rounds in flight are given.
+// `options` with default_rs_pacing's rounds_in_flight for `layout` (S = shard elements x gradient
+// bytes) and, where staging_chunk_elems is 0, contract 5's chunk: the runtime's and CLI's default.
 RsOptions with_solver_defaults(RsOptions options, const GroupLayout& layout);
 
 // with_solver_defaults under its older name, from before it set the staging chunk (the

@@ -41,18 +41,16 @@ struct CostModel {
   bool share_links = true;
 };
 
-// The defaults above, with the fields named in `json_text` (a JSON object, names as above)
-// replaced. Throws InvalidArgument on malformed JSON, an unknown name, a wrong type or a
-// non-positive rate.
+// The defaults with the fields `json_text` (a JSON object) names replaced. InvalidArgument on
+// malformed JSON, an unknown name, a wrong type or a non-positive rate.
 CostModel parse_cost_model(const std::string& json_text);
 // Reads `path` and parses it as above; throws InvalidArgument if it cannot be read.
 CostModel load_cost_model(const std::string& path);
 // Every parameter as a JSON object (what load_cost_model reads back).
 std::string cost_model_json(const CostModel& model);
 
-// The modeled duration of one op in microseconds, without queueing on shared links and
-// without the host enqueue (NOTE [cost model] in docs/reference_executor.md). Waits include
-// the round wait when `network_round_wait` is set.
+// One op's modeled microseconds, without link queueing or host enqueue (NOTE [cost model]);
+// waits add the round wait with `network_round_wait`.
 double op_duration_us(const CostModel& model, const program::Op& op,
                       bool network_round_wait = false);
 

@@ -45,15 +45,13 @@ struct AgShared {
   std::vector<int> scatter_done_events;  // per earlier call: its SCATTER_DONE event id
 };
 
-// One TIDE-AG call on every rank. Inputs: fp32 masters (kTensor p) with a cast, else the
-// resident shard. Output: the landing, parameter p the (N R_p, K_p) matrix at landing +
-// Landing(p, 0), its first D_p rows real.
+// One TIDE-AG call on every rank, from fp32 masters (kTensor p; a cast) or the resident shard to
+// the landing: parameter p the (N R_p, K_p) matrix at landing + Landing(p, 0), D_p rows real.
 Program build_ag_program(const AgPlan& plan, const AgProgramOptions& options = {},
                          AgProgramIds* ids = nullptr);
 
-// Call a of a step, placed at `placement` (entry_event: the landing's previous user), with
-// its areas (its resident shard, the shared stage, its landing slot), sharing `shared`
-// (advanced past this call). Buffer sizes are left empty (the step sizes them).
+// Call a of a step at `placement` (entry_event: the landing's previous user) in `areas`,
+// sharing `shared` (advanced past it); buffer sizes left empty.
 Program build_ag_call(const AgPlan& plan, const AgProgramOptions& options,
                       const CallPlacement& placement, const AgArenaLayout& areas, AgShared& shared,
                       AgProgramIds* ids = nullptr);

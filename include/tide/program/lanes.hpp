@@ -62,10 +62,9 @@ struct LaneProgram {
   std::vector<LaneCallBuffers> calls;  // per LaneCall
 };
 
-// The calls in order on every rank, each after its lane's handoff; after each all-gather its
-// layer ("compute" stream) reads the slot into the call's output and records the slot's
-// release. Call k's ops are Op::call k (NOTE [call identities]). The sequences share one arena
-// and rank count; InvalidArgument for a call of a group without that sequence.
+// The calls in order on every rank, each after its lane's handoff; after an all-gather its layer
+// ("compute" stream) reads the slot into the call's output and records the slot's release. Call
+// k's ops are Op::call k. One arena and rank count; InvalidArgument for a missing sequence.
 LaneProgram lane_program(const std::vector<LaneGroup>& groups, const std::vector<LaneCall>& calls,
                          const LaneProgramOptions& options = {});
 

@@ -8,11 +8,10 @@
 
 namespace tide::program {
 
-// A legal order: every rank's ops in one serial order in which each op follows the earlier ops
-// of its (rank, stream), each kWait the additions that bring its counter to its value, and each
-// kEventWait its (rank, event) record. The concatenation of legal orders of consecutive calls,
-// each found from the totals its earlier calls leave (`start`), is one of the sequence. Why the
-// executors walk it: NOTE [legal order] in docs/program.md.
+// Every rank's ops in one serial order: each op after the earlier ops of its (rank, stream), each
+// kWait after the additions it needs, each kEventWait after its record. The concatenation of legal
+// orders of consecutive calls, each found from the totals its earlier calls leave (`start`), is one
+// of the sequence. Why the executors walk it: NOTE [legal order] in docs/program.md.
 struct SyncStart {
   // What earlier calls added per (rank, counter id), rank-major; empty: all zero.
   std::vector<std::int64_t> counter_totals;

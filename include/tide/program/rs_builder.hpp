@@ -29,10 +29,9 @@ struct RsProgramOptions {
   std::int64_t gradient_area = -1;
 };
 
-// Byte offsets of TIDE-RS's areas in each rank's arena and their strides: a lone call's from its
-// plan, a step's sized for the largest group (communicator_arena.hpp). On one node with the pull
-// landing the layout holds no inbox (inbox_generations = 0; NOTE [no inbox on one node] in
-// docs/program.md); build_rs_call() refuses a layout without the inbox its plan and landing need.
+// TIDE-RS's areas in each rank's arena and their strides (a step's sized for the largest group).
+// One node with the pull landing holds no inbox (NOTE [no inbox on one node] in docs/program.md);
+// build_rs_call() refuses a layout without the inbox its plan and landing need.
 struct RsArenaLayout {
   std::int64_t staging = 0;  // n_stg slots, each (L - 1) contributions x L rows x chunk
   std::int64_t outbox = 0;   // 2 banks x n_out blocks

@@ -69,10 +69,9 @@ struct StepProgram {
 // of different topologies, or a fault that cannot show (step_fault_inapplicable).
 StepProgram build_step_program(const std::vector<StepGroup>& groups, const StepOptions& options);
 
-// Stock FSDP2's calls in the same order (fsdp2_baseline.hpp): each call its own arena region
-// (addresses only; what FSDP2 holds is `held_bytes`, NOTE [step memory]); copy-out and the
-// layer's read on the compute stream, the reduce-scatter on its own stream after the layer's
-// backward. Of `options` only `reduce_scatter.alpha` and `accumulate` apply.
+// Stock FSDP2's calls in the same order (fsdp2_baseline.hpp; each its own arena region, held
+// bytes as NOTE [step memory]); the reduce-scatter on its own stream after the layer's backward.
+// Of `options` only `reduce_scatter.alpha` and `accumulate` apply.
 StepProgram build_fsdp2_step_program(const std::vector<StepGroup>& groups,
                                      const StepOptions& options);
 
