@@ -1,7 +1,6 @@
-// The bounded-memory model (Sec. 5.4, 7.4).
-// Per-GPU TIDE-RS areas in S_fp32 blocks (Eq. 10 for general L, gradient item size b_grad
-// and n_part pass parts) and per-layer backward live bytes in NS (one unsharded bf16 group),
-// with the terms the runtime's arena lays out (NOTE [communicator arena]):
+// The bounded-memory model (Sec. 5.4, 7.4): per-GPU TIDE-RS areas in S_fp32 blocks (Eq. 10, any
+// L, b_grad, n_part) and per-layer backward bytes in NS (one unsharded bf16 group), with the
+// terms the runtime's arena lays out (NOTE [communicator arena]):
 //   Area_RS <= (n_stg L b_grad / 4 + L n_par + 2 n_out) / n_part + 2
 //   n_out: outbox blocks per bank; In-Place n_part (M - 1), Slot-Reuse Eq. 9 (0 without rounds).
 //   n_par: inbox generations; 1 for one wave, 2 otherwise, 0 on one node; an explicit one wins.

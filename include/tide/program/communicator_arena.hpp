@@ -13,12 +13,11 @@
 
 namespace tide::program {
 
-// Every rank's arena holds, in this order: (1) a resident shard per group that keeps one;
-// (2) one all-gather receive stage shared by every group, the largest group's; (3) the landing
-// slots: groups with one slot id share one slot sized by the largest, a group with -1 has its
-// own; (4) TIDE-RS's areas (or the expert-parallel lane's inbox and scratch), shared, sized by
-// the largest group. Shared areas are ordered between groups by NOTE [lane handoff]. Every area
-// starts on a kArenaAlign boundary. Why: NOTE [communicator arena] in docs/program.md.
+// Every rank's arena holds, in order: (1) a resident shard per group that keeps one; (2) one
+// receive stage, the largest group's; (3) the landing slots (groups with one id share one, sized
+// by the largest; -1: its own); (4) TIDE-RS's areas (or the lane's inbox and scratch), shared,
+// sized by the largest. NOTE [lane handoff] orders shared areas between groups. Every area starts
+// on a kArenaAlign boundary. Why: NOTE [communicator arena] in docs/program.md.
 inline constexpr std::int64_t kArenaAlign = 4096;
 
 struct ArenaGroup {
