@@ -231,6 +231,20 @@ std::vector<RsPiece> RsPlan::pieces(int pass, int s) const {
   return result;
 }
 
+std::vector<RsPiece> RsPlan::pieces(int pass, int s, std::int64_t begin, std::int64_t end) const {
+  std::vector<RsPiece> clipped;
+  for (RsPiece piece : pieces(pass, s)) {
+    const std::int64_t a = std::max(piece.span_begin, begin);
+    const std::int64_t b = std::min(piece.span_end, end);
+    if (a >= b) continue;
+    piece.param_offset += a - piece.span_begin;
+    piece.span_begin = a;
+    piece.span_end = b;
+    clipped.push_back(piece);
+  }
+  return clipped;
+}
+
 std::int64_t RsPlan::valid_length(const RsPiece& piece, int destination_rank) const {
   const ParamLayout& pl = layout_.param(piece.param);
   // What the gradient holds from rank r's shard on, within the row's reach (one shard, or

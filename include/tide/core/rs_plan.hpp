@@ -177,6 +177,8 @@ class RsPlan {
   std::int64_t sub_slice_begin(int pass, int s) const;
   std::int64_t sub_slice_end(int pass, int s) const;
   std::vector<RsPiece> pieces(int pass, int s) const;
+  // pieces(pass, s) clipped to columns [begin, end): a chunk's or a fill's pieces.
+  std::vector<RsPiece> pieces(int pass, int s, std::int64_t begin, std::int64_t end) const;
   // Elements of `piece` the gradient holds for the row starting at rank r (not padding).
   std::int64_t valid_length(const RsPiece& piece, int destination_rank) const;
 
