@@ -209,8 +209,12 @@ std::int64_t RsPlan::sub_slice_end(int pass, int s) const {
 }
 
 std::vector<RsPiece> RsPlan::pieces(int pass, int s) const {
-  const std::int64_t begin = sub_slice_begin(pass, s);
-  const std::int64_t end = sub_slice_end(pass, s);
+  return pieces(pass, s, sub_slice_begin(pass, s), sub_slice_end(pass, s));
+}
+
+std::vector<RsPiece> RsPlan::pieces(int pass, int s, std::int64_t begin, std::int64_t end) const {
+  begin = std::max(begin, sub_slice_begin(pass, s));
+  end = std::min(end, sub_slice_end(pass, s));
   std::vector<RsPiece> result;
   if (begin >= end) return result;
   // Parameters are laid out in increasing e_p: find the first whose span ends after begin.
@@ -229,20 +233,6 @@ std::vector<RsPiece> RsPlan::pieces(int pass, int s) const {
     if (piece.length() > 0) result.push_back(piece);
   }
   return result;
-}
-
-std::vector<RsPiece> RsPlan::pieces(int pass, int s, std::int64_t begin, std::int64_t end) const {
-  std::vector<RsPiece> clipped;
-  for (RsPiece piece : pieces(pass, s)) {
-    const std::int64_t a = std::max(piece.span_begin, begin);
-    const std::int64_t b = std::min(piece.span_end, end);
-    if (a >= b) continue;
-    piece.param_offset += a - piece.span_begin;
-    piece.span_begin = a;
-    piece.span_end = b;
-    clipped.push_back(piece);
-  }
-  return clipped;
 }
 
 std::int64_t RsPlan::valid_length(const RsPiece& piece, int destination_rank) const {
