@@ -100,6 +100,7 @@ struct Level1Tuning {
   int tile_bytes = 8192;   // pipeline: bytes per input slot and stage (a power of two, 512..65536)
   int consumer_warps = 8;  // pipeline: warps that convert, add and store (1..12)
   bool warp_direct = false;  // no pipeline: every warp loads its inputs directly
+  int direct_warps = 0;      // warp-direct: warps per CTA, 8 or 16 (0: the launcher's choice)
 };
 
 // TIDE's tuning for a CTA budget: warp-direct up to 32 CTAs, else the pipeline.
