@@ -56,7 +56,7 @@ from typing import Any, Sequence
 
 import torch
 import torch.distributed as dist
-from . import _observe
+from . import _lend, _observe
 
 _generation = 0
 SHARED_STORE_GRACE_S = 5.0  # NOTE [shared store]: how long a peer's sent key may take to land
@@ -496,7 +496,10 @@ def torch_arena(comm, group, device: torch.device, backend: str = "nccl"):
     where the backend allocates it itself. ``arena_request`` is collective on GPUs (the ranks
     agree the slots); the allocation is this rank's alone (``allocate_arena``)."""
     needed = int(comm.arena_request())
-    tensor, pool, why = allocate_arena(needed, group, device, backend)
+    # NOTE [arena lending]: a segment longer than the window, so that it splits at its data bytes
+    lends = needed > 0 and device.type == "cuda" and not _lend.lending_refusal()
+    padded = needed + (_lend.LOAN_PAD if lends else 0)
+    tensor, pool, why = allocate_arena(padded, group, device, backend)
     if tensor is not None:
         comm.provide_arena(tensor.data_ptr(), needed)
     return tensor, pool, why

@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from . import _failure, _fsdp_calls, _fsdp_compat, _fsdp_group, _fsdp_patches, _fsdp_trace, _observe, _runtime
+from . import _failure, _fsdp_calls, _lend, _fsdp_compat, _fsdp_group, _fsdp_patches, _fsdp_trace, _observe, _runtime
 
 __all__ = ["enable", "report", "memory", "close", "UnsupportedTorch", "CommunicationError"]
 
@@ -49,6 +49,7 @@ def _release_at_exit() -> None:
             comm.close_at_exit()
         except Exception:  # noqa: BLE001 (exiting: a failed close must not mask the exit status)
             pass
+    _lend.forget_all()
     _ARENAS.clear()
 _CLOSED = "_tide_closed"
 
@@ -381,7 +382,7 @@ def _serve(module: nn.Module, state: _Enabled, layout, ring: bool) -> None:
     for group in tracer.groups:
         group.tracer = tracer
     state.hooks.append(
-        module.register_forward_pre_hook(lambda *_: _failure.check_health(comms), prepend=True)
+        module.register_forward_pre_hook(lambda *_: _between_steps(comms), prepend=True)
     )
     _check_after_backward(module, state)
     if ring:
@@ -392,6 +393,13 @@ def _serve(module: nn.Module, state: _Enabled, layout, ring: bool) -> None:
         )
     else:
         _activate(state, own_slots=True)
+
+
+def _between_steps(comms: list) -> None:
+    """Before a forward's first call: a lent arena back (NOTE [arena lending]; an optimizer step
+    that raised skipped its post-hook), then the communicators' health (NOTE [job stop] 2)."""
+    _lend.settle()
+    _failure.check_health(comms)
 
 
 def _check_after_backward(module: nn.Module, state: _Enabled) -> None:
@@ -513,11 +521,28 @@ def _create_arena(comm, mine: list, slots: dict, own_slots: bool) -> str:
     if reason:
         return f"the communicator's arena could not be laid out or allocated ({reason}); stock FSDP2 from then on"
     try:
-        comm.arena()  # creates it: collective
+        arena = comm.arena()  # creates it: collective
     except (RuntimeError, ValueError, MemoryError) as e:
         local = str(e)
     reason = _agree_one(local, pg)
-    return f"the communicator's arena could not be created ({reason}); stock FSDP2 from then on" if reason else ""
+    if reason:
+        return f"the communicator's arena could not be created ({reason}); stock FSDP2 from then on"
+    _lend_arena(comm, mine, int(arena["arena_bytes"]))
+    return ""
+
+
+def _lend_arena(comm, groups: list, data_bytes: int) -> None:
+    """NOTE [arena lending]: the arena's data bytes become lendable to optimizer steps, where
+    the arena is a tensor of torch's allocator (GPUs) and lending is on."""
+    whole, pool, why = _ARENAS.get(id(comm), (None, None, ""))
+    if whole is None or _lend.lending_refusal():
+        return
+    _ARENAS[id(comm)] = (None, pool, why)  # the loan holds the arena from now on
+    loan = _lend.Loan(comm, groups, pool, whole)
+    del whole
+    loan.split(data_bytes)
+    _ARENAS[id(comm)] = (loan, pool, why)
+    _lend.add(loan)
 
 
 def report(module: nn.Module) -> list[dict]:
@@ -680,7 +705,11 @@ def memory(module: nn.Module) -> dict:
             continue
         arena = dict(comm.arena())
         arena["in_torch_allocator"] = bool(arena.pop("provided", False))
-        arena["allocator_note"] = _ARENAS.get(id(comm), (None, None, ""))[2]
+        holder, _, arena["allocator_note"] = _ARENAS.get(id(comm), (None, None, ""))
+        if isinstance(holder, _lend.Loan):  # NOTE [arena lending]
+            arena["lent_bytes"] = holder.head_bytes
+            arena["lent_steps"] = holder.loans
+            arena["lend_reason"] = holder.reason
         by_id = names.get(id(comm), {})
         arena["slots"] = [
             dict(s, groups=[by_id.get(i, str(i)) for i in s["groups"]]) for s in arena["slots"]
@@ -710,6 +739,7 @@ def close(module: nn.Module) -> None:
     for group in state.groups:
         group.unbind("tide.fsdp.close returned it to stock FSDP2")
     for comm in state.communicators:
+        _lend.remove(comm)
         comm.close()
         _ARENAS.pop(id(comm), None)  # the arena's memory goes after its communicator
     delattr(module, _ATTRIBUTE)

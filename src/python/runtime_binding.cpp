@@ -189,6 +189,11 @@ class PyCommunicator {
 
   bool holds_slot(int group) { return get().holds_slot(group); }
 
+  void fence(std::uintptr_t stream) {
+    nb::gil_scoped_release release;
+    get().fence(stream);
+  }
+
   void stage_gradients(int group, std::uintptr_t stream, const std::vector<std::uintptr_t>& grads) {
     const std::vector<const void*> ptrs = pointers(grads);
     nb::gil_scoped_release release;
@@ -325,6 +330,9 @@ void bind_runtime(nb::module_& m) {
            "The caller is done with the group's landing slot after `stream`'s work so far "
            "(NOTE [runtime] 7)")
       .def("holds_slot", &PyCommunicator::holds_slot, nb::arg("group"))
+      .def("fence", &PyCommunicator::fence, nb::arg("stream"),
+           "A barrier of both lanes on `stream` (host: now); between two fences with no call "
+           "between them no rank touches any arena (NOTE [arena lending])")
       .def("stage_gradients", &PyCommunicator::stage_gradients, nb::arg("group"), nb::arg("stream"),
            nb::arg("grads"),
            "Slot-Reuse: copies the gradients into the group's vacated slot (NOTE [runtime] 8)")

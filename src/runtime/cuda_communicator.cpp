@@ -65,6 +65,7 @@ CudaCommunicator::~CudaCommunicator() {
     r.reset();
   for (cudaEvent_t e : release_events_)
     (void)cudaEventDestroy(e);
+  if (fence_event_ != nullptr) (void)cudaEventDestroy(fence_event_);
   if (stall_gate_ != nullptr) (void)cudaFree(stall_gate_);
   windows_.reset();
 }
@@ -352,15 +353,41 @@ void CudaCommunicator::record_release(int slot, std::uintptr_t stream) {
 }
 
 // NOTE [lane handoff]: the caller stream after the lane's previous call (which may have run
-// on another stream), the handoff, then the call.
+// on another stream) and after the last fence (NOTE [arena lending]), the handoff, then the call.
 void CudaCommunicator::run_in_lane(int lane, exec::CudaSequenceRunner& call,
                                    std::span<const exec::CudaCallBindings> bindings, float alpha,
                                    bool accumulate, cudaStream_t caller) {
   if (lane_previous_[lane] != nullptr) lane_previous_[lane]->order_after_previous(caller);
+  if (fence_pending_[lane]) {
+    TIDE_CUDA_CHECK(cudaStreamWaitEvent(
+        caller, fence_event_, capturing(caller) ? cudaEventWaitExternal : cudaEventWaitDefault));
+    fence_pending_[lane] = false;
+  }
   const std::vector<exec::CudaCallBindings> none(static_cast<std::size_t>(options_.world));
   handoff_runners_[lane]->enqueue(none, 1.0f, false, caller);
   call.enqueue(bindings, alpha, accumulate, caller);
   lane_previous_[lane] = &call;
+}
+
+// NOTE [arena lending]: each lane's handoff (NOTE [lane handoff]) on `stream`, after the lane's
+// last call joined it: a device-side barrier of every rank that the watchdog watches and an
+// abort releases like any handoff. The lanes' next calls wait for the stream's position.
+void CudaCommunicator::fence(std::uintptr_t stream) {
+  check_alive();
+  if (!committed())
+    throw InvalidArgument("fence: the arena does not exist yet (make a call first)");
+  TIDE_CUDA_CHECK(cudaSetDevice(device_));
+  const auto s = reinterpret_cast<cudaStream_t>(stream);
+  if (capturing(s)) throw InvalidArgument("fence: its stream is being captured into a CUDA graph");
+  if (fence_event_ == nullptr)
+    TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&fence_event_, cudaEventDisableTiming));
+  const std::vector<exec::CudaCallBindings> none(static_cast<std::size_t>(options_.world));
+  for (int lane = 0; lane < 2; ++lane) {
+    if (lane_previous_[lane] != nullptr) lane_previous_[lane]->order_after_previous(s);
+    handoff_runners_[lane]->enqueue(none, 1.0f, false, s);
+  }
+  TIDE_CUDA_CHECK(cudaEventRecord(fence_event_, s));
+  fence_pending_[0] = fence_pending_[1] = true;
 }
 
 // NOTE [runtime] 6: the first call sets up the arena and synchronises, which a capture

@@ -59,6 +59,7 @@ class CudaCommunicator : public CommunicatorBase {
   std::int64_t arena_request() override;
   void provide_arena(std::uintptr_t memory, std::int64_t bytes) override;
   void check() const override { check_alive(); }
+  void fence(std::uintptr_t stream) override;
   void abort(const std::string& reason) override;
 
  protected:
@@ -111,6 +112,9 @@ class CudaCommunicator : public CommunicatorBase {
   // NOTE [lane handoff]: per lane its handoff's runner, and the runner of its last call.
   std::unique_ptr<exec::CudaSequenceRunner> handoff_runners_[2];
   exec::CudaSequenceRunner* lane_previous_[2] = {nullptr, nullptr};
+  // NOTE [arena lending]: the last fence's stream position, which each lane's next call waits for.
+  cudaEvent_t fence_event_ = nullptr;
+  bool fence_pending_[2] = {false, false};
   std::vector<cudaEvent_t> release_events_;  // per slot: NOTE [runtime] 7
   std::unique_ptr<PeerLiveness> liveness_;   // NOTE [peer liveness]: from the first call
   std::unique_ptr<Watchdog> watchdog_;       // after runners_: stopped before they go

@@ -64,6 +64,20 @@ class HostCommunicator final : public CommunicatorBase {
 
   std::int64_t arena_bytes() const override { return fabric_ ? fabric_->arena_bytes() : 0; }
 
+  // NOTE [arena lending]: calls complete on this thread, so the fence is both lanes' handoffs,
+  // now: a barrier of every rank, under the calls' timeout and liveness checks.
+  void fence(std::uintptr_t) override {
+    if (!committed())
+      throw InvalidArgument("fence: the arena does not exist yet (make a call first)");
+    guarded([&] {
+      for (int collective = 0; collective < 2; ++collective) {
+        run_sequence(handoffs_[collective], {}, handoff_tag(collective),
+                     std::string("the fence (every rank finishing its earlier ") +
+                         (collective == 0 ? "all-gathers" : "reduce-scatters") + ")");
+      }
+    });
+  }
+
   // Host calls raise on the calling thread; between calls (the adapter checks once per step) a
   // peer's abort is seen here rather than at the next call. A dead peer is not: a peer that
   // finished its job may exit without closing its fabric, and the next call names a real one.
@@ -148,6 +162,11 @@ class HostCommunicator final : public CommunicatorBase {
   // to the peers on other hosts (NOTE [peer liveness] 6).
   void run(Group& g, SequenceState& s, const exec::HostCallBindings& bindings, int collective,
            const char* name) {
+    guarded([&] { run_call(g, s, bindings, collective, name); });
+  }
+
+  template <typename F>
+  void guarded(F&& body) {
     in_call_.store(true);
     try {
       if (const std::optional<DeadPeer> d =
@@ -156,7 +175,7 @@ class HostCommunicator final : public CommunicatorBase {
         fabric_->abort(reason);
         throw CommunicationError(reason);
       }
-      run_call(g, s, bindings, collective, name);
+      body();
     } catch (const std::exception& e) {
       in_call_.store(false);
       if (liveness_) liveness_->mark_failed(e.what());

@@ -33,6 +33,7 @@ inline constexpr EnvKnob kEnvKnobs[] = {
   {"TIDE_IPC_HANDLES", "auto", "fd or cuda-ipc: how the ipc backend shares arenas between processes (auto: cuMem POSIX file descriptors through pidfd_getfd where the device and the kernel allow it, else cudaIpc handles; NOTE [ipc fabric])"},
   {"TIDE_EMULATE_HOSTS", "0", "1 (tests): tide.fsdp.enable on the host backend makes each node of LOCAL_WORLD_SIZE ranks a host of its own, whose ranks reach the other hosts' by rail messages only (NOTE [runtime] 9)"},
   {"TIDE_NO_GRAPH_REPLAY", "0", "1 runs every runtime call on GPUs through the stream path, never as a replayed CUDA graph (NOTE [CUDA call sequences] 3)"},
+  {"TIDE_LEND_ARENA", "1", "0 keeps tide.fsdp's arena out of optimizer steps; else a step on a GPU borrows the arena's idle data bytes through torch's allocator between two fences (NOTE [arena lending]); set alike on every rank"},
   {"TIDE_ONE_NODE", "1", "0 keeps the multi-node TIDE-RS layout at M = 1 on every runtime backend (for comparison); else the one-node layout runs there (NOTE [one-node TIDE-RS])"},
   {"TIDE_ENABLE_MULTIMEM", "0", "1 allows the multimem (NVSwitch reduction) landing where the caller also opts in; never on machines where NVLink multicast is off limits"},
   {"TIDE_KERNEL_TEST_QUICK", "0", "1 keeps the GPU kernel tests to their small cases (compute-sanitizer runs)"},

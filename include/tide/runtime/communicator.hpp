@@ -227,6 +227,13 @@ class Communicator {
   virtual ArenaInfo arena() = 0;
   virtual int rank() const = 0;
   virtual int world() const = 0;
+  // NOTE [arena lending] (collective; after the arena exists, outside any capture): a barrier
+  // of both lanes on `stream` (host: now). Once it completes on this rank, every rank finished
+  // every earlier call; every later call of any rank starts after every rank's `stream` reached
+  // its fence. So between two fences with no call between them no rank reads or writes any
+  // arena, and the caller may use this rank's arena bytes [0, ArenaInfo::arena_bytes) on
+  // `stream`, its work there ordered before the second fence.
+  virtual void fence(std::uintptr_t stream) = 0;
   // Fail-stop by hand: every rank's next wait raises with `reason`.
   virtual void abort(const std::string& reason) = 0;
   // CommunicationError with the reason once the communicator failed.
