@@ -39,21 +39,21 @@ void CudaSequenceRunner::State::set_up_abort_words() {
       const int device = fabric.device_of(r);
       std::uint64_t*& own = aborts.private_words[device];
       if (own == nullptr) {
-        use_device_of(r);
+        devices.use_device_of(r);
         TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&own), 8));
       }
       aborts.words[static_cast<std::size_t>(r)] = own;
     }
   }
   for (const int r : local_ranks) {
-    use_device_of(r);
+    devices.use_device_of(r);
     TIDE_CUDA_CHECK(
-        cudaMemsetAsync(aborts.words[static_cast<std::size_t>(r)], 0, 8, setup_stream(r)));
+        cudaMemsetAsync(aborts.words[static_cast<std::size_t>(r)], 0, 8, devices.setup_stream(r)));
   }
-  if (has_messages) {  // NOTE [abort relay] 2
-    use_device_of(first);
+  if (mapping.has_messages) {  // NOTE [abort relay] 2
+    devices.use_device_of(first);
     TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&aborts.relay_word), 8));
-    TIDE_CUDA_CHECK(cudaMemsetAsync(aborts.relay_word, 0, 8, setup_stream(first)));
+    TIDE_CUDA_CHECK(cudaMemsetAsync(aborts.relay_word, 0, 8, devices.setup_stream(first)));
   }
   std::vector<const std::uint64_t*>& table = aborts.check_table_host;  // uploaded asynchronously
   table.clear();
@@ -68,12 +68,12 @@ void CudaSequenceRunner::State::set_up_abort_words() {
     const std::uint64_t* own = aborts.words[static_cast<std::size_t>(r)];
     if (std::find(table.begin() + watched, table.end(), own) == table.end()) table.push_back(own);
   }
-  if (!has_messages && (word < 0 || !others || watched == 0)) return;  // no table needed
-  use_device_of(first);
+  if (!mapping.has_messages && (word < 0 || !others || watched == 0)) return;  // no table needed
+  devices.use_device_of(first);
   const std::size_t bytes = table.size() * sizeof(const std::uint64_t*);
   TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&aborts.check_tables), bytes));
   TIDE_CUDA_CHECK(cudaMemcpyAsync(aborts.check_tables, table.data(), bytes, cudaMemcpyHostToDevice,
-                                  setup_stream(first)));
+                                  devices.setup_stream(first)));
   aborts.verdict.watched = aborts.check_tables;  // NOTE [abort relay] 1: every word
   aborts.verdict.watched_count = static_cast<int>(table.size());
   // The end-of-call check only where another process's rank can abort, with published words.
@@ -84,14 +84,14 @@ void CudaSequenceRunner::State::set_up_abort_words() {
   aborts.peer_check.own_count = static_cast<int>(table.size()) - watched;
 }
 
-transport::MessageRelay CudaSequenceRunner::State::relay_of(const transport::Message& m) const {
+transport::MessageRelay sequence_detail::AbortWords::relay_of(const transport::Message& m) const {
   transport::MessageRelay relay;
-  std::uint64_t* words = aborts.tokens.at(m.self);
-  relay.verdict = aborts.verdict;
-  relay.send_token = words;
-  relay.recv_token = words + 1;
-  relay.own_abort = abort_of(m.self);
-  relay.relay = aborts.relay_word;
+  std::uint64_t* token_words = tokens.at(m.self);
+  relay.verdict = verdict;
+  relay.send_token = token_words;
+  relay.recv_token = token_words + 1;
+  relay.own_abort = of(m.self);
+  relay.relay = relay_word;
   return relay;
 }
 

@@ -2,14 +2,16 @@
 // relay], docs/executor.md): what keeps a released rank's later signals from counting, the
 // end-of-call check, and the words each message side carries. Set up at construction by
 // State::set_up_abort_words (sequence_abort_words.cpp); the watch stores into them, the enqueue
-// reads them (the end-of-call check, State::relay_of).
+// reads them (the end-of-call check, relay_of()).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <vector>
 
 #include "tide/kernels/signal/abort_check.hpp"
+#include "transport/message.hpp"
 
 namespace tide::exec::sequence_detail {
 
@@ -28,6 +30,10 @@ struct AbortWords {
   std::map<int, std::uint64_t*> tokens;
   std::uint64_t* relay_word = nullptr;
   kernels::AbortCheck verdict{};
+
+  const std::uint64_t* of(int rank) const { return words[static_cast<std::size_t>(rank)]; }
+  // The words a side of message `m` carries (NOTE [abort relay]).
+  transport::MessageRelay relay_of(const transport::Message& m) const;
 };
 
 }  // namespace tide::exec::sequence_detail

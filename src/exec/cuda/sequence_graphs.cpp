@@ -30,18 +30,18 @@ using sequence_detail::SlotGraph;
 // slots' generation words.
 void CudaSequenceRunner::State::set_up_graph_waits() {
   std::map<int, int> streams_per_device;
-  for (const int r : stream_rank)
+  for (const int r : devices.stream_rank)
     ++streams_per_device[fabric.device_of(r)];
   slot_graphs.budget_id = reinterpret_cast<std::uintptr_t>(this);
   if (one_shot) {
     // NOTE [one-shot programs]: every call on the stream path; no claim on the budget.
     slot_graphs.no_graph_waits = "a one-shot program (CudaExecutor) runs on the stream path";
-  } else if (has_messages && !transport->capture_refusal().empty()) {
+  } else if (mapping.has_messages && !mapping.transport->capture_refusal().empty()) {
     // NOTE [CUDA call sequences] 6: messages a graph cannot hold.
     slot_graphs.no_graph_waits =
         "its calls send rail messages (NOTE [CUDA call sequences] 6) that cannot "
         "be captured: " +
-        transport->capture_refusal();
+        mapping.transport->capture_refusal();
   } else {
     slot_graphs.no_graph_waits = sequence_detail::GraphWaitBudget::process().claim(
         slot_graphs.budget_id, options.graph_lane, streams_per_device);
@@ -50,9 +50,9 @@ void CudaSequenceRunner::State::set_up_graph_waits() {
     slot_graphs.budget_claimed = true;
     // NOTE [CUDA call sequences] 6: slot graphs are decided per process; a caller's capture
     // is the caller's, alike on every rank.
-    if (has_messages && !transport->per_process_refusal().empty()) {
+    if (mapping.has_messages && !mapping.transport->per_process_refusal().empty()) {
       slot_graphs.no_slot_graphs =
-          "no slot graphs (a caller's capture is taken): " + transport->per_process_refusal();
+          "no slot graphs (a caller's capture is taken): " + mapping.transport->per_process_refusal();
       options.replay_graphs = false;
     }
   } else {
@@ -60,14 +60,14 @@ void CudaSequenceRunner::State::set_up_graph_waits() {
   }
   // Graph waits (NOTE [CUDA call sequences] 3): what Q calls add, the slots' generations.
   std::vector<std::vector<std::int64_t>> additions;
-  for (const sequence_detail::Template& t : templates)
+  for (const sequence_detail::Template& t : mapping.templates)
     additions.push_back(t.additions);
   slot_graphs.slot_period_additions = cuda_detail::slot_period_additions(additions, q);
-  use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
+  devices.use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
   TIDE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&slot_graphs.generations),
                              static_cast<std::size_t>(q) * 8));
   TIDE_CUDA_CHECK(cudaMemsetAsync(slot_graphs.generations, 0, static_cast<std::size_t>(q) * 8,
-                                  setup_stream(local_ranks.empty() ? 0 : local_ranks[0])));
+                                  devices.setup_stream(local_ranks.empty() ? 0 : local_ranks[0])));
   slot_graphs.graphs.resize(static_cast<std::size_t>(q));
 }
 
@@ -118,11 +118,11 @@ void CudaSequenceRunner::State::release_repoints(SlotGraph& g) {
 void CudaSequenceRunner::State::capture_slot(SlotGraph& g,
                                              std::span<const CudaCallBindings> bindings,
                                              float alpha, bool accumulate) {
-  use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
+  devices.use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
   TIDE_CUDA_CHECK(cudaStreamBeginCapture(slot_graphs.origin, cudaStreamCaptureModeRelaxed));
   sequence_detail::Capture capture{call, &g.repoints};
   try {
-    enqueue_call(call, bindings, alpha, accumulate, slot_graphs.origin, totals, &capture);
+    enqueue.call(call, bindings, alpha, accumulate, slot_graphs.origin, totals, &capture);
   } catch (...) {
     cudaGraph_t partial = nullptr;
     (void)cudaStreamEndCapture(slot_graphs.origin, &partial);
@@ -155,7 +155,7 @@ bool CudaSequenceRunner::State::run_slot_graph(std::span<const CudaCallBindings>
   v.captures = g.captures;
   const bool repointable =
       v.graph ? g.repointable
-              : template_repointable[static_cast<std::size_t>(call % sequence.period)] != 0;
+              : mapping.template_repointable[static_cast<std::size_t>(call % sequence.period)] != 0;
   v.may_repoint = options.repoint_graphs && !g.repoint_failed && repointable;
   remember(g.last, bindings, alpha, accumulate);
   switch (sequence_detail::slot_step(v)) {
@@ -178,9 +178,9 @@ bool CudaSequenceRunner::State::run_slot_graph(std::span<const CudaCallBindings>
     case sequence_detail::SlotStep::kStream:
       return false;
   }
-  order_after_previous(caller);
+  enqueue.order_after_previous(caller);
   TIDE_CUDA_CHECK(cudaGraphLaunch(g.exec, caller));
-  mark_done(caller);
+  enqueue.mark_done(caller);
   watch_call(call, caller);
   ++slot_graphs.graph_launches;
   return true;
@@ -197,7 +197,7 @@ bool CudaSequenceRunner::State::repoint(SlotGraph& g, std::span<const CudaCallBi
       slot_graphs.repoint_failure = "the slot graph was captured not repointable";
     return false;
   }
-  const sequence_detail::Template& t = templates[static_cast<std::size_t>(call % sequence.period)];
+  const sequence_detail::Template& t = mapping.of_call(call);
   std::vector<char> changed(static_cast<std::size_t>(ranks), 0);
   for (const int r : local_ranks) {
     const CudaCallBindings& b = bindings[static_cast<std::size_t>(r)];
@@ -242,7 +242,7 @@ bool CudaSequenceRunner::State::repoint(SlotGraph& g, std::span<const CudaCallBi
       p.gridDim = dim3(static_cast<unsigned>(launch.grid));
       p.blockDim = dim3(static_cast<unsigned>(launch.block));
       p.kernelParams = args;
-      use_device_of(m.rank);
+      devices.use_device_of(m.rank);
       err = cudaGraphExecKernelNodeSetParams(g.exec, rp.node, &p);
     } else {
       kernel_nodes.push_back(&rp);
@@ -267,12 +267,12 @@ bool CudaSequenceRunner::State::repoint_kernels(cudaGraphExec_t exec,
                                                 const std::vector<const Repoint*>& nodes,
                                                 std::span<const CudaCallBindings> bindings,
                                                 float alpha, bool accumulate) {
-  const sequence_detail::Template& t = templates[static_cast<std::size_t>(call % sequence.period)];
+  const sequence_detail::Template& t = mapping.of_call(call);
   std::size_t k = 0;
   while (k < nodes.size()) {
     const int rank = t.ops[nodes[k]->op].rank;
     const int device = fabric.device_of(rank);
-    use_device_of(rank);
+    devices.use_device_of(rank);
     cudaStream_t& scr = slot_graphs.scratch[device];
     if (scr == nullptr) TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&scr, cudaStreamNonBlocking));
     TIDE_CUDA_CHECK(cudaStreamBeginCapture(scr, cudaStreamCaptureModeRelaxed));
@@ -282,7 +282,7 @@ bool CudaSequenceRunner::State::repoint_kernels(cudaGraphExec_t exec,
       for (; k < nodes.size(); ++k) {
         const SeqOp& m = t.ops[nodes[k]->op];
         if (fabric.device_of(m.rank) != device) break;
-        launch_kernel_op(m, bindings[static_cast<std::size_t>(m.rank)], alpha, accumulate, scr);
+        enqueue.launch_kernel_op(m, bindings[static_cast<std::size_t>(m.rank)], alpha, accumulate, scr);
         cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
         const cudaGraphNode_t* deps = nullptr;
         std::size_t count = 0;
@@ -361,8 +361,8 @@ void CudaSequenceRunner::prepare_replay(const CudaCapturedCalls& calls) {
   check_replay_locked(calls);
   State& s = *state_;
   for (int k = 0; k < calls.calls; ++k) {
-    s.count_messages(s.call);
-    s.advance(s.totals, s.call);
+    s.enqueue.count_messages(s.call);
+    s.mapping.advance(s.totals, s.call);
     ++s.call;
   }
 }
@@ -373,7 +373,7 @@ void CudaSequenceRunner::order_after_previous(cudaStream_t caller) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   TIDE_CUDA_CHECK(cudaStreamIsCapturing(caller, &status));
   std::lock_guard lock(state_->mutex);
-  if (status == cudaStreamCaptureStatusNone) state_->order_after_previous(caller);
+  if (status == cudaStreamCaptureStatusNone) state_->enqueue.order_after_previous(caller);
 }
 
 }  // namespace tide::exec

@@ -20,17 +20,17 @@ int CudaSequenceRunner::event_slots() const {
 }
 std::int64_t CudaSequenceRunner::messages_sent() const {
   std::lock_guard lock(state_->mutex);
-  return state_->messages_sent;
+  return state_->enqueue.messages_sent;
 }
 std::int64_t CudaSequenceRunner::message_bytes_sent() const {
   std::lock_guard lock(state_->mutex);
-  return state_->message_bytes_sent;
+  return state_->enqueue.message_bytes_sent;
 }
 std::string CudaSequenceRunner::one_sided_refusal() const {
-  return state_->one_sided_refusal;  // fixed at construction
+  return state_->mapping.one_sided_refusal;  // fixed at construction
 }
 std::string CudaSequenceRunner::message_path() const {
-  return state_->has_messages ? state_->transport->path() : "";  // fixed at construction
+  return state_->mapping.has_messages ? state_->mapping.transport->path() : "";  // fixed at construction
 }
 
 std::uint64_t new_graph_lane() {

@@ -59,7 +59,7 @@ bool completes_in_bound(cudaStream_t s) {
 void CudaSequenceRunner::State::create_watch() {
   watch = std::make_unique<Watch>();
   for (const int r : local_ranks) {
-    use_device_of(r);
+    devices.use_device_of(r);
     cudaStream_t s = nullptr;
     TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     watch->readers.push_back(s);
@@ -73,7 +73,7 @@ void CudaSequenceRunner::State::create_watch() {
       cudaHostAlloc(&abort, static_cast<std::size_t>(2 * ranks + 2) * 8, cudaHostAllocDefault));
   watch->host_abort = static_cast<std::uint64_t*>(abort);
   watch->host_abort[0] = 1;
-  use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
+  devices.use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
   watch->events.assign(static_cast<std::size_t>(kWatchedCalls), nullptr);
   for (cudaEvent_t& e : watch->events)
     TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -98,7 +98,7 @@ bool CudaSequenceRunner::State::released() const {
 // Records call e's completion event on `caller`. The record is made outside the watch's lock:
 // a launch may block while the device's queues are full, and the watchdog must still get in.
 void CudaSequenceRunner::State::watch_call(std::int64_t e, cudaStream_t caller) {
-  use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);  // the events' device
+  devices.use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);  // the events' device
   int slot = 0;
   {
     std::lock_guard lock(watch->mutex);
@@ -118,7 +118,7 @@ std::vector<std::int64_t> CudaSequenceRunner::State::totals_before(std::int64_t 
   const std::int64_t period = sequence.period;
   for (std::int64_t t = 0; t < period; ++t) {
     const std::int64_t times = e / period + (t < e % period ? 1 : 0);
-    const std::vector<std::int64_t>& add = templates[static_cast<std::size_t>(t)].additions;
+    const std::vector<std::int64_t>& add = mapping.templates[static_cast<std::size_t>(t)].additions;
     for (std::size_t i = 0; i < base.size(); ++i)
       base[i] += times * add[i];
   }
@@ -391,7 +391,7 @@ void CudaSequenceRunner::release_waits() {
 }
 
 void CudaSequenceRunner::release_messages() {
-  if (state_->transport) state_->transport->release();
+  if (state_->mapping.transport) state_->mapping.transport->release();
 }
 
 }  // namespace tide::exec
