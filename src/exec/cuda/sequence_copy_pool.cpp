@@ -71,20 +71,23 @@ void sequence_detail::Mapping::map_copy_pool(sequence_detail::Template& t, std::
 // capture of a slot graph, the node of every copy of caller memory is recorded on the stream
 // it went to (NOTE [CUDA call sequences] 3).
 void sequence_detail::Enqueue::enqueue_copies(const SeqOp& m, std::size_t index,
-                                               const CudaCallBindings& b, cudaStream_t s,
-                                               sequence_detail::Capture* capture) {
+                                              const CudaCallBindings& b, cudaStream_t s,
+                                              sequence_detail::Capture* capture) {
   const bool pooled = !m.lane.empty();
   if (pooled) {
     TIDE_CUDA_CHECK(cudaEventRecord(m.fork, s));
     for (const int p : m.pool)
-      TIDE_CUDA_CHECK(cudaStreamWaitEvent(devices_.streams[static_cast<std::size_t>(p)], m.fork, 0));
+      TIDE_CUDA_CHECK(
+          cudaStreamWaitEvent(devices_.streams[static_cast<std::size_t>(p)], m.fork, 0));
   }
   for (std::size_t k = 0; k < m.copies.size(); ++k) {
     const Copy& c = m.copies[k];
     const int lane = pooled ? m.lane[k] : 0;
     cudaStream_t on =
-        lane == 0 ? s
-                  : devices_.streams[static_cast<std::size_t>(m.pool[static_cast<std::size_t>(lane - 1)])];
+        lane == 0
+            ? s
+            : devices_
+                  .streams[static_cast<std::size_t>(m.pool[static_cast<std::size_t>(lane - 1)])];
     const bool slotted =
         c.dst.slot != sequence_detail::kFixed || c.src.slot != sequence_detail::kFixed;
     if (slotted && !c.flat && capture != nullptr && capture->repoints != nullptr &&
@@ -100,7 +103,8 @@ void sequence_detail::Enqueue::enqueue_copies(const SeqOp& m, std::size_t index,
   }
   if (pooled) {
     for (std::size_t j = 0; j < m.pool.size(); ++j) {
-      TIDE_CUDA_CHECK(cudaEventRecord(m.joins[j], devices_.streams[static_cast<std::size_t>(m.pool[j])]));
+      TIDE_CUDA_CHECK(
+          cudaEventRecord(m.joins[j], devices_.streams[static_cast<std::size_t>(m.pool[j])]));
       TIDE_CUDA_CHECK(cudaStreamWaitEvent(s, m.joins[j], 0));
     }
   }

@@ -27,7 +27,7 @@ using sequence_detail::SeqOp;
 // Under the capture of a slot graph: the node the copy or launch just captured on `s` carries
 // caller pointers; remember it (NOTE [CUDA call sequences] 3).
 void sequence_detail::Enqueue::record_node(cudaStream_t s, const SeqOp& m, std::size_t index,
-                                            int copy_index, Capture* capture) {
+                                           int copy_index, Capture* capture) {
   if (capture == nullptr || capture->repoints == nullptr || !capture->repointable) return;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   const cudaGraphNode_t* deps = nullptr;
@@ -35,7 +35,7 @@ void sequence_detail::Enqueue::record_node(cudaStream_t s, const SeqOp& m, std::
   TIDE_CUDA_CHECK(cudaStreamGetCaptureInfo(s, &status, nullptr, nullptr, &deps, nullptr, &count));
   if (status != cudaStreamCaptureStatusActive || count != 1) {
     slot_graphs_.repoint_failure = std::string(program::op_kind_name(m.kind)) + ": captured as " +
-                                  std::to_string(count) + " nodes";
+                                   std::to_string(count) + " nodes";
     capture->repointable = false;
     return;
   }
@@ -50,8 +50,8 @@ void sequence_detail::Enqueue::record_node(cudaStream_t s, const SeqOp& m, std::
                                               : type == cudaGraphNodeTypeKernel;
   if (!fits) {
     slot_graphs_.repoint_failure = std::string(program::op_kind_name(m.kind)) +
-                                  ": captured as node type " +
-                                  std::to_string(static_cast<int>(type));
+                                   ": captured as node type " +
+                                   std::to_string(static_cast<int>(type));
     capture->repointable = false;
     return;
   }
@@ -60,8 +60,8 @@ void sequence_detail::Enqueue::record_node(cudaStream_t s, const SeqOp& m, std::
 }
 
 void sequence_detail::Enqueue::launch_kernel_op(const SeqOp& m, const CudaCallBindings& b,
-                                                 float alpha, bool accumulate,
-                                                 cudaStream_t s) const {
+                                                float alpha, bool accumulate,
+                                                cudaStream_t s) const {
   switch (m.kind) {
     case OpKind::kSum: {
       kernels::Level1SumArgs a = m.sum;
@@ -96,9 +96,8 @@ void sequence_detail::Enqueue::launch_kernel_op(const SeqOp& m, const CudaCallBi
 }
 
 void sequence_detail::Enqueue::enqueue_op(const SeqOp& m, std::size_t index, std::int64_t e,
-                                           const CudaCallBindings& b, float alpha, bool accumulate,
-                                           const std::vector<std::int64_t>& base,
-                                           Capture* capture) {
+                                          const CudaCallBindings& b, float alpha, bool accumulate,
+                                          const std::vector<std::int64_t>& base, Capture* capture) {
   if (m.empty) return;
   devices_.use_device_of(m.rank);
   cudaStream_t s = devices_.streams[static_cast<std::size_t>(m.stream)];
@@ -122,7 +121,8 @@ void sequence_detail::Enqueue::enqueue_op(const SeqOp& m, std::size_t index, std
       slot_graphs_.repoint_failure = sequence_detail::kMessageNotRepointed;
     }
     // NOTE [abort relay]: the receiver's addition counts only where the token says valid.
-    transport::enqueue_message(*message, *mapping_.transport, devices_.streams[static_cast<std::size_t>(m.rail)], s,
+    transport::enqueue_message(*message, *mapping_.transport,
+                               devices_.streams[static_cast<std::size_t>(m.rail)], s,
                                aborts_.relay_of(*message));
     return;
   }
@@ -196,18 +196,17 @@ void sequence_detail::Enqueue::enqueue_op(const SeqOp& m, std::size_t index, std
   }
 }
 
-void sequence_detail::Enqueue::call(std::int64_t e,
-                                             std::span<const CudaCallBindings> bindings,
-                                             float alpha, bool accumulate, cudaStream_t caller,
-                                             const std::vector<std::int64_t>& base,
-                                             Capture* capture) {
+void sequence_detail::Enqueue::call(std::int64_t e, std::span<const CudaCallBindings> bindings,
+                                    float alpha, bool accumulate, cudaStream_t caller,
+                                    const std::vector<std::int64_t>& base, Capture* capture) {
   const sequence_detail::Template& t = mapping_.of_call(e);
   // The slot's generation (NOTE [CUDA call sequences] 3), before anything of the call.
   devices_.use_device_of(fixed_.local_ranks.empty() ? 0 : fixed_.local_ranks[0]);
   kernels::launch_counter_add(slot_graphs_.generations + e % fixed_.q, 1, caller);
   if (fixed_.place.call_tag_word >= 0) {  // NOTE [CUDA call sequences] 7
     for (const int r : fixed_.local_ranks)
-      kernels::launch_counter_add(fixed_.fabric.signals(r) + fixed_.place.call_tag_word, fixed_.place.call_tag, caller);
+      kernels::launch_counter_add(fixed_.fabric.signals(r) + fixed_.place.call_tag_word,
+                                  fixed_.place.call_tag, caller);
   }
   TIDE_CUDA_CHECK(cudaEventRecord(devices_.entry, caller));
   for (const int i : t.streams) {
@@ -237,8 +236,8 @@ void sequence_detail::Enqueue::call(std::int64_t e,
   for (const int i : t.streams) {
     devices_.use_device_of(devices_.stream_rank[static_cast<std::size_t>(i)]);
     if (profile.on && capture == nullptr) profile_tail(static_cast<std::size_t>(i));
-    TIDE_CUDA_CHECK(
-        cudaEventRecord(devices_.done[static_cast<std::size_t>(i)], devices_.streams[static_cast<std::size_t>(i)]));
+    TIDE_CUDA_CHECK(cudaEventRecord(devices_.done[static_cast<std::size_t>(i)],
+                                    devices_.streams[static_cast<std::size_t>(i)]));
     TIDE_CUDA_CHECK(cudaStreamWaitEvent(caller, devices_.done[static_cast<std::size_t>(i)], 0));
   }
   // NOTE [CUDA call sequences] 5: the call completes only while no other process's rank has

@@ -51,8 +51,8 @@ void CudaSequenceRunner::State::set_up_graph_waits() {
     // NOTE [CUDA call sequences] 6: slot graphs are decided per process; a caller's capture
     // is the caller's, alike on every rank.
     if (mapping.has_messages && !mapping.transport->per_process_refusal().empty()) {
-      slot_graphs.no_slot_graphs =
-          "no slot graphs (a caller's capture is taken): " + mapping.transport->per_process_refusal();
+      slot_graphs.no_slot_graphs = "no slot graphs (a caller's capture is taken): " +
+                                   mapping.transport->per_process_refusal();
       options.replay_graphs = false;
     }
   } else {
@@ -282,7 +282,8 @@ bool CudaSequenceRunner::State::repoint_kernels(cudaGraphExec_t exec,
       for (; k < nodes.size(); ++k) {
         const SeqOp& m = t.ops[nodes[k]->op];
         if (fabric.device_of(m.rank) != device) break;
-        enqueue.launch_kernel_op(m, bindings[static_cast<std::size_t>(m.rank)], alpha, accumulate, scr);
+        enqueue.launch_kernel_op(m, bindings[static_cast<std::size_t>(m.rank)], alpha, accumulate,
+                                 scr);
         cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
         const cudaGraphNode_t* deps = nullptr;
         std::size_t count = 0;

@@ -42,7 +42,8 @@ Ptr sequence_detail::Mapping::resolve(const Region& r) const {
   p.offset = r.offset;
   switch (r.buffer.space) {
     case Space::kArena: {
-      auto* base = static_cast<std::byte*>(fixed_.fabric.pointer(Buffer{r.buffer.rank, Space::kArena, 0}));
+      auto* base =
+          static_cast<std::byte*>(fixed_.fabric.pointer(Buffer{r.buffer.rank, Space::kArena, 0}));
       if (base == nullptr) {
         throw Unsupported("CudaSequenceRunner: the arena of rank " + std::to_string(r.buffer.rank) +
                           " is not load/store reachable from this process (only puts and "
@@ -101,9 +102,12 @@ void sequence_detail::Mapping::map_op(const Op& op, int age, SeqOp& m) {
     void gradient(int param) const {
       m.gradient_slots.push_back(param);
       if (st.fixed_.one_shot)  // NOTE [one-shot programs]
-        m.fixed_gradients.push_back(st.fixed_.fabric.pointer(Buffer{m.rank, Space::kTensor, param}));
+        m.fixed_gradients.push_back(
+            st.fixed_.fabric.pointer(Buffer{m.rank, Space::kTensor, param}));
     }
-    cudaStream_t upload_stream() const { return st.devices_.setup.at(st.fixed_.fabric.device_of(m.rank)); }
+    cudaStream_t upload_stream() const {
+      return st.devices_.setup.at(st.fixed_.fabric.device_of(m.rank));
+    }
   } resolver{*this, m};
   cuda_detail::resolve_payload(op, resolver, m);
   if (fixed_.one_shot) {  // NOTE [one-shot programs]: the program's own scalars
@@ -112,8 +116,9 @@ void sequence_detail::Mapping::map_op(const Op& op, int age, SeqOp& m) {
   }
   if (const auto use = program::counter_use_of(op)) {
     m.word = word(use->counter);
-    m.total = static_cast<std::size_t>(use->counter.rank) * static_cast<std::size_t>(fixed_.counters) +
-              static_cast<std::size_t>(use->counter.id);
+    m.total =
+        static_cast<std::size_t>(use->counter.rank) * static_cast<std::size_t>(fixed_.counters) +
+        static_cast<std::size_t>(use->counter.id);
     m.value = use->value;
   } else if (const int* event = program::event_of(op)) {
     m.event = *event;
@@ -130,7 +135,7 @@ bool sequence_detail::Mapping::is_message(const Op& op) const {
 // NOTE [CUDA call sequences] 6: the sides of a message op this process holds, at the op's
 // place: the sender's (its op stream, its rail stream), then the receiver's (its rail stream).
 void sequence_detail::Mapping::map_message(const Op& op, std::set<int>& used,
-                                            std::vector<SeqOp>& out) {
+                                           std::vector<SeqOp>& out) {
   transport::MessageAddresses at;
   std::vector<Ptr> slots;  // per part of the side being mapped
   at.region = [this, &slots](const Region& r) -> std::byte* {
@@ -167,7 +172,7 @@ void sequence_detail::Mapping::map_message(const Op& op, std::set<int>& used,
 }
 
 void sequence_detail::Mapping::map_template(const program::CallTemplate& t,
-                                             sequence_detail::Template& out) {
+                                            sequence_detail::Template& out) {
   const program::Program& p = t.program;
   if (!t.order.unplaced.empty() && !fixed_.one_shot) {
     throw InvalidArgument("CudaSequenceRunner: a template has ops no legal order reaches");
@@ -207,7 +212,8 @@ void sequence_detail::Mapping::map_template(const program::CallTemplate& t,
   out.streams.assign(used.begin(), used.end());
   out.additions = t.additions;
   out.tensors.assign(static_cast<std::size_t>(fixed_.ranks), 0);
-  for (int r = 0; r < fixed_.ranks && !fixed_.one_shot; ++r)  // one-shot programs bind nothing per call
+  for (int r = 0; r < fixed_.ranks && !fixed_.one_shot;
+       ++r)  // one-shot programs bind nothing per call
     out.tensors[static_cast<std::size_t>(r)] =
         static_cast<int>(p.buffers[static_cast<std::size_t>(r)].tensor_bytes.size());
 }
@@ -274,8 +280,7 @@ void sequence_detail::Mapping::map_templates(std::string& repoint_failure) {
     template_repointable.push_back(repointable && !message_of_caller ? 1 : 0);
     if (fixed_.options.replay_graphs && fixed_.options.repoint_graphs) {
       if (!repointable)
-        repoint_failure =
-            "copy: a 2-D copy of caller memory (CUDA updates only 1-D copy nodes)";
+        repoint_failure = "copy: a 2-D copy of caller memory (CUDA updates only 1-D copy nodes)";
       else if (message_of_caller)
         repoint_failure = sequence_detail::kMessageNotRepointed;
     }
@@ -323,8 +328,8 @@ void sequence_detail::Mapping::choose_transport() {
 void sequence_detail::Mapping::choose_one_sided() {
   // Each rank's window: its arena where this process knows it, else this process's own (the
   // NCCL window fabric's arenas are the same size on every rank).
-  const std::int64_t own =
-      fixed_.fabric.bytes(Buffer{fixed_.local_ranks.empty() ? 0 : fixed_.local_ranks[0], Space::kArena, 0});
+  const std::int64_t own = fixed_.fabric.bytes(
+      Buffer{fixed_.local_ranks.empty() ? 0 : fixed_.local_ranks[0], Space::kArena, 0});
   std::vector<std::int64_t> window(static_cast<std::size_t>(fixed_.ranks), own);
   for (int r = 0; r < fixed_.ranks; ++r) {
     const std::int64_t bytes = fixed_.fabric.bytes(Buffer{r, Space::kArena, 0});
@@ -337,8 +342,8 @@ void sequence_detail::Mapping::choose_one_sided() {
       for (const std::vector<int>* part : {&t.order.order, &t.order.unplaced})
         for (const int i : *part)
           if (is_message(t.program.ops[static_cast<std::size_t>(i)])) ops.push_back(i);
-      const auto input =
-          transport::one_sided_input(t.program, ops, fixed_.place.region_offset, fixed_.place.message_channels);
+      const auto input = transport::one_sided_input(t.program, ops, fixed_.place.region_offset,
+                                                    fixed_.place.message_channels);
       (void)transport::plan_one_sided(input, {fixed_.ranks, lanes, window, /*token=*/true});
     }
   } catch (const std::exception& e) {

@@ -30,7 +30,8 @@ std::string CudaSequenceRunner::one_sided_refusal() const {
   return state_->mapping.one_sided_refusal;  // fixed at construction
 }
 std::string CudaSequenceRunner::message_path() const {
-  return state_->mapping.has_messages ? state_->mapping.transport->path() : "";  // fixed at construction
+  return state_->mapping.has_messages ? state_->mapping.transport->path()
+                                      : "";  // fixed at construction
 }
 
 std::uint64_t new_graph_lane() {

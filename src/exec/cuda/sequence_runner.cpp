@@ -218,17 +218,17 @@ void CudaSequenceRunner::set_up() {
   }
   // 4.
   s.devices.events.assign(static_cast<std::size_t>(s.q) * static_cast<std::size_t>(s.ranks) *
-                      static_cast<std::size_t>(sequence.events_per_call),
-                  nullptr);
+                              static_cast<std::size_t>(sequence.events_per_call),
+                          nullptr);
   for (int slot = 0; slot < s.q; ++slot) {
     for (const int r : s.local_ranks) {
       s.devices.use_device_of(r);
       for (int id = 0; id < sequence.events_per_call; ++id) {
         cudaEvent_t& e =
             s.devices.events[(static_cast<std::size_t>(slot) * static_cast<std::size_t>(s.ranks) +
-                      static_cast<std::size_t>(r)) *
-                         static_cast<std::size_t>(sequence.events_per_call) +
-                     static_cast<std::size_t>(id)];
+                              static_cast<std::size_t>(r)) *
+                                 static_cast<std::size_t>(sequence.events_per_call) +
+                             static_cast<std::size_t>(id)];
         TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
       }
     }
@@ -236,7 +236,7 @@ void CudaSequenceRunner::set_up() {
   s.devices.use_device_of(s.local_ranks.empty() ? 0 : s.local_ranks[0]);
   TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&s.devices.entry, cudaEventDisableTiming));
   TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&s.slot_graphs.origin, cudaStreamNonBlocking));
-  s.mapping.choose_transport();                // 5.
+  s.mapping.choose_transport();        // 5.
   for (const int r : s.local_ranks) {  // NOTE [abort relay]: send and receive tokens
     s.devices.use_device_of(r);
     TIDE_CUDA_CHECK(

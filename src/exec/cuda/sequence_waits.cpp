@@ -35,9 +35,8 @@ CUstreamBatchMemOpParams wait_op(std::uint64_t* word, std::int64_t threshold) {
 // wait kernels, each term's threshold base + value at this call and a step of what Q calls
 // add to its counter per generation of the slot.
 void sequence_detail::Enqueue::wait_terms(cudaStream_t s, int rank, std::int64_t e,
-                                           std::span<const sequence_detail::WaitTerm> terms,
-                                           const std::vector<std::int64_t>& base,
-                                           Capture* capture) {
+                                          std::span<const sequence_detail::WaitTerm> terms,
+                                          const std::vector<std::int64_t>& base, Capture* capture) {
   if (capture != nullptr) {
     std::vector<kernels::GenerationWait> waits;
     waits.reserve(terms.size());
