@@ -32,7 +32,8 @@ file(MAKE_DIRECTORY "${TIDE_CHECK_DIR}")
 
 set(_flags -std=c++20 -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wcast-align
     -Wdouble-promotion -Wimplicit-fallthrough -Werror -Wno-restrict
-    -I${TIDE_SOURCE_DIR}/include -I${TIDE_SOURCE_DIR}/src/exec -I${TIDE_SOURCE_DIR}/src/exec/cuda
+    -I${TIDE_SOURCE_DIR}/include -I${TIDE_SOURCE_DIR}/src -I${TIDE_SOURCE_DIR}/src/exec -I${TIDE_SOURCE_DIR}/src/exec/cuda
+    -I${TIDE_SOURCE_DIR}/src/transport
     -isystem ${TIDE_NCCL_RMA_INCLUDE} -isystem ${TIDE_CUDA_INCLUDE})
 
 function(_tide_compile what)
@@ -79,7 +80,7 @@ message(STATUS "TideNcclRmaCheck: nccl_rma.o calls ncclPutSignal, ncclSignal, nc
 
 # 3. The code around it.
 foreach(_file src/fabric/nccl/nccl_fabric.cpp src/fabric/nccl/nccl_window_fabric.cpp
-              src/exec/cuda/one_sided_messages.cpp)
+              src/transport/nccl_one_sided.cpp src/transport/one_sided.cpp)
   _tide_compile("${_file}" -fsyntax-only "${TIDE_SOURCE_DIR}/${_file}")
 endforeach()
 message(STATUS "TideNcclRmaCheck: passed")

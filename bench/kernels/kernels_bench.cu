@@ -10,7 +10,7 @@
 // L = 8 moves 8 reads of 2 bytes plus 1 write of 4 bytes per fp32 partial; the landing W
 // reads and 1 write of 4 bytes; the cast 4 + 2 bytes; a copy 2 x its size.
 //
-// Usage: tide_kernels_bench [--json PATH] [--quick]
+// Usage: tide_kernels_bench [--json PATH] [--quick] [--sum-only] [--fp32-direct] [--width N]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -68,9 +68,13 @@ struct Dev {
   }
 };
 
-// Median milliseconds of `reps` launches of fn(rep), each between its own event pair.
+struct Spread {
+  double median = 0, p10 = 0, p90 = 0;
+};
+
+// Milliseconds of `reps` launches of fn(rep), each between its own event pair: median, p10, p90.
 template <typename F>
-double median_ms(int warmup, int reps, F&& fn) {
+Spread timed_ms(int warmup, int reps, F&& fn) {
   for (int i = 0; i < warmup; ++i)
     fn(i);
   TIDE_CUDA_CHECK(cudaDeviceSynchronize());
@@ -93,7 +97,13 @@ double median_ms(int warmup, int reps, F&& fn) {
   for (auto& e : ev)
     cudaEventDestroy(e);
   std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  const auto at = [&](double q) { return t[static_cast<std::size_t>(q * (t.size() - 1) + 0.5)]; };
+  return {t[t.size() / 2], at(0.1), at(0.9)};
+}
+
+template <typename F>
+double median_ms(int warmup, int reps, F&& fn) {
+  return timed_ms(warmup, reps, fn).median;
 }
 
 std::string shell(const char* cmd) {
@@ -131,8 +141,8 @@ struct SumBench {
   std::int64_t stride_pad = 0;  // elements between contributions beyond rows x width
   float alpha = 0.125f;         // FSDP2's divide factor for 8 ranks; 1 selects the no-multiply path
 
-  SumBench(tide::DType dt, std::int64_t w, int nsets, std::int64_t pad = 0)
-      : dtype(dt), width(w), stride_pad(pad) {
+  SumBench(tide::DType dt, std::int64_t w, int nsets, std::int64_t pad = 0, int staged = 7)
+      : dtype(dt), width(w), num_staged(staged), stride_pad(pad) {
     esz = static_cast<int>(tide::item_bytes(dt));
     // Each row: kParams runs of width / kParams columns, parameter p's shard for row r at
     // offset r * run (16-byte aligned), as FSDP2's dim-0 shards of 16 parameters would be.
@@ -243,6 +253,7 @@ int main(int argc, char** argv) {
   std::string json_path = "kernels_h200.json";
   bool quick = false;
   bool sum_only = false;       // the Level 1 CTA table only (no sweeps, landing, cast)
+  bool fp32_direct = false;    // the fp32 warp-direct kernel at 16 and 8 warps a CTA only
   std::int64_t width_arg = 0;  // Level 1 block width (columns); default 2^20
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -252,10 +263,14 @@ int main(int argc, char** argv) {
       quick = true;
     } else if (a == "--sum-only") {
       sum_only = true;
+    } else if (a == "--fp32-direct") {
+      fp32_direct = true;
     } else if (a == "--width" && i + 1 < argc) {
       width_arg = std::stoll(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: %s [--json PATH] [--quick] [--sum-only] [--width N]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--json PATH] [--quick] [--sum-only] [--fp32-direct] [--width N]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -272,9 +287,10 @@ int main(int argc, char** argv) {
         "nvidia-smi --query-gpu=driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,"
         "power.draw,power.limit,temperature.gpu,pstate --format=csv,noheader 2>/dev/null";
     json j;
-    j["command"] =
-        std::string(argv[0]) + (quick ? " --quick" : "") + (sum_only ? " --sum-only" : "") +
-        (width_arg > 0 ? " --width " + std::to_string(width_arg) : "") + " --json " + json_path;
+    j["command"] = std::string(argv[0]) + (quick ? " --quick" : "") +
+                   (sum_only ? " --sum-only" : "") + (fp32_direct ? " --fp32-direct" : "") +
+                   (width_arg > 0 ? " --width " + std::to_string(width_arg) : "") + " --json " +
+                   json_path;
     j["gpu"] = prop.name;
     j["sms"] = sms;
     j["l2_bytes"] = prop.l2CacheSize;
@@ -308,6 +324,55 @@ int main(int argc, char** argv) {
     j["copy_bytes"] = copy_bytes;
     std::printf("copy ceiling: cudaMemcpy D2D %.0f GB/s, SM copy kernel %.0f GB/s (read+write)\n",
                 ceiling_memcpy, ceiling_sm);
+
+    // ---- fp32 inputs, warp-direct: 16 warps (128 registers a thread, spills) or 8 (none) ----
+    // L = 2, 4 and 8, with and without accumulate, at the CTA counts the one-node sums use
+    // (<= 32: the warp-direct range). Each configuration checked bitwise at both widths.
+    if (fp32_direct) {
+      const std::int64_t w32 = width_arg > 0 ? width_arg : quick ? (1 << 17) : (1 << 19);
+      json rows = json::array();
+      bool equal = true;
+      std::printf("\nfp32 warp-direct, block %d x %lld: GB/s per CTA, median [p10, p90]\n", kRows,
+                  static_cast<long long>(w32));
+      std::printf(
+          "| L | accumulate | CTAs | 16 warps | 8 warps | 8 / 16 |\n|---|---|---|---|---|---|\n");
+      for (int ns : {1, 3, 7}) {
+        SumBench f32(tide::DType::kFp32, w32, 3, 0, ns);
+        for (bool acc : {false, true}) {
+          for (int ctas : {1, 4, 8, 16, 32}) {
+            json row = {{"L", ns + 1}, {"accumulate", acc}, {"ctas", ctas}};
+            double med[2] = {0, 0};
+            int k = 0;
+            for (int warps : {16, 8}) {
+              Level1Tuning tu;
+              tu.warp_direct = true;
+              tu.direct_warps = warps;
+              const Spread t = timed_ms(3, ctas <= 4 ? 15 : 30, [&](int i) {
+                launch_level1_sum(f32.args(i % 3, ctas, acc), nullptr, tu);
+              });
+              const double bytes = f32.logical_bytes(acc);
+              const auto rate = [&](double ms) { return bytes / (ms * 1e-3) / 1e9 / ctas; };
+              const bool eq = f32.check(ctas, tu);
+              equal = equal && eq;
+              med[k++] = rate(t.median);
+              row[std::to_string(warps) + "_warps"] = {{"gbps_per_cta", rate(t.median)},
+                                                       {"gbps_per_cta_p10", rate(t.p90)},
+                                                       {"gbps_per_cta_p90", rate(t.p10)},
+                                                       {"ms", t.median},
+                                                       {"bitwise_equal", eq}};
+            }
+            std::printf("| %d | %s | %d | %.1f | %.1f | %.3f |\n", ns + 1, acc ? "yes" : "no", ctas,
+                        med[0], med[1], med[1] / med[0]);
+            rows.push_back(row);
+          }
+        }
+      }
+      j["fp32_direct"] = rows;
+      j["bitwise_equal"] = equal;
+      j["nvidia_smi_after"] = shell(smi_query);
+      std::ofstream(json_path) << j.dump(2) << "\n";
+      return equal ? 0 : 1;
+    }
 
     // ---- Level 1 sum, L = 8, bf16 -> fp32 ----
     const std::int64_t width = width_arg > 0 ? width_arg : quick ? (1 << 18) : (1 << 20);

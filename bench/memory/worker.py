@@ -91,7 +91,12 @@ def main() -> None:
         import tide.fsdp  # noqa: PLC0415
 
         tide.fsdp.enable(model, mode=system)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    # MEMORY_OPTIMIZER: AdamW's implementation, "default" (torch's choice: foreach on CUDA,
+    # for-loop on CPU), "foreach" or "fused" (torchtitan's default). NOTE [optimizer temporaries]
+    # in ns_scale.py says why it matters to the comparison.
+    impl = os.environ.get("MEMORY_OPTIMIZER", "default")
+    kwargs = {} if impl == "default" else {impl: True}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, **kwargs)
     if use_cuda:
         torch.cuda.reset_peak_memory_stats(device)
     timeline = os.environ.get("TIDE_MEMORY_TIMELINE")  # a path: this rank's samples, for reading

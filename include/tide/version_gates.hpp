@@ -1,31 +1,23 @@
 // Every CUDA and NCCL version test of TIDE, in one place (style.md, habit 4). Code tests the
 // feature macros below, never a version number.
-//
-//   TIDE_HAS_CUDA_RUNTIME   the CUDA runtime headers are visible (any CUDA unit, or a host
-//                           unit that included cuda_runtime_api.h first)
-//   TIDE_HAS_TMA_BULK       device code may use cp.async.bulk with mbarrier transaction
-//                           counts (sm_90+; device compilation pass only)
-//   TIDE_HAS_MULTIMEM       device code may use multimem.ld_reduce (sm_90+, PTX ISA 8.1+);
-//                           it is compiled, and gated again at run time (see landing.hpp)
-//   TIDE_HAS_NCCL_DEVICE_API  NCCL >= 2.28 (TIDE_NCCL_FABRIC_MIN_MAJOR.MINOR, which the binding
-//                           exports to Python: tide/core/rules.hpp): symmetric windows, LSA
-//                           pointers, LSA barrier, GIN
-//   TIDE_HAS_NCCL_HOST_RMA    NCCL >= 2.29: ncclPutSignal / ncclWaitSignal, host peer pointers
-//   TIDE_HAS_NCCL_CONFIG_CTAS  NCCL >= 2.17: ncclConfig_t minCTAs / maxCTAs (channel caps)
+//   TIDE_HAS_CUDA_RUNTIME    the CUDA runtime headers are visible (included before this one)
+//   TIDE_HAS_TMA_BULK        device code: cp.async.bulk with mbarrier transaction counts (sm_90+)
+//   TIDE_HAS_MULTIMEM        device code: multimem.ld_reduce (sm_90+, PTX ISA 8.1+; run-time
+//                            gated again, landing.hpp)
+//   TIDE_HAS_NCCL_DEVICE_API  NCCL >= 2.28 (TIDE_NCCL_FABRIC_MIN_*, exported by rules.hpp):
+//                            symmetric windows, LSA pointers and barrier, GIN
+//   TIDE_HAS_NCCL_HOST_RMA    NCCL >= 2.29: ncclPutSignal / ncclWaitSignal
+//   TIDE_HAS_NCCL_CONFIG_CTAS  NCCL >= 2.17: ncclConfig_t minCTAs / maxCTAs
 //   TIDE_HAS_NCCL_COMM_SPLIT   NCCL >= 2.18: ncclCommSplit (rail communicators, Sec. 6.1)
 //   TIDE_HAS_NCCL_MEM_ALLOC    NCCL >= 2.19: ncclMemAlloc / ncclMemFree
 //   TIDE_HAS_NCCL_SYMMETRIC_WINDOWS   NCCL >= 2.27: ncclCommWindowRegister, symmetric flag
-//   TIDE_HAS_NCCL_HOST_PEER_POINTERS  NCCL >= 2.29: LSA peer pointers read on the host (without
-//                           it, src/fabric/nccl reads them with ncclGetLsaPointer in a kernel)
-//   TIDE_HAS_NCCL_FABRIC    all the NCCL fabric needs (CONFIG_CTAS, COMM_SPLIT, MEM_ALLOC,
-//                           SYMMETRIC_WINDOWS, DEVICE_API): src/fabric/nccl #errors without it
-//   TIDE_HAS_CUDA_MEMCPY_BATCH  CUDA >= 12.8: cudaMemcpyBatchAsync; with
-//     TIDE_CUDA_MEMCPY_BATCH_FAIL_INDEX  its 12.8-12.9 signature (a failIdx out-parameter
-//                                        before the stream; CUDA 13.0 dropped it)
+//   TIDE_HAS_NCCL_HOST_PEER_POINTERS  NCCL >= 2.29: LSA peer pointers on the host (else a kernel)
+//   TIDE_HAS_NCCL_FABRIC     all of CONFIG_CTAS, COMM_SPLIT, MEM_ALLOC, SYMMETRIC_WINDOWS and
+//                            DEVICE_API: src/fabric/nccl #errors without it
+//   TIDE_HAS_CUDA_MEMCPY_BATCH  CUDA >= 12.8: cudaMemcpyBatchAsync (with
+//     TIDE_CUDA_MEMCPY_BATCH_FAIL_INDEX, its 12.8-12.9 failIdx signature)
 //   TIDE_HAS_DRIVER_ENTRY_POINT_BY_VERSION  CUDA >= 12.5: cudaGetDriverEntryPointByVersion
-//                           (CUDA 13 deprecates cudaGetDriverEntryPoint)
-// The CUDA runtime gates need cuda_runtime_api.h included before this header, the NCCL gates
-// nccl.h.
+// CUDA gates need cuda_runtime_api.h included first, NCCL gates nccl.h.
 #pragma once
 
 #if defined(__CUDACC__) || defined(CUDART_VERSION)

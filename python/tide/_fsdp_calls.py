@@ -1,8 +1,9 @@
 """The group-level FSDP2 paths that TIDE replaces, and the stock fallbacks around them.
 
 Installed once into ``torch.distributed.fsdp._fully_shard._fsdp_param_group`` (where
-``FSDPParamGroup`` looks them up), each replacement serves the groups that ``enable()``
-put on TIDE and hands every other call, unchanged, to the stock function it replaced.
+``FSDPParamGroup`` looks them up; _fsdp_patches.py, patches 1-3), each replacement serves the
+groups that ``enable()`` put on TIDE and hands every other call, unchanged, to the stock
+function it replaced.
 
 All-gather (paper Sec. 3, App. F):
   1. ``foreach_all_gather``: on FSDP2's all-gather stream, after its copy-in stream, one
@@ -44,10 +45,9 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from . import _fsdp_group, _observe
+from . import _fsdp_group, _fsdp_patches, _observe
 from ._fsdp_compat import Layout
 
-_installed: dict = {}
 _layout: Layout | None = None
 
 
@@ -62,32 +62,44 @@ def _stream_handle(stream) -> int:
 
 
 def install(layout: Layout) -> None:
-    """Replaces the three paths once per process (idempotent)."""
+    """Replaces the three paths once per process (idempotent: _fsdp_patches.install_calls)."""
     global _layout
-    from torch.distributed.fsdp._fully_shard import _fsdp_param_group as param_group  # noqa: PLC0415
-
     _layout = layout
-    if _installed:
-        return
-    for name, replacement in (
-        ("foreach_all_gather", _all_gather),
-        ("foreach_all_gather_copy_out", _all_gather_copy_out),
-        ("foreach_reduce", _reduce),
-    ):
-        original = getattr(param_group, name)
-        _installed[name] = original
-        setattr(param_group, name, replacement)
-
-
-def replaced() -> dict:
-    """The stock functions replaced so far in this process, by name."""
-    return dict(_installed)
+    _fsdp_patches.install_calls({
+        "foreach_all_gather": _all_gather,
+        "foreach_all_gather_copy_out": _all_gather_copy_out,
+        "foreach_reduce": _reduce,
+    })
 
 
 def _bind(name: str, args, kwargs) -> dict:
-    bound = inspect.signature(_installed[name]).bind(*args, **kwargs)
+    bound = inspect.signature(_fsdp_patches.stock_call(name)).bind(*args, **kwargs)
     bound.apply_defaults()
     return dict(bound.arguments)
+
+
+def _served(params, a: dict, refusal, trace):
+    """The group on TIDE that serves this call, or None: the call runs stock FSDP2. A group
+    still traced (NOTE [landing slots from the first iteration]) records it with ``trace``;
+    a group that ``refusal`` refuses counts the call under its reason."""
+    traced = _fsdp_group.traced_group(params)
+    if traced is not None and not traced.active:
+        trace(traced)
+        traced.count_stock(_fsdp_group.TRACED)
+        return None
+    group = _fsdp_group.group_of(params)
+    if group is None:
+        return None
+    reason = refusal(group, a)
+    if reason:
+        group.count_stock(reason)
+        return None
+    return group
+
+
+def _unservable(group) -> str:
+    """Why no call of the group can run on TIDE now (a traced context, a custom collective)."""
+    return _observe.unservable_context() or _fsdp_group.custom_collective(group.fsdp_group)
 
 
 # --- All-gather -----------------------------------------------------------------------------
@@ -99,18 +111,9 @@ class _TideAllGatherOutput(torch.Tensor):
 
 def _all_gather(*args, **kwargs):
     a = _bind("foreach_all_gather", args, kwargs)
-    traced = _fsdp_group.traced_group(a["fsdp_params"])
-    if traced is not None and not traced.active:  # NOTE [landing slots from the first iteration]
-        traced.tracer.all_gathered(traced)
-        traced.count_stock(_fsdp_group.TRACED)
-        return _installed["foreach_all_gather"](*args, **kwargs)
-    group = _fsdp_group.group_of(a["fsdp_params"])
+    group = _served(a["fsdp_params"], a, _all_gather_refusal, lambda t: t.tracer.all_gathered(t))
     if group is None:
-        return _installed["foreach_all_gather"](*args, **kwargs)
-    reason = _all_gather_refusal(group, a)
-    if reason:
-        group.count_stock(reason)
-        return _installed["foreach_all_gather"](*args, **kwargs)
+        return _fsdp_patches.stock_call("foreach_all_gather")(*args, **kwargs)
     from torch.distributed.fsdp._fully_shard._fsdp_collectives import AllGatherResult  # noqa: PLC0415
 
     device = a["device"]
@@ -151,12 +154,9 @@ def _all_gather_refusal(group, a: dict) -> str:
     """Why this all-gather of a group on TIDE runs stock FSDP2 ('' when TIDE serves it).
     A held slot is resolved here: an idle holder is resharded, otherwise the group's
     all-gathers go stock until the next iteration (NOTE [reversible fallbacks])."""
-    context = _observe.unservable_context()
-    if context:
-        return context
-    custom = _fsdp_group.custom_collective(group.fsdp_group)
-    if custom:
-        return custom
+    unservable = _unservable(group)
+    if unservable:
+        return unservable
     if a["group"] is not group.pg:
         return ("the all-gather runs over another process group than the one TIDE registered "
                 "(reshard_after_forward=<int>: FSDP2 re-gathers over the post-forward mesh)")
@@ -192,7 +192,7 @@ def _all_gather_copy_out(*args, **kwargs):
     a = _bind("foreach_all_gather_copy_out", args, kwargs)
     result = a["all_gather_result"]
     if not isinstance(result.all_gather_output, _TideAllGatherOutput):
-        return _installed["foreach_all_gather_copy_out"](*args, **kwargs)
+        return _fsdp_patches.stock_call("foreach_all_gather_copy_out")(*args, **kwargs)
     if result.all_gather_event is not None:
         _device_handle(result.all_gather_output.device).current_stream().wait_event(
             result.all_gather_event
@@ -229,12 +229,9 @@ def _alpha_and_post(a: dict, world: int) -> tuple[float, float | None, object]:
 
 def _reduce_refusal(group, a: dict) -> str:
     """Why this reduce-scatter of a group on TIDE runs stock FSDP2 ('' when TIDE serves it)."""
-    context = _observe.unservable_context()
-    if context:
-        return context
-    custom = _fsdp_group.custom_collective(group.fsdp_group)
-    if custom:
-        return custom
+    unservable = _unservable(group)
+    if unservable:
+        return unservable
     prepare = a.get("prepare_reduce_scatter_inputs")
     if prepare is not None and prepare is not _default_prepare():
         return "a custom prepare_reduce_scatter_inputs is set (TIDE reads the gradients themselves)"
@@ -289,18 +286,9 @@ def _zeros(group, shape, dtype: torch.dtype, device: torch.device) -> torch.Tens
 def _reduce(*args, **kwargs):
     a = _bind("foreach_reduce", args, kwargs)
     params, grads = a["fsdp_params"], a["unsharded_grads"]
-    traced = _fsdp_group.traced_group(params)
-    if traced is not None and not traced.active:  # NOTE [landing slots from the first iteration]
-        traced.tracer.reduced(traced, grads)
-        traced.count_stock(_fsdp_group.TRACED)
-        return _installed["foreach_reduce"](*args, **kwargs)
-    group = _fsdp_group.group_of(params)
+    group = _served(params, a, _reduce_refusal, lambda t: t.tracer.reduced(t, grads))
     if group is None:
-        return _installed["foreach_reduce"](*args, **kwargs)
-    reason = _reduce_refusal(group, a)
-    if reason:
-        group.count_stock(reason)
-        return _installed["foreach_reduce"](*args, **kwargs)
+        return _fsdp_patches.stock_call("foreach_reduce")(*args, **kwargs)
     ar_group = a["all_reduce_group"]
 
     device = a["device"]

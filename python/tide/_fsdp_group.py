@@ -61,9 +61,9 @@ import weakref
 
 import torch
 
-from . import _memory
+from . import _fsdp_patches, _memory
+from ._runtime import MAX_PARAMS  # the runtime's limit, read from tide._C
 
-from ._runtime import MAX_PARAMS  # noqa: E402 (the runtime's limit, read from tide._C)
 _log = logging.getLogger("tide.fsdp")
 
 # NOTE [stock calls are counted by reason]
@@ -194,6 +194,14 @@ class TideGroup:
         self.twin_refusal = ""  # why the runtime refused that registration
         self.resumes = 0
         self.carried_grads: dict = {}  # FSDPParam -> a no-sync gradient its dropped unsharded parameter held
+
+    @classmethod
+    def at_rest(cls, fsdp_group, name: str, reason: str) -> "TideGroup":
+        """A group TIDE does not hold (enable() never saw it, or close() returned it), for its
+        report() row: nothing registered, nothing counted."""
+        group = cls(fsdp_group, name)
+        group.reason = reason
+        return group
 
     @property
     def on_tide(self) -> bool:
@@ -368,20 +376,16 @@ class TideGroup:
         return True
 
     def _wrap(self, name: str, wrapper) -> None:
-        """Sets ``wrapper`` as the FSDP group's method ``name`` (an instance attribute over
-        the class's method, removed again by unbind)."""
-        setattr(self.fsdp_group, name, wrapper)
-        self.wrapped[name] = wrapper
+        """Sets ``wrapper`` as the FSDP group's method ``name`` (_fsdp_patches.py, patches
+        4-7; removed again by unbind)."""
+        _fsdp_patches.wrap_group_method(self.fsdp_group, name, wrapper, self.wrapped)
 
     def unbind(self, reason: str) -> None:
         """Returns the group to stock FSDP2 for good (tide.fsdp.close): its calls, its
         parameters' all-gather outputs and its FSDP2 methods are stock again."""
         if self.on_tide:
             self.fall_back(reason)
-        for name, wrapper in self.wrapped.items():
-            if self.fsdp_group.__dict__.get(name) is wrapper:
-                delattr(self.fsdp_group, name)
-        self.wrapped.clear()
+        _fsdp_patches.unwrap_group_methods(self.fsdp_group, self.wrapped)
         self.index.clear()
         self.comm = self.tracer = None
         self.active = False
@@ -425,10 +429,8 @@ class TideGroup:
         all-gather (the group is sharded: nothing views the landing)."""
         if self.views_installed:
             for fp in self.fsdp_group.fsdp_params:
-                for name in ("alloc_all_gather_outputs", "free_all_gather_outputs", "free_unsharded_param"):
-                    fp.__dict__.pop(name, None)
                 self._forget_unsharded_param(fp)
-                fp.all_gather_outputs = []
+                _fsdp_patches.drop_landing(fp)
         self.views_installed = False
 
     def install_views(self, device: torch.device) -> None:
@@ -446,19 +448,14 @@ class TideGroup:
                 base + int(self.info["landing_offsets"][p]), numel, self.ag_dtype, device
             )
             self._forget_unsharded_param(fp)  # rebuilt over the landing by FSDP2's copy-out step
-            fp.all_gather_outputs = [view]
-            fp.alloc_all_gather_outputs = _no_op
-            if hasattr(fp, "free_all_gather_outputs"):  # torch 2.12+
-                fp.free_all_gather_outputs = _no_op
-            else:  # torch 2.11: free_unsharded_param would free the landing view itself
-                fp.free_unsharded_param = _free_inner_tensors_of(fp)
+            _fsdp_patches.install_landing(fp, view)  # _fsdp_patches.py, patches 8-10
         self.views_installed = True
 
     def _forget_unsharded_param(self, fp) -> None:
         """Drops FSDP2's unsharded parameter so that its next unshard rebuilds it over the
         current all-gather output. A gradient it accumulated without sync (no-sync
         accumulation begun before the views changed) is carried over to the rebuilt one."""
-        param = fp.__dict__.pop("_unsharded_param", None)
+        param = _fsdp_patches.drop_unsharded_param(fp)
         if param is not None and param.grad is not None:
             self.carried_grads[fp] = param.grad
 
@@ -479,22 +476,6 @@ class TideGroup:
         if self.comm is None or self.gid < 0 and self.stats_when_stock is None:
             return {"all_gathers": 0, "reduce_scatters": 0, "copy_bytes_avoided": 0, "copy_bytes_made": 0}
         return dict(self.comm.stats(self.gid)) if self.gid >= 0 else dict(self.stats_when_stock)
-
-
-def _no_op() -> None:
-    return None
-
-
-def _free_inner_tensors_of(fp):
-    """free_unsharded_param for torch 2.11 without freeing the all-gather outputs (TIDE's
-    landing): only the tensors a tensor subclass's post-all-gather made are freed."""
-
-    def free_unsharded_param() -> None:
-        for tensor in getattr(fp, "_unsharded_inner_tensors", ()):
-            if tensor.untyped_storage().size() != 0:
-                tensor.untyped_storage().resize_(0)
-
-    return free_unsharded_param
 
 
 def group_of(fsdp_params) -> TideGroup | None:

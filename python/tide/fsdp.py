@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from . import _failure, _fsdp_calls, _fsdp_compat, _fsdp_group, _fsdp_trace, _observe, _runtime
+from . import _failure, _fsdp_calls, _fsdp_compat, _fsdp_group, _fsdp_patches, _fsdp_trace, _observe, _runtime
 
 __all__ = ["enable", "report", "memory", "close", "UnsupportedTorch", "CommunicationError"]
 
@@ -243,7 +243,7 @@ def _fsdp_layout(strict: bool):
     """(this torch's FSDP2 layout, '') or, where TIDE does not know its internals, (None, why);
     strict: UnsupportedTorch."""
     try:
-        return _fsdp_compat.check(_fsdp_calls.replaced()), ""
+        return _fsdp_compat.check(_fsdp_patches.stock_calls()), ""
     except UnsupportedTorch as e:
         if strict:
             raise
@@ -398,7 +398,7 @@ def _check_after_backward(module: nn.Module, state: _Enabled) -> None:
     """NOTE [job stop] 2: the communicators' health at the root's post-backward, after FSDP2's
     own (the last reduce-scatter issued, before an optimizer step can read its output). FSDP2
     queues that callback from whichever state's pre-backward runs first, so every state of the
-    module gets the check."""
+    module gets the check (_fsdp_patches.py, patch 11; close() restores it)."""
     name = "_root_post_backward_final_callback"
     for _, sub in _fsdp_modules(module):
         fsdp_state = sub._get_fsdp_state()
@@ -412,13 +412,7 @@ def _check_after_backward(module: nn.Module, state: _Enabled) -> None:
                 group.boundary_passed = True
             _failure.check_health(state.communicators)
 
-        setattr(fsdp_state, name, checked)
-
-        def restore(_state=fsdp_state, _checked=checked) -> None:
-            if _state.__dict__.get(name) is _checked:
-                delattr(_state, name)
-
-        state.undo.append(restore)
+        state.undo.append(_fsdp_patches.wrap_state_method(fsdp_state, name, checked))
 
 
 def _activate(state: _Enabled, own_slots: bool = False) -> None:
@@ -552,15 +546,8 @@ def report(module: nn.Module) -> list[dict]:
     if state is None:
         reason = ("tide.fsdp.close returned it to stock FSDP2" if getattr(module, _CLOSED, False)
                   else "tide.fsdp.enable was not called")
-        return [_stock_row(name, g, reason) for name, g in _fsdp_groups(module)]
+        return [_row(_fsdp_group.TideGroup.at_rest(g, name, reason)) for name, g in _fsdp_groups(module)]
     return [_row(group) for group in state.groups]
-
-
-def _stock_row(name: str, fsdp_group, reason: str) -> dict:
-    """The row of a group enable() never saw (or close() returned): _row's fields, at rest."""
-    row = dict.fromkeys(_ROW_FIELDS)
-    row.update(_ROW_AT_REST, group=name, reason=reason, params=len(fsdp_group.fsdp_params))
-    return row
 
 
 def _copies(group, stats: dict) -> dict:
@@ -595,7 +582,9 @@ def _copies(group, stats: dict) -> dict:
 
 
 def _row(group) -> dict:
-    """report()'s row of one group: every field of ``_ROW_FIELDS``, built here only."""
+    """report()'s row of one group, built here only: of a TideGroup enable() made, or of one
+    at rest (``TideGroup.at_rest``: a group enable() never saw, or close() returned), whose
+    counts are zero and whose TIDE fields are empty."""
     stats = group.stats()
     copies = _copies(group, stats)
     on_tide = group.on_tide
@@ -646,17 +635,6 @@ _STAT_FIELDS = {
     "message_path": str,
     "message_path_reason": str,
 }
-# A row's values where no TIDE call ran (report() of a module enable() never saw).
-_ROW_AT_REST = {
-    "backend": "stock", "runtime_backend": "", "runtime_backend_reason": "", "all_gathers": 0,
-    "reduce_scatters": 0, "copy_bytes_avoided": 0, "copy_bytes_made": 0, "copies": {},
-    "stock_calls": 0, "stock_reasons": {}, "suspended": "", "evictions": 0, "resumes": 0,
-    "accumulation": "", "active": False, "slot": None, "slot_reason": "",
-    "deferred_prefetches": 0, "landing_bytes": 0, "all_gather_lane": "",
-    "reduce_scatter_lane": "", "lane_reason": "",
-    **{key: kind() for key, kind in _STAT_FIELDS.items()},
-}
-_ROW_FIELDS = ("group", "backend", "reason", "params", *_ROW_AT_REST)
 
 
 def _twin_reduce_scatters(group) -> int:

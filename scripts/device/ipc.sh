@@ -29,7 +29,8 @@
 #   demo       scripts/main.sh's demo with 4 processes on the GPU
 #   memory     bench/memory/run.py on the GPU (MEMORY_WORLDS, MEMORY_DEPTHS, MEMORY_REPEATS)
 #   nsscale    bench/memory/ns_scale.py on the GPU (NSSCALE_WORLDS, default "2 4"; NSSCALE_REPEATS,
-#              default 1): the NS-scale model, stock vs both modes, torch.cuda's peak
+#              default 1; NSSCALE_OPTIMIZER: default, foreach or fused AdamW): the NS-scale
+#              model, stock vs both modes, torch.cuda's peak
 # SPLITS (space-separated, e.g. "2x2 4x1") and VARIANTS (comma-separated) narrow the splits step.
 # Writes under $OUT: summary.md, rows.jsonl (one JSON row per run, for ipc_results.py),
 # logs.tgz. Then here: python3 scripts/device/ipc_results.py <files_at> writes
@@ -318,7 +319,8 @@ fi
 
 if has nsscale; then
   timeout "${NSSCALE_TIMEOUT:-300}" python3 bench/memory/ns_scale.py --tide "$tide" \
-    --worlds ${NSSCALE_WORLDS:-2 4} --repeats "${NSSCALE_REPEATS:-1}" --out "$OUT/ns-scale" \
+    --worlds ${NSSCALE_WORLDS:-2 4} --repeats "${NSSCALE_REPEATS:-1}" \
+    --optimizer "${NSSCALE_OPTIMIZER:-default}" --out "$OUT/ns-scale-${NSSCALE_OPTIMIZER:-default}" \
     > "$LOG/nsscale.log" 2>&1
   rc=$?
   [[ $rc -ne 0 ]] && rc_all=$rc

@@ -3,7 +3,7 @@
 # one call of about 9 minutes on an H200 with 16 cores.
 #   here:   scripts/stage-deps.sh            (once: GoogleTest and headers into .deps/)
 #   device: run(command="bash scripts/device/onenode.sh", carry=[".deps"])
-# STEPS (default "build ptxas executor sequence runtime bench") picks steps:
+# STEPS (default "build ptxas executor sequence runtime bench fp32") picks steps:
 #   build     Release, Ninja, -j16: tide (ipc backend), tide_cuda_executor_tests,
 #             tide_cuda_sequence_tests, tide_onenode_bench
 #   ptxas     the Level 1 kernels' registers and spills per instance (ptxas -v), the instances
@@ -18,10 +18,14 @@
 #   bench     tide_onenode_bench: the one-node TIDE-RS for Llama-3.1-8B and 70B layers at
 #             1 x 2, 4, 8 on the virtual fabric against the copy ceiling -> onenode.json,
 #             onenode.md (BENCH_ARGS adds arguments, e.g. "--models llama3.1-8b")
-# Writes under $OUT: summary.md, ptxas.txt, onenode.json, onenode.md, logs.tgz. Then here:
+#   fp32      tide_kernels_bench --fp32-direct: the warp-direct sum of fp32 gradients at 16
+#             warps a CTA (spilling) and 8 (no spill), L = 2, 4, 8, with and without
+#             accumulate, 1-32 CTAs, bitwise checked -> fp32_direct.json, fp32_direct.md
+# Writes under $OUT: summary.md, ptxas.txt, onenode.json, onenode.md, fp32_direct.*, logs.tgz.
+# Then here:
 # copy onenode.json / onenode.md into bench/results/onenode/ with the command that made them.
 set -uo pipefail
-NAME=onenode DEFAULT_STEPS="build ptxas executor sequence runtime bench" source "$(dirname "$0")/common.sh"
+NAME=onenode DEFAULT_STEPS="build ptxas executor sequence runtime bench fp32" source "$(dirname "$0")/common.sh"
 BUILD=${BUILD_DIR:-build-onenode}
 tide="$BUILD/src/cli/tide"
 finish() { pack_logs; exit "$1"; }
@@ -37,7 +41,7 @@ if has build; then
     note "CONFIGURE FAILED $(stamp)"; tail -40 "$LOG/build.log" | tee -a "$summary"; finish 1
   fi
   if ! cmake --build "$BUILD" -j 16 --target tide tide_cuda_executor_tests tide_cuda_sequence_tests \
-       tide_onenode_bench >> "$LOG/build.log" 2>&1; then
+       tide_onenode_bench tide_kernels_bench >> "$LOG/build.log" 2>&1; then
     note "BUILD FAILED $(stamp)"; grep -E "error|FAILED" "$LOG/build.log" | head -40 | tee -a "$summary"
     finish 1
   fi
@@ -150,6 +154,16 @@ if has bench; then
   note "bench rc=$rc $(stamp) (onenode.md, onenode.json)"
   grep -E "FAILED|skipped" "$LOG/bench.txt" | head -20 | tee -a "$summary"
   [[ -f $OUT/onenode.md ]] && sed -n '/pull vs push/,$p' "$OUT/onenode.md" | tee -a "$summary"
+fi
+
+if has fp32; then
+  timeout 240 "$BUILD/bench/kernels/tide_kernels_bench" --fp32-direct --json "$OUT/fp32_direct.json" \
+    > "$LOG/fp32_direct.txt" 2>&1
+  rc=$?
+  [[ $rc -ne 0 ]] && rc_all=$rc
+  note "fp32 direct rc=$rc $(stamp) (fp32_direct.json, fp32_direct.md)"
+  grep -E "^\||^fp32|^GPU|^copy" "$LOG/fp32_direct.txt" > "$OUT/fp32_direct.md"
+  tee -a "$summary" < "$OUT/fp32_direct.md"
 fi
 
 note "done rc=$rc_all $(stamp)"

@@ -1,4 +1,4 @@
-// Capability agreement (Sec. 6.3). See NOTE [capability agreement] in capability.hpp.
+// Capability agreement (Sec. 6.3). See NOTE [capability agreement] in docs/core.md.
 //
 // agree() proceeds in three steps, each deterministic in the gathered vector:
 //   1. Identity: every description's world equals the vector's length, its rank its index.

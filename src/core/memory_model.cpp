@@ -1,4 +1,5 @@
-// Closed-form memory model (Sec. 5.4, Eqs. 9-12, Sec. 7.4). See NOTE [memory model terms].
+// Closed-form memory model (Sec. 5.4, Eqs. 9-12, Sec. 7.4). See NOTE [memory model terms] in
+// docs/core.md.
 #include "tide/core/memory_model.hpp"
 
 #include <algorithm>

@@ -209,8 +209,12 @@ std::int64_t RsPlan::sub_slice_end(int pass, int s) const {
 }
 
 std::vector<RsPiece> RsPlan::pieces(int pass, int s) const {
-  const std::int64_t begin = sub_slice_begin(pass, s);
-  const std::int64_t end = sub_slice_end(pass, s);
+  return pieces(pass, s, sub_slice_begin(pass, s), sub_slice_end(pass, s));
+}
+
+std::vector<RsPiece> RsPlan::pieces(int pass, int s, std::int64_t begin, std::int64_t end) const {
+  begin = std::max(begin, sub_slice_begin(pass, s));
+  end = std::min(end, sub_slice_end(pass, s));
   std::vector<RsPiece> result;
   if (begin >= end) return result;
   // Parameters are laid out in increasing e_p: find the first whose span ends after begin.

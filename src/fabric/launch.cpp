@@ -1,4 +1,4 @@
-// Launcher glue: NOTE [launch] in include/tide/fabric/launch.hpp.
+// Launcher glue: NOTE [launch] in docs/nccl_fabric.md.
 #include "tide/fabric/launch.hpp"
 
 #include <signal.h>

@@ -828,18 +828,32 @@ __global__ void __launch_bounds__(kMaxThreads)
 
 // The warp-direct kernel's warps per CTA: 8 for its deeper fast path (bf16, L = 8, no
 // accumulate; 4 chunks in flight per thread), 16 elsewhere (their launch bounds).
+// Level1Tuning::direct_warps = 8 selects 8 warps (255 registers a thread) for the other
+// instances too.
 constexpr int kDeepDirectWarps = 8;
 constexpr int kDirectWarps = 16;
+constexpr int kFp32DirectWarps = 16;  // fp32 inputs, when the tuning leaves it to the launcher
+
+template <typename In>
+constexpr int default_direct_warps() {
+  return sizeof(In) == 4 ? kFp32DirectWarps : kDirectWarps;
+}
 
 bool deep_direct_applies(DType dt, int num_staged, bool accumulate) {
   return dt == DType::kBf16 && num_staged == kMaxLevel1Staged && !accumulate;
 }
 
+int direct_warps_for(const Level1SumArgs& a, const Level1Tuning& tu) {
+  if (deep_direct_applies(a.dtype, a.num_staged, a.accumulate)) return kDeepDirectWarps;
+  if (tu.direct_warps != 0) return tu.direct_warps;
+  return a.dtype == DType::kFp32 ? kFp32DirectWarps : kDirectWarps;
+}
+
 // The warp-direct kernel for these parameters: L = 8 (kNs = 7) or a run-time staged count,
-// alpha == 1 (no multiply) or not, and the deeper fast path for bf16, L = 8, no accumulate.
-template <typename In, bool kAccumulate>
+// alpha == 1 (no multiply) or not, kThreads a CTA, and the deeper fast path for bf16, L = 8,
+// no accumulate.
+template <typename In, bool kAccumulate, int kThreads>
 auto pick_direct_kernel(const Level1SumParams& p) {
-  constexpr int kThreads = 32 * kDirectWarps;
   const bool scale = p.alpha != 1.0f;
   if (p.num_staged != kMaxLevel1Staged) {
     return scale ? &level1_sum_direct_kernel<In, kAccumulate, -1, true, 1, kThreads>
@@ -902,7 +916,10 @@ template <typename In, bool kAccumulate>
 void launch_typed(const Level1SumParams& p, int grid, int threads, int smem_bytes,
                   cudaStream_t stream, bool warp_direct) {
   if (warp_direct) {
-    auto kernel = pick_direct_kernel<In, kAccumulate>(p);
+    // 8 warps only for fp32 inputs: the bf16 instances use no spill at 16 (docs/kernels.md).
+    auto kernel = (sizeof(In) == 4 && threads == 32 * 8)
+                      ? pick_direct_kernel<In, kAccumulate, 32 * 8>(p)
+                      : pick_direct_kernel<In, kAccumulate, 32 * kDirectWarps>(p);
     kernel<<<grid, threads, 0, stream>>>(p);
     TIDE_CUDA_CHECK_LAUNCH();
     return;
@@ -1058,6 +1075,11 @@ void launch_level1_sum(const Level1SumArgs& a, cudaStream_t stream, const Level1
             std::to_string(tu.tile_bytes) + ", consumer_warps " +
             std::to_string(tu.consumer_warps) + ") is outside [2,4] x 2^[9,16] x [1,12]");
   }
+  if (tu.direct_warps != 0 && tu.direct_warps != kDirectWarps &&
+      !(tu.direct_warps == 8 && a.dtype == DType::kFp32)) {
+    invalid("tuning direct_warps = " + std::to_string(tu.direct_warps) +
+            " is not 0 or 16 (or 8 for fp32 inputs)");
+  }
 
   Level1SumParams p;
   std::memset(&p, 0, sizeof(p));
@@ -1117,8 +1139,7 @@ void launch_level1_sum(const Level1SumArgs& a, cudaStream_t stream, const Level1
   p.stages = tu.stages;
   p.stage_bytes = stage_bytes(tile);
   p.consumer_warps = tu.consumer_warps;
-  const int direct_warps =
-      deep_direct_applies(a.dtype, a.num_staged, a.accumulate) ? kDeepDirectWarps : kDirectWarps;
+  const int direct_warps = direct_warps_for(a, tu);
   const int smem = tu.warp_direct ? 0 : tu.stages * p.stage_bytes;
 
   const int grid = static_cast<int>(std::min<std::int64_t>(a.ctas, tiles));
@@ -1158,7 +1179,8 @@ void load_variants() {
     for (const float alpha : {1.0f, 0.5f}) {        // no multiply, a scale
       p.num_staged = staged;
       p.alpha = alpha;
-      load(reinterpret_cast<const void*>(pick_direct_kernel<In, kAccumulate>(p)));
+      load(reinterpret_cast<const void*>(
+          pick_direct_kernel<In, kAccumulate, 32 * default_direct_warps<In>()>(p)));
     }
   }
 }

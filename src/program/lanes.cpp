@@ -166,7 +166,8 @@ LaneProgram lane_program(const std::vector<LaneGroup>& groups, const std::vector
   std::vector<std::vector<int>> earlier(2 * groups.size());  // per (group, collective)
   std::vector<int> handoffs[2];                              // per lane: its event bases
   std::map<int, int> released;                               // slot -> its release event
-  std::vector<CallIdentity> identities;                      // per call
+  std::map<int, int> layer_done;  // group -> its layer's last compute (it made the gradients)
+  std::vector<CallIdentity> identities;  // per call
   const int compute = w.stream("compute");
   for (const LaneCall& c : calls) {
     if (c.group < 0 || c.group >= static_cast<int>(groups.size())) {
@@ -184,6 +185,16 @@ LaneProgram lane_program(const std::vector<LaneGroup>& groups, const std::vector
         for (int r = 0; r < ranks; ++r) {
           w.program().ops.push_back(
               make_op(r, caller, "lane: wait for the slot's release", EventWaitOp{it->second}));
+        }
+      }
+    }
+    // FSDP2's post_backward issues a reduce-scatter after the layer's backward made its
+    // gradients: the call waits for that compute.
+    if (lane == 1) {
+      if (auto it = layer_done.find(c.group); it != layer_done.end()) {
+        for (int r = 0; r < ranks; ++r) {
+          w.program().ops.push_back(
+              make_op(r, caller, "lane: wait for the layer's gradients", EventWaitOp{it->second}));
         }
       }
     }
@@ -239,6 +250,7 @@ LaneProgram lane_program(const std::vector<LaneGroup>& groups, const std::vector
         w.program().ops.push_back(make_op(r, compute, "layer: release", EventRecordOp{release}));
       }
       released[g.landing_slot] = release;
+      layer_done[c.group] = release;
     } else {
       if (!sizes.output_bytes.empty()) buffers.output = at.output_base;
       buffers.done_event = w.event();

@@ -150,17 +150,7 @@ struct Builder : Emitter {
   std::vector<RsPiece> chunk_pieces(int pass, int s, int q) const {
     const std::int64_t begin = plan.sub_slice_begin(pass, s) + q * chunk;
     const std::int64_t end = std::min(plan.sub_slice_end(pass, s), begin + chunk);
-    std::vector<RsPiece> clipped;
-    for (RsPiece piece : plan.pieces(pass, s)) {
-      const std::int64_t a = std::max(piece.span_begin, begin);
-      const std::int64_t b = std::min(piece.span_end, end);
-      if (a >= b) continue;
-      piece.param_offset += a - piece.span_begin;
-      piece.span_begin = a;
-      piece.span_end = b;
-      clipped.push_back(piece);
-    }
-    return clipped;
+    return plan.pieces(pass, s, begin, end);
   }
 
   // Step 2: this rank's pushes of staging chunk q into owner `owner`'s slot z.

@@ -106,18 +106,7 @@ struct OneNodeBuilder : Emitter {
   // The pieces of owner `owner`'s rows in fill f (sub-slice `owner`, per-rank geometry).
   std::vector<RsPiece> fill_pieces(int owner, const Fill& f) const {
     const std::int64_t begin = fill_begin(f);
-    const std::int64_t end = begin + fill_columns(f);
-    std::vector<RsPiece> clipped;
-    for (RsPiece piece : plan.pieces(f.pass, owner)) {
-      const std::int64_t a = std::max(piece.span_begin, begin);
-      const std::int64_t b = std::min(piece.span_end, end);
-      if (a >= b) continue;
-      piece.param_offset += a - piece.span_begin;
-      piece.span_begin = a;
-      piece.span_end = b;
-      clipped.push_back(piece);
-    }
-    return clipped;
+    return plan.pieces(f.pass, owner, begin, begin + fill_columns(f));
   }
 
   // Copies of `sender`'s contribution to `owner`'s rows in fill f into position `position` of

@@ -1,5 +1,5 @@
 // What a training step's collectives hold per GPU at their peak, as each system holds it
-// (NOTE [step memory] in training_step.hpp).
+// (NOTE [step memory] in docs/program.md).
 #include <algorithm>
 
 #include "tide/program/memory_mode.hpp"

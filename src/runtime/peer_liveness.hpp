@@ -2,49 +2,16 @@
 // stalled, named, without /proc pids for peers on other hosts. CPU only: the host and the CUDA
 // communicators both use it.
 //
-// NOTE [peer liveness]
-// 1. Who is checked how. Rank r's host is hosts[r] (the communicator's host indices, NOTE
-//    [runtime] 9; emulated hosts count as hosts). A peer on this rank's host is checked by its
-//    pid (/proc, process_alive), as before: fast, and no store traffic. A peer on another host
-//    is checked by its heartbeat through the store: its pid means nothing here.
-// 2. Heartbeats. Only where some peer is on another host, each rank runs one thread that,
-//    every `period`, sets its key `<prefix>/liveness/beat/<rank>` to "<count> alive" (count
-//    advances by one per beat) and reads the keys of its peers on other hosts that have not
-//    closed. The keys exist before the first read: each rank sets its first beat before the
-//    construction's exchange (`<prefix>/liveness/hello`, host name and pid), so no read blocks
-//    for a missing key. Times are this rank's steady clock only: no clock is compared across
-//    hosts.
-// 3. Dead. A remote peer is dead when (a) its key reads "failed <reason>" (mark_failed: it
-//    aborted, and the reason travels), or (b) its count has not changed for longer than
-//    `timeout`, counted from the last read that saw the previous count (so the silence is
-//    never under-estimated). A peer whose last beat was at t is therefore reported by
-//    t + timeout + period at the latest (one read per period), and not before
-//    t + timeout - period (its beats are a period apart). A local peer is dead when its
-//    process is gone, a zombie or dead, and (where this rank beats, so that it reads the store)
-//    its key does not say it closed; without heartbeats a local peer's close is not known,
-//    as before (a gone peer matters to a rank only while a call of it waits). The first remote
-//    verdict is kept (reads stop), handed once to `on_dead` from the heartbeat thread, and returned
-//    by dead() and remote_verdict() from then on; this rank's own beats go on until it closes.
-// 4. Orderly close. The destructor stops and joins the thread and sets the key to
-//    "<count> closed" (or "failed <reason>" after mark_failed): a closed peer is never
-//    reported, whatever happens to its process afterwards. The keys live under the
-//    communicator's prefix: one beat key per rank, overwritten in place, and the hello keys.
-// 5. The store. Only a heartbeating liveness keeps the store (the caller's, e.g. torch's
-//    TCPStore) after its construction, until it closes: a communicator spanning hosts must be
-//    closed before its store is torn down. A read that fails (the store does not answer)
-//    counts as no beat, and the verdict then says so; a slow store delays the thread's beats
-//    and reads by as long as it takes. Through Python's store the thread takes the GIL (the
-//    binding destroys communicators without holding it). Load: each beating rank sets one key
-//    and reads one key per remote peer per period.
-// 6. Where the verdict acts (the communicators, no extra host synchronisation on any call
-//    path): the CUDA communicator's watchdog polls dead() where it polled the pids
-//    (cuda_communicator.cpp); the host communicator raises it at a call's start and, from
-//    on_dead, aborts its fabric while a call waits (host_communicator.cpp). Both publish their
-//    own failure with mark_failed, so peers on other hosts learn it within a period. Their
-//    liveness timeout is half their call timeout (liveness_timeout), so that a call waiting on
-//    a dead peer of another host names it before its own timeout fires.
-// 7. Tests (tests/runtime/peer_liveness_test.cpp) take the pid check away by giving every rank
-//    a host of its own: the hosts are an input, and no test option exists.
+// Contract: a peer on this rank's host is checked by its pid; a peer on another host (hosts[r],
+// emulated hosts included) by its heartbeat key `<prefix>/liveness/beat/<rank>` in the store,
+// which one thread per rank sets and reads every `period` where some peer is remote. A remote
+// peer is dead when its key reads "failed <reason>" (mark_failed) or its count stood still
+// longer than `timeout`: reported between t + timeout - period and t + timeout + period after
+// its last beat t. A closed peer (the destructor writes "<count> closed") is never reported.
+// The first remote verdict is kept, handed once to `on_dead` from the heartbeat thread, and
+// returned by dead() and remote_verdict() from then on. A heartbeating liveness keeps the
+// store until it closes: close a communicator spanning hosts before its store. The steps, the
+// store's load and where the verdict acts: NOTE [peer liveness] in docs/runtime.md.
 //
 // Thread-safety: dead(), remote_verdict() and mark_failed() may be called from any thread
 // while the object lives; the destructor must not race with them (stop their callers first).

@@ -1,5 +1,6 @@
 // The ipc rendezvous transport's kernels: NOTE [ipc rendezvous transport] in
-// tide/transport/ipc_rendezvous.hpp (steps and synchronisation there).
+// docs/runtime.md (steps and synchronisation there; the contract in
+// tide/transport/ipc_rendezvous.hpp).
 #include <cstdio>
 #include <string>
 

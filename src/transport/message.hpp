@@ -39,7 +39,7 @@ struct MessagePart {
   std::size_t width = 0, rows = 0, pitch = 0;
 };
 
-// NOTE [one-sided messages] (one_sided.hpp): one put of a one-sided message: `bytes`
+// NOTE [one-sided messages] (docs/executor.md): one put of a one-sided message: `bytes`
 // from byte `first` of part `part`'s source region (counted from its first byte, rows at its
 // pitch) into the receiver's window at `window_offset`; a descriptor takes one put per run
 // contiguous in both its source and its destination.

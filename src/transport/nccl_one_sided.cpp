@@ -1,5 +1,5 @@
-// Rail messages as one-sided NCCL puts (NOTE [one-sided messages] in one_sided.hpp): the
-// contract is in tide/transport/nccl_transports.hpp.
+// Rail messages as one-sided NCCL puts (one_sided.hpp; NOTE [one-sided messages] in
+// docs/executor.md): the contract is in tide/transport/nccl_transports.hpp.
 #include <string>
 
 #include "fabric/nccl/nccl_rma.hpp"

@@ -1,4 +1,5 @@
-// Rail messages as one-sided puts: NOTE [one-sided messages] in one_sided.hpp.
+// Rail messages as one-sided puts: one_sided.hpp states the contract, NOTE [one-sided
+// messages] in docs/executor.md the design.
 #include "one_sided.hpp"
 
 #include <algorithm>

@@ -1,5 +1,5 @@
-// The one-sided plan of a call's rail messages (NOTE [one-sided messages] in
-// src/transport/one_sided.hpp): where each message's bytes land in the receiver's
+// The one-sided plan of a call's rail messages (one_sided.hpp; NOTE [one-sided messages] in
+// docs/executor.md): where each message's bytes land in the receiver's
 // registered window and which signals the receiver waits for. Pure C++ (no CUDA, no NCCL), so
 // that the arithmetic and the checks run on the CPU.
 //

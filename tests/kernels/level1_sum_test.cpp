@@ -445,6 +445,11 @@ std::vector<Level1Case> level1_cases() {
           c.ctas = 2;
           c.tuning.warp_direct = true;
           cases.push_back(c);
+          if (dt == DType::kFp32) {  // fp32 inputs at 8 warps a CTA (255 registers a thread)
+            c.name += "_8warps";
+            c.tuning.direct_warps = 8;
+            cases.push_back(c);
+          }
         }
       }
     }
@@ -563,6 +568,15 @@ TEST(Level1SumArgs, RejectsBadArguments) {
   t.stages = 3;
   t.tile_bytes = 3000;
   EXPECT_THROW(launch_level1_sum(a, nullptr, t), InvalidArgument);
+  t.tile_bytes = 8192;
+  t.warp_direct = true;
+  t.direct_warps = 8;  // 8 warps only for fp32 inputs
+  a.dtype = DType::kBf16;
+  EXPECT_THROW(launch_level1_sum(a, nullptr, t), InvalidArgument);
+  t.direct_warps = 12;
+  a.dtype = DType::kFp32;
+  EXPECT_THROW(launch_level1_sum(a, nullptr, t), InvalidArgument);
+  t = Level1Tuning{};
   a.table.rows = 9;
   EXPECT_THROW(launch_level1_sum(a, nullptr), InvalidArgument);
   a.table.rows = 8;

@@ -170,12 +170,12 @@ def test_version_check_refuses_other_internals(monkeypatch):
         raise AssertionError("not called")
 
     # Earlier tests replaced the stock functions: the checks read the stock ones.
-    if "foreach_reduce" in tide._fsdp_calls.replaced():
-        monkeypatch.setitem(tide._fsdp_calls._installed, "foreach_reduce", foreach_reduce)
+    if "foreach_reduce" in tide._fsdp_patches.stock_calls():
+        monkeypatch.setitem(tide._fsdp_patches._STOCK_CALLS, "foreach_reduce", foreach_reduce)
     else:
         monkeypatch.setattr(param_group, "foreach_reduce", foreach_reduce)
     with pytest.raises(_fsdp_compat.UnsupportedTorch, match="foreach_reduce"):
-        _fsdp_compat.check(tide._fsdp_calls.replaced())
+        _fsdp_compat.check(tide._fsdp_patches.stock_calls())
     model = _model()
     fully_shard(model)
     with pytest.raises(tide.fsdp.UnsupportedTorch):
@@ -188,5 +188,5 @@ def test_version_check_refuses_other_internals(monkeypatch):
 
 
 def test_version_check_accepts_this_torch():
-    layout = _fsdp_compat.check(tide._fsdp_calls.replaced())
+    layout = _fsdp_compat.check(tide._fsdp_patches.stock_calls())
     assert layout.name in {"torch 2.11", "torch 2.12+"}

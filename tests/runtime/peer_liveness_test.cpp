@@ -1,4 +1,4 @@
-// NOTE [peer liveness] (src/runtime/peer_liveness.hpp) with forked ranks over a FileStore: live
+// NOTE [peer liveness] (docs/runtime.md) with forked ranks over a FileStore: live
 // peers stay alive across many periods, a peer on another host that is killed or stopped is
 // reported by every other rank within timeout + period (its pid is never consulted: every rank
 // is given a host of its own), a published failure travels within a period, an orderly close

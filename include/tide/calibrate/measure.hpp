@@ -34,10 +34,8 @@ struct MeasureOptions {
 // True when this build has the CUDA backend.
 bool have_cuda_backend();
 
-// Measures every rate it can on `options.device` and fills the rest from `options`. Throws
-// tide::Unsupported with one line ("no CUDA device found ...: run it on a GPU machine ...")
-// when there is no usable device or the build has no CUDA; tide::CudaError on a CUDA failure.
-// Progress lines go to `log` when it is not null.
+// Measures every rate it can on `options.device`, the rest from `options`; progress to `log`.
+// tide::Unsupported (one line) without a usable device or CUDA build; tide::CudaError.
 Calibration measure(const MeasureOptions& options, std::ostream* log = nullptr);
 
 // The values `measure` cannot take on this machine, from the options (source "given").

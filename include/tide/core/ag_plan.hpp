@@ -1,22 +1,12 @@
-// The TIDE-AG plan (Sec. 3.1): which shard slots move in which round, and the copy
-// descriptors that scatter them to their parameter-major landing (Eq. 2).
-//
-// Single node (M = 1): rank r copies its P shard pieces to their landing on every local
-// GPU: one batched copy of P descriptors per destination (L unicast destinations, or one
-// multicast destination in the gated multicast form).
-//
-// Multi-node: Bruck recursive doubling over each rail in R = ceil(log2 M) rounds. In round
-// d, node n sends its first c_d = min(2^d, M - 2^d) accumulated slots to (n - 2^d) mod M and
-// receives as many from (n + 2^d) mod M into stage slots [2^d, 2^d + c_d). Slot i of node n
-// holds the shard of node (n + i) mod M on the same rail; slot 0 is the node's own shard
-// (the resident shard, or the cast output with mixed precision). Consecutive slots come from
-// consecutive nodes, so within parameter p their landings advance by L * s_p while their
-// stage rows advance by S: a run of >= 4 slots (not crossing the wrap back to node 0)
-// becomes one strided copy per parameter. The last round is split into at most four groups
-// so scatters start before it has fully arrived.
-//
-// Pacing (Sec. 3.1): round d >= 1 starts when its target confirms that the heads of round
-// d - 1 arrived; a transfer is a head (8 MiB of heads per round by default) then a tail.
+// The TIDE-AG plan (Sec. 3.1): which shard slots move in which round, and the copies that scatter
+// them to their parameter-major landing (Eq. 2). M = 1: rank r copies its P shard pieces to their
+// landing on every local GPU (P descriptors per destination). M > 1: Bruck recursive doubling over
+// each rail in ceil(log2 M) rounds; round d sends the first c_d = min(2^d, M - 2^d) slots to
+// (n - 2^d) mod M and receives as many from (n + 2^d) mod M into stage slots [2^d, 2^d + c_d).
+// Slot i holds node (n + i) mod M's shard (slot 0 the own). A run of >= min_strided_run slots not
+// crossing the wrap is one strided copy per parameter (landing pitch L s_p, stage pitch S); the
+// last round is split into at most max_last_round_groups. Round d >= 1 waits for its target's
+// confirmation of round d - 1's heads (head then tail, head_bytes per round). See docs/core.md.
 #pragma once
 
 #include <cstdint>
@@ -28,9 +18,8 @@ namespace tide {
 
 struct AgOptions {
   bool mixed_precision_cast = false;  // fp32 master shards cast into stage slot 0
-  // The rank's shard arrives with each call as per-parameter tensors of the all-gather dtype,
-  // copied into stage slot 0 (no resident shard: the slot is shared by a communicator's
-  // groups, NOTE [communicator arena]). Implied by mixed_precision_cast.
+  // The shard arrives per call as per-parameter tensors copied into stage slot 0 (no resident
+  // shard). Implied by mixed_precision_cast.
   bool staged_shards = false;
   // Where the rank's own shard (slot 0) is read from: stage slot 0, or the resident shard.
   bool shard_in_stage() const { return mixed_precision_cast || staged_shards; }
@@ -90,9 +79,7 @@ class AgPlan {
   // Receive stage: (M - 1) S bytes, or M S with the mixed-precision cast (slot 0 staged);
   // none on one node (one_node()).
   std::int64_t stage_bytes() const;
-  // NOTE [one-node TIDE-AG] (program/ag_builder.cpp): at M = 1 with the shard given per call
-  // (cast or staged), the rank casts or copies it straight into its own rows of its landing,
-  // and the scatter carries those rows to the peers' landings: no receive stage.
+  // NOTE [one-node TIDE-AG] (program/ag_builder.cpp): M = 1 with the shard per call: no stage.
   bool one_node() const { return layout_.topology().nodes() == 1 && options_.shard_in_stage(); }
   std::int64_t stage_slot_offset(int slot) const;
   int source_node(int node, int slot) const;  // (n + slot) mod M

@@ -1,44 +1,22 @@
 // The reference arithmetic of TIDE: bf16 conversion and the exact order of every fp32
 // operation in TIDE-RS and in the mixed-precision all-gather cast.
-//
 // NOTE [arithmetic order]
-// Both executors (CPU reference and CUDA) and every kernel follow this order, so they are
-// bitwise identical for the same plan and inputs (architecture invariant 1; paper Sec. 4.3).
-// All operations are IEEE-754 binary32 with round-to-nearest-even, never contracted into
-// fused multiply-adds (host code builds with -ffp-contract=off; kernels use __fadd_rn and
-// __fmul_rn). Any NaN an operation produces is the canonical quiet NaN 0x7FFFFFFF (what
-// the GPU produces; x86 would propagate a payload), and bf16 NaN is 0x7FFF.
-//
-//   Level 1 (Sec. 4.1), for one element of one destination rank, computed by the owner j
-//   of its sub-slice on the contributing node:
-//     acc  = x[l0]                       l0 < l1 < ... the local ranks other than j,
-//     acc  = acc + x[l1] ... + x[lL-2]   in increasing local-rank order (staged copies),
-//     acc  = acc + x[j]                  then the owner's own contribution (read in place),
-//     part = alpha * acc                 one multiply; alpha folds FSDP2's divide factors.
-//   With L = 1 there are no staged copies: acc = x[j]. bf16 inputs are widened exactly.
-//
-//   Level 2 (Sec. 4.2), for one element of the output shard of destination rank r:
-//     contributors c = 1..M (c = M is the own node) are split in increasing order into
-//     waves of at most W_wave (Prop. 4.1); for wave w with contributors c_a < ... < c_b:
-//       wave = part[c_a] + part[c_a+1] + ... + part[c_b]     left to right,
-//       out  = (w == 0 && !accumulate) ? wave : out + wave.
-//   A single node (M = 1) is one wave with one contributor: out = acc ? out + part : part.
-//   The one-node layout (NOTE [one-node TIDE-RS]) computes exactly that in its Level 1 sum, but
-//   writes padding elements (rows past D_p) as +0 whether accumulating or not, as the Level 1
-//   kernel and the expert-parallel lane do; the multi-node layout's landing leaves out + 0.
-//   A multimem landing (switch reduction, never run on our machines) sums a wave in the
-//   switch's order and is therefore not bitwise comparable with the pull landing.
-//
-//   Expert-parallel lane (App. F, L_sub = 1, M x 1 with M <= 8), for one element of the
-//   output shard of rank r: the fixed 8-source sum adds the M - 1 arriving bf16 values in
-//   contributor order c = 1..M-1 (rank (r - c) mod M, Eq. 6), then r's own, exactly as Level 1
-//   adds staged and own values: part = level1_partial(arrivals, own, alpha); out = accumulate ?
-//   out + part : part. With alpha = 1 and no accumulation this is TIDE-RS's own order on M x 1
-//   (Level 2 over waves of one contributor) bit for bit; otherwise alpha scales the sum once
-//   instead of each contribution, so the lane and TIDE-RS's M x 1 plan may differ in the last
-//   bit (both within the float64 tolerance).
-//
+// Every executor and kernel follows this order, so all are bitwise identical for the same
+// plan and inputs (invariant 1; Sec. 4.3): IEEE-754 binary32, round-to-nearest-even, never
+// fused (-ffp-contract=off; __fadd_rn, __fmul_rn); every NaN produced is 0x7FFFFFFF (bf16 0x7FFF).
+//   Level 1 (Sec. 4.1), one element, by the owner j of its sub-slice on the contributing node:
+//     acc = x[l0] + x[l1] + ... + x[lL-2]   the other local ranks in increasing order, left to
+//     acc = acc + x[j]                      right, then the owner's own (L = 1: acc = x[j]);
+//     part = alpha * acc                    one multiply. bf16 inputs are widened exactly.
+//   Level 2 (Sec. 4.2), one element of rank r's output: contributors c = 1..M (M the own node)
+//   in increasing order, in waves of at most W_wave; per wave w, left to right:
+//     wave = part[c_a] + ... + part[c_b];  out = (w == 0 && !accumulate) ? wave : out + wave.
+//   M = 1: out = accumulate ? out + part : part; the one-node layout (NOTE [one-node TIDE-RS])
+//   writes padding as +0 either way. A multimem landing is not bitwise comparable.
+//   Expert-parallel lane (App. F): part = level1_partial(arrivals in contributor order, rank
+//   (r - c) mod M for c = 1..M-1, own, alpha); out = accumulate ? out + part : part.
 //   All-gather cast (Sec. 3.1): bf16 = round-to-nearest-even(fp32); NaN -> 0x7FFF.
+// Consequences (padding, the lane against TIDE-RS): docs/core.md, Arithmetic.
 #pragma once
 
 #include <bit>

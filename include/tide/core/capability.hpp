@@ -1,31 +1,12 @@
-// Capability agreement (Sec. 6.3): before a group's first call, every rank describes what it
-// wants to run and what its process can do; the launcher all-gathers the descriptions; every
-// rank then calls agree() on the same vector and reaches the same decision.
-//
-// NOTE [capability agreement]
-// A RankDescription has three kinds of fields:
-//   1. Agreed fields: the group signature (name, M x L, parameter shapes, dtypes), the plan
-//      options, the opt-ins, and the library versions that shape the protocol (TIDE's
-//      description format, CUDA runtime, NCCL). Every rank must hold the same value; the
-//      first field (in the fixed order of agreed_fields()) on which some rank differs from
-//      rank 0 aborts the group with InconsistentGroup naming that field, rank 0's value and
-//      the ranks that differ. This is the "inconsistent global capabilities abort" of Sec. 6.3.
-//   2. Reduced capabilities: what a rank's device and driver can do (compute capability,
-//      VMM, stream memory operations, copy-engine batches, symmetric windows, the NCCL
-//      device API, NVLink multicast). They may differ between ranks (a mixed cluster) and
-//      are combined: minimum of numbers, AND of flags. The group can use what all ranks have.
-//   3. Identity: the rank (must equal its index in the gathered vector), the world size
-//      (must equal the vector's length) and a host id (ranks of one declared node must share
-//      a host: a node is one NVSwitch domain, Sec. 2.1).
-// An agreed, well-formed group that TIDE cannot run (more than 256 parameters, L > 8, a
-// declared M x L that does not match the world, a node spanning hosts, a device or library
-// without what TIDE needs, plan options a plan constructor refuses) falls back to stock
-// collectives; Decision::reason is the one-line reason, the same on every rank.
-// NVLink multicast is never used unless every rank opted in AND every rank is capable
-// (Decision::use_multicast); both default to off (architecture: hardware rules).
-//
-// agree() is a pure function of the vector: no clocks, no environment, no hashing of
-// pointers. Every rank deserialises the same bytes, so every rank decides the same.
+// Capability agreement (Sec. 6.3): before a group's first call every rank describes what it wants
+// to run and can do, the launcher all-gathers the descriptions, and every rank's agree() on them
+// reaches the same decision. A RankDescription's fields are agreed (the group signature, plan
+// options, opt-ins and the protocol-shaping versions: the first that differs from rank 0's throws
+// InconsistentGroup naming it), reduced (device and driver capabilities: min of numbers, AND of
+// flags) or identity (rank, world, host id). A consistent group TIDE cannot run gets kStock and a
+// one-line reason, the same on every rank. NVLink multicast only where every rank opted in and is
+// capable. agree() is a pure function of the vector. The rules: NOTE [capability agreement] in
+// docs/core.md.
 #pragma once
 
 #include <cstdint>
@@ -62,15 +43,12 @@ struct GroupSignature {
   RsOptions rs;  // mode, W_wave, k, passes, staging
   AgOptions ag;  // cast, strided runs, last-round groups, head bytes
   int ag_stages = 2;
-  // The communicator's landing slot the group's all-gathers land in (NOTE [communicator
-  // arena]); groups of one slot alias. -1: a slot of its own.
+  // The group's landing slot (NOTE [communicator arena]); -1: its own.
   int landing_slot = -1;
   bool multicast_opt_in = false;  // NVLink multicast: off unless the user asks for it
-  // The group runs on the host backend (CPU processes of one host, shared memory): no GPU,
-  // NCCL or device feature is needed, only a plan TIDE accepts.
+  // The host backend: no GPU, NCCL or device feature needed, only a plan TIDE accepts.
   bool host_transport = false;
-  // The group runs on the ipc backend (GPU processes of one host, windows shared through CUDA
-  // IPC, NOTE [ipc fabric]): the GPU features are needed, NCCL's are not.
+  // The ipc backend (NOTE [ipc fabric]): GPU features needed, NCCL's not.
   bool ipc_transport = false;
 };
 
@@ -100,8 +78,8 @@ struct RankDescription {
   RankCapabilities caps;
 };
 
-// Compact little-endian encoding with a magic and the format version; the launcher
-// all-gathers these bytes. deserialize throws InvalidArgument on truncated or malformed input.
+// Little-endian encoding with a magic and the format version (what the launcher all-gathers);
+// deserialize throws InvalidArgument on malformed input.
 std::string serialize(const RankDescription& description);
 RankDescription deserialize(std::string_view bytes);
 
@@ -109,8 +87,7 @@ RankDescription deserialize(std::string_view bytes);
 // compares them ("group.params[3].rows", "caps.nccl_version", ...).
 std::vector<std::pair<std::string, std::string>> agreed_fields(const RankDescription& d);
 
-// Descriptions disagree: the group cannot be run by TIDE nor safely by a fallback that
-// assumes the same shapes. Every rank throws the same message.
+// Descriptions disagree: neither TIDE nor a fallback can run the group. Same on every rank.
 class InconsistentGroup : public std::runtime_error {
  public:
   InconsistentGroup(std::string field, std::vector<int> ranks, const std::string& message)
@@ -133,8 +110,7 @@ enum class FallbackReason : std::uint8_t {
   kWorldMismatch,      // M x L != the launcher's world
   kNodeSpansHosts,     // a declared node's ranks are on different hosts
   kLayout,             // empty group, non-positive extent, byte overflow
-  kPlanOptions,        // an RsPlan / AgPlan / ag_stages option out of range, or a plan the
-                       // plan validator rejects (Prop. 4.1, App. D)
+  kPlanOptions,        // a plan option out of range, or a plan the validator rejects
   kComputeCapability,  // some rank below sm_90 or without enough shared memory
   kNccl,               // some rank without NCCL >= 2.28, symmetric windows or the device API
   kDeviceFeatures,     // some rank without VMM or stream memory operations
@@ -170,9 +146,8 @@ struct Decision {
   bool operator==(const Decision& other) const;
 };
 
-// Decides for the whole group from every rank's description, indexed by rank. Throws
-// InvalidArgument for an empty vector and InconsistentGroup for disagreeing descriptions.
-// `log`, when given, receives the one-line decision (pass it on one rank to log once).
+// The group's decision from every rank's description (by rank). InvalidArgument (empty),
+// InconsistentGroup; `log` receives the one-line decision.
 Decision agree(const std::vector<RankDescription>& descriptions,
                const std::function<void(std::string_view)>& log = {});
 

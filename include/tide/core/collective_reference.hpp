@@ -1,7 +1,6 @@
-// The reduce-scatter's expected output, computed directly from its definition (Eq. 5) and
-// independent of programs and executors: in TIDE's arithmetic order for a given plan
-// (NOTE [arithmetic order]: bitwise what every executor must produce), and in float64 (the
-// accuracy reference, Sec. 4.3).
+// The reduce-scatter's expected output from its definition (Eq. 5), independent of programs
+// and executors: in TIDE's order for a plan (NOTE [arithmetic order]: bitwise what executors
+// must produce), and in float64 (the accuracy reference, Sec. 4.3).
 #pragma once
 
 #include <cstddef>
@@ -14,8 +13,7 @@
 
 namespace tide {
 
-// One rank's per-parameter gradients as float values (exactly representable in the
-// group's gradient dtype): [param][D_p * K_p], row-major (D_p, K_p).
+// One rank's gradients, [param][D_p * K_p] row-major, exact in the gradient dtype.
 using RankGrads = std::vector<std::vector<float>>;
 
 // A standard-normal value rounded to `dtype` (bf16 values are exactly representable).
@@ -23,12 +21,10 @@ float random_value(std::mt19937_64& rng, DType dtype);
 // Fresh standard-normal gradients for every rank, in the layout's gradient dtype.
 std::vector<RankGrads> random_grads(std::mt19937_64& rng, const GroupLayout& layout);
 
-// Stores `values` in `dtype` (bf16 as 16-bit words, little-endian) into `out`, which holds
-// exactly values.size() items.
+// Stores `values` in `dtype` (bf16: 16-bit words, little-endian) into `out`, exactly sized.
 void store_values(std::span<const float> values, DType dtype, std::span<std::byte> out);
 
-// The gradient of `rank` that feeds span element `e` of destination rank `destination`'s
-// output, or nullptr where that element is padding (rows past D_p).
+// `rank`'s gradient feeding element `e` of `destination`'s output; nullptr for padding.
 const float* grad_at(const GroupLayout& layout, const std::vector<RankGrads>& grads, int rank,
                      int destination, std::int64_t e);
 
@@ -38,10 +34,8 @@ std::vector<std::vector<float>> rs_expected(const RsPlan& plan, const std::vecto
                                             float alpha, bool accumulate,
                                             const std::vector<std::vector<float>>& initial);
 
-// out[r][e] of Eq. 5 in the expert-parallel lane's order (NOTE [arithmetic order], lane;
-// program/ep_lane.hpp) for an M x 1 `layout`: per element of rank r, the other ranks' values in
-// contributor order c = 1..M-1 (rank (r - c) mod M), then r's own, summed and scaled as Level 1
-// sums (arith::level1_partial); out = accumulate ? out + part : part; padding is +0.
+// out[r][e] of Eq. 5 in the expert-parallel lane's order (NOTE [arithmetic order], lane) for
+// an M x 1 `layout`; padding is +0.
 std::vector<std::vector<float>> ep_rs_expected(const GroupLayout& layout,
                                                const std::vector<RankGrads>& grads, float alpha,
                                                bool accumulate,

@@ -1,13 +1,9 @@
 // TIDE's environment variables, declared once.
-//
 // NOTE [environment knobs]
-// Every TIDE_* environment variable is one line of kEnvKnobs below: its name, its default
-// (what holds when it is unset or empty) and its meaning, in the manner of NCCL_PARAM. Code
-// reads a TIDE_* variable only through env::value() / env::flag() / env::positive_seconds(),
-// which refuse a name the table does not declare; shell scripts read only declared names.
-// `tide --help-env` prints the table, docs/environment.md is generated from it
-// (scripts/check_source.py --write-env-doc), and scripts/check_source.py (a CTest) checks
-// that every TIDE_* variable named in the sources is declared and that the page matches.
+// Every TIDE_* variable is one line of kEnvKnobs: name, default (when unset or empty), meaning
+// (as NCCL_PARAM). Code reads them only through env::value() / flag() / positive_seconds(),
+// which refuse undeclared names (shell scripts read only declared ones). `tide --help-env`
+// prints the table; docs/environment.md is generated from it; scripts/check_source.py checks.
 #pragma once
 
 #include <cstdlib>

@@ -1,8 +1,6 @@
-// Errors raised by TIDE.
-//
-// Every message is one line that names the offending value, the limit it broke and, where
-// there is one, what to do instead. Front ends (the `tide` CLI, the future Python binding)
-// print the message and map the type to an exit status or exception class.
+// Errors raised by TIDE. Every message is one line that names the offending value, the limit it
+// broke and, where there is one, what to do instead. Front ends (the `tide` CLI, the future Python
+// binding) print the message and map the type to an exit status or exception class.
 #pragma once
 
 #include <stdexcept>
@@ -23,9 +21,8 @@ class Unsupported : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// A collective could not complete: a peer died or stalled past the timeout, or the
-// communicator was aborted (fail-stop, Sec. 7.5). Every later call on that communicator
-// raises it too. The message names the rank and the wait that failed.
+// A collective could not complete (a dead or stalled peer, an abort; fail-stop, Sec. 7.5); every
+// later call on that communicator raises it too. Names the rank and the wait that failed.
 class CommunicationError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

@@ -1,13 +1,11 @@
 // The layout of one FSDP2 parameter group (Sec. 2.1, Eqs. 2-3).
-//
 // Parameter p is viewed as a (D_p, K_p) matrix sharded along dimension 0 over N ranks:
 //   R_p = ceil(D_p / N)              padded rows per rank (rows past D_p are padding)
 //   s_p = R_p * K_p * b_ag            shard bytes;  o_p = sum_{i<p} s_i;  S = sum_p s_p
 //   Landing(p, r) = o_p * N + r * s_p the parameter-major landing offset (Eq. 2)
 //   S_grad = b_grad * sum_p R_p K_p,  S_fp32 = 4 * sum_p R_p K_p
 //   B_pack = 4 * sum_p N R_p K_p = (4 / b_grad) * N * S_grad   (FSDP2's packing buffer, Eq. 3)
-// The reduce-scatter output of rank r is the fp32 concatenation of its P shards, so
-// parameter p starts at element e_p = sum_{i<p} R_i K_i of that S_fp32-byte buffer.
+// Rank r's reduce-scatter output concatenates its P fp32 shards: p at e_p = sum_{i<p} R_i K_i.
 #pragma once
 
 #include <cstdint>

@@ -10,17 +10,11 @@
 //    this wave's partial or zeros (NOTE [stale-block zeroing]), and no zeroing touches a
 //    block the wave writes;
 //  - outbox safe: the outbox block a destination reuses was sent in an earlier round.
-// The validator re-derives each property by simulation from the plan's own tables; it does
-// not trust the proof.
-//
-// A TIDE-AG plan (Sec. 3.1) is accepted only if its Bruck rounds receive every slot 1..M-1
-// exactly once, each round forwards only slots its sender already holds, its slot groups
-// tile the rounds in arrival order, and every node's scatter copies place each (parameter,
-// slot) exactly once at its Eq. 2 landing.
-//
-// Every path that builds a program from a plan checks it first: the builders throw
-// InvalidArgument (bad input; the CLI exits 2 with the reason), the runtime asks
-// *_plan_fallback_reason() and keeps FSDP2's stock collective when it gets one.
+// Each property is re-derived by simulation from the plan's tables, not from the proof. A
+// TIDE-AG plan (Sec. 3.1) is accepted only if its rounds receive every slot 1..M-1 once, each
+// forwards only slots its sender holds, its slot groups tile the rounds in arrival order, and
+// every scatter places each (parameter, slot) once at its Eq. 2 landing. Builders check first
+// (InvalidArgument); the runtime asks *_plan_fallback_reason() and keeps stock on a reason.
 #pragma once
 
 #include <cstdint>
@@ -40,8 +34,7 @@ struct ValidationResult {
 ValidationResult validate_rs_plan(const RsPlan& plan);
 ValidationResult validate_ag_plan(const AgPlan& plan);
 
-// Why the plan must not run (one line: the first violation), or nothing when it is accepted.
-// Never throws: the runtime calls these to decide on a fallback to the stock collective.
+// The first violation (one line), or nothing when accepted. Never throws (the runtime's test).
 std::optional<std::string> rs_plan_fallback_reason(const RsPlan& plan) noexcept;
 std::optional<std::string> ag_plan_fallback_reason(const AgPlan& plan) noexcept;
 
@@ -49,8 +42,8 @@ std::optional<std::string> ag_plan_fallback_reason(const AgPlan& plan) noexcept;
 void require_valid_plan(const RsPlan& plan);
 void require_valid_plan(const AgPlan& plan);
 
-// The exhaustive sweep of App. D: every (M, W_wave, k, mode) in the given ranges at a fixed
-// L, on a one-parameter group whose span fills every sub-slice. Runs on all hardware threads.
+// App. D's exhaustive sweep: every (M, W_wave, k, mode) in the ranges at a fixed L, on a
+// one-parameter group filling every sub-slice, on all hardware threads.
 struct SweepRanges {
   int min_nodes = 2, max_nodes = 1024;
   int gpus_per_node = 8;
@@ -64,8 +57,7 @@ struct SweepResult {
   std::int64_t plans = 0;
   std::int64_t accepted = 0;
   std::int64_t rejected = 0;
-  // Accepted plans that a second, independent check (a brute-force collision scan over
-  // explicit (wave, sub-slice) -> GPU assignments) finds faulty. Must be zero.
+  // Accepted plans an independent brute-force collision scan finds faulty. Must be zero.
   std::int64_t violations = 0;
   std::string first_rejection;  // example reason, for the report
   double seconds = 0;

@@ -1,6 +1,5 @@
-// Whether a process of this host still runs, for naming a dead peer (NOTE [runtime] 5), this
-// host's name, and TIDE's one process launcher: start N children, wait for them all, and stop
-// the rest past a deadline or a failure (tide check-runtime's ranks, tide-nccl's --spawn).
+// Whether a process of this host runs (NOTE [runtime] 5), this host's name, and TIDE's one
+// process launcher (start N children, wait for all, stop the rest past a deadline or failure).
 #pragma once
 
 #include <sys/types.h>
@@ -19,14 +18,12 @@ std::string host_name();
 // False for a pid that is absent, a zombie or dead (read from /proc/<pid>/stat).
 bool process_alive(int pid);
 
-// A child that runs `body` in a fork of this process (no exec: nothing CUDA may have been
-// initialised before) and exits with its return (std::_Exit). With `die_with_parent` the child
-// is killed (SIGKILL) when its parent ends. Throws tide::InvalidArgument where fork fails.
+// A fork running `body` (no exec: CUDA must not be initialised before) that _Exits with its
+// return; with `die_with_parent` SIGKILLed when the parent ends. InvalidArgument if fork fails.
 pid_t fork_child(const std::function<int()>& body, bool die_with_parent);
 
-// A child that runs `path` with `argv` (argv[0] included) and exactly the environment `env`
-// ("NAME=value" each), started by posix_spawn. Throws std::runtime_error, `what` then the
-// error, where it cannot start.
+// posix_spawn of `path` with `argv` (argv[0] included) and exactly `env` ("NAME=value");
+// std::runtime_error (`what`, then the error) where it cannot start.
 pid_t spawn_child(const std::string& path, const std::vector<std::string>& argv,
                   const std::vector<std::string>& env, const std::string& what);
 
@@ -35,8 +32,7 @@ struct WaitPolicy {
   std::chrono::milliseconds poll{5};
   // Past it, every child still running is killed (SIGKILL).
   std::optional<std::chrono::steady_clock::time_point> deadline;
-  // Once this has passed after the first child that did not exit 0, the children still
-  // running get SIGTERM (on_stop is called once), then SIGKILL 5 s later.
+  // This long after the first child that did not exit 0: SIGTERM (on_stop once), 5 s later SIGKILL.
   std::optional<std::chrono::seconds> failure_grace;
   std::function<void(int index, int wait_status)> on_exit;  // each child as it ends
   std::function<void()> on_stop;
@@ -48,9 +44,8 @@ struct ChildExit {
   double seconds = 0;
 };
 
-// Starts `count` children, child i by `start(i)` (fork_child or spawn_child), and waits for
-// them all under `policy`. Where a start throws, the children already started are killed
-// (SIGKILL) and the error propagates.
+// Starts `count` children by `start(i)` and waits for all under `policy`; where a start throws,
+// the started ones are SIGKILLed and the error propagates.
 std::vector<ChildExit> run_processes(int count, const std::function<pid_t(int)>& start,
                                      const WaitPolicy& policy);
 

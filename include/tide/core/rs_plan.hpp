@@ -1,39 +1,18 @@
-// The TIDE-RS plan (Sec. 4.1-4.2, 5.2-5.3): who reduces which sub-slice, where each node
-// partial lands, which contributors share a wave and a network round, and how much staging
-// the two memory modes need.
-//
-// Output (Eq. 5): rank r's fp32 shard out_r is the concatenation over p of R_p K_p elements
-// (the "span", E_live = sum_p R_p K_p elements). A destination node's L spans are cut into
-// L sub-slices, each of `block_rows()` rows (one per destination rank it covers) of E_sub
-// elements; each sub-slice is cut into n_part pass parts of E_pass elements. Pass q handles
-// part q of every sub-slice, so an element's sub-slice, and with it its Level 1 owner and
-// the order of its sums, do not depend on n_part (NOTE [arithmetic order]). Three geometries
-// (RsSubSlices, NOTE [sub-slice geometry] in rs_plan.cpp):
-//   across ranks (Sec. 4.1): sub-slice s is part s of every destination rank's span: L rows
-//     of E_sub = ceil(E_live / L) elements (rounded up to the vector width; the last live
-//     sub-slices may be short or empty), read from a gradient as one strided descriptor;
-//   per rank: sub-slice s is destination rank s's whole span: 1 row of E_live elements
-//     (rounded up), read from a gradient as 1-D descriptors;
-//   node-contiguous: the node's L spans laid out parameter by parameter as the gradients
-//     hold them (rank-major inside a parameter), cut into L parts of E_live elements: 1 row,
-//     1-D reads, as many descriptors as across ranks; a destination rank's elements of one
-//     sub-slice are several runs (landing_runs()).
-// Sub-slice columns are span elements, except node-contiguous: node-flat elements (element
-// k of parameter p's node region is rank k / s_p's element k mod s_p of p's shard).
-//
-// Level 1 (Sec. 4.1): for destination node t, local GPU j of sender node n owns sub-slice
-//   s = (j + c_bar) mod L   (Eq. 7),  c = c(t, n) (Eq. 6), c_bar = c mod M,
-// for the destination ranks of t it covers. The other L - 1 local ranks push their gradient
-// pieces into j's staging (across ranks: one strided descriptor per rank-run, plus a tail for
-// a padded row; otherwise one 1-D descriptor per piece, its real prefix); j reads its own
-// contribution in place and sums into an outbox block of block_rows() rows x E_pass fp32.
-//
-// Level 2 (Sec. 4.2): the block travels over rail j to inbox block s of rank (t, j), so on
-// a destination node contributor c of sub-slice s sits on GPU j(s, c) = (s - c_bar) mod L
-// (Eq. 8). Contributors c = 1..M (c = M the own node) form waves of at most W_wave, network
-// rounds carry at most k transfers and never cross a wave, and wave g uses inbox
-// generation g mod n_par (n_par = 1 for a single-wave schedule, 2 otherwise).
-// See NOTE [stale-block zeroing] in rs_plan.cpp for the zeroing rule.
+// The TIDE-RS plan (Sec. 4.1-4.2, 5.2-5.3): who reduces which sub-slice, where each partial lands,
+// which contributors share a wave and a round, and the two memory modes' staging. Output (Eq. 5):
+// rank r's fp32 shard concatenates its R_p K_p elements (the span, E_live). A destination node's L
+// spans are cut into L sub-slices of block_rows() rows and E_sub columns, each into n_part pass
+// parts of E_pass; pass q handles part q of every sub-slice, so owners and sum orders do not depend
+// on n_part. The geometry (NOTE [sub-slice geometry] in rs_plan.cpp) picks the rows: L across
+// ranks, else 1 (node-contiguous columns are node-flat elements: k of p's node region is rank k /
+// s_p's element k mod s_p; a rank's elements are landing_runs()). Level 1 (Sec. 4.1): for
+// destination node t, GPU j of node n owns sub-slice s = (j + c_bar) mod L (Eq. 7; c = c(t, n), Eq.
+// 6; c_bar = c mod M); the other L - 1 ranks push their pieces into j's staging, j reads its own in
+// place and sums into an outbox block. Level 2 (Sec. 4.2): the block goes over rail j to inbox
+// block s of rank (t, j): contributor c of sub-slice s sits on GPU (s - c_bar) mod L (Eq. 8).
+// Contributors c = 1..M (M the own node) form waves of at most W_wave; rounds carry at most k
+// transfers within a wave; wave g uses generation g mod n_par (1 for one wave, else 2). Zeroing:
+// NOTE [stale-block zeroing] in rs_plan.cpp.
 #pragma once
 
 #include <array>
@@ -65,34 +44,23 @@ RsSubSlices parse_sub_slices(std::string_view text);
 struct RsOptions {
   int wave_width = 0;   // W_wave; 0 selects L
   int round_width = 4;  // k: concurrent rail transfers per round
-  // Network rounds in flight: round i's sends start once round i - d's arrivals are in
-  // (d = 1: lockstep, each round waits for its own arrivals; App. G's t_rnd then adds up over
-  // the rounds). Deeper pacing overlaps a round's wait with the next rounds' transfers. It
-  // changes no placement, wave or generation: inbox reuse stays gated by CREDIT, outbox reuse
-  // by SENT (Sec. 5.2), so App. D's guarantees hold for every d.
+  // Network rounds in flight d: round i's sends start once round i - d's arrivals are in
+  // (1: lockstep). Changes no placement, wave or generation (App. D holds for every d).
   int rounds_in_flight = 1;
   RsMode mode = RsMode::kInPlace;
-  // NOTE [sub-slice geometry]: node-contiguous measured faster on the host and the GPU
-  // (bench/results/runtime/README.md); across ranks is the paper's.
+  // NOTE [sub-slice geometry]: node-contiguous measured faster; across ranks is the paper's.
   RsSubSlices sub_slices = RsSubSlices::kNodeContiguous;
   int passes = 1;         // n_part
   int staging_slots = 2;  // n_stg
-  // Level 1 staging chunk (Sec. 4.1: staging is processed and reused in bounded chunks):
-  // columns per staged row, rounded up to the vector width; 0 stages a whole pass part.
+  // Level 1 staging chunk: columns per staged row, rounded up to the vector width; 0: a
+  // whole pass part.
   std::int64_t staging_chunk_elems = 0;
   int vector_elems = 4;  // E_sub alignment in fp32 elements (16 bytes)
-  // At M = 1, the one-node layout (NOTE [one-node TIDE-RS], program/rs_one_node.cpp): every
-  // rank owns its own rows (the per-rank geometry, whatever sub_slices says), and Level 1 sums
-  // them straight into its output: no spare, no landing, no outbox, no inbox. false keeps the
-  // multi-node layout at M = 1 (own-node spares and a pull landing). Ignored at M >= 2. The
-  // library's defaults set it (the CLI; the runtime on every backend, unless TIDE_ONE_NODE=0);
-  // a bare RsOptions keeps the multi-node layout.
+  // M = 1: the one-node layout (NOTE [one-node TIDE-RS]; Level 1 sums into the output, no
+  // spare, landing, outbox or inbox). Ignored at M >= 2; the library's defaults set it.
   bool one_node = false;
-  // One-node Slot-Reuse: the owners pull their rows from the peers' gradient areas, into which
-  // the program copies the gradients (NOTE [one-node TIDE-RS]). false: the peers push from
-  // wherever the gradients lie, as In-Place does; what the runtime runs, whose adapter moves
-  // Slot-Reuse gradients into the vacated slot itself (or reads them in place where another
-  // group holds the slot), so the reduce-scatter needs no gradient area of its own.
+  // One-node Slot-Reuse: owners pull from the peers' gradient areas (filled by the program);
+  // false: the peers push from wherever the gradients lie (the runtime's choice).
   bool one_node_pull = true;
 };
 
@@ -109,8 +77,8 @@ struct RsWave {
   int last_contributor = 0;
   int first_round = 0;  // rounds [first_round, first_round + round_count)
   int round_count = 0;
-  // Per destination GPU j (bit s = inbox block s): blocks this wave writes, and blocks that
-  // must be zeroed before it lands (NOTE [stale-block zeroing]). Entries j >= L are 0.
+  // Per destination GPU j, bit s = inbox block s: written by this wave, and to be zeroed
+  // before it lands (NOTE [stale-block zeroing]).
   std::array<std::uint8_t, kMaxGpusPerNode> written_blocks{};
   std::array<std::uint8_t, kMaxGpusPerNode> zeroed_blocks{};
   bool has_own_node = false;  // the own node (c = M) closes the last wave of each pass
@@ -129,15 +97,13 @@ struct RsPiece {
   int param = 0;
   std::int64_t span_begin = 0;
   std::int64_t span_end = 0;
-  // span_begin - e_p: element offset inside R_p K_p (node-contiguous: span_begin - L e_p,
-  // inside the node's L R_p K_p)
+  // span_begin - e_p (node-contiguous: - L e_p), the offset inside p's elements
   std::int64_t param_offset = 0;
   std::int64_t length() const { return span_end - span_begin; }
 };
 
-// Elements of one destination rank in one pass part of a sub-slice: `length` elements at
-// `column` of block row `row` (columns counted from sub_slice_begin) are the rank's output
-// span elements from `span_offset` on.
+// `length` elements of a destination rank at `column` (from sub_slice_begin) of block row
+// `row`: its output span elements from `span_offset` on.
 struct RsLandingRun {
   int row = 0;
   std::int64_t column = 0;
@@ -164,8 +130,7 @@ struct RsMemory {
 
 class RsPlan {
  public:
-  // Throws InvalidArgument for options out of range (W_wave outside 1..L, k < 1, ...).
-  // Does not check collision freedom: PlanValidator does (App. D).
+  // InvalidArgument for options out of range; collision freedom is PlanValidator's (App. D).
   RsPlan(const GroupLayout& layout, RsOptions options);
 
   const GroupLayout& layout() const { return layout_; }
@@ -177,12 +142,10 @@ class RsPlan {
   int generations() const { return generations_; }                   // n_par
   std::int64_t sub_slice_elems() const { return sub_slice_elems_; }  // E_sub
   RsSubSlices geometry() const { return options_.sub_slices; }
-  // The one-node layout (RsOptions::one_node at M = 1): per-rank geometry, one wave of the own
-  // node, and Level 1 sums into the output (NOTE [one-node TIDE-RS]).
+  // The one-node layout (RsOptions::one_node at M = 1, NOTE [one-node TIDE-RS]).
   bool one_node() const { return one_node_; }
-  // Rows of a sub-slice (and of a staging chunk, outbox, inbox and spare block): L across
-  // ranks, 1 otherwise. Gradient reads of row k start at destination local rank
-  // first_row_rank(s) + k (node-contiguous: row 0 starts at local rank 0 and runs on).
+  // Rows of a sub-slice and of every block: L across ranks, else 1. Row k reads from local
+  // rank first_row_rank(s) + k (node-contiguous: row 0 from rank 0, running on).
   int block_rows() const { return block_rows_; }
   int first_row_rank(int s) const { return options_.sub_slices == RsSubSlices::kPerRank ? s : 0; }
   // Columns of all sub-slices together: E_live, or L E_live node-contiguous.
@@ -210,13 +173,13 @@ class RsPlan {
   int outbox_block(int destination) const;
   int round_of_destination(int destination) const;  // 0-based round index of destination J
 
-  // Columns [begin, end) of pass q's part of sub-slice s, clipped to sub_slice_space() (the
-  // same columns in every row of the sub-slice).
+  // Columns [begin, end) of pass q's part of sub-slice s (every row), clipped to the space.
   std::int64_t sub_slice_begin(int pass, int s) const;
   std::int64_t sub_slice_end(int pass, int s) const;
   std::vector<RsPiece> pieces(int pass, int s) const;
-  // Elements of `piece` that the gradient really holds for the row starting at destination
-  // rank r (rows past D_p are padding); node-contiguous rows run on past rank r's shard.
+  // pieces(pass, s) clipped to columns [begin, end): a chunk's or a fill's pieces.
+  std::vector<RsPiece> pieces(int pass, int s, std::int64_t begin, std::int64_t end) const;
+  // Elements of `piece` the gradient holds for the row starting at rank r (not padding).
   std::int64_t valid_length(const RsPiece& piece, int destination_rank) const;
 
   // Level 1 copy descriptors issued by one sender rank per call, and the maximum over ranks.
@@ -228,8 +191,7 @@ class RsPlan {
 
   RsMemory memory() const;
 
-  // Fault injection: lets tests break a plan's wave tables (drop a zeroing, move a
-  // contributor) to prove the validator catches it. Never used by planners or executors.
+  // For tests only: break the wave tables to prove the validator catches it.
   std::vector<RsWave>& waves_for_fault_injection() { return waves_; }
 
  private:

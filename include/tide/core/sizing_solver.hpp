@@ -4,12 +4,10 @@
 //   C_sum = ceil(gamma_skew * (L b_grad / 4 + 1) * BW_NIC / BW_sum)                  (Eq. 13)
 //   C_mc  = min(floor(BW_cap / BW_land),
 //               ceil((S_fp32 / n_part) / (eta_tail * t_NIC * BW_land)))             (Eq. 14)
-//   k starts at min(2, M - 1, k_max) and doubles up to k_max = 4 while
-//   N_rounds(M - 1, k, W_wave) * t_rnd > 0.10 * t_NIC and doubling reduces the round count.
-//   Rounds in flight d (ours, not the paper's): when the rounds' waits still exceed that
-//   budget at the final k, d = 1 + ceil(t_rnd / t_round), t_round = t_NIC / N_rounds the
-//   transfer time of one round, so each round's wait hides behind the next d - 1 rounds'
-//   transfers (capped at N_rounds and kMaxRoundsInFlight); otherwise d = 1 (lockstep).
+//   k: from min(2, M - 1, k_max), doubled up to k_max while N_rounds(M - 1, k, W_wave) t_rnd >
+//   0.10 t_NIC and doubling cuts rounds. d (ours): where the waits still exceed that budget,
+//   d = 1 + ceil(t_rnd / t_round), t_round = t_NIC / N_rounds (capped at N_rounds and
+//   kMaxRoundsInFlight); else d = 1.
 #pragma once
 
 #include <cstdint>

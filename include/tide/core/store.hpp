@@ -20,9 +20,8 @@ class Store {
   virtual std::string get(const std::string& key, std::chrono::milliseconds timeout) = 0;
 };
 
-// A store in a directory every process can reach (one file per key, written atomically by
-// rename). Fine for the processes of one host and for shared file systems with
-// close-to-open consistency.
+// A store in a directory every process can reach (one file per key, written atomically by rename).
+// Fine for the processes of one host and for shared file systems with close-to-open consistency.
 class FileStore final : public Store {
  public:
   explicit FileStore(std::filesystem::path directory);

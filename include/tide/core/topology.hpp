@@ -39,9 +39,8 @@ struct HostTopology {
   std::optional<Topology> topology;  // M x L, where it can be formed
   std::string refusal;               // why not (one line), when topology is empty
 };
-// `ids[r]`: rank r's host identity. The ranks of a host must be consecutive and every host
-// must hold as many, C; L is `gpus_per_node` where that divides C (emulated nodes inside a
-// host), or C where gpus_per_node is larger; M = ranks / L.
+// `ids[r]`: rank r's host. Hosts hold consecutive ranks, C each; L = gpus_per_node where it
+// divides C (emulated nodes), C where gpus_per_node is larger; M = ranks / L.
 HostTopology topology_of_hosts(std::span<const std::string> ids, int gpus_per_node);
 
 // Non-negative remainder: mod(-1, 5) == 4.

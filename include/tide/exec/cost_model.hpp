@@ -1,9 +1,6 @@
-// The reference executor's cost model: how long each op of a Program takes
-// on one H200 of the paper's evaluation platform, from named bandwidths and fixed costs.
-//
-// Every parameter is one field below with its default, unit and source; a JSON file may
-// override any subset (load_cost_model; unknown names are errors). How the fields make an op's
-// duration, and how shared links queue: NOTE [cost model] in docs/reference_executor.md.
+// The reference executor's cost model: each op's time on one H200 of the paper's platform,
+// from named bandwidths and fixed costs, one field each; a JSON file overrides any subset.
+// Durations and link sharing: NOTE [cost model] in docs/reference_executor.md.
 #pragma once
 
 #include <iosfwd>
@@ -14,8 +11,7 @@
 
 namespace tide::exec {
 
-// Rates in GB/s (1e9 B/s), times in microseconds. The source of every default (App. G, the
-// H200 measurements in bench/results/, or an assumption): docs/reference_executor.md.
+// Rates in GB/s (1e9 B/s), times in us; each default's source: docs/reference_executor.md.
 struct CostModel {
   double ce_copy_gbps = 2000.0;    // same-GPU copy-engine copy, 1-D, one direction
   double ce_copy_2d_gbps = 800.0;  // same-GPU copy-engine copy, strided 2-D
@@ -37,8 +33,7 @@ struct CostModel {
   double sm_copy_2d_gbps = 3932.0;
   double sm_copy_gbps = 3932.0;
   double sm_stream_cap_gbps = 2091.0;  // ceiling of a full-grid SM streaming kernel
-  // NCCL's ring inside a node: a hop per GPU and direction, the start of a collective's
-  // kernel, and the exposed part of a ring reduction step (fp32 output per channel).
+  // NCCL's ring in a node: link per GPU and direction, kernel start, exposed fold rate.
   double nccl_link_gbps = 279.0;
   double nccl_launch_us = 60.0;
   double nccl_fold_gbps = 724.0;
@@ -46,18 +41,16 @@ struct CostModel {
   bool share_links = true;
 };
 
-// The defaults above, with the fields named in `json_text` (a JSON object, names as above)
-// replaced. Throws InvalidArgument on malformed JSON, an unknown name, a wrong type or a
-// non-positive rate.
+// The defaults with the fields `json_text` (a JSON object) names replaced. InvalidArgument on
+// malformed JSON, an unknown name, a wrong type or a non-positive rate.
 CostModel parse_cost_model(const std::string& json_text);
 // Reads `path` and parses it as above; throws InvalidArgument if it cannot be read.
 CostModel load_cost_model(const std::string& path);
 // Every parameter as a JSON object (what load_cost_model reads back).
 std::string cost_model_json(const CostModel& model);
 
-// The modeled duration of one op in microseconds, without queueing on shared links and
-// without the host enqueue (NOTE [cost model] in docs/reference_executor.md). Waits include
-// the round wait when `network_round_wait` is set.
+// One op's modeled microseconds, without link queueing or host enqueue (NOTE [cost model]);
+// waits add the round wait with `network_round_wait`.
 double op_duration_us(const CostModel& model, const program::Op& op,
                       bool network_round_wait = false);
 

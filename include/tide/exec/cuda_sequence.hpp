@@ -214,7 +214,7 @@ class CudaSequenceRunner {
   std::int64_t repointed_launches() const;
   CudaSequenceCounts counts() const;
   // Why messages travel two-sided; empty where one-sided (NOTE [one-sided messages] in
-  // src/transport/one_sided.hpp). Fixed at construction, the same on every process.
+  // docs/executor.md). Fixed at construction, the same on every process.
   std::string one_sided_refusal() const;
   // "two-sided", "one-sided", "ipc-rendezvous", "test-rendezvous" or "test-one-sided"; empty
   // where calls send no messages. Fixed at construction.

@@ -1,8 +1,5 @@
-// The data effects of a program's ops (copies, the Level 1 sum, landings, casts, zero fills,
-// releases), in the exact arithmetic of NOTE [arithmetic order]. One implementation, shared by
-// every CPU executor: the reference executor (its simulated memory) and the host executor
-// (shared-memory arenas and the caller's tensors). bf16 values are 16-bit words, fp32 values
-// binary32, both little-endian.
+// The data effects of a program's ops in the arithmetic of NOTE [arithmetic order], shared by
+// every CPU executor (reference and host). bf16: 16-bit words; fp32: binary32; little-endian.
 #pragma once
 
 #include <cstddef>
@@ -24,11 +21,9 @@ class ByteSpace {
   virtual std::byte* at(const program::Buffer& buffer, std::int64_t offset) = 0;
 };
 
-// Applies `op`'s effect on memory; synchronisation ops do nothing. Overlapping source and
-// destination regions of a copy behave as if the source were read first (memmove).
-// kSum writes every element of dst: level1_partial(staged inputs in list order, the own
-// gradient element, alpha) inside its segments, +0 outside; kLand folds wave_sum(sources in
-// order) into dst with land(); kCast rounds fp32 to bf16; kRelease poisons its bytes.
+// Applies `op`'s effect on memory (copies as memmove; kSum: level1_partial inside its segments,
+// +0 outside; kLand: land(wave_sum(sources)); kCast: fp32 to bf16; kRelease poisons; sync ops:
+// nothing).
 void apply_data(const program::Op& op, ByteSpace& space);
 
 // Calls f(offset, bytes) for each contiguous run of `region`, rows merged when contiguous.

@@ -1,15 +1,11 @@
 // The host executor (architecture: exec/host): runs this process's rank's ops of one call
 // on CPU processes that share a host fabric. Real copies and the shared data effects
 // (data_effects.hpp), so outputs are bitwise equal to the reference executor's.
-//
-// Contract (the design, points 1-5: NOTE [host execution] in docs/runtime.md):
-// - run_host_call() runs the rank's ops on the calling thread, in the template's legal order, with
-//   this call's bindings, alpha and accumulate; the call is complete when it returns.
-// - Every rank must run the same calls in the same order: that order is what keeps the waits
-//   and the rail messages to other hosts from blocking for good.
-// - Fail-stop: a wait past the timeout, a dead peer or another rank's abort aborts the fabric
-//   and throws CommunicationError naming the rank and the wait.
-// - A put whose destinations are not all on its counter's rank is tide::Unsupported.
+// Contract (NOTE [host execution] in docs/runtime.md): run_host_call() runs the rank's ops on
+// the calling thread in the template's legal order, complete when it returns. Every rank runs
+// the same calls in the same order (what keeps waits and messages from blocking for good). A
+// timeout, dead peer or abort aborts the fabric and throws CommunicationError naming the rank
+// and the wait. A put whose destinations are not all on its counter's rank is Unsupported.
 #pragma once
 
 #include <chrono>
@@ -43,8 +39,7 @@ struct HostCallTag {
 struct HostSequencePlace {
   std::int64_t region_offset = 0;  // the group's region in every rank's arena
   int first_counter = 0;           // the sequence's counter 0 among the fabric's words
-  // The rail messages' transport (NOTE [host execution] 5), one per fabric; needed where some
-  // rank is on another host (tide::Unsupported otherwise).
+  // Rail messages' transport (NOTE [host execution] 5), one per fabric, for other hosts.
   transport::HostMessages* messages = nullptr;
 };
 
@@ -54,8 +49,7 @@ struct HostCallTraffic {
   std::int64_t bytes = 0;
 };
 
-// Runs this rank's ops of `call`. `counter_base[id]`: what earlier calls of the sequence
-// added to this rank's counter id (the caller advances it by the template's additions).
+// Runs this rank's ops of `call`; counter_base[id]: what earlier calls added to counter id.
 HostCallTraffic run_host_call(const program::CallTemplate& call, fabric::HostFabric& fabric,
                               const HostSequencePlace& place,
                               std::span<const std::int64_t> counter_base,

@@ -1,17 +1,7 @@
-// The CPU reference executor (architecture: exec/reference): runs every
-// rank's ops of a Program in one process as a deterministic discrete-event simulation, with
-// real data, seeded interleavings, race and deadlock detection, and the cost model's times.
-//
-// Use:
-//   ReferenceExecutor ex(program);                   // allocates every rank's buffers
-//   auto g = ex.input(Buffer{0, Space::kTensor, 1}); // marks bytes as set; fill g
-//   RunOptions o;  o.seed = 7;                       // o.jitter = 0.5 to explore more
-//   RunResult r = ex.run(o);                         // r.errors, r.makespan_us, r.op_times
-//   ex.memory(Buffer{0, Space::kOutput, 0});         // outputs; write_chrome_trace_file(...)
-// Timing only (no memory, no race tracking): ReferenceExecutor ex(program, {true});
-//
-// Contract (the full semantics, points 1-5: NOTE [reference execution semantics] in
-// docs/reference_executor.md):
+// The CPU reference executor (architecture: exec/reference): runs every rank's ops of a Program in
+// one process as a deterministic discrete-event simulation, with real data, seeded interleavings,
+// race and deadlock detection, and the cost model's times (use: docs/reference_executor.md).
+// Contract (NOTE [reference execution semantics] in docs/reference_executor.md):
 // - Buffers start as poison (0xFF); input() marks bytes as written before every op.
 // - Ops of one (rank, stream) run in list order; waits and event waits complete once met; data
 //   effects and counter additions apply atomically at an op's completion. One seed is fully
@@ -65,17 +55,12 @@ struct ExecError {
 
 struct RunOptions {
   std::uint64_t seed = 0;
-  // Each op's duration is multiplied by a factor drawn uniformly from [1 - jitter,
-  // 1 + jitter] (0 <= jitter < 1). 0 keeps the cost model's times; larger values let seeds
-  // explore more interleavings.
+  // Each op's duration times a factor uniform in [1 - jitter, 1 + jitter], 0 <= jitter < 1.
   double jitter = 0.0;
-  // Errors kept in RunResult::errors; RunResult::error_count counts all of them.
-  int max_errors = 64;
+  int max_errors = 64;  // kept in RunResult::errors (error_count counts all)
   CostModel cost;
-  // Keep RunResult::op_times (needed for traces).
-  bool record_times = true;
-  // When set, called after every `progress_every` completed ops with (ops run so far, ops in
-  // the program), so front ends can show how far a long run is.
+  bool record_times = true;  // keep RunResult::op_times (for traces)
+  // Called every `progress_every` completed ops with (done, total).
   std::function<void(std::int64_t done, std::int64_t total)> progress;
   std::int64_t progress_every = std::int64_t{1} << 14;
 };
@@ -92,15 +77,11 @@ struct RunResult {
   std::vector<ExecError> errors;                         // the first max_errors, in the order found
   std::int64_t error_count = 0;                          // all errors found
   std::array<std::int64_t, kErrorKinds> error_counts{};  // all errors found, by kind
-  // Simulated time of the last completion, microseconds.
+  // Simulated time of the last completion; sum over SM ops of max(1, ctas) * duration (CTA-us).
   double makespan_us = 0.0;
-  // Sum over SM ops (sum, land, cast, zero) of max(1, ctas) * duration, CTA-microseconds.
   double sm_time_us = 0.0;
-  // The largest, over ranks, of arena + output bytes plus the peak of that rank's live
-  // per-parameter tensor bytes (a tensor is live from the start of the first op that
-  // touches it until releases covered its bytes; the same with and without data). Every
-  // output and the whole arena count at once: for a program of several calls with their own
-  // outputs (a step) this adds the calls up and is not their peak.
+  // The largest, over ranks, of arena + output bytes plus the peak of its live per-parameter
+  // tensor bytes (every output counts at once: for a step, the calls added up, not a peak).
   std::int64_t peak_buffer_bytes = 0;
   std::vector<OpTime> op_times;  // per Program::ops index, when record_times
 
@@ -111,8 +92,7 @@ struct RunResult {
 };
 
 struct ExecutorOptions {
-  // Skip memory, data effects and race tracking: only the schedule, counters, events and
-  // times (for 512 ranks with production shapes).
+  // Only the schedule, counters, events and times (512 ranks with production shapes).
   bool timing_only = false;
 };
 
@@ -124,16 +104,14 @@ class ReferenceExecutor {
   ReferenceExecutor(const ReferenceExecutor&) = delete;
   ReferenceExecutor& operator=(const ReferenceExecutor&) = delete;
 
-  // A buffer's bytes (outputs after run). Writing through this span does not mark bytes as
-  // set; use input(). Throws InvalidArgument for an unknown buffer or in timing-only mode.
+  // A buffer's bytes (outputs after run); writes through it do not mark bytes set (input()).
+  // InvalidArgument for an unknown buffer or in timing-only mode.
   std::span<std::byte> memory(const program::Buffer& buffer);
-  // Marks bytes [offset, offset + bytes) (bytes < 0: to the end) as set by the caller before
-  // the run, and returns them for the caller to fill.
+  // Marks [offset, offset + bytes) (bytes < 0: to the end) as set before the run; returns it.
   std::span<std::byte> input(const program::Buffer& buffer, std::int64_t offset = 0,
                              std::int64_t bytes = -1);
 
-  // Runs the program. With data, once per executor (a second call throws InvalidArgument);
-  // timing-only runs may repeat.
+  // Runs the program: once with data (then InvalidArgument); timing-only runs may repeat.
   RunResult run(const RunOptions& options = {});
 
   const program::Program& program() const;
@@ -143,16 +121,14 @@ class ReferenceExecutor {
   std::unique_ptr<State> state_;
 };
 
-// A Chrome trace (JSON object format, viewable in Perfetto and chrome://tracing) of a run:
-// one process per rank, one thread per stream, one complete event per op that ran (for a
-// wait, from when its stream reached it). Ranks >= max_ranks are left out (< 0: none).
+// A Chrome trace of a run (Perfetto, chrome://tracing): a process per rank, a thread per
+// stream, an event per op that ran; ranks >= max_ranks left out (< 0: none).
 void write_chrome_trace(std::ostream& out, const program::Program& program, const RunResult& result,
                         int max_ranks = -1);
 void write_chrome_trace_file(const std::string& path, const program::Program& program,
                              const RunResult& result, int max_ranks = -1);
 
-// A timeline picture (SVG) of a run: one lane per (rank, stream) of the first `max_ranks`
-// ranks, one box per op coloured by kind, a time axis in milliseconds and a legend.
+// An SVG timeline of a run: a lane per (rank, stream) of the first `max_ranks` ranks.
 void write_timeline_svg(std::ostream& out, const program::Program& program, const RunResult& result,
                         int max_ranks = 8);
 void write_timeline_svg_file(const std::string& path, const program::Program& program,

@@ -1,27 +1,17 @@
 // What the CUDA executor needs of a fabric (architecture: executors over fabrics): where a
 // program's buffers and signal words live, as the ranks this process runs address them.
-//
 // NOTE [fabric interface]
-// - Ranks. A fabric serves a program's N ranks; this process runs the ops of the ranks for
-//   which local(rank) is true (all N on the virtual fabric, one on the NCCL fabric). The
-//   executor enqueues only local ranks' ops; the other ranks' processes run theirs.
-// - Buffers. pointer(buffer) is the device address this process uses for a buffer: any
-//   buffer of a local rank, and the arena of any rank that is load/store reachable (a peer
-//   arena on the virtual fabric, an LSA peer's arena through NCCL's symmetric window).
-//   Tensors and outputs of other processes' ranks are not addressable (nullptr).
-// - Signal words. Every rank owns signal_words() 64-bit words (the executor's counters, one
-//   per program counter id) in memory its peers can add to: signals(owner) is owner's array
-//   as this process addresses it, nullptr where owner is not reachable. Words of local ranks
-//   can be reset by this process; a peer's words change only by atomic additions.
-// - Contents start undefined; the executor zeroes its local ranks' signal words when it is
-//   built. Across processes, every rank must have built its executor before any rank runs
-//   (a barrier; the multi-GPU runner does it), or a fast peer's additions could be zeroed.
-// - Messages. load_store(from, to) says whether rank `from` can write rank `to`'s arena and
-//   signal words directly; the same answer on every process. Where it is false, puts and
-//   signals travel as messages (NOTE [rail messages] in docs/executor.md) through a transport
-//   (tide/transport/message_transport.hpp), not through the fabric.
-// - release() gives up every allocation without freeing it (device work that could not be
-//   drained may still use it).
+// - Ranks: this process runs the ops of the ranks where local(rank) (all N on the virtual
+//   fabric, one on the NCCL fabric).
+// - Buffers: pointer(buffer) is this process's device address for any buffer of a local rank
+//   and the arena of any load/store reachable rank; other ranks' tensors and outputs: nullptr.
+// - Signal words: signal_words() 64-bit words per rank (the counters), signals(owner) as this
+//   process addresses them (nullptr: unreachable); peers change them only by atomic additions.
+// - Contents start undefined; the executor zeroes its local words when built, so every rank
+//   must have built its executor before any runs (a barrier).
+// - load_store(from, to): whether `from` writes `to`'s arena and words directly, the same on
+//   every process; where not, puts and signals travel as messages (NOTE [rail messages]).
+// - release() gives up every allocation without freeing it (undrained device work).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,18 +1,11 @@
 // The host fabric: the CPU processes of one host share their arenas and signal words through
 // POSIX shared memory (architecture: fabric/host). One rank per process.
-//
-// Contract (the design, points 1-6: NOTE [host fabric] in docs/runtime.md):
-// - Construction is collective through the store; once every rank has mapped every peer's
-//   segment the names are unlinked, so no segment outlives the job, even after kill -9.
-// - Signal words are atomics on the shared mapping: a peer adds with release order after its
-//   data writes, the owner waits with acquire loads.
-// - abort() marks every rank's header, so every rank's waits see it at once; a dead peer of
-//   this host is found from its pid (dead_peer()); peers of other hosts are the runtime's to
-//   watch. announce() / announced() let a waiting rank tell a call-order mismatch from a
-//   timeout.
-// - Ranks of different hosts (HostFabricOptions::hosts) do not address each other
-//   (load_store() is false) and exchange two-sided messages through channel()
-//   (tide/transport/host_messages.hpp).
+// Contract (points 1-6: NOTE [host fabric] in docs/runtime.md): construction is collective
+// through the store, and the segments' names are unlinked once all are mapped (none outlives
+// the job). Signal words are shared atomics (peers add with release order after their writes,
+// the owner waits with acquire loads). abort() marks every rank's header; dead_peer() finds a
+// dead peer of this host by pid; announce() tells a call-order mismatch from a timeout. Ranks
+// of different hosts do not address each other and exchange messages through channel().
 #pragma once
 
 #include <chrono>
@@ -57,10 +50,8 @@ class HostFabric {
   bool load_store(int from, int to) const;
   int host_of(int rank) const;
 
-  // NOTE [host rail transport] (docs/runtime.md): the message channels between ranks of
-  // different hosts, one per (owner, peer) in the owner's segment; the owner sends, the peer
-  // receives. The messages themselves are tide::transport::HostMessages'
-  // (tide/transport/host_messages.hpp). Throws InternalError for ranks that address each other.
+  // NOTE [host rail transport] (docs/runtime.md): one channel per (owner, peer) of different
+  // hosts in the owner's segment (owner sends); InternalError for ranks that address each other.
   static constexpr std::size_t kChunkBytes = std::size_t{64} << 10;
   struct alignas(64) Channel {
     std::int64_t posted;   // receives the peer posted (written by the peer)

@@ -1,16 +1,11 @@
 // The ipc fabric (architecture: fabric/ipc): one process per rank on the GPUs of one host, peers'
 // windows mapped through CUDA IPC. Ranks may share a GPU. Needs CUDA only (no NCCL).
-//
-// Contract (the design and the handle kinds: NOTE [ipc fabric] in docs/runtime.md):
-// - Each rank's window is the runtime's window (NOTE [runtime window]), mapped by every peer.
-//   load_store is true between ranks of one host; ranks of different emulated hosts
-//   (IpcFabricOptions::hosts) exchange messages through the windows' message areas.
-// - Construction is collective: a few exchanges through the caller's IpcExchange, which bounds
-//   them. All ranks must choose the same handle kind (choose_ipc_handles). Where any rank
-//   cannot map a peer, every rank throws tide::Unsupported naming it.
-// - A mapping keeps the peer's memory alive until it is unmapped, also after the peer dies.
-//   The destructor unmaps the peers, then frees the own window where the fabric allocated it;
-//   release() gives everything up without freeing it.
+// Contract (NOTE [ipc fabric] in docs/runtime.md): each rank's window is the runtime's (NOTE
+// [runtime window]), mapped by every peer; ranks of different emulated hosts exchange messages
+// through the windows' message areas instead. Construction is collective through the caller's
+// IpcExchange (which bounds it); all ranks use one handle kind; where any rank cannot map a
+// peer, every rank throws tide::Unsupported naming it. A mapping keeps the peer's memory alive,
+// also after the peer dies; release() gives everything up unfreed.
 #pragma once
 
 #include <chrono>
@@ -33,11 +28,9 @@ struct IpcFabricOptions {
   int device = -1;               // the CUDA device; -1: the current one
   std::int64_t arena_bytes = 0;  // the runtime's regions (> 0)
   std::int64_t signal_words = 1;
-  // The caller's window: memory from ipc_allocate of at least ipc_window_bytes(options,
-  // world), owned and freed by the caller after the fabric; nullptr: the fabric's own.
+  // The caller's ipc_allocate memory (>= ipc_window_bytes, freed after the fabric), or null.
   void* window = nullptr;
-  // Emulated hosts: rank r's host index (empty: one host). Where ranks of several hosts are
-  // given, the window ends in a message area (window_bytes() grows by message_area_bytes).
+  // Emulated hosts: rank r's host (empty: one); several add a message area to the window.
   std::vector<int> hosts;
 };
 

@@ -23,20 +23,17 @@ struct IpcHandleChoice {
   std::string why;  // one line: what decided it
 };
 
-// The handles this process uses on `device`, the same answer on every call (decided once per
-// device). TIDE_IPC_HANDLES=fd|cuda-ipc forces one (fd on a device without it throws
-// tide::Unsupported). Otherwise fd where the device has VMM with POSIX file descriptor handles,
-// the kernel has pidfd_getfd, and a peer process of this user may take this process's file
-// descriptors (Yama ptrace_scope 0, or CAP_SYS_PTRACE); else cuda-ipc.
+// The handles this process uses on `device` (decided once): TIDE_IPC_HANDLES forces one (fd without
+// support: Unsupported); else fd where the device has POSIX fd handles, the kernel pidfd_getfd and
+// peers may take this process's descriptors (Yama 0 or CAP_SYS_PTRACE); else cuda-ipc.
 IpcHandleChoice choose_ipc_handles(int device);
 
 // The bytes an allocation of `bytes` takes on `device` (rounded up to the VMM granularity for
 // fd handles, to 2 MiB for cudaMalloc).
 std::int64_t ipc_allocation_bytes(std::int64_t bytes, int device);
 
-// Allocates ipc_allocation_bytes(bytes, device) on `device` with choose_ipc_handles(device)'s
-// handles and records it (tide::CudaError on failure). ipc_free(nullptr) does nothing; freeing
-// memory ipc_allocate did not make throws tide::InvalidArgument.
+// Allocates and records ipc_allocation_bytes(bytes, device) with choose_ipc_handles' handles
+// (CudaError). ipc_free(nullptr) does nothing; other memory: InvalidArgument.
 void* ipc_allocate(std::int64_t bytes, int device);
 void ipc_free(void* memory);
 

@@ -1,20 +1,9 @@
-// Launcher glue for one process per GPU: who am I, start the ranks on one
-// host, and hand rank 0's NCCL unique id to every rank.
-//
-// NOTE [launch]
-// Rank discovery, first match wins:
-//   TIDE_RANK, TIDE_WORLD, TIDE_LOCAL_RANK        spawn_ranks() below (mpirun-style, one host)
-//   RANK, WORLD_SIZE, LOCAL_RANK                   torchrun
-//   OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK       Open MPI's mpirun
-//   PMI_RANK, PMI_SIZE, MPI_LOCALRANKID            MPICH / Hydra
-// The unique id travels through a rendezvous directory that every rank can read (one host,
-// or a shared file system): rank 0 writes DIR/nccl-unique-id atomically (a temporary file,
-// then rename), the others poll for it with a bound. TIDE_RENDEZVOUS names the directory;
-// spawn_ranks() makes a fresh one per launch; under torchrun without it the directory is
-// /tmp/tide-rendezvous-<MASTER_ADDR>-<MASTER_PORT>-<TORCHELASTIC_RUN_ID>-<restart count>
-// (one host only). A directory reused across launches could hold a stale id: use a fresh
-// one per launch (rank 0 removes what it finds, but a fast peer may read it first).
-// Capability agreement needs no file: it runs over the main communicator once it exists.
+// Launcher glue for one process per GPU: who am I, start the ranks on one host, and hand rank 0's
+// NCCL unique id to every rank. Rank discovery, first match wins: TIDE_RANK/WORLD/LOCAL_RANK
+// (spawn_ranks), torchrun, Open MPI, MPICH. The unique id travels through a rendezvous directory
+// every rank can read (rank 0 writes DIR/nccl-unique-id atomically, the others poll with a bound):
+// TIDE_RENDEZVOUS, a fresh one per spawn_ranks() launch, or under torchrun one derived from its
+// run. Use a fresh directory per launch. Variables and paths: NOTE [launch] in docs/nccl_fabric.md.
 #pragma once
 
 #include <chrono>
@@ -37,15 +26,13 @@ struct LaunchedRank {
 // Throws tide::InvalidArgument for values that do not parse or do not fit together.
 std::optional<LaunchedRank> launched_rank_from_environment();
 
-// Starts `world` copies of this program (/proc/self/exe) with `args` (argv[1..]) and TIDE_RANK,
-// TIDE_WORLD, TIDE_LOCAL_RANK, TIDE_RENDEZVOUS set (a fresh directory), and waits for all.
-// Returns 0 when every rank exited 0; otherwise prints which ranks failed, stops the others
-// (SIGTERM, then SIGKILL) once `grace` has passed after the first failure, and returns 1.
+// Starts `world` copies of /proc/self/exe with `args` and TIDE_RANK, _WORLD, _LOCAL_RANK and a
+// fresh TIDE_RENDEZVOUS, waits for all: 0 when all exit 0; else prints the failed ranks, stops
+// the others (SIGTERM, SIGKILL) `grace` after the first failure, and returns 1.
 int spawn_ranks(int world, const std::vector<std::string>& args, std::chrono::seconds grace);
 
-// Rank 0 publishes `id` (its NCCL unique id) in the rendezvous directory; every other rank
-// polls for it until `timeout` and returns it. Throws tide::InvalidArgument (no directory)
-// or std::runtime_error naming the file and the wait on timeout.
+// Rank 0 publishes `id` in the rendezvous directory; the others poll for it until `timeout`.
+// InvalidArgument (no directory), std::runtime_error naming the file on timeout.
 std::vector<std::byte> exchange_unique_id(const LaunchedRank& me, std::vector<std::byte> id,
                                           std::chrono::milliseconds timeout);
 

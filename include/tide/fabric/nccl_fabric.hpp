@@ -1,16 +1,13 @@
 // The NCCL fabric (architecture: fabric/nccl): one process per GPU, peers and
 // memory from NCCL communicators. Built only where CUDA and NCCL >= 2.28 are found.
-//
-// Contract (the construction's steps 1-5 and the teardown: NOTE [nccl fabric] in
-// docs/nccl_fabric.md):
-// - Construction is collective over every rank: main and rail communicators, message lanes,
-//   the symmetric arena window (arena_bytes the same on every rank), LSA peer pointers, and
-//   the optional one-sided setup, each step bounded by the timeout (NOTE [nccl fabric waits]).
-// - Peers in the LSA team have pointers; other peers (rail peers on other hosts) have none
-//   (rail_peer_arena() returns nullptr) and are reached through messages.
-// - NVLink multicast is never enabled: NCCL_NVLS_ENABLE is set to 0 when unset, and any other
-//   value is refused unless allow_multicast.
-// - After a timeout the communicators are aborted and nothing is freed.
+// Contract (steps 1-5 and teardown: NOTE [nccl fabric] in docs/nccl_fabric.md):
+// - Construction is collective: communicators, message lanes, the symmetric arena window
+//   (arena_bytes equal on every rank), LSA peer pointers and the optional one-sided setup, each
+//   step bounded by the timeout (NOTE [nccl fabric waits]). After a timeout the communicators
+//   are aborted and nothing is freed.
+// - LSA peers have pointers; other peers (other hosts) have none and are reached by messages.
+// - NVLink multicast stays off: NCCL_NVLS_ENABLE is set to 0 when unset, and any other value
+//   is refused unless allow_multicast.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -61,18 +58,15 @@ struct NcclFabricOptions {
   int gpus_per_node = 1;       // L
   bool virtual_nodes = false;  // one host declared as M nodes (every peer is an LSA peer)
   std::int64_t arena_bytes = std::int64_t{2} << 20;  // the same on every rank
-  // Memory from ncclMemAlloc, owned and freed by the caller after the fabric, of at least
-  // rounded_arena_bytes(arena_bytes); nullptr: the fabric allocates the arena.
+  // The caller's ncclMemAlloc memory (>= rounded_arena_bytes, freed after the fabric), or null.
   void* external_arena = nullptr;
   // Channel cap (maxCTAs) of the main and rail communicators: 1 is the paper's; 0: NCCL's.
   int max_ctas = 1;
-  // Bound on every wait of the fabric (NOTE [nccl fabric waits]); TIDE_FABRIC_TIMEOUT_S
-  // overrides it.
+  // Every wait's bound (NOTE [nccl fabric waits]); TIDE_FABRIC_TIMEOUT_S overrides it.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   bool allow_multicast = false;  // never set on the lent machines
   int message_lanes = 0;         // NOTE [nccl fabric] 2b: 0 (none) to 2
-  // Ask for one-sided messages (NOTE [nccl fabric] 5; TIDE_NCCL_HOST_RMA=1 asks too); on only
-  // where every rank asks and can (host_rma()).
+  // Ask for one-sided messages (NOTE [nccl fabric] 5; or TIDE_NCCL_HOST_RMA=1): see host_rma().
   bool host_rma = false;
 };
 
@@ -101,9 +95,8 @@ class NcclFabric {
   NcclFabric(const NcclFabric&) = delete;
   NcclFabric& operator=(const NcclFabric&) = delete;
 
-  // The constructor's argument checks alone, no GPU or NCCL: throws tide::InvalidArgument for
-  // a world that is not M x L, a rank outside it, an id of the wrong length, arena_bytes < 1, a
-  // bad timeout, or NCCL_NVLS_ENABLE != 0 without allow_multicast.
+  // The constructor's argument checks alone (no GPU or NCCL): tide::InvalidArgument for a world
+  // not M x L, a bad rank, id, arena_bytes or timeout, or NCCL_NVLS_ENABLE without the opt-in.
   static void check_arguments(int rank, int world, std::span<const std::byte> unique_id,
                               const NcclFabricOptions& options);
 
@@ -119,57 +112,48 @@ class NcclFabric {
   // Message lane `lane`'s communicator (NOTE [nccl fabric] 2b; world ranks), or nullptr.
   ncclComm_t message_comm(int lane) const;
 
-  // NOTE [nccl fabric] 5: whether one-sided messages are on (the same answer on every rank),
-  // and why not (empty when on).
+  // NOTE [nccl fabric] 5: one-sided messages on (the same on every rank), and why not.
   bool host_rma() const;
   const std::string& host_rma_reason() const;
-  // A lane's token area: slot p * kTokenRing + (k mod kTokenRing) receives sender p's k-th
-  // token; slot (world() + q) * kTokenRing + (k mod kTokenRing) is this rank's k-th to q.
+  // Token slots: p * kTokenRing + k mod kTokenRing receives sender p's k-th token,
+  // (world() + q) * kTokenRing + k mod kTokenRing holds this rank's k-th to q.
   static constexpr int kTokenRing = 64;
-  // With host_rma(): lane `lane`'s windows over the arena and over the token area, and this
-  // rank's token area (device, 2 * world() * kTokenRing words); nullptr otherwise.
+  // With host_rma(): the lane's windows over the arena and the token area, and this rank's
+  // token area (2 * world() * kTokenRing device words); else nullptr.
   ncclWindow_t lane_window(int lane) const;
   ncclWindow_t lane_token_window(int lane) const;
   std::uint64_t* token_area(int lane) const;
-  // 1, 2, ... per (peer, lane, direction), in call order, thread-safe: the one count of the
-  // tokens this rank sends to or receives from `peer` on `lane` (NOTE [one-sided messages]).
+  // 1, 2, ... per (peer, lane, direction), thread-safe (NOTE [one-sided messages]).
   std::uint64_t next_token_number(int peer, int lane, bool sending);
 
-  // The bytes an arena of `arena_bytes` takes (rounded up to NCCL_WIN_REQUIRED_ALIGNMENT): what
-  // NcclFabricOptions::external_arena must hold.
+  // arena_bytes rounded up to NCCL_WIN_REQUIRED_ALIGNMENT: what external_arena must hold.
   static std::int64_t rounded_arena_bytes(std::int64_t arena_bytes);
   // This rank's arena (ncclMemAlloc), and its size (arena_bytes rounded up to 4 KiB).
   void* arena() const;
   std::int64_t arena_bytes() const;
-  // LSA pointer to the arena of world rank `peer` (main window), or nullptr when `peer` is
-  // not in this rank's LSA team. peer_arena(rank()) maps this rank's own arena.
+  // LSA pointer to world rank `peer`'s arena (main window), or nullptr outside the LSA team.
   void* peer_arena(int peer) const;
-  // LSA pointer to the arena of the same-rail rank on node `node` (rail window), or nullptr
-  // when that rank is not load/store reachable (another host).
+  // LSA pointer to the same-rail rank of node `node` (rail window), or nullptr (another host).
   void* rail_peer_arena(int node) const;
   NcclFabricView view() const;
 
   // NOTE [nccl fabric waits]
-  // Every wait of the fabric spins with a bound: it polls, between sleeps of at most 1 ms,
-  // the condition and both communicators' asynchronous errors, and after options.timeout
-  // aborts both communicators and throws FabricTimeout naming `what` and this rank. An
-  // asynchronous NCCL error throws NcclError at once. No wait ever hangs silently.
+  // Every wait polls (sleeps <= 1 ms) the condition and the communicators' asynchronous errors
+  // (NcclError at once); after options.timeout it aborts the communicators and throws
+  // FabricTimeout naming `what` and this rank. No wait hangs silently.
   void wait(cudaStream_t stream, std::string_view what);
   void wait(cudaEvent_t event, std::string_view what);
   void wait_until(const std::function<bool()>& ready, std::string_view what);
 
-  // Settles a call made on main_comm() (a non-blocking communicator may answer
-  // ncclInProgress), bounded as every wait; throws NcclError naming `call` on failure.
+  // Settles a call on main_comm() (or `comm`) that may answer ncclInProgress, bounded as every
+  // wait; NcclError naming `call` on failure.
   void settle(ncclResult_t result, const char* call);
-  // The same for a call made on `comm` (a message lane's).
   void settle(ncclComm_t comm, ncclResult_t result, const char* call);
 
   bool aborted() const;
-  // Aborts both communicators (ncclCommAbort) from any thread, e.g. a watchdog's: every later
-  // wait or settle of the fabric fails. Idempotent.
+  // ncclCommAbort of both communicators, from any thread; later waits fail. Idempotent.
   void abort() noexcept;
-  // Gives up every resource without freeing it (a caller whose device work cannot be
-  // drained). The fabric is unusable after.
+  // Gives up every resource unfreed (undrained device work); the fabric is unusable after.
   void release() noexcept;
 
  private:

@@ -7,14 +7,11 @@
 namespace tide::fabric {
 
 // NOTE [runtime window]
-// The runtime keeps every registered group in one window per rank (NOTE [runtime] 2): the
-// arena's regions from offset 0, then `signal_words` 64-bit signal words at the regions' end
-// rounded up to 4 KiB. The offset is the same on every rank, so a peer's words are at the
-// same offset of its window. The NCCL window fabric (one symmetric window) and the ipc
-// fabric (one exported allocation per rank) lay it out alike. The ipc fabric over emulated
-// hosts adds a message area at the window's end rounded up to 4 KiB (NOTE [ipc rendezvous
-// transport]): kMessageChannelSets sets (one per runtime lane: all-gathers, reduce-scatters)
-// of one channel of kMessageChannelBytes per sending rank, in rank order.
+// One window per rank (NOTE [runtime] 2), laid out alike by the NCCL window and ipc fabrics:
+// the arena's regions from 0, then `signal_words` 64-bit words at the regions' end rounded up
+// to 4 KiB (the same offset on every rank); over emulated hosts, a message area after them
+// (rounded up to 4 KiB): per runtime lane a set of one kMessageChannelBytes channel per
+// sending rank, in rank order (NOTE [ipc rendezvous transport]).
 inline constexpr std::int64_t kWindowPage = 4096;
 // A channel: one 4 KiB page of words, then a bounce buffer of kMessageBounceBytes.
 inline constexpr std::int64_t kMessageBounceBytes = std::int64_t{1} << 20;

@@ -1,16 +1,9 @@
-// The virtual fabric (architecture: fabric/virtual): N virtual ranks of one
-// process on one GPU, for tests and kernel-level measurements. It is not a transport: there
-// are no modelled delays, and timings between its ranks are not NVLink timings.
-//
-// Contract (the memory layout: NOTE [virtual fabric memory] in docs/executor.md):
-// - Every rank's arena is symmetric, carved from one VMM range (arena(r) = base + r x stride),
-//   and every rank addresses every peer's arena and signal words (load_store is always true).
-// - With VirtualFabricOptions::devices the ranks spread over the host's GPUs in consecutive
-//   blocks; device_of(rank) says where a rank's streams, kernels and buffers live.
-// - Tensors and outputs are cudaMalloc buffers outside the arena. Contents are not
-//   initialised.
-// - The destructor frees everything and so waits for work still using it; a caller that could
-//   not drain its streams calls release() instead, which leaks on purpose.
+// The virtual fabric (architecture: fabric/virtual): N ranks of one process on one GPU (or the
+// host's GPUs in consecutive blocks, device_of), for tests and kernel measurements; no modelled
+// delays. Contract (layout: NOTE [virtual fabric memory] in docs/executor.md): symmetric arenas
+// carved from one VMM range (arena(r) = base + r x stride), every peer addressable; tensors and
+// outputs are cudaMalloc buffers; contents uninitialised. The destructor frees everything (so
+// waits for work still using it); release() leaks on purpose instead.
 #pragma once
 
 #include <cstdint>
@@ -24,22 +17,18 @@ namespace tide::fabric {
 
 struct VirtualFabricOptions {
   int device = -1;  // the CUDA device; -1: the current one
-  // Several GPUs of one host: the ranks in consecutive blocks, one block per device (sizes
-  // differ by at most one). Every pair needs peer access (NVLink or PCIe); empty: `device`.
+  // Several GPUs of one host (blocks of ranks, sizes within one; peer access); empty: `device`.
   std::vector<int> devices;
-  // Lower bound on the arena stride's alignment (bytes, a power of two; the driver's
-  // recommended granularity is used when larger).
+  // Lower bound on the arena stride's alignment (a power of two; or the driver's, if larger).
   std::int64_t arena_alignment = std::int64_t{2} << 20;
-  // Signal words per rank (the executor's counters); VirtualFabric(program) takes the
-  // program's counter count when this is smaller.
+  // Signal words per rank; VirtualFabric(program) takes at least the program's counters.
   std::int64_t signal_words = 0;
 };
 
 class VirtualFabric final : public Fabric {
  public:
-  // One rank per entry of `sizes` (1..4096 ranks). Validates every size before touching the
-  // GPU (throws tide::InvalidArgument), then allocates (tide::CudaError on a driver or memory
-  // failure, tide::Unsupported where the device has no VMM support).
+  // One rank per entry of `sizes` (1..4096). InvalidArgument before touching the GPU, then
+  // CudaError (driver, memory) or Unsupported (no VMM).
   explicit VirtualFabric(const std::vector<program::BufferSizes>& sizes,
                          const VirtualFabricOptions& options = {});
   // Sized from a program's Program::buffers (ranks = program.ranks).
@@ -72,8 +61,7 @@ class VirtualFabric final : public Fabric {
   // cudaMalloc'ed bytes of tensors and outputs, all ranks.
   std::int64_t buffer_bytes() const;
 
-  // Gives up ownership of every allocation without freeing it (for a caller whose device
-  // work could not be drained: freeing would wait for it forever). The fabric is unusable after.
+  // Gives up every allocation unfreed (undrained device work); the fabric is unusable after.
   void release() noexcept override;
 
  private:

@@ -1,9 +1,6 @@
-// Mixed-precision all-gather cast of TIDE-AG (paper Sec. 3.1 "In-place shard adoption vs.
-// mixed-precision cast"): fp32 master shards to bf16, written into the first receive-stage
-// slot. bf16 = round-to-nearest-even(fp32), NaN -> 0x7FFF (NOTE [arithmetic order],
-// tide::arith::float_to_bf16). Any length, any element alignment.
-//
-// Host-compilable: raw pointers, sizes and a cudaStream_t.
+// TIDE-AG's mixed-precision cast (Sec. 3.1): fp32 master shards to bf16 in stage slot 0,
+// bf16 = round-to-nearest-even(fp32), NaN -> 0x7FFF (NOTE [arithmetic order]). Any length and
+// alignment. Host-compilable: raw pointers, sizes and a cudaStream_t.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,17 +1,8 @@
-// Level 2 landing of TIDE-RS (paper Sec. 4.2 "Bounded waves and safe reuse", App. G BW_land):
-// folds one wave of W fp32 node partials, which sit at the same offset on W peers, into the
-// fp32 output shard:
-//     wave = part[0] + part[1] + ... + part[W-1]                  (contributor order)
-//     out  = (wave_index == 0 && !accumulate) ? wave : out + wave
-// per NOTE [arithmetic order] (include/tide/core/arithmetic.hpp: wave_sum, land).
-//
-// The default landing pulls: the W partial pointers are LSA (peer) pointers or local ones
-// (the own-node spare block), passed as kernel parameters. A multimem variant, where the
-// NVSwitch sums the wave (multimem.ld_reduce...add.v4.f32), exists behind a run-time
-// capability check and an explicit opt-in; it is never run on the lent machines (NVLink
-// multicast is forbidden there) and is not bitwise comparable with the pull landing.
-//
-// Host-compilable: raw pointers, sizes and a cudaStream_t.
+// Level 2 landing of TIDE-RS (Sec. 4.2, App. G BW_land): folds one wave of W fp32 partials
+// into the fp32 output shard, wave = part[0] + ... + part[W-1] (contributor order), out =
+// (wave_index == 0 && !accumulate) ? wave : out + wave (NOTE [arithmetic order]: wave_sum,
+// land). The pull landing reads LSA (peer) or local pointers, passed as kernel parameters; the
+// multimem variant is opt-in and never run here (docs/kernels.md). Host-compilable.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -38,15 +29,11 @@ struct LandingArgs {
 // Validates (throws InvalidArgument) and enqueues the pull landing on `stream`.
 void launch_landing(const LandingArgs& args, cudaStream_t stream);
 
-// Loads every pull-landing kernel (W = 1..8, reading the output or not) on the current
-// device, so that no launch_landing loads one lazily (NOTE [preloaded kernels]). Idempotent.
+// Loads every pull-landing kernel on the current device (NOTE [preloaded kernels]).
 void prepare_landing();
 
 // ---- Multimem (switch-reduction) landing: written, never executed here. ----
-//
-// The opt-in is the environment knob TIDE_ENABLE_MULTIMEM=1 (read in one place,
-// level2_multimem.cu) AND `opt_in = true` at the call; the capability is
-// CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED.
+// Runs only with TIDE_ENABLE_MULTIMEM=1 AND `opt_in`, on a device with multicast support.
 struct MultimemLandingArgs {
   float* out = nullptr;
   std::int64_t n = 0;                // a multiple of 4, 16-byte-aligned pointers
@@ -73,10 +60,8 @@ struct LandingParams {
 };
 }  // namespace detail
 
-// What launch_landing enqueues for `args`, validated the same way: the kernel instance, its
-// grid and block, and its one parameter; `empty` when n = 0 (nothing is launched). A CUDA
-// graph's landing node takes these (cudaGraphExecKernelNodeSetParams) when its bindings
-// change, without a launch.
+// What launch_landing would enqueue for `args` (validated alike; `empty` when n = 0), for a
+// graph's landing node to take when its bindings change (cudaGraphExecKernelNodeSetParams).
 struct LandingLaunch {
   const void* kernel = nullptr;
   int grid = 0;

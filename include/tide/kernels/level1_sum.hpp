@@ -1,16 +1,10 @@
 // Level 1 of TIDE-RS (paper Sec. 4.1): the node-local sum kernel and its launcher.
-//
-// One launch produces one fp32 outbox block of `rows` rows (the L destination ranks of one
-// destination node, rows <= 8) by `width` elements. Element (r, c) is
-//     alpha * (staged[0][r][c] + ... + staged[S-1][r][c] + own[r][c])       (Eq. 5)
-// in exactly the order of NOTE [arithmetic order] (include/tide/core/arithmetic.hpp), where
-// the S <= 7 staged contributions were pushed by copy engines into a staging area and the
-// owner's own contribution is read in place from the per-parameter gradients through a
-// segment table. Columns that no run of the table covers are padding and are written +0.0f.
-// With `accumulate` the block is landed in place: out = out + alpha * sum (M = 1).
-// The same launch is the expert-parallel lane's fixed 8-source fp32 sum (App. F; NOTE
-// [arithmetic order]): one row, the M - 1 arrived inbox blocks as the staged contributions.
-// Host-compilable: raw pointers, sizes and a cudaStream_t (style.md, 1).
+// One launch writes an fp32 block of `rows` (<= 8) by `width` elements:
+//     out[r][c] = alpha * (staged[0][r][c] + ... + staged[S-1][r][c] + own[r][c])   (Eq. 5)
+// in the order of NOTE [arithmetic order]; S <= 7 staged contributions, the own one read in
+// place from the gradients through a segment table; uncovered columns are padding (+0.0f).
+// With `accumulate`: out = out + alpha * sum. Also the expert-parallel lane's fixed 8-source
+// sum (one row, the arrived inbox blocks staged). Host-compilable (raw pointers, a stream).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -31,9 +25,8 @@ inline constexpr int kMaxLevel1Gradients = 256;
 // The planner uses 1..32 sum CTAs (App. G, Eq. 13); the kernel runs on any grid.
 inline constexpr int kMaxLevel1Ctas = 1024;
 
-// One contiguous run of the owner's own contribution: columns [dst_col, dst_col + length) of
-// one row of the block come from elements [src_offset, src_offset + length) of gradient
-// `param`. Device-resident (24 bytes), built once at registration.
+// A run of the own contribution: block columns [dst_col, +length) of one row from elements
+// [src_offset, +length) of gradient `param` (24 bytes, device-resident).
 struct Level1Run {
   std::int64_t src_offset;
   std::uint32_t dst_col;
@@ -62,11 +55,9 @@ struct Level1TableView {
   int num_params = 0;  // largest param index + 1
 };
 
-// Owns the device copy of a block's segment table, built once at registration (Sec. 6).
-// Throws InvalidArgument unless every run is inside the block, non-empty, non-overlapping,
-// param < 256, src_offset >= 0. Without `upload` the upload is a synchronous cudaMemcpy (legacy
-// stream); with it, a cudaMemcpyAsync on that stream, and the caller orders every use of
-// view() after that stream's work.
+// Owns a block's segment table on the device (built at registration, Sec. 6). InvalidArgument
+// unless every run is inside the block, non-empty, disjoint, param < 256, src_offset >= 0. With
+// `upload` the copy is async on it (order view()'s uses after it); else synchronous.
 class Level1SegmentTable {
  public:
   Level1SegmentTable(int rows, std::int64_t width, std::span<const Level1RunSpec> runs,
@@ -103,19 +94,16 @@ struct Level1SumArgs {
   int ctas = kDefaultSumCtas;  // the CTA budget; CTAs retire when their tiles are done
 };
 
-// Kernel choice and pipeline shape; results do not depend on any of it (invariant 2). The
-// default is the bulk-copy pipeline of Sec. 4.1; warp_direct loads without it (docs/kernels.md
-// has the measurements that chose between them).
+// Kernel choice and pipeline shape (no bit depends on it, invariant 2; docs/kernels.md).
 struct Level1Tuning {
   int stages = 3;          // pipeline: shared-memory stages (2..4)
   int tile_bytes = 8192;   // pipeline: bytes per input slot and stage (a power of two, 512..65536)
   int consumer_warps = 8;  // pipeline: warps that convert, add and store (1..12)
-  bool warp_direct = false;  // no pipeline: every warp loads its inputs directly (the warp
-                             // count is the kernel's: 8 for bf16, L = 8, no accumulate; else 16)
+  bool warp_direct = false;  // no pipeline: every warp loads its inputs directly
+  int direct_warps = 0;      // warp-direct: warps per CTA, 8 or 16 (0: the launcher's choice)
 };
 
-// The tuning TIDE uses for a CTA budget: the warp-direct kernel up to 32 CTAs, the pipeline on
-// larger grids (measured on the H200: docs/kernels.md). All compute the same bits.
+// TIDE's tuning for a CTA budget: warp-direct up to 32 CTAs, else the pipeline.
 inline Level1Tuning recommended_level1_tuning(int ctas) {
   Level1Tuning t;
   t.warp_direct = ctas <= 32;
@@ -126,10 +114,8 @@ inline Level1Tuning recommended_level1_tuning(int ctas) {
 void launch_level1_sum(const Level1SumArgs& args, cudaStream_t stream,
                        const Level1Tuning& tuning = {});
 
-// Loads every kernel launch_level1_sum can pick on the current device, so that no first
-// launch (which may synchronise the context under lazy loading) happens while a stream waits
-// for a peer (NOTE [preloaded kernels] in src/exec/cuda/sequence_runner.cpp). Call it before
-// any stream can wait. Idempotent.
+// Loads every kernel launch_level1_sum can pick on the current device, before any stream can
+// wait (NOTE [preloaded kernels] in src/exec/cuda/sequence_runner.cpp). Idempotent.
 void prepare_level1_sum();
 
 namespace detail {

@@ -22,14 +22,10 @@ struct AgArenaLayout {
 AgArenaLayout ag_arena_layout(const AgPlan& plan);
 
 struct AgProgramOptions {
-  // Model FSDP2's compute stream on each rank: before the call it reads the landing's
-  // previous contents (the layer that used the slot last; the landing is then an input),
-  // and after the ready event it reads the new parameters into the rank's output buffer
-  // (N S bytes). Makes "landing free before overwrite" and "completion before
-  // consumption" checkable.
+  // Model FSDP2's compute stream: the landing's previous reader before the call, the layer
+  // reading the parameters into the output after READY (Sec. 3.2's rules become checkable).
   bool consumer = false;
-  // With a consumer and no placement.entry_event: also model the landing's previous user
-  // before the call (a lone call). A step's first calls have none.
+  // With a consumer and no placement.entry_event: model the previous reader (a lone call).
   bool previous_user = true;
   Fault fault = Fault::kNone;  // an all-gather fault to inject on every rank
 };
@@ -40,29 +36,22 @@ struct AgProgramIds {
   int used_event = 0;   // with a consumer: recorded when the layer finished reading them
 };
 
-// What a TIDE-AG call shares with the earlier calls of its step (Sec. 3.1-3.2): per-area
-// stage credits (cumulative: round d's target adds one per call once it scattered and
-// forwarded that call's stage) and each rank's previous scatter, which the next call's
-// caller stream waits for before it reuses its own stage.
+// What a TIDE-AG call shares with earlier calls (Sec. 3.1-3.2): cumulative stage credits
+// (round d's target adds one per call once it scattered and forwarded) and each rank's
+// previous scatter, which the next call waits for before reusing its stage.
 struct AgShared {
   int stage_credit = 0;                  // first of R STAGE_CREDIT counters
   int calls = 0;                         // all-gather calls before this one
   std::vector<int> scatter_done_events;  // per earlier call: its SCATTER_DONE event id
 };
 
-// The program of one TIDE-AG call on every rank. With a mixed-precision cast the inputs
-// are each rank's fp32 master shards (kTensor p, R_p K_p elements); otherwise the resident
-// shard region of the arena holds the rank's packed bf16/fp32 shard. The output is the
-// landing region: on every rank, parameter p is the (N R_p, K_p) matrix at landing +
-// Landing(p, 0), whose first D_p rows are real.
+// One TIDE-AG call on every rank, from fp32 masters (kTensor p; a cast) or the resident shard to
+// the landing: parameter p the (N R_p, K_p) matrix at landing + Landing(p, 0), D_p rows real.
 Program build_ag_program(const AgPlan& plan, const AgProgramOptions& options = {},
                          AgProgramIds* ids = nullptr);
 
-// Why `fault` cannot show on this plan (empty when it can), e.g. a forwarding fault on two
-// nodes, where no round forwards received slots.
-// Call a of a step, placed at `placement` (entry_event: the landing's previous user), with
-// its areas (its resident shard, the shared stage, its landing slot), sharing `shared`
-// (advanced past this call). Buffer sizes are left empty (the step sizes them).
+// Call a of a step at `placement` (entry_event: the landing's previous user) in `areas`,
+// sharing `shared` (advanced past it); buffer sizes left empty.
 Program build_ag_call(const AgPlan& plan, const AgProgramOptions& options,
                       const CallPlacement& placement, const AgArenaLayout& areas, AgShared& shared,
                       AgProgramIds* ids = nullptr);
@@ -73,6 +62,7 @@ std::vector<std::int64_t> ag_input_bytes(const AgPlan& plan);
 // The same for a group's layout and shard options (any all-gather program of that group).
 std::vector<std::int64_t> shard_input_bytes(const GroupLayout& layout, const AgOptions& options);
 
+// Why `fault` cannot show on this plan (empty when it can), e.g. forwarding on two nodes.
 std::string ag_fault_inapplicable(Fault fault, const AgPlan& plan);
 
 }  // namespace tide::program

@@ -1,6 +1,5 @@
-// One group's open-ended sequence of calls of one collective, as a few call templates
-// (NOTE [call sequences]). The runtime registers a group once and then runs any number of
-// all-gathers and reduce-scatters of it, with no host barrier between calls.
+// One group's open-ended sequence of calls of one collective as a few call templates: any
+// number of calls after one registration, no host barrier between them.
 #pragma once
 
 #include <cstdint>
@@ -17,34 +16,16 @@
 
 namespace tide::program {
 
-// NOTE [call sequences]
-// The per-call builders (ag_builder.hpp, rs_builder.hpp) express how consecutive calls share
-// storage: bank e mod 2, inbox generations and staging slots with cumulative FREE /
-// INBOX_FREE credits, two all-gather receive stages with per-area STAGE_CREDIT counters. A
-// training job makes an unbounded number of calls, so the runtime cannot build them all. It
-// builds the first calls of one group's sequence with those builders and finds that, past a
-// warm-up, the sequence is periodic: call e + P has the ops of call e, except that every wait's
-// threshold has grown by what one period of calls adds to its counter, and event references point P
-// calls later. Normalised that way, P calls are the templates, and call e runs template e mod P:
-//   - Counters. Ids below `first_private_counter` are shared by every call (credits); the
-//     private counters of call e live in slot e mod P (each call adds to them afresh). A
-//     template's wait thresholds are relative: the wait completes once its counter holds the
-//     total that every earlier call of the sequence added to it, plus `value` (which may be
-//     <= 0: a credit owed by calls that do not exist yet is already paid). Totals are known
-//     on the host without communication, since every rank issues the same calls.
-//   - Events. Template event ids are local (0 .. events_per_call - 1) plus an age per op:
-//     a wait of age a refers to the event recorded by call e - a (none when e < a).
-// Starting with template 0 at call 0 makes the whole sequence exactly periodic, so the
-// dependency structure of every call is the steady state's, minus references to calls
-// before the first (which would only have ordered against nothing). Tests expand templates
-// into one flat program of many calls and run it through the reference executor, which
-// checks every read and reuse (App. E, I1-I4) and the bits of every output. The
-// expert-parallel lane (App. F) has sequences of its own builders, of period 1
-// (ep_ag_call_sequence, ep_rs_call_sequence in ep_lane.hpp; its inbox credits are shared).
+// Call e of a sequence runs template e mod P (period P, found past a warm-up of calls built by
+// the per-call builders). Counters below `first_private_counter` are shared by every call;
+// call e's private counters live in slot e mod P. A template's wait thresholds are relative:
+// the wait completes once its counter holds what every earlier call added plus `value` (which
+// may be <= 0). Template event ids are local plus an age per op: a wait of age a refers to
+// call e - a's record (none when e < a). How the period is found and why it is exact: NOTE
+// [call sequences] in docs/program.md.
 struct CallTemplate {
-  // One call on every rank: physical counter ids, relative wait thresholds, local event ids.
-  // Tensors are kTensor 0..P-1 (per-parameter gradients, or fp32 master shards with a cast)
-  // and the output kOutput 0; buffer sizes are set (the arena is the group's region).
+  // One call on every rank: physical counters, relative thresholds, local events; tensors
+  // kTensor 0..P-1, output kOutput 0, the arena the group's region.
   Program program;
   std::vector<int> event_age;           // per op: for kEventWait, how many calls back
   std::vector<std::int64_t> additions;  // per (rank, counter), rank-major: what the call adds
@@ -70,8 +51,7 @@ struct CallSequence {
   }
 };
 
-// Builds call e of a sequence at `placement` (counter and event bases chosen by
-// make_call_sequence); called for e = 0, 1, 2, ... in order, so it may keep shared state.
+// Builds call e at `placement`; called for e = 0, 1, 2, ... in order (may keep state).
 using CallBuilder = std::function<Program(int call, const CallPlacement& placement)>;
 
 struct SequenceOptions {
@@ -79,15 +59,13 @@ struct SequenceOptions {
   int warmup = 8;      // calls built before the first template (rounded up to a period)
 };
 
-// Finds the period and the templates. `first_private_counter`: counter ids below it are
-// shared by every call. `sizes`: the buffer sizes of one call (arena = the region). Throws
-// Unsupported when no period up to max_period fits (the caller falls back and says why).
+// Finds the period and templates; `sizes`: one call's buffers (arena = the region).
+// Unsupported when no period up to max_period fits (the caller falls back).
 CallSequence make_call_sequence(const CallBuilder& build, int first_private_counter,
                                 const BufferSizes& sizes, const SequenceOptions& options = {});
 
-// Where a group keeps its all-gather bytes in its region: the resident shard (absent with a
-// cast), two receive stages (call a uses stage a mod 2, so consecutive calls overlap), and
-// the landing, where every call leaves the parameters (stable for the group's life).
+// A group's all-gather bytes in its region: the resident shard (absent with a cast), two
+// receive stages (call a uses a mod 2), the landing (stable for the group's life).
 struct AgSequenceAreas {
   std::int64_t resident = 0;
   std::int64_t stage[2] = {0, 0};
@@ -104,9 +82,8 @@ CallSequence ag_call_sequence(const AgPlan& plan, const AgSequenceAreas& areas,
 CallSequence rs_call_sequence(const RsPlan& plan, const RsProgramOptions& rs,
                               const RsArenaLayout& areas, const SequenceOptions& options = {});
 
-// Calls 0 .. calls - 1 of `sequence` as one flat program (absolute thresholds, events of
-// distinct calls distinct): call e's tensors are kTensor e * tensors + p and its output is
-// kOutput e. For tests and checks: the reference executor runs it.
+// Calls 0 .. calls - 1 as one flat program (absolute thresholds; call e's tensors kTensor
+// e * tensors + p, output kOutput e), for the reference executor.
 Program expand_calls(const CallSequence& sequence, int calls);
 
 }  // namespace tide::program

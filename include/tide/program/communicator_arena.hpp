@@ -13,31 +13,11 @@
 
 namespace tide::program {
 
-// NOTE [communicator arena]
-// FSDP2 unshards about two groups at a time (prefetch depth 1), so TIDE's memory must not
-// grow with the number of groups. Every rank's arena holds, in this order:
-//   1. a resident shard per group that keeps one (AgOptions::shard_in_stage() false): the
-//      only per-group area, S_g bytes (the FSDP2 adapter keeps none: its shards arrive per
-//      call and are cast or copied into stage slot 0);
-//   2. one all-gather receive stage, shared by every group, the largest group's
-//      AgPlan::stage_bytes() (Sec. 5.4: one receive stage). A group's sequence alternates
-//      two stage areas to overlap its own consecutive calls; both are this one, since the
-//      lane handoff already orders every all-gather after the previous one;
-//   3. the landing slots: groups with one slot id share one slot, sized by the largest of
-//      them, and their landing views alias (App. F's ring: slot g mod 2 in execution order);
-//      a group with slot -1 gets a slot of its own. Who may occupy a slot when is the
-//      caller's contract (the runtime refuses an all-gather into a slot that another group
-//      still holds; NOTE [runtime] 7);
-//   4. TIDE-RS's areas (staging, outbox banks, spares, inbox generations), shared by every
-//      group and sized by the largest (rs_arena_layout of every plan; Eq. 10-12), for the
-//      runtime's pull landing: no inbox on one node (NOTE [no inbox on one node]).
-// Groups on the expert-parallel lane (App. F, program/ep_lane.hpp; ArenaGroup::ep_*) need no
-// receive stage (their all-gather lands landing to landing) and, for their reduce-scatter,
-// only the lane's double-buffered inbox and scratch part instead of TIDE-RS's areas: it
-// starts where those do (area 4, which is the larger of the two) and is ordered against the
-// other groups' reduce-scatters by the same lane handoff.
-// Areas shared by groups need ordering between the calls of different groups: NOTE [lane
-// handoff] (lanes.hpp). Every area starts on a kArenaAlign boundary.
+// Every rank's arena holds, in order: (1) a resident shard per group that keeps one; (2) one
+// receive stage, the largest group's; (3) the landing slots (groups with one id share one, sized
+// by the largest; -1: its own); (4) TIDE-RS's areas (or the lane's inbox and scratch), shared,
+// sized by the largest. NOTE [lane handoff] orders shared areas between groups. Every area starts
+// on a kArenaAlign boundary. Why: NOTE [communicator arena] in docs/program.md.
 inline constexpr std::int64_t kArenaAlign = 4096;
 
 struct ArenaGroup {
@@ -60,8 +40,7 @@ struct CommunicatorArena {
   std::vector<int> slot_of;                 // per group: index into `slots`
   std::vector<LandingSlot> slots;
   RsArenaLayout reduce_scatter;  // shared; offsets absolute, arena_bytes = the whole arena
-  // Per group on the lane's reduce-scatter (others: empty): its inbox and scratch, absolute,
-  // arena_bytes = the whole arena (ep_rs_arena_layout with fold_always).
+  // Per group on the lane's reduce-scatter (else empty): its inbox and scratch, absolute.
   std::vector<EpRsArenaLayout> ep_reduce_scatter;
   // Bytes by kind (each sum aligned as laid out); they add up to arena_bytes.
   std::int64_t resident_bytes = 0;
@@ -69,12 +48,9 @@ struct CommunicatorArena {
   std::int64_t landing_bytes = 0;
   std::int64_t reduce_scatter_bytes = 0;
   std::int64_t arena_bytes = 0;
-  // What Sec. 5.4 bounds these areas by, for these groups: the residents, the largest
-  // group's stage, each slot's largest group, and Eq. 10's staging bound for the largest
-  // fp32 shard, with the n_out and n_par these plans lay out (NOTE [memory model terms]); the arena
-  // stays within it plus kArenaAlign per area. One-node plans take the model's one-node form
-  // instead: no stage, and the staging ring the solver sizes, exactly. 0 where the closed form
-  // does not apply (the memory model's limits).
+  // Sec. 5.4's bound for these groups (residents, largest stage, slots, Eq. 10 for the largest
+  // shard; one-node: the model's one-node form); the arena stays within it plus kArenaAlign per
+  // area. 0 where the closed form does not apply.
   std::int64_t bound_bytes = 0;
   int areas = 0;  // areas laid out (for the alignment allowance)
 };
@@ -82,10 +58,8 @@ struct CommunicatorArena {
 // Throws InvalidArgument for an empty list, a missing plan, or plans of different topologies.
 CommunicatorArena communicator_arena(const std::vector<ArenaGroup>& groups);
 
-// The call sequences a communicator runs for group `i` of `groups`, in `arena` (theirs): the
-// expert-parallel lane's where the group is on it, else TIDE-AG's and TIDE-RS's. The runtime
-// builds its groups' sequences here with the defaults; `rs`, `fault` (a fault built into
-// every call of its collective) and `sequence` are for tests and the simulator.
+// The call sequences a communicator runs for group `i` in `arena` (the lane's or TIDE-AG's and
+// TIDE-RS's); `rs`, `fault` and `sequence` are for tests and the simulator.
 struct GroupSequences {
   CallSequence all_gather;
   CallSequence reduce_scatter;

@@ -21,8 +21,7 @@ struct Emitter {
   void signal(int rank, int stream, int target, int counter, std::string label) {
     add(rank, stream, std::move(label), SignalOp{Counter{target, counter}, 1});
   }
-  // Blocks the stream until the rank's `counter` reaches `value`; nothing (nullptr) for
-  // value <= 0.
+  // Blocks the stream until the rank's `counter` reaches `value`; nothing (nullptr) for value <= 0.
   WaitOp* wait(int rank, int stream, int counter, std::int64_t value, std::string label) {
     if (value <= 0) return nullptr;
     return &add(rank, stream, std::move(label), WaitOp{Counter{rank, counter}, value});

@@ -1,7 +1,5 @@
-// Fault injection (App. E invariants I1-I4, Sec. 3.2 safety rules): each fault removes or
-// breaks one piece of the protocol on every rank. A correct executor must catch every one,
-// and by the mechanism the fault breaks (its expected Detection), never silently and never
-// through an unrelated check.
+// Fault injection (App. E I1-I4, Sec. 3.2): each fault breaks one piece of the protocol on
+// every rank; a correct executor catches it as its expected Detection, never otherwise.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +46,7 @@ enum class Fault {
 };
 
 // How a run shows a fault, strongest first (NOTE [fault detection] in
-// tide/exec/fault_detection.hpp says which executor findings map to which class).
+// docs/reference_executor.md: which executor findings map to which class).
 enum class Detection : std::uint8_t {
   kNone,               // nothing found
   kCallOrder,          // ranks issue different calls at one position, found before running
@@ -66,10 +64,8 @@ Detection parse_detection(std::string_view name);
 struct FaultInfo {
   Fault fault;
   std::string_view name;         // CLI name, e.g. "ag-no-completion-fence"
-  std::string_view collective;   // "all-gather", "reduce-scatter", "sequence" (one group's
-                                 // calls), "step" (several groups' calls), "communicator"
-                                 // (several groups: lanes.hpp), or the
-                                 // expert-parallel lane's "ep-all-gather", "ep-reduce-scatter"
+  std::string_view collective;   // "all-gather", "reduce-scatter", "sequence", "step",
+                                 // "communicator", "ep-all-gather", "ep-reduce-scatter"
   std::string_view rule;         // the invariant or safety rule it breaks
   std::string_view description;  // one line
   Detection expected;            // how the reference executor must catch it
@@ -78,8 +74,7 @@ struct FaultInfo {
 
 const std::vector<FaultInfo>& fault_catalog();  // every fault but kNone
 const FaultInfo& fault_info(Fault fault);
-// Empty when `fault` (or kNone) belongs to `collective`; otherwise why it cannot show there,
-// e.g. "it is a reduce-scatter fault" or, for faults of a sequence of calls, where to run it.
+// Empty when `fault` (or kNone) belongs to `collective`; else why not, and where to run it.
 std::string fault_collective_mismatch(Fault fault, std::string_view collective);
 // Throws InvalidArgument listing the known names.
 Fault parse_fault(std::string_view name);

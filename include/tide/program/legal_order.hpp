@@ -1,5 +1,4 @@
-// A legal serial order of a program's ops, found by simulating its counters and events on the
-// host (NOTE [legal order]).
+// A legal serial order of a program's ops, found by simulating its counters and events.
 #pragma once
 
 #include <cstdint>
@@ -9,33 +8,20 @@
 
 namespace tide::program {
 
-// NOTE [legal order]
-// A serial order of every rank's ops in which each op follows the earlier ops of its
-// (rank, stream), each kWait follows the additions that bring its counter to its value, and
-// each kEventWait follows its (rank, event) record. It is found by repeatedly taking the head
-// op of any (rank, stream) whose wait the ops already taken satisfy.
-// Why executors want it:
-//   - the CUDA executor enqueues in it, so no hardware queue shared by several streams holds a
-//     wait ahead of the signal it needs (NOTE [enqueue order]);
-//   - the host executor runs one rank's ops one at a time in it. If every process runs the
-//     projection of one legal order onto its ranks, none can block for good: the earliest op
-//     not yet done has every op before it done, on every rank (an induction on the order).
-// The concatenation of legal orders of consecutive calls is a legal order of the sequence,
-// provided each call's order was found with the counter totals and recorded events its
-// earlier calls leave behind (`start`).
+// Every rank's ops in one serial order: each op after the earlier ops of its (rank, stream), each
+// kWait after the additions it needs, each kEventWait after its record. The concatenation of legal
+// orders of consecutive calls, each found from the totals its earlier calls leave (`start`), is one
+// of the sequence. Why the executors walk it: NOTE [legal order] in docs/program.md.
 struct SyncStart {
-  // Per (rank, counter id): what earlier calls added, rank-major (rank * counters + id).
-  // Empty: all zero.
+  // What earlier calls added per (rank, counter id), rank-major; empty: all zero.
   std::vector<std::int64_t> counter_totals;
-  // Every event id at or above this is taken as already recorded on every rank (earlier
-  // calls' events). Default: none.
+  // Event ids at or above this count as recorded on every rank (earlier calls').
   int recorded_events_from = 1 << 30;
 };
 
 struct LegalOrder {
   std::vector<int> order;     // indices into Program::ops
-  std::vector<int> unplaced;  // ops no legal order reaches (a wait never satisfied), in
-                              // program order; empty for a well-formed program
+  std::vector<int> unplaced;  // ops no legal order reaches, in program order
 };
 
 LegalOrder legal_order(const Program& program, const SyncStart& start = {});

@@ -1,19 +1,11 @@
-// TIDE-RS's two memory modes (Sec. 5.3), In-Place and Slot-Reuse, as one choice: RsOptions::
-// mode picks a MemoryMode here, and every part of program/ that differs between the modes asks
-// it. What each mode decides:
-//   1. The outbox (Sec. 5.3, Eq. 9): In-Place keeps a full outbox, a block per remote
-//      destination; Slot-Reuse keeps max_i (k_i + k_{i-1}) blocks and refills a block after
-//      its previous send (the sum waits SENT). RsPlan::outbox_depth() (core) computes n_out,
-//      since the plan's geometry needs it; the read phase waits where that depth is exceeded.
-//   2. Where the read phase reads the gradients: In-Place from FSDP2's gradient tensors until
-//      READ_DONE; Slot-Reuse from the group's vacated landing slot, where the runtime copies
-//      them first (NOTE [runtime] 8). On one node (with RsOptions::one_node_pull) Slot-Reuse's
-//      owners pull their rows from that gradient area instead of the peers pushing them into
-//      staging (NOTE [one-node TIDE-RS]).
-//   3. The staging bound of the memory model (Eq. 10-12): each mode's staging blocks.
-//   4. What a step holds (NOTE [step memory]): In-Place reads the previous group's gradients in
-//      place until its reads complete, so two gradient groups are briefly live; Slot-Reuse
-//      moves them into the vacated slot.
+// TIDE-RS's two memory modes (Sec. 5.3) as one choice that every part of program/ asks:
+//   1. Outbox (Eq. 9; n_out from RsPlan::outbox_depth()): In-Place a block per remote
+//      destination; Slot-Reuse max_i (k_i + k_{i-1}) blocks, refilled after their send.
+//   2. Gradients: In-Place reads FSDP2's tensors until READ_DONE; Slot-Reuse reads them from
+//      the vacated landing slot (NOTE [runtime] 8; one node: owners pull, NOTE [one-node
+//      TIDE-RS]).
+//   3. The memory model's staging bound (Eq. 10-12) per mode.
+//   4. A step (NOTE [step memory]): In-Place holds the previous group's gradients briefly.
 #pragma once
 
 #include <cstdint>

@@ -1,19 +1,13 @@
 // The TIDE protocol as data: per-rank op lists on named streams (architecture: program/).
-//
-// A Program holds every rank's ops. Ops of one (rank, stream) run in list order, each
-// after the previous one has completed (CUDA stream semantics). Across streams and ranks,
-// order exists only through the synchronisation ops:
-//   - kEventRecord / kEventWait: event ids are per rank, like counters; each (rank, id) is
-//     recorded once. A wait completes once that record (same rank) has completed; the
-//     record completes when every earlier op of its stream has.
-//   - kSignal / kWait on counters: a signal adds to a counter (on any rank) when it runs;
-//     a wait completes once its counter (on its own rank) holds at least its value. A
-//     wait is ordered after every signal whose addition it needed to reach that value.
-//   - kRailPut: writes its destination region (on another rank), then adds to a counter on
-//     the destination rank; a wait that observes the addition is ordered after the write.
-// Every op names the byte ranges it reads and writes (reads_of / writes_of), so an
-// executor can check that each read has a happens-before edge from the write it sees and
-// that no write lands on bytes still to be read (App. E invariants I1-I4).
+// Ops of one (rank, stream) run in list order, each after the previous one completed (CUDA
+// stream semantics). Across streams and ranks, order exists only through:
+//   - kEventRecord / kEventWait: each (rank, id) recorded once; a wait completes once that
+//     record (same rank) completed, i.e. every earlier op of the record's stream.
+//   - kSignal / kWait: a signal adds to a counter (any rank) when it runs; a wait completes once
+//     its counter (own rank) holds at least its value, ordered after the additions it needed.
+//   - kRailPut: writes its destination (another rank), then adds to a counter there.
+// Every op names the bytes it reads and writes (reads_of / writes_of), so an executor can
+// check App. E's invariants I1-I4.
 #pragma once
 
 #include <cstdint>
@@ -29,10 +23,8 @@
 
 namespace tide::program {
 
-// Where bytes live. Each rank has one symmetric arena (landing, receive stage, staging,
-// outbox, inbox, spares, resident shard), per-parameter tensors outside it (FSDP2's
-// gradients G_p, or fp32 master shards for a mixed-precision all-gather), and an output
-// outside it (the reduce-scatter's fp32 shard).
+// Where bytes live: each rank's symmetric arena, per-parameter tensors (FSDP2's gradients, or
+// fp32 master shards), and outputs (the reduce-scatter's fp32 shard).
 enum class Space : std::uint8_t { kArena, kTensor, kOutput };
 
 struct Buffer {
@@ -63,52 +55,44 @@ struct CopyDescriptor {
   Region dst;  // same width and rows as src
 };
 
-// One run of the Level 1 owner's own contribution: `elems` elements of output row `row`
-// starting at element `out_elem`, read from parameter `param`'s gradient at `src_elem`.
-// Staged inputs are valid exactly on these runs; output elements outside every run are
-// padding and are written as +0.
+// One run of the Level 1 owner's own contribution: `elems` elements of output row `row` from
+// `out_elem`, read from parameter `param`'s gradient at `src_elem`. Staged inputs are valid
+// exactly on these runs; output elements outside every run are padding (written +0).
 struct SumSegment {
   int row = 0;
   std::int64_t out_elem = 0;
   int param = 0;  // the kTensor index of its gradient (kArena: 0)
   std::int64_t src_elem = 0;
   std::int64_t elems = 0;
-  // Where the own contribution lies: the gradient tensor, or (one-node Slot-Reuse, NOTE
-  // [one-node TIDE-RS]) this rank's arena, src_elem then counting gradient-dtype items from
-  // the arena's start.
+  // The gradient tensor, or (one-node Slot-Reuse, NOTE [one-node TIDE-RS]) this rank's arena,
+  // src_elem then counting gradient-dtype items from its start.
   Space space = Space::kTensor;
   Buffer source(int rank) const { return Buffer{rank, space, space == Space::kTensor ? param : 0}; }
 };
 
-// What each kind of op does: one payload per kind, holding exactly the fields that kind uses.
-
-// Copies of a batch of 1-D or 2-D descriptors. ctas > 0 marks an SM-driven transfer (a copy
-// kernel, an NCCL kernel) rather than a copy engine.
+// One payload per kind of op, holding exactly the fields that kind uses.
+// A batch of 1-D or 2-D copies; ctas > 0: SM-driven (a copy or NCCL kernel), not a copy engine.
 struct CopyOp {
   std::vector<CopyDescriptor> copies;
   int ctas = 0;
 };
 
-// Level 1 sum (Sec. 4.1) on `ctas` short-lived CTAs. `dst` is fp32 rows (width = row
-// elements * 4, pitch in bytes); `staged` are the L - 1 staged contributions in local-rank
-// order, each with dst's row/element geometry in `in_dtype`; `segments` locate the own
-// contribution in this rank's gradient tensors.
+// Level 1 sum (Sec. 4.1) on `ctas` CTAs into fp32 rows `dst`; `staged`: the L - 1 staged
+// contributions in local-rank order, dst's geometry in `in_dtype`; `segments`: the own one.
 struct SumOp {
   Region dst;
   std::vector<Region> staged;
   std::vector<SumSegment> segments;
   DType in_dtype = DType::kBf16;
   float alpha = 1.0f;
-  // Fold into dst's existing values (dst = dst + part, +0 on padding): the one-node sum into
-  // the output (NOTE [one-node TIDE-RS]; NOTE [arithmetic order], M = 1). Only for a dst in
-  // the output; a sum into the arena overwrites.
+  // dst = dst + part (+0 on padding): the one-node sum into the output (NOTE [one-node
+  // TIDE-RS]). Only for a dst in the output; a sum into the arena overwrites.
   bool accumulate = false;
   int ctas = 0;
 };
 
-// Level 2 landing of one wave (Sec. 4.2), pulled through peer pointers on `ctas` CTAs: `dst`
-// is a 1-D fp32 range of the output; `sources` are the wave's partials in contributor order,
-// each of dst's length.
+// Level 2 landing of one wave (Sec. 4.2) on `ctas` CTAs into a 1-D fp32 range of the output;
+// `sources`: the wave's partials in contributor order, each of dst's length.
 struct LandOp {
   Region dst;
   std::vector<Region> sources;
@@ -142,8 +126,7 @@ struct WaitOp {
   bool network_round = false;  // closes a network round (the cost model adds t_rnd)
 };
 
-// `copies` to a rail peer, then counter += value on that peer. ctas > 0 marks an SM-driven
-// put (an NCCL kernel) rather than the NIC.
+// `copies` to a rail peer, then counter += value there; ctas > 0: an NCCL kernel, not the NIC.
 struct RailPutOp {
   std::vector<CopyDescriptor> copies;
   Counter counter;
@@ -156,9 +139,8 @@ struct EventRecordOp {
   int event = 0;
 };
 
-// Waits for event `event`'s record. ctas > 0 marks the wait that opens an NCCL kernel of
-// that many CTAs on its stream (the cost model charges the kernel's start there; executors
-// treat it as a plain event wait).
+// Waits for event `event`'s record. ctas > 0 marks the wait that opens an NCCL kernel of that
+// many CTAs (the cost model charges its start; executors treat it as a plain wait).
 struct EventWaitOp {
   int event = 0;
   int ctas = 0;
@@ -193,11 +175,9 @@ struct Op {
   int rank = 0;
   int stream = 0;     // index into Program::stream_names
   std::string label;  // what the op is, for errors and traces ("AG r2 scatter slot 3 p1")
-  // A step inside one long-running kernel (an NCCL ring step) rather than an operation the
-  // host enqueues: it costs no host enqueue time. Any kind of op can be such a step.
+  // A step inside one long-running kernel (an NCCL ring step): no host enqueue time.
   bool inside_kernel = false;
-  // The call of its rank's call sequence the op belongs to: an index into
-  // Program::calls[rank] (NOTE [call identities]); -1 for ops outside any call.
+  // Its call: an index into Program::calls[rank] (NOTE [call identities]); -1: none.
   int call = -1;
   OpPayload payload;
 
@@ -236,9 +216,8 @@ inline Op make_op(int rank, int stream, std::string label, OpPayload payload) {
   return op;
 }
 
-// Facts several kinds share, for consumers that treat those kinds alike.
-// The CTA budget of a kSum / kLand / kCast, the SM-driven mark of a kCopy / kRailPut, the
-// kernel-opening mark of a kEventWait; 0 for other kinds.
+// Facts several kinds share. The CTA budget of a kSum / kLand / kCast, the SM-driven mark of a
+// kCopy / kRailPut, the kernel-opening mark of a kEventWait; 0 for other kinds.
 int ctas_of(const Op& op);
 // The descriptors of a kCopy / kRailPut; empty for other kinds.
 std::span<const CopyDescriptor> copies_of(const Op& op);
@@ -285,8 +264,7 @@ void for_each_region(OpT& op, F&& f) {
 }
 }  // namespace detail
 
-// Calls f on every region an op names: copy sources and destinations, a cast's source, dst,
-// staged inputs, landing sources. Sum segments are not regions (they name tensors by index).
+// Calls f on every region an op names (sum segments name tensors by index: not regions).
 template <class F>
 void for_each_region(Op& op, F&& f) {
   detail::for_each_region(op, f);
@@ -304,13 +282,11 @@ struct BufferSizes {
 };
 
 // NOTE [call identities]
-// A program of several calls (a training step) says which call each op belongs to (Op::call)
-// and, per rank, which call it issues at each position of its sequence (Program::calls).
-// Every rank must issue the same calls in the same order (Sec. 3.2, I4): a rank that waits
-// in call i on a counter a peer adds to, where that peer issues another call as call i, has
-// a call-order mismatch. The reference executor reports it before running (ErrorKind::
-// kCallOrderMismatch), as the runtime reports a mismatched call tag. Programs of one call
-// may leave `calls` empty.
+// A program of several calls says which call each op belongs to (Op::call) and, per rank,
+// which call it issues at each position (Program::calls). Every rank must issue the same calls
+// in the same order (Sec. 3.2, I4): a wait in call i on a peer's counter, where the peer's
+// call i is another, is a call-order mismatch (ErrorKind::kCallOrderMismatch before running).
+// Programs of one call may leave `calls` empty.
 struct CallIdentity {
   int group = 0;           // the parameter group (its index in the step)
   std::string collective;  // "all-gather", "reduce-scatter"
@@ -344,8 +320,7 @@ struct CallPlacement {
   int entry_event = -1;  // the caller stream waits for this event before the call (-1: none)
 };
 
-// The byte ranges an op reads and writes (copy sources, staged inputs, gradient runs,
-// landing partials, the output when accumulating ...). Synchronisation ops touch none.
+// The byte ranges an op reads and writes; synchronisation ops touch none.
 std::vector<Region> reads_of(const Op& op);
 std::vector<Region> writes_of(const Op& op);
 

@@ -12,10 +12,9 @@
 
 namespace tide::program {
 
-// How a wave lands. kPull (the default, and the only form run on our machines) reads the
-// wave's partials from its W contributors through peer pointers. kSwitchReduce models the
-// multimem form (Sec. 4.2): it reads inbox block s on all L GPUs, so stale blocks must be
-// zeroed (NOTE [stale-block zeroing]) and the own-node spare copied into the inbox first.
+// How a wave lands: kPull (the default, the only form run here) reads the partials through
+// peer pointers; kSwitchReduce models multimem (Sec. 4.2), reading inbox block s on all L GPUs
+// (stale blocks zeroed, NOTE [stale-block zeroing]; the own spare copied in first).
 enum class LandingStyle : std::uint8_t { kPull, kSwitchReduce };
 
 struct RsProgramOptions {
@@ -25,23 +24,14 @@ struct RsProgramOptions {
   int landing_ctas = kDefaultLandingCtas;
   LandingStyle landing = LandingStyle::kPull;
   Fault fault = Fault::kNone;  // a reduce-scatter fault to inject on every rank
-  // One-node Slot-Reuse (NOTE [one-node TIDE-RS]): the arena offset of the call's gradient
-  // area, where the caller copies the gradients and the peers read them (the group's vacated
-  // landing slot); -1 uses the layout's own gradient area (RsArenaLayout::gradients).
+  // One-node Slot-Reuse (NOTE [one-node TIDE-RS]): the call's gradient area in the arena (the
+  // vacated landing slot); -1: RsArenaLayout::gradients.
   std::int64_t gradient_area = -1;
 };
 
-// Byte offsets of TIDE-RS's areas in each rank's arena, and the strides inside them. A lone
-// call sizes them from its plan (RsPlan::memory()); the calls of a step share one layout
-// sized for the largest group (communicator_arena.hpp).
-//
-// NOTE [no inbox on one node]
-// The inbox receives rail puts from other nodes, and the switch-reduce landing reads it on
-// every local GPU. On one node (M = 1) with the pull landing nothing writes or reads it: the
-// landing pulls the own node's partials from the spares. So there the layout holds no inbox
-// (inbox_generations = 0, L blocks per generation saved: as large as FSDP2's whole fp32
-// reduce-scatter input at M = 1). build_rs_call() refuses a layout without the inbox its plan
-// and landing need.
+// TIDE-RS's areas in each rank's arena and their strides (a step's sized for the largest group).
+// One node with the pull landing holds no inbox (NOTE [no inbox on one node] in docs/program.md);
+// build_rs_call() refuses a layout without the inbox its plan and landing need.
 struct RsArenaLayout {
   std::int64_t staging = 0;  // n_stg slots, each (L - 1) contributions x L rows x chunk
   std::int64_t outbox = 0;   // 2 banks x n_out blocks
@@ -53,9 +43,8 @@ struct RsArenaLayout {
   int outbox_blocks = 0;                // outbox blocks per bank
   int spare_blocks = 0;                 // spares per bank
   int inbox_generations = 0;            // n_par, or 0 where nothing uses the inbox
-  // One-node Slot-Reuse (NOTE [one-node TIDE-RS]): an area for the largest group's unsharded
-  // gradients after the inbox, where the layout has one (a lone call, a step); -1 where the
-  // calls name theirs (the communicator's landing slots, RsProgramOptions::gradient_area).
+  // One-node Slot-Reuse: the largest group's unsharded gradients after the inbox; -1 where
+  // the calls name theirs (RsProgramOptions::gradient_area).
   std::int64_t gradients = -1;
   std::int64_t gradient_bytes = 0;
 };
@@ -64,16 +53,14 @@ struct RsArenaLayout {
 bool rs_uses_inbox(const RsPlan& plan, LandingStyle landing);
 
 RsArenaLayout rs_arena_layout(const RsPlan& plan, LandingStyle landing);
-// The smallest layout that holds every one of `plans` (same topology and options), with a
-// gradient area for one-node Slot-Reuse plans unless `gradient_area` is false (the calls then
-// name theirs).
+// The smallest layout holding every one of `plans` (one topology and options); a gradient
+// area for one-node Slot-Reuse plans unless `gradient_area` is false.
 RsArenaLayout rs_arena_layout(const std::vector<const RsPlan*>& plans, LandingStyle landing,
                               bool gradient_area = true);
 
-// What a TIDE-RS call shares with the earlier calls of its step (Sec. 5.2, App. E): the
-// staging slots with their cumulative STAGED/FREE counters, the two outbox and spare banks
-// (bank b = e mod 2), the inbox generations with their cumulative INBOX_FREE counters, and
-// how far each of those has been used. build_rs_call() reads it and advances it.
+// What a TIDE-RS call shares with earlier calls (Sec. 5.2, App. E): staging slots and their
+// cumulative STAGED/FREE counters, outbox and spare banks (e mod 2), inbox generations and
+// their INBOX_FREE counters, and their use so far. build_rs_call() advances it.
 struct RsShared {
   RsArenaLayout areas;
   int staged = 0;                     // first of n_stg STAGED counters
@@ -88,8 +75,7 @@ struct RsShared {
   std::vector<int> generation_uses;      // [q]: waves that used inbox generation q so far
 };
 
-// Shared state for the reduce-scatter calls of `plans` (one topology) landing with `landing`,
-// its counters numbered from `first_counter`; nothing used yet.
+// Fresh shared state for the calls of `plans`, counters numbered from `first_counter`.
 RsShared rs_shared_state(const std::vector<const RsPlan*>& plans, int first_counter,
                          LandingStyle landing);
 
@@ -99,23 +85,20 @@ struct RsProgramIds {
   int net_done_event = 0;   // recorded on each rank's net stream: its outbox bank was sent
 };
 
-// The program of one TIDE-RS call on every rank. Inputs: each rank's gradients G_p
-// (kTensor p, D_p x K_p elements of the plan's gradient dtype) and, when accumulating, its
-// output. Output: each rank's packed fp32 shard (kOutput, S_fp32 bytes), Eq. 5.
+// One TIDE-RS call on every rank: gradients G_p (kTensor p, D_p x K_p, the gradient dtype) to
+// each rank's packed fp32 shard (kOutput, Eq. 5; read first when accumulating).
 Program build_rs_program(const RsPlan& plan, const RsProgramOptions& options,
                          RsProgramIds* ids = nullptr);
 
-// Call e of a step: the ops of one call placed at `placement`, sharing `shared` (advanced
-// past this call). The returned program's counters and events are the highest ids used + 1;
-// its buffer sizes are left empty (the step sizes them).
+// Call e of a step at `placement`, sharing `shared` (advanced past it); counters and events
+// are the highest ids used + 1, buffer sizes left empty.
 Program build_rs_call(const RsPlan& plan, const RsProgramOptions& options,
                       const CallPlacement& placement, RsShared& shared,
                       RsProgramIds* ids = nullptr);
 // Events a call records for later calls: private event ids relative to its event_base.
 int rs_call_event_count(const RsPlan& plan);
 
-// Why `fault` cannot show on this plan and these options (empty when it can), e.g. outbox
-// reuse under In-Place, whose outbox never refills a block.
+// Why `fault` cannot show here (empty when it can), e.g. outbox reuse under In-Place.
 std::string rs_fault_inapplicable(Fault fault, const RsPlan& plan, const RsProgramOptions& options);
 
 }  // namespace tide::program

@@ -1,17 +1,9 @@
-// A training step as FSDP2 issues its collectives (Sec. 5.1-5.3, App. F), built from the
-// runtime's own multi-call programs, so that `tide simulate step` predicts the step the
-// runtime runs. Steps:
-//   1. the groups' communicator arena (communicator_arena.hpp; NOTE [communicator arena]),
-//      group g in landing slot g mod 2 (App. F's ring in forward order);
-//   2. each group's call sequences placed in it, as the runtime places them (group_sequences,
-//      their signal words after the lanes' handoff words);
-//   3. the calls in FSDP2's issue order (the forward all-gathers of every group in order,
-//      then, for each group in reverse order, its backward all-gather and its reduce-scatter)
-//      through the lanes (lanes.hpp): each call after its lane's handoff (NOTE [lane
-//      handoff]), each all-gather after its slot's release, its layer reading the parameters
-//      into the call's output on the compute stream.
-// Synchronisation is the runtime's: every cross-call edge is the sequences' credits, the
-// handoff or a slot's release. All calls are issued in the same order on every rank (I4).
+// A training step as FSDP2 issues its collectives (Sec. 5.1-5.3, App. F), from the runtime's
+// own programs, so `tide simulate step` predicts what it runs: (1) the communicator arena,
+// group g in slot g mod 2; (2) each group's sequences placed as the runtime places them;
+// (3) the calls in FSDP2's order (forward all-gathers, then per group in reverse its backward
+// all-gather and reduce-scatter) through the lanes, each layer reading its parameters on the
+// compute stream. Every cross-call edge is the runtime's; every rank issues the same order.
 #pragma once
 
 #include <cstdint>
@@ -51,44 +43,24 @@ struct StepCall {
 std::vector<StepCall> fsdp2_issue_order(int groups);
 
 struct StepOptions {
-  // The reduce-scatter calls' options: alpha, accumulate, CTA budgets, landing style (the
-  // runtime's are the defaults).
-  RsProgramOptions reduce_scatter;
-  // A fault on every rank: a reduce-scatter or all-gather fault applies to every such call,
-  // a communicator fault to the lanes (LaneProgramOptions); kStepCallOrder swaps the first two
-  // reduce-scatters on the last rank.
+  RsProgramOptions reduce_scatter;  // the reduce-scatter calls' options (the runtime's defaults)
+  // A fault on every rank: a collective's fault on every such call, a communicator fault on the
+  // lanes; kStepCallOrder swaps the first two reduce-scatters on the last rank.
   Fault fault = Fault::kNone;
 };
 
-// NOTE [step memory]
-// What a step's collectives hold per GPU at their peak, as each system holds it. Both counts
-// leave out what both systems hold alike: the running layer's gradients, the reduce-scatter
-// outputs (the sharded gradients), optimizer state and activations.
-//   TIDE: its arena (NOTE [communicator arena]) plus, In-Place, one more group's bf16
-//     gradients: TIDE-RS reads the previous group's gradients in place until its reads
-//     complete, so two gradient groups are briefly live (Sec. 5.3); Slot-Reuse moves them
-//     into a vacated ring slot.
-//   Stock FSDP2: the sharded parameters (what TIDE keeps as resident shards) plus the peak
-//     over the step of the collective buffers its caching allocator holds (Sec. 5.4), with
-//     U_g = N S_g the unsharded (padded) parameters of group g and P_g = N S_fp32 its fp32
-//     reduce-scatter input:
-//       forward of g:   U_g + U_{g+1}            (the all-gather prefetched at depth 1)
-//       backward of g:  U_g + U_{g-1} + P_{g+1}  (the prefetched backward all-gather on its
-//                       own stream, which the reduce-scatter never reuses, and the previous
-//                       group's reduce-scatter input, kept until the next post_backward
-//                       observes its completion)
-//     With equal groups that is the paper's 4 NS during backward. The all-gather's rank-major
-//     flat buffer is freed after its copy-out and counts as the U of its group.
-// The stock program itself still gives every call its own arena region (fsdp2 step builder):
-// those are addresses for the executor, not memory FSDP2 holds.
+// Per GPU at the step's peak, leaving out what both hold alike (the running layer's gradients,
+// the sharded gradients, optimizer state, activations). TIDE: its arena plus, In-Place, one
+// more group's bf16 gradients. Stock FSDP2: the sharded parameters plus the peak over the step
+// of its collective buffers, max over g of U_g + U_{g+1} (forward) and U_g + U_{g-1} + P_{g+1}
+// (backward), U_g = N S_g, P_g = N S_fp32. Why: NOTE [step memory] in docs/program.md.
 std::int64_t tide_step_held_bytes(const std::vector<StepGroup>& groups, std::int64_t arena_bytes);
 std::int64_t fsdp2_step_held_bytes(const std::vector<StepGroup>& groups);
 
 struct StepProgram {
   Program program;
   std::vector<StepCall> calls;
-  // TIDE: the communicator's arena (resident shards at all_gather[g].resident); stock FSDP2:
-  // only arena_bytes, its held bytes.
+  // TIDE: the communicator's arena; stock FSDP2: only arena_bytes, its held bytes.
   CommunicatorArena arena;
   std::int64_t held_bytes = 0;  // NOTE [step memory]
 };
@@ -97,12 +69,9 @@ struct StepProgram {
 // of different topologies, or a fault that cannot show (step_fault_inapplicable).
 StepProgram build_step_program(const std::vector<StepGroup>& groups, const StepOptions& options);
 
-// Stock FSDP2's calls in the same order (fsdp2_baseline.hpp), for comparison: each call keeps
-// its own arena region (addresses for the executor; what FSDP2 holds is `held_bytes`, also
-// given as `arena.arena_bytes`: NOTE [step memory]), the all-gather's copy-out and the layer's
-// read run on the compute stream, the reduce-scatter (packing and ring) on the reduce-scatter
-// stream after its layer's backward. Only `reduce_scatter.alpha` and `accumulate` of `options`
-// apply.
+// Stock FSDP2's calls in the same order (fsdp2_baseline.hpp; each its own arena region, held
+// bytes as NOTE [step memory]); the reduce-scatter on its own stream after the layer's backward.
+// Of `options` only `reduce_scatter.alpha` and `accumulate` apply.
 StepProgram build_fsdp2_step_program(const std::vector<StepGroup>& groups,
                                      const StepOptions& options);
 

@@ -10,23 +10,14 @@
 namespace tide::program {
 
 // NOTE [program validity]
-// A program is well formed when every op:
-//   - names a rank in [0, ranks) and a stream of stream_names;
-//   - touches only regions inside buffers the program sizes (offset >= 0, width >= 0,
-//     rows >= 1, pitch >= width when rows > 1; kOutput 0 exists on every rank, possibly
-//     empty), with copy sources and destinations of one shape;
-//   - kSum: fp32 dst rows; staged inputs with dst's rows and elements in in_dtype; segments
-//     inside dst and inside their gradient tensor; kLand: at least one source, each an fp32
-//     range of dst's length; kCast: one fp32 source of twice the bytes of its bf16 dst;
-//   - signals and rail puts name a counter in range with a non-negative addition; a wait
-//     names a counter of its own rank; event ids are in range; each (rank, event) is recorded
-//     at most once;
-// and, for a whole program (ValidateOptions::whole_program), every wait can be satisfied:
-// its threshold is at most what the program adds to its counter, and its event is recorded
-// on its rank. A call template (NOTE [call sequences]) waits on what earlier calls add and
-// record, so it is validated without that last check.
-// Executors add only their own mapping limits (the CUDA executor: kernel row and wave
-// limits, uniform staged strides, contiguous landing ranges, no overlapping copies).
+// A program is well formed when every op names a valid rank and stream; touches only regions
+// inside the buffers the program sizes (offset, width >= 0, rows >= 1, pitch >= width for
+// rows > 1), copies of one shape; kSum has fp32 dst rows, staged inputs of dst's geometry in
+// in_dtype and segments inside dst and their tensor; kLand has fp32 sources of dst's length;
+// kCast one fp32 source of twice its bf16 dst's bytes; counters and events are in range,
+// additions >= 0, waits on own-rank counters, each (rank, event) recorded at most once. A
+// whole program (whole_program) also has every wait satisfiable: a call template, which waits
+// on earlier calls, is validated without that. Executors add only their mapping limits.
 enum class DefectKind : std::uint8_t { kMalformed, kUnsatisfiableWait };
 
 struct Defect {

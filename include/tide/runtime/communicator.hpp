@@ -1,33 +1,19 @@
 // The TIDE runtime (architecture: runtime/): what a training loop calls. One Communicator per
-// process group; groups registered once; all-gathers and reduce-scatters bound per call.
-//
-// Use (every rank, the same calls in the same order):
-//   runtime::CommunicatorOptions o;  o.rank = r;  o.world = n;  o.gpus_per_node = l;
-//   o.backend = runtime::BackendKind::kHost;  o.store = std::make_shared<FileStore>(dir);
-//   auto comm = runtime::Communicator::create(o);
-//   runtime::Registration g = comm->register_group(spec);     // g.group < 0: stock, g.reason
-//   comm->all_gather(g.group, stream, shards);                  // landing: comm->info(g).landing
-//   comm->reduce_scatter(g.group, stream, grads, out, alpha, accumulate);
-//
-// Contract. The design, in points 1-11 that the comments below cite, is NOTE [runtime] in
-// docs/runtime.md.
-// - Collective calls: create(), register_group(), and the first info(), arena(),
-//   arena_request() or call; every rank makes them with the same arguments in the same order.
-//   A group TIDE cannot run gets a reason and no id (1), never an internal error. Groups
-//   registered after the arena exists (3) are refused with a reason.
-// - Calls: calls of different groups may interleave in any order every rank shares (4).
-//   Backends: kHost runs a call on the calling thread over shared memory, complete when it
-//   returns (`stream` ignored); kNccl and kIpc enqueue it on the caller's stream (a
-//   cudaStream_t as an integer) and return at once, with no host synchronisation; pointers are
-//   then device pointers.
-// - Landing slots (7-8): a group's landing holds its parameters until release(); an all-gather
-//   into a slot another group holds throws InvalidArgument and writes nothing.
-// - Graphs (6, GPU backends): a call under the caller's capture goes into the caller's graph;
-//   pass take_graph_calls() to prepare_graph_launch() before each launch. The first call or
-//   info() must come before any capture; a graph must not be launched after close.
-// - Failure (5, fail-stop): a timeout, a dead peer or an abort raises CommunicationError here
-//   and aborts the communicator on every rank, whose next call, wait or check() raises. GPU
-//   calls complete after they return, so callers check() at their own synchronisation points.
+// process group; groups registered once; all-gathers and reduce-scatters bound per call. An example
+// of use: docs/runtime.md. Contract (points 1-11, cited below: NOTE [runtime] in docs/runtime.md):
+// - Collective: create(), register_group() and the first info(), arena(), arena_request() or
+//   call, on every rank with the same arguments in the same order. A group TIDE cannot run (1),
+//   or registered after the arena exists (3), gets a reason and no id.
+// - Calls of different groups interleave in any order every rank shares (4). kHost runs a call
+//   on the calling thread, complete on return; kNccl and kIpc enqueue it on the caller's stream
+//   (a cudaStream_t as an integer; device pointers) and return at once.
+// - Landing slots (7-8): a landing holds its parameters until release(); an all-gather into a
+//   slot another group holds throws InvalidArgument and writes nothing.
+// - Graphs (6, GPU backends): calls under the caller's capture go into its graph; pass
+//   take_graph_calls() to prepare_graph_launch() before each launch. The first call or info()
+//   comes before any capture; no launch after close.
+// - Failure (5, fail-stop): a timeout, dead peer or abort raises CommunicationError and aborts
+//   every rank's communicator; GPU callers check() at their own synchronisation points.
 #pragma once
 
 #include <chrono>
@@ -55,31 +41,26 @@ BackendKind parse_backend(std::string_view text);
 std::string_view backend_name(BackendKind backend);
 // Whether this build has the backend (nccl: built with CUDA and NCCL; ipc: with CUDA).
 bool backend_built(BackendKind backend);
-// Whether the runtime lays TIDE-RS out for one node at M = 1 (NOTE [one-node TIDE-RS]): on every
-// backend, unless TIDE_ONE_NODE=0 keeps the multi-node layout. InvalidArgument for another value.
-// The ranks agree it with the group (a rank that differs refuses the group with the reason).
+// The one-node layout at M = 1 (NOTE [one-node TIDE-RS]) unless TIDE_ONE_NODE=0 (another
+// value: InvalidArgument); agreed with the group (a rank that differs refuses it).
 bool one_node_layout();
 
 // Fault injection for tests and `tide check-runtime` only; the defaults inject nothing.
 struct CommunicatorFaultInjection {
-  // GPU backends: from rank `stall_rank`'s call `stall_at_call` on (counting every call of the
-  // communicator), its calls wait for a gate that never opens; the watchdog must find it.
+  // GPU backends: rank `stall_rank`'s calls from `stall_at_call` on never start.
   int stall_rank = -1;
   std::int64_t stall_at_call = -1;
   // GPU backends: rank `release_rank`'s abort() lets its messages flow for `release_hold`
-  // before it ends them and marks the failure, so peers learn of it only from the messages'
-  // abort tokens (NOTE [abort relay]).
+  // before it marks the failure (peers learn it from the abort tokens, NOTE [abort relay]).
   int release_rank = -1;
   std::chrono::milliseconds release_hold{0};
 };
 
 // Emulation for tests and `tide check-runtime` only.
 struct CommunicatorEmulation {
-  // Every node of gpus_per_node ranks reports a host of its own (NOTE [runtime] 9), so its
-  // ranks reach other nodes by rail messages only.
+  // Every node reports a host of its own (NOTE [runtime] 9): other nodes by rail messages only.
   bool nodes_as_hosts = false;
-  // With nodes_as_hosts: this rank's emulated host; ranks that give one name share it ("":
-  // one per node). NOTE [runtime] 11.
+  // With nodes_as_hosts: this rank's emulated host ("": one per node). NOTE [runtime] 11.
   std::string host;
 };
 
@@ -104,11 +85,8 @@ struct GroupSpec {
   RsMode mode = RsMode::kInPlace;
   // TIDE-RS sub-slice geometry (NOTE [sub-slice geometry] in rs_plan.cpp).
   RsSubSlices sub_slices = RsOptions{}.sub_slices;
-  // The all-gather reads per-parameter fp32 master shards and casts to ag_dtype (Sec. 3.2).
-  bool cast = false;
-  // Without a cast: it reads per-parameter shards in ag_dtype with every call, not a resident
-  // packed shard.
-  bool staged_shards = false;
+  bool cast = false;           // the all-gather casts per-parameter fp32 masters (Sec. 3.2)
+  bool staged_shards = false;  // no cast: per-parameter shards with every call, no resident
   // NOTE [runtime] 7: groups with one slot id >= 0 land in one shared slot; -1: its own.
   int landing_slot = -1;
 };
@@ -131,15 +109,14 @@ struct GroupInfo {
   std::byte* resident = nullptr;              // this rank's packed shard (nullptr: shards per call)
   int landing_slot = -1;     // its slot: index into ArenaInfo::slots (NOTE [runtime] 7)
   int landing_slot_id = -1;  // GroupSpec::landing_slot
-  // Each collective's lane ("tide-ag", "tide-rs" or "ep"), and why a group of one rank per host
-  // is not on the "ep" lane ("" otherwise). NOTE [runtime] 11.
+  // Each collective's lane ("tide-ag", "tide-rs", "ep"), and why a one-rank-per-host group is
+  // not on "ep". NOTE [runtime] 11.
   std::string all_gather_lane;
   std::string reduce_scatter_lane;
   std::string lane_reason;
   int ag_period = 0;  // calls per template cycle (NOTE [call sequences])
   int rs_period = 0;
-  // A CUDA graph holds a multiple of this many of the group's calls of each collective (NOTE
-  // [runtime] 6); 0 on the host backend and before the first call.
+  // A CUDA graph holds a multiple of this many calls (NOTE [runtime] 6); 0 on the host backend.
   int graph_period = 0;
 };
 
@@ -158,14 +135,10 @@ struct GraphCalls {
 struct GroupStats {
   std::int64_t all_gathers = 0;
   std::int64_t reduce_scatters = 0;
-  // Bytes FSDP2's layout copies would have moved for these calls (Sec. 1, Eq. 3).
-  std::int64_t copy_bytes_avoided = 0;
-  // Bytes these calls still copy: shards cast or copied per call (S each).
-  std::int64_t copy_bytes_made = 0;
-  // Of those, the gradients stage_gradients copied into the group's slot (Slot-Reuse).
-  std::int64_t gradient_bytes_staged = 0;
-  // GPU backends: calls that ran as replays of their slot's CUDA graph, and the calls that
-  // captured one (NOTE [slot graph policy]); the others ran on the stream path.
+  std::int64_t copy_bytes_avoided = 0;     // what FSDP2's layout copies would move (Eq. 3)
+  std::int64_t copy_bytes_made = 0;        // shards cast or copied per call (S each)
+  std::int64_t gradient_bytes_staged = 0;  // of those, by stage_gradients (Slot-Reuse)
+  // GPU backends: calls replayed from / captured into slot graphs (NOTE [slot graph policy]).
   std::int64_t all_gather_replays = 0;
   std::int64_t reduce_scatter_replays = 0;
   std::int64_t all_gather_graph_captures = 0;
@@ -173,13 +146,11 @@ struct GroupStats {
   // Why a collective's slot graphs cannot take fresh pointers (empty where they can).
   std::string all_gather_repoint_failure;
   std::string reduce_scatter_repoint_failure;
-  // Rail messages to ranks of other hosts sent for these calls, and their bytes (NOTE
-  // [runtime] 9).
+  // Rail messages to other hosts, and their bytes (NOTE [runtime] 9).
   std::int64_t rail_messages = 0;
   std::int64_t rail_message_bytes = 0;
-  // GPU backends: "<all-gather>/<reduce-scatter>", each CudaSequenceRunner::message_path() or
-  // "none"; empty where neither sends messages. message_path_reason: the first non-empty
-  // one_sided_refusal() of the collectives that send, all-gather first.
+  // GPU backends: "<all-gather>/<reduce-scatter>" message paths ("none"; empty without
+  // messages), and the first one_sided_refusal(), all-gather first.
   std::string message_path;
   std::string message_path_reason;
 };
@@ -206,8 +177,7 @@ ArenaInfo describe_arena(const program::CommunicatorArena& arena);
 
 class Communicator {
  public:
-  // Collective over the world: every rank calls it with the same world, L, backend and
-  // prefix. Throws InvalidArgument for inconsistent options.
+  // Collective: the same world, L, backend and prefix everywhere (else InvalidArgument).
   static std::unique_ptr<Communicator> create(const CommunicatorOptions& options);
   virtual ~Communicator() = default;
 
@@ -216,16 +186,14 @@ class Communicator {
   virtual const GroupInfo& info(int group) = 0;
   // The group's layout as info() gives it, without creating the arena: no pointers yet.
   virtual const GroupInfo& planned_info(int group) const = 0;
-  // NOTE [runtime] 7: every group's landing slot id, by group id, replacing those given at
-  // registration; the same on every rank. Throws InvalidArgument after the arena exists, or
-  // for a list of another length or an id below -1.
+  // NOTE [runtime] 7: every group's landing slot id (by group), the same on every rank;
+  // InvalidArgument after the arena exists, for another length or an id below -1.
   virtual void assign_landing_slots(std::span<const int> slots) = 0;
   virtual GroupStats stats(int group) const = 0;
 
-  // TIDE-AG (Sec. 3): afterwards the landing holds every rank's shard of every parameter.
-  // `shards`: empty when the packed shard is already at info().resident; otherwise one
-  // pointer per parameter (R_p K_p elements: fp32 masters with a cast, else the all-gather
-  // dtype, copied into the resident shard first).
+  // TIDE-AG (Sec. 3): the landing then holds every rank's shard of every parameter. `shards`:
+  // empty (the packed shard at info().resident) or a pointer per parameter (R_p K_p elements,
+  // fp32 masters with a cast, else the all-gather dtype).
   virtual void all_gather(int group, std::uintptr_t stream,
                           std::span<const void* const> shards) = 0;
   // TIDE-RS (Sec. 4-5): out (fp32, shard_elems) = alpha * sum over ranks of the gradients'
@@ -234,28 +202,25 @@ class Communicator {
   virtual void reduce_scatter(int group, std::uintptr_t stream, std::span<const void* const> grads,
                               float* out, float alpha, bool accumulate) = 0;
 
-  // NOTE [runtime] 6 (GPU backends; the host backend throws Unsupported): what the caller's
-  // capture took (resets the record), and before every launch the call indices it runs as;
-  // throws InvalidArgument when the groups' next calls do not fall on the captured ones.
+  // NOTE [runtime] 6 (host: Unsupported): what the capture took (resets the record); before
+  // every launch, its call indices (InvalidArgument where the next calls differ).
   virtual GraphCalls take_graph_calls() = 0;
   virtual void prepare_graph_launch(const GraphCalls& calls) = 0;
 
-  // NOTE [runtime] 7: the caller is done with the group's landing after the work enqueued
-  // on `stream` so far (host backend: now). Throws InvalidArgument when the group holds no
-  // slot (no all-gather since its last release).
+  // NOTE [runtime] 7: done with the landing after `stream`'s work so far (host: now);
+  // InvalidArgument when the group holds no slot.
   virtual void release(int group, std::uintptr_t stream) = 0;
-  // NOTE [runtime] 8: throws InvalidArgument where the slot is held by another group (the
-  // caller then reads the gradients in place), or the dtypes' geometry differs.
+  // NOTE [runtime] 8: InvalidArgument where another group holds the slot (read in place then)
+  // or the dtypes' geometry differs.
   virtual void stage_gradients(int group, std::uintptr_t stream,
                                std::span<const void* const> grads) = 0;
   // Whether the group's slot holds its parameters (an all-gather since the last release).
   virtual bool holds_slot(int group) const = 0;
 
   virtual std::int64_t arena_bytes() const = 0;  // 0 before the first call
-  // Before the arena exists (collective): the device bytes the backend would allocate for it,
-  // for the caller to allocate instead; 0 where it cannot take outside memory (host). The
-  // memory must come from ncclMemAlloc (nccl) and outlive the communicator. provide_arena()
-  // throws InvalidArgument after the arena exists, or for fewer bytes than asked.
+  // Before the arena exists (collective): the bytes for the caller to allocate instead (0 on
+  // host; nccl: ncclMemAlloc), outliving the communicator. provide_arena(): InvalidArgument
+  // after the arena exists or for fewer bytes.
   virtual std::int64_t arena_request() = 0;  // lays the arena out (collective)
   virtual void provide_arena(std::uintptr_t memory, std::int64_t bytes) = 0;
   // The arena's layout; creates it like info() (collective at the first use).
@@ -264,8 +229,7 @@ class Communicator {
   virtual int world() const = 0;
   // Fail-stop by hand: every rank's next wait raises with `reason`.
   virtual void abort(const std::string& reason) = 0;
-  // Throws CommunicationError with the reason when the communicator has failed (an abort, or
-  // a call the watchdog found stalled).
+  // CommunicationError with the reason once the communicator failed.
   virtual void check() const = 0;
 };
 

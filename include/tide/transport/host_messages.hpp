@@ -1,8 +1,6 @@
-// The host backend's transport (architecture: transport/): two-sided messages between CPU
-// processes of different hosts, through the host fabric's channels (NOTE [host rail transport]
-// in docs/runtime.md; HostFabric::channel).
-//
-// Contract:
+// The host backend's transport (architecture: transport/): two-sided messages between CPU processes
+// of different hosts, through the host fabric's channels (NOTE [host rail transport] in
+// docs/runtime.md; HostFabric::channel). Contract:
 // - One per process and fabric, living as long as the fabric: it numbers the messages to and
 //   from each peer (the k-th send to a peer matches the peer's k-th receive from this rank).
 // - send() returns once its matching receive took the last chunk; recv() once the last chunk

@@ -1,18 +1,12 @@
 // The NCCL transports (architecture: transport/): rail messages over the NCCL fabric's
 // communicators, one local rank per process, so each call's own rank is this process's.
-// - NcclTwoSidedTransport: ncclSend / ncclRecv on message lane `lane`'s communicator (NOTE
-//   [nccl fabric] 2b; world ranks), or, where the fabric has no such lane, on the window's
-//   message communicator (NcclWindowOptions::message_comm, else the main one).
-// - NcclOneSidedTransport: NOTE [one-sided messages] over ncclPutSignal / ncclWaitSignal into
-//   lane `lane`'s windows (NOTE [nccl fabric] 5); every call throws tide::Unsupported where the
-//   fabric has no one-sided messages on the lane. Puts read only from this rank's arena and
-//   its tokens only from their send slots (tide::InvalidArgument otherwise: NCCL puts only
-//   from a registered window).
-// - nccl_transports(window, lane): the two-sided transport, and the one-sided one where
-//   NcclFabric::host_rma() (the same answer on every rank); else no_one_sided names why.
-// Graphs: ncclSend / ncclRecv are capturable, but NCCL needs a send and its receive both
-// captured or both not (per_process_refusal); the one-sided calls are not capturable as the
-// runner uses them (capture_refusal, NOTE [one-sided messages], Graphs).
+// - NcclTwoSidedTransport: ncclSend / ncclRecv on lane `lane`'s communicator (NOTE [nccl
+//   fabric] 2b), else the window's message communicator. A send and its receive must be both
+//   captured or both not (per_process_refusal).
+// - NcclOneSidedTransport: ncclPutSignal / ncclWaitSignal into the lane's windows (NOTE [nccl
+//   fabric] 5; Unsupported where the lane has none); puts only from this rank's arena and tokens
+//   from their send slots (else InvalidArgument); not capturable (capture_refusal).
+// - nccl_transports(window, lane): the two-sided one, plus the one-sided one where host_rma().
 #pragma once
 
 #include <nccl.h>

@@ -1,11 +1,7 @@
-// Signal kernels: the counter additions of kSignal and kRailPut (NOTE [CUDA executor op
-// mapping]). Contract: a 1-thread kernel adds to 64-bit device counters after a system-scope
-// fence, so that a waiter that sees the addition sees every write its stream made before it;
-// several counters may go in one launch (NOTE [CUDA call sequences]). With an abort word
-// (NOTE [CUDA call sequences] 5) an addition that runs once the word is nonzero adds nothing:
-// a rank whose waits were released never signals a peer as if its data were valid.
-//
-// Host-compilable: raw pointers, values and a cudaStream_t.
+// Signal kernels: kSignal's and kRailPut's counter additions (NOTE [CUDA executor op mapping]).
+// A 1-thread kernel adds to 64-bit counters after a system-scope fence (a waiter that sees the
+// addition sees the stream's earlier writes); none once the abort word is nonzero (NOTE [CUDA
+// call sequences] 5). Host-compilable: raw pointers, values and a cudaStream_t.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -15,21 +11,16 @@
 
 namespace tide::kernels {
 
-// Enqueues *counter += add on `stream` (atomic, system scope: __threadfence_system() then
-// atomicAdd_system), unless `abort` (a device word on the stream's device; nullptr: none)
-// holds a nonzero value when the kernel runs. Checks the launch.
+// *counter += add (__threadfence_system(), atomicAdd_system) unless `abort` (nullptr: none) is
+// nonzero when it runs. Checks the launch.
 void launch_counter_add(std::uint64_t* counter, std::uint64_t add, cudaStream_t stream,
                         const std::uint64_t* abort = nullptr);
 
-// NOTE [abort relay] (docs/executor.md): the receiver's addition of a message. Enqueues on
-// `stream` one 1-thread kernel: nothing where `abort` (the receiver's own word; nullptr: none)
-// is nonzero; else, after a system-scope fence, where the received `token` is nonzero (the
-// sender, or a rank it heard of, aborted; or the token never arrived: it is poisoned nonzero
-// before its receive) it stores 1 into `relay` (the runner's relayed-abort word, which the
-// end-of-call check watches) and adds nothing; else *counter += add as launch_counter_add.
-// A one-sided message's token (NOTE [one-sided messages]) is valid where it equals `expected`
-// (its number, bit 0 clear) instead of 0: any other value (the abort bit, a stale number) reads
-// as an abort. Checks the launch.
+// NOTE [abort relay] (docs/executor.md): the receiver's addition of a message, one 1-thread
+// kernel on `stream`: nothing where `abort` (nullptr: none) is nonzero; else, after a
+// system-scope fence, where `token` differs from `expected` (0; a one-sided message's number,
+// NOTE [one-sided messages]) it stores 1 into `relay` and adds nothing; else *counter += add
+// as launch_counter_add. Checks the launch.
 void launch_relayed_counter_add(std::uint64_t* counter, std::uint64_t add,
                                 const std::uint64_t* token, std::uint64_t* relay,
                                 cudaStream_t stream, const std::uint64_t* abort,
@@ -44,9 +35,8 @@ struct CounterAdd {
 // The most additions one launch carries (its kernel parameters: 16 bytes each).
 inline constexpr std::size_t kMaxCounterAddsPerLaunch = 32;
 
-// Enqueues the additions in order on `stream`, each as launch_counter_add's (fence, then
-// atomicAdd_system; none once `abort` is nonzero), in one 1-thread kernel per
-// kMaxCounterAddsPerLaunch of them. Checks the launches; nothing for an empty batch.
+// The additions in order, each as launch_counter_add's, one kernel per
+// kMaxCounterAddsPerLaunch. Checks the launches.
 void launch_counter_adds(std::span<const CounterAdd> adds, cudaStream_t stream,
                          const std::uint64_t* abort = nullptr);
 

@@ -1,17 +1,8 @@
 // Signal kernels: the generation-relative waits of a call inside a CUDA graph (NOTE [CUDA call
-// sequences] 3-4). Contract: a 1-warp kernel holds its stream until, for each of its waits,
-// *word >= first + step * generation (signed 64-bit; `generation` read once per launch), then
-// fences at system scope, so that the stream's later work sees what the signalling peers wrote
-// before their additions. The thresholds follow the call from a device generation word, so a
-// graph replays with nothing patched (the runner's arithmetic: src/exec/cuda/
-// sequence_generations.hpp).
-//
-// Why not the driver's waits: a cuStreamWaitValue64 captured into a graph keeps the threshold
-// it was captured with (with cumulative counters every later replay's wait is already met),
-// and explicit batch-mem-op nodes, which can be re-targeted, cost 1.3-2.3 us of host time per
-// node to launch plus a patch per node per launch (bench/results/runtime/primitives_*.json:
-// 80 such waits, 185 us to launch; 80 of these kernels and their links, 2.1 us).
-//
+// sequences] 3-4). A 1-warp kernel holds its stream until each of its waits is met, then
+// fences at system scope (later work sees what the signalling peers wrote before adding). The
+// thresholds follow a device generation word, so a graph replays unpatched (arithmetic:
+// src/exec/cuda/sequence_generations.hpp; why not the driver's waits: docs/kernels.md).
 // Host-compilable: raw pointers, values and a cudaStream_t.
 #pragma once
 
@@ -39,15 +30,12 @@ inline std::int64_t generation_threshold(const GenerationWait& w, std::int64_t g
 // The most waits one launch carries (kernel parameters: 24 bytes each, one thread each).
 inline constexpr std::size_t kMaxGenerationWaitsPerLaunch = 32;
 
-// Sets the wait kernel's preferred carveout on the current device (once per runner, outside
-// any capture: a resident spinner must not hold its SM in a carveout that a Level 1 sum's
-// CTA cannot share).
+// Sets the wait kernel's carveout on the current device (once, outside any capture), so a
+// spinner never holds an SM a Level 1 sum's CTA cannot share.
 void prepare_generation_waits();
 
-// Enqueues on `stream` one kernel per kMaxGenerationWaitsPerLaunch waits; each returns when
-// every one of its waits is met, after a system-scope fence, so that the stream's later work
-// (copies included: they start after the kernel completes) sees what the signalling peers
-// wrote before their additions. Nothing for an empty span. Checks the launches.
+// Enqueues on `stream` one kernel per kMaxGenerationWaitsPerLaunch waits, each with the contract
+// above (copies after it start after it completes). Nothing for an empty span. Checks the launches.
 void launch_generation_waits(std::span<const GenerationWait> waits, const std::uint64_t* generation,
                              cudaStream_t stream);
 
