@@ -273,7 +273,7 @@ void CudaSequenceRunner::enqueue(std::span<const CudaCallBindings> bindings, flo
   // count for nothing.
   std::lock_guard lock(s.mutex);
   s.devices.current_device = -1;  // the CUDA device is per thread
-  if (s.released()) {
+  if (s.watcher.released()) {
     throw CudaError(
         "CudaSequenceRunner: the sequence was aborted (its waits were released); no call can "
         "follow");
@@ -337,7 +337,8 @@ void CudaSequenceRunner::enqueue_checked(std::span<const CudaCallBindings> bindi
   }
   // NOTE [CUDA call sequences] 3, NOTE [slot graph policy]: the slot's graph, replayed,
   // re-pointed or captured, where the policy says so; its waits follow on the device.
-  if (s.options.replay_graphs && s.run_slot_graph(bindings, alpha, accumulate, caller)) {
+  if (s.options.replay_graphs &&
+      s.graph_runner.run(s.call, s.totals, bindings, alpha, accumulate, caller)) {
     s.enqueue.count_messages(s.call);
     s.mapping.advance(s.totals, s.call);
     ++s.call;
@@ -346,7 +347,7 @@ void CudaSequenceRunner::enqueue_checked(std::span<const CudaCallBindings> bindi
   s.enqueue.order_after_previous(caller);
   s.enqueue.call(s.call, bindings, alpha, accumulate, caller, s.totals, nullptr);
   s.enqueue.mark_done(caller);
-  s.watch_call(s.call, caller);
+  s.watcher.record(s.call, caller);
   s.enqueue.count_messages(s.call);
   s.mapping.advance(s.totals, s.call);
   ++s.call;

@@ -50,7 +50,7 @@ class Enqueue {
             bool accumulate, cudaStream_t caller, const std::vector<std::int64_t>& base,
             Capture* capture);
   // The kernel of a kSum, kLand or kCast with this call's bindings (also to re-point a slot
-  // graph's kernel nodes, sequence_graphs.cpp).
+  // graph's kernel nodes, SlotGraphRunner in sequence_slot_graph_runner.cpp).
   void launch_kernel_op(const SeqOp& op, const CudaCallBindings& binding, float alpha,
                         bool accumulate, cudaStream_t s) const;
   // Orders the next call on `caller` after the previous call where that ran on another

@@ -1,8 +1,9 @@
 // The CUDA sequence runner's construction, step 1 of NOTE [CUDA call sequences]
-// (docs/executor.md). The runner's parts, one job each: the mapping (sequence_mapping.cpp:
-// templates to pointer slots and words, messages and their transport), the enqueue
-// (sequence_enqueue.cpp and sequence_waits.cpp, with the fusion and the copy-engine pool), the
-// slot graphs (sequence_graphs.cpp) and the watch (sequence_watch.cpp); read-outs in
+// (docs/executor.md). The runner's parts, one job each (sequence_state.hpp): the devices, the
+// mapping (sequence_mapping.cpp: templates to pointer slots and words, messages and their
+// transport), the abort words (sequence_abort_words.cpp), the enqueue (sequence_enqueue.cpp and
+// sequence_waits.cpp, with the fusion and the copy-engine pool), the watch
+// (sequence_watcher.cpp) and the slot graphs (sequence_slot_graph_runner.cpp); read-outs in
 // sequence_readouts.cpp.
 // Steps of set_up():
 //   1. checks: the options; the sequence against the fabric and the place (signal words, the
@@ -13,13 +14,15 @@
 //      whether waits go batched, every kernel loaded (NOTE [preloaded kernels]), the
 //      sequence's counters zeroed on the setup stream.
 //   4. the event slots' events, the entry event and the capture origin stream.
-//   5. the transport (State::choose_transport), the abort tokens (NOTE [abort relay]) and the
-//      mapping of every template (State::map_templates).
-//   6. graph waits and slot graphs (State::set_up_graph_waits), the call-order event.
-//   7. the abort words and the watch (NOTE [CUDA call sequences] 5).
+//   5. the transport (mapping.choose_transport), the abort tokens (NOTE [abort relay]) and the
+//      mapping of every template (mapping.map_templates).
+//   6. graph waits and slot graphs (graph_runner.set_up), the call-order event.
+//   7. the abort words (aborts.set_up) and the watch (watcher.create; NOTE [CUDA call
+//      sequences] 5).
 //   8. the host waits for its own setup streams only, never for the device.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "graph_wait_budget.hpp"
@@ -198,7 +201,7 @@ void CudaSequenceRunner::set_up() {
     // held by a cuStreamWaitValue64 for a peer. The first reduce-scatter launches its Level 1
     // sum after the sum stream's wait for the peer's push; where the peer issued another call
     // there (or stalled or died), the host spun inside that launch forever, before
-    // watch_call, so the watchdog saw no unfinished call, and after a few seconds its own
+    // watcher.record, so the watchdog saw no unfinished call, and after a few seconds its own
     // CUDA calls blocked in the driver as well (measured on the H200 with 2 ipc ranks and
     // --misorder-rank: both hung until their launcher killed them). A first launch behind a
     // pending cuStreamWaitValue64 does not return; after cudaFuncGetAttributes of that
@@ -244,10 +247,10 @@ void CudaSequenceRunner::set_up() {
   }
   s.mapping.map_templates(s.slot_graphs.repoint_failure);
   s.totals.assign(static_cast<std::size_t>(s.ranks) * static_cast<std::size_t>(s.counters), 0);
-  s.set_up_graph_waits();  // 6.
+  s.graph_runner.set_up();  // 6.
   TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&s.enqueue.last_done, cudaEventDisableTiming));
-  s.set_up_abort_words();  // 7.
-  s.create_watch();
+  s.aborts.set_up(s, s.devices, s.mapping.has_messages);  // 7.
+  s.watcher.create();
   // 8. NOTE [CUDA call sequences] 1: the host waits for the runner's own setup work only, never
   // for the device (other runners' calls, the caller's compute).
   for (auto& [device, setup] : s.devices.setup) {
@@ -268,6 +271,7 @@ cudaStream_t sequence_detail::Devices::setup_stream(int rank) {
 CudaSequenceRunner::State::~State() {
   // NOTE [CUDA call sequences] 5: streams an abort could not drain would hang every
   // synchronising free below; everything is left to the end of the process.
+  const std::unique_ptr<sequence_detail::Watch>& watch = watcher.watch;
   if (watch && watch->released) {
     std::lock_guard lock(watch->mutex);
     for (const sequence_detail::Watch::Entry& e : watch->entries) {
@@ -283,8 +287,8 @@ CudaSequenceRunner::State::~State() {
   if (slot_graphs.budget_claimed)
     sequence_detail::GraphWaitBudget::process().release(slot_graphs.budget_id);
   for (sequence_detail::SlotGraph& g : slot_graphs.graphs)
-    drop(g);
-  destroy_watch();
+    sequence_detail::SlotGraphRunner::drop(g);
+  watcher.destroy();
   mapping.templates.clear();  // Level 1 tables
   for (cudaEvent_t e : devices.events)
     if (e != nullptr) (void)cudaEventDestroy(e);

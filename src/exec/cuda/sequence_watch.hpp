@@ -25,7 +25,7 @@ struct Watch {
   std::deque<Entry> entries;          // oldest first, at most events.size()
   std::vector<cudaEvent_t> events;    // a ring, on the caller's device
   int next = 0;                       // the ring slot the next call records
-  std::vector<cudaStream_t> readers;  // per local rank (State::local_ranks order), non-blocking
+  std::vector<cudaStream_t> readers;  // per local rank (Fixed::local_ranks order), non-blocking
   // Pinned host words per local rank, twice `counters` + 1: the target of the reads (the
   // words, then the gate), then the source of release_waits(). Never waited for unbounded.
   std::vector<std::uint64_t*> host_words;
