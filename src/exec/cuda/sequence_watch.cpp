@@ -36,7 +36,8 @@ std::optional<bool> CudaSequenceRunner::relayed_abort() const {
   const RelaxedCaptureMode relaxed;
   const State& s = *state_;
   if (s.aborts.relay_word == nullptr || s.local_ranks.empty()) return false;
-  std::lock_guard read_lock(s.watcher.watch->read_mutex);  // the host word aborted_ranks() uses too
+  // The host word Watcher::aborted_ranks() uses too.
+  std::lock_guard read_lock(s.watcher.watch->read_mutex);
   std::uint64_t* host = s.watcher.watch->host_abort + 1 + 2 * s.ranks;
   *host = 0;
   TIDE_CUDA_CHECK(cudaSetDevice(s.fabric.device_of(s.local_ranks[0])));

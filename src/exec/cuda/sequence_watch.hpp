@@ -32,7 +32,7 @@ struct Watch {
   // Pinned: one word holding 1 (the source of the abort words' release), one per rank (the
   // target of reading the ranks' abort words), then one per rank (their call-tag words).
   std::uint64_t* host_abort = nullptr;
-  std::mutex read_mutex;  // one reader of the words at a time (unsatisfied_waits)
+  std::mutex read_mutex;  // one reader of the words at a time (Watcher::unsatisfied_waits)
   // Calls < confirmed are known complete (calls run one after another: a completed call's
   // predecessors completed before it).
   std::int64_t confirmed = 0;
