@@ -239,7 +239,7 @@ const Program& CudaExecutor::program() const {
 
 // What every run enqueues, from the runner's mapped (fused) ops.
 void CudaExecutor::State::count_ops() {
-  const sequence_detail::Template& t = inner().templates[0];
+  const sequence_detail::Template& t = inner().mapping.templates[0];
   counts.deferred_ops = t.deferred;
   for (const SeqOp& m : t.ops) {
     if (m.empty) continue;
@@ -279,11 +279,11 @@ void CudaExecutor::State::count_ops() {
 // earliest stream head of its device.
 void CudaExecutor::State::collect_profile(CudaRunResult& r) const {
   const CudaSequenceRunner::State& s = inner();
-  const sequence_detail::Template& t = s.templates[0];
+  const sequence_detail::Template& t = s.mapping.templates[0];
   std::map<int, cudaEvent_t> origin;  // device -> earliest head
   for (const int i : t.streams) {
-    const cudaEvent_t head = s.profile.streams[static_cast<std::size_t>(i)].first;
-    const int d = fabric.device_of(s.stream_rank[static_cast<std::size_t>(i)]);
+    const cudaEvent_t head = s.enqueue.profile.streams[static_cast<std::size_t>(i)].first;
+    const int d = fabric.device_of(s.devices.stream_rank[static_cast<std::size_t>(i)]);
     const auto [it, fresh] = origin.emplace(d, head);
     if (fresh) continue;
     float ms = 0;
@@ -291,19 +291,19 @@ void CudaExecutor::State::collect_profile(CudaRunResult& r) const {
     if (ms < 0) it->second = head;
   }
   for (const int i : t.streams) {
-    const auto& [head, tail] = s.profile.streams[static_cast<std::size_t>(i)];
-    const int rank = s.stream_rank[static_cast<std::size_t>(i)];
+    const auto& [head, tail] = s.enqueue.profile.streams[static_cast<std::size_t>(i)];
+    const int rank = s.devices.stream_rank[static_cast<std::size_t>(i)];
     const cudaEvent_t o = origin.at(fabric.device_of(rank));
     float begin = 0, end = 0;
     TIDE_CUDA_CHECK(cudaEventElapsedTime(&begin, o, head));
     TIDE_CUDA_CHECK(cudaEventElapsedTime(&end, o, tail));
-    const int name = s.stream_name[static_cast<std::size_t>(i)];
+    const int name = s.devices.stream_name[static_cast<std::size_t>(i)];
     // CudaStreamSpan::stream: the name index; -1 rail messages, -2 the copy pool.
     const int span = name == sequence_detail::kRailStreamName ? -1 : name < 0 ? -2 : name;
     r.streams.push_back({rank, span, static_cast<double>(begin), static_cast<double>(end)});
   }
   for (std::size_t k = 0; k < t.ops.size(); ++k) {
-    const auto& [a, b] = s.profile.ops[k];
+    const auto& [a, b] = s.enqueue.profile.ops[k];
     if (a == nullptr) continue;
     float ms = 0;
     TIDE_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
@@ -362,16 +362,16 @@ CudaRunResult CudaExecutor::run(const CudaRunOptions& options) {
     stats.counters_reset = true;
   }
   CudaSequenceRunner::State& inner = st.inner();
-  if (options.profile) inner.make_profile_events();
+  if (options.profile) inner.enqueue.make_profile_events();
   const Clock::time_point start = Clock::now();
   try {  // step 2
-    inner.profile.on = options.profile;
+    inner.enqueue.profile.on = options.profile;
     st.runner->enqueue(st.bindings, 1.0f, false, st.caller);
-    inner.profile.on = false;
+    inner.enqueue.profile.on = false;
     TIDE_CUDA_CHECK(cudaSetDevice(st.device));
     TIDE_CUDA_CHECK(cudaEventRecord(st.done, st.caller));
   } catch (...) {
-    inner.profile.on = false;
+    inner.enqueue.profile.on = false;
     st.release_and_drain();
     throw;
   }
@@ -412,7 +412,7 @@ std::string CudaExecutor::message_path() const {
 std::int64_t CudaExecutor::device_bytes() const {
   std::int64_t bytes = 0;
   if (!state_->runner) return bytes;
-  for (const sequence_detail::Template& t : state_->inner().templates) {
+  for (const sequence_detail::Template& t : state_->inner().mapping.templates) {
     for (const SeqOp& m : t.ops) {
       if (m.table != nullptr)
         bytes +=

@@ -1,15 +1,18 @@
 // The sequence runner's abort words (step 5 of NOTE [CUDA call sequences] and NOTE [abort
 // relay], docs/executor.md): what keeps a released rank's later signals from counting, the
 // end-of-call check, and the words each message side carries. Set up at construction by
-// State::set_up_abort_words (sequence_abort_words.cpp); the watch stores into them, the enqueue
-// reads them (the end-of-call check, State::relay_of).
+// set_up() (sequence_abort_words.cpp); the watch's release stores into them, the enqueue reads
+// them (the end-of-call check, relay_of()).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <vector>
 
+#include "sequence_devices.hpp"
 #include "tide/kernels/signal/abort_check.hpp"
+#include "transport/message.hpp"
 
 namespace tide::exec::sequence_detail {
 
@@ -28,6 +31,13 @@ struct AbortWords {
   std::map<int, std::uint64_t*> tokens;
   std::uint64_t* relay_word = nullptr;
   kernels::AbortCheck verdict{};
+
+  // At construction, after the templates were mapped (has_messages: some template sends a
+  // message); the tokens are allocated before (sequence_runner.cpp).
+  void set_up(const Fixed& fixed, Devices& devices, bool has_messages);
+  const std::uint64_t* of(int rank) const { return words[static_cast<std::size_t>(rank)]; }
+  // The words a side of message `m` carries (NOTE [abort relay]).
+  transport::MessageRelay relay_of(const transport::Message& m) const;
 };
 
 }  // namespace tide::exec::sequence_detail

@@ -31,11 +31,11 @@ using sequence_detail::SeqOp;
 // pool streams are streams of the call like any other (they wait for the entry event and the
 // caller waits for their done events), so captured calls hold them too. Re-recording `fork`
 // and the joins in the next call is safe: a wait takes the event as it was when enqueued.
-void CudaSequenceRunner::State::map_copy_pool(sequence_detail::Template& t, std::set<int>& used) {
-  if (options.copy_streams < 2) return;
+void sequence_detail::Mapping::map_copy_pool(sequence_detail::Template& t, std::set<int>& used) {
+  if (fixed_.options.copy_streams < 2) return;
   for (SeqOp& m : t.ops) {
     if (m.empty || m.message || (m.kind != OpKind::kCopy && m.kind != OpKind::kRailPut)) continue;
-    const int lanes = std::min<int>(options.copy_streams, static_cast<int>(m.copies.size()));
+    const int lanes = std::min<int>(fixed_.options.copy_streams, static_cast<int>(m.copies.size()));
     if (lanes < 2) continue;
     std::vector<std::size_t> by_size(m.copies.size());
     for (std::size_t i = 0; i < by_size.size(); ++i)
@@ -51,14 +51,14 @@ void CudaSequenceRunner::State::map_copy_pool(sequence_detail::Template& t, std:
       m.lane[i] = static_cast<int>(lightest);
       load[lightest] += bytes(i);
     }
-    use_device_of(m.rank);
+    devices_.use_device_of(m.rank);
     TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&m.fork, cudaEventDisableTiming));
     pool_events.push_back(m.fork);
     for (int j = 1; j < lanes; ++j) {
-      const int pool_stream = stream(m.rank, sequence_detail::kPoolStreamName - (j - 1));
+      const int pool_stream = devices_.stream(m.rank, sequence_detail::kPoolStreamName - (j - 1));
       m.pool.push_back(pool_stream);
       used.insert(pool_stream);
-      use_device_of(m.rank);
+      devices_.use_device_of(m.rank);
       cudaEvent_t e = nullptr;
       TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
       pool_events.push_back(e);
@@ -70,28 +70,31 @@ void CudaSequenceRunner::State::map_copy_pool(sequence_detail::Template& t, std:
 // The copies of a kCopy / kRailPut on `s`, or dealt over its pool (steps 1-3 above). Under the
 // capture of a slot graph, the node of every copy of caller memory is recorded on the stream
 // it went to (NOTE [CUDA call sequences] 3).
-void CudaSequenceRunner::State::enqueue_copies(const SeqOp& m, std::size_t index,
-                                               const CudaCallBindings& b, cudaStream_t s,
-                                               sequence_detail::Capture* capture) {
+void sequence_detail::Enqueue::enqueue_copies(const SeqOp& m, std::size_t index,
+                                              const CudaCallBindings& b, cudaStream_t s,
+                                              sequence_detail::Capture* capture) {
   const bool pooled = !m.lane.empty();
   if (pooled) {
     TIDE_CUDA_CHECK(cudaEventRecord(m.fork, s));
     for (const int p : m.pool)
-      TIDE_CUDA_CHECK(cudaStreamWaitEvent(streams[static_cast<std::size_t>(p)], m.fork, 0));
+      TIDE_CUDA_CHECK(
+          cudaStreamWaitEvent(devices_.streams[static_cast<std::size_t>(p)], m.fork, 0));
   }
   for (std::size_t k = 0; k < m.copies.size(); ++k) {
     const Copy& c = m.copies[k];
     const int lane = pooled ? m.lane[k] : 0;
     cudaStream_t on =
-        lane == 0 ? s
-                  : streams[static_cast<std::size_t>(m.pool[static_cast<std::size_t>(lane - 1)])];
+        lane == 0
+            ? s
+            : devices_
+                  .streams[static_cast<std::size_t>(m.pool[static_cast<std::size_t>(lane - 1)])];
     const bool slotted =
         c.dst.slot != sequence_detail::kFixed || c.src.slot != sequence_detail::kFixed;
     if (slotted && !c.flat && capture != nullptr && capture->repoints != nullptr &&
         capture->repointable) {
       // CUDA updates only 1-D copy nodes; a 2-D copy's node, on its own or as a child
       // graph, is refused (measured on the H200, NOTE [CUDA call sequences] 3).
-      slot_graphs.repoint_failure =
+      slot_graphs_.repoint_failure =
           "copy: a 2-D copy of caller memory (CUDA updates only 1-D copy nodes)";
       capture->repointable = false;
     }
@@ -100,7 +103,8 @@ void CudaSequenceRunner::State::enqueue_copies(const SeqOp& m, std::size_t index
   }
   if (pooled) {
     for (std::size_t j = 0; j < m.pool.size(); ++j) {
-      TIDE_CUDA_CHECK(cudaEventRecord(m.joins[j], streams[static_cast<std::size_t>(m.pool[j])]));
+      TIDE_CUDA_CHECK(
+          cudaEventRecord(m.joins[j], devices_.streams[static_cast<std::size_t>(m.pool[j])]));
       TIDE_CUDA_CHECK(cudaStreamWaitEvent(s, m.joins[j], 0));
     }
   }

@@ -24,35 +24,18 @@ using sequence_detail::Copy;
 using sequence_detail::Ptr;
 using sequence_detail::SeqOp;
 
-void CudaSequenceRunner::State::check_bindings(std::span<const CudaCallBindings> bindings) const {
-  if (bindings.size() < static_cast<std::size_t>(ranks)) {
-    throw InvalidArgument("CudaSequenceRunner: " + std::to_string(bindings.size()) +
-                          " bindings for " + std::to_string(ranks) + " ranks");
-  }
-  const sequence_detail::Template& t = templates[static_cast<std::size_t>(call % sequence.period)];
-  for (const int r : local_ranks) {
-    const CudaCallBindings& b = bindings[static_cast<std::size_t>(r)];
-    const int need = t.tensors[static_cast<std::size_t>(r)];
-    if (static_cast<int>(b.tensors.size()) < need) {
-      throw InvalidArgument("CudaSequenceRunner: rank " + std::to_string(r) + " binds " +
-                            std::to_string(b.tensors.size()) + " tensors; the call reads " +
-                            std::to_string(need));
-    }
-  }
-}
-
 // Under the capture of a slot graph: the node the copy or launch just captured on `s` carries
 // caller pointers; remember it (NOTE [CUDA call sequences] 3).
-void CudaSequenceRunner::State::record_node(cudaStream_t s, const SeqOp& m, std::size_t index,
-                                            int copy_index, Capture* capture) {
+void sequence_detail::Enqueue::record_node(cudaStream_t s, const SeqOp& m, std::size_t index,
+                                           int copy_index, Capture* capture) {
   if (capture == nullptr || capture->repoints == nullptr || !capture->repointable) return;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   const cudaGraphNode_t* deps = nullptr;
   std::size_t count = 0;
   TIDE_CUDA_CHECK(cudaStreamGetCaptureInfo(s, &status, nullptr, nullptr, &deps, nullptr, &count));
   if (status != cudaStreamCaptureStatusActive || count != 1) {
-    slot_graphs.repoint_failure = std::string(program::op_kind_name(m.kind)) + ": captured as " +
-                                  std::to_string(count) + " nodes";
+    slot_graphs_.repoint_failure = std::string(program::op_kind_name(m.kind)) + ": captured as " +
+                                   std::to_string(count) + " nodes";
     capture->repointable = false;
     return;
   }
@@ -66,9 +49,9 @@ void CudaSequenceRunner::State::record_node(cudaStream_t s, const SeqOp& m, std:
                     : m.kind == OpKind::kZero ? type == cudaGraphNodeTypeMemset
                                               : type == cudaGraphNodeTypeKernel;
   if (!fits) {
-    slot_graphs.repoint_failure = std::string(program::op_kind_name(m.kind)) +
-                                  ": captured as node type " +
-                                  std::to_string(static_cast<int>(type));
+    slot_graphs_.repoint_failure = std::string(program::op_kind_name(m.kind)) +
+                                   ": captured as node type " +
+                                   std::to_string(static_cast<int>(type));
     capture->repointable = false;
     return;
   }
@@ -76,28 +59,29 @@ void CudaSequenceRunner::State::record_node(cudaStream_t s, const SeqOp& m, std:
   capture->repoints->push_back(r);
 }
 
-void CudaSequenceRunner::State::launch_kernel_op(const SeqOp& m, const CudaCallBindings& b,
-                                                 float alpha, bool accumulate, cudaStream_t s) {
+void sequence_detail::Enqueue::launch_kernel_op(const SeqOp& m, const CudaCallBindings& b,
+                                                float alpha, bool accumulate,
+                                                cudaStream_t s) const {
   switch (m.kind) {
     case OpKind::kSum: {
       kernels::Level1SumArgs a = m.sum;
       std::array<const void*, kernels::kMaxLevel1Gradients> gradients{};
       for (std::size_t k = 0; k < m.gradient_slots.size(); ++k)
-        gradients[k] = one_shot || m.gradient_slots[k] < 0
+        gradients[k] = fixed_.one_shot || m.gradient_slots[k] < 0
                            ? m.fixed_gradients[k]
                            : b.tensors[static_cast<std::size_t>(m.gradient_slots[k])];
       a.gradients = gradients.data();
       a.out = reinterpret_cast<float*>(at(m.out, b));
       if (a.num_staged > 0) a.staged = at(m.in, b);
-      if (!one_shot) a.alpha = alpha;  // NOTE [one-shot programs]: else the program's
-      if (!one_shot && m.sum_into_output) a.accumulate = accumulate;
+      if (!fixed_.one_shot) a.alpha = alpha;  // NOTE [one-shot programs]: else the program's
+      if (!fixed_.one_shot && m.sum_into_output) a.accumulate = accumulate;
       kernels::launch_level1_sum(a, s, m.tuning);
       break;
     }
     case OpKind::kLand: {
       kernels::LandingArgs a = m.land;
       a.out = reinterpret_cast<float*>(at(m.out, b));
-      if (!one_shot) a.accumulate = accumulate;  // else the program's
+      if (!fixed_.one_shot) a.accumulate = accumulate;  // else the program's
       kernels::launch_landing(a, s);
       break;
     }
@@ -111,13 +95,12 @@ void CudaSequenceRunner::State::launch_kernel_op(const SeqOp& m, const CudaCallB
   }
 }
 
-void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, std::int64_t e,
-                                           const CudaCallBindings& b, float alpha, bool accumulate,
-                                           const std::vector<std::int64_t>& base,
-                                           Capture* capture) {
+void sequence_detail::Enqueue::enqueue_op(const SeqOp& m, std::size_t index, std::int64_t e,
+                                          const CudaCallBindings& b, float alpha, bool accumulate,
+                                          const std::vector<std::int64_t>& base, Capture* capture) {
   if (m.empty) return;
-  use_device_of(m.rank);
-  cudaStream_t s = streams[static_cast<std::size_t>(m.stream)];
+  devices_.use_device_of(m.rank);
+  cudaStream_t s = devices_.streams[static_cast<std::size_t>(m.stream)];
   if (m.message) {  // NOTE [CUDA call sequences] 6; under capture as on the stream path
     const transport::Message* message = m.message.get();
     transport::Message bound;  // the parts of caller memory at this call's pointers
@@ -135,11 +118,12 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
     if (message == &bound && capture != nullptr && capture->repoints != nullptr &&
         capture->repointable) {
       capture->repointable = false;
-      slot_graphs.repoint_failure = sequence_detail::kMessageNotRepointed;
+      slot_graphs_.repoint_failure = sequence_detail::kMessageNotRepointed;
     }
     // NOTE [abort relay]: the receiver's addition counts only where the token says valid.
-    transport::enqueue_message(*message, *transport, streams[static_cast<std::size_t>(m.rail)], s,
-                               relay_of(*message));
+    transport::enqueue_message(*message, *mapping_.transport,
+                               devices_.streams[static_cast<std::size_t>(m.rail)], s,
+                               aborts_.relay_of(*message));
     return;
   }
   switch (m.kind) {
@@ -148,21 +132,21 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
       enqueue_copies(m, index, b, s, capture);  // NOTE [copy-engine pool]
       if (m.kind == OpKind::kRailPut)
         kernels::launch_counter_add(m.word, static_cast<std::uint64_t>(m.value), s,
-                                    abort_of(m.rank));
+                                    aborts_.of(m.rank));
       break;
     case OpKind::kSignal: {
       std::array<kernels::CounterAdd, kernels::kMaxCounterAddsPerLaunch> adds{};
       // NOTE [CUDA call sequences] 5: none of them counts once the rank's abort word is set.
       if (m.adds.empty()) {
         kernels::launch_counter_add(m.word, static_cast<std::uint64_t>(m.value), s,
-                                    abort_of(m.rank));
+                                    aborts_.of(m.rank));
         break;
       }
       for (std::size_t first = 0; first < m.adds.size(); first += adds.size()) {
         const std::size_t n = std::min(adds.size(), m.adds.size() - first);
         for (std::size_t k = 0; k < n; ++k)
           adds[k] = {m.adds[first + k].word, static_cast<std::uint64_t>(m.adds[first + k].value)};
-        kernels::launch_counter_adds(std::span(adds.data(), n), s, abort_of(m.rank));
+        kernels::launch_counter_adds(std::span(adds.data(), n), s, aborts_.of(m.rank));
       }
       break;
     }
@@ -175,7 +159,7 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
       }
       break;
     case OpKind::kEventRecord: {
-      cudaEvent_t ev = event(e, m.rank, m.event);
+      cudaEvent_t ev = devices_.event(e, m.rank, m.event);
       // Under capture an external record node first (later calls outside the graph wait for
       // it), then the captured record that orders this graph's own waits.
       if (capture != nullptr)
@@ -187,7 +171,7 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
       const std::int64_t recorded = e - m.age;
       if (recorded < 0) break;  // refers to a call before the first: orders nothing
       const bool outside = capture != nullptr && recorded < capture->first_call;
-      TIDE_CUDA_CHECK(cudaStreamWaitEvent(s, event(recorded, m.rank, m.event),
+      TIDE_CUDA_CHECK(cudaStreamWaitEvent(s, devices_.event(recorded, m.rank, m.event),
                                           outside ? cudaEventWaitExternal : 0));
       break;
     }
@@ -212,26 +196,25 @@ void CudaSequenceRunner::State::enqueue_op(const SeqOp& m, std::size_t index, st
   }
 }
 
-void CudaSequenceRunner::State::enqueue_call(std::int64_t e,
-                                             std::span<const CudaCallBindings> bindings,
-                                             float alpha, bool accumulate, cudaStream_t caller,
-                                             const std::vector<std::int64_t>& base,
-                                             Capture* capture) {
-  const sequence_detail::Template& t = templates[static_cast<std::size_t>(e % sequence.period)];
+void sequence_detail::Enqueue::call(std::int64_t e, std::span<const CudaCallBindings> bindings,
+                                    float alpha, bool accumulate, cudaStream_t caller,
+                                    const std::vector<std::int64_t>& base, Capture* capture) {
+  const sequence_detail::Template& t = mapping_.of_call(e);
   // The slot's generation (NOTE [CUDA call sequences] 3), before anything of the call.
-  use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
-  kernels::launch_counter_add(slot_graphs.generations + e % q, 1, caller);
-  if (place.call_tag_word >= 0) {  // NOTE [CUDA call sequences] 7
-    for (const int r : local_ranks)
-      kernels::launch_counter_add(fabric.signals(r) + place.call_tag_word, place.call_tag, caller);
+  devices_.use_device_of(fixed_.local_ranks.empty() ? 0 : fixed_.local_ranks[0]);
+  kernels::launch_counter_add(slot_graphs_.generations + e % fixed_.q, 1, caller);
+  if (fixed_.place.call_tag_word >= 0) {  // NOTE [CUDA call sequences] 7
+    for (const int r : fixed_.local_ranks)
+      kernels::launch_counter_add(fixed_.fabric.signals(r) + fixed_.place.call_tag_word,
+                                  fixed_.place.call_tag, caller);
   }
-  TIDE_CUDA_CHECK(cudaEventRecord(entry, caller));
+  TIDE_CUDA_CHECK(cudaEventRecord(devices_.entry, caller));
   for (const int i : t.streams) {
-    use_device_of(stream_rank[static_cast<std::size_t>(i)]);
-    cudaStream_t s = streams[static_cast<std::size_t>(i)];
-    TIDE_CUDA_CHECK(cudaStreamWaitEvent(s, entry, 0));
-    const int r = stream_rank[static_cast<std::size_t>(i)];
-    const CudaSequenceFaultInjection& faults = options.fault_injection;
+    devices_.use_device_of(devices_.stream_rank[static_cast<std::size_t>(i)]);
+    cudaStream_t s = devices_.streams[static_cast<std::size_t>(i)];
+    TIDE_CUDA_CHECK(cudaStreamWaitEvent(s, devices_.entry, 0));
+    const int r = devices_.stream_rank[static_cast<std::size_t>(i)];
+    const CudaSequenceFaultInjection& faults = fixed_.options.fault_injection;
     if (r == faults.gate_rank && faults.gate_word != nullptr) {
       const sequence_detail::WaitTerm gate{const_cast<std::uint64_t*>(faults.gate_word),
                                            sequence_detail::kConstantWait, 1};
@@ -251,42 +234,35 @@ void CudaSequenceRunner::State::enqueue_call(std::int64_t e,
     }
   }
   for (const int i : t.streams) {
-    use_device_of(stream_rank[static_cast<std::size_t>(i)]);
+    devices_.use_device_of(devices_.stream_rank[static_cast<std::size_t>(i)]);
     if (profile.on && capture == nullptr) profile_tail(static_cast<std::size_t>(i));
-    TIDE_CUDA_CHECK(
-        cudaEventRecord(done[static_cast<std::size_t>(i)], streams[static_cast<std::size_t>(i)]));
-    TIDE_CUDA_CHECK(cudaStreamWaitEvent(caller, done[static_cast<std::size_t>(i)], 0));
+    TIDE_CUDA_CHECK(cudaEventRecord(devices_.done[static_cast<std::size_t>(i)],
+                                    devices_.streams[static_cast<std::size_t>(i)]));
+    TIDE_CUDA_CHECK(cudaStreamWaitEvent(caller, devices_.done[static_cast<std::size_t>(i)], 0));
   }
   // NOTE [CUDA call sequences] 5: the call completes only while no other process's rank has
   // released its waits.
-  if (aborts.peer_check.watched_count > 0) {
-    use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
-    kernels::launch_abort_check(aborts.peer_check, caller);
+  if (aborts_.peer_check.watched_count > 0) {
+    devices_.use_device_of(fixed_.local_ranks.empty() ? 0 : fixed_.local_ranks[0]);
+    kernels::launch_abort_check(aborts_.peer_check, caller);
   }
 }
 
-void CudaSequenceRunner::State::order_after_previous(cudaStream_t caller) {
+void sequence_detail::Enqueue::order_after_previous(cudaStream_t caller) {
   if (called && last_caller != caller) TIDE_CUDA_CHECK(cudaStreamWaitEvent(caller, last_done, 0));
 }
 
-void CudaSequenceRunner::State::mark_done(cudaStream_t caller) {
-  use_device_of(local_ranks.empty() ? 0 : local_ranks[0]);
+void sequence_detail::Enqueue::mark_done(cudaStream_t caller) {
+  devices_.use_device_of(fixed_.local_ranks.empty() ? 0 : fixed_.local_ranks[0]);
   TIDE_CUDA_CHECK(cudaEventRecord(last_done, caller));
   last_caller = caller;
   called = true;
 }
 
-void CudaSequenceRunner::State::count_messages(std::int64_t e) {
-  const sequence_detail::Template& t = templates[static_cast<std::size_t>(e % sequence.period)];
+void sequence_detail::Enqueue::count_messages(std::int64_t e) {
+  const sequence_detail::Template& t = mapping_.of_call(e);
   messages_sent += t.message_sends;  // under the call lock
   message_bytes_sent += t.message_bytes;
-}
-
-void CudaSequenceRunner::State::advance(std::vector<std::int64_t>& base, std::int64_t e) const {
-  const std::vector<std::int64_t>& add =
-      templates[static_cast<std::size_t>(e % sequence.period)].additions;
-  for (std::size_t i = 0; i < base.size(); ++i)
-    base[i] += add[i];
 }
 
 void CudaSequenceRunner::enqueue(std::span<const CudaCallBindings> bindings, float alpha,
@@ -296,8 +272,8 @@ void CudaSequenceRunner::enqueue(std::span<const CudaCallBindings> bindings, flo
   // while the call is enqueued: the call is then void (first_void_call()) and its signals
   // count for nothing.
   std::lock_guard lock(s.mutex);
-  s.current_device = -1;  // the CUDA device is per thread
-  if (s.released()) {
+  s.devices.current_device = -1;  // the CUDA device is per thread
+  if (s.watcher.released()) {
     throw CudaError(
         "CudaSequenceRunner: the sequence was aborted (its waits were released); no call can "
         "follow");
@@ -307,7 +283,7 @@ void CudaSequenceRunner::enqueue(std::span<const CudaCallBindings> bindings, flo
         "CudaSequenceRunner: an earlier call failed part-way through its enqueue; "
         "the sequence cannot continue");
   }
-  s.check_bindings(bindings);
+  s.mapping.check_bindings(bindings, s.call);
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   TIDE_CUDA_CHECK(cudaStreamIsCapturing(caller, &status));
   if (status == cudaStreamCaptureStatusInvalidated) {
@@ -351,8 +327,8 @@ void CudaSequenceRunner::enqueue_checked(std::span<const CudaCallBindings> bindi
     }
     const std::int64_t e = s.slot_graphs.captured.first_call + s.slot_graphs.captured.calls;
     sequence_detail::Capture capture{s.slot_graphs.captured.first_call};
-    s.enqueue_call(e, bindings, alpha, accumulate, caller, s.slot_graphs.capture_totals, &capture);
-    s.advance(s.slot_graphs.capture_totals, e);
+    s.enqueue.call(e, bindings, alpha, accumulate, caller, s.slot_graphs.capture_totals, &capture);
+    s.mapping.advance(s.slot_graphs.capture_totals, e);
     ++s.slot_graphs.captured.calls;
     return;
   }
@@ -361,18 +337,19 @@ void CudaSequenceRunner::enqueue_checked(std::span<const CudaCallBindings> bindi
   }
   // NOTE [CUDA call sequences] 3, NOTE [slot graph policy]: the slot's graph, replayed,
   // re-pointed or captured, where the policy says so; its waits follow on the device.
-  if (s.options.replay_graphs && s.run_slot_graph(bindings, alpha, accumulate, caller)) {
-    s.count_messages(s.call);
-    s.advance(s.totals, s.call);
+  if (s.options.replay_graphs &&
+      s.graph_runner.run(s.call, s.totals, bindings, alpha, accumulate, caller)) {
+    s.enqueue.count_messages(s.call);
+    s.mapping.advance(s.totals, s.call);
     ++s.call;
     return;
   }
-  s.order_after_previous(caller);
-  s.enqueue_call(s.call, bindings, alpha, accumulate, caller, s.totals, nullptr);
-  s.mark_done(caller);
-  s.watch_call(s.call, caller);
-  s.count_messages(s.call);
-  s.advance(s.totals, s.call);
+  s.enqueue.order_after_previous(caller);
+  s.enqueue.call(s.call, bindings, alpha, accumulate, caller, s.totals, nullptr);
+  s.enqueue.mark_done(caller);
+  s.watcher.record(s.call, caller);
+  s.enqueue.count_messages(s.call);
+  s.mapping.advance(s.totals, s.call);
   ++s.call;
 }
 

@@ -37,24 +37,25 @@ using sequence_detail::Copy;
 using sequence_detail::Ptr;
 using sequence_detail::SeqOp;
 
-Ptr CudaSequenceRunner::State::resolve(const Region& r) const {
+Ptr sequence_detail::Mapping::resolve(const Region& r) const {
   Ptr p;
   p.offset = r.offset;
   switch (r.buffer.space) {
     case Space::kArena: {
-      auto* base = static_cast<std::byte*>(fabric.pointer(Buffer{r.buffer.rank, Space::kArena, 0}));
+      auto* base =
+          static_cast<std::byte*>(fixed_.fabric.pointer(Buffer{r.buffer.rank, Space::kArena, 0}));
       if (base == nullptr) {
         throw Unsupported("CudaSequenceRunner: the arena of rank " + std::to_string(r.buffer.rank) +
                           " is not load/store reachable from this process (only puts and "
                           "signals to it travel as messages)");
       }
-      p.fixed = base + place.region_offset + r.offset;
+      p.fixed = base + fixed_.place.region_offset + r.offset;
       break;
     }
     case Space::kTensor:
     case Space::kOutput:
-      if (one_shot) {  // NOTE [one-shot programs]: the fabric's buffers, bound now
-        auto* base = static_cast<std::byte*>(fabric.pointer(r.buffer));
+      if (fixed_.one_shot) {  // NOTE [one-shot programs]: the fabric's buffers, bound now
+        auto* base = static_cast<std::byte*>(fixed_.fabric.pointer(r.buffer));
         if (base == nullptr && r.bytes() > 0) {
           throw Unsupported("CudaExecutor: a buffer of rank " + std::to_string(r.buffer.rank) +
                             " is not addressable from this process");
@@ -71,24 +72,24 @@ Ptr CudaSequenceRunner::State::resolve(const Region& r) const {
   return p;
 }
 
-std::uint64_t* CudaSequenceRunner::State::word(const program::Counter& c) const {
-  std::uint64_t* words = fabric.signals(c.rank);
+std::uint64_t* sequence_detail::Mapping::word(const program::Counter& c) const {
+  std::uint64_t* words = fixed_.fabric.signals(c.rank);
   if (words == nullptr) {
     throw Unsupported("CudaSequenceRunner: the signal words of rank " + std::to_string(c.rank) +
                       " are not load/store reachable from this process");
   }
-  return words + place.first_signal_word + c.id;
+  return words + fixed_.place.first_signal_word + c.id;
 }
 
-void CudaSequenceRunner::State::map_op(const Op& op, int age, SeqOp& m) {
-  use_device_of(op.rank);  // Level 1 tables live on the rank's device
+void sequence_detail::Mapping::map_op(const Op& op, int age, SeqOp& m) {
+  devices_.use_device_of(op.rank);  // Level 1 tables live on the rank's device
   m.kind = op.kind();
   m.rank = op.rank;
-  m.stream = stream(op.rank, op.stream);
+  m.stream = devices_.stream(op.rank, op.stream);
   // NOTE [CUDA op resolution] with pointer slots: arenas fixed now, tensors and the output
   // bound per call.
   struct SlotResolver {
-    const State& st;
+    const sequence_detail::Mapping& st;
     SeqOp& m;
     Ptr address(const Region& r) const { return st.resolve(r); }
     std::byte* fixed(const Region& r) const {
@@ -100,20 +101,24 @@ void CudaSequenceRunner::State::map_op(const Op& op, int age, SeqOp& m) {
     }
     void gradient(int param) const {
       m.gradient_slots.push_back(param);
-      if (st.one_shot)  // NOTE [one-shot programs]
-        m.fixed_gradients.push_back(st.fabric.pointer(Buffer{m.rank, Space::kTensor, param}));
+      if (st.fixed_.one_shot)  // NOTE [one-shot programs]
+        m.fixed_gradients.push_back(
+            st.fixed_.fabric.pointer(Buffer{m.rank, Space::kTensor, param}));
     }
-    cudaStream_t upload_stream() const { return st.setup.at(st.fabric.device_of(m.rank)); }
+    cudaStream_t upload_stream() const {
+      return st.devices_.setup.at(st.fixed_.fabric.device_of(m.rank));
+    }
   } resolver{*this, m};
   cuda_detail::resolve_payload(op, resolver, m);
-  if (one_shot) {  // NOTE [one-shot programs]: the program's own scalars
+  if (fixed_.one_shot) {  // NOTE [one-shot programs]: the program's own scalars
     if (const auto* sum = op.get_if<program::SumOp>()) m.sum.alpha = sum->alpha;
     if (const auto* land = op.get_if<program::LandOp>()) m.land.accumulate = land->accumulate;
   }
   if (const auto use = program::counter_use_of(op)) {
     m.word = word(use->counter);
-    m.total = static_cast<std::size_t>(use->counter.rank) * static_cast<std::size_t>(counters) +
-              static_cast<std::size_t>(use->counter.id);
+    m.total =
+        static_cast<std::size_t>(use->counter.rank) * static_cast<std::size_t>(fixed_.counters) +
+        static_cast<std::size_t>(use->counter.id);
     m.value = use->value;
   } else if (const int* event = program::event_of(op)) {
     m.event = *event;
@@ -121,16 +126,16 @@ void CudaSequenceRunner::State::map_op(const Op& op, int age, SeqOp& m) {
   }
 }
 
-bool CudaSequenceRunner::State::is_message(const Op& op) const {
+bool sequence_detail::Mapping::is_message(const Op& op) const {
   int from = 0, to = 0;
   if (!transport::crosses_ranks(op, from, to)) return false;
-  return !fabric.load_store(from, to);
+  return !fixed_.fabric.load_store(from, to);
 }
 
 // NOTE [CUDA call sequences] 6: the sides of a message op this process holds, at the op's
 // place: the sender's (its op stream, its rail stream), then the receiver's (its rail stream).
-void CudaSequenceRunner::State::map_message(const Op& op, std::set<int>& used,
-                                            std::vector<SeqOp>& out) {
+void sequence_detail::Mapping::map_message(const Op& op, std::set<int>& used,
+                                           std::vector<SeqOp>& out) {
   transport::MessageAddresses at;
   std::vector<Ptr> slots;  // per part of the side being mapped
   at.region = [this, &slots](const Region& r) -> std::byte* {
@@ -148,17 +153,17 @@ void CudaSequenceRunner::State::map_message(const Op& op, std::set<int>& used,
   };
   for (const bool sender : {true, false}) {
     const int rank = sender ? op.rank : to;
-    if (!fabric.local(rank)) continue;
-    use_device_of(rank);
+    if (!fixed_.fabric.local(rank)) continue;
+    devices_.use_device_of(rank);
     SeqOp m;
     m.kind = op.kind();
     m.rank = rank;
-    m.rail = stream(rank, sequence_detail::kRailStreamName);
-    m.stream = sender ? stream(rank, op.stream) : m.rail;
+    m.rail = devices_.stream(rank, sequence_detail::kRailStreamName);
+    m.stream = sender ? devices_.stream(rank, op.stream) : m.rail;
     slots.clear();
     m.message = std::shared_ptr<transport::Message>(
         new transport::Message(transport::map_message(op, sender, at, !one_sided)), release);
-    if (one_sided) transport::route_one_sided(op, place.region_offset, *m.message);
+    if (one_sided) transport::route_one_sided(op, fixed_.place.region_offset, *m.message);
     m.message_slots = slots;
     used.insert(m.stream);
     used.insert(m.rail);
@@ -166,10 +171,10 @@ void CudaSequenceRunner::State::map_message(const Op& op, std::set<int>& used,
   }
 }
 
-void CudaSequenceRunner::State::map_template(const program::CallTemplate& t,
-                                             sequence_detail::Template& out) {
+void sequence_detail::Mapping::map_template(const program::CallTemplate& t,
+                                            sequence_detail::Template& out) {
   const program::Program& p = t.program;
-  if (!t.order.unplaced.empty() && !one_shot) {
+  if (!t.order.unplaced.empty() && !fixed_.one_shot) {
     throw InvalidArgument("CudaSequenceRunner: a template has ops no legal order reaches");
   }
   // NOTE [enqueue order]: the ops this process holds, the legal order then (one-shot programs
@@ -178,7 +183,7 @@ void CudaSequenceRunner::State::map_template(const program::CallTemplate& t,
   for (const std::vector<int>* part : {&t.order.order, &t.order.unplaced}) {
     for (const int i : *part) {
       const Op& op = p.ops[static_cast<std::size_t>(i)];
-      if (is_message(op) || fabric.local(op.rank)) held.push_back(i);
+      if (is_message(op) || fixed_.fabric.local(op.rank)) held.push_back(i);
     }
   }
   const cuda_detail::EnqueueOrder order = cuda_detail::enqueue_order(
@@ -206,8 +211,9 @@ void CudaSequenceRunner::State::map_template(const program::CallTemplate& t,
   map_copy_pool(out, used);
   out.streams.assign(used.begin(), used.end());
   out.additions = t.additions;
-  out.tensors.assign(static_cast<std::size_t>(ranks), 0);
-  for (int r = 0; r < ranks && !one_shot; ++r)  // one-shot programs bind nothing per call
+  out.tensors.assign(static_cast<std::size_t>(fixed_.ranks), 0);
+  for (int r = 0; r < fixed_.ranks && !fixed_.one_shot;
+       ++r)  // one-shot programs bind nothing per call
     out.tensors[static_cast<std::size_t>(r)] =
         static_cast<int>(p.buffers[static_cast<std::size_t>(r)].tensor_bytes.size());
 }
@@ -237,10 +243,10 @@ bool carries_bindings(const SeqOp& m) {
 }  // namespace sequence_detail
 
 // Step 2.
-void CudaSequenceRunner::State::map_templates() {
-  templates.resize(sequence.templates.size());
-  for (std::size_t t = 0; t < sequence.templates.size(); ++t)
-    map_template(sequence.templates[t], templates[t]);
+void sequence_detail::Mapping::map_templates(std::string& repoint_failure) {
+  templates.resize(fixed_.sequence.templates.size());
+  for (std::size_t t = 0; t < fixed_.sequence.templates.size(); ++t)
+    map_template(fixed_.sequence.templates[t], templates[t]);
   if (has_messages && !transport) {
     throw Unsupported(
         "CudaSequenceRunner: some ranks are not load/store reachable and the place names no "
@@ -272,102 +278,79 @@ void CudaSequenceRunner::State::map_templates() {
       for (const sequence_detail::Ptr& slot : m.message_slots)
         message_of_caller = message_of_caller || slot.slot != sequence_detail::kFixed;
     template_repointable.push_back(repointable && !message_of_caller ? 1 : 0);
-    if (options.replay_graphs && options.repoint_graphs) {
+    if (fixed_.options.replay_graphs && fixed_.options.repoint_graphs) {
       if (!repointable)
-        slot_graphs.repoint_failure =
-            "copy: a 2-D copy of caller memory (CUDA updates only 1-D copy nodes)";
+        repoint_failure = "copy: a 2-D copy of caller memory (CUDA updates only 1-D copy nodes)";
       else if (message_of_caller)
-        slot_graphs.repoint_failure = sequence_detail::kMessageNotRepointed;
+        repoint_failure = sequence_detail::kMessageNotRepointed;
     }
   }
 }
 
+void sequence_detail::Mapping::check_bindings(std::span<const CudaCallBindings> bindings,
+                                              std::int64_t e) const {
+  if (bindings.size() < static_cast<std::size_t>(fixed_.ranks)) {
+    throw InvalidArgument("CudaSequenceRunner: " + std::to_string(bindings.size()) +
+                          " bindings for " + std::to_string(fixed_.ranks) + " ranks");
+  }
+  const sequence_detail::Template& t = of_call(e);
+  for (const int r : fixed_.local_ranks) {
+    const CudaCallBindings& b = bindings[static_cast<std::size_t>(r)];
+    const int need = t.tensors[static_cast<std::size_t>(r)];
+    if (static_cast<int>(b.tensors.size()) < need) {
+      throw InvalidArgument("CudaSequenceRunner: rank " + std::to_string(r) + " binds " +
+                            std::to_string(b.tensors.size()) + " tensors; the call reads " +
+                            std::to_string(need));
+    }
+  }
+}
+
+void sequence_detail::Mapping::advance(std::vector<std::int64_t>& base, std::int64_t e) const {
+  const std::vector<std::int64_t>& add = of_call(e).additions;
+  for (std::size_t i = 0; i < base.size(); ++i)
+    base[i] += add[i];
+}
+
 // Step 1 (NOTE [CUDA call sequences] 6).
-void CudaSequenceRunner::State::choose_transport() {
-  if (place.messages.one_sided)
+void sequence_detail::Mapping::choose_transport() {
+  if (fixed_.place.messages.one_sided)
     choose_one_sided();
   else
-    one_sided_refusal = place.messages.no_one_sided;
+    one_sided_refusal = fixed_.place.messages.no_one_sided;
   if (one_sided)
-    transport = place.messages.one_sided;
+    transport = fixed_.place.messages.one_sided;
   else
-    transport = place.messages.two_sided;
+    transport = fixed_.place.messages.two_sided;
 }
 
 // NOTE [one-sided messages]: every template's messages planned on the place's lane; every
 // process decides alike (the same programs, the same one-sided transport on every rank).
-void CudaSequenceRunner::State::choose_one_sided() {
+void sequence_detail::Mapping::choose_one_sided() {
   // Each rank's window: its arena where this process knows it, else this process's own (the
   // NCCL window fabric's arenas are the same size on every rank).
-  const std::int64_t own =
-      fabric.bytes(Buffer{local_ranks.empty() ? 0 : local_ranks[0], Space::kArena, 0});
-  std::vector<std::int64_t> window(static_cast<std::size_t>(ranks), own);
-  for (int r = 0; r < ranks; ++r) {
-    const std::int64_t bytes = fabric.bytes(Buffer{r, Space::kArena, 0});
+  const std::int64_t own = fixed_.fabric.bytes(
+      Buffer{fixed_.local_ranks.empty() ? 0 : fixed_.local_ranks[0], Space::kArena, 0});
+  std::vector<std::int64_t> window(static_cast<std::size_t>(fixed_.ranks), own);
+  for (int r = 0; r < fixed_.ranks; ++r) {
+    const std::int64_t bytes = fixed_.fabric.bytes(Buffer{r, Space::kArena, 0});
     if (bytes > 0) window[static_cast<std::size_t>(r)] = bytes;
   }
-  const int lanes = place.message_channels + 1;
+  const int lanes = fixed_.place.message_channels + 1;
   try {
-    for (const program::CallTemplate& t : sequence.templates) {
+    for (const program::CallTemplate& t : fixed_.sequence.templates) {
       std::vector<int> ops;
       for (const std::vector<int>* part : {&t.order.order, &t.order.unplaced})
         for (const int i : *part)
           if (is_message(t.program.ops[static_cast<std::size_t>(i)])) ops.push_back(i);
-      const auto input =
-          transport::one_sided_input(t.program, ops, place.region_offset, place.message_channels);
-      (void)transport::plan_one_sided(input, {ranks, lanes, window, /*token=*/true});
+      const auto input = transport::one_sided_input(t.program, ops, fixed_.place.region_offset,
+                                                    fixed_.place.message_channels);
+      (void)transport::plan_one_sided(input, {fixed_.ranks, lanes, window, /*token=*/true});
     }
   } catch (const std::exception& e) {
     one_sided_refusal = std::string("its messages cannot travel one-sided: ") + e.what();
     return;
   }
   one_sided = true;
-}
-
-double CudaSequenceRunner::message_ops() const {
-  double n = 0;
-  for (const sequence_detail::Template& t : state_->templates)
-    for (const SeqOp& m : t.ops)
-      n += m.message ? 1 : 0;
-  return n / static_cast<double>(std::max<std::size_t>(1, state_->templates.size()));
-}
-
-CudaSequenceCounts CudaSequenceRunner::counts() const {
-  CudaSequenceCounts c;
-  for (const sequence_detail::Template& t : state_->templates) {
-    for (const SeqOp& m : t.ops) {
-      if (m.empty) continue;
-      c.ops += 1;
-      c.copies += static_cast<double>(m.copies.size());
-      switch (m.kind) {
-        case OpKind::kWait:
-          c.wait_ops += 1;
-          c.wait_terms += static_cast<double>(std::max<std::size_t>(1, m.waits.size()));
-          break;
-        case OpKind::kSignal:
-        case OpKind::kRailPut:
-          c.signal_ops += 1;
-          c.signal_terms += static_cast<double>(std::max<std::size_t>(1, m.adds.size()));
-          break;
-        case OpKind::kSum:
-        case OpKind::kLand:
-        case OpKind::kCast:
-          c.kernels += 1;
-          break;
-        case OpKind::kEventRecord:
-        case OpKind::kEventWait:
-          c.events += 1;
-          break;
-        default:
-          break;
-      }
-    }
-  }
-  const auto n = static_cast<double>(std::max<std::size_t>(1, state_->templates.size()));
-  for (double* v : {&c.ops, &c.copies, &c.wait_ops, &c.wait_terms, &c.signal_ops, &c.signal_terms,
-                    &c.kernels, &c.events})
-    *v /= n;
-  return c;
 }
 
 }  // namespace tide::exec

@@ -1,6 +1,7 @@
-// The mapped form of a call template (step 1 of NOTE [CUDA call sequences], docs/executor.md;
-// built by sequence_mapping.cpp, run by sequence_enqueue.cpp): every op of the ranks this
-// process holds, resolved once to pointer slots, counter words, tables and kernel arguments.
+// The runner's mapping (step 1 of NOTE [CUDA call sequences], docs/executor.md; built by
+// sequence_mapping.cpp, run by sequence_enqueue.cpp): the mapped form of every call template,
+// each op of the ranks this process holds resolved once to pointer slots, counter words, tables
+// and kernel arguments, and the transport its messages take.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -8,8 +9,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <set>
+#include <span>
+#include <string>
 #include <vector>
 
+#include "sequence_devices.hpp"
 #include "tide/exec/cuda_sequence.hpp"
 #include "tide/kernels/landing.hpp"
 #include "tide/kernels/level1_sum.hpp"
@@ -49,13 +54,13 @@ struct AddTerm {
 struct SeqOp {
   program::OpKind kind = program::OpKind::kRelease;
   int rank = 0;
-  int stream = -1;  // index into State::streams
+  int stream = -1;  // index into Devices::streams
   int op = -1;      // index into the template program's ops (profiles name it)
   bool empty = false;
   std::vector<Copy> copies;
   // The copy-engine pool (NOTE [copy-engine pool]): the lane of each copy (0: `stream`, j:
-  // pool[j - 1], an index into State::streams), the fork event and one join per pool stream.
-  // Empty where the copies stay on `stream`. The events are the State's (pool_events).
+  // pool[j - 1], an index into Devices::streams), the fork event and one join per pool stream.
+  // Empty where the copies stay on `stream`. The events are the Mapping's (pool_events).
   std::vector<int> lane;
   std::vector<int> pool;
   cudaEvent_t fork = nullptr;
@@ -103,7 +108,7 @@ inline constexpr int kPoolStreamName = -2;
 
 struct Template {
   std::vector<SeqOp> ops;               // local ranks' ops, in the template's legal order
-  std::vector<int> streams;             // streams with ops (indices into State::streams)
+  std::vector<int> streams;             // streams with ops (indices into Devices::streams)
   std::vector<std::int64_t> additions;  // per (rank, counter), rank-major
   std::vector<int> tensors;             // per rank: kTensor slots the call must bind
   int deferred = 0;  // ops enqueued after a later op (NOTE [enqueue order]; one-shot only)
@@ -126,5 +131,56 @@ program::Program checkable_template(const program::Program& t);
 std::byte* at(const Ptr& p, const CudaCallBindings& b);
 // Whether `m` carries something a call binds (see Repoint).
 bool carries_bindings(const SeqOp& m);
+
+// The mapping part of the runner: the templates mapped once at construction (steps in
+// sequence_mapping.cpp) and what goes with them; read by the enqueue, the slot graphs and the
+// read-outs. It creates the streams and events its ops name (through Devices), nothing else.
+class Mapping {
+ public:
+  Mapping(const Fixed& fixed, Devices& devices) : fixed_(fixed), devices_(devices) {}
+
+  // Step 1 (NOTE [CUDA call sequences] 6): the transport messages take.
+  void choose_transport();
+  // Step 2: every template; where a template's slots cannot re-point, `repoint_failure` says
+  // why (NOTE [slot graph policy]).
+  void map_templates(std::string& repoint_failure);
+
+  const Template& of_call(std::int64_t e) const {
+    return templates[static_cast<std::size_t>(e % fixed_.sequence.period)];
+  }
+  // Throws where `bindings` do not bind what call e reads.
+  void check_bindings(std::span<const CudaCallBindings> bindings, std::int64_t e) const;
+  // `base` (what calls before e added) advanced past call e.
+  void advance(std::vector<std::int64_t>& base, std::int64_t e) const;
+
+  std::vector<Template> templates;
+  // Per template: no copy of caller memory is 2-D, so its slot graphs may re-point (NOTE
+  // [CUDA call sequences] 3: CUDA updates only 1-D copy nodes); known at construction.
+  std::vector<char> template_repointable;
+  // NOTE [CUDA call sequences] 6: where messages travel, and the 8-byte device word signal
+  // messages carry (on the first local rank's device).
+  std::shared_ptr<transport::MessageTransport> transport;  // the place's, or null
+  bool has_messages = false;
+  // NOTE [one-sided messages]: whether this runner's messages travel one-sided, and why not.
+  bool one_sided = false;
+  std::string one_sided_refusal;
+  std::vector<cudaEvent_t> pool_events;  // NOTE [copy-engine pool]: every fork and join
+
+ private:
+  void choose_one_sided();
+  // Whether `op` (a put or signal to another rank) travels as a message.
+  bool is_message(const program::Op& op) const;
+  Ptr resolve(const program::Region& r) const;
+  std::uint64_t* word(const program::Counter& c) const;
+  void map_template(const program::CallTemplate& t, Template& out);
+  void map_message(const program::Op& op, std::set<int>& used, std::vector<SeqOp>& out);
+  void map_op(const program::Op& op, int age, SeqOp& m);
+  // NOTE [copy-engine pool] (sequence_copy_pool.cpp): deals the copies of the template's
+  // copy ops over the rank's pool streams, adding the pool streams to `used`.
+  void map_copy_pool(Template& t, std::set<int>& used);
+
+  const Fixed& fixed_;
+  Devices& devices_;
+};
 
 }  // namespace tide::exec::sequence_detail

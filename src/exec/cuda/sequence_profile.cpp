@@ -23,32 +23,32 @@ cudaEvent_t timing_event() {
 
 }  // namespace
 
-void CudaSequenceRunner::State::make_profile_events() {
-  if (!profile.streams.empty() || templates.empty()) return;
-  const std::vector<sequence_detail::SeqOp>& ops = templates[0].ops;
+void sequence_detail::Enqueue::make_profile_events() {
+  if (!profile.streams.empty() || mapping_.templates.empty()) return;
+  const std::vector<sequence_detail::SeqOp>& ops = mapping_.templates[0].ops;
   profile.ops.assign(ops.size(), {nullptr, nullptr});
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const sequence_detail::SeqOp& m = ops[i];
     const bool kernel =
         m.kind == OpKind::kSum || m.kind == OpKind::kLand || m.kind == OpKind::kCast;
     if (!kernel || m.empty || m.message) continue;
-    use_device_of(m.rank);
+    devices_.use_device_of(m.rank);
     profile.ops[i] = {timing_event(), timing_event()};
   }
-  for (std::size_t i = 0; i < streams.size(); ++i) {
-    use_device_of(stream_rank[i]);
+  for (std::size_t i = 0; i < devices_.streams.size(); ++i) {
+    devices_.use_device_of(devices_.stream_rank[i]);
     profile.streams.emplace_back(timing_event(), timing_event());
   }
 }
 
-void CudaSequenceRunner::State::profile_head(std::size_t stream) {
+void sequence_detail::Enqueue::profile_head(std::size_t stream) {
   if (stream >= profile.streams.size()) return;
-  TIDE_CUDA_CHECK(cudaEventRecord(profile.streams[stream].first, streams[stream]));
+  TIDE_CUDA_CHECK(cudaEventRecord(profile.streams[stream].first, devices_.streams[stream]));
 }
 
-void CudaSequenceRunner::State::profile_tail(std::size_t stream) {
+void sequence_detail::Enqueue::profile_tail(std::size_t stream) {
   if (stream >= profile.streams.size()) return;
-  TIDE_CUDA_CHECK(cudaEventRecord(profile.streams[stream].second, streams[stream]));
+  TIDE_CUDA_CHECK(cudaEventRecord(profile.streams[stream].second, devices_.streams[stream]));
 }
 
 }  // namespace tide::exec

@@ -1,8 +1,9 @@
 // The CUDA sequence runner's construction, step 1 of NOTE [CUDA call sequences]
-// (docs/executor.md). The runner's parts, one job each: the mapping (sequence_mapping.cpp:
-// templates to pointer slots and words, messages and their transport), the enqueue
-// (sequence_enqueue.cpp and sequence_waits.cpp, with the fusion and the copy-engine pool), the
-// slot graphs (sequence_graphs.cpp) and the watch (sequence_watch.cpp); read-outs in
+// (docs/executor.md). The runner's parts, one job each (sequence_state.hpp): the devices, the
+// mapping (sequence_mapping.cpp: templates to pointer slots and words, messages and their
+// transport), the abort words (sequence_abort_words.cpp), the enqueue (sequence_enqueue.cpp and
+// sequence_waits.cpp, with the fusion and the copy-engine pool), the watch
+// (sequence_watcher.cpp) and the slot graphs (sequence_slot_graph_runner.cpp); read-outs in
 // sequence_readouts.cpp.
 // Steps of set_up():
 //   1. checks: the options; the sequence against the fabric and the place (signal words, the
@@ -13,13 +14,15 @@
 //      whether waits go batched, every kernel loaded (NOTE [preloaded kernels]), the
 //      sequence's counters zeroed on the setup stream.
 //   4. the event slots' events, the entry event and the capture origin stream.
-//   5. the transport (State::choose_transport), the abort tokens (NOTE [abort relay]) and the
-//      mapping of every template (State::map_templates).
-//   6. graph waits and slot graphs (State::set_up_graph_waits), the call-order event.
-//   7. the abort words and the watch (NOTE [CUDA call sequences] 5).
+//   5. the transport (mapping.choose_transport), the abort tokens (NOTE [abort relay]) and the
+//      mapping of every template (mapping.map_templates).
+//   6. graph waits and slot graphs (graph_runner.set_up), the call-order event.
+//   7. the abort words (aborts.set_up) and the watch (watcher.create; NOTE [CUDA call
+//      sequences] 5).
 //   8. the host waits for its own setup streams only, never for the device.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "graph_wait_budget.hpp"
@@ -53,14 +56,14 @@ program::Program checkable_template(const program::Program& t) {
 
 }  // namespace sequence_detail
 
-void CudaSequenceRunner::State::use_device_of(int rank) {
-  const int d = fabric.device_of(rank);
+void sequence_detail::Devices::use_device_of(int rank) {
+  const int d = fixed_.fabric.device_of(rank);
   if (d == current_device) return;
   TIDE_CUDA_CHECK(cudaSetDevice(d));
   current_device = d;
 }
 
-int CudaSequenceRunner::State::stream(int rank, int name) {
+int sequence_detail::Devices::stream(int rank, int name) {
   const auto it = stream_of.find({rank, name});
   if (it != stream_of.end()) return it->second;
   use_device_of(rank);
@@ -77,10 +80,10 @@ int CudaSequenceRunner::State::stream(int rank, int name) {
   return index;
 }
 
-cudaEvent_t CudaSequenceRunner::State::event(std::int64_t e, int rank, int id) const {
-  const auto slot = static_cast<std::size_t>(e % q);
-  return events[(slot * static_cast<std::size_t>(ranks) + static_cast<std::size_t>(rank)) *
-                    static_cast<std::size_t>(sequence.events_per_call) +
+cudaEvent_t sequence_detail::Devices::event(std::int64_t e, int rank, int id) const {
+  const auto slot = static_cast<std::size_t>(e % fixed_.q);
+  return events[(slot * static_cast<std::size_t>(fixed_.ranks) + static_cast<std::size_t>(rank)) *
+                    static_cast<std::size_t>(fixed_.sequence.events_per_call) +
                 static_cast<std::size_t>(id)];
 }
 
@@ -167,28 +170,28 @@ void CudaSequenceRunner::set_up() {
   // 2.
   const int p = sequence.period;
   s.q = p * ((sequence.max_event_age + 1 + p - 1) / p);
-  s.context.assign(static_cast<std::size_t>(s.ranks), nullptr);  // 3.
+  s.devices.context.assign(static_cast<std::size_t>(s.ranks), nullptr);  // 3.
   for (const int r : s.local_ranks) {
-    s.use_device_of(r);
+    s.devices.use_device_of(r);
     TIDE_CUDA_CHECK(cudaFree(nullptr));  // the primary context
     CUcontext ctx = nullptr;
     const CUresult got = sequence_detail::graph_driver().ctx_get_current(&ctx);
     if (got != CUDA_SUCCESS) throw CudaError("cuCtxGetCurrent failed");
-    s.context[static_cast<std::size_t>(r)] = ctx;
+    s.devices.context[static_cast<std::size_t>(r)] = ctx;
     // NOTE [CUDA call sequences] 1: the device's setup work goes on a private stream.
-    cudaStream_t& setup = s.setup[fabric.device_of(r)];
+    cudaStream_t& setup = s.devices.setup[fabric.device_of(r)];
     if (setup == nullptr) TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&setup, cudaStreamNonBlocking));
     // Fused waits go as one cuStreamBatchMemOp where the device takes 64-bit stream memory
     // operations in batches (cudaDevAttrReserved122 is CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_
     // STREAM_MEM_OPS), else one cuStreamWaitValue64 each.
     const int device = fabric.device_of(r);
-    if (!s.batch_waits.contains(device)) {
+    if (!s.enqueue.batch_waits.contains(device)) {
       int can = 0;
       if (cudaDeviceGetAttribute(&can, cudaDevAttrReserved122, device) != cudaSuccess) {
         (void)cudaGetLastError();
         can = 0;
       }
-      s.batch_waits[device] =
+      s.enqueue.batch_waits[device] =
           can != 0 && sequence_detail::graph_driver().stream_batch_mem_op != nullptr;
     }
     // NOTE [preloaded kernels]
@@ -198,7 +201,7 @@ void CudaSequenceRunner::set_up() {
     // held by a cuStreamWaitValue64 for a peer. The first reduce-scatter launches its Level 1
     // sum after the sum stream's wait for the peer's push; where the peer issued another call
     // there (or stalled or died), the host spun inside that launch forever, before
-    // watch_call, so the watchdog saw no unfinished call, and after a few seconds its own
+    // watcher.record, so the watchdog saw no unfinished call, and after a few seconds its own
     // CUDA calls blocked in the driver as well (measured on the H200 with 2 ipc ranks and
     // --misorder-rank: both hung until their launcher killed them). A first launch behind a
     // pending cuStreamWaitValue64 does not return; after cudaFuncGetAttributes of that
@@ -217,99 +220,100 @@ void CudaSequenceRunner::set_up() {
                                     static_cast<std::size_t>(sequence.counters) * 8, setup));
   }
   // 4.
-  s.events.assign(static_cast<std::size_t>(s.q) * static_cast<std::size_t>(s.ranks) *
-                      static_cast<std::size_t>(sequence.events_per_call),
-                  nullptr);
+  s.devices.events.assign(static_cast<std::size_t>(s.q) * static_cast<std::size_t>(s.ranks) *
+                              static_cast<std::size_t>(sequence.events_per_call),
+                          nullptr);
   for (int slot = 0; slot < s.q; ++slot) {
     for (const int r : s.local_ranks) {
-      s.use_device_of(r);
+      s.devices.use_device_of(r);
       for (int id = 0; id < sequence.events_per_call; ++id) {
         cudaEvent_t& e =
-            s.events[(static_cast<std::size_t>(slot) * static_cast<std::size_t>(s.ranks) +
-                      static_cast<std::size_t>(r)) *
-                         static_cast<std::size_t>(sequence.events_per_call) +
-                     static_cast<std::size_t>(id)];
+            s.devices.events[(static_cast<std::size_t>(slot) * static_cast<std::size_t>(s.ranks) +
+                              static_cast<std::size_t>(r)) *
+                                 static_cast<std::size_t>(sequence.events_per_call) +
+                             static_cast<std::size_t>(id)];
         TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
       }
     }
   }
-  s.use_device_of(s.local_ranks.empty() ? 0 : s.local_ranks[0]);
-  TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&s.entry, cudaEventDisableTiming));
+  s.devices.use_device_of(s.local_ranks.empty() ? 0 : s.local_ranks[0]);
+  TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&s.devices.entry, cudaEventDisableTiming));
   TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&s.slot_graphs.origin, cudaStreamNonBlocking));
-  s.choose_transport();                // 5.
+  s.mapping.choose_transport();        // 5.
   for (const int r : s.local_ranks) {  // NOTE [abort relay]: send and receive tokens
-    s.use_device_of(r);
+    s.devices.use_device_of(r);
     TIDE_CUDA_CHECK(
         cudaMalloc(reinterpret_cast<void**>(&s.aborts.tokens[r]), 2 * sizeof(std::uint64_t)));
   }
-  s.map_templates();
+  s.mapping.map_templates(s.slot_graphs.repoint_failure);
   s.totals.assign(static_cast<std::size_t>(s.ranks) * static_cast<std::size_t>(s.counters), 0);
-  s.set_up_graph_waits();  // 6.
-  TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&s.last_done, cudaEventDisableTiming));
-  s.set_up_abort_words();  // 7.
-  s.create_watch();
+  s.graph_runner.set_up();  // 6.
+  TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&s.enqueue.last_done, cudaEventDisableTiming));
+  s.aborts.set_up(s, s.devices, s.mapping.has_messages);  // 7.
+  s.watcher.create();
   // 8. NOTE [CUDA call sequences] 1: the host waits for the runner's own setup work only, never
   // for the device (other runners' calls, the caller's compute).
-  for (auto& [device, setup] : s.setup) {
+  for (auto& [device, setup] : s.devices.setup) {
     TIDE_CUDA_CHECK(cudaSetDevice(device));
     TIDE_CUDA_CHECK(cudaStreamSynchronize(setup));
     TIDE_CUDA_CHECK(cudaStreamDestroy(setup));
     setup = nullptr;
   }
-  s.setup.clear();
-  s.current_device = -1;
+  s.devices.setup.clear();
+  s.devices.current_device = -1;
 }
 
-cudaStream_t CudaSequenceRunner::State::setup_stream(int rank) {
+cudaStream_t sequence_detail::Devices::setup_stream(int rank) {
   use_device_of(rank);
-  return setup.at(fabric.device_of(rank));
+  return setup.at(fixed_.fabric.device_of(rank));
 }
 
 CudaSequenceRunner::State::~State() {
   // NOTE [CUDA call sequences] 5: streams an abort could not drain would hang every
   // synchronising free below; everything is left to the end of the process.
+  const std::unique_ptr<sequence_detail::Watch>& watch = watcher.watch;
   if (watch && watch->released) {
     std::lock_guard lock(watch->mutex);
     for (const sequence_detail::Watch::Entry& e : watch->entries) {
       if (cudaEventQuery(watch->events[static_cast<std::size_t>(e.slot)]) != cudaSuccess) {
         // The Level 1 tables' device memory: its cudaFree would wait for the held streams.
-        static_cast<void>(new std::vector<sequence_detail::Template>(std::move(templates)));
+        static_cast<void>(new std::vector<sequence_detail::Template>(std::move(mapping.templates)));
         return;
       }
     }
   }
-  for (cudaStream_t st : streams)
+  for (cudaStream_t st : devices.streams)
     (void)cudaStreamSynchronize(st);
   if (slot_graphs.budget_claimed)
     sequence_detail::GraphWaitBudget::process().release(slot_graphs.budget_id);
   for (sequence_detail::SlotGraph& g : slot_graphs.graphs)
-    drop(g);
-  destroy_watch();
-  templates.clear();  // Level 1 tables
-  for (cudaEvent_t e : events)
+    sequence_detail::SlotGraphRunner::drop(g);
+  watcher.destroy();
+  mapping.templates.clear();  // Level 1 tables
+  for (cudaEvent_t e : devices.events)
     if (e != nullptr) (void)cudaEventDestroy(e);
-  for (cudaEvent_t e : done)
+  for (cudaEvent_t e : devices.done)
     (void)cudaEventDestroy(e);
-  if (entry != nullptr) (void)cudaEventDestroy(entry);
-  if (last_done != nullptr) (void)cudaEventDestroy(last_done);
+  if (devices.entry != nullptr) (void)cudaEventDestroy(devices.entry);
+  if (enqueue.last_done != nullptr) (void)cudaEventDestroy(enqueue.last_done);
   if (slot_graphs.generations != nullptr) (void)cudaFree(slot_graphs.generations);
   for (const auto& [device, word] : aborts.private_words)
     (void)cudaFree(word);
   for (const auto& [rank, words] : aborts.tokens)
     (void)cudaFree(words);
   if (aborts.relay_word != nullptr) (void)cudaFree(aborts.relay_word);
-  transport.reset();
+  mapping.transport.reset();
   if (aborts.check_tables != nullptr) (void)cudaFree(aborts.check_tables);
-  for (cudaStream_t st : streams)
+  for (cudaStream_t st : devices.streams)
     (void)cudaStreamDestroy(st);
   if (slot_graphs.origin != nullptr) (void)cudaStreamDestroy(slot_graphs.origin);
   for (const auto& [device, st] : slot_graphs.scratch)
     (void)cudaStreamDestroy(st);
-  for (const auto& [device, st] : setup)  // a constructor that threw
+  for (const auto& [device, st] : devices.setup)  // a constructor that threw
     if (st != nullptr) (void)cudaStreamDestroy(st);
-  for (cudaEvent_t e : pool_events)
+  for (cudaEvent_t e : mapping.pool_events)
     (void)cudaEventDestroy(e);
-  for (const auto* list : {&profile.ops, &profile.streams}) {
+  for (const auto* list : {&enqueue.profile.ops, &enqueue.profile.streams}) {
     for (const auto& [a, b] : *list) {
       if (a != nullptr) (void)cudaEventDestroy(a);
       if (b != nullptr) (void)cudaEventDestroy(b);

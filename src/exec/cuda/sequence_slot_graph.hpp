@@ -1,7 +1,8 @@
 // The runner's slot graphs and captures (steps 3-4 of NOTE [CUDA call sequences],
 // docs/executor.md; NOTE [slot graph policy]): what a slot graph holds, the nodes that carry a
-// call's bindings, and a capture in progress. Used by sequence_graphs.cpp and
-// sequence_enqueue.cpp (which records the nodes while it captures).
+// call's bindings, and a capture in progress. Used by sequence_slot_graph_runner.cpp (the slot
+// graph step), sequence_graphs.cpp (a caller's capture) and sequence_enqueue.cpp (which records
+// the nodes while it captures).
 #pragma once
 
 #include <cuda_runtime_api.h>

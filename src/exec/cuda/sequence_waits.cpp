@@ -34,39 +34,38 @@ CUstreamBatchMemOpParams wait_op(std::uint64_t* word, std::int64_t threshold) {
 // one cuStreamWaitValue64 each where the device cannot batch them. Under capture (call e):
 // wait kernels, each term's threshold base + value at this call and a step of what Q calls
 // add to its counter per generation of the slot.
-void CudaSequenceRunner::State::wait_terms(cudaStream_t s, int rank, std::int64_t e,
-                                           std::span<const sequence_detail::WaitTerm> terms,
-                                           const std::vector<std::int64_t>& base,
-                                           Capture* capture) {
+void sequence_detail::Enqueue::wait_terms(cudaStream_t s, int rank, std::int64_t e,
+                                          std::span<const sequence_detail::WaitTerm> terms,
+                                          const std::vector<std::int64_t>& base, Capture* capture) {
   if (capture != nullptr) {
     std::vector<kernels::GenerationWait> waits;
     waits.reserve(terms.size());
     for (const sequence_detail::WaitTerm& w : terms) {
       const std::int64_t step = w.total == sequence_detail::kConstantWait
                                     ? 0
-                                    : slot_graphs.slot_period_additions[w.total];
+                                    : slot_graphs_.slot_period_additions[w.total];
       const std::int64_t t = threshold(w, base);
       if (step == 0 && t <= 0) continue;  // met by every call of the slot
-      waits.push_back(cuda_detail::generation_wait(w.word, t, step, e, q));
+      waits.push_back(cuda_detail::generation_wait(w.word, t, step, e, fixed_.q));
     }
-    kernels::launch_generation_waits(waits, slot_graphs.generations + e % q, s);
+    kernels::launch_generation_waits(waits, slot_graphs_.generations + e % fixed_.q, s);
     return;
   }
-  memops.clear();
+  memops_.clear();
   for (const sequence_detail::WaitTerm& w : terms) {
     const std::int64_t t = threshold(w, base);
-    if (t > 0) memops.push_back(wait_op(w.word, t));
+    if (t > 0) memops_.push_back(wait_op(w.word, t));
   }
-  if (memops.empty()) return;
+  if (memops_.empty()) return;
   const auto stream = reinterpret_cast<CUstream>(s);
-  if (memops.size() > 1 && batch_waits[fabric.device_of(rank)]) {
+  if (memops_.size() > 1 && batch_waits[fixed_.fabric.device_of(rank)]) {
     fabric::detail::check_driver(
         sequence_detail::graph_driver().stream_batch_mem_op(
-            stream, static_cast<unsigned int>(memops.size()), memops.data(), 0),
+            stream, static_cast<unsigned int>(memops_.size()), memops_.data(), 0),
         "cuStreamBatchMemOp");
     return;
   }
-  for (const CUstreamBatchMemOpParams& op : memops)
+  for (const CUstreamBatchMemOpParams& op : memops_)
     fabric::detail::check_driver(
         fabric::detail::driver().stream_wait_value64(
             stream, op.waitValue.address, op.waitValue.value64, CU_STREAM_WAIT_VALUE_GEQ),

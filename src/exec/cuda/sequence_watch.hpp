@@ -25,14 +25,14 @@ struct Watch {
   std::deque<Entry> entries;          // oldest first, at most events.size()
   std::vector<cudaEvent_t> events;    // a ring, on the caller's device
   int next = 0;                       // the ring slot the next call records
-  std::vector<cudaStream_t> readers;  // per local rank (State::local_ranks order), non-blocking
+  std::vector<cudaStream_t> readers;  // per local rank (Fixed::local_ranks order), non-blocking
   // Pinned host words per local rank, twice `counters` + 1: the target of the reads (the
   // words, then the gate), then the source of release_waits(). Never waited for unbounded.
   std::vector<std::uint64_t*> host_words;
   // Pinned: one word holding 1 (the source of the abort words' release), one per rank (the
   // target of reading the ranks' abort words), then one per rank (their call-tag words).
   std::uint64_t* host_abort = nullptr;
-  std::mutex read_mutex;  // one reader of the words at a time (unsatisfied_waits)
+  std::mutex read_mutex;  // one reader of the words at a time (Watcher::unsatisfied_waits)
   // Calls < confirmed are known complete (calls run one after another: a completed call's
   // predecessors completed before it).
   std::int64_t confirmed = 0;
