@@ -129,7 +129,8 @@ def main() -> int:
             state = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)}
             dcp.save(state, checkpoint_id=str(checkpoint))
     figures = meter.stop()
-    arena = tide.fsdp.memory(model).get("arena_bytes", 0) if mode == "tide" else 0
+    memory = tide.fsdp.memory(model) if mode == "tide" else {}
+    arena = memory.get("arena_bytes", 0)
     if DEVICE.type == "cuda":  # the arena is in torch's allocator (a MemPool)
         figures = {"torch_max_memory_allocated": torch.cuda.max_memory_allocated(DEVICE)}
     out = {
@@ -138,6 +139,8 @@ def main() -> int:
         "grad_norms": norms,
         "report": tide.fsdp.report(model) if mode == "tide" else [],
         "arena_bytes": arena,
+        "memory": memory,
+        "device": DEVICE.type,
         "peak_bytes": figures["torch_max_memory_allocated"] if DEVICE.type == "cuda" else peak_bytes(figures, arena),
         "peak_figures": figures,
         "loop_start_bytes": at_start,

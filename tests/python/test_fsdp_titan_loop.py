@@ -95,6 +95,20 @@ def test_every_group_on_tide_after_the_first_step(runs):
             assert row["all_gathers"] > 0 and row["reduce_scatters"] > 0, row
 
 
+def test_optimizer_steps_borrow_the_arena_on_gpus(runs):
+    """NOTE [arena lending]: on GPUs every optimizer step after the first borrows the arena
+    (the first creates AdamW's state; a resumed run's state is loaded before its first step).
+    On CPU the arena is shared memory, lent to nobody."""
+    for out in runs["tide"] + runs["resume"]:
+        for comm in out["memory"]["communicators"]:
+            if out["device"] != "cuda" or os.environ.get("TIDE_LEND_ARENA") == "0":
+                assert comm.get("lent_steps", 0) == 0, comm
+                continue
+            assert comm["lend_reason"] == "" and comm["lent_bytes"] > 0, comm
+            steps = len(out["losses"])
+            assert comm["lent_steps"] >= steps - 1, (comm["lent_steps"], steps)
+
+
 def test_peak_memory_at_or_below_stock(runs):
     """Each rank's peak is at or below stock's, and so is what the loop holds above its start
     (gradients, unsharded parameters, activations, TIDE's arena and its runtime state on the
