@@ -28,7 +28,10 @@ rank, little activation memory), the optimizer step is the peak and TIDE is abov
 arena. Measured (4 NS-scale layers, N = 2): on the H200 with the default (foreach) AdamW,
 +8.9% in both modes; on CPU with `--optimizer foreach`, +8.2%; on CPU with `--optimizer fused`
 (torchtitan's default) -2.7% In-Place and -5.5% Slot-Reuse
-(bench/results/memory/ns-scale-optimizer-cpu/). --optimizer picks the implementation.
+(bench/results/memory/ns-scale-optimizer-cpu/). On GPUs TIDE now lends the arena's data bytes to
+the optimizer step (NOTE [arena lending] in python/tide/_lend.py), so the step's temporaries
+take the arena's place; on CPU the arena is shared memory and stays. --optimizer picks the
+implementation.
 """
 
 from __future__ import annotations
