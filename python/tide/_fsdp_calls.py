@@ -316,7 +316,7 @@ def _reduce(*args, **kwargs):
     ordered = []
     for p, fp in enumerate(all_params):
         if p not in by_index:
-            by_index[p] = _zeros(group, fp.sharded_param.shape, grad_dtype, device)
+            by_index[p] = _zeros(group, _fsdp_group.local_shape(fp), grad_dtype, device)
         ordered.append(by_index[p])
 
     packed = _accumulation_target(group, params) if not follows and len(params) == len(all_params) else None

@@ -79,6 +79,7 @@ FSDP_PARAM_ATTRIBUTES = (
     "sharded_param",
     "fsdp_placement",
     "offload_to_cpu",
+    "_orig_size",  # the local unsharded size (NOTE [DTensor parameters] in _fsdp_group.py)
 )
 
 

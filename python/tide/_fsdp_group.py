@@ -90,9 +90,46 @@ def _dtypes(fsdp_group, fsdp_param):
     return orig, param, getattr(policy, "reduce_dtype", None)
 
 
-def local_reason(fsdp_group, layout_reason: str) -> str:
-    """Why this rank cannot run the group on TIDE; empty when it can."""
-    from torch.distributed.fsdp._fully_shard import _fsdp_collectives as collectives  # noqa: PLC0415
+def param_name(fp, module_paths: dict | None = None) -> str:
+    """The parameter's path from the root, as named in reports: FSDP2's own ``_param_fqn``
+    where it is set (at the root's lazy init), else the path of the module that holds it
+    (``module_paths``: id(module) -> path, from the model ``enable()`` was given)."""
+    fqn = getattr(fp, "_param_fqn", None)
+    if fqn:
+        return fqn
+    info = getattr(fp, "_module_info", None)
+    if info is None:
+        return "a parameter"
+    path = (module_paths or {}).get(id(info.module))
+    if path is None:
+        return f"{type(info.module).__name__}.{info.param_name}"
+    return f"{path}.{info.param_name}" if path else info.param_name
+
+
+def local_shape(fp) -> torch.Size:
+    """The parameter's unsharded local shape: what FSDP2 shards on dim 0 and all-gathers.
+
+    NOTE [DTensor parameters]
+    FSDP2 shards a parameter's local tensor: the tensor itself, or for a DTensor parameter
+    (tensor parallel beside FSDP, or FSDP2's SPMD-mesh path: ``fully_shard(...,
+    dp_mesh_dims=...)``, where every parameter is a DTensor over the whole SPMD mesh) the
+    DTensor's local tensor, whose size FSDP2 keeps as ``_orig_size``. It chunks that tensor on
+    dim 0 over the shard process group (``mesh_info.shard_process_group``), pads every chunk
+    to the first one's size (``padded_sharded_param_size``) and all-gathers the chunks
+    rank-major; the unsharded parameter is ``as_strided`` over the all-gather output, then
+    wrapped as a DTensor again with the parameter's own spec. Where TP also shards dim 0,
+    FSDP2 records the composition as ``_StridedShard`` in the DTensor metadata, but the bytes
+    it moves are the same dim-0 chunks of the TP-local tensor. So TIDE serves every such
+    parameter with its local shape: the global DTensor shape (``sharded_param.shape``) would
+    include the TP dimensions. TP's own collectives (in the model's forward and backward, and
+    the TP reduction of a replicated parameter's gradient before FSDP2's reduce-scatter) are
+    not touched."""
+    return fp._orig_size
+
+
+def local_reason(fsdp_group, layout_reason: str, module_paths: dict | None = None) -> str:
+    """Why this rank cannot run the group on TIDE; empty when it can. Names the parameter
+    (``param_name``) where one parameter is the cause."""
     from torch.distributed.fsdp._fully_shard._fsdp_common import FSDPMeshInfo  # noqa: PLC0415
 
     params = fsdp_group.fsdp_params
@@ -111,13 +148,14 @@ def local_reason(fsdp_group, layout_reason: str) -> str:
         return "enable() was called while the group is unsharded (call it before forward)"
     reduce_dtypes = set()
     for fp in params:
-        name = getattr(fp, "_param_fqn", None) or "a parameter"
+        name = param_name(fp, module_paths)
         if getattr(fp, "offload_to_cpu", False):
             return "CPU offload"
         if fp.fsdp_placement.dim != 0:
             return f"{name} is sharded as Shard({fp.fsdp_placement.dim}), not Shard(0)"
-        if getattr(fp, "is_dtensor", False):
-            return f"{name} is a DTensor over another mesh (tensor parallel)"
+        dtensor_reason = _dtensor_reason(fp, name)
+        if dtensor_reason:
+            return dtensor_reason
         if hasattr(fp._sharded_local_tensor, "fsdp_pre_all_gather"):
             return f"{name} has an fsdp_pre_all_gather extension"
         if getattr(fp, "_has_sharded_grad_dtype_override", False):
@@ -132,6 +170,21 @@ def local_reason(fsdp_group, layout_reason: str) -> str:
         reduce_dtypes.add((param, reduce))
     if len(reduce_dtypes) != 1:
         return "mixed precision policies differ within the group"
+    return ""
+
+
+def _dtensor_reason(fp, name: str) -> str:
+    """NOTE [DTensor parameters]: why FSDP2's sharding of this parameter is not the dim-0
+    chunking of its local tensor that TIDE serves ('' when it is)."""
+    if not getattr(fp, "is_dtensor", False) and not getattr(fp, "is_spmd_types", False):
+        return ""
+    size = getattr(fp, "_orig_size", None)
+    if size is None or len(size) == 0:
+        return f"{name}: FSDP2 keeps no local size for this DTensor parameter (_orig_size)"
+    padded = fp.padded_sharded_param_size
+    if tuple(padded[1:]) != tuple(size[1:]):
+        return (f"{name}: FSDP2's shard {tuple(padded)} is not a dim-0 chunk of the local "
+                f"tensor {tuple(size)}")
     return ""
 
 
@@ -219,7 +272,7 @@ class TideGroup:
     def shapes(self) -> list[tuple[int, int]]:
         shapes = []
         for fp in self.fsdp_group.fsdp_params:
-            size = fp.sharded_param.shape  # the global (unsharded) shape of the DTensor
+            size = local_shape(fp)  # NOTE [DTensor parameters]
             shapes.append((int(size[0]), int(size[1:].numel())))
         return shapes
 

@@ -209,7 +209,7 @@ def enable(
         for group in groups:
             group.reason = world_reason
     else:
-        _decide_eligibility(groups, torch_reason)
+        _decide_eligibility(groups, torch_reason, {id(sub): path for path, sub in module.named_modules()})
         communicators = _open_communicators(groups, timeout_s, mode)
         # The runtime's answers are agreed too: a group runs on TIDE only where every rank
         # registered it.
@@ -251,15 +251,16 @@ def _fsdp_layout(strict: bool):
         return None, f"this torch's FSDP2 internals are not those TIDE knows: {e}"
 
 
-def _decide_eligibility(groups: list, torch_reason: str) -> None:
-    """Each group's reason to stay stock from its parameters and policies, agreed by every rank."""
+def _decide_eligibility(groups: list, torch_reason: str, module_paths: dict) -> None:
+    """Each group's reason to stay stock from its parameters and policies, agreed by every rank.
+    ``module_paths`` (id(module) -> its path) names a refused parameter by its path."""
     reasons = []
     for group in groups:
         params = group.fsdp_group.fsdp_params
         layout_reason = torch_reason or next(
             (r for r in (_fsdp_compat.check_fsdp_param(p) for p in params) if r), ""
         )
-        reasons.append(_fsdp_group.local_reason(group.fsdp_group, layout_reason))
+        reasons.append(_fsdp_group.local_reason(group.fsdp_group, layout_reason, module_paths))
     for group, reason in zip(groups, _agree(reasons, keys=_group_keys(groups))):
         group.reason = reason
 
@@ -565,7 +566,7 @@ def report(module: nn.Module) -> list[dict]:
     own), deferred_prefetches (prefetches that found the slot held and waited for the group's
     own unshard), landing_bytes, and all_gather_lane / reduce_scatter_lane ("tide-ag",
     "tide-rs", or "ep": the expert-parallel lane of a group whose ranks are one per host,
-    docs/runtime.md) with lane_reason (why such a group is not on it). ``memory(module)`` gives the arena."""
+    docs/runtime.md) with lane_reason (why the group is on those lanes). ``memory(module)`` gives the arena."""
     _check_module("report", module)
     state = getattr(module, _ATTRIBUTE, None)
     if state is None:

@@ -50,7 +50,12 @@ void choose_lanes(Group& g, const EpLaneOffer& ep) {
   GroupInfo& info = g.info;
   info.all_gather_lane = "tide-ag";
   info.reduce_scatter_lane = "tide-rs";
-  if (!ep.ranks_one_per_host) return;
+  if (!ep.ranks_one_per_host) {
+    info.lane_reason =
+        "TIDE-AG and TIDE-RS: the group has several ranks on a host (the expert-parallel lane "
+        "serves groups of one rank per host, such as FSDP beside a TP that spans each host)";
+    return;
+  }
   std::string why = ep.backend_refusal;
   if (why.empty()) why = program::ep_lane_inapplicable(g.layout);
   if (!why.empty()) {
@@ -65,6 +70,7 @@ void choose_lanes(Group& g, const EpLaneOffer& ep) {
   }
   g.ep_reduce_scatter = true;
   info.reduce_scatter_lane = "ep";
+  info.lane_reason = "the expert-parallel lane: the group has one rank per host";
 }
 
 }  // namespace

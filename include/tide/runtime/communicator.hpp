@@ -109,8 +109,8 @@ struct GroupInfo {
   std::byte* resident = nullptr;              // this rank's packed shard (nullptr: shards per call)
   int landing_slot = -1;     // its slot: index into ArenaInfo::slots (NOTE [runtime] 7)
   int landing_slot_id = -1;  // GroupSpec::landing_slot
-  // Each collective's lane ("tide-ag", "tide-rs", "ep"), and why a one-rank-per-host group is
-  // not on "ep". NOTE [runtime] 11.
+  // Each collective's lane ("tide-ag", "tide-rs", "ep"), and why those lanes (for a
+  // one-rank-per-host group: why not on "ep"). NOTE [runtime] 11.
   std::string all_gather_lane;
   std::string reduce_scatter_lane;
   std::string lane_reason;
