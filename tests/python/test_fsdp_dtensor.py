@@ -3,7 +3,8 @@ FSDP2's SPMD-mesh path (``dp_mesh_dims``) alone, with TP and with HSDP, and FSDP
 ``parallelize_module`` builds it. Each case trains stock and with TIDE on 4 CPU processes
 (fsdp_dtensor_worker.py) and checks: losses within the loss bound of stock's; every FSDP group
 on TIDE, with TIDE all-gathers and reduce-scatters after the first iteration; no stock call
-but the traced iteration's; the lanes named in report(). Seed: TIDE_TEST_SEED (printed)."""
+but the traced iteration's; the lanes report() names (the expert-parallel lane where TP spans
+each emulated host). Seed: TIDE_TEST_SEED (printed)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,11 @@ WORLD = 4
 # Both runs all-gather bitwise equal parameters; the reduce-scatters sum in other orders
 # (NOTE [reassociation bound] in fsdp_parity_worker.py), and AdamW carries that on.
 LOSS_RTOL = 1e-3
-CASES = ("spmd", "spmd-tp", "spmd-hsdp", "tp")
+# "tp-across-hosts": the "tp" case on 2 emulated hosts of 2 ranks (TIDE_EMULATE_HOSTS), TP
+# within a host, so every FSDP group has one rank per host: the expert-parallel lane, as FSDP
+# beside a TP that spans each host on GPUs.
+CASES = ("spmd", "spmd-tp", "spmd-hsdp", "tp", "tp-across-hosts")
+HOSTS = {"tp-across-hosts": 2}
 
 
 def _free_port() -> int:
@@ -34,8 +39,13 @@ def _free_port() -> int:
 def _launch(case: str, mode: str, out: Path, seed: int) -> list[dict]:
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
                WORLD_SIZE=str(WORLD), TIDE_TEST_SEED=str(seed), OMP_NUM_THREADS="1")
-    args = [sys.executable, str(HERE / "fsdp_dtensor_worker.py"), case, mode, str(out)]
-    procs = [subprocess.Popen(args, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+    hosts = HOSTS.get(case, 1)
+    local = WORLD // hosts
+    env["TIDE_EMULATE_HOSTS"] = "1" if hosts > 1 else "0"
+    worker_case = case.removesuffix("-across-hosts")
+    args = [sys.executable, str(HERE / "fsdp_dtensor_worker.py"), worker_case, mode, str(out)]
+    procs = [subprocess.Popen(args, env=dict(env, RANK=str(r), LOCAL_RANK=str(r % local),
+                                             LOCAL_WORLD_SIZE=str(local)),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(WORLD)]
     logs = []
@@ -79,8 +89,10 @@ def test_every_group_served_after_the_first_iteration(runs):
             assert row["backend"] == "tide", where
             assert row["all_gathers"] > 0 and row["reduce_scatters"] > 0, where
             assert set(row["stock_reasons"]) <= {_fsdp_group.TRACED}, where
-            # One host: every FSDP group runs TIDE-AG and TIDE-RS, and report() says why.
-            assert (row["all_gather_lane"], row["reduce_scatter_lane"]) == ("tide-ag", "tide-rs"), where
+            # One host: TIDE-AG and TIDE-RS; TP within each of several hosts: the FSDP groups
+            # have one rank per host, the expert-parallel lane. report() says why either way.
+            lanes = ("ep", "ep") if runs["case"] in HOSTS else ("tide-ag", "tide-rs")
+            assert (row["all_gather_lane"], row["reduce_scatter_lane"]) == lanes, where
             assert row["lane_reason"], where
 
 
