@@ -32,6 +32,11 @@ syncing reduce-scatter then runs TIDE-RS on the fp32 sums where they lie; a para
 gradient was not accumulated (bf16) is upcast first, and the copy counted. Reducing every
 micro-batch into the sharded gradient instead (accumulate=True) would communicate at every
 backward, which is what no-sync asks FSDP2 not to do, so TIDE does not.
+The same registration serves fp32 gradients that FSDP2 makes beside bf16 parameters for
+another reason: a parameter replicated over TP (a norm weight) whose gradient FSDP2 reduces
+over TP in fp32 before the reduce-scatter (NOTE [DTensor parameters] in _fsdp_group.py). The
+group's bf16 gradients are then upcast beside it, counted as such: the runtime registers one
+gradient dtype per group.
 Calls outside what TIDE serves (another process group, as after a post-forward reshard to a
 smaller mesh; HSDP with the all-reduce deferred; a gradient dtype TIDE was not registered
 for) run stock and are counted by reason (NOTE [stock calls are counted by reason]).

@@ -601,8 +601,10 @@ def _copies(group, stats: dict) -> dict:
     if group.upcast_bytes:
         copies["upcast_gradients"] = {
             "bytes": group.upcast_bytes,
-            "why": "at a syncing backward after no-sync ones, gradients not accumulated in fp32 "
-            "are upcast beside the accumulated ones (NOTE [no-sync accumulation])",
+            "why": "the group's reduce-scatter had fp32 gradients (accumulated without sync, or "
+            "a TP-replicated parameter's, which FSDP2 reduces over TP in fp32) beside bf16 ones, "
+            "which were upcast to run on its fp32-gradient registration (NOTE [no-sync "
+            "accumulation], NOTE [DTensor parameters])",
         }
     return copies
 
@@ -671,9 +673,10 @@ def _twin_reduce_scatters(group) -> int:
 
 
 def _accumulation(group) -> str:
-    """How no-sync accumulated (fp32) gradients are reduced (NOTE [no-sync accumulation])."""
+    """How fp32 gradients beside bf16 parameters (no-sync accumulated, or TP-replicated
+    parameters') are reduced (NOTE [no-sync accumulation])."""
     if group.twin is not None:
-        return "tide-rs on the fp32 accumulated gradients"
+        return "tide-rs on the fp32 gradients (its fp32-gradient registration)"
     if group.twin_refusal:
         return f"stock: the fp32-gradient registration was refused: {group.twin_refusal}"
     return ""
