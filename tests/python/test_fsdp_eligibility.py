@@ -108,6 +108,17 @@ def test_outside_the_contract_stays_stock(kwargs, reason):
         tide.fsdp.enable(other, strict=True)
 
 
+def test_refusal_names_the_parameter_by_its_path():
+    """Before the first forward FSDP2 has not named its parameters yet (``_param_fqn`` is set
+    at the root's lazy init): the reason names the parameter by its path in the model."""
+    model = nn.Sequential(_model(), nn.Linear(9, 9))
+    fully_shard(model[0], shard_placement_fn=lambda p: Shard(1) if p.ndim == 2 else Shard(0))
+    fully_shard(model)
+    rows = _by_group(tide.fsdp.enable(model))
+    assert rows["0"]["reason"] == "0.0.weight is sharded as Shard(1), not Shard(0)", rows["0"]
+    assert rows["<root>"]["backend"] == "tide", rows["<root>"]
+
+
 def test_custom_hook_stays_stock():
     from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather
 
