@@ -1,0 +1,180 @@
+"""torchtitan's real trainer (the unedited torchtitan 0.3.0 wheel) on 4 CPU processes (gloo,
+TIDE's host backend), stock vs TIDE turned on as a torchtitan user does, with one flag:
+``--override.imports tide.torchtitan.enable``. llama3 ``debugmodel`` (as registered), 10 steps,
+for each variant: torchtitan's defaults (spmd_backend spmd_types), TP 2 x FSDP 2, HSDP 2 x 2,
+compile + full activation checkpointing + 2 micro-batches, and spmd_backend partial_dtensor.
+
+Checks per variant: every step's loss within LOSS_RTOL of stock's (the largest difference is
+printed, and whether bitwise); every FSDP group on TIDE with all-gathers and reduce-scatters
+made by TIDE after training; no stock call but the traced first iteration's (TRACED).
+
+The trainer runs through tests/python/torchtitan_cpu/train.py: cpu_shim.apply() (torchtitan
+has no CPU path: the patches are explained there), a recorder writing a JSON per rank, then
+torchtitan.train.main() with the command line below. Data and tokenizer are built offline
+from the seed (torchtitan_cpu/assets.py). Seed: TIDE_TEST_SEED (printed), the same for the
+stock and the TIDE run of a variant (torchtitan's --debug.seed and the synthetic corpus).
+TIDE_TORCHTITAN_OUT=DIR keeps the JSONs (DIR/<variant>/{stock,tide}/rank<r>.json) and writes
+DIR/table.md (bench/torchtitan/table.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from seed import tide_test_seed
+
+pytest.importorskip("torchtitan", minversion="0.3")
+pytest.importorskip("tokenizers")
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+TRAIN = HERE / "torchtitan_cpu" / "train.py"
+WORLD = 4
+STEPS = 10
+LOCAL_BATCH = 2
+SEQ_LEN = 128
+# Relative loss difference allowed between stock and TIDE: TIDE all-gathers bitwise equal
+# parameters; its reduce-scatters may sum in another order (NOTE [reassociation bound] in
+# fsdp_parity_worker.py), and AdamW carries that on over the steps.
+LOSS_RTOL = 1e-3
+FLAG = ["--override.imports", "tide.torchtitan.enable"]
+
+# torchtitan's command line per variant (torchtitan/config/configs.py names). A tyro
+# subcommand (activation-checkpoint:full) ends the command line.
+VARIANTS = {
+    "defaults": [],
+    "tp2-fsdp2": ["--parallelism.tensor_parallel_degree", "2"],
+    "hsdp2x2": ["--parallelism.data_parallel_replicate_degree", "2",
+                "--parallelism.data_parallel_shard_degree", "2"],
+    # 2 micro-batches: the global batch is 2 x the local batch x the data-parallel degree (4).
+    "compile-fullac-2mb": ["--compile.enable",
+                           "--training.global_batch_size", str(2 * LOCAL_BATCH * WORLD),
+                           "activation-checkpoint:full"],
+    "partial-dtensor": ["--parallelism.spmd_backend", "partial_dtensor"],
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def command(assets: dict, seed: int, dump: Path, variant: str, tide: bool) -> list[str]:
+    """The torchtitan command line of one run (after ``python train.py``), as a user writes it."""
+    return (["--module", "llama3", "--config", "llama3_debugmodel",
+             "--hf_assets_path", assets["tokenizer"],
+             "--dataloader.dataset", "c4_test", "--dataloader.dataset_path", assets["data"],
+             "--training.steps", str(STEPS), "--training.local_batch_size", str(LOCAL_BATCH),
+             "--training.seq_len", str(SEQ_LEN), "--debug.seed", str(seed),
+             "--dump_folder", str(dump)]
+            + (FLAG if tide else []) + VARIANTS[variant])
+
+
+def _launch(assets: dict, seed: int, variant: str, tide: bool, out: Path) -> tuple[list[dict], float]:
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
+               WORLD_SIZE=str(WORLD), TIDE_TEST_SEED=str(seed), OMP_NUM_THREADS="1",
+               TIDE_TITAN_RECORD=str(out), HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1",
+               HF_DATASETS_CACHE=assets["cache"], TOKENIZERS_PARALLELISM="false")
+    args = [sys.executable, str(TRAIN)] + command(assets, seed, out / "dump", variant, tide)
+    start = time.perf_counter()
+    procs = [subprocess.Popen(args, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(WORLD)]
+    logs = []
+    for proc in procs:
+        try:
+            logs.append(proc.communicate(timeout=900)[0])
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            pytest.fail(f"{variant} {'tide' if tide else 'stock'} hung, seed {seed}")
+    wall = time.perf_counter() - start
+    (out / "log-rank0.txt").write_text(logs[0])
+    context = (f"{variant} {'tide' if tide else 'stock'} seed {seed}: "
+               + " ".join(args[2:]) + "\n" + "\n".join(logs)[-6000:])
+    assert all(p.returncode == 0 for p in procs), context
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)], wall
+
+
+@pytest.fixture(scope="module")
+def seed() -> int:
+    value = tide_test_seed()
+    print(f"torchtitan: TIDE_TEST_SEED={value}")
+    return value
+
+
+@pytest.fixture(scope="module")
+def out_root(tmp_path_factory) -> Path:
+    kept = os.environ.get("TIDE_TORCHTITAN_OUT")
+    return Path(kept) if kept else tmp_path_factory.mktemp("torchtitan")
+
+
+@pytest.fixture(scope="module")
+def assets(seed, out_root) -> dict:
+    sys.path.insert(0, str(HERE / "torchtitan_cpu"))
+    import assets as builder  # noqa: PLC0415
+
+    paths = builder.build(out_root / "assets", seed)
+    paths["cache"] = str(out_root / "assets" / "hf-cache")
+    return paths
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def runs(request, seed, assets, out_root):
+    variant = request.param
+    stock, stock_wall = _launch(assets, seed, variant, False, out_root / variant / "stock")
+    tide, tide_wall = _launch(assets, seed, variant, True, out_root / variant / "tide")
+    print(f"torchtitan {variant}: stock {stock_wall:.1f} s, TIDE {tide_wall:.1f} s (4 processes)")
+    if os.environ.get("TIDE_TORCHTITAN_OUT"):
+        sys.path.insert(0, str(ROOT / "bench" / "torchtitan"))
+        import table  # noqa: PLC0415
+
+        (out_root / "table.md").write_text(table.table(out_root))
+    return {"variant": variant, "seed": seed, "stock": stock, "tide": tide}
+
+
+def _where(runs) -> str:
+    return f"variant {runs['variant']}, seed {runs['seed']}"
+
+
+def test_losses_match_stock(runs):
+    worst, bitwise = 0.0, True
+    for rank, (stock, tide) in enumerate(zip(runs["stock"], runs["tide"])):
+        assert sorted(stock["losses"], key=int) == [str(s) for s in range(1, STEPS + 1)], (_where(runs), stock["losses"])
+        for step, want in stock["losses"].items():
+            got = tide["losses"].get(step)
+            assert got is not None, (_where(runs), rank, step, tide["losses"])
+            worst = max(worst, abs(got - want) / abs(want))
+            bitwise &= got == want
+            assert abs(got - want) <= LOSS_RTOL * abs(want), (_where(runs), rank, step, got, want)
+    print(f"torchtitan {runs['variant']}: largest relative loss difference {worst:.3g}"
+          f"{' (bitwise equal)' if bitwise else ''}")
+
+
+def test_stock_runs_stay_stock(runs):
+    """The stock runs have the same FSDP groups, none of them on TIDE (no flag, no enable)."""
+    for stock, tide in zip(runs["stock"], runs["tide"]):
+        assert [r["group"] for r in stock["report"]] == [r["group"] for r in tide["report"]], _where(runs)
+        assert all(r["backend"] == "stock" for r in stock["report"]), (_where(runs), stock["report"])
+
+
+def test_every_group_on_tide(runs):
+    from tide._fsdp_group import TRACED  # noqa: PLC0415
+
+    for rank, out in enumerate(runs["tide"]):
+        rows = out["report"]
+        assert rows, (_where(runs), rank)
+        reasons = {r["group"]: r["reason"] for r in rows if r["backend"] != "tide"}
+        assert not reasons, (_where(runs), rank, f"{len(reasons)} of {len(rows)} groups on stock", reasons)
+        for row in rows:
+            assert row["all_gathers"] > 0 and row["reduce_scatters"] > 0, (_where(runs), rank, row["group"], row)
+            assert set(row["stock_reasons"]) <= {TRACED}, (_where(runs), rank, row["group"], row["stock_reasons"])
