@@ -39,14 +39,25 @@
 #            FSDP2's pack and copy-out, In-Place and Slot-Reuse, and without --one-node (every
 #            split, the multi-node layout) -> $OUT/onenode.json (the runs' rows). The train step
 #            runs the one-node layout too (the runtime's default at M = 1).
+#   titan    torchtitan's real trainer (the torchtitan 0.3.0 wheel, unedited), stock then TIDE
+#            through its one flag (--override.imports tide.torchtitan.enable, tide/torchtitan.py),
+#            torchrun over the GPUs, NCCL: llama3 $TITAN_CONFIG (default llama3_debugmodel, as
+#            registered: seq 2048, local batch 8; llama3_8b for the 8B shapes), $TITAN_STEPS steps
+#            (default 20), one seed for both runs, offline assets (synthetic corpus and tokenizer:
+#            tests/python/torchtitan_cpu/assets.py), FSDP over all GPUs and FSDP N/2 x TP 2 ->
+#            $OUT/titan/<variant>/{stock,tide}/rank<r>.json (losses, step times, report() rows:
+#            tests/python/torchtitan_cpu/recorder.py) and $OUT/titan/table.md (groups on TIDE,
+#            max loss difference, median step times: bench/torchtitan/table.py). Dry run
+#            (BACKEND=host): the same on $GPUS CPU processes through the CPU shim
+#            (tests/python/torchtitan_cpu/cpu_shim.py), debugmodel at seq 128, batch 2, 10 steps.
 #   summary  $OUT/summary.json (bench/multigpu/summary.py's schema) and $OUT/README.md
 #            (bench/multigpu/summary.py)
 # Not yet here: the collective benchmark harness (item 2), the all-push landing and
 # its Table 3 measurement (item 3), a kill during training (item 4; faults covers the runtime).
-# Dry run without GPUs: BACKEND=host GPUS=4 MODEL=demo STEPS="splits rma train faults summary".
+# Dry run without GPUs: BACKEND=host GPUS=4 MODEL=demo STEPS="splits rma train titan faults summary".
 #   device: run(command="bash scripts/device/multigpu.sh", carry=[".deps"], kind="nvidia-h200-x8")
 set -uo pipefail
-NAME=multigpu DEFAULT_STEPS="build splits onenode hosts rma train faults summary" source "$(dirname "$0")/common.sh"
+NAME=multigpu DEFAULT_STEPS="build splits onenode hosts rma train titan faults summary" source "$(dirname "$0")/common.sh"
 BUILD=${BUILD_DIR:-build-runtime}
 BACKEND=${BACKEND:-nccl}
 finish() { pack_logs; exit "$1"; }
@@ -348,6 +359,52 @@ PY
   python3 -c "import json; print(json.dumps([json.loads(l) for l in open('$LOG/faults.jsonl')], indent=1))" > "$OUT/faults.json"
 fi
 
+if has titan; then
+  titan="$OUT/titan"
+  mkdir -p "$titan"
+  if ! python3 -c 'import torchtitan, tokenizers' 2>/dev/null; then
+    note "titan skipped: torchtitan or tokenizers not installed (scripts/install-python-deps.sh)"
+  elif (( gpus < 2 || gpus % 2 )); then
+    note "titan skipped: $gpus GPUs (FSDP N/2 x TP 2 needs an even N >= 2)"
+  else
+    seed=${TIDE_TEST_SEED:-$RANDOM}
+    python3 tests/python/torchtitan_cpu/assets.py "$titan/assets" "$seed" > "$LOG/titan-assets.json"
+    config=${TITAN_CONFIG:-llama3_debugmodel}
+    common=(--module llama3 --config "$config" --debug.seed "$seed"
+            --hf_assets_path "$titan/assets/tokenizer"
+            --dataloader.dataset c4_test --dataloader.dataset_path "$titan/assets/data"
+            --training.steps "${TITAN_STEPS:-20}" --metrics.log_freq 1)
+    if [[ "$BACKEND" == nccl ]]; then
+      device=cuda
+    else  # dry run: CPU processes through the CPU shim, gloo, TIDE's host backend
+      device=cpu
+      common+=(--training.steps 10 --training.seq_len 128 --training.local_batch_size 2)
+    fi
+    note "titan: $config, $gpus ranks ($device), seed $seed"
+    for variant in "fsdp$gpus" "fsdp$((gpus / 2))-tp2"; do
+      extra=()
+      [[ $variant == *-tp2 ]] && extra=(--parallelism.tensor_parallel_degree 2)
+      for run in stock tide; do
+        flag=()
+        [[ $run == tide ]] && flag=(--override.imports tide.torchtitan.enable)
+        dir="$titan/$variant/$run"
+        mkdir -p "$dir"
+        TIDE_TITAN_DEVICE=$device TIDE_TITAN_RECORD="$dir" HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 \
+          HF_DATASETS_CACHE="$titan/assets/hf-cache" timeout 900 \
+          torchrun --standalone --nproc_per_node "$gpus" tests/python/torchtitan_cpu/train.py \
+          "${common[@]}" --dump_folder "$dir/dump" "${flag[@]}" "${extra[@]}" \
+          > "$LOG/titan-$variant-$run.txt" 2>&1
+        rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
+        rm -rf "$dir/dump"
+        note "titan $variant $run rc=$rc $(stamp): $(grep -o 'tide.torchtitan: after.*' "$LOG/titan-$variant-$run.txt" | head -1 | cut -c1-300)"
+      done
+    done
+    echo "torchrun --standalone --nproc_per_node $gpus tests/python/torchtitan_cpu/train.py ${common[*]} [--override.imports tide.torchtitan.enable] [--parallelism.tensor_parallel_degree 2] (TIDE_TITAN_DEVICE=$device)" > "$titan/command.txt"
+    python3 bench/torchtitan/table.py "$titan" --out "$titan/table.md" | tee -a "$summary"
+    rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
+    rm -rf "$titan/assets/hf-cache"
+  fi
+fi
 if has summary; then
   python3 bench/multigpu/summary.py "$OUT" --gpus "$gpus" --kind "$kind" >> "$summary" 2>&1
   rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
