@@ -7,8 +7,9 @@ writes the same layout):
 One row per variant: FSDP groups on TIDE (x of y, rank 0's report; "all ranks" where every rank
 agrees), the largest relative loss difference over the steps (0 printed as "bitwise"), the
 median step time of stock and of TIDE over the steps after the first two (the first traces
-on stock FSDP2 and compiles where compile is on) and TIDE's change against stock. Prints the
-table; ``--out FILE`` also writes it.
+on stock FSDP2 and compiles where compile is on) and TIDE's change against stock; a variant
+whose stock or TIDE run failed (no JSON) says so. Prints the table; ``--out FILE`` also writes
+it.
 """
 
 from __future__ import annotations
@@ -63,10 +64,13 @@ def row(variant: str, stock: list[dict], tide: list[dict]) -> str:
 def table(root: Path) -> str:
     lines = ["| variant | groups on TIDE | max rel. loss diff | median step, stock | "
              "median step, TIDE | TIDE vs stock |", "|---|---|---|---|---|---|"]
-    for variant in sorted(p.name for p in root.iterdir() if (p / "stock").is_dir() and (p / "tide").is_dir()):
+    for variant in sorted(p.name for p in root.iterdir() if (p / "stock").is_dir() or (p / "tide").is_dir()):
         stock, tide = load(root / variant / "stock"), load(root / variant / "tide")
         if stock and tide:
             lines.append(row(variant, stock, tide))
+        else:  # a run that failed writes no JSON (its log says why)
+            missing = " and ".join(k for k, v in (("stock", stock), ("TIDE", tide)) if not v)
+            lines.append(f"| {variant} | no result: the {missing} run failed | | | | |")
     return "\n".join(lines) + "\n"
 
 

@@ -73,7 +73,8 @@ def _log(message: str) -> None:
         log.info(message)
 
 
-def _enable_parts(model_parts, options: dict[str, Any]) -> None:
+def _enable_parts(model_parts, options: dict[str, Any]) -> dict:
+    """tide.fsdp.enable on every part, logged; returns the state of the after-step log."""
     import tide.fsdp  # noqa: PLC0415
 
     rows = []
