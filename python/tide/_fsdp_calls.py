@@ -50,7 +50,7 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from . import _fsdp_group, _fsdp_patches, _observe
+from . import _fsdp_extensions, _fsdp_group, _fsdp_patches, _observe
 from ._fsdp_compat import Layout
 
 _layout: Layout | None = None
@@ -118,7 +118,11 @@ def _all_gather(*args, **kwargs):
     a = _bind("foreach_all_gather", args, kwargs)
     group = _served(a["fsdp_params"], a, _all_gather_refusal, lambda t: t.tracer.all_gathered(t))
     if group is None:
-        return _fsdp_patches.stock_call("foreach_all_gather")(*args, **kwargs)
+        result = _fsdp_patches.stock_call("foreach_all_gather")(*args, **kwargs)
+        _record_items(a["fsdp_params"], result)
+        return result
+    if group.ag is not None:
+        return _all_gather_items(group, a, args, kwargs)
     from torch.distributed.fsdp._fully_shard._fsdp_collectives import AllGatherResult  # noqa: PLC0415
 
     device = a["device"]
@@ -151,6 +155,55 @@ def _all_gather(*args, **kwargs):
 
 
 
+def _record_items(params, result) -> None:
+    """NOTE [extension all-gathers] 1: the outputs of a traced extension group's all-gather."""
+    traced = _fsdp_group.traced_group(params)
+    if (traced is not None and not traced.active and result is not None
+            and _fsdp_extensions.has_extension(params) and len(params) == len(traced.index)):
+        traced.record_items(_fsdp_extensions.recorded(params, result))
+
+
+def _all_gather_items(group, a: dict, args, kwargs):
+    """NOTE [extension all-gathers] 3: FSDP2's all-gather inputs (its pre-all-gather's
+    outputs, or the cast shards), landed by one TIDE-AG call on the outputs' registration."""
+    from torch.distributed.fsdp._fully_shard._fsdp_collectives import AllGatherResult  # noqa: PLC0415
+
+    device, params = a["device"], a["fsdp_params"]
+    handle = _device_handle(device)
+    copy_in_stream, ag_stream = a["all_gather_copy_in_stream"], a["all_gather_stream"]
+    with handle.stream(copy_in_stream):
+        inputs = [fp.all_gather_inputs for fp in params]
+    names = group.param_names()
+    why = (_fsdp_extensions.check_inputs(inputs, names)
+           or _fsdp_extensions.mismatch(_fsdp_extensions.current(inputs, params), group.items, names))
+    if why:  # the same on every rank (FSDP2 pads every shard alike): stock FSDP2 for good
+        reason = f"its all-gather outputs changed after TIDE laid them out: {why}"
+        group.fall_back(reason)
+        group.count_stock(reason)
+        return _fsdp_patches.stock_call("foreach_all_gather")(*args, **kwargs)
+    flat = [t for tensors in inputs for t in tensors]
+    nbytes = _fsdp_extensions.bytes_per_call(group.items, group.world)
+    ag_stream.wait_stream(copy_in_stream)
+    with handle.stream(ag_stream), _observe.call("all_gather", group, nbytes):
+        group.comm.all_gather(group.ag.gid, _stream_handle(ag_stream), [t.data_ptr() for t in flat])
+        for t in flat:
+            if t.device.type == "cuda":
+                t.record_stream(ag_stream)
+        if not group.views_installed:
+            group.install_views(device)
+        event = ag_stream.record_event()
+    marker = torch.empty(0, dtype=_fsdp_extensions.CARRIER, device=device).as_subclass(_TideAllGatherOutput)
+    numels = [[item.numel for item in items] for items in group.items]
+    return AllGatherResult(
+        all_gather_output=marker,
+        all_gather_event=event,
+        all_gather_work=None,
+        param_all_gather_input_dtypes=[[item.dtype for item in items] for items in group.items],
+        param_all_gather_input_numels=numels,
+        all_gather_input_split_sizes=[n for param_numels in numels for n in param_numels],
+    )
+
+
 def _itemsize(dtype: torch.dtype) -> int:
     return torch.empty(0, dtype=dtype).element_size()
 
@@ -169,7 +222,12 @@ def _all_gather_refusal(group, a: dict) -> str:
         return f"the all-gather covers {len(a['fsdp_params'])} of the group's {len(group.index)} parameters"
     if not group.resume_if_possible():
         return group.suspended
-    if group.comm.holds_slot(group.gid):
+    if group.ag is None and _fsdp_extensions.has_extension(a["fsdp_params"]):
+        reason = ("an fsdp_pre_all_gather extension appeared after the first iteration, which "
+                  "TIDE traced without it (NOTE [extension all-gathers])")
+        group.fall_back(reason)  # its landing views must not take FSDP2's copy-out
+        return reason
+    if group.comm.holds_slot(group.landing_gid):
         return ""
     holder = group.slot_holder()  # NOTE [landing slots]: the slot is another group's now
     if holder is None:
@@ -333,7 +391,7 @@ def _reduce(*args, **kwargs):
     # the gradients are read in place as In-Place does.
     rs_bytes = sum(g.numel() * g.element_size() for g in ordered)
     staged = (gid == group.gid and group.mode == "slot-reuse" and group.slot_holder() is None
-              and not group.comm.holds_slot(group.gid))
+              and not group.comm.holds_slot(group.landing_gid))
     if staged:
         group.comm.stage_gradients(gid, _stream_handle(current), [g.data_ptr() for g in ordered])
         grads.clear()

@@ -61,7 +61,7 @@ import weakref
 
 import torch
 
-from . import _fsdp_patches, _memory
+from . import _fsdp_extensions, _fsdp_patches, _memory
 from ._runtime import MAX_PARAMS  # the runtime's limit, read from tide._C
 
 _log = logging.getLogger("tide.fsdp")
@@ -156,8 +156,6 @@ def local_reason(fsdp_group, layout_reason: str, module_paths: dict | None = Non
         dtensor_reason = _dtensor_reason(fp, name)
         if dtensor_reason:
             return dtensor_reason
-        if hasattr(fp._sharded_local_tensor, "fsdp_pre_all_gather"):
-            return f"{name} has an fsdp_pre_all_gather extension"
         if getattr(fp, "_has_sharded_grad_dtype_override", False):
             return f"{name} has a grad_dtype override"
         orig, param, reduce = _dtypes(fsdp_group, fp)
@@ -247,6 +245,12 @@ class TideGroup:
         self.twin_refusal = ""  # why the runtime refused that registration
         self.resumes = 0
         self.carried_grads: dict = {}  # FSDPParam -> a no-sync gradient its dropped unsharded parameter held
+        # NOTE [extension all-gathers]: the all-gather outputs per parameter (recorded by the
+        # traced iteration; None where no call was traced or the group has no extension),
+        # why they cannot be landed, and their registration (the group's all-gathers then).
+        self.items: list | None = None
+        self.items_reason = ""
+        self.ag = None
 
     @classmethod
     def at_rest(cls, fsdp_group, name: str, reason: str) -> "TideGroup":
@@ -259,6 +263,27 @@ class TideGroup:
     @property
     def on_tide(self) -> bool:
         return self.gid >= 0
+
+    @property
+    def landing_gid(self) -> int:
+        """The registration whose all-gathers fill the group's landing slot: its own, or its
+        extension outputs' (NOTE [extension all-gathers])."""
+        return self.ag.gid if self.ag is not None else self.gid
+
+    def param_names(self) -> list[str]:
+        return [param_name(fp) for fp in self.fsdp_group.fsdp_params]
+
+    def record_items(self, items: list) -> None:
+        """NOTE [extension all-gathers] 1: the outputs of an all-gather of the traced iteration;
+        every traced call must show the same."""
+        if self.items_reason:
+            return
+        if self.items is None:
+            self.items = items
+            return
+        why = _fsdp_extensions.mismatch(items, self.items, self.param_names())
+        if why:
+            self.items_reason = f"its all-gather outputs changed between calls of the first iteration: {why}"
 
     def count_stock(self, reason: str) -> None:
         """NOTE [stock calls are counted by reason]."""
@@ -285,25 +310,31 @@ class TideGroup:
         # them there and reduces in fp32 whatever the reduce dtype (no upcast copy).
         self.grad_dtype = self.ag_dtype
 
-    def register(self, comm, pg, mode: str, grad_dtype=None) -> str:
+    def register(self, comm, pg, mode: str, grad_dtype=None, items=None) -> str:
         """Registers the group with the communicator; returns the runtime's refusal or ''.
         ``grad_dtype``: the gradients' dtype where not the parameters' (NOTE [no-sync
-        accumulation]).
+        accumulation]). ``items``: register the all-gather outputs of an extension group
+        instead of its parameters (NOTE [extension all-gathers] 2; never reduce-scattered).
 
         Collective over ``pg``; every group of a communicator registers before any
         ``describe()``, since the runtime places its arena at the first use of a group."""
         self.plan_dtypes()
         if grad_dtype is not None:
             self.grad_dtype = grad_dtype
+        shapes, cast = self.shapes(), self.cast
+        if items is not None:
+            shapes = _fsdp_extensions.carrier_shapes(items, pg.size())
+            self.ag_dtype = self.grad_dtype = _fsdp_extensions.CARRIER
+            cast = self.cast = False
         self.mode = mode
         gid, reason = comm.register_group(
             self.name,
-            self.shapes(),
+            shapes,
             _memory.dtype_name(self.ag_dtype),
             _memory.dtype_name(self.grad_dtype),
             mode,
-            self.cast,
-            staged_shards=not self.cast,  # FSDP2 keeps the shards: no resident copy in TIDE
+            cast,
+            staged_shards=not cast,  # FSDP2 keeps the shards: no resident copy in TIDE
             landing_slot=self.slot,
         )
         if gid < 0:
@@ -447,10 +478,10 @@ class TideGroup:
         """FSDP2 resharded the group: its slot is free after the current stream's work."""
         if self.on_tide and not self.active and self.tracer is not None:
             self.tracer.resharded(self)
-        elif self.on_tide and self.comm.holds_slot(self.gid):
+        elif self.on_tide and self.comm.holds_slot(self.landing_gid):
             device = self.fsdp_group.device
             stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-            self.comm.release(self.gid, stream)
+            self.comm.release(self.landing_gid, stream)
 
     def slot_holder(self):
         """The other group on TIDE whose parameters fill this group's slot now, or None."""
@@ -462,7 +493,7 @@ class TideGroup:
                 and other.on_tide
                 and other.comm is self.comm
                 and other.slot == self.slot
-                and self.comm.holds_slot(other.gid)
+                and self.comm.holds_slot(other.landing_gid)
             ):
                 return other
         return None
@@ -472,6 +503,8 @@ class TideGroup:
         all-gather outputs and unsharded parameters come back at its next all-gather."""
         if self.gid >= 0:
             self.stats_when_stock = dict(self.comm.stats(self.gid))
+        if self.ag is not None and self.ag.gid >= 0:
+            self.ag.fall_back(reason)
         self.gid, self.reason = -1, reason
         self._drop_views()
         for fp in self.fsdp_group.fsdp_params:
@@ -492,16 +525,20 @@ class TideGroup:
         The runtime places its arena at the first call, so this runs after the group's first
         all-gather; the addresses are stable from then on."""
         self.info = self.comm.group_info(self.gid)
-        base = int(self.info["landing_ptr"])
+        landing = self.ag.comm.group_info(self.ag.gid) if self.ag is not None else self.info
+        base = int(landing["landing_ptr"])
         if base == 0:
             raise RuntimeError(f"tide.fsdp: {self.name}: the runtime reports no landing zone")
+        offsets = iter(int(o) for o in landing["landing_offsets"])
         for p, fp in enumerate(self.fsdp_group.fsdp_params):
-            numel = self.world * int(fp.padded_sharded_param_size.numel())
-            view = _memory.tensor_at(
-                base + int(self.info["landing_offsets"][p]), numel, self.ag_dtype, device
-            )
+            if self.ag is not None:  # NOTE [extension all-gathers] 3: a view per output
+                views = [_memory.tensor_at(base + next(offsets), self.world * item.numel, item.dtype, device)
+                         for item in self.items[p]]
+            else:
+                numel = self.world * int(fp.padded_sharded_param_size.numel())
+                views = [_memory.tensor_at(base + next(offsets), numel, self.ag_dtype, device)]
             self._forget_unsharded_param(fp)  # rebuilt over the landing by FSDP2's copy-out step
-            _fsdp_patches.install_landing(fp, view)  # _fsdp_patches.py, patches 8-10
+            _fsdp_patches.install_landing(fp, views)  # _fsdp_patches.py, patches 8-10
         self.views_installed = True
 
     def _forget_unsharded_param(self, fp) -> None:
@@ -528,7 +565,12 @@ class TideGroup:
     def stats(self) -> dict:
         if self.comm is None or self.gid < 0 and self.stats_when_stock is None:
             return {"all_gathers": 0, "reduce_scatters": 0, "copy_bytes_avoided": 0, "copy_bytes_made": 0}
-        return dict(self.comm.stats(self.gid)) if self.gid >= 0 else dict(self.stats_when_stock)
+        stats = dict(self.comm.stats(self.gid)) if self.gid >= 0 else dict(self.stats_when_stock)
+        if self.ag is not None:  # its all-gathers ran on its extension outputs' registration
+            ag = self.ag.stats()
+            for key in ("all_gathers", "copy_bytes_avoided", "copy_bytes_made"):
+                stats[key] = int(stats.get(key, 0)) + int(ag.get(key, 0))
+        return stats
 
 
 def group_of(fsdp_params) -> TideGroup | None:

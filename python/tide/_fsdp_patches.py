@@ -30,10 +30,12 @@ served all-gather (``TideGroup.install_views``: NOTE [zero-offset landing views]
 ``drop_landing`` (``TideGroup._drop_views``: at a suspension, a fall-back, and so at close())
 deletes the instance attributes and empties ``all_gather_outputs``, so FSDP2 allocates its
 own again at the next all-gather:
-  8. ``all_gather_outputs`` -> [the parameter's landing view] (FSDP2's own list)
+  8. ``all_gather_outputs`` -> the parameter's landing views (FSDP2's own list: one view, or
+     one per output of an ``fsdp_pre_all_gather`` extension: NOTE [extension all-gathers])
   9. ``alloc_all_gather_outputs`` -> a no-op
-  10. ``free_all_gather_outputs`` (torch 2.12+) -> a no-op; on torch 2.11, which has none,
-      ``free_unsharded_param`` -> frees only the inner tensors a tensor subclass made
+  10. ``free_all_gather_outputs`` (torch 2.12+) -> a no-op; and ``free_unsharded_param`` ->
+      frees only the inner tensors a tensor subclass's post-all-gather made that are not
+      views of the landing (FSDP2 frees them all, and on torch 2.11 the outputs with them)
   Beside them, ``drop_unsharded_param`` deletes FSDP2's cached ``_unsharded_param`` (no patch:
   FSDP2 rebuilds it over the current all-gather output at the next unshard).
 Per FSDP state (the ``FSDPState`` of each FSDP module under the model), by
@@ -90,15 +92,16 @@ def unwrap_group_methods(fsdp_group, wrapped: dict) -> None:
     wrapped.clear()
 
 
-def install_landing(fsdp_param, view) -> None:
-    """Patches 8-10: the parameter's all-gather output is ``view`` (its landing), which FSDP2
-    neither allocates nor frees."""
-    fsdp_param.all_gather_outputs = [view]
+def install_landing(fsdp_param, views: list) -> None:
+    """Patches 8-10: the parameter's all-gather outputs are ``views`` (its landing), which
+    FSDP2 neither allocates nor frees."""
+    fsdp_param.all_gather_outputs = list(views)
     fsdp_param.alloc_all_gather_outputs = _no_op
     if hasattr(fsdp_param, "free_all_gather_outputs"):  # torch 2.12+
         fsdp_param.free_all_gather_outputs = _no_op
-    else:  # torch 2.11: free_unsharded_param would free the landing view itself
-        fsdp_param.free_unsharded_param = _free_inner_tensors_of(fsdp_param)
+    # An extension's post-all-gather may return the landing views themselves as inner tensors
+    # (a float8 tensor over the gathered bytes); torch 2.11 frees the outputs here as well.
+    fsdp_param.free_unsharded_param = _free_inner_tensors_of(fsdp_param)
 
 
 def drop_landing(fsdp_param) -> None:
@@ -130,12 +133,14 @@ def _no_op() -> None:
 
 
 def _free_inner_tensors_of(fsdp_param):
-    """free_unsharded_param for torch 2.11 without freeing the all-gather outputs (TIDE's
-    landing): only the tensors a tensor subclass's post-all-gather made are freed."""
+    """free_unsharded_param without freeing the all-gather outputs (TIDE's landing): only the
+    tensors a tensor subclass's post-all-gather made, over storage of their own, are freed."""
 
     def free_unsharded_param() -> None:
+        landing = {t.untyped_storage().data_ptr() for t in fsdp_param.all_gather_outputs}
         for tensor in getattr(fsdp_param, "_unsharded_inner_tensors", ()):
-            if tensor.untyped_storage().size() != 0:
-                tensor.untyped_storage().resize_(0)
+            storage = tensor.untyped_storage()
+            if storage.size() != 0 and storage.data_ptr() not in landing:
+                storage.resize_(0)
 
     return free_unsharded_param

@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from . import _failure, _fsdp_calls, _lend, _fsdp_compat, _fsdp_group, _fsdp_patches, _fsdp_trace, _observe, _runtime
+from . import _failure, _fsdp_calls, _fsdp_compat, _fsdp_extensions, _fsdp_group, _fsdp_patches, _fsdp_trace, _lend, _observe, _runtime
 
 __all__ = ["enable", "report", "memory", "close", "UnsupportedTorch", "CommunicationError"]
 
@@ -439,7 +439,8 @@ def _activate(state: _Enabled, own_slots: bool = False) -> None:
         if not any(g.on_tide for g in mine):  # the same on every rank (agreed at enable)
             continue
         twins = _register_twins(comm, mine, fp32_grads, slots)
-        reason = _create_arena(comm, mine + twins, slots, own_slots)
+        outputs = _register_extension_outputs(comm, mine, slots)
+        reason = _create_arena(comm, mine + twins + outputs, slots, own_slots)
         if reason:
             for group in mine:
                 if group.on_tide:
@@ -498,6 +499,50 @@ def _register_twins(comm, mine: list, fp32_grads: set, slots: dict) -> list:
         group.twin = twin
         twins.append(twin)
     return twins
+
+
+def _register_extension_outputs(comm, mine: list, slots: dict) -> list:
+    """NOTE [extension all-gathers] 2: registers the all-gather outputs of every group of the
+    communicator whose parameters have an fsdp_pre_all_gather extension, as the traced
+    iteration recorded them, in the group's landing slot. Each rank's items and reason are
+    agreed over the process group (the same items on every rank, or the group on stock FSDP2
+    with the reason); the registrations follow in the same order on every rank. Returns them."""
+    pg = mine[0].pg
+    wanted = [g for g in mine if g.on_tide and _fsdp_extensions.has_extension(g.fsdp_group.fsdp_params)]
+    if not wanted:
+        return []
+    local = []
+    for group in wanted:
+        why = group.items_reason
+        if not why and group.items is None:
+            why = "no all-gather of it was traced in the first iteration"
+        why = why or _fsdp_extensions.layout_reason(group.items, group.param_names(), pg.size())
+        local.append((why, None if why else [[(str(i.dtype), i.size) for i in p] for p in group.items]))
+    everyone = _observe.gather_objects(local, pg) if pg.size() > 1 else [local]
+    outputs = []
+    for k, group in enumerate(wanted):
+        reasons = [r[k][0] for r in everyone if r[k][0]]
+        if not reasons and any(r[k][1] != local[k][1] for r in everyone):
+            reasons = ["its all-gather outputs differ between ranks"]
+        if reasons:
+            group.fall_back(f"fsdp_pre_all_gather extension: {reasons[0]}")
+            continue
+        if slots.get(id(group), -1) < 0:  # a slot of its own: give it an id the outputs share
+            slots[id(group)] = max([-1] + list(slots.values())) + 1
+        ag = _fsdp_group.TideGroup(group.fsdp_group, group.name + " (all-gather outputs)")
+        ag.slot = slots[id(group)]
+        try:
+            reason = ag.register(comm, pg, group.mode, items=group.items)
+        except (RuntimeError, ValueError) as e:
+            reason = _one_line(str(e))
+        if reason:
+            group.fall_back(f"fsdp_pre_all_gather extension: the runtime refused its all-gather outputs ({reason})")
+            continue
+        ag.active = True
+        slots[id(ag)] = slots[id(group)]
+        group.ag = ag
+        outputs.append(ag)
+    return outputs
 
 
 def _create_arena(comm, mine: list, slots: dict, own_slots: bool) -> str:
@@ -566,7 +611,9 @@ def report(module: nn.Module) -> list[dict]:
     own), deferred_prefetches (prefetches that found the slot held and waited for the group's
     own unshard), landing_bytes, and all_gather_lane / reduce_scatter_lane ("tide-ag",
     "tide-rs", or "ep": the expert-parallel lane of a group whose ranks are one per host,
-    docs/runtime.md) with lane_reason (why the group is on those lanes). ``memory(module)`` gives the arena."""
+    docs/runtime.md) with lane_reason (why the group is on those lanes), all_gather_dtypes and
+    all_gather_bytes (what one all-gather lands on each rank: an fsdp_pre_all_gather
+    extension's outputs, docs/fsdp.md, or the parameters in their all-gather dtype). ``memory(module)`` gives the arena."""
     _check_module("report", module)
     state = getattr(module, _ATTRIBUTE, None)
     if state is None:
@@ -645,6 +692,7 @@ def _row(group) -> dict:
         "reduce_scatter_lane": str(info.get("reduce_scatter_lane", "")),
         "lane_reason": str(info.get("lane_reason", "")),
     }
+    row.update(_all_gather_what(group) if on_tide else {"all_gather_dtypes": [], "all_gather_bytes": 0})
     for key, kind in _STAT_FIELDS.items():
         row[key] = kind(stats.get(key, kind()))
     return row
@@ -663,6 +711,18 @@ _STAT_FIELDS = {
     "message_path": str,
     "message_path_reason": str,
 }
+
+
+def _all_gather_what(group) -> dict:
+    """What one all-gather of the group lands on each rank: its dtypes (an extension's outputs',
+    NOTE [extension all-gathers], else the parameters' all-gather dtype) and bytes."""
+    if group.ag is not None:
+        return {"all_gather_dtypes": _fsdp_extensions.dtype_names(group.items),
+                "all_gather_bytes": _fsdp_extensions.bytes_per_call(group.items, group.world)}
+    numel = sum(int(fp.padded_sharded_param_size.numel()) for fp in group.fsdp_group.fsdp_params)
+    item = torch.empty((), dtype=group.ag_dtype).element_size()
+    return {"all_gather_dtypes": [str(group.ag_dtype).removeprefix("torch.")],
+            "all_gather_bytes": group.world * numel * item}
 
 
 def _twin_reduce_scatters(group) -> int:
