@@ -45,9 +45,10 @@
 #            registered: seq 2048, local batch 8; llama3_8b for the 8B shapes), $TITAN_STEPS steps
 #            (default 20), one seed for both runs, offline assets (synthetic corpus and tokenizer:
 #            tests/python/torchtitan_cpu/assets.py), FSDP over all GPUs and FSDP N/2 x TP 2 ->
-#            $OUT/titan/<variant>/{stock,tide}/rank<r>.json (losses, step times, report() rows:
-#            tests/python/torchtitan_cpu/recorder.py) and $OUT/titan/table.md (groups on TIDE,
-#            max loss difference, median step times: bench/torchtitan/table.py). Dry run
+#            $OUT/titan/runs.json ({variant: {stock, tide: per-rank losses, step times, report()
+#            rows}}: tests/python/torchtitan_cpu/recorder.py; the rank files are in logs.tgz),
+#            $OUT/titan/table.md (groups on TIDE, max loss difference, median step times:
+#            bench/torchtitan/table.py) and command.txt. Alone: STEPS="build titan". Dry run
 #            (BACKEND=host): the same on $GPUS CPU processes through the CPU shim
 #            (tests/python/torchtitan_cpu/cpu_shim.py), debugmodel at seq 128, batch 2, 10 steps.
 #   summary  $OUT/summary.json (bench/multigpu/summary.py's schema) and $OUT/README.md
@@ -360,25 +361,28 @@ PY
 fi
 
 if has titan; then
-  titan="$OUT/titan"
-  mkdir -p "$titan"
+  # Per-rank JSONs under $LOG/titan (packed into logs.tgz: $OUT returns at most 8 files);
+  # $OUT/titan holds the merged runs.json, table.md and command.txt.
+  titan="$OUT/titan" runs="$LOG/titan" assets=$(mktemp -d)
+  mkdir -p "$titan" "$runs"
   if ! python3 -c 'import torchtitan, tokenizers' 2>/dev/null; then
     note "titan skipped: torchtitan or tokenizers not installed (scripts/install-python-deps.sh)"
   elif (( gpus < 2 || gpus % 2 )); then
     note "titan skipped: $gpus GPUs (FSDP N/2 x TP 2 needs an even N >= 2)"
   else
     seed=${TIDE_TEST_SEED:-$RANDOM}
-    python3 tests/python/torchtitan_cpu/assets.py "$titan/assets" "$seed" > "$LOG/titan-assets.json"
+    python3 tests/python/torchtitan_cpu/assets.py "$assets" "$seed" > "$LOG/titan-assets.json"
     config=${TITAN_CONFIG:-llama3_debugmodel}
     common=(--module llama3 --config "$config" --debug.seed "$seed"
-            --hf_assets_path "$titan/assets/tokenizer"
-            --dataloader.dataset c4_test --dataloader.dataset_path "$titan/assets/data"
+            --hf_assets_path "$assets/tokenizer"
+            --dataloader.dataset c4_test --dataloader.dataset_path "$assets/data"
             --training.steps "${TITAN_STEPS:-20}" --metrics.log_freq 1)
     if [[ "$BACKEND" == nccl ]]; then
       device=cuda
     else  # dry run: CPU processes through the CPU shim, gloo, TIDE's host backend
       device=cpu
-      common+=(--training.steps 10 --training.seq_len 128 --training.local_batch_size 2)
+      common+=(--training.steps 10 --training.seq_len 128 --training.local_batch_size 2
+               --comm.train_timeout_seconds 600)
     fi
     note "titan: $config, $gpus ranks ($device), seed $seed"
     for variant in "fsdp$gpus" "fsdp$((gpus / 2))-tp2"; do
@@ -387,24 +391,32 @@ if has titan; then
       for run in stock tide; do
         flag=()
         [[ $run == tide ]] && flag=(--override.imports tide.torchtitan.enable)
-        dir="$titan/$variant/$run"
+        dir="$runs/$variant/$run"
         mkdir -p "$dir"
         TIDE_TITAN_DEVICE=$device TIDE_TITAN_RECORD="$dir" HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 \
-          HF_DATASETS_CACHE="$titan/assets/hf-cache" timeout 900 \
-          torchrun --standalone --nproc_per_node "$gpus" tests/python/torchtitan_cpu/train.py \
-          "${common[@]}" --dump_folder "$dir/dump" "${flag[@]}" "${extra[@]}" \
-          > "$LOG/titan-$variant-$run.txt" 2>&1
+          HF_DATASETS_CACHE="$assets/hf-cache" timeout 900 \
+          python3 -m torch.distributed.run --standalone --nproc_per_node "$gpus" \
+          tests/python/torchtitan_cpu/train.py "${common[@]}" --dump_folder "$assets/dump" \
+          "${flag[@]}" "${extra[@]}" > "$LOG/titan-$variant-$run.txt" 2>&1
         rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
-        rm -rf "$dir/dump"
         note "titan $variant $run rc=$rc $(stamp): $(grep -o 'tide.torchtitan: after.*' "$LOG/titan-$variant-$run.txt" | head -1 | cut -c1-300)"
       done
     done
-    echo "torchrun --standalone --nproc_per_node $gpus tests/python/torchtitan_cpu/train.py ${common[*]} [--override.imports tide.torchtitan.enable] [--parallelism.tensor_parallel_degree 2] (TIDE_TITAN_DEVICE=$device)" > "$titan/command.txt"
-    python3 bench/torchtitan/table.py "$titan" --out "$titan/table.md" | tee -a "$summary"
+    echo "python3 -m torch.distributed.run --standalone --nproc_per_node $gpus tests/python/torchtitan_cpu/train.py ${common[*]} [--override.imports tide.torchtitan.enable] [--parallelism.tensor_parallel_degree 2] (TIDE_TITAN_DEVICE=$device; assets: tests/python/torchtitan_cpu/assets.py DIR $seed)" > "$titan/command.txt"
+    python3 - "$runs" > "$titan/runs.json" <<'PY'
+import json, sys
+from pathlib import Path
+root = Path(sys.argv[1])
+print(json.dumps({v.name: {r.name: [json.loads(f.read_text()) for f in sorted(r.glob("rank*.json"))]
+                           for r in sorted(v.iterdir()) if r.is_dir()}
+                  for v in sorted(root.iterdir()) if v.is_dir()}))
+PY
+    python3 bench/torchtitan/table.py "$runs" --out "$titan/table.md" | tee -a "$summary"
     rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
-    rm -rf "$titan/assets/hf-cache"
   fi
+  rm -rf "$assets"
 fi
+
 if has summary; then
   python3 bench/multigpu/summary.py "$OUT" --gpus "$gpus" --kind "$kind" >> "$summary" 2>&1
   rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
