@@ -6,6 +6,8 @@ TIDE_TITAN_RECORD=DIR set, each rank writes DIR/rank<r>.json after Trainer.train
   step_seconds  {step: wall time of Trainer.train_step}
   report        tide.fsdp.report(part) rows of every model part (stock runs too: rows of a
                 module TIDE never enabled say backend "stock")
+  dynamo        torch._dynamo's counters (frames, unique graphs, recompiles, graph breaks),
+                to tell a compile from a slow step
   world, rank, argv
 
 It wraps Trainer.train_step, MetricsProcessor.log and Trainer.train; nothing else changes.
@@ -59,7 +61,10 @@ def install() -> None:
 
         rows = [row for part in self.model_parts for row in tide.fsdp.report(part)]
         rank = dist.get_rank()
-        record.update(rank=rank, world=dist.get_world_size(),
+        from torch._dynamo.utils import counters  # noqa: PLC0415
+
+        dynamo = {k: dict(v) for k, v in counters.items() if k in ("stats", "recompiles", "graph_break")}
+        record.update(rank=rank, world=dist.get_world_size(), dynamo=dynamo,
                       report=json.loads(json.dumps(rows, default=str)))
         path = Path(out)
         path.mkdir(parents=True, exist_ok=True)
