@@ -38,6 +38,26 @@ DEFAULT_FILES = [
     "test_fully_shard_extensions.py",
 ]
 
+# Named selections (--set): each entry is one pytest run per mode of one file, with its own
+# -k and --force-cpu (the files' world sizes differ: 8 for the training file's N-D classes, 4
+# for the DTensor file's FSDP + TP cases; the spmd_types file runs in one process on a fake
+# process group). Results: bench/results/fsdp2/upstream-spmd-2d-2026-12-07/.
+SPMD_2D_K = ("test_2d_mlp_with_nd_mesh or test_3d_mlp_with_nd_mesh or test_train_parity_hsdp "
+             "or test_shard_placement_fn_tp_ep")
+SETS = {
+    "default": [{"file": f} for f in DEFAULT_FILES],
+    "spmd-2d": [
+        # FSDP + TP ((pp, dp, tp) mesh), HSDP + TP ((dp_replicate, dp_shard, tp), _StridedShard),
+        # HSDP, and FSDP + TP + EP with per-parameter mesh infos; 8 CPU processes
+        {"file": "test_fully_shard_training.py", "k": SPMD_2D_K, "force_cpu": 8},
+        # FSDP2's SPMD-mesh path (dp_mesh_dims=DataParallelMeshDims(...)): FSDP, HSDP, multi-dim
+        # shard / replicate, FSDP + TP, HSDP + TP, replicate_with_fsdp; 4 CPU processes
+        {"file": "test_fully_shard_dtensor.py", "force_cpu": 4},
+        # spmd_types-annotated parameters on a 16-rank fake process group (one process)
+        {"file": "test_fully_shard_spmd_types.py"},
+    ],
+}
+
 
 def run_file(tests: Path, name: str, mode: str, out: Path, args) -> dict:
     """One pytest run of one file in one mode; returns its wall time and exit status."""
@@ -143,8 +163,10 @@ def summarize(out: Path, files: list, modes: list, runs: list) -> dict:
     for m in modes:
         for name in files:
             outcomes[m].update(junit_outcomes(out / m / (name.removesuffix(".py") + ".xml")))
-    tide_mode = next((m for m in modes if m.startswith("tide")), "")
-    tide_served = served(load_records(out / tide_mode / "records.jsonl")) if tide_mode else {}
+    tide_modes = [m for m in modes if m.startswith("tide")]
+    tide_mode = tide_modes[0] if tide_modes else ""
+    served_by_mode = {m: served(load_records(out / m / "records.jsonl")) for m in tide_modes}
+    tide_served = served_by_mode.get(tide_mode, {})
     stock_groups = served(load_records(out / "stock" / "records.jsonl")) if "stock" in modes else {}
     tests = sorted(set().union(*[set(o) for o in outcomes.values()]))
     per_test = []
@@ -157,6 +179,9 @@ def summarize(out: Path, files: list, modes: list, runs: list) -> dict:
         row["groups"] = (s or g or {}).get("groups", 0)
         row["tide_served"] = (s or {}).get("served", 0)
         row["tide_detail"] = s or {}
+        # groups served in every TIDE mode (tide-noring serves one-iteration tests too)
+        row["served_by_mode"] = {m: (_match(served_by_mode[m], t) or {}).get("served", 0)
+                                 for m in tide_modes}
         per_test.append(row)
     per_file = []
     for name in files:
@@ -189,14 +214,19 @@ def markdown(summary: dict, modes: list) -> str:
         cells = [f"{f[m].get('passed', 0)}/{f[m].get('failed', 0)}/{f[m].get('skipped', 0)}"
                  for m in modes]
         lines.append(f"| {f['file']} | " + " | ".join(cells) + f" | {f['tide_served_tests']} |")
-    lines += ["", "| test | " + " | ".join(modes) + " | groups | TIDE-served | stock reasons / enable errors |",
-              "|---|" + "---|" * len(modes) + "---|---|---|"]
+    tide_modes = [m for m in modes if m.startswith("tide")]
+    lines += ["", "| test | " + " | ".join(modes) + " | groups | "
+              + " | ".join(f"served ({m})" for m in tide_modes)
+              + " | stock reasons / enable errors |",
+              "|---|" + "---|" * len(modes) + "---|" + "---|" * len(tide_modes) + "---|"]
     for r in summary["per_test"]:
         t = r["tide_detail"]
         why = "; ".join([f"{k} (x{v})" for k, v in t.get("stock_reasons", {}).items()]
                         + t.get("enable_errors", []))
         lines.append(f"| {r['test']} | " + " | ".join(r[m].split(':')[0] for m in modes)
-                     + f" | {r['groups']} | {r['tide_served']} | {why} |")
+                     + f" | {r['groups']} | "
+                     + "".join(f"{r.get('served_by_mode', {}).get(m, 0)} | " for m in tide_modes)
+                     + f"{why} |")
     return "\n".join(lines) + "\n"
 
 
@@ -204,11 +234,16 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tests", default=os.environ.get("TIDE_UPSTREAM_TESTS", ""),
                    help="folder with PyTorch's test/distributed/_composable/fsdp files")
-    p.add_argument("--files", nargs="*", default=DEFAULT_FILES)
+    p.add_argument("--files", nargs="*", default=None,
+                   help="test files (default: the files of --set)")
+    p.add_argument("--set", default="default", choices=sorted(SETS),
+                   help="a named selection of files, each with its own -k and --force-cpu "
+                   "(spmd-2d: FSDP2's SPMD-mesh path and FSDP/HSDP + TP); --files, -k and "
+                   "--force-cpu given explicitly apply to every file instead")
     p.add_argument("--modes", default="stock,tide",
                    help="stock, tide (enable(root)), tide-noring (enable(root, ring=False): "
                    "TIDE from the first call)")
-    p.add_argument("-k", default="", help="pytest -k expression")
+    p.add_argument("-k", default=None, help="pytest -k expression")
     p.add_argument("--out", default="/tmp/tide-fsdp2-upstream")
     p.add_argument("--test-timeout", type=int, default=300,
                    help="seconds per test (torch's MultiProcessTestCase timeout)")
@@ -216,30 +251,43 @@ def main() -> int:
     p.add_argument("--no-cpu-shim", action="store_true",
                    help="leave FSDPTest's accelerator-count check alone (on CPU every "
                    "multi-process test then skips: inject/sitecustomize.py)")
-    p.add_argument("--force-cpu", type=int, default=0, metavar="N",
+    p.add_argument("--force-cpu", type=int, default=None, metavar="N",
                    help="also run tests marked for N or fewer accelerators on CPU, with N CPU "
                    "'devices' (skip_if_lt_x_gpu(x <= N) as if allow_cpu=True; "
-                   "torch.cpu.device_count() and common_fsdp.DEVICE_COUNT = N)")
+                   "torch.cpu.device_count() and common_fsdp.DEVICE_COUNT = N; an FSDPTest "
+                   "world size of 0 without an accelerator becomes N; "
+                   "instantiate_device_type_tests(except_for=['cpu']) also instantiates CPU)")
     p.add_argument("--summary-only", action="store_true", help="summarize an earlier --out")
     args = p.parse_args()
     tests, out, modes = Path(args.tests), Path(args.out), args.modes.split(",")
-    if not args.summary_only and not (tests / args.files[0]).exists():
-        print(f"no {args.files[0]} under --tests {tests!s}: see bench/fsdp2_upstream/README.md",
+    entries = ([{"file": f} for f in args.files] if args.files is not None
+               else [dict(e) for e in SETS[args.set]])
+    for e in entries:  # explicit options apply to every file
+        if args.k is not None:
+            e["k"] = args.k
+        if args.force_cpu is not None:
+            e["force_cpu"] = args.force_cpu
+    files = [e["file"] for e in entries]
+    if not args.summary_only and not (tests / files[0]).exists():
+        print(f"no {files[0]} under --tests {tests!s}: see bench/fsdp2_upstream/README.md",
               file=sys.stderr)
         return 2
     runs = []
     if not args.summary_only:
-        for name in args.files:
+        for e in entries:
+            name = e["file"]
             if not (tests / name).exists():
                 runs.append({"file": name, "rc": "missing"})
                 continue
+            file_args = argparse.Namespace(**{**vars(args), "k": e.get("k", ""),
+                                              "force_cpu": e.get("force_cpu", 0)})
             for mode in modes:
-                runs.append(run_file(tests, name, mode, out, args))
+                runs.append(run_file(tests, name, mode, out, file_args))
                 print(json.dumps(runs[-1]), flush=True)
         (out / "runs.json").write_text(json.dumps(runs, indent=1))
     elif (out / "runs.json").exists():
         runs = json.loads((out / "runs.json").read_text())
-    summary = summarize(out, args.files, modes, runs)
+    summary = summarize(out, files, modes, runs)
     print(markdown(summary, modes))
     return 0
 

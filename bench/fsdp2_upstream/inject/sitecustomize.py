@@ -42,6 +42,8 @@ _TARGETS = (
     "torch.distributed.fsdp._fully_shard._fsdp_state",
     "torch.testing._internal.common_distributed",
     "torch.testing._internal.common_fsdp",
+    "torch.testing._internal.common_utils",
+    "torch.testing._internal.common_device_type",
 )
 _lock = threading.Lock()
 _local = threading.local()  # per thread (FSDPTestMultiThread runs one rank per thread)
@@ -60,6 +62,12 @@ def _on_import(name: str, module) -> None:
             _patch_fsdp_test_device_check(module)
         if _FORCE_CPU:
             _force_cpu_devices(module)
+            _force_cpu_world_size(module)
+    elif name == _TARGETS[3]:
+        _patch_plain_test_case(module)
+    elif name == _TARGETS[4]:
+        if _FORCE_CPU:
+            _force_cpu_device_type_tests(module)
 
 
 def _force_cpu_skips(common_distributed) -> None:
@@ -83,6 +91,69 @@ def _force_cpu_devices(common_fsdp) -> None:
         return
     torch.cpu.device_count = lambda: _FORCE_CPU
     common_fsdp.DEVICE_COUNT = _FORCE_CPU
+
+
+def _force_cpu_world_size(common_fsdp) -> None:
+    """TIDE_UPSTREAM_FORCE_CPU=N: an FSDPTest class whose world_size is 0 without an
+    accelerator (``min(4, torch.accelerator.device_count())``, or an explicit 0) gets N, as
+    it would on a machine with N accelerators. A world size of 0 never runs a test, so no
+    world size the class chose is changed."""
+
+    def __init_subclass__(cls, **kwargs):
+        super(common_fsdp.FSDPTest, cls).__init_subclass__(**kwargs)
+        prop = cls.__dict__.get("world_size")
+        if isinstance(prop, property) and not getattr(prop.fget, "_tide_upstream", False):
+            fget = prop.fget
+
+            def world_size(self, _fget=fget):
+                return _fget(self) or _FORCE_CPU
+
+            world_size._tide_upstream = True
+            cls.world_size = property(world_size)
+
+    common_fsdp.FSDPTest.__init_subclass__ = classmethod(__init_subclass__)
+
+
+def _force_cpu_device_type_tests(common_device_type) -> None:
+    """TIDE_UPSTREAM_FORCE_CPU=N: instantiate_device_type_tests(..., except_for=["cpu"])
+    also instantiates the CPU variant (files that mark a whole class for accelerators; the
+    tests' own skips still apply). Patched before a test file imports it."""
+    original = common_device_type.instantiate_device_type_tests
+
+    def instantiate_device_type_tests(generic_test_class, scope, except_for=None, **kwargs):
+        if except_for:
+            except_for = [d for d in except_for if d != "cpu"] or None
+        return original(generic_test_class, scope, except_for=except_for, **kwargs)
+
+    common_device_type.instantiate_device_type_tests = instantiate_device_type_tests
+
+
+def _patch_plain_test_case(common_utils) -> None:
+    """Records for single-process tests (a plain common_utils.TestCase, e.g. on a fake process
+    group): at the end of TestCase.run, the roots this thread found and no rank runner
+    recorded are written with rank dist.get_rank() (0 when no process group is left)."""
+    cls = common_utils.TestCase
+    if getattr(cls.run, "_tide_upstream", False):
+        return
+    run = cls.run
+
+    def run_and_record(self, result=None):
+        try:
+            return run(self, result)
+        finally:
+            if _roots.get(threading.get_ident()):
+                rank = 0
+                try:
+                    import torch.distributed as dist  # noqa: PLC0415
+
+                    if dist.is_available() and dist.is_initialized():
+                        rank = dist.get_rank()
+                except Exception:  # noqa: BLE001
+                    pass
+                _dump(_test_id(self, self._testMethodName), rank, "single-process", "")
+
+    run_and_record._tide_upstream = True
+    cls.run = run_and_record
 
 
 def _patch_fsdp_test_device_check(common_fsdp) -> None:
