@@ -340,13 +340,15 @@ def _open_communicator(pg, device, timeout_s: float, generation: int):
     return (None, reason) if reason else (comm, "")
 
 
-def _register(group, comm, mode: str, grad_dtype=None) -> tuple[str, bool]:
+def _register(group, comm, mode: str, grad_dtype=None, all_gathered=None) -> tuple[str, bool]:
     """Registers the group (a collective over the store): (the runtime's refusal or '', whether
     the bootstrap itself failed). A bootstrap that fails (a peer that does not answer within
     the timeout) is a reason, agreed later, not an error."""
     try:
         pg = group.fsdp_group.mesh_info.shard_process_group
         extra = {} if grad_dtype is None else {"grad_dtype": grad_dtype}
+        if all_gathered is not None:
+            extra["all_gathered"] = all_gathered
         return group.register(comm, pg, mode, **extra), False
     except (RuntimeError, ValueError) as e:
         why = _one_line(str(e))
@@ -475,8 +477,8 @@ def _register_twins(comm, mine: list, fp32_grads: set, slots: dict) -> list:
     """NOTE [no-sync accumulation]: registers an fp32-gradient twin for every group of the
     communicator that any rank reduced with fp32 gradients in the traced iteration (agreed
     over its process group: every rank registers the same twins in the same order). A twin
-    shares its group's landing slot and is never all-gathered; it only adds reduce-scatter
-    areas for fp32 gradients to the arena. Returns the twins, registered after ``mine``."""
+    shares its group's landing slot and is never all-gathered (registered without a landing,
+    resident or stage of its own); it only adds reduce-scatter areas for fp32 gradients. Returns the twins, registered after ``mine``."""
     pg = mine[0].pg
     wanted = [g for g in mine if g.on_tide and g.grad_dtype == torch.bfloat16]
     local = [id(g) in fp32_grads for g in wanted]
@@ -490,7 +492,7 @@ def _register_twins(comm, mine: list, fp32_grads: set, slots: dict) -> list:
         if slots.get(id(group), -1) < 0:  # a slot of its own: give it an id the twin shares
             slots[id(group)] = max([-1] + list(slots.values())) + 1
         twin = _fsdp_group.TideGroup(group.fsdp_group, group.name + " (fp32 accumulated gradients)")
-        reason = _register(twin, comm, "in-place", grad_dtype=torch.float32)[0]
+        reason = _register(twin, comm, "in-place", grad_dtype=torch.float32, all_gathered=False)[0]
         if reason:
             group.twin_refusal = reason
             continue
@@ -508,12 +510,14 @@ def _register_extension_outputs(comm, mine: list, slots: dict) -> list:
     agreed over the process group (the same items on every rank, or the group on stock FSDP2
     with the reason); the registrations follow in the same order on every rank. Returns them."""
     pg = mine[0].pg
-    wanted = [g for g in mine if g.on_tide and _fsdp_extensions.has_extension(g.fsdp_group.fsdp_params)]
+    wanted = [g for g in mine if g.on_tide and (not g.all_gathered or _fsdp_extensions.has_extension(g.fsdp_group.fsdp_params))]
     if not wanted:
         return []
     local = []
     for group in wanted:
         why = group.items_reason
+        if not why and not _fsdp_extensions.has_extension(group.fsdp_group.fsdp_params):
+            why = "its fsdp_pre_all_gather extension was removed after enable()"
         if not why and group.items is None:
             why = "no all-gather of it was traced in the first iteration"
         why = why or _fsdp_extensions.layout_reason(group.items, group.param_names(), pg.size())
@@ -758,8 +762,9 @@ def memory(module: nn.Module) -> dict:
     for group in groups:
         if group.comm is not None and group.gid >= 0 or group.stats_when_stock is not None:
             names.setdefault(id(group.comm), {})[group.registered_id] = group.name
-            if group.twin is not None:
-                names[id(group.comm)][group.twin.registered_id] = group.twin.name
+            for other in (group.twin, group.ag):  # its other registrations
+                if other is not None:
+                    names[id(group.comm)][other.registered_id] = other.name
     if any(g.on_tide and not g.active for g in groups):
         return {"arena_bytes": 0, "communicators": [], "pending": "the first iteration's order "
                 "assigns the landing slots; the arena exists from the second"}

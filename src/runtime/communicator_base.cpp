@@ -75,6 +75,11 @@ Registration CommunicatorBase::register_group(const GroupSpec& spec) {
                         "registered after the communicator's first call; register every "
                         "group before the first all-gather or reduce-scatter"};
   }
+  if (!spec.all_gathered && spec.mode == RsMode::kSlotReuse) {  // the same on every rank
+    return Registration{-1,
+                        "a Slot-Reuse group stages its gradients in its landing slot (Sec. 5.3): "
+                        "register it as all-gathered, or In-Place"};
+  }
   const std::string key = options_.key_prefix + "/group/" + std::to_string(index);
   RankDescription d;
   d.rank = options_.rank;
@@ -341,6 +346,10 @@ const Group& CommunicatorBase::group_at(int group) const {
 }
 
 void CommunicatorBase::check_all_gather(const Group& g, std::size_t shards) const {
+  if (!g.spec.all_gathered) {
+    throw InvalidArgument("all_gather of group '" + g.spec.name +
+                          "': it was registered as never all-gathered (all_gathered=false)");
+  }
   const std::size_t params = static_cast<std::size_t>(g.layout.param_count());
   if (g.spec.cast && shards != params) {
     throw InvalidArgument("all_gather of group '" + g.spec.name + "': " + std::to_string(shards) +
