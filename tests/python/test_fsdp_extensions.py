@@ -12,13 +12,10 @@ pre-all-gather outputs. Seed: TIDE_TEST_SEED (printed)."""
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from ranks import run_ranks
 from seed import tide_test_seed
 
 HERE = Path(__file__).resolve().parent
@@ -33,29 +30,9 @@ DTYPES = {
 CASES = tuple(DTYPES) + ("odd",)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _launch(case: str, mode: str, out: Path, seed: int) -> list[dict]:
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
-               WORLD_SIZE=str(WORLD), TIDE_TEST_SEED=str(seed), OMP_NUM_THREADS="1")
-    args = [sys.executable, str(HERE / "fsdp_extension_worker.py"), case, mode, str(out)]
-    procs = [subprocess.Popen(args, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(WORLD)]
-    logs = []
-    for proc in procs:
-        try:
-            logs.append(proc.communicate(timeout=600)[0])
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            pytest.fail(f"{case} {mode} hung, seed {seed}")
-    context = f"{case} {mode} seed {seed}: " + "\n".join(logs)[-5000:]
-    assert all(p.returncode == 0 for p in procs), context
+    run_ranks([str(HERE / "fsdp_extension_worker.py"), case, mode, str(out)], WORLD, seed,
+              label=f"extensions {case} {mode}")
     return [json.loads((out / f"{mode}-rank{r}.json").read_text()) for r in range(WORLD)]
 
 

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from ranks import run_ranks
 from seed import tide_test_seed
 
 HERE = Path(__file__).resolve().parent
@@ -27,29 +25,9 @@ WORLD = 4
 LOSS_RTOL = 1e-3
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _launch(mode: str, out: Path, seed: int, resume: bool = False) -> list[dict]:
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
-               WORLD_SIZE=str(WORLD), TIDE_TEST_SEED=str(seed), OMP_NUM_THREADS="1")
-    args = [sys.executable, str(HERE / "fsdp_titan_worker.py"), mode, str(out)] + (["--resume"] if resume else [])
-    procs = [subprocess.Popen(args, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(WORLD)]
-    logs = []
-    for proc in procs:
-        try:
-            logs.append(proc.communicate(timeout=900)[0])
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            pytest.fail(f"{mode} (resume={resume}) hung, seed {seed}")
-    context = f"{mode} resume={resume} seed {seed}: " + "\n".join(logs)[-5000:]
-    assert all(p.returncode == 0 for p in procs), context
+    args = [str(HERE / "fsdp_titan_worker.py"), mode, str(out)] + (["--resume"] if resume else [])
+    run_ranks(args, WORLD, seed, label=f"{mode} (resume={resume})", timeout_s=900)
     name = f"{mode}{'-resume' if resume else ''}"
     return [json.loads((out / f"{name}-rank{r}.json").read_text()) for r in range(WORLD)]
 
