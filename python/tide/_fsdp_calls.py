@@ -307,6 +307,9 @@ def _reduce_refusal(group, a: dict) -> str:
     grads, params = a["unsharded_grads"], a["fsdp_params"]
     if any(fp not in group.index for fp in params):
         return "the reduce-scatter holds parameters of another group"
+    if any(type(g) is not torch.Tensor for g in grads):  # its data_ptr() is not its bytes
+        return ("a gradient is a tensor subclass (a parameter subclass's gradient): TIDE-RS "
+                "reads dense gradients in place, FSDP2 copies it through the subclass")
     if any(not g.is_contiguous() for g in grads):
         return "a gradient is not contiguous"
     dtypes = {g.dtype for g in grads}

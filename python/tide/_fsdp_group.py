@@ -251,7 +251,6 @@ class TideGroup:
         self.items: list | None = None
         self.items_reason = ""
         self.ag = None
-        self.all_gathered = True  # False: registered without a landing (its items' registration lands)
 
     @classmethod
     def at_rest(cls, fsdp_group, name: str, reason: str) -> "TideGroup":
@@ -311,12 +310,11 @@ class TideGroup:
         # them there and reduces in fp32 whatever the reduce dtype (no upcast copy).
         self.grad_dtype = self.ag_dtype
 
-    def register(self, comm, pg, mode: str, grad_dtype=None, items=None, all_gathered=None) -> str:
+    def register(self, comm, pg, mode: str, grad_dtype=None, items=None) -> str:
         """Registers the group with the communicator; returns the runtime's refusal or ''.
         ``grad_dtype``: the gradients' dtype where not the parameters' (NOTE [no-sync
         accumulation]). ``items``: register the all-gather outputs of an extension group
         instead of its parameters (NOTE [extension all-gathers] 2; never reduce-scattered).
-        ``all_gathered=False``: a registration never all-gathered (a twin), with no landing.
 
         Collective over ``pg``; every group of a communicator registers before any
         ``describe()``, since the runtime places its arena at the first use of a group."""
@@ -324,12 +322,6 @@ class TideGroup:
         if grad_dtype is not None:
             self.grad_dtype = grad_dtype
         shapes, cast = self.shapes(), self.cast
-        # NOTE [extension all-gathers] 2: In-Place, an extension group's own registration only
-        # reduce-scatters, and its slot is as large as its items' landing (half for float8);
-        # Slot-Reuse stages gradients in the slot, so there it is laid out as a landing too.
-        self.all_gathered = all_gathered if all_gathered is not None else not (
-            items is None and mode == "in-place"
-            and _fsdp_extensions.has_extension(self.fsdp_group.fsdp_params))
         if items is not None:
             shapes = _fsdp_extensions.carrier_shapes(items, pg.size())
             self.ag_dtype = self.grad_dtype = _fsdp_extensions.CARRIER
@@ -344,7 +336,6 @@ class TideGroup:
             cast,
             staged_shards=not cast,  # FSDP2 keeps the shards: no resident copy in TIDE
             landing_slot=self.slot,
-            all_gathered=self.all_gathered,
         )
         if gid < 0:
             return reason or "refused by the TIDE runtime"

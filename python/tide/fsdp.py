@@ -340,15 +340,13 @@ def _open_communicator(pg, device, timeout_s: float, generation: int):
     return (None, reason) if reason else (comm, "")
 
 
-def _register(group, comm, mode: str, grad_dtype=None, all_gathered=None) -> tuple[str, bool]:
+def _register(group, comm, mode: str, grad_dtype=None) -> tuple[str, bool]:
     """Registers the group (a collective over the store): (the runtime's refusal or '', whether
     the bootstrap itself failed). A bootstrap that fails (a peer that does not answer within
     the timeout) is a reason, agreed later, not an error."""
     try:
         pg = group.fsdp_group.mesh_info.shard_process_group
         extra = {} if grad_dtype is None else {"grad_dtype": grad_dtype}
-        if all_gathered is not None:
-            extra["all_gathered"] = all_gathered
         return group.register(comm, pg, mode, **extra), False
     except (RuntimeError, ValueError) as e:
         why = _one_line(str(e))
@@ -477,8 +475,8 @@ def _register_twins(comm, mine: list, fp32_grads: set, slots: dict) -> list:
     """NOTE [no-sync accumulation]: registers an fp32-gradient twin for every group of the
     communicator that any rank reduced with fp32 gradients in the traced iteration (agreed
     over its process group: every rank registers the same twins in the same order). A twin
-    shares its group's landing slot and is never all-gathered (registered without a landing,
-    resident or stage of its own); it only adds reduce-scatter areas for fp32 gradients. Returns the twins, registered after ``mine``."""
+    shares its group's landing slot and is never all-gathered; it only adds reduce-scatter
+    areas for fp32 gradients to the arena. Returns the twins, registered after ``mine``."""
     pg = mine[0].pg
     wanted = [g for g in mine if g.on_tide and g.grad_dtype == torch.bfloat16]
     local = [id(g) in fp32_grads for g in wanted]
@@ -492,7 +490,7 @@ def _register_twins(comm, mine: list, fp32_grads: set, slots: dict) -> list:
         if slots.get(id(group), -1) < 0:  # a slot of its own: give it an id the twin shares
             slots[id(group)] = max([-1] + list(slots.values())) + 1
         twin = _fsdp_group.TideGroup(group.fsdp_group, group.name + " (fp32 accumulated gradients)")
-        reason = _register(twin, comm, "in-place", grad_dtype=torch.float32, all_gathered=False)[0]
+        reason = _register(twin, comm, "in-place", grad_dtype=torch.float32)[0]
         if reason:
             group.twin_refusal = reason
             continue
@@ -510,7 +508,8 @@ def _register_extension_outputs(comm, mine: list, slots: dict) -> list:
     agreed over the process group (the same items on every rank, or the group on stock FSDP2
     with the reason); the registrations follow in the same order on every rank. Returns them."""
     pg = mine[0].pg
-    wanted = [g for g in mine if g.on_tide and (not g.all_gathered or _fsdp_extensions.has_extension(g.fsdp_group.fsdp_params))]
+    wanted = [g for g in mine if g.on_tide and (g.items is not None or g.items_reason
+                                                 or _fsdp_extensions.has_extension(g.fsdp_group.fsdp_params))]
     if not wanted:
         return []
     local = []

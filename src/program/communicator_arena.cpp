@@ -81,7 +81,7 @@ CommunicatorArena communicator_arena(const std::vector<ArenaGroup>& groups) {
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const AgPlan& plan = *groups[g].all_gather;
     a.all_gather[g].resident = at;
-    if (groups[g].lands && !plan.options().shard_in_stage()) {
+    if (!plan.options().shard_in_stage()) {
       at += aligned(plan.layout().shard_bytes());
       ++a.areas;
     }
@@ -90,7 +90,7 @@ CommunicatorArena communicator_arena(const std::vector<ArenaGroup>& groups) {
   // 2. the shared receive stage (none for the expert-parallel lane)
   std::int64_t stage = 0;
   for (const ArenaGroup& g : groups) {
-    if (g.lands && !g.ep_all_gather) stage = std::max(stage, aligned(g.all_gather->stage_bytes()));
+    if (!g.ep_all_gather) stage = std::max(stage, aligned(g.all_gather->stage_bytes()));
   }
   const std::int64_t stage_at = at;
   at += stage;
@@ -111,8 +111,7 @@ CommunicatorArena communicator_arena(const std::vector<ArenaGroup>& groups) {
       if (id >= 0) slot_index[id] = index;
     }
     LandingSlot& slot = a.slots[static_cast<std::size_t>(index)];
-    if (groups[g].lands)
-      slot.bytes = std::max(slot.bytes, groups[g].all_gather->layout().unsharded_bytes());
+    slot.bytes = std::max(slot.bytes, groups[g].all_gather->layout().unsharded_bytes());
     slot.groups.push_back(static_cast<int>(g));
     a.slot_of[g] = index;
   }
@@ -174,7 +173,6 @@ CommunicatorArena communicator_arena(const std::vector<ArenaGroup>& groups) {
   // inbox is its own closed form).
   std::int64_t residents = 0, stage_bound = 0, slots_bound = 0;
   for (const ArenaGroup& g : groups) {
-    if (!g.lands) continue;
     if (!g.all_gather->options().shard_in_stage())
       residents += g.all_gather->layout().shard_bytes();
     if (!g.ep_all_gather) stage_bound = std::max(stage_bound, g.all_gather->stage_bytes());

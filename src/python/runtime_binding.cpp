@@ -97,7 +97,7 @@ class PyCommunicator {
   std::pair<int, std::string> register_group(
       const std::string& name, const std::vector<std::pair<std::int64_t, std::int64_t>>& shapes,
       const std::string& ag_dtype, const std::string& grad_dtype, const std::string& mode,
-      bool cast, bool staged_shards, int landing_slot, bool all_gathered) {
+      bool cast, bool staged_shards, int landing_slot) {
     runtime::GroupSpec spec;
     spec.name = name;
     for (std::size_t p = 0; p < shapes.size(); ++p)
@@ -108,7 +108,6 @@ class PyCommunicator {
     spec.cast = cast;
     spec.staged_shards = staged_shards;
     spec.landing_slot = landing_slot;
-    spec.all_gathered = all_gathered;
     runtime::Registration r;
     {
       nb::gil_scoped_release release;
@@ -315,9 +314,8 @@ void bind_runtime(nb::module_& m) {
       .def("register_group", &PyCommunicator::register_group, nb::arg("name"), nb::arg("shapes"),
            nb::arg("ag_dtype") = "bf16", nb::arg("grad_dtype") = "bf16",
            nb::arg("mode") = "in-place", nb::arg("cast") = false, nb::arg("staged_shards") = false,
-           nb::arg("landing_slot") = -1, nb::arg("all_gathered") = true,
-           "(group id, reason): id -1 when TIDE cannot run the group (reason says why); "
-           "all_gathered=false: never all-gathered, no landing bytes of its own")
+           nb::arg("landing_slot") = -1,
+           "(group id, reason): id -1 when TIDE cannot run the group (reason says why)")
       .def("group_info", &PyCommunicator::group_info, nb::arg("group"),
            nb::arg("create_arena") = true,
            "The group's layout and (creating the arena, a collective, at the first use) pointers")

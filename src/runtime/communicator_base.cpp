@@ -75,11 +75,6 @@ Registration CommunicatorBase::register_group(const GroupSpec& spec) {
                         "registered after the communicator's first call; register every "
                         "group before the first all-gather or reduce-scatter"};
   }
-  if (!spec.all_gathered && spec.mode == RsMode::kSlotReuse) {  // the same on every rank
-    return Registration{-1,
-                        "a Slot-Reuse group stages its gradients in its landing slot (Sec. 5.3): "
-                        "register it as all-gathered, or In-Place"};
-  }
   const std::string key = options_.key_prefix + "/group/" + std::to_string(index);
   RankDescription d;
   d.rank = options_.rank;
@@ -345,11 +340,22 @@ const Group& CommunicatorBase::group_at(int group) const {
   return *groups_[group_slot(group)];
 }
 
-void CommunicatorBase::check_all_gather(const Group& g, std::size_t shards) const {
-  if (!g.spec.all_gathered) {
-    throw InvalidArgument("all_gather of group '" + g.spec.name +
-                          "': it was registered as never all-gathered (all_gathered=false)");
+namespace {
+
+// The first parameter with bytes whose pointer is null, or -1.
+int null_pointer(const GroupLayout& layout, std::span<const void* const> pointers) {
+  for (std::size_t p = 0; p < pointers.size(); ++p) {
+    if (pointers[p] == nullptr && layout.param(static_cast<int>(p)).shard_bytes > 0)
+      return static_cast<int>(p);
   }
+  return -1;
+}
+
+}  // namespace
+
+void CommunicatorBase::check_all_gather(const Group& g,
+                                        std::span<const void* const> shard_pointers) const {
+  const std::size_t shards = shard_pointers.size();
   const std::size_t params = static_cast<std::size_t>(g.layout.param_count());
   if (g.spec.cast && shards != params) {
     throw InvalidArgument("all_gather of group '" + g.spec.name + "': " + std::to_string(shards) +
@@ -361,10 +367,16 @@ void CommunicatorBase::check_all_gather(const Group& g, std::size_t shards) cons
                           " shard pointers for " + std::to_string(params) +
                           " parameters (pass none or all)");
   }
+  if (const int p = null_pointer(g.layout, shard_pointers); p >= 0) {
+    throw InvalidArgument("all_gather of group '" + g.spec.name +
+                          "': the shard pointer of parameter " + std::to_string(p) + " is null");
+  }
 }
 
-void CommunicatorBase::check_reduce_scatter(const Group& g, std::size_t grads,
+void CommunicatorBase::check_reduce_scatter(const Group& g,
+                                            std::span<const void* const> grad_pointers,
                                             const float* out) const {
+  const std::size_t grads = grad_pointers.size();
   const std::size_t params = static_cast<std::size_t>(g.layout.param_count());
   if (grads != params && !(grads == 0 && g.gradients_staged)) {
     throw InvalidArgument("reduce_scatter of group '" + g.spec.name +
@@ -373,6 +385,10 @@ void CommunicatorBase::check_reduce_scatter(const Group& g, std::size_t grads,
   }
   if (out == nullptr) {
     throw InvalidArgument("reduce_scatter of group '" + g.spec.name + "': no output shard");
+  }
+  if (const int p = null_pointer(g.layout, grad_pointers); p >= 0) {
+    throw InvalidArgument("reduce_scatter of group '" + g.spec.name +
+                          "': the gradient pointer of parameter " + std::to_string(p) + " is null");
   }
 }
 

@@ -102,9 +102,12 @@ class CommunicatorBase : public Communicator {
 
   Group& group_at(int group);  // throws InvalidArgument for an id not registered
   const Group& group_at(int group) const;
-  // Checks a call's pointer counts; the (group, collective) tag of the next call.
-  void check_all_gather(const Group& g, std::size_t shards) const;
-  void check_reduce_scatter(const Group& g, std::size_t grads, const float* out) const;
+  // Checks a call's pointers: their counts, and none null for a parameter with bytes (a
+  // caller's tensor subclass may report no address). Then the (group, collective) tag of the
+  // next call.
+  void check_all_gather(const Group& g, std::span<const void* const> shards) const;
+  void check_reduce_scatter(const Group& g, std::span<const void* const> grads,
+                            const float* out) const;
   std::int64_t next_call_index() { return calls_++; }
   // Distinct per (group, collective); the lanes' handoffs have tags of their own.
   static std::int64_t call_tag(const Group& g, int collective) {

@@ -73,7 +73,7 @@ CudaCommunicator::~CudaCommunicator() {
 void CudaCommunicator::all_gather(int group, std::uintptr_t stream,
                                   std::span<const void* const> shards) {
   Group& g = group_at(group);
-  check_all_gather(g, shards.size());
+  check_all_gather(g, shards);
   check_not_first_under_capture(stream);
   commit();
   check_alive();
@@ -107,7 +107,7 @@ void CudaCommunicator::reduce_scatter(int group, std::uintptr_t stream,
                                       std::span<const void* const> grads, float* out, float alpha,
                                       bool accumulate) {
   Group& g = group_at(group);
-  check_reduce_scatter(g, grads.size(), out);
+  check_reduce_scatter(g, grads, out);
   check_not_first_under_capture(stream);
   commit();
   check_alive();

@@ -40,7 +40,6 @@ SequenceState sequence_state(program::CallSequence sequence, int first_counter, 
 
 program::ArenaGroup arena_group(const Group& g, int landing_slot) {
   program::ArenaGroup a{&g.ag, &g.rs, landing_slot};
-  a.lands = g.spec.all_gathered;
   a.ep_all_gather = g.ep_all_gather;
   a.ep_reduce_scatter = g.ep_reduce_scatter;
   return a;

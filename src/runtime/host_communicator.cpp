@@ -27,7 +27,7 @@ class HostCommunicator final : public CommunicatorBase {
 
   void all_gather(int group, std::uintptr_t, std::span<const void* const> shards) override {
     Group& g = group_at(group);
-    check_all_gather(g, shards.size());
+    check_all_gather(g, shards);
     commit();
     // NOTE [runtime] 7: calls run on this thread, so a release has already happened.
     (void)take_slot(g);
@@ -49,7 +49,7 @@ class HostCommunicator final : public CommunicatorBase {
   void reduce_scatter(int group, std::uintptr_t, std::span<const void* const> grads, float* out,
                       float alpha, bool accumulate) override {
     Group& g = group_at(group);
-    check_reduce_scatter(g, grads.size(), out);
+    check_reduce_scatter(g, grads, out);
     commit();
     exec::HostCallBindings bindings;
     for (const void* p : gradients_of(g, grads))

@@ -102,3 +102,25 @@ def test_landing_slots_refuse_bad_use():
     with pytest.raises(ValueError, match="geometry"):
         comm.stage_gradients(c, 0, [torch.randn(5 * 2, dtype=torch.bfloat16).data_ptr()])
     comm.close()
+
+
+def test_null_pointers_are_refused():
+    """Null pointers of parameters with bytes (a tensor subclass reports address 0) are refused
+    with the parameter named, never read."""
+    import torch
+    import torch.distributed as dist
+
+    from tide import _C
+
+    comm = _C.Communicator(0, 1, 1, "host", dist.HashStore(), 10.0, -1)
+    gid, reason = comm.register_group("g", [(8, 4)], "fp32", "fp32", staged_shards=True)
+    assert gid >= 0, reason
+    with pytest.raises(ValueError, match="shard pointer of parameter 0 is null"):
+        comm.all_gather(gid, 0, [0])
+    out = torch.empty(32, dtype=torch.float32)
+    with pytest.raises(ValueError, match="gradient pointer of parameter 0 is null"):
+        comm.reduce_scatter(gid, 0, [0], out.data_ptr())
+    grad = torch.randn(32, dtype=torch.float32)
+    comm.reduce_scatter(gid, 0, [grad.data_ptr()], out.data_ptr())
+    assert torch.equal(out, grad), "one rank: the reduce-scatter is a copy"
+    comm.close()

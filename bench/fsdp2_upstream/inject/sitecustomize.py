@@ -242,7 +242,8 @@ def _rows(root) -> list:
 
 
 _KEEP = ("group", "backend", "reason", "all_gathers", "reduce_scatters", "stock_calls",
-         "stock_calls_by_reason", "stock_reasons", "params", "active", "slot")
+         "stock_calls_by_reason", "stock_reasons", "params", "active", "slot",
+         "all_gather_dtypes", "all_gather_bytes")
 
 
 def _dump(test_id: str, rank, outcome: str, detail: str = "") -> None:

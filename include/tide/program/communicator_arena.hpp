@@ -26,13 +26,12 @@ struct ArenaGroup {
   int landing_slot = -1;           // groups with one id >= 0 share a slot; -1: a slot of its own
   bool ep_all_gather = false;      // on the expert-parallel lane: no receive stage
   bool ep_reduce_scatter = false;  // on the lane: its inbox instead of TIDE-RS's areas
-  bool lands = true;  // false: never all-gathered: no resident, stage or landing bytes of its own
 };
 
 struct LandingSlot {
   int id = -1;  // the groups' slot id (-1: one group's own slot)
   std::int64_t offset = 0;
-  std::int64_t bytes = 0;   // the largest unsharded size of its groups that land
+  std::int64_t bytes = 0;   // the largest unsharded size of its groups
   std::vector<int> groups;  // indices into the ArenaGroup list
 };
 

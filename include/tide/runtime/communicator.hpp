@@ -89,11 +89,6 @@ struct GroupSpec {
   bool staged_shards = false;  // no cast: per-parameter shards with every call, no resident
   // NOTE [runtime] 7: groups with one slot id >= 0 land in one shared slot; -1: its own.
   int landing_slot = -1;
-  // false: the group is never all-gathered (another registration of the same FSDP2 group
-  // lands its all-gathers, e.g. an extension's outputs): it adds no landing bytes to its slot,
-  // no resident and no receive stage, and all_gather on it throws. A Slot-Reuse group stages
-  // its gradients in its landing slot (Sec. 5.3), so it must be all-gathered.
-  bool all_gathered = true;
 };
 
 struct Registration {
