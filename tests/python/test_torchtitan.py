@@ -6,7 +6,11 @@ compile + full activation checkpointing + 2 micro-batches, and spmd_backend part
 
 Checks per variant: every step's loss within LOSS_RTOL of stock's (the largest difference is
 printed, and whether bitwise); every FSDP group on TIDE with all-gathers and reduce-scatters
-made by TIDE after training; no stock call but the traced first iteration's (TRACED).
+made by TIDE after training; no stock call but the traced first iteration's (TRACED). The
+defaults variant also saves torchtitan checkpoints (DCP, steps 5 and 10) and a new TIDE run
+resumes from step 5: with the flag, torchtitan loads the checkpoint after tide.fsdp.enable (the
+optimizer is built before the load); the resumed losses must equal the uninterrupted run's
+bitwise.
 
 The trainer runs through tests/python/torchtitan_cpu/train.py: cpu_shim.apply() (torchtitan
 has no CPU path: the patches are explained there), a recorder writing a JSON per rank, then
@@ -61,6 +65,12 @@ VARIANTS = {
 }
 
 
+# Arguments both runs of a variant add: the defaults variant saves checkpoints for the resume test.
+CHECKPOINTS = ["--checkpoint.enable", "--checkpoint.interval", "5"]
+RUN_EXTRA = {"defaults": CHECKPOINTS}
+RESUME_FROM = 5
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -78,16 +88,17 @@ def command(assets: dict, seed: int, dump: Path, variant: str, tide: bool) -> li
              # torchtitan lowers the process groups' timeout to 100 s after the first step; a
              # busy 2-core machine running 4 ranks (and compiling) can stall one that long.
              "--comm.train_timeout_seconds", "600"]
-            + (FLAG if tide else []) + VARIANTS[variant])
+            + RUN_EXTRA.get(variant, []) + (FLAG if tide else []) + VARIANTS[variant])
 
 
-def _launch(assets: dict, seed: int, variant: str, tide: bool, out: Path) -> tuple[list[dict], float]:
+def _launch(assets: dict, seed: int, variant: str, tide: bool, out: Path,
+            dump: Path | None = None) -> tuple[list[dict], float]:
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
                WORLD_SIZE=str(WORLD), TIDE_TEST_SEED=str(seed), OMP_NUM_THREADS="1",
                TIDE_TITAN_RECORD=str(out), HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1",
                HF_DATASETS_CACHE=assets["cache"], TOKENIZERS_PARALLELISM="false")
-    args = [sys.executable, str(TRAIN)] + command(assets, seed, out / "dump", variant, tide)
+    args = [sys.executable, str(TRAIN)] + command(assets, seed, dump or out / "dump", variant, tide)
     start = time.perf_counter()
     procs = [subprocess.Popen(args, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -99,10 +110,10 @@ def _launch(assets: dict, seed: int, variant: str, tide: bool, out: Path) -> tup
         except subprocess.TimeoutExpired:
             for p in procs:
                 p.kill()
-            pytest.fail(f"{variant} {'tide' if tide else 'stock'} hung, seed {seed}")
+            pytest.fail(f"variant {variant} {'tide' if tide else 'stock'} hung, seed {seed}")
     wall = time.perf_counter() - start
     (out / "log-rank0.txt").write_text(logs[0])
-    context = (f"{variant} {'tide' if tide else 'stock'} seed {seed}: "
+    context = (f"variant {variant} {'tide' if tide else 'stock'}, seed {seed}: "
                + " ".join(args[2:]) + "\n" + "\n".join(logs)[-6000:])
     assert all(p.returncode == 0 for p in procs), context
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)], wall
@@ -208,3 +219,34 @@ def test_import_does_not_need_torchtitan():
             "try:\n    t.enable(None)\nexcept ImportError as e:\n    print('refused:', e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "refused: tide.torchtitan.enable" in out.stdout, out.stdout + out.stderr
+
+
+def test_resume_continues_bitwise(seed, assets, out_root):
+    """torchtitan's checkpoint load after the flag's enable: a new TIDE run of the defaults
+    variant resumes from the step-RESUME_FROM checkpoint of the TIDE run above and must give
+    its losses bitwise, with every group on TIDE again."""
+    from tide._fsdp_group import TRACED  # noqa: PLC0415
+
+    full_dir = out_root / "defaults" / "tide"
+    checkpoints = full_dir / "dump" / "checkpoint"
+    if not (checkpoints / f"step-{RESUME_FROM}").is_dir():
+        pytest.skip("the defaults variant did not run (its TIDE run saves the checkpoint)")
+    full = [json.loads((full_dir / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    resume_dump = out_root / "defaults" / "resume-dump"
+    (resume_dump / "checkpoint").mkdir(parents=True, exist_ok=True)
+    import shutil  # noqa: PLC0415
+
+    shutil.copytree(checkpoints / f"step-{RESUME_FROM}", resume_dump / "checkpoint" / f"step-{RESUME_FROM}",
+                    dirs_exist_ok=True)
+    resumed, wall = _launch(assets, seed, "defaults", True, out_root / "defaults" / "resume", dump=resume_dump)
+    print(f"torchtitan defaults resumed from step {RESUME_FROM}: {wall:.1f} s")
+    where = f"variant defaults (resumed from step {RESUME_FROM}), seed {seed}"
+    for rank, (want, got) in enumerate(zip(full, resumed)):
+        steps = sorted(got["losses"], key=int)
+        assert steps == [str(s) for s in range(RESUME_FROM + 1, STEPS + 1)], (where, rank, steps)
+        for step in steps:
+            assert got["losses"][step] == want["losses"][step], (where, rank, step, got["losses"][step], want["losses"][step])
+        for row in got["report"]:
+            assert row["backend"] == "tide", (where, rank, row["group"], row["reason"])
+            assert row["all_gathers"] > 0 and row["reduce_scatters"] > 0, (where, rank, row["group"], row)
+            assert set(row["stock_reasons"]) <= {TRACED}, (where, rank, row["group"], row["stock_reasons"])
