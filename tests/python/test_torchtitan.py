@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from ranks import run_ranks
 from seed import tide_test_seed
 
 pytest.importorskip("torchtitan", minversion="0.3")
@@ -71,10 +71,14 @@ RUN_EXTRA = {"defaults": CHECKPOINTS}
 RESUME_FROM = 5
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _load(path: Path):
+    """The module at ``path`` (a helper script beside the test, not on sys.path)."""
+    import importlib.util  # noqa: PLC0415
+
+    spec = importlib.util.spec_from_file_location(f"torchtitan_test_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def command(assets: dict, seed: int, dump: Path, variant: str, tide: bool) -> list[str]:
@@ -94,28 +98,14 @@ def command(assets: dict, seed: int, dump: Path, variant: str, tide: bool) -> li
 def _launch(assets: dict, seed: int, variant: str, tide: bool, out: Path,
             dump: Path | None = None) -> tuple[list[dict], float]:
     out.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
-               WORLD_SIZE=str(WORLD), TIDE_TEST_SEED=str(seed), OMP_NUM_THREADS="1",
-               TIDE_TITAN_RECORD=str(out), HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1",
+    args = [str(TRAIN)] + command(assets, seed, dump or out / "dump", variant, tide)
+    label = f"variant {variant} {'tide' if tide else 'stock'} ({' '.join(args[1:])})"
+    env = dict(TIDE_TITAN_RECORD=str(out), HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1",
                HF_DATASETS_CACHE=assets["cache"], TOKENIZERS_PARALLELISM="false")
-    args = [sys.executable, str(TRAIN)] + command(assets, seed, dump or out / "dump", variant, tide)
     start = time.perf_counter()
-    procs = [subprocess.Popen(args, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(WORLD)]
-    logs = []
-    for proc in procs:
-        try:
-            logs.append(proc.communicate(timeout=900)[0])
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            pytest.fail(f"variant {variant} {'tide' if tide else 'stock'} hung, seed {seed}")
+    logs = run_ranks(args, WORLD, seed, label=label, env=env, timeout_s=900)
     wall = time.perf_counter() - start
     (out / "log-rank0.txt").write_text(logs[0])
-    context = (f"variant {variant} {'tide' if tide else 'stock'}, seed {seed}: "
-               + " ".join(args[2:]) + "\n" + "\n".join(logs)[-6000:])
-    assert all(p.returncode == 0 for p in procs), context
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)], wall
 
 
@@ -134,10 +124,7 @@ def out_root(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def assets(seed, out_root) -> dict:
-    sys.path.insert(0, str(HERE / "torchtitan_cpu"))
-    import assets as builder  # noqa: PLC0415
-
-    paths = builder.build(out_root / "assets", seed)
+    paths = _load(HERE / "torchtitan_cpu" / "assets.py").build(out_root / "assets", seed)
     paths["cache"] = str(out_root / "assets" / "hf-cache")
     return paths
 
@@ -149,9 +136,7 @@ def runs(request, seed, assets, out_root):
     tide, tide_wall = _launch(assets, seed, variant, True, out_root / variant / "tide")
     print(f"torchtitan {variant}: stock {stock_wall:.1f} s, TIDE {tide_wall:.1f} s (4 processes)")
     if os.environ.get("TIDE_TORCHTITAN_OUT"):
-        sys.path.insert(0, str(ROOT / "bench" / "torchtitan"))
-        import table  # noqa: PLC0415
-
+        table = _load(ROOT / "bench" / "torchtitan" / "table.py")
         (out_root / "table.md").write_text(table.table(out_root))
     return {"variant": variant, "seed": seed, "stock": stock, "tide": tide}
 
