@@ -19,6 +19,10 @@ from the seed (torchtitan_cpu/assets.py). Seed: TIDE_TEST_SEED (printed), the sa
 stock and the TIDE run of a variant (torchtitan's --debug.seed and the synthetic corpus).
 TIDE_TORCHTITAN_OUT=DIR keeps the JSONs (DIR/<variant>/{stock,tide}/rank<r>.json) and writes
 DIR/table.md (bench/torchtitan/table.py).
+
+Wall time: 11 launches of 4 processes (5 variants x stock and TIDE, the resume), about 10 CPU
+minutes in all (each process imports torch, torchtitan and inductor: ~6 s); 9 min on a 2-core
+machine that other jobs shared at load 5 to 8 (bench/results/torchtitan/cpu-2026-12-07/).
 """
 
 from __future__ import annotations
