@@ -20,9 +20,10 @@ stock and the TIDE run of a variant (torchtitan's --debug.seed and the synthetic
 TIDE_TORCHTITAN_OUT=DIR keeps the JSONs (DIR/<variant>/{stock,tide}/rank<r>.json) and writes
 DIR/table.md (bench/torchtitan/table.py).
 
-Wall time: 11 launches of 4 processes (5 variants x stock and TIDE, the resume), about 10 CPU
-minutes in all (each process imports torch, torchtitan and inductor: ~6 s); 9 min on a 2-core
-machine that other jobs shared at load 5 to 8 (bench/results/torchtitan/cpu-2026-12-07/).
+Wall time: 11 launches of 4 processes (5 variants x stock and TIDE, the resume), 9 to 10 CPU
+minutes in all (each process imports torch, torchtitan and inductor: ~6 s); on 2 cores 5.5 min
+when the machine is otherwise idle, 9 min with other jobs at load 5 to 8
+(bench/results/torchtitan/cpu-2026-12-07/).
 """
 
 from __future__ import annotations
