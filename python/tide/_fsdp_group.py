@@ -39,11 +39,14 @@ NOTE [reversible fallbacks]
     deferred, and the group is all-gathered at its own pre-forward or pre-backward;
   - at an explicit ``unshard()`` by the user, or at the group's own forward all-gather: the
     group is suspended: its all-gathers run stock FSDP2 (its own all-gather outputs come back)
-    until an iteration boundary (the root's post-backward) has passed, and it returns to TIDE
-    at its next own forward all-gather. Its reduce-scatters stay on TIDE. Each such call is
-    counted under its reason (NOTE [stock calls are counted by reason]);
+    until an iteration boundary has passed (FSDP2 ended the backward iteration: the root's
+    post-backward, or ``finalize_backward`` after a pipeline schedule's last micro-batch), and
+    it returns to TIDE at its next all-gather before a forward (its own, a prefetch, or an
+    explicit ``unshard()``, as pipeline schedules make). Its reduce-scatters stay on TIDE. Each
+    such call is counted under its reason (NOTE [stock calls are counted by reason]);
   - a group that stock FSDP2 unsharded before TIDE served it (an ``unshard()`` before
-    ``enable(ring=False)``) is suspended the same way: autograd saves its stock parameters;
+    ``enable(ring=False)``, or a pipeline stage that its schedule keeps unsharded across
+    micro-batches) is suspended the same way: autograd saves its stock parameters;
   - a gradient accumulated without sync on an unsharded parameter that TIDE rebuilds over
     another all-gather output (its views installed or dropped mid-accumulation) is carried to
     the rebuilt parameter at the group's next own unshard;
@@ -446,14 +449,16 @@ class TideGroup:
         self.boundary_passed = False
 
     def resume_if_possible(self) -> bool:
-        """At the group's own forward all-gather: back on TIDE once an iteration boundary
-        passed since it was suspended (autograd holds none of its stock parameters then)."""
+        """At an all-gather before the group's forward (its own, a prefetch, or an explicit
+        unshard(), as pipeline schedules make): back on TIDE once an iteration boundary passed
+        since it was suspended (autograd holds none of its stock parameters then: FSDP2 ended
+        the backward iteration, every micro-batch's included)."""
         from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState  # noqa: PLC0415
 
         if not self.suspended:
             return True
-        if not (self.boundary_passed and self.own_unshard
-                and self.fsdp_group._training_state == TrainingState.FORWARD):
+        if not (self.boundary_passed
+                and self.fsdp_group._training_state in (TrainingState.FORWARD, TrainingState.IDLE)):
             return False
         self.suspended = ""
         self.resumes += 1

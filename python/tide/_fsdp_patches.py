@@ -41,7 +41,9 @@ own again at the next all-gather:
 Per FSDP state (the ``FSDPState`` of each FSDP module under the model), by
 ``wrap_state_method`` at enable(); the restore it returns (kept in ``_Enabled.undo``, run by
 close()) deletes the attribute where it is still TIDE's:
-  11. ``_root_post_backward_final_callback`` -> the stock callback, then the iteration boundary
+  11. ``_end_backward_iteration`` (torch 2.15: the end of the automatic callback and of
+      ``finalize_backward``, which pipeline schedules call), else
+      ``_root_post_backward_final_callback`` -> the stock method, then the iteration boundary
       and the communicators' health check (NOTE [job stop] 2)
 Not patches, and not here: the forward pre-hooks enable() registers on the user's module
 (removed by close()).

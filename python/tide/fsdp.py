@@ -403,15 +403,23 @@ def _between_steps(comms: list) -> None:
     _failure.check_health(comms)
 
 
+# Where FSDP2 ends a backward iteration: torch 2.15's common end of the automatic callback and
+# of manual finalization (``finalize_backward``, which pipeline schedules call after their last
+# micro-batch), else the root's post-backward callback (torch 2.11-2.14).
+_ITERATION_ENDS = ("_end_backward_iteration", "_root_post_backward_final_callback")
+
+
 def _check_after_backward(module: nn.Module, state: _Enabled) -> None:
-    """NOTE [job stop] 2: the communicators' health at the root's post-backward, after FSDP2's
-    own (the last reduce-scatter issued, before an optimizer step can read its output). FSDP2
-    queues that callback from whichever state's pre-backward runs first, so every state of the
-    module gets the check (_fsdp_patches.py, patch 11; close() restores it)."""
-    name = "_root_post_backward_final_callback"
+    """NOTE [job stop] 2: the communicators' health where FSDP2 ends a backward iteration, after
+    FSDP2's own end (the last reduce-scatter issued, before an optimizer step can read its
+    output); it is also the iteration boundary of NOTE [reversible fallbacks]. FSDP2 ends it on
+    whichever state's pre-backward ran first (or on the module a pipeline schedule finalizes),
+    so every state of the module gets the check (_fsdp_patches.py, patch 11; close() restores
+    it)."""
     for _, sub in _fsdp_modules(module):
         fsdp_state = sub._get_fsdp_state()
-        if not hasattr(fsdp_state, name):
+        name = next((n for n in _ITERATION_ENDS if hasattr(fsdp_state, n)), None)
+        if name is None:
             continue  # the forward pre-hook still checks once per step
         original = getattr(fsdp_state, name)
 
