@@ -123,23 +123,32 @@ def _all_gather(*args, **kwargs):
         return result
     if group.ag is not None:
         return _all_gather_items(group, a, args, kwargs)
-    from torch.distributed.fsdp._fully_shard._fsdp_collectives import AllGatherResult  # noqa: PLC0415
-
-    device = a["device"]
-    handle = _device_handle(device)
-    copy_in_stream, ag_stream = a["all_gather_copy_in_stream"], a["all_gather_stream"]
     params = a["fsdp_params"]
     shards = [fp._sharded_param_data for fp in params]
     numels = [int(fp.padded_sharded_param_size.numel()) for fp in params]
     for shard, numel in zip(shards, numels):
         if shard.numel() != numel or not shard.is_contiguous():
             raise RuntimeError(f"tide.fsdp: {group.name}: sharded data is not FSDP2's padded shard")
-    ag_stream.wait_stream(copy_in_stream)
-    with handle.stream(ag_stream), _observe.call("all_gather", group, sum(numels) * group.world * _itemsize(group.ag_dtype)):
-        group.comm.all_gather(group.gid, _stream_handle(ag_stream), [s.data_ptr() for s in shards])
-        for shard in shards:
-            if shard.device.type == "cuda":
-                shard.record_stream(ag_stream)
+    return _land(group, group.gid, a, shards, [[group.ag_dtype] for _ in params], [[n] for n in numels],
+                 sum(numels) * group.world * _itemsize(group.ag_dtype))
+
+
+def _land(group, gid: int, a: dict, inputs: list, dtypes: list, numels: list, nbytes: int):
+    """One TIDE-AG call of registration ``gid`` on FSDP2's all-gather stream, after its copy-in
+    stream, reading ``inputs`` (one per registered parameter, in order); the landing views
+    follow at the group's first call. Returns the AllGatherResult FSDP2's copy-out receives
+    (``dtypes`` and ``numels``: per parameter, its inputs' as FSDP2 records them)."""
+    from torch.distributed.fsdp._fully_shard._fsdp_collectives import AllGatherResult  # noqa: PLC0415
+
+    device = a["device"]
+    handle = _device_handle(device)
+    ag_stream = a["all_gather_stream"]
+    ag_stream.wait_stream(a["all_gather_copy_in_stream"])
+    with handle.stream(ag_stream), _observe.call("all_gather", group, nbytes):
+        group.comm.all_gather(gid, _stream_handle(ag_stream), [t.data_ptr() for t in inputs])
+        for t in inputs:
+            if t.device.type == "cuda":
+                t.record_stream(ag_stream)
         if not group.views_installed:
             group.install_views(device)
         event = ag_stream.record_event()
@@ -148,11 +157,10 @@ def _all_gather(*args, **kwargs):
         all_gather_output=marker,
         all_gather_event=event,
         all_gather_work=None,
-        param_all_gather_input_dtypes=[[group.ag_dtype] for _ in params],
-        param_all_gather_input_numels=[[n] for n in numels],
-        all_gather_input_split_sizes=numels,
+        param_all_gather_input_dtypes=dtypes,
+        param_all_gather_input_numels=numels,
+        all_gather_input_split_sizes=[n for param_numels in numels for n in param_numels],
     )
-
 
 
 def _record_items(params, result) -> None:
@@ -166,12 +174,8 @@ def _record_items(params, result) -> None:
 def _all_gather_items(group, a: dict, args, kwargs):
     """NOTE [extension all-gathers] 3: FSDP2's all-gather inputs (its pre-all-gather's
     outputs, or the cast shards), landed by one TIDE-AG call on the outputs' registration."""
-    from torch.distributed.fsdp._fully_shard._fsdp_collectives import AllGatherResult  # noqa: PLC0415
-
-    device, params = a["device"], a["fsdp_params"]
-    handle = _device_handle(device)
-    copy_in_stream, ag_stream = a["all_gather_copy_in_stream"], a["all_gather_stream"]
-    with handle.stream(copy_in_stream):
+    params = a["fsdp_params"]
+    with _device_handle(a["device"]).stream(a["all_gather_copy_in_stream"]):
         inputs = [fp.all_gather_inputs for fp in params]
     names = group.param_names()
     why = (_fsdp_extensions.check_inputs(inputs, names)
@@ -182,26 +186,10 @@ def _all_gather_items(group, a: dict, args, kwargs):
         group.count_stock(reason)
         return _fsdp_patches.stock_call("foreach_all_gather")(*args, **kwargs)
     flat = [t for tensors in inputs for t in tensors]
-    nbytes = _fsdp_extensions.bytes_per_call(group.items, group.world)
-    ag_stream.wait_stream(copy_in_stream)
-    with handle.stream(ag_stream), _observe.call("all_gather", group, nbytes):
-        group.comm.all_gather(group.ag.gid, _stream_handle(ag_stream), [t.data_ptr() for t in flat])
-        for t in flat:
-            if t.device.type == "cuda":
-                t.record_stream(ag_stream)
-        if not group.views_installed:
-            group.install_views(device)
-        event = ag_stream.record_event()
-    marker = torch.empty(0, dtype=_fsdp_extensions.CARRIER, device=device).as_subclass(_TideAllGatherOutput)
-    numels = [[item.numel for item in items] for items in group.items]
-    return AllGatherResult(
-        all_gather_output=marker,
-        all_gather_event=event,
-        all_gather_work=None,
-        param_all_gather_input_dtypes=[[item.dtype for item in items] for items in group.items],
-        param_all_gather_input_numels=numels,
-        all_gather_input_split_sizes=[n for param_numels in numels for n in param_numels],
-    )
+    return _land(group, group.ag.gid, a, flat,
+                 [[item.dtype for item in items] for items in group.items],
+                 [[item.numel for item in items] for items in group.items],
+                 _fsdp_extensions.bytes_per_call(group.items, group.world))
 
 
 def _itemsize(dtype: torch.dtype) -> int:

@@ -159,6 +159,10 @@ def local_reason(fsdp_group, layout_reason: str, module_paths: dict | None = Non
         dtensor_reason = _dtensor_reason(fp, name)
         if dtensor_reason:
             return dtensor_reason
+        local = fp._sharded_param_data
+        if type(local) is not torch.Tensor and not _fsdp_extensions.has_extension([fp]):
+            return (f"{name} is a {type(local).__name__} without fsdp_pre_all_gather: TIDE reads "
+                    "dense shards in place (NOTE [extension all-gathers])")
         if getattr(fp, "_has_sharded_grad_dtype_override", False):
             return f"{name} has a grad_dtype override"
         orig, param, reduce = _dtypes(fsdp_group, fp)

@@ -479,6 +479,16 @@ def _activate(state: _Enabled, own_slots: bool = False) -> None:
             group.slot_reason = "not all-gathered during the traced iteration"
 
 
+def _share_slot(slots: dict, group, other=None) -> int:
+    """The slot id ``group``'s other registration (``other``, where given, now takes it)
+    shares: its slot's, or for a group with a slot of its own (-1) a new id, every rank alike."""
+    if slots.get(id(group), -1) < 0:
+        slots[id(group)] = max([-1] + list(slots.values())) + 1
+    if other is not None:
+        slots[id(other)] = slots[id(group)]
+    return slots[id(group)]
+
+
 def _register_twins(comm, mine: list, fp32_grads: set, slots: dict) -> list:
     """NOTE [no-sync accumulation]: registers an fp32-gradient twin for every group of the
     communicator that any rank reduced with fp32 gradients in the traced iteration (agreed
@@ -495,15 +505,13 @@ def _register_twins(comm, mine: list, fp32_grads: set, slots: dict) -> list:
     for group, needed in zip(wanted, local):
         if not needed:
             continue
-        if slots.get(id(group), -1) < 0:  # a slot of its own: give it an id the twin shares
-            slots[id(group)] = max([-1] + list(slots.values())) + 1
         twin = _fsdp_group.TideGroup(group.fsdp_group, group.name + " (fp32 accumulated gradients)")
         reason = _register(twin, comm, "in-place", grad_dtype=torch.float32)[0]
         if reason:
             group.twin_refusal = reason
             continue
         twin.active = True
-        slots[id(twin)] = slots[id(group)]
+        _share_slot(slots, group, twin)
         group.twin = twin
         twins.append(twin)
     return twins
@@ -538,10 +546,8 @@ def _register_extension_outputs(comm, mine: list, slots: dict) -> list:
         if reasons:
             group.fall_back(f"fsdp_pre_all_gather extension: {reasons[0]}")
             continue
-        if slots.get(id(group), -1) < 0:  # a slot of its own: give it an id the outputs share
-            slots[id(group)] = max([-1] + list(slots.values())) + 1
         ag = _fsdp_group.TideGroup(group.fsdp_group, group.name + " (all-gather outputs)")
-        ag.slot = slots[id(group)]
+        ag.slot = _share_slot(slots, group)
         try:
             reason = ag.register(comm, pg, group.mode, items=group.items)
         except (RuntimeError, ValueError) as e:
@@ -550,7 +556,7 @@ def _register_extension_outputs(comm, mine: list, slots: dict) -> list:
             group.fall_back(f"fsdp_pre_all_gather extension: the runtime refused its all-gather outputs ({reason})")
             continue
         ag.active = True
-        slots[id(ag)] = slots[id(group)]
+        _share_slot(slots, group, ag)
         group.ag = ag
         outputs.append(ag)
     return outputs

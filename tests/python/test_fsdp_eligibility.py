@@ -119,6 +119,20 @@ def test_refusal_names_the_parameter_by_its_path():
     assert rows["<root>"]["backend"] == "tide", rows["<root>"]
 
 
+def test_subclass_without_extension_stays_stock():
+    """A tensor-subclass parameter without fsdp_pre_all_gather: its shard has no address of its
+    own (data_ptr() 0 for a wrapper subclass), so the group stays stock, naming the parameter."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    model = _model(blocks=1)
+    weight = model[0].weight.detach()
+    model[0].weight = nn.Parameter(TwoTensor(weight, weight.clone()))
+    fully_shard(model)
+    rows = tide.fsdp.enable(model)
+    assert rows[0]["backend"] == "stock", rows
+    assert "0.weight is a TwoTensor without fsdp_pre_all_gather" in rows[0]["reason"], rows
+
+
 def test_custom_hook_stays_stock():
     from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather
 
