@@ -177,9 +177,11 @@ def _all_gather_items(group, a: dict, args, kwargs):
     params = a["fsdp_params"]
     with _device_handle(a["device"]).stream(a["all_gather_copy_in_stream"]):
         inputs = [fp.all_gather_inputs for fp in params]
-    names = group.param_names()
-    why = (_fsdp_extensions.check_inputs(inputs, names)
-           or _fsdp_extensions.mismatch(_fsdp_extensions.current(inputs, params), group.items, names))
+    why = ""
+    if not _fsdp_extensions.as_laid_out(inputs, params, group.items):  # names only for the reason
+        names = group.param_names()
+        why = (_fsdp_extensions.check_inputs(inputs, names)
+               or _fsdp_extensions.mismatch(_fsdp_extensions.current(inputs, params), group.items, names))
     if why:  # the same on every rank (FSDP2 pads every shard alike): stock FSDP2 for good
         reason = f"its all-gather outputs changed after TIDE laid them out: {why}"
         group.fall_back(reason)

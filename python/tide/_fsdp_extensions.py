@@ -114,6 +114,13 @@ def current(inputs: list[list[torch.Tensor]], fsdp_params) -> list[list[Item]]:
     return items
 
 
+def as_laid_out(inputs: list[list[torch.Tensor]], fsdp_params, items: list[list[Item]]) -> bool:
+    """Whether this call's inputs are dense, contiguous and the laid-out items (the per-call
+    check of step 3; ``check_inputs`` and ``mismatch`` say why not)."""
+    return (all(type(t) is torch.Tensor and t.is_contiguous() for tensors in inputs for t in tensors)
+            and current(inputs, fsdp_params) == items)
+
+
 def layout_reason(items: list[list[Item]], names: list[str], world: int) -> str:
     """Why these items cannot be landed by TIDE-AG ('' when they can), naming the parameter."""
     for name, param_items in zip(names, items):
@@ -141,7 +148,7 @@ def check_inputs(inputs: list[list[torch.Tensor]], names: list[str]) -> str:
     """Why an all-gather input cannot be read in place by TIDE-AG ('' when all can)."""
     for name, tensors in zip(names, inputs):
         for k, t in enumerate(tensors):
-            if type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter):
+            if type(t) is not torch.Tensor:
                 return f"{name}: all-gather output {k} is a {type(t).__name__}, not a dense tensor"
             if not t.is_contiguous():
                 return f"{name}: all-gather output {k} is not contiguous"

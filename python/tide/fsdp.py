@@ -340,14 +340,13 @@ def _open_communicator(pg, device, timeout_s: float, generation: int):
     return (None, reason) if reason else (comm, "")
 
 
-def _register(group, comm, mode: str, grad_dtype=None) -> tuple[str, bool]:
+def _register(group, comm, mode: str) -> tuple[str, bool]:
     """Registers the group (a collective over the store): (the runtime's refusal or '', whether
     the bootstrap itself failed). A bootstrap that fails (a peer that does not answer within
     the timeout) is a reason, agreed later, not an error."""
     try:
         pg = group.fsdp_group.mesh_info.shard_process_group
-        extra = {} if grad_dtype is None else {"grad_dtype": grad_dtype}
-        return group.register(comm, pg, mode, **extra), False
+        return group.register(comm, pg, mode), False
     except (RuntimeError, ValueError) as e:
         why = _one_line(str(e))
         return f"registration with the TIDE runtime failed (is every rank calling enable()?): {why}", True
@@ -479,14 +478,12 @@ def _activate(state: _Enabled, own_slots: bool = False) -> None:
             group.slot_reason = "not all-gathered during the traced iteration"
 
 
-def _share_slot(slots: dict, group, other=None) -> int:
-    """The slot id ``group``'s other registration (``other``, where given, now takes it)
-    shares: its slot's, or for a group with a slot of its own (-1) a new id, every rank alike."""
+def _share_slot(slots: dict, group, other) -> None:
+    """``other`` (a registration of ``group``'s FSDP2 group) takes ``group``'s slot id: its
+    slot's, or for a group with a slot of its own (-1) a new id, every rank alike."""
     if slots.get(id(group), -1) < 0:
         slots[id(group)] = max([-1] + list(slots.values())) + 1
-    if other is not None:
-        slots[id(other)] = slots[id(group)]
-    return slots[id(group)]
+    slots[id(other)] = slots[id(group)]
 
 
 def _register_twins(comm, mine: list, fp32_grads: set, slots: dict) -> list:
@@ -505,16 +502,30 @@ def _register_twins(comm, mine: list, fp32_grads: set, slots: dict) -> list:
     for group, needed in zip(wanted, local):
         if not needed:
             continue
-        twin = _fsdp_group.TideGroup(group.fsdp_group, group.name + " (fp32 accumulated gradients)")
-        reason = _register(twin, comm, "in-place", grad_dtype=torch.float32)[0]
+        twin, reason = _register_sibling(comm, group, "fp32 accumulated gradients", slots,
+                                         mode="in-place", grad_dtype=torch.float32)
         if reason:
             group.twin_refusal = reason
             continue
-        twin.active = True
-        _share_slot(slots, group, twin)
         group.twin = twin
         twins.append(twin)
     return twins
+
+
+def _register_sibling(comm, group, what: str, slots: dict, **register):
+    """Another registration of ``group``'s FSDP2 group (``what`` it holds), in the group's
+    landing slot (``_share_slot``): (the registration, '') or (None, the runtime's refusal).
+    ``register``: TideGroup.register's keywords."""
+    sibling = _fsdp_group.TideGroup(group.fsdp_group, f"{group.name} ({what})")
+    try:
+        reason = sibling.register(comm, group.pg, **register)
+    except (RuntimeError, ValueError) as e:
+        reason = _one_line(str(e))
+    if reason:
+        return None, reason
+    sibling.active = True
+    _share_slot(slots, group, sibling)
+    return sibling, ""
 
 
 def _register_extension_outputs(comm, mine: list, slots: dict) -> list:
@@ -546,17 +557,11 @@ def _register_extension_outputs(comm, mine: list, slots: dict) -> list:
         if reasons:
             group.fall_back(f"fsdp_pre_all_gather extension: {reasons[0]}")
             continue
-        ag = _fsdp_group.TideGroup(group.fsdp_group, group.name + " (all-gather outputs)")
-        ag.slot = _share_slot(slots, group)
-        try:
-            reason = ag.register(comm, pg, group.mode, items=group.items)
-        except (RuntimeError, ValueError) as e:
-            reason = _one_line(str(e))
+        ag, reason = _register_sibling(comm, group, "all-gather outputs", slots,
+                                       mode=group.mode, items=group.items)
         if reason:
             group.fall_back(f"fsdp_pre_all_gather extension: the runtime refused its all-gather outputs ({reason})")
             continue
-        ag.active = True
-        _share_slot(slots, group, ag)
         group.ag = ag
         outputs.append(ag)
     return outputs
