@@ -10,6 +10,13 @@ run_quietly build/logs/install-deps.log "tide: system packages" scripts/install-
 run_quietly build/logs/python-deps.log "tide: Python packages (torch, nanobind, ...)" \
   scripts/install-python-deps.sh >&2
 python=$(tail -1 build/logs/python-deps.log)
+# A development link (site-packages/tide -> a source tree) would make pip's uninstall step move
+# and delete the linked sources; drop the link, pip then installs a real copy.
+linked=$("$python" -c 'import os, sysconfig; p = os.path.join(sysconfig.get_paths()["purelib"], "tide"); print(p if os.path.islink(p) else "")')
+if [[ -n "$linked" ]]; then
+  echo "tide: removing the development link $linked -> $(readlink "$linked")" >&2
+  rm "$linked"
+fi
 cmake_args=${CMAKE_ARGS:-}
 if command -v ccache >/dev/null; then
   cmake_args="$cmake_args -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"
