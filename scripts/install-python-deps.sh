@@ -4,7 +4,8 @@
 # expecttest (torch's own FSDP2 test classes import it), and for tests/python/test_torchtitan.py
 # torchtitan 0.3.0 (Python >= 3.11; its wheel pulls in spmd_types 0.2.3, torchdata, datasets,
 # tyro, torch_checkpointing, safetensors, tensorboard, wandb, einops and pillow, none of which
-# asks for another torch than >= 2.11) and tokenizers (the test's offline tokenizer).
+# asks for another torch than >= 2.11) and tokenizers (the test's offline tokenizer), and for
+# tests/python/test_fsdp_torchao_float8.py torchao 0.18.0 (float8 training; no dependencies).
 # Into the python3 on the PATH, or into .venv (made here, seeing the system's packages) where
 # that python3 refuses installs (PEP 668). Idempotent: what is present is left alone.
 # Prints the python to use on its last line.
@@ -43,6 +44,11 @@ import torchtitan
 sys.exit(0 if version("torchtitan") == "0.3.0" else 1)
 PY
 fi
+"$python" - <<'PY' >/dev/null 2>&1 || missing+=(torchao)
+import sys
+from importlib.metadata import version
+sys.exit(0 if version("torchao") == "0.18.0" else 1)
+PY
 if [ ${#missing[@]} -gt 0 ]; then
   packages=()
   for m in "${missing[@]}"; do
@@ -50,6 +56,7 @@ if [ ${#missing[@]} -gt 0 ]; then
       torch) packages+=("torch>=2.11") ;;
       scikit_build_core) packages+=("scikit-build-core>=0.10") ;;
       torchtitan) packages+=("torchtitan==0.3.0") ;;
+      torchao) packages+=("torchao==0.18.0") ;;
       *) packages+=("$m") ;;
     esac
   done
