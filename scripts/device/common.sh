@@ -32,3 +32,17 @@ has() { [[ " $STEPS " == *" $1 "* ]]; }
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 ))s]"; }
 pack_logs() { tar czf "$OUT/logs.tgz" -C "$OUT" logs 2>/dev/null && rm -rf "$LOG"; }
+# python_module BUILD: tide._C built in BUILD (configured here with TIDE_PYTHON=ON where the
+# caller has not) beside a copy of python/tide in BUILD/pyroot, which goes first on PYTHONPATH
+# (pip install . would rebuild the whole tree: minutes of device time). Logs to $LOG/build.log.
+python_module() {
+  local build=$1 root
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTIDE_WERROR=OFF -DTIDE_PYTHON=ON \
+    "${COMPILERS[@]}" >> "$LOG/build.log" 2>&1 &&
+    cmake --build "$build" -j "$(nproc)" --target _C >> "$LOG/build.log" 2>&1 || return 1
+  root="$(realpath -m "$build")/pyroot"
+  rm -rf "$root" && mkdir -p "$root/tide"
+  cp -r python/tide/. "$root/tide/"
+  cp "$build"/src/python/_C*.so "$build"/src/python/_version.py "$root/tide/"
+  export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+}

@@ -34,13 +34,9 @@ if has build; then
     note "BUILD FAILED $(stamp)"; grep -E "error|FAILED" "$LOG/build.log" | head -30 | tee -a "$summary"
     pack_logs; exit 1
   fi
-  root="$(realpath -m "$BUILD")/pyroot"
-  rm -rf "$root" && mkdir -p "$root/tide"
-  cp -r python/tide/. "$root/tide/"
-  cp "$BUILD"/src/python/_C*.so "$BUILD"/src/python/_version.py "$root/tide/"
   note "build ok $(stamp)"
 fi
-export PYTHONPATH="$(realpath -m "$BUILD")/pyroot${PYTHONPATH:+:$PYTHONPATH}"
+python_module "$BUILD" || { note "MODULE BUILD FAILED $(stamp)"; pack_logs; exit 1; }
 
 if has runner; then
   timeout 150 "$BUILD/tests/exec/tide_cuda_ep_lane_tests" > "$LOG/runner.log" 2>&1

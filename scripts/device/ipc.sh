@@ -19,7 +19,7 @@
 #              flags: without --staged-shards the all-gathers' messages move only the arena, so
 #              their slot graphs replay; HOST_FAULTS=0 skips the faults, HOST_FAULTS=release runs only the releases
 #   sanitizer  compute-sanitizer memcheck on a 2-process check-runtime run
-#   module     tide._C built with the tree, python/tide beside it on PYTHONPATH (no pip)
+#   module     tide._C built with the tree, python/tide beside it on PYTHONPATH (no pip: python_module)
 #   package    pip install . against the image's torch
 #   fsdp       FSDP2 parity, 2 and 4 processes on the GPU (4: HSDP 2 x 2), TIDE on ipc vs stock
 #              on gloo (tests/python/test_fsdp_ipc_gpu.py)
@@ -253,15 +253,7 @@ if has sanitizer; then
 fi
 
 if has module; then
-  # The package without pip: tide._C built in $BUILD (TIDE_PYTHON=ON) beside python/tide, on
-  # PYTHONPATH (pip install . rebuilds the whole tree: minutes of device time).
-  if cmake -S . -B "$BUILD" -DTIDE_PYTHON=ON >> "$LOG/build.log" 2>&1 &&
-     cmake --build "$BUILD" -j 16 --target _C >> "$LOG/build.log" 2>&1; then
-    root="$(realpath -m "$BUILD")/pyroot"
-    rm -rf "$root" && mkdir -p "$root/tide"
-    cp -r python/tide/. "$root/tide/"
-    cp "$BUILD"/src/python/_C*.so "$BUILD"/src/python/_version.py "$root/tide/"
-    export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+  if python_module "$BUILD"; then
     note "module ok $(stamp): $(python3 -c "import tide, tide._C as C; print(tide.__file__, 'ipc allocator', C.ipc_allocator)" 2>&1 | tail -1)"
   else
     rc_all=1
