@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "onenode_program.hpp"
 #include "tide/core/layout.hpp"
 #include "tide/core/models.hpp"
 #include "tide/core/rs_defaults.hpp"
@@ -124,12 +125,6 @@ std::vector<double> time_copies(std::int64_t bytes, int streams, int repeats) {
   return ms;
 }
 
-struct Variant {
-  std::string name;
-  tide::RsMode mode;
-  bool pull;
-};
-
 void fill_all(tide::exec::CudaExecutor& ex, const Program& p) {
   // 0x3C bytes: finite bf16 and fp32 values (about 0.0115); the values are not checked here
   // (tide_cuda_executor_tests checks them bitwise).
@@ -214,9 +209,7 @@ int main(int argc, char** argv) {
       "copy rate, and these are not NVLink timings";
   json j = {{"gpu", prop.name}, {"repeats", repeats}, {"caveat", caveat}, {"rows", json::array()}};
 
-  const std::vector<Variant> variants = {{"in-place", tide::RsMode::kInPlace, false},
-                                         {"slot-reuse-pull", tide::RsMode::kSlotReuse, true},
-                                         {"slot-reuse-push", tide::RsMode::kSlotReuse, false}};
+  const auto& variants = tide::bench::one_node_variants();  // shared with the prediction
   std::ostringstream md;
   md << "# tide_onenode_bench on " << prop.name << "\n\n"
      << caveat << ".\n\n"
@@ -243,7 +236,7 @@ int main(int argc, char** argv) {
       auto gbps = [](std::int64_t bytes, double ms) {
         return ms > 0 ? static_cast<double>(bytes) / (ms * 1e6) : 0.0;
       };
-      for (const Variant& v : variants) {
+      for (const tide::bench::OneNodeVariant& v : variants) {
         for (bool accumulate : {false, true}) {
           json row = {{"layer", model},
                       {"split", "1x" + std::to_string(l)},
@@ -252,16 +245,8 @@ int main(int argc, char** argv) {
                       {"accumulate", accumulate},
                       {"ns_bytes", ns_bytes},
                       {"grad_bytes", grad_bytes}};
-          tide::RsOptions ro;
-          ro.mode = v.mode;
-          ro.one_node = true;
-          ro.one_node_pull = v.pull;
-          ro = tide::with_default_rounds_in_flight(ro, layout);
-          const tide::RsPlan plan(layout, ro);
-          tide::program::RsProgramOptions po;  // the library's CTA budgets
-          po.alpha = 1.0f / static_cast<float>(n);
-          po.accumulate = accumulate;
-          const Program program = tide::program::build_rs_program(plan, po);
+          const tide::RsPlan plan = tide::bench::one_node_plan(layout, v);
+          const Program program = tide::bench::one_node_program(plan, n, accumulate);
           const std::int64_t buffers = program_bytes(program);
           row["buffer_bytes"] = buffers;
           row["chunk_elems"] = plan.chunk_elems();

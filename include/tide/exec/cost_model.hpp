@@ -4,9 +4,11 @@
 #pragma once
 
 #include <iosfwd>
+#include <memory>
 #include <string>
 
 #include "tide/core/machine_rates.hpp"
+#include "tide/exec/virtual_fabric_machine.hpp"
 #include "tide/program/program.hpp"
 
 namespace tide::exec {
@@ -39,10 +41,15 @@ struct CostModel {
   double nccl_fold_gbps = 724.0;
   // Concurrent transfers of one GPU share its per-GPU rates (NOTE [cost model]).
   bool share_links = true;
+  // Set: every rank shares this one GPU (NOTE [virtual-fabric machine]); the rates above give
+  // only the fixed costs (launches, memops, events, host enqueue).
+  std::shared_ptr<const VirtualFabricMachine> virtual_fabric;
 };
 
 // The defaults with the fields `json_text` (a JSON object) names replaced. InvalidArgument on
-// malformed JSON, an unknown name, a wrong type or a non-positive rate.
+// malformed JSON, an unknown name, a wrong type or a non-positive rate. A virtual-fabric
+// machine file ("machine": "virtual-fabric") is read whole: its "cost_model" object replaces
+// the defaults' fixed costs, and the rest sets CostModel::virtual_fabric.
 CostModel parse_cost_model(const std::string& json_text);
 // Reads `path` and parses it as above; throws InvalidArgument if it cannot be read.
 CostModel load_cost_model(const std::string& path);

@@ -69,6 +69,13 @@ CostModel parse_cost_model(const std::string& json_text) {
     throw InvalidArgument(std::string("cost model: malformed JSON: ") + e.what());
   }
   if (!j.is_object()) throw InvalidArgument("cost model: expected a JSON object of parameters");
+  if (j.contains("machine")) {  // a machine file: NOTE [virtual-fabric machine]
+    auto machine =
+        std::make_shared<const VirtualFabricMachine>(parse_virtual_fabric_machine(json_text));
+    CostModel model = parse_cost_model(j.contains("cost_model") ? j["cost_model"].dump() : "{}");
+    model.virtual_fabric = std::move(machine);
+    return model;
+  }
   CostModel model;
   for (const auto& item : j.items()) {
     const std::string& key = item.key();

@@ -2,6 +2,10 @@
 // predecessor completed, its host issued it, and (waits) its condition holds. Completions
 // are popped in (time, seeded tie-break) order; after each, newly startable stream heads
 // start in a seeded order. With data, each completion is race-checked and then applied.
+// On a virtual-fabric machine (NOTE [virtual-fabric machine]) one host thread issues every
+// rank's ops in a legal order, streams share hardware queues, and transfers and kernels are
+// flows sharing one GPU's HBM and copy engines: their completions are recomputed whenever a
+// flow starts or ends.
 #include "scheduler.hpp"
 
 #include <algorithm>
@@ -13,6 +17,8 @@
 #include "clock.hpp"
 #include "races.hpp"
 #include "semantics.hpp"
+#include "tide/core/dtype.hpp"
+#include "tide/program/legal_order.hpp"
 
 namespace tide::exec::detail {
 namespace {
@@ -41,6 +47,7 @@ struct QueueEvent {
   std::uint64_t tie = 0;
   std::int64_t order = 0;
   bool wake = false;  // a stream's head becomes issued (id = stream), else a completion (op)
+  bool flow = false;  // the shared GPU's next flow event (id = flow generation)
   int id = 0;
   bool operator>(const QueueEvent& o) const {
     return std::tie(time, tie, order) > std::tie(o.time, o.tie, o.order);
@@ -96,6 +103,19 @@ struct EventState {
 
 enum Link { kCopyEngine = 0, kNvlink = 1, kNic = 2, kLinks = 3 };
 
+// A transfer or kernel on the virtual fabric's one GPU: after `ready` (its launch) it moves
+// `left` HBM bytes at the rate the sharing gives it, at most `cap` bytes per microsecond.
+struct Flow {
+  int op = 0;
+  double start = 0;
+  double ready = 0;
+  double left = 0;
+  double cap = 0;
+  bool copy = false;  // a copy-engine copy (shares the copy engines too)
+  int ctas = 0;       // SM CTAs it holds (0: none)
+  double rate = 0;
+};
+
 class Simulation {
  public:
   Simulation(const program::Program& program, const BufferTable& table, const StaticFacts& facts,
@@ -133,9 +153,17 @@ class Simulation {
   void touch_tensors(const Op& o);
   void release_tensor(const program::ReleaseOp& o);
   void report_deadlock();
-  void push(double time, bool wake, int id) {
-    queue_.push(QueueEvent{time, rng_.next(), order_++, wake, id});
+  void push(double time, bool wake, int id, bool flow = false) {
+    queue_.push(QueueEvent{time, rng_.next(), order_++, wake, flow, id});
   }
+  // Virtual fabric (NOTE [virtual-fabric machine]).
+  const VirtualFabricMachine* vf() const { return opt_.cost.virtual_fabric.get(); }
+  void place_virtual_fabric(const std::vector<double>& host_free);
+  bool start_flow(int i, const Op& o, double jitter);
+  void advance_flows();
+  void share_flows();
+  void schedule_flows();
+  void on_flow_event();
 
   const program::Program& p_;
   const BufferTable& table_;
@@ -153,6 +181,15 @@ class Simulation {
   std::vector<CounterState> counters_;
   std::vector<EventState> events_;
   std::vector<double> link_free_;
+  // Virtual fabric: per op its hardware queue and position there (-1: none); per queue the
+  // ops started and the streams blocked on it; the flows and their clock.
+  std::vector<int> hwq_of_;
+  std::vector<int> hwq_pos_;
+  std::vector<int> hwq_started_;
+  std::vector<std::vector<int>> hwq_waiters_;
+  std::vector<Flow> flows_;
+  double flow_time_ = 0;
+  int flow_gen_ = 0;
   std::priority_queue<QueueEvent, std::vector<QueueEvent>, std::greater<>> queue_;
   std::int64_t order_ = 0;
   std::int64_t placed_ = 0;
@@ -181,6 +218,7 @@ void Simulation::run(const std::vector<InputRange>& inputs) {
     streams_[static_cast<std::size_t>(comp_of(o))].ops.push_back(static_cast<int>(i));
     ++placed_;  // ops without a valid (rank, stream) never run (reported as malformed)
   }
+  if (vf() != nullptr) place_virtual_fabric(host);
   counters_.resize(static_cast<std::size_t>(ranks) * static_cast<std::size_t>(p_.counters));
   for (const Op& o : p_.ops) {
     const auto* w = o.get_if<program::WaitOp>();
@@ -225,7 +263,9 @@ void Simulation::run(const std::vector<InputRange>& inputs) {
     const QueueEvent e = queue_.top();
     queue_.pop();
     now_ = e.time;
-    if (e.wake) {
+    if (e.flow) {
+      if (e.id == flow_gen_) on_flow_event();
+    } else if (e.wake) {
       streams_[static_cast<std::size_t>(e.id)].wake_pending = false;
       pending_.push_back(e.id);
     } else {
@@ -293,6 +333,12 @@ void Simulation::try_start(int si) {
     return;
   }
   const bool valid = facts_.valid[static_cast<std::size_t>(i)] != 0;
+  const int hwq = hwq_of_.empty() ? -1 : hwq_of_[static_cast<std::size_t>(i)];
+  if (hwq >= 0 &&
+      hwq_pos_[static_cast<std::size_t>(i)] != hwq_started_[static_cast<std::size_t>(hwq)]) {
+    hwq_waiters_[static_cast<std::size_t>(hwq)].push_back(si);  // earlier ops of its queue first
+    return;
+  }
   bool round_wait = false;
   // Conditions of waits, and their happens-before joins.
   const auto* w = o.get_if<program::WaitOp>();
@@ -324,6 +370,20 @@ void Simulation::try_start(int si) {
 
   ++s.seq;
   s.running = true;
+  if (hwq >= 0) {
+    ++hwq_started_[static_cast<std::size_t>(hwq)];
+    auto& blocked = hwq_waiters_[static_cast<std::size_t>(hwq)];
+    pending_.insert(pending_.end(), blocked.begin(), blocked.end());
+    blocked.clear();
+  }
+  if (vf() != nullptr && valid) {
+    const double jitter = opt_.jitter > 0 ? 1.0 + opt_.jitter * (2.0 * rng_.uniform() - 1.0) : 1.0;
+    if (start_flow(i, o, jitter)) {
+      if (opt_.record_times) result_.op_times[static_cast<std::size_t>(i)].start_us = now_;
+      touch_tensors(o);
+      return;  // completes through on_flow_event()
+    }
+  }
   // Malformed geometry must not move time backwards.
   double duration = std::max(0.0, op_duration_us(opt_.cost, o));
   if (round_wait) {
@@ -457,6 +517,188 @@ void Simulation::release_tensor(const program::ReleaseOp& o) {
   released += delta;
   live_bytes_[static_cast<std::size_t>(o.dst.buffer.rank)] -= delta;
   if (released >= table_.size(index)) live_[static_cast<std::size_t>(index)] = 0;
+}
+
+// NOTE [virtual-fabric machine], host and queues: one host thread issues every rank's ops in a
+// legal order (as the CUDA executor enqueues them), host_enqueue_us apart (a release enqueues
+// nothing); streams are created in that order, after the executor's own caller stream, and
+// take the hardware queues round-robin; each queue starts its ops in submission order.
+void Simulation::place_virtual_fabric(const std::vector<double>& /*per_rank_host*/) {
+  const program::LegalOrder legal = program::legal_order(p_);
+  std::vector<int> order = legal.order;
+  order.insert(order.end(), legal.unplaced.begin(), legal.unplaced.end());
+  const int queues = vf()->hw_queues;
+  std::vector<int> queue_of_comp(streams_.size(), -1);
+  int created = 1;  // the executor's caller stream is the device's first
+  if (queues > 0) {
+    hwq_of_.assign(p_.ops.size(), -1);
+    hwq_pos_.assign(p_.ops.size(), -1);
+    hwq_started_.assign(static_cast<std::size_t>(queues), 0);
+    hwq_waiters_.assign(static_cast<std::size_t>(queues), {});
+  }
+  std::vector<int> queued(static_cast<std::size_t>(std::max(queues, 0)), 0);
+  double host = 0;
+  for (const int i : order) {
+    const Op& o = op(i);
+    if (o.rank < 0 || o.rank >= p_.ranks || o.stream < 0 || o.stream >= streams_per_rank_) continue;
+    const bool enqueues = !o.is<program::ReleaseOp>();
+    if (enqueues && !o.inside_kernel) host += opt_.cost.host_enqueue_us;
+    issue_[static_cast<std::size_t>(i)] = host;
+    if (queues <= 0) continue;
+    int& q = queue_of_comp[static_cast<std::size_t>(comp_of(o))];
+    if (q < 0) q = created++ % queues;
+    if (!enqueues) continue;
+    hwq_of_[static_cast<std::size_t>(i)] = q;
+    hwq_pos_[static_cast<std::size_t>(i)] = queued[static_cast<std::size_t>(q)]++;
+  }
+}
+
+// NOTE [virtual-fabric machine], flows: a copy, sum, landing, cast or zero fill is a flow of
+// HBM bytes after its launch latency, capped by its own rate (a copy engine's one-stream rate;
+// a kernel's CTAs times its per-CTA rate, scaled by sms / CTAs when the kernels in flight hold
+// more CTAs than the GPU has SMs). Copies share the aggregate copy-engine rate for their count,
+// then every flow shares HBM, each max-min fair. Returns false for ops that are not flows.
+bool Simulation::start_flow(int i, const Op& o, double jitter) {
+  const VirtualFabricMachine& m = *vf();
+  const double launch = o.inside_kernel ? 0.0 : opt_.cost.kernel_launch_us;
+  Flow f;
+  f.op = i;
+  f.start = now_;
+  double latency = launch;
+  switch (o.kind()) {
+    case OpKind::kCopy: {
+      const program::CopyOp& c = o.as<program::CopyOp>();
+      double bytes = 0;
+      for (const program::CopyDescriptor& d : c.copies)
+        bytes += static_cast<double>(d.dst.bytes());
+      f.ctas = c.ctas;
+      f.copy = c.ctas == 0;
+      if (f.copy) latency = o.inside_kernel ? 0.0 : opt_.cost.copy_launch_us;
+      f.left = 2.0 * bytes;  // read + written
+      f.cap = f.copy ? 2e3 * m.copy_gbps(1) : 1e3 * m.hbm_gbps;
+      break;
+    }
+    case OpKind::kSum: {
+      const program::SumOp& sum = o.as<program::SumOp>();
+      const double elems = static_cast<double>(sum.dst.bytes()) / 4.0;  // fp32 out
+      const int l = static_cast<int>(sum.staged.size()) + 1;
+      const double per_elem =
+          l * static_cast<double>(item_bytes(sum.in_dtype)) + 4.0 + (sum.accumulate ? 4.0 : 0.0);
+      f.ctas = std::max(1, sum.ctas);
+      f.left = elems * per_elem;
+      f.cap = f.ctas * m.sum_elems_per_us(l, sum.accumulate) * per_elem;
+      break;
+    }
+    case OpKind::kLand: {
+      const program::LandOp& land = o.as<program::LandOp>();
+      const double out = static_cast<double>(land.dst.bytes());
+      const double per_out =
+          static_cast<double>(land.sources.size()) + 1.0 + (land.accumulate ? 1.0 : 0.0);
+      f.ctas = std::max(1, land.ctas);
+      f.left = out * per_out;
+      f.cap = f.ctas * 1e3 * m.land_cta_gbps * per_out;
+      break;
+    }
+    case OpKind::kCast: {
+      const program::CastOp& cast = o.as<program::CastOp>();
+      f.ctas = std::max(1, cast.ctas);
+      f.left = static_cast<double>(cast.src.bytes() + cast.dst.bytes());
+      f.cap = f.ctas * 1e3 * m.cast_cta_gbps;
+      break;
+    }
+    case OpKind::kZero:
+      f.left = static_cast<double>(o.as<program::ZeroOp>().dst.bytes());
+      f.cap = 1e3 * m.hbm_gbps;
+      break;
+    default:
+      return false;
+  }
+  f.ready = now_ + latency * jitter;
+  f.left *= jitter;
+  advance_flows();
+  flows_.push_back(f);
+  share_flows();
+  schedule_flows();
+  return true;
+}
+
+void Simulation::advance_flows() {
+  const double dt = now_ - flow_time_;
+  if (dt > 0) {
+    for (Flow& f : flows_)
+      f.left -= f.rate * dt;
+  }
+  flow_time_ = now_;
+}
+
+void Simulation::share_flows() {
+  const VirtualFabricMachine& m = *vf();
+  std::vector<Flow*> active, copies;
+  int ctas = 0;
+  for (Flow& f : flows_) {
+    f.rate = 0;
+    if (f.ready > now_ || f.left <= 0) continue;
+    active.push_back(&f);
+    ctas += f.ctas;
+    if (f.copy) copies.push_back(&f);
+  }
+  const double sm_scale = ctas > m.sms ? static_cast<double>(m.sms) / ctas : 1.0;
+  std::vector<double> cap(flows_.size());
+  auto index = [&](const Flow* f) { return static_cast<std::size_t>(f - flows_.data()); };
+  for (Flow* f : active)
+    cap[index(f)] = f->ctas > 0 ? f->cap * sm_scale : f->cap;
+  // Max-min fair shares of `capacity` among `group`, each at most its cap; writes the caps.
+  auto fill = [&](std::vector<Flow*> group, double capacity) {
+    std::sort(group.begin(), group.end(),
+              [&](const Flow* a, const Flow* b) { return cap[index(a)] < cap[index(b)]; });
+    double left = capacity;
+    std::size_t n = group.size();
+    for (Flow* f : group) {
+      const double share = std::min(cap[index(f)], left / static_cast<double>(n--));
+      cap[index(f)] = share;
+      left -= share;
+    }
+  };
+  if (!copies.empty()) fill(copies, 2e3 * m.copy_gbps(static_cast<int>(copies.size())));
+  fill(active, 1e3 * m.hbm_gbps);
+  for (Flow* f : active)
+    f->rate = cap[index(f)];
+}
+
+void Simulation::schedule_flows() {
+  ++flow_gen_;
+  double next = -1;
+  for (const Flow& f : flows_) {
+    double t = now_;
+    if (f.ready > now_) {
+      t = f.ready;
+    } else if (f.left > 0) {
+      if (!(f.rate > 0)) continue;
+      t = now_ + f.left / f.rate;
+    }
+    if (next < 0 || t < next) next = t;
+  }
+  if (next >= 0) push(next, false, flow_gen_, true);
+}
+
+void Simulation::on_flow_event() {
+  advance_flows();
+  std::vector<int> done;
+  std::vector<Flow> kept;
+  for (const Flow& f : flows_) {
+    // Done once launched and its bytes moved (a relative tolerance for rounding).
+    if (f.ready <= now_ && f.left <= 1e-9 * std::max(1.0, f.cap)) {
+      done.push_back(f.op);
+      if (f.ctas > 0) result_.sm_time_us += f.ctas * (now_ - f.start);
+    } else {
+      kept.push_back(f);
+    }
+  }
+  flows_ = std::move(kept);
+  share_flows();
+  schedule_flows();
+  for (const int i : done)
+    complete(i);
 }
 
 void Simulation::report_deadlock() {
