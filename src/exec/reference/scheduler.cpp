@@ -520,9 +520,10 @@ void Simulation::release_tensor(const program::ReleaseOp& o) {
 }
 
 // NOTE [virtual-fabric machine], host and queues: one host thread issues every rank's ops in a
-// legal order (as the CUDA executor enqueues them), host_enqueue_us apart (a release enqueues
-// nothing); streams are created in that order, after the executor's own caller stream, and
-// take the hardware queues round-robin; each queue starts its ops in submission order.
+// legal order (as the CUDA executor enqueues them), host_enqueue_us apart (a copy: per
+// descriptor; a release enqueues nothing); streams are created in that order, after the executor's
+// own caller stream, and take the hardware queues round-robin; each queue starts its ops in
+// submission order.
 void Simulation::place_virtual_fabric(const std::vector<double>& /*per_rank_host*/) {
   const program::LegalOrder legal = program::legal_order(p_);
   std::vector<int> order = legal.order;
@@ -542,7 +543,11 @@ void Simulation::place_virtual_fabric(const std::vector<double>& /*per_rank_host
     const Op& o = op(i);
     if (o.rank < 0 || o.rank >= p_.ranks || o.stream < 0 || o.stream >= streams_per_rank_) continue;
     const bool enqueues = !o.is<program::ReleaseOp>();
-    if (enqueues && !o.inside_kernel) host += opt_.cost.host_enqueue_us;
+    // A copy is one cudaMemcpyAsync per descriptor (NOTE [CUDA executor op mapping]).
+    double calls = 1;
+    if (const auto* copy = o.get_if<program::CopyOp>())
+      calls = static_cast<double>(std::max<std::size_t>(1, copy->copies.size()));
+    if (enqueues && !o.inside_kernel) host += calls * opt_.cost.host_enqueue_us;
     issue_[static_cast<std::size_t>(i)] = host;
     if (queues <= 0) continue;
     int& q = queue_of_comp[static_cast<std::size_t>(comp_of(o))];
