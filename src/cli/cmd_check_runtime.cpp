@@ -54,6 +54,7 @@ struct CheckRuntimeArgs {
   std::string mode = "in-place";
   std::string sub_slices = std::string(sub_slices_name(RsOptions{}.sub_slices));
   bool cast = false;
+  std::string ag_dtype = "bf16";  // the all-gather dtype (fp8, u8: random byte codes)
   bool staged_shards = false;
   bool ring = false;
   bool nodes_as_hosts = false;
@@ -128,22 +129,23 @@ std::mt19937_64 call_rng(std::uint64_t seed, int call) {
   return std::mt19937_64(seq);
 }
 
-// Packed bf16 (or fp32 master) shards of every rank for an all-gather call.
+// Packed shards in the all-gather dtype (or fp32 masters) of every rank for an all-gather call.
 struct AgInputs {
-  std::vector<std::vector<std::uint16_t>> packed;  // [rank]: the bf16 shard as landed
-  std::vector<std::vector<float>> masters;         // [rank]: fp32 masters (with a cast)
+  std::vector<std::vector<std::byte>> packed;  // [rank]: the shard as landed (S bytes)
+  std::vector<std::vector<float>> masters;     // [rank]: fp32 masters (with a cast)
 };
 
+// bf16 (rounded from fp32 masters with a cast), fp32, or random byte codes 1..255 for fp8 and
+// u8 (NOTE [1-byte all-gather items]).
 AgInputs ag_inputs(std::mt19937_64& rng, const GroupLayout& layout, bool cast) {
   AgInputs in;
   const int world = layout.topology().world();
   for (int r = 0; r < world; ++r) {
-    std::vector<std::uint16_t> shard(static_cast<std::size_t>(layout.shard_elems()));
     std::vector<float> master(static_cast<std::size_t>(layout.shard_elems()));
-    for (std::size_t i = 0; i < shard.size(); ++i) {
-      master[i] = random_value(rng, cast ? DType::kFp32 : DType::kBf16);
-      shard[i] = arith::float_to_bf16(master[i]);
-    }
+    for (float& v : master)
+      v = random_value(rng, cast ? DType::kFp32 : layout.ag_dtype());
+    std::vector<std::byte> shard(static_cast<std::size_t>(layout.shard_bytes()));
+    store_values(master, layout.ag_dtype(), shard);
     in.packed.push_back(std::move(shard));
     if (cast) in.masters.push_back(std::move(master));
   }
@@ -242,13 +244,14 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
     spec.mode = mode;
     spec.sub_slices = parse_sub_slices(a.sub_slices);
     spec.cast = a.cast;
+    spec.ag_dtype = parse_dtype(a.ag_dtype, "--ag-dtype");
     spec.staged_shards = a.staged_shards;
     // FSDP2's ring (App. F): group g lands in slot g mod 2, released after its check.
     spec.landing_slot = a.ring ? static_cast<int>(ids.size()) % 2 : -1;
     const runtime::Registration reg = comm->register_group(spec);
     if (reg.group < 0) throw Unsupported("group '" + g.name + "' refused: " + reg.reason);
     ids.push_back(reg.group);
-    layouts.emplace_back(topo, g.params, DType::kBf16, DType::kBf16);
+    layouts.emplace_back(topo, g.params, spec.ag_dtype, DType::kBf16);
     RsOptions rs;
     rs.mode = mode;
     rs.sub_slices = spec.sub_slices;
@@ -276,17 +279,19 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
       const bool by_pointer = a.cast || a.staged_shards || call % 2 == 1;
       for (int p = 0; p < layout.param_count() && by_pointer; ++p) {
         const ParamLayout& pl = layout.param(p);
-        const std::size_t first = static_cast<std::size_t>(pl.offset / 2);
-        const void* src = a.cast ? static_cast<const void*>(
-                                       in.masters[static_cast<std::size_t>(rank)].data() + first)
-                                 : static_cast<const void*>(packed.data() + first);
-        shards.push_back(
-            buffers.make(src, static_cast<std::size_t>(pl.shard_elems()) * (a.cast ? 4 : 2)));
+        const void* src =
+            a.cast ? static_cast<const void*>(in.masters[static_cast<std::size_t>(rank)].data() +
+                                              pl.out_offset)
+                   : static_cast<const void*>(packed.data() + pl.offset);
+        shards.push_back(buffers.make(
+            src, static_cast<std::size_t>(a.cast ? pl.shard_elems() * 4 : pl.shard_bytes)));
       }
       if (!by_pointer) {
         memory->write(info.resident, packed.data(), static_cast<std::size_t>(layout.shard_bytes()));
       }
-      memory->fill(info.landing, 0xFF, static_cast<std::size_t>(info.landing_bytes));  // poison
+      // Poison: 0xFF bytes, or 0 for 1-byte items (their codes are 1..255).
+      memory->fill(info.landing, item_bytes(layout.ag_dtype()) == 1 ? 0x00 : 0xFF,
+                   static_cast<std::size_t>(info.landing_bytes));
       comm->all_gather(ids[static_cast<std::size_t>(g)], memory->stream(), shards);
       release_mid_call(a, *comm, rank, call);
       memory->finish();
@@ -296,9 +301,10 @@ WorkerResult run_worker(const CheckRuntimeArgs& a, const std::vector<NamedGroup>
       for (int p = 0; p < layout.param_count(); ++p) {
         const ParamLayout& pl = layout.param(p);
         for (int src = 0; src < layout.topology().world(); ++src) {
-          const std::int64_t bytes = layout.valid_rows(p, src) * pl.cols * 2;
+          const std::int64_t bytes =
+              layout.valid_rows(p, src) * pl.cols * item_bytes(layout.ag_dtype());
           const std::byte* got = landing.data() + layout.landing_offset(p, src);
-          if (std::memcmp(got, in.packed[static_cast<std::size_t>(src)].data() + pl.offset / 2,
+          if (std::memcmp(got, in.packed[static_cast<std::size_t>(src)].data() + pl.offset,
                           static_cast<std::size_t>(bytes)) != 0) {
             ++result.mismatches;
           }
@@ -393,6 +399,9 @@ void check_args(CheckRuntimeArgs& a) {
     throw InvalidArgument("--mode must be in-place or slot-reuse (got '" + a.mode + "')");
   }
   (void)parse_sub_slices(a.sub_slices);  // names the three geometries when it is none
+  if (a.cast && parse_dtype(a.ag_dtype, "--ag-dtype") != DType::kBf16) {
+    throw InvalidArgument("--cast all-gathers fp32 masters as bf16: give --ag-dtype bf16");
+  }
   if (a.nodes < 1 || a.gpus_per_node < 1) throw InvalidArgument("-M and -L must be at least 1");
   if (a.procs == 0) a.procs = a.nodes * a.gpus_per_node;
   if (a.procs != a.nodes * a.gpus_per_node) {
@@ -477,8 +486,10 @@ void run_check_runtime(CheckRuntimeArgs a) {
         gib, a.max_gib));
   }
   // Validate the groups once here, so bad shapes are one line and exit 2, not P failures.
-  for (const NamedGroup& g : groups)
-    GroupLayout(Topology(a.nodes, a.gpus_per_node), g.params, DType::kBf16, DType::kBf16);
+  for (const NamedGroup& g : groups) {
+    GroupLayout(Topology(a.nodes, a.gpus_per_node), g.params, parse_dtype(a.ag_dtype, "--ag-dtype"),
+                DType::kBf16);
+  }
 
   char pattern[] = "/tmp/tide-check-runtime-XXXXXX";
   if (mkdtemp(pattern) == nullptr) throw InvalidArgument("cannot create a temporary directory");
@@ -569,6 +580,7 @@ void run_check_runtime(CheckRuntimeArgs a) {
                   {"groups", groups.size()},
                   {"backend", a.backend},
                   {"mode", a.mode},
+                  {"ag_dtype", a.ag_dtype},
                   {"sub_slices", a.sub_slices},
                   {"ring", a.ring},
                   {"staged_shards", a.staged_shards},
@@ -639,6 +651,10 @@ void add_check_runtime_command(CLI::App& app) {
                   "TIDE-RS sub-slice geometry: across-ranks (paper), per-rank or node-contiguous")
       ->capture_default_str();
   cmd->add_flag("--cast", args->cast, "All-gather fp32 master shards as bf16");
+  cmd->add_option("--ag-dtype", args->ag_dtype,
+                  "All-gather dtype: bf16, fp32, fp8 or u8 (1-byte items: random byte codes, "
+                  "checked byte for byte); gradients stay bf16")
+      ->capture_default_str();
   cmd->add_flag("--staged-shards", args->staged_shards,
                 "Shards by pointer with every all-gather, no resident shard (as tide.fsdp)");
   cmd->add_flag("--ring", args->ring,

@@ -33,7 +33,7 @@ struct MemoryArgs {
   // A communicator's groups: its arena as the runtime lays it out (NOTE [communicator arena]).
   std::string groups;
   std::string slots = "ring";
-  std::string ag_dtype = "bf16";
+  std::string ag_dtype = "bf16";  // one dtype, or one per group (comma-separated)
   std::string mode = "in-place";
   bool cast = false;
   std::string lane;  // "ep": the groups of a communicator whose ranks are one per host
@@ -68,15 +68,46 @@ std::vector<int> parse_slots(const std::string& text, std::size_t groups) {
   return slots;
 }
 
+// --ag-dtype with --groups: one dtype for every group, or one per group ("bf16,fp8"), as a
+// communicator registers groups of different all-gather dtypes (NOTE [1-byte all-gather items]).
+std::vector<DType> parse_ag_dtypes(const std::string& text, std::size_t groups) {
+  std::vector<DType> dtypes;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t end = text.find(',', start);
+    dtypes.push_back(parse_dtype(text.substr(start, end == std::string::npos ? end : end - start),
+                                 "--ag-dtype entry"));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  if (dtypes.size() == 1) return std::vector<DType>(groups, dtypes.front());
+  if (dtypes.size() != groups) {
+    throw InvalidArgument("--ag-dtype has " + std::to_string(dtypes.size()) + " entries for " +
+                          std::to_string(groups) + " groups (or give one dtype for all)");
+  }
+  return dtypes;
+}
+
+// What `tide memory --groups` lays out: the layouts and plans, and the arena over them.
+struct GroupsArena {
+  std::vector<NamedGroup> named;
+  std::vector<GroupLayout> layouts;
+  program::CommunicatorArena arena;
+};
+
 // The communicator arena of `a.groups` on M x L, with the runtime's plan defaults.
-program::CommunicatorArena groups_arena(const MemoryArgs& a) {
+GroupsArena groups_arena(const MemoryArgs& a) {
   const Topology topo(a.in.nodes, a.in.gpus_per_node);
-  const std::vector<NamedGroup> named = parse_group_list(a.groups, "group");
+  GroupsArena out;
+  out.named = parse_group_list(a.groups, "group");
+  const std::vector<NamedGroup>& named = out.named;
   const std::vector<int> slots = parse_slots(a.slots, named.size());
-  const DType ag_dtype = parse_dtype(a.ag_dtype, "--ag-dtype");
+  const std::vector<DType> ag_dtypes = parse_ag_dtypes(a.ag_dtype, named.size());
   const DType grad_dtype = parse_dtype(a.grad_dtype, "--grad-dtype");
-  if (a.cast && ag_dtype != DType::kBf16) {
-    throw InvalidArgument("--cast all-gathers fp32 masters as bf16: give --ag-dtype bf16");
+  for (const DType ag_dtype : ag_dtypes) {
+    if (a.cast && ag_dtype != DType::kBf16) {
+      throw InvalidArgument("--cast all-gathers fp32 masters as bf16: give --ag-dtype bf16");
+    }
   }
   RsOptions rs;
   rs.one_node = true;        // the runtime's layout at M = 1 (NOTE [one-node TIDE-RS]): the peers
@@ -88,7 +119,7 @@ program::CommunicatorArena groups_arena(const MemoryArgs& a) {
   } else {
     throw InvalidArgument("--mode '" + a.mode + "' is not one of: in-place, slot-reuse");
   }
-  std::vector<GroupLayout> layouts;
+  std::vector<GroupLayout>& layouts = out.layouts;
   layouts.reserve(named.size());
   std::vector<AgPlan> ag;
   ag.reserve(named.size());
@@ -96,7 +127,7 @@ program::CommunicatorArena groups_arena(const MemoryArgs& a) {
   plans.reserve(named.size());
   std::vector<program::ArenaGroup> groups;
   for (std::size_t g = 0; g < named.size(); ++g) {
-    layouts.emplace_back(topo, named[g].params, ag_dtype, grad_dtype);
+    layouts.emplace_back(topo, named[g].params, ag_dtypes[g], grad_dtype);
     AgOptions ao;
     ao.mixed_precision_cast = a.cast;
     ao.staged_shards = !a.cast;  // as tide.fsdp registers its groups
@@ -114,15 +145,29 @@ program::CommunicatorArena groups_arena(const MemoryArgs& a) {
     }
     groups.push_back(group);
   }
-  return program::communicator_arena(groups);
+  out.arena = program::communicator_arena(groups);
+  return out;
 }
 
 void run_groups_arena(const MemoryArgs& a) {
-  const program::CommunicatorArena arena = groups_arena(a);
+  const GroupsArena laid = groups_arena(a);
+  const program::CommunicatorArena& arena = laid.arena;
   if (a.json) {
+    nlohmann::json groups = nlohmann::json::array();
+    for (std::size_t g = 0; g < laid.layouts.size(); ++g) {
+      const GroupLayout& layout = laid.layouts[g];
+      groups.push_back({{"group", g},
+                        {"name", laid.named[g].name},
+                        {"ag_dtype", dtype_name(layout.ag_dtype())},
+                        {"grad_dtype", dtype_name(layout.grad_dtype())},
+                        {"shard_bytes", layout.shard_bytes()},
+                        {"landing_bytes", layout.unsharded_bytes()},
+                        {"slot", arena.slots[static_cast<std::size_t>(arena.slot_of[g])].id}});
+    }
     nlohmann::json out = {{"nodes", a.in.nodes},
                           {"gpus_per_node", a.in.gpus_per_node},
                           {"mode", a.mode},
+                          {"groups", groups},
                           {"arena", arena_json(runtime::describe_arena(arena))}};
     std::cout << out.dump(2) << '\n';
     return;
@@ -140,6 +185,19 @@ void run_groups_arena(const MemoryArgs& a) {
   table.row({"arena", bytes(arena.arena_bytes)});
   table.row({"Sec. 5.4 bound", arena.bound_bytes > 0 ? bytes(arena.bound_bytes) : "n/a"});
   table.print(std::cout);
+  // Each group's all-gather dtype sizes its shard and its landing (NOTE [1-byte all-gather
+  // items]: an fp8 group's landing is half a bf16 one's).
+  std::cout << "\nGroups:\n";
+  Table per_group({"group", "all-gather dtype", "gradient dtype", "shard", "landing", "slot"});
+  for (std::size_t g = 0; g < laid.layouts.size(); ++g) {
+    const GroupLayout& layout = laid.layouts[g];
+    const program::LandingSlot& slot = arena.slots[static_cast<std::size_t>(arena.slot_of[g])];
+    per_group.row({std::to_string(g), std::string(dtype_name(layout.ag_dtype())),
+                   std::string(dtype_name(layout.grad_dtype())), bytes(layout.shard_bytes()),
+                   bytes(layout.unsharded_bytes()),
+                   slot.id >= 0 ? std::to_string(slot.id) : "own"});
+  }
+  per_group.print(std::cout);
 }
 
 void run_memory(MemoryArgs& a) {
@@ -147,7 +205,9 @@ void run_memory(MemoryArgs& a) {
     run_groups_arena(a);
     return;
   }
-  a.in.grad_bytes = static_cast<int>(item_bytes(parse_dtype(a.grad_dtype, "--grad-dtype")));
+  const DType grad_dtype = parse_dtype(a.grad_dtype, "--grad-dtype");
+  require_gradient_dtype(grad_dtype, "--grad-dtype");
+  a.in.grad_bytes = static_cast<int>(item_bytes(grad_dtype));
   if (a.inbox_generations != 0) a.in.inbox_generations = a.inbox_generations;
   if (a.shard_bytes != 0) a.in.shard_bytes = a.shard_bytes;
   std::string group_name;
@@ -289,7 +349,9 @@ void add_memory_command(CLI::App& app) {
                   "With --groups: each group's landing slot id, comma-separated (-1: its own), "
                   "or ring (group g in slot g mod 2)")
       ->capture_default_str();
-  cmd->add_option("--ag-dtype", args->ag_dtype, "With --groups: all-gather dtype (bf16 or fp32)")
+  cmd->add_option("--ag-dtype", args->ag_dtype,
+                  "With --groups: all-gather dtype (bf16, fp32, fp8 or u8), one for all groups "
+                  "or one per group, comma-separated (e.g. bf16,fp8)")
       ->capture_default_str();
   cmd->add_option("--mode", args->mode, "With --groups: in-place or slot-reuse")
       ->capture_default_str();

@@ -357,7 +357,7 @@ void add_plan_command(CLI::App& app) {
   auto* model = cmd->add_option("--model", args->model,
                                 "Model preset NAME or NAME:GROUP (see --list-models)");
   shapes->excludes(model);
-  cmd->add_option("--ag-dtype", args->ag_dtype, "All-gather dtype: bf16 or fp32")
+  cmd->add_option("--ag-dtype", args->ag_dtype, "All-gather dtype: bf16, fp32, fp8 or u8")
       ->capture_default_str();
   cmd->add_option("--grad-dtype", args->grad_dtype, "Gradient dtype: bf16 or fp32")
       ->capture_default_str();

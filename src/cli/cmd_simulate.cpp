@@ -124,6 +124,16 @@ std::string fault_summary(const FaultOutcome& o) {
          (o.as_expected() ? " (as expected)" : " (EXPECTED " + expected + ")");
 }
 
+DType simulated_ag_dtype(const SimulateArgs& a) {
+  const DType ag = parse_dtype(a.ag_dtype, "--ag-dtype");
+  if (a.cast && ag != DType::kBf16) {
+    throw InvalidArgument(
+        "--cast all-gathers fp32 masters as bf16: give --ag-dtype bf16 (or drop "
+        "--cast)");
+  }
+  return ag;
+}
+
 void require_expected_detection(const FaultOutcome& o) {
   if (o.as_expected()) return;
   const std::string name(program::fault_info(o.fault).name);
@@ -175,6 +185,9 @@ void write_manifest(const SimulateArgs& a, const GroupLayout& layout, json files
                          {"bf16_storage",
                           "bf16 values are stored as uint16 words ('<u2'): "
                           "float32 bits = word << 16"},
+                         {"one_byte_storage",
+                          "fp8 and u8 items are stored as uint8 codes ('|u1'), random bytes "
+                          "that the all-gather moves unchanged"},
                          {"files", files}};
   json merged = manifest;
   merged.update(extra);
@@ -209,14 +222,25 @@ void require_fault_can_show(const SimulateArgs& a, const std::string& why) {
   if (!why.empty()) throw InvalidArgument("--inject " + a.inject + " cannot show here: " + why);
 }
 
-// The landing's previous contents on `rank` (the layer that used it before): random bf16 words.
+// The landing's previous contents on `rank` (the layer that used it before): random bf16 words,
+// or with 1-byte items random byte codes (NOTE [1-byte all-gather items]).
 void write_previous_landing(exec::ReferenceExecutor& ex, std::mt19937_64& rng,
                             const GroupLayout& layout, int rank, std::int64_t landing) {
   auto previous = ex.input(Buffer{rank, Space::kArena, 0}, landing, layout.unsharded_bytes());
+  if (item_bytes(layout.ag_dtype()) == 1) {
+    for (std::byte& b : previous)
+      b = static_cast<std::byte>(static_cast<std::uint8_t>(random_value(rng, layout.ag_dtype())));
+    return;
+  }
   for (std::size_t i = 0; i + 1 < previous.size(); i += 2) {
     const std::uint16_t w = arith::float_to_bf16(random_value(rng, DType::kFp32));
     std::memcpy(previous.data() + i, &w, 2);
   }
+}
+
+// The .npy type of `item`-byte items: uint8 codes, bf16 words or fp32.
+std::string npy_type(std::int64_t item) {
+  return item == 1 ? "|u1" : item == 2 ? "<u2" : "<f4";
 }
 
 // `rank`'s packed all-gather shard, resident in its arena at `resident`.
@@ -350,7 +374,7 @@ Outcome simulate_all_gather(const SimulateArgs& a, const GroupLayout& layout,
   check_gathered_landing(o, ex, layout, shards);
   if (!a.dump.empty()) {
     json files = json::object();
-    const std::string type = item == 2 ? "<u2" : "<f4";
+    const std::string type = npy_type(item);
     for (int r = 0; r < t.world(); ++r) {
       const std::string shard = fmt::format("shard_r{}.npy", r);
       write_npy(a.dump + "/" + shard, type, {layout.shard_bytes() / item},
@@ -410,7 +434,7 @@ Outcome simulate_reduce_scatter(const SimulateArgs& a, const GroupLayout& layout
         std::vector<std::byte> raw(values.size() * static_cast<std::size_t>(item));
         store_values(values, layout.grad_dtype(), raw);
         const std::string name = fmt::format("grad_r{}_p{}.npy", r, p);
-        write_npy(a.dump + "/" + name, item == 2 ? "<u2" : "<f4", {pl.rows, pl.cols}, raw);
+        write_npy(a.dump + "/" + name, npy_type(item), {pl.rows, pl.cols}, raw);
         files[name] = fmt::format("rank {}'s gradient of parameter {} (D_p, K_p)", r, p);
       }
       if (a.accumulate) {
@@ -562,7 +586,7 @@ void run_simulate(const SimulateArgs& a) {
   }
   if (!a.dump.empty()) prepare_dump_directory(a.dump);
   NamedGroup group = resolve_group(a.shapes, a.model);
-  const DType ag = a.cast ? DType::kBf16 : parse_dtype(a.ag_dtype, "--ag-dtype");
+  const DType ag = simulated_ag_dtype(a);
   const GroupLayout layout(Topology(a.nodes, a.gpus_per_node), std::move(group.params), ag,
                            parse_dtype(a.grad_dtype, "--grad-dtype"));
   if (!a.lane.empty()) {
@@ -585,6 +609,8 @@ void run_simulate(const SimulateArgs& a) {
               {"timing_only", a.timing_only},
               {"schedule_seed", a.schedule_seed},
               {"data_seed", a.data_seed},
+              {"ag_dtype", dtype_name(layout.ag_dtype())},
+              {"grad_dtype", dtype_name(layout.grad_dtype())},
               {"completed", o.run.completed},
               {"deadlock", o.run.deadlock},
               {"error_count", o.run.error_count},
@@ -618,6 +644,9 @@ void run_simulate(const SimulateArgs& a) {
     Table table({"result", "value"});
     table.left_aligned();
     table.row({"predicted latency", fixed(o.predicted_us / 1000.0, 3) + " ms"});
+    if (o.data) table.row({"data seed", std::to_string(a.data_seed)});
+    table.row({"dtypes", fmt::format("all-gather {}, gradients {}", dtype_name(layout.ag_dtype()),
+                                     dtype_name(layout.grad_dtype()))});
     table.row({"SM time (CTA x time) per GPU",
                fixed(o.run.sm_time_us / 1000.0 / (a.nodes * a.gpus_per_node), 3) + " CTA-ms"});
     table.row({"peak buffer bytes per GPU", bytes(o.run.peak_buffer_bytes)});
@@ -658,8 +687,12 @@ void add_simulate_command(CLI::App& app) {
   auto* shapes = cmd->add_option("--shapes", a->shapes, "Parameter shapes D0xK0,...");
   auto* model = cmd->add_option("--model", a->model, "Model preset NAME[:GROUP]");
   shapes->excludes(model);
-  cmd->add_option("--ag-dtype", a->ag_dtype, "All-gather dtype")->capture_default_str();
-  cmd->add_option("--grad-dtype", a->grad_dtype, "Gradient dtype")->capture_default_str();
+  cmd->add_option("--ag-dtype", a->ag_dtype,
+                  "All-gather dtype: bf16, fp32, or fp8 / u8 (1-byte items, random bytes checked "
+                  "byte for byte)")
+      ->capture_default_str();
+  cmd->add_option("--grad-dtype", a->grad_dtype, "Gradient dtype: bf16 or fp32")
+      ->capture_default_str();
   cmd->add_flag("--cast", a->cast, "Mixed-precision all-gather from fp32 master shards");
   cmd->add_flag("--staged", a->staged,
                 "All-gather: shards given per call and copied in, as tide.fsdp registers its "

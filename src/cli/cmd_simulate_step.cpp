@@ -152,7 +152,7 @@ void simulate_step(const SimulateArgs& a) {
   }
 
   const Topology topo(a.nodes, a.gpus_per_node);
-  const DType ag_dtype = a.cast ? DType::kBf16 : parse_dtype(a.ag_dtype, "--ag-dtype");
+  const DType ag_dtype = simulated_ag_dtype(a);
   const DType grad_dtype = parse_dtype(a.grad_dtype, "--grad-dtype");
   const std::vector<NamedGroup> named = step_groups(a);
   // A stock FSDP2 step has its own limit (its ring ops), below.

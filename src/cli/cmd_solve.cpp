@@ -20,6 +20,8 @@ namespace {
 struct SolveArgs {
   SolverInput in;
   std::string grad_dtype = "bf16";
+  std::string ag_dtype = "bf16";
+  bool ag_dtype_given = false;  // the text output shows the all-gather's term only when asked
   bool json = false;
   std::string calibration;  // a `tide calibrate` file: the rates no flag gives
   std::vector<std::pair<CLI::Option*, double*>> rates;  // --bw-nic ... --t-round
@@ -45,7 +47,10 @@ void resolve_rates(SolveArgs& a) {
 
 void run_solve(SolveArgs& a) {
   resolve_rates(a);
-  a.in.grad_bytes = static_cast<int>(item_bytes(parse_dtype(a.grad_dtype, "--grad-dtype")));
+  const DType grad_dtype = parse_dtype(a.grad_dtype, "--grad-dtype");
+  require_gradient_dtype(grad_dtype, "--grad-dtype");
+  a.in.grad_bytes = static_cast<int>(item_bytes(grad_dtype));
+  a.in.ag_bytes = static_cast<int>(item_bytes(parse_dtype(a.ag_dtype, "--ag-dtype")));
   const SolverResult r = solve_sizing(a.in);
   if (a.json) {
     nlohmann::json steps = nlohmann::json::array();
@@ -69,6 +74,9 @@ void run_solve(SolveArgs& a) {
                           {"landing_tail_ctas", r.landing_tail_ctas},
                           {"round_wait_budget_ms", r.round_wait_budget_ms},
                           {"round_width_steps", steps},
+                          {"ag_dtype", a.ag_dtype},
+                          {"ag_shard_bytes", r.ag_shard_bytes},
+                          {"t_ag_nic_ms", r.t_ag_nic_ms},
                           {"rates",
                            {{"bw_nic_gbps", a.in.bw_nic_gbps},
                             {"bw_sum_gbps", a.in.bw_sum_gbps},
@@ -104,6 +112,11 @@ void run_solve(SolveArgs& a) {
                  ? std::string("lockstep: the rounds' waits fit the budget")
                  : fmt::format("1 + ceil({} / {}) (t_rnd over one round's transfer)",
                                a.in.t_round_ms, fixed(r.round_transfer_ms, 3))});
+  if (a.ag_dtype_given) {
+    table.row({"all-gather wire time t_AG", fixed(r.t_ag_nic_ms, 3) + " ms",
+               fmt::format("({} - 1) x S_ag {} bytes ({}) / {} GB/s", a.in.nodes,
+                           num(r.ag_shard_bytes), a.ag_dtype, a.in.bw_nic_gbps)});
+  }
   table.print(std::cout);
 }
 
@@ -132,6 +145,10 @@ void add_solve_command(CLI::App& app) {
       ->required();
   cmd->add_option("--grad-dtype", args->grad_dtype, "Gradient dtype: bf16 or fp32")
       ->capture_default_str();
+  cmd->add_option("--ag-dtype", args->ag_dtype,
+                  "All-gather dtype of the group (bf16, fp32, fp8 or u8): reports its shard "
+                  "bytes S_ag and wire time t_AG = (M - 1) S_ag / BW_NIC")
+      ->capture_default_str();
   cmd->add_option("--wave-width", args->in.wave_width, "W_wave (default L)");
   cmd->add_option("--passes", args->in.passes, "Sub-slice passes n_part")->capture_default_str();
   cmd->add_option("--gamma-skew", args->in.gamma_skew, "Arrival-skew factor")
@@ -139,7 +156,10 @@ void add_solve_command(CLI::App& app) {
   cmd->add_option("--eta-tail", args->in.eta_tail, "Landing-tail fraction of t_NIC")
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print JSON");
-  cmd->callback([args] { run_solve(*args); });
+  cmd->callback([args, cmd] {
+    args->ag_dtype_given = cmd->count("--ag-dtype") > 0;
+    run_solve(*args);
+  });
 }
 
 }  // namespace tide::cli

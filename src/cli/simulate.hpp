@@ -7,6 +7,7 @@
 
 #include "rs_args.hpp"
 #include "tide/core/cta_budgets.hpp"
+#include "tide/core/dtype.hpp"
 #include "tide/exec/reference_executor.hpp"
 #include "tide/program/faults.hpp"
 #include "tide/program/program.hpp"
@@ -64,6 +65,8 @@ FaultOutcome fault_outcome(const SimulateArgs& a, program::Fault fault, const ex
 void add_fault_fields(nlohmann::json& out, const FaultOutcome& outcome);
 // One line for the table: "race (as expected)" or "NOT DETECTED (expected race)".
 std::string fault_summary(const FaultOutcome& outcome);
+// --ag-dtype, refused with --cast unless bf16 (the cast writes bf16).
+DType simulated_ag_dtype(const SimulateArgs& a);
 // Throws CheckFailed when the fault showed other than expected.
 void require_expected_detection(const FaultOutcome& outcome);
 

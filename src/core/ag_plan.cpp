@@ -24,6 +24,12 @@ AgPlan::AgPlan(const GroupLayout& layout, AgOptions options) : layout_(layout), 
     throw InvalidArgument("AG max_last_round_groups must be at least 1");
   }
   if (options_.head_bytes < 0) throw InvalidArgument("AG head bytes must not be negative");
+  if (options_.mixed_precision_cast && layout_.ag_dtype() != DType::kBf16) {
+    throw InvalidArgument(
+        "the mixed-precision cast writes fp32 masters as bf16; the all-gather "
+        "dtype is " +
+        std::string(dtype_name(layout_.ag_dtype())) + ": give it bf16, or drop the cast");
+  }
 
   const int m = layout_.topology().nodes();
   const std::int64_t s = layout_.shard_bytes();

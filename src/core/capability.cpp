@@ -177,7 +177,7 @@ GroupSignature read_group(Reader& r) {
   }
   const auto dtype = [&r](const char* what) {
     const std::uint8_t v = r.u8(what);
-    if (v > static_cast<std::uint8_t>(DType::kFp32)) {
+    if (v > static_cast<std::uint8_t>(kLastDType)) {
       r.fail(std::string(what) + " has unknown code " + std::to_string(v));
     }
     return static_cast<DType>(v);

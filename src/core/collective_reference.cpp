@@ -10,6 +10,9 @@
 namespace tide {
 
 float random_value(std::mt19937_64& rng, DType dtype) {
+  if (item_bytes(dtype) == 1) {  // NOTE [1-byte all-gather items]: a byte code, never 0
+    return static_cast<float>(1 + rng() % 255);
+  }
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const float x = normal(rng);
   return dtype == DType::kBf16 ? arith::bf16_to_float(arith::float_to_bf16(x)) : x;
@@ -22,11 +25,25 @@ void store_values(std::span<const float> values, DType dtype, std::span<std::byt
                         std::to_string(out.size()) + " bytes");
   }
   for (std::size_t i = 0; i < values.size(); ++i) {
-    if (dtype == DType::kBf16) {
-      const std::uint16_t w = arith::float_to_bf16(values[i]);
-      std::memcpy(out.data() + 2 * i, &w, 2);
-    } else {
-      std::memcpy(out.data() + 4 * i, &values[i], 4);
+    switch (dtype) {
+      case DType::kBf16: {
+        const std::uint16_t w = arith::float_to_bf16(values[i]);
+        std::memcpy(out.data() + 2 * i, &w, 2);
+        break;
+      }
+      case DType::kFp32:
+        std::memcpy(out.data() + 4 * i, &values[i], 4);
+        break;
+      case DType::kFp8:
+      case DType::kU8: {
+        const float v = values[i];
+        if (!(v >= 0.0f && v <= 255.0f) || v != static_cast<float>(static_cast<int>(v))) {
+          throw InternalError("store_values: " + std::to_string(v) + " is not a " +
+                              std::string(dtype_name(dtype)) + " byte code (0..255)");
+        }
+        out[i] = static_cast<std::byte>(static_cast<std::uint8_t>(v));
+        break;
+      }
     }
   }
 }

@@ -29,6 +29,8 @@ std::string param_label(const ParamShape& shape, std::size_t index) {
 GroupLayout::GroupLayout(const Topology& topology, std::vector<ParamShape> params, DType ag_dtype,
                          DType grad_dtype)
     : topology_(topology), ag_dtype_(ag_dtype), grad_dtype_(grad_dtype) {
+  require_gradient_dtype(grad_dtype, "the gradient dtype");  // NOTE [1-byte all-gather items]
+  if (item_bytes(ag_dtype) == 0) throw InvalidArgument("the all-gather dtype is not a DType");
   if (params.empty()) throw InvalidArgument("a parameter group needs at least one parameter");
   if (params.size() > static_cast<std::size_t>(kMaxParamsPerGroup)) {
     throw Unsupported("the group has " + std::to_string(params.size()) +

@@ -45,6 +45,10 @@ SolverResult solve_sizing(const SolverInput& in) {
   if (in.grad_bytes != 2 && in.grad_bytes != 4) {
     throw InvalidArgument("gradient item size must be 2 (bf16) or 4 (fp32)");
   }
+  if (in.ag_bytes != 1 && in.ag_bytes != 2 && in.ag_bytes != 4) {
+    throw InvalidArgument("all-gather item size must be 1 (fp8, u8), 2 (bf16) or 4 (fp32)");
+  }
+
   const int l = topo.gpus_per_node();
   const int wave_width = in.wave_width == 0 ? l : in.wave_width;
   if (wave_width < 1 || wave_width > l) {
@@ -59,6 +63,9 @@ SolverResult solve_sizing(const SolverInput& in) {
   r.fp32_shard_bytes = in.shard_bytes * 4 / in.grad_bytes;
   const double bytes_per_ms = in.bw_nic_gbps * 1e6;  // GB/s -> bytes per ms
   r.t_nic_ms = (m - 1) * static_cast<double>(r.fp32_shard_bytes) / bytes_per_ms;
+  // The all-gather's term (see the header): the same elements in the all-gather dtype.
+  r.ag_shard_bytes = in.shard_bytes * in.ag_bytes / in.grad_bytes;
+  r.t_ag_nic_ms = (m - 1) * static_cast<double>(r.ag_shard_bytes) / bytes_per_ms;
 
   // Eq. 13: Level 1 must process (L b_grad / 4 + 1) logical bytes per byte on the rail.
   r.level1_rate_factor = l * in.grad_bytes / 4.0 + 1.0;

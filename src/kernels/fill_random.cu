@@ -24,7 +24,9 @@ __global__ void fill_random_kernel(void* p, std::int64_t n, int item_bytes, std:
        i += stride) {
     const std::uint32_t h = mix32(static_cast<std::uint64_t>(i) * 0x9E3779B97F4A7C15ull + seed);
     const float f = static_cast<float>(h >> 8) * (4.0f / 16777216.0f) - 2.0f;
-    if (item_bytes == 2) {
+    if (item_bytes == 1) {
+      static_cast<std::uint8_t*>(p)[i] = static_cast<std::uint8_t>(1 + h % 255);
+    } else if (item_bytes == 2) {
       static_cast<std::uint16_t*>(p)[i] = static_cast<std::uint16_t>(__float_as_uint(f) >> 16);
     } else {
       static_cast<float*>(p)[i] = f;

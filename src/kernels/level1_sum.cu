@@ -1031,6 +1031,10 @@ void launch_level1_sum(const Level1SumArgs& a, cudaStream_t stream, const Level1
   const Level1TableView& tb = a.table;
   const int rows = tb.rows;
   const std::int64_t width = tb.width;
+  if (!is_reduction_dtype(a.dtype)) {  // NOTE [1-byte all-gather items]
+    invalid("the Level 1 sum reads bf16 or fp32 contributions, not " +
+            std::string(dtype_name(a.dtype)));
+  }
   const std::int64_t esz = item_bytes(a.dtype);
   if (rows < 1 || rows > kMaxLevel1Rows || width < 1) {
     invalid("the segment table is empty or unregistered (rows = " + std::to_string(rows) +

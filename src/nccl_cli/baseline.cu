@@ -1,5 +1,6 @@
 // Stock FSDP2's layout work (baseline.hpp): one grid-stride kernel per parameter.
 #include "baseline.hpp"
+#include "tide/core/error.hpp"
 #include "tide/cuda/check.hpp"
 
 namespace tide::nccl_cli {
@@ -42,6 +43,10 @@ void launch_pack_fp32(const PackParam& p, DType dtype, int world, float* dst,
                       std::int64_t dst_stride, cudaStream_t stream) {
   const std::int64_t n = p.rows_per_rank * p.cols * world;
   if (n == 0) return;
+  if (!is_reduction_dtype(dtype)) {  // NOTE [1-byte all-gather items]
+    throw InvalidArgument("_chunk_cat packs bf16 or fp32 gradients, not " +
+                          std::string(dtype_name(dtype)));
+  }
   pack_fp32<<<blocks_for(n), 256, 0, stream>>>(p, dtype == DType::kBf16, world, dst, dst_stride);
   TIDE_CUDA_CHECK_LAUNCH();
 }

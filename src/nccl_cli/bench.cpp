@@ -74,6 +74,21 @@ struct DeviceBuffer {
   }
 };
 
+// NCCL's all-gather element type for items of `t`. An all-gather moves bytes: 1-byte items (fp8,
+// u8: NOTE [1-byte all-gather items]) go as ncclUint8, whichever float8 format they hold.
+ncclDataType_t all_gather_type(DType t) {
+  switch (t) {
+    case DType::kBf16:
+      return ncclBfloat16;
+    case DType::kFp32:
+      return ncclFloat32;
+    case DType::kFp8:
+    case DType::kU8:
+      return ncclUint8;
+  }
+  throw InternalError("all_gather_type: not a DType");
+}
+
 std::vector<std::byte> download(const void* p, std::int64_t bytes) {
   std::vector<std::byte> out(static_cast<std::size_t>(bytes));
   TIDE_CUDA_CHECK(cudaMemcpy(out.data(), p, out.size(), cudaMemcpyDeviceToHost));
@@ -215,13 +230,14 @@ nlohmann::json Bench::all_gather(const BenchCase& c, int m, int l) {
   // The shard: resident in the window, or (staged) per-parameter tensors, which the stock path
   // reads as one contiguous shard (FSDP2's copy-in, made once here, not timed).
   DeviceBuffer staged_shard(plan.options().staged_shards ? layout.shard_bytes() : 0);
+  const std::int64_t item = item_bytes(layout.ag_dtype());
   std::byte* shard = window + arena.resident;
   if (plan.options().staged_shards) {
     shard = staged_shard.as<std::byte>();
     for (int p = 0; p < layout.param_count(); ++p) {
       const ParamLayout& pl = layout.param(p);
       void* tensor = pf.pointer(Buffer{me, Space::kTensor, p});
-      kernels::launch_fill_random(tensor, pl.shard_bytes / 2, 2,
+      kernels::launch_fill_random(tensor, pl.shard_elems(), static_cast<int>(item),
                                   args_.seed * 7919 + static_cast<std::uint64_t>(me * 1000 + p),
                                   stream_);
       TIDE_CUDA_CHECK(cudaMemcpyAsync(shard + pl.offset, tensor,
@@ -229,7 +245,8 @@ nlohmann::json Bench::all_gather(const BenchCase& c, int m, int l) {
                                       cudaMemcpyDeviceToDevice, stream_));
     }
   } else {
-    kernels::launch_fill_random(shard, layout.shard_elems(), 2, args_.seed * 7919 + me, stream_);
+    kernels::launch_fill_random(shard, layout.shard_elems(), static_cast<int>(item),
+                                args_.seed * 7919 + me, stream_);
   }
   TIDE_CUDA_CHECK(cudaMemsetAsync(window + arena.landing, 0xFF,
                                   static_cast<std::size_t>(layout.unsharded_bytes()), stream_));
@@ -243,8 +260,8 @@ nlohmann::json Bench::all_gather(const BenchCase& c, int m, int l) {
   DeviceBuffer gathered(layout.unsharded_bytes()), unsharded(layout.unsharded_bytes());
   ncclComm_t comm = session_.stock_comm();
   auto gather = [&] {
-    nccl_ok(ncclAllGather(shard, gathered.p, static_cast<std::size_t>(s_bytes / 2), ncclBfloat16,
-                          comm, stream_),
+    nccl_ok(ncclAllGather(shard, gathered.p, static_cast<std::size_t>(s_bytes / item),
+                          all_gather_type(layout.ag_dtype()), comm, stream_),
             "ncclAllGather");
   };
   auto copy_out = [&] {

@@ -118,6 +118,9 @@ std::vector<CheckCase> make_cases(int world, std::uint64_t seed, bool quick) {
       add(testing::ag_case(m, l, ++s, ag(false, bf16, shapes, what)));
       add(testing::rs_case(m, l, ++s, rs(RsMode::kInPlace, bf16, false, 0, shapes, what)));
     }
+    // 1-byte items (NOTE [1-byte all-gather items]): random byte codes, landed byte for byte.
+    add(testing::ag_case(m, l, ++s, ag(false, DType::kFp8)));
+    add(testing::ag_case(m, l, ++s, ag(false, DType::kU8, many, " 200 params")));
   }
   return cases;
 }

@@ -107,6 +107,10 @@ class Checker {
     if (std::string why = region(sum.dst, "dst"); !why.empty()) return why;
     if (sum.dst.width % 4 != 0) return "dst is not fp32 rows: " + describe(sum.dst);
     const std::int64_t width = sum.dst.width / 4;
+    if (!is_reduction_dtype(sum.in_dtype)) {  // NOTE [1-byte all-gather items]
+      return "the sum reads " + std::string(dtype_name(sum.in_dtype)) +
+             " items; a sum reads bf16 or fp32";
+    }
     const std::int64_t item = item_bytes(sum.in_dtype);
     for (std::size_t k = 0; k < sum.staged.size(); ++k) {
       const Region& s = sum.staged[k];

@@ -12,7 +12,10 @@
 namespace tide::testing {
 namespace {
 
+// Item i as a number: fp32, bf16, or a 1-byte item's code 0..255 (NOTE [1-byte all-gather
+// items]: compared as bytes, its "error" is a code distance).
 double element(const std::byte* base, std::int64_t i, std::int64_t item) {
+  if (item == 1) return static_cast<double>(std::to_integer<std::uint8_t>(base[i]));
   if (item == 4) {
     float f;
     std::memcpy(&f, base + i * 4, 4);

@@ -119,6 +119,39 @@ TEST(AgPlan, RejectsBadOptions) {
   EXPECT_THROW(AgPlan(g, bad), InvalidArgument);
 }
 
+// NOTE [1-byte all-gather items]: an fp8 group's stage, rounds and scatter copies carry half a
+// bf16 group's bytes, in the same rounds and descriptors; the cast writes bf16 only.
+TEST(AgPlan, OneByteItemsHalveStageRoundsAndCopies) {
+  const std::vector<ParamShape> shapes = {{"w", 100, 5}, {"b", 7, 1}, {"m", 33, 3}};
+  const AgPlan bf16(make_group(6, 8, shapes, DType::kBf16), {});
+  const AgPlan fp8(make_group(6, 8, shapes, DType::kFp8), {});
+  EXPECT_EQ(fp8.layout().shard_bytes(), 15 + 1 + 3);  // N = 48: R_p K_p = 3 x 5, 1 x 1, 1 x 3
+  EXPECT_EQ(2 * fp8.stage_bytes(), bf16.stage_bytes());
+  EXPECT_EQ(fp8.stage_bytes(), 5 * fp8.layout().shard_bytes());
+  ASSERT_EQ(fp8.rounds().size(), bf16.rounds().size());
+  for (std::size_t d = 0; d < fp8.rounds().size(); ++d)
+    EXPECT_EQ(2 * fp8.rounds()[d].bytes, bf16.rounds()[d].bytes) << d;
+  const auto a = fp8.scatter_copies(2, 3), b = bf16.scatter_copies(2, 3);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(2 * a[i].width, b[i].width);
+    EXPECT_EQ(2 * a[i].dst_offset, b[i].dst_offset);
+    EXPECT_EQ(2 * a[i].src_pitch, b[i].src_pitch);
+  }
+  EXPECT_EQ(fp8.max_descriptor_counts().unicast, bf16.max_descriptor_counts().unicast);
+  AgOptions cast;
+  cast.mixed_precision_cast = true;
+  for (const DType ag : {DType::kFp8, DType::kU8, DType::kFp32}) {
+    try {
+      AgPlan(make_group(2, 2, shapes, ag), cast);
+      FAIL() << dtype_name(ag);
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("give it bf16"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_NO_THROW(AgPlan(make_group(2, 2, shapes, DType::kBf16), cast));
+}
+
 // Property: simulate Bruck's rounds slot by slot, then every scatter copy of every rank.
 // Each node must end with slot i holding node (n + i) mod M, and on every node, the
 // scatters of its L GPUs must write every (parameter, rank) shard exactly once at Eq. 2's

@@ -446,6 +446,73 @@ TEST(Capability, SerialisationRoundTrip) {
   EXPECT_LT(blob.size(), 512u);
 }
 
+// NOTE [1-byte all-gather items]: fp8 and u8 all-gather dtypes travel in the description, are
+// agreed like any dtype, and a 1-byte gradient dtype falls back with the layout's reason. The
+// codes of bf16 and fp32 are unchanged (older descriptions read the same), and a code past
+// the last dtype is malformed.
+TEST(Capability, OneByteAllGatherDtypesRoundTripAndAgree) {
+  for (const DType ag : {DType::kFp8, DType::kU8}) {
+    RankDescription d = cluster(2, 4)[3];
+    d.group.ag_dtype = ag;
+    d.group.grad_dtype = DType::kFp32;
+    const std::string blob = serialize(d);
+    const RankDescription e = deserialize(blob);
+    EXPECT_EQ(e.group.ag_dtype, ag);
+    EXPECT_EQ(e.group.grad_dtype, DType::kFp32);
+    EXPECT_EQ(serialize(e), blob);
+    EXPECT_EQ(agreed_fields(e), agreed_fields(d));
+    // The dtype's byte is the only difference from a bf16 description: its code is the enum's.
+    RankDescription as_bf16 = d;
+    as_bf16.group.ag_dtype = DType::kBf16;
+    const std::string other = serialize(as_bf16);
+    ASSERT_EQ(other.size(), blob.size());
+    std::vector<std::size_t> differ;
+    for (std::size_t i = 0; i < blob.size(); ++i) {
+      if (blob[i] != other[i]) differ.push_back(i);
+    }
+    ASSERT_EQ(differ.size(), 1u);
+    EXPECT_EQ(static_cast<int>(static_cast<unsigned char>(blob[differ[0]])), static_cast<int>(ag));
+    EXPECT_EQ(static_cast<int>(static_cast<unsigned char>(other[differ[0]])), 0);
+    std::string unknown = blob;
+    unknown[differ[0]] = static_cast<char>(static_cast<int>(kLastDType) + 1);
+    try {
+      deserialize(unknown);
+      FAIL();
+    } catch (const InvalidArgument& error) {
+      EXPECT_NE(std::string(error.what()).find("group.ag_dtype has unknown code 4"),
+                std::string::npos)
+          << error.what();
+    }
+  }
+  auto fp8 = cluster(2, 4);
+  for (auto& d : fp8)
+    d.group.ag_dtype = DType::kFp8;
+  const Decision agreed = agree(fp8);
+  EXPECT_EQ(agreed.backend, Backend::kTide) << agreed.reason;
+  EXPECT_EQ(agreed.group.ag_dtype, DType::kFp8);
+  auto mixed = cluster(2, 4);  // one rank's dtype differs: an inconsistency naming the field
+  mixed[5].group.ag_dtype = DType::kFp8;
+  try {
+    agree(mixed);
+    FAIL();
+  } catch (const InconsistentGroup& e) {
+    EXPECT_EQ(e.field(), "group.ag_dtype");
+    EXPECT_EQ(e.ranks(), std::vector<int>{5});
+  }
+  auto grads = cluster(1, 2);
+  for (auto& d : grads) {
+    d.group.ag_dtype = DType::kFp8;
+    d.group.grad_dtype = DType::kFp8;
+  }
+  expect_fallback(grads, FallbackReason::kLayout, "fp8 is an all-gather-only dtype");
+  auto cast = cluster(2, 2);
+  for (auto& d : cast) {
+    d.group.ag_dtype = DType::kFp8;
+    d.group.ag.mixed_precision_cast = true;
+  }
+  expect_fallback(cast, FallbackReason::kPlanOptions, "give it bf16");
+}
+
 TEST(Capability, MalformedBlobsAreRejected) {
   const std::string blob = serialize(cluster(1, 2)[0]);
   EXPECT_THROW(deserialize(""), InvalidArgument);

@@ -137,7 +137,94 @@ TEST(Layout, RejectsBadGroups) {
 TEST(Layout, ParseDtype) {
   EXPECT_EQ(parse_dtype("bf16", "--ag-dtype"), DType::kBf16);
   EXPECT_EQ(parse_dtype("fp32", "--ag-dtype"), DType::kFp32);
+  EXPECT_EQ(parse_dtype("fp8", "--ag-dtype"), DType::kFp8);
+  EXPECT_EQ(parse_dtype("u8", "--ag-dtype"), DType::kU8);
   EXPECT_THROW(parse_dtype("fp16", "--ag-dtype"), InvalidArgument);
+  EXPECT_THROW(parse_dtype("FP8", "--ag-dtype"), InvalidArgument);
+  try {
+    parse_dtype("e4m3", "--ag-dtype");
+    FAIL();
+  } catch (const InvalidArgument& e) {  // the message lists every dtype
+    const std::string what = e.what();
+    EXPECT_NE(what.find("--ag-dtype 'e4m3'"), std::string::npos) << what;
+    EXPECT_NE(what.find("bf16, fp32, fp8 or u8"), std::string::npos) << what;
+  }
+}
+
+// NOTE [1-byte all-gather items]: names, item sizes, which dtypes reduce, and the serialised
+// values (capability descriptions hold the enum as u8: appended, never renumbered).
+TEST(Dtype, NamesItemBytesAndReductionDtypes) {
+  for (const DType t : {DType::kBf16, DType::kFp32, DType::kFp8, DType::kU8})
+    EXPECT_EQ(parse_dtype(dtype_name(t), "x"), t);
+  EXPECT_EQ(dtype_name(DType::kFp8), "fp8");
+  EXPECT_EQ(dtype_name(DType::kU8), "u8");
+  EXPECT_EQ(item_bytes(DType::kBf16), 2);
+  EXPECT_EQ(item_bytes(DType::kFp32), 4);
+  EXPECT_EQ(item_bytes(DType::kFp8), 1);
+  EXPECT_EQ(item_bytes(DType::kU8), 1);
+  EXPECT_TRUE(is_reduction_dtype(DType::kBf16));
+  EXPECT_TRUE(is_reduction_dtype(DType::kFp32));
+  EXPECT_FALSE(is_reduction_dtype(DType::kFp8));
+  EXPECT_FALSE(is_reduction_dtype(DType::kU8));
+  EXPECT_EQ(static_cast<int>(DType::kBf16), 0);
+  EXPECT_EQ(static_cast<int>(DType::kFp32), 1);
+  EXPECT_EQ(static_cast<int>(DType::kFp8), 2);
+  EXPECT_EQ(static_cast<int>(DType::kU8), 3);
+  EXPECT_EQ(kLastDType, DType::kU8);
+  EXPECT_NO_THROW(require_gradient_dtype(DType::kBf16, "grad_dtype"));
+  EXPECT_NO_THROW(require_gradient_dtype(DType::kFp32, "grad_dtype"));
+  EXPECT_THROW(require_gradient_dtype(DType::kU8, "grad_dtype"), InvalidArgument);
+}
+
+// An fp8 all-gather holds and moves half the bytes of a bf16 one: s_p, o_p, S, N S and Eq. 2
+// in 1-byte items, while the gradient side (S_grad, S_fp32, e_p, Eq. 3) is unchanged.
+TEST(Layout, OneByteAllGatherShardsAreHalfOfBf16) {
+  const Topology t(2, 2);  // N = 4
+  const std::vector<ParamShape> shapes = {{"w", 10, 3}, {"b", 3, 1}, {"m", 7, 5}};
+  const GroupLayout bf16(t, shapes, DType::kBf16, DType::kBf16);
+  for (const DType one : {DType::kFp8, DType::kU8}) {
+    const GroupLayout g(t, shapes, one, DType::kBf16);
+    EXPECT_EQ(g.ag_dtype(), one);
+    // R = 3, 1, 2: s_p = 9, 1, 10 bytes; o_p = 0, 9, 10; S = 20.
+    EXPECT_EQ(g.param(0).shard_bytes, 9);
+    EXPECT_EQ(g.param(1).shard_bytes, 1);
+    EXPECT_EQ(g.param(2).shard_bytes, 10);
+    EXPECT_EQ(g.param(1).offset, 9);  // odd: no alignment past one byte
+    EXPECT_EQ(g.param(2).offset, 10);
+    EXPECT_EQ(g.shard_bytes(), 20);
+    EXPECT_EQ(2 * g.shard_bytes(), bf16.shard_bytes());
+    EXPECT_EQ(2 * g.unsharded_bytes(), bf16.unsharded_bytes());
+    EXPECT_EQ(g.unsharded_bytes(), 80);
+    for (int p = 0; p < g.param_count(); ++p) {
+      EXPECT_EQ(2 * g.param(p).shard_bytes, bf16.param(p).shard_bytes);
+      for (int r = 0; r < t.world(); ++r)
+        EXPECT_EQ(2 * g.landing_offset(p, r), bf16.landing_offset(p, r)) << p << " " << r;
+    }
+    EXPECT_EQ(g.landing_offset(2, 3), 10 * 4 + 3 * 10);  // Eq. 2: o_p N + r s_p
+    EXPECT_EQ(g.grad_shard_bytes(), bf16.grad_shard_bytes());
+    EXPECT_EQ(g.grad_shard_bytes(), 40);
+    EXPECT_EQ(g.fp32_shard_bytes(), 80);
+    EXPECT_EQ(g.param(2).out_offset, 10);
+    EXPECT_EQ(g.pack_buffer_bytes(), bf16.pack_buffer_bytes());
+  }
+}
+
+// TIDE-RS reduces bf16 or fp32 gradients: a 1-byte gradient dtype is refused, naming the fix.
+TEST(Layout, RefusesOneByteGradients) {
+  const Topology t(1, 8);
+  for (const DType grad : {DType::kFp8, DType::kU8}) {
+    try {
+      GroupLayout(t, {{"w", 8, 8}}, DType::kFp8, grad);
+      FAIL() << dtype_name(grad);
+    } catch (const InvalidArgument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(std::string(dtype_name(grad)) + " is an all-gather-only dtype"),
+                std::string::npos)
+          << what;
+      EXPECT_NE(what.find("bf16 or fp32"), std::string::npos) << what;
+    }
+  }
+  EXPECT_NO_THROW(GroupLayout(t, {{"w", 8, 8}}, DType::kFp8, DType::kFp32));
 }
 
 // Property: for random topologies and shapes, the landing intervals [Landing(p, r),

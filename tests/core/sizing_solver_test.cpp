@@ -94,6 +94,33 @@ TEST(SizingSolver, LandingTailBound) {
   EXPECT_EQ(r.landing_ctas, 1);
 }
 
+// The all-gather's first-order term: S_ag = S b_ag / b_grad, t_AG = (M - 1) S_ag / BW_NIC. An
+// fp8 all-gather's is half a bf16 one's; nothing the solver sizes changes with it.
+TEST(SizingSolver, AllGatherTermHalvesForOneByteItems) {
+  SolverInput in = paper_calibration();  // S = 32 MiB of bf16 gradients, M = 8
+  const SolverResult bf16 = solve_sizing(in);
+  EXPECT_EQ(bf16.ag_shard_bytes, std::int64_t{32} << 20);  // the default b_ag = 2
+  EXPECT_NEAR(bf16.t_ag_nic_ms, 7.0 * (32 << 20) / 47.5e6, 1e-9);
+  in.ag_bytes = 1;
+  const SolverResult fp8 = solve_sizing(in);
+  EXPECT_EQ(fp8.ag_shard_bytes, std::int64_t{16} << 20);
+  EXPECT_NEAR(fp8.t_ag_nic_ms, 7.0 * (16 << 20) / 47.5e6, 1e-9);
+  EXPECT_DOUBLE_EQ(2 * fp8.t_ag_nic_ms, bf16.t_ag_nic_ms);
+  EXPECT_EQ(fp8.sum_ctas, bf16.sum_ctas);
+  EXPECT_EQ(fp8.landing_ctas, bf16.landing_ctas);
+  EXPECT_EQ(fp8.round_width, bf16.round_width);
+  EXPECT_EQ(fp8.rounds_in_flight, bf16.rounds_in_flight);
+  EXPECT_DOUBLE_EQ(fp8.t_nic_ms, bf16.t_nic_ms);
+  in.grad_bytes = 4;  // S = 32 MiB of fp32 gradients: 8 Mi elements, 8 MiB of fp8
+  in.ag_bytes = 1;
+  EXPECT_EQ(solve_sizing(in).ag_shard_bytes, std::int64_t{8} << 20);
+  in.nodes = 1;  // one node: no rail, no wire time
+  EXPECT_EQ(solve_sizing(in).t_ag_nic_ms, 0.0);
+  in = paper_calibration();
+  in.ag_bytes = 3;
+  EXPECT_THROW(solve_sizing(in), InvalidArgument);
+}
+
 TEST(SizingSolver, RejectsBadInput) {
   SolverInput in = paper_calibration();
   in.bw_nic_gbps = -1;

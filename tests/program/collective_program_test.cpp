@@ -4,6 +4,7 @@
 // fault_injection_test.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -120,6 +121,79 @@ TEST(AgProgram, MixedPrecisionCastIntoStageSlotZero) {
   for (auto [m, l] : {std::pair{1, 4}, {3, 2}, {5, 8}, {8, 1}}) {
     SCOPED_TRACE("M=" + std::to_string(m) + " L=" + std::to_string(l));
     run_ag({m, l, true}, 3);
+  }
+}
+
+// NOTE [1-byte all-gather items]: fp8 and u8 shards are random byte codes 1..255 drawn from
+// the printed seed, resident or staged per call; the landing starts poisoned with zeros (no
+// input byte is 0), and every rank's landing must hold every shard byte for byte at Eq. 2.
+void run_ag_one_byte(int m, int l, DType dtype, bool staged, std::uint64_t schedule) {
+  const tide::testing::TestSeed data_seed;
+  std::mt19937_64 rng = data_seed.engine();
+  const GroupLayout layout(Topology(m, l), random_shapes(rng, 1 + rng() % 5), dtype, DType::kBf16);
+  AgOptions options;
+  options.staged_shards = staged;
+  options.head_bytes = 7;  // an odd head: rounds split at any byte
+  const AgPlan plan(layout, options);
+  const program::Program prog = program::build_ag_program(plan);
+  const program::AgArenaLayout arena = program::ag_arena_layout(plan);
+  const Topology& t = layout.topology();
+  ReferenceExecutor ex(prog);
+  std::vector<std::vector<std::byte>> shards;
+  for (int r = 0; r < t.world(); ++r) {
+    std::vector<std::byte> shard(static_cast<std::size_t>(layout.shard_bytes()));
+    for (std::byte& b : shard) {
+      b = static_cast<std::byte>(static_cast<std::uint8_t>(random_value(rng, dtype)));
+      ASSERT_NE(std::to_integer<int>(b), 0);
+    }
+    auto landing = ex.input(Buffer{r, Space::kArena, 0}, arena.landing, layout.unsharded_bytes());
+    std::fill(landing.begin(), landing.end(), std::byte{0});  // poisoned: no shard byte is 0
+    if (staged) {
+      for (int p = 0; p < layout.param_count(); ++p) {
+        auto bytes = ex.input(Buffer{r, Space::kTensor, p});
+        ASSERT_EQ(static_cast<std::int64_t>(bytes.size()), layout.param(p).shard_bytes);
+        std::memcpy(bytes.data(), shard.data() + layout.param(p).offset, bytes.size());
+      }
+    } else {
+      auto bytes = ex.input(Buffer{r, Space::kArena, 0}, arena.resident, layout.shard_bytes());
+      std::memcpy(bytes.data(), shard.data(), bytes.size());
+    }
+    shards.push_back(std::move(shard));
+  }
+  RunOptions run;
+  run.seed = schedule;
+  run.jitter = 0.5;
+  const RunResult result = ex.run(run);
+  ASSERT_TRUE(result.clean()) << first_errors(result);
+  for (int r = 0; r < t.world(); ++r) {
+    const auto landing = ex.memory(Buffer{r, Space::kArena, 0})
+                             .subspan(static_cast<std::size_t>(arena.landing),
+                                      static_cast<std::size_t>(layout.unsharded_bytes()));
+    std::int64_t checked = 0;
+    for (int u = 0; u < t.world(); ++u) {
+      for (int p = 0; p < layout.param_count(); ++p) {
+        const ParamLayout& pl = layout.param(p);
+        ASSERT_EQ(0, std::memcmp(landing.data() + layout.landing_offset(p, u),
+                                 shards[static_cast<std::size_t>(u)].data() + pl.offset,
+                                 static_cast<std::size_t>(pl.shard_bytes)))
+            << "rank " << r << " param " << p << " shard of rank " << u;
+        checked += pl.shard_bytes;
+      }
+    }
+    EXPECT_EQ(checked, layout.unsharded_bytes());  // every landing byte, none left poisoned
+    EXPECT_EQ(std::count(landing.begin(), landing.end(), std::byte{0}), 0);
+  }
+}
+
+TEST(AgProgram, OneByteItemsLandByteForByte) {
+  for (auto [m, l] : {std::pair{1, 4}, {2, 2}, {3, 1}, {5, 2}, {4, 8}}) {
+    for (const DType dtype : {DType::kFp8, DType::kU8}) {
+      for (const bool staged : {false, true}) {
+        SCOPED_TRACE("M=" + std::to_string(m) + " L=" + std::to_string(l) + " " +
+                     std::string(dtype_name(dtype)) + (staged ? " staged" : " resident"));
+        run_ag_one_byte(m, l, dtype, staged, static_cast<std::uint64_t>(m * 10 + l));
+      }
+    }
   }
 }
 

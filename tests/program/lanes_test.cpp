@@ -33,12 +33,25 @@ struct LaneCase {
   bool cast = true;  // bf16 parameters from fp32 masters; else fp32 shards copied in
   RsMode mode = RsMode::kInPlace;
   int groups = 3;
+  // Without a cast: groups 1, 2, 5, 6, ... all-gather fp8 items, the others bf16, so that ring
+  // slots hold groups of both (NOTE [1-byte all-gather items]); gradients stay bf16.
+  bool mixed_fp8 = false;
 };
 
 std::string describe(const LaneCase& c) {
-  return std::to_string(c.nodes) + "x" + std::to_string(c.gpus) + (c.cast ? " cast" : " fp32") +
+  return std::to_string(c.nodes) + "x" + std::to_string(c.gpus) +
+         (c.cast        ? " cast"
+          : c.mixed_fp8 ? " bf16+fp8"
+                        : " fp32") +
          (c.mode == RsMode::kInPlace ? " in-place " : " slot-reuse ") + std::to_string(c.groups) +
          " groups";
+}
+
+// Group g's all-gather dtype in case `c`.
+DType ag_dtype(const LaneCase& c, int g) {
+  if (c.cast) return DType::kBf16;
+  if (!c.mixed_fp8) return DType::kFp32;
+  return (g + 1) / 2 % 2 == 1 ? DType::kFp8 : DType::kBf16;
 }
 
 // A communicator's groups as the runtime places them: plans, one arena, sequences, words.
@@ -67,8 +80,8 @@ Communicator place(const LaneCase& c, std::mt19937_64& rng) {
   const Topology topo(c.nodes, c.gpus);
   std::vector<program::ArenaGroup> groups;
   for (int g = 0; g < c.groups; ++g) {
-    m.layouts.push_back(std::make_unique<GroupLayout>(
-        topo, odd_shapes(rng), c.cast ? DType::kBf16 : DType::kFp32, DType::kBf16));
+    m.layouts.push_back(
+        std::make_unique<GroupLayout>(topo, odd_shapes(rng), ag_dtype(c, g), DType::kBf16));
     AgOptions ag;
     ag.mixed_precision_cast = c.cast;
     ag.staged_shards = !c.cast;
@@ -160,17 +173,21 @@ Data make_data(const Communicator& m, const std::vector<program::LaneCall>& call
         std::memcpy(out[static_cast<std::size_t>(r)].data(), w.data(), w.size() * 4);
       }
     } else {
-      // Rank r's shard of every parameter (fp32 masters with a cast), and the landing every
-      // rank must hold: rows of each source rank in the all-gather dtype; padding unchecked.
+      // Rank r's shard of every parameter (fp32 masters with a cast; else values of the
+      // all-gather dtype, byte codes for fp8), and the landing every rank must hold: rows of
+      // each source rank in the all-gather dtype; padding unchecked.
+      const DType in_dtype = cast ? DType::kFp32 : layout.ag_dtype();
+      const std::int64_t item = item_bytes(layout.ag_dtype());
       std::vector<std::vector<float>> masters(static_cast<std::size_t>(world));
       for (int r = 0; r < world; ++r) {
         for (int p = 0; p < layout.param_count(); ++p) {
           const ParamLayout& pl = layout.param(p);
           std::vector<float> shard(static_cast<std::size_t>(pl.shard_elems()));
           for (float& v : shard)
-            v = random_value(rng, DType::kFp32);
-          std::vector<std::byte> bytes(shard.size() * 4);
-          store_values(shard, DType::kFp32, bytes);
+            v = random_value(rng, in_dtype);
+          std::vector<std::byte> bytes(shard.size() *
+                                       static_cast<std::size_t>(item_bytes(in_dtype)));
+          store_values(shard, in_dtype, bytes);
           in[static_cast<std::size_t>(r)].insert(in[static_cast<std::size_t>(r)].end(),
                                                  bytes.begin(), bytes.end());
           masters[static_cast<std::size_t>(r)].insert(masters[static_cast<std::size_t>(r)].end(),
@@ -186,9 +203,9 @@ Data make_data(const Communicator& m, const std::vector<program::LaneCall>& call
           std::span<const float> values(masters[static_cast<std::size_t>(src)].data() + at,
                                         static_cast<std::size_t>(elems));
           store_values(
-              values, cast ? DType::kBf16 : DType::kFp32,
+              values, layout.ag_dtype(),
               std::span(landing).subspan(static_cast<std::size_t>(layout.landing_offset(p, src)),
-                                         static_cast<std::size_t>(elems * (cast ? 2 : 4))));
+                                         static_cast<std::size_t>(elems * item)));
           at += pl.shard_elems();
         }
       }
@@ -223,15 +240,15 @@ void store_inputs(exec::ReferenceExecutor& ex, const Communicator& m,
 }
 
 // Whether `got` holds `want` where the all-gather's landing has real rows (AG), or entirely.
-bool matches(const GroupLayout& layout, bool all_gather, bool cast, std::span<const std::byte> got,
+bool matches(const GroupLayout& layout, bool all_gather, std::span<const std::byte> got,
              const std::vector<std::byte>& want, int world) {
   if (got.size() != want.size()) return false;
   if (!all_gather) return std::memcmp(got.data(), want.data(), got.size()) == 0;
   for (int src = 0; src < world; ++src) {
     for (int p = 0; p < layout.param_count(); ++p) {
       const std::size_t at = static_cast<std::size_t>(layout.landing_offset(p, src));
-      const std::size_t bytes = static_cast<std::size_t>(layout.valid_rows(p, src) *
-                                                         layout.param(p).cols * (cast ? 2 : 4));
+      const std::size_t bytes = static_cast<std::size_t>(
+          layout.valid_rows(p, src) * layout.param(p).cols * item_bytes(layout.ag_dtype()));
       if (std::memcmp(got.data() + at, want.data() + at, bytes) != 0) return false;
     }
   }
@@ -264,7 +281,7 @@ TEST_P(Lanes, GroupsSharingOneArenaMatchTheDefinitionBitwise) {
     const GroupLayout& layout = *m.layouts[static_cast<std::size_t>(calls[k].group)];
     for (int r = 0; r < world; ++r) {
       const auto out = ex.memory(Buffer{r, Space::kOutput, lp.calls[k].output});
-      EXPECT_TRUE(matches(layout, !calls[k].reduce_scatter, c.cast, out,
+      EXPECT_TRUE(matches(layout, !calls[k].reduce_scatter, out,
                           d.expect[k][static_cast<std::size_t>(r)], world))
           << "call " << k << (calls[k].reduce_scatter ? " (reduce-scatter)" : " (all-gather)")
           << " of group " << calls[k].group << ", rank " << r;
@@ -305,7 +322,7 @@ TEST_P(Lanes, EveryMissingEdgeIsARace) {
       for (std::size_t k = 0; k < calls.size() && same; ++k) {
         for (int r = 0; r < world && same; ++r) {
           same = matches(*m.layouts[static_cast<std::size_t>(calls[k].group)],
-                         !calls[k].reduce_scatter, c.cast,
+                         !calls[k].reduce_scatter,
                          ex.memory(Buffer{r, Space::kOutput, faulty.calls[k].output}),
                          d.expect[k][static_cast<std::size_t>(r)], world);
         }
@@ -324,7 +341,10 @@ INSTANTIATE_TEST_SUITE_P(Topologies, Lanes,
                                            LaneCase{2, 1, true, RsMode::kSlotReuse, 3},
                                            LaneCase{2, 2, false, RsMode::kInPlace, 3},
                                            LaneCase{3, 2, true, RsMode::kSlotReuse, 3},
-                                           LaneCase{1, 4, true, RsMode::kSlotReuse, 5}));
+                                           LaneCase{1, 4, true, RsMode::kSlotReuse, 5},
+                                           LaneCase{1, 2, false, RsMode::kInPlace, 4, true},
+                                           LaneCase{2, 2, false, RsMode::kSlotReuse, 4, true},
+                                           LaneCase{3, 1, false, RsMode::kInPlace, 3, true}));
 
 // NOTE [communicator arena]: with equal blocks behind a root, the arena does not grow with
 // depth, and it stays within the Sec. 5.4 bound plus one alignment per area.
@@ -367,6 +387,50 @@ TEST(CommunicatorArena, FlatInDepthAndWithinTheBound) {
       }
     }
   }
+}
+
+// NOTE [1-byte all-gather items]: of two groups of equal shapes, the fp8 one's resident shard,
+// landing slot and receive stage are half the bf16 one's; a slot shared by both is sized by
+// the bf16 group; the shared TIDE-RS areas follow the (bf16) gradients alone.
+TEST(CommunicatorArena, OneByteGroupsTakeHalfTheBytes) {
+  const Topology topo(2, 4);
+  const std::vector<ParamShape> shapes = {{"w", 1000, 64}, {"b", 999, 1}, {"m", 37, 33}};
+  std::vector<std::unique_ptr<GroupLayout>> layouts;
+  std::vector<std::unique_ptr<AgPlan>> ag;
+  std::vector<std::unique_ptr<RsPlan>> rs;
+  auto group = [&](DType dtype, int slot) {
+    layouts.push_back(std::make_unique<GroupLayout>(topo, shapes, dtype, DType::kBf16));
+    ag.push_back(std::make_unique<AgPlan>(*layouts.back(), AgOptions{}));  // a resident shard
+    rs.push_back(std::make_unique<RsPlan>(*layouts.back(), RsOptions{}));
+    return program::ArenaGroup{ag.back().get(), rs.back().get(), slot};
+  };
+  const program::ArenaGroup bf16 = group(DType::kBf16, -1), fp8 = group(DType::kFp8, -1);
+  const std::int64_t s_bf16 = layouts[0]->shard_bytes(), s_fp8 = layouts[1]->shard_bytes();
+  // N = 8: R_p K_p = 125 x 64 + 125 x 1 + 5 x 33 = 8290 elements.
+  EXPECT_EQ(s_fp8, 8290);
+  EXPECT_EQ(s_bf16, 2 * 8290);
+  const program::CommunicatorArena own = program::communicator_arena({bf16, fp8});
+  ASSERT_EQ(own.slots.size(), 2u);
+  EXPECT_EQ(own.slots[0].bytes, 8 * s_bf16);
+  EXPECT_EQ(own.slots[1].bytes, 8 * s_fp8);
+  EXPECT_EQ(2 * own.slots[1].bytes, own.slots[0].bytes);
+  EXPECT_EQ(own.all_gather[1].resident - own.all_gather[0].resident,
+            (s_bf16 + program::kArenaAlign - 1) / program::kArenaAlign * program::kArenaAlign);
+  EXPECT_EQ(own.stage_bytes, (s_bf16 + program::kArenaAlign - 1) / program::kArenaAlign *
+                                 program::kArenaAlign);  // M - 1 = 1 bf16 shard, the largest
+  const program::CommunicatorArena fp8_only = program::communicator_arena({fp8});
+  EXPECT_EQ(fp8_only.slots[0].bytes, 8 * s_fp8);
+  EXPECT_EQ(fp8_only.stage_bytes,
+            (s_fp8 + program::kArenaAlign - 1) / program::kArenaAlign * program::kArenaAlign);
+  EXPECT_EQ(fp8_only.reduce_scatter_bytes, own.reduce_scatter_bytes);
+  layouts.clear();
+  ag.clear();
+  rs.clear();
+  const program::ArenaGroup a = group(DType::kFp8, 0), b = group(DType::kBf16, 0);
+  const program::CommunicatorArena shared = program::communicator_arena({a, b});
+  ASSERT_EQ(shared.slots.size(), 1u);
+  EXPECT_EQ(shared.slots[0].bytes, 8 * s_bf16);
+  EXPECT_EQ(shared.all_gather[0].landing, shared.all_gather[1].landing);
 }
 
 }  // namespace

@@ -69,6 +69,8 @@ struct AgDescriptorCounts {
 
 class AgPlan {
  public:
+  // Throws InvalidArgument for options out of range, and for a mixed-precision cast into an
+  // all-gather dtype other than bf16 (the cast kernel writes bf16).
   AgPlan(const GroupLayout& layout, AgOptions options);
 
   const GroupLayout& layout() const { return layout_; }

@@ -16,12 +16,15 @@ namespace tide {
 // One rank's gradients, [param][D_p * K_p] row-major, exact in the gradient dtype.
 using RankGrads = std::vector<std::vector<float>>;
 
-// A standard-normal value rounded to `dtype` (bf16 values are exactly representable).
+// A standard-normal value rounded to `dtype` (bf16 values are exactly representable). For a
+// 1-byte dtype (fp8, u8: NOTE [1-byte all-gather items]) a uniform byte code in 1..255 as a
+// float: the bit pattern TIDE-AG moves, never 0 (so a missed write shows), never computed on.
 float random_value(std::mt19937_64& rng, DType dtype);
 // Fresh standard-normal gradients for every rank, in the layout's gradient dtype.
 std::vector<RankGrads> random_grads(std::mt19937_64& rng, const GroupLayout& layout);
 
-// Stores `values` in `dtype` (bf16: 16-bit words, little-endian) into `out`, exactly sized.
+// Stores `values` in `dtype` (bf16: 16-bit words, little-endian; fp8, u8: each value a byte
+// code 0..255, as random_value draws them) into `out`, exactly sized.
 void store_values(std::span<const float> values, DType dtype, std::span<std::byte> out);
 
 // `rank`'s gradient feeding element `e` of `destination`'s output; nullptr for padding.

@@ -1,7 +1,8 @@
 // The layout of one FSDP2 parameter group (Sec. 2.1, Eqs. 2-3).
 // Parameter p is viewed as a (D_p, K_p) matrix sharded along dimension 0 over N ranks:
 //   R_p = ceil(D_p / N)              padded rows per rank (rows past D_p are padding)
-//   s_p = R_p * K_p * b_ag            shard bytes;  o_p = sum_{i<p} s_i;  S = sum_p s_p
+//   s_p = R_p * K_p * b_ag            shard bytes (b_ag: 1, 2 or 4, dtype.hpp)
+//   o_p = sum_{i<p} s_i;  S = sum_p s_p
 //   Landing(p, r) = o_p * N + r * s_p the parameter-major landing offset (Eq. 2)
 //   S_grad = b_grad * sum_p R_p K_p,  S_fp32 = 4 * sum_p R_p K_p
 //   B_pack = 4 * sum_p N R_p K_p = (4 / b_grad) * N * S_grad   (FSDP2's packing buffer, Eq. 3)
@@ -38,8 +39,10 @@ struct ParamLayout {
 
 class GroupLayout {
  public:
-  // Throws InvalidArgument for an empty group or a non-positive extent, and Unsupported for
-  // more than kMaxParamsPerGroup parameters or byte counts that overflow 63 bits.
+  // Throws InvalidArgument for an empty group, a non-positive extent or a gradient dtype TIDE-RS
+  // cannot reduce (fp8, u8: NOTE [1-byte all-gather items]), and Unsupported for more than
+  // kMaxParamsPerGroup parameters or byte counts that overflow 63 bits. Any all-gather dtype:
+  // shard offsets are multiples of b_ag only (1-byte items: no alignment past one byte).
   GroupLayout(const Topology& topology, std::vector<ParamShape> params, DType ag_dtype,
               DType grad_dtype);
 

@@ -8,6 +8,11 @@
 //   0.10 t_NIC and doubling cuts rounds. d (ours): where the waits still exceed that budget,
 //   d = 1 + ceil(t_rnd / t_round), t_round = t_NIC / N_rounds (capped at N_rounds and
 //   kMaxRoundsInFlight); else d = 1.
+// The all-gather's term (ours, first order; Sec. 3.1): the same group's per-rank shard in the
+// all-gather dtype, S_ag = S b_ag / b_grad, and its wire time t_AG = (M - 1) S_ag / BW_NIC
+// (Bruck's rounds move sum_d c_d = M - 1 shards over each rail). A 1-byte (fp8, u8) all-gather
+// moves half a bf16 one's bytes, so its term is half (NOTE [1-byte all-gather items]). It
+// sizes nothing above; the reduce-scatter's terms keep b_grad.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +30,7 @@ struct SolverInput {
   int gpus_per_node = 8;         // L
   std::int64_t shard_bytes = 0;  // S: per-rank packed gradient shard in the gradient dtype
   int grad_bytes = 2;            // b_grad
+  int ag_bytes = 2;              // b_ag: the all-gather item size (1, 2 or 4)
   int wave_width = 0;            // W_wave; 0 selects L
   int passes = 1;                // n_part
   double gamma_skew = 1.5;
@@ -55,13 +61,16 @@ struct SolverResult {
   int landing_tail_ctas = 0;        // the tail-bound term
   double round_wait_budget_ms = 0;  // 0.10 t_NIC
   std::vector<RoundWidthStep> round_width_steps;
+  std::int64_t ag_shard_bytes = 0;  // S_ag = S b_ag / b_grad
+  double t_ag_nic_ms = 0;           // t_AG = (M - 1) S_ag / BW_NIC
 };
 
 // N_rounds: network rounds for `remote` remote contributions (contributors 1..remote+1 with
 // the own node last) at wave width W and at most k transfers per round.
 int network_rounds(int remote, int round_width, int wave_width);
 
-// Throws InvalidArgument for non-positive rates, sizes or counts.
+// Throws InvalidArgument for non-positive rates, sizes or counts, a b_grad other than 2 or 4,
+// or a b_ag other than 1, 2 or 4.
 SolverResult solve_sizing(const SolverInput& in);
 
 }  // namespace tide

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "tide/core/arithmetic.hpp"
+#include "tide/core/error.hpp"
 
 namespace tide::exec {
 namespace {
@@ -14,15 +16,26 @@ namespace {
 using program::Op;
 using program::Region;
 
+// A sum's input item: bf16 or fp32 (the validator refuses a sum of 1-byte items, NOTE [1-byte
+// all-gather items]).
 float load(const std::byte* p, DType dtype) {
-  if (dtype == DType::kBf16) {
-    std::uint16_t w;
-    std::memcpy(&w, p, sizeof w);
-    return arith::bf16_to_float(w);
+  switch (dtype) {
+    case DType::kBf16: {
+      std::uint16_t w;
+      std::memcpy(&w, p, sizeof w);
+      return arith::bf16_to_float(w);
+    }
+    case DType::kFp32: {
+      float f;
+      std::memcpy(&f, p, sizeof f);
+      return f;
+    }
+    case DType::kFp8:
+    case DType::kU8:
+      break;
   }
-  float f;
-  std::memcpy(&f, p, sizeof f);
-  return f;
+  throw InternalError("a sum reads " + std::string(dtype_name(dtype)) +
+                      " items; only bf16 and fp32 are summed");
 }
 
 // The bytes of `region`, rows concatenated.
