@@ -140,7 +140,7 @@ def read_npy(path):
     header_len = struct.unpack("<H", data[8:10])[0]
     header = ast.literal_eval(data[10:10 + header_len].decode())
     body = data[10 + header_len:]
-    code = {"<u2": "H", "<f4": "f"}[header["descr"]]
+    code = {"<u2": "H", "<f4": "f", "|u1": "B"}[header["descr"]]
     count = len(body) // struct.calcsize(code)
     values = struct.unpack("<%d%s" % (count, code), body)
     if code == "H":  # bf16 words -> float
@@ -592,6 +592,142 @@ class Calibration(unittest.TestCase):
             result = run("calibrate", *args)
             self.assertEqual(result.returncode, 2, result.stderr)
             self.assertEqual(len(result.stderr.strip().splitlines()), 1, result.stderr)
+
+
+class OneByteAllGather(unittest.TestCase):
+    """fp8 and u8 all-gather items (NOTE [1-byte all-gather items]): half of bf16's bytes, moved
+    byte for byte; gradients stay bf16 or fp32."""
+    SOLVE = ("solve", "--bw-nic", "47.5", "--bw-sum", "99", "--bw-land", "21", "--bw-cap", "90",
+             "--t-round", "1.3", "--nodes", "8", "--gpus-per-node", "8",
+             "--shard-bytes", str(32 << 20))
+
+    def test_simulate_fp8_is_byte_exact_on_fresh_seeded_bytes(self):
+        import os
+        import random
+        import tempfile
+        seed = random.randrange(1, 1 << 31)  # fresh inputs every run; printed on failure
+        for dtype, extra in (("fp8", ()), ("u8", ("--staged",))):
+            with tempfile.TemporaryDirectory() as tmp:
+                out = run_json("simulate", "all-gather", "-M", "3", "-L", "2", "--shapes",
+                               "37x5,3,11x7", "--ag-dtype", dtype, "--data-seed", str(seed),
+                               "--dump", tmp, *extra)
+                msg = f"{dtype} data seed {seed}"
+                self.assertEqual(out["data_seed"], seed, msg)
+                self.assertEqual((out["ag_dtype"], out["grad_dtype"]), (dtype, "bf16"), msg)
+                self.assertTrue(out["passed"], msg)
+                self.assertTrue(out["bitwise_equal_to_reference_order"], msg)
+                self.assertEqual(out["max_abs_error"], 0, msg)
+                self.assertEqual(out["error_count"], 0, msg)
+                with open(os.path.join(tmp, "manifest.json")) as f:
+                    manifest = json.load(f)
+                world, params = manifest["world"], manifest["params"]
+                self.assertEqual(world, 6)
+                shards = [read_npy(os.path.join(tmp, f"shard_r{u}.npy")) for u in range(world)]
+                # R_p K_p = 7 x 5 + 1 + 2 x 7 = 50 one-byte items: half of bf16's 100 bytes
+                for descr, shape, values in shards:
+                    self.assertEqual((descr, shape), ("|u1", (50,)), msg)
+                    self.assertNotIn(0, values, msg)  # byte codes 1..255, never zeros
+                self.assertGreater(len({tuple(v) for _, _, v in shards}), 1, msg)
+                for r in range(world):
+                    offset = 0
+                    for p, param in enumerate(params):
+                        rows, cols, rpr = param["rows"], param["cols"], param["rows_per_rank"]
+                        descr, shape, got = read_npy(os.path.join(tmp, f"landing_r{r}_p{p}.npy"))
+                        self.assertEqual((descr, shape), ("|u1", (rows, cols)), msg)
+                        want = []  # Eq. 2: the ranks' shards of p in rank order, padding cut
+                        for u in range(world):
+                            want += shards[u][2][offset:offset + rpr * cols]
+                        self.assertEqual(got, want[:rows * cols], f"{msg} rank {r} param {p}")
+                        offset += rpr * cols
+        text = run("simulate", "all-gather", "-M", "2", "-L", "2", "--shapes", "9x3",
+                   "--ag-dtype", "fp8", "--data-seed", str(seed))
+        self.assertEqual(text.returncode, 0, text.stderr)
+        self.assertIn(f"data seed                     {seed}", text.stdout)
+        self.assertIn("all-gather fp8, gradients bf16", text.stdout)
+
+    def test_simulate_step_and_reduce_scatter_beside_fp8(self):
+        out = run_json("simulate", "step", "-M", "2", "-L", "2", "--groups", "37x5,3;11x7",
+                       "--layers", "2", "--ag-dtype", "fp8", "--grad-dtype", "fp32")
+        self.assertTrue(out["passed"])
+        out = run_json("simulate", "reduce-scatter", "-M", "2", "-L", "2", "--shapes", "37x5",
+                       "--ag-dtype", "fp8")
+        self.assertTrue(out["passed"])
+        self.assertEqual(out["grad_dtype"], "bf16")
+
+    def test_one_byte_gradients_and_casts_are_refused(self):
+        for dtype in ("fp8", "u8"):
+            result = run("simulate", "reduce-scatter", "-M", "2", "-L", "2", "--shapes", "9x3",
+                         "--grad-dtype", dtype)
+            self.assertEqual(result.returncode, 2, result.stderr)
+            self.assertIn(f"{dtype} is an all-gather-only dtype", result.stderr)
+            self.assertIn("bf16 or fp32", result.stderr)
+        for args in (("simulate", "all-gather", "--shapes", "9x3", "--cast", "--ag-dtype", "fp8"),
+                     ("memory", "-M", "2", "--groups", "9x3", "--cast", "--ag-dtype", "fp8"),
+                     ("memory", "-M", "2", "--grad-dtype", "fp8"),
+                     ("solve", *self.SOLVE[1:], "--grad-dtype", "u8"),
+                     ("simulate", "all-gather", "--shapes", "9x3", "--ag-dtype", "fp16")):
+            result = run(*args)
+            self.assertEqual(result.returncode, 2, f"{args}: {result.stderr}")
+            self.assertEqual(len(result.stderr.strip().splitlines()), 1, result.stderr)
+        result = run("simulate", "all-gather", "--shapes", "9x3", "--ag-dtype", "fp16")
+        self.assertIn("bf16, fp32, fp8 or u8", result.stderr)
+
+    def test_memory_lays_out_mixed_bf16_and_fp8_groups(self):
+        groups = "1000x64,999;1000x64,999;1000x64,999"
+        out = run_json("memory", "-M", "2", "-L", "4", "--groups", groups,
+                       "--ag-dtype", "bf16,fp8,fp8", "--slots", "-1,0,0")
+        g = out["groups"]
+        self.assertEqual([x["ag_dtype"] for x in g], ["bf16", "fp8", "fp8"])
+        self.assertEqual([x["grad_dtype"] for x in g], ["bf16"] * 3)
+        # N = 8: R_p K_p = 125 x 64 + 125 = 8125 elements per rank
+        self.assertEqual([x["shard_bytes"] for x in g], [16250, 8125, 8125])
+        self.assertEqual([x["landing_bytes"] for x in g], [130000, 65000, 65000])
+        slots = {s["id"]: s for s in out["arena"]["slots"]}
+        self.assertEqual(slots[-1]["bytes"], 130000)
+        self.assertEqual(slots[0]["bytes"], 65000)  # the fp8 groups' shared slot: half
+        self.assertEqual(slots[0]["groups"], [1, 2])
+        bf16 = run_json("memory", "-M", "2", "-L", "4", "--groups", groups, "--slots", "-1,0,0")
+        self.assertEqual({s["id"]: s["bytes"] for s in bf16["arena"]["slots"]},
+                         {-1: 130000, 0: 130000})
+        self.assertEqual(out["arena"]["reduce_scatter_bytes"],
+                         bf16["arena"]["reduce_scatter_bytes"])  # the gradients are bf16 in both
+        self.assertEqual(out["arena"]["arena_bytes"] + 65536, bf16["arena"]["arena_bytes"])
+        one = run_json("memory", "-M", "2", "-L", "4", "--groups", groups, "--ag-dtype", "fp8")
+        self.assertEqual([x["ag_dtype"] for x in one["groups"]], ["fp8"] * 3)
+        text = run("memory", "-M", "2", "-L", "4", "--groups", groups, "--ag-dtype", "bf16,fp8,u8")
+        self.assertEqual(text.returncode, 0, text.stderr)
+        self.assertIn("all-gather dtype", text.stdout)
+        for dtype in ("bf16", "fp8", "u8"):
+            self.assertIn(dtype, text.stdout)
+        bad = run("memory", "-M", "2", "--groups", "9x3;9x3", "--ag-dtype", "bf16,fp8,fp8")
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("3 entries for 2 groups", bad.stderr)
+
+    def test_solve_all_gather_term_halves_for_fp8(self):
+        bf16 = run_json(*self.SOLVE)
+        fp8 = run_json(*self.SOLVE, "--ag-dtype", "fp8")
+        self.assertEqual((bf16["ag_dtype"], fp8["ag_dtype"]), ("bf16", "fp8"))
+        self.assertEqual(bf16["ag_shard_bytes"], 32 << 20)
+        self.assertEqual(fp8["ag_shard_bytes"], 16 << 20)
+        self.assertAlmostEqual(bf16["t_ag_nic_ms"], 7 * (32 << 20) / 47.5e6, places=9)
+        self.assertAlmostEqual(2 * fp8["t_ag_nic_ms"], bf16["t_ag_nic_ms"], places=12)
+        for key in ("sum_ctas", "landing_ctas", "round_width", "rounds_in_flight", "t_nic_ms",
+                    "fp32_shard_bytes"):
+            self.assertEqual(fp8[key], bf16[key], key)  # the reduce-scatter's terms keep b_grad
+        plain = run(*self.SOLVE)
+        self.assertNotIn("t_AG", plain.stdout)  # the default text is unchanged
+        asked = run(*self.SOLVE, "--ag-dtype", "fp8")
+        self.assertIn("all-gather wire time t_AG  2.472 ms", asked.stdout)
+
+    def test_check_runtime_host_backend_gathers_fp8(self):
+        for dtype, extra in (("fp8", ("--ring", "--staged-shards")), ("u8", ())):
+            result = run("check-runtime", "-M", "2", "-L", "2", "--groups", "37x5,3;11x7,4x4",
+                         "--ag-dtype", dtype, "--calls", "10", "--json", *extra)
+            self.assertEqual(result.returncode, 0, result.stdout[-800:] + result.stderr)
+            out = json.loads(result.stdout)
+            self.assertTrue(out["passed"])
+            self.assertEqual((out["ag_dtype"], out["mismatches"]), (dtype, 0))
+            self.assertEqual([r["calls"] for r in out["per_rank"]], [10] * 4)
 
 if __name__ == "__main__":
     TIDE = sys.argv.pop(1)
