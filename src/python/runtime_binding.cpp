@@ -315,7 +315,9 @@ void bind_runtime(nb::module_& m) {
            nb::arg("ag_dtype") = "bf16", nb::arg("grad_dtype") = "bf16",
            nb::arg("mode") = "in-place", nb::arg("cast") = false, nb::arg("staged_shards") = false,
            nb::arg("landing_slot") = -1,
-           "(group id, reason): id -1 when TIDE cannot run the group (reason says why)")
+           "(group id, reason): id -1 when TIDE cannot run the group (reason says why). "
+           "ag_dtype: bf16, fp32, fp8 or u8 (fp8, u8: 1-byte items, all-gather only); "
+           "grad_dtype: bf16 or fp32")
       .def("group_info", &PyCommunicator::group_info, nb::arg("group"),
            nb::arg("create_arena") = true,
            "The group's layout and (creating the arena, a collective, at the first use) pointers")
