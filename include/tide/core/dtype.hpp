@@ -1,11 +1,14 @@
 // Element types of the collectives (Sec. 2.1): the all-gather item size b_ag is 1 (fp8, u8),
 // 2 (bf16) or 4 (fp32); the gradient item size b_grad is 2 (bf16) or 4 (fp32), and TIDE-RS
 // always reduces into fp32.
-// NOTE [1-byte all-gather items]: fp8 (float8 e4m3 or e5m2 bit patterns, e.g. torchao float8
-// weights) and u8 (packed uint8, e.g. NF4) are all-gather only. TIDE-AG moves them as bytes
-// (copy engines, rail puts) and never computes on them, so an fp8 group holds and moves half
-// the bytes of a bf16 one; no sum, cast or landing reads them. A gradient in a 1-byte dtype is
-// refused (require_gradient_dtype): TIDE-RS reduces bf16 or fp32 gradients.
+//
+// NOTE [1-byte all-gather items]
+// fp8 (float8 e4m3 or e5m2 bit patterns, e.g. torchao float8 weights) and u8 (packed uint8,
+// e.g. NF4) are all-gather only. TIDE-AG moves them as bytes (copy engines, rail puts) and
+// never computes on them, so an fp8 group holds and moves half the bytes of a bf16 one; no
+// sum, cast or landing reads them. Shard offsets are multiples of one byte only. A gradient in
+// a 1-byte dtype is refused (require_gradient_dtype): TIDE-RS reduces bf16 or fp32 gradients
+// into fp32 shards. The mixed-precision cast writes bf16 only (AgPlan refuses it into fp8).
 #pragma once
 
 #include <cstdint>
