@@ -3,8 +3,8 @@
     python bench/float8/run.py --device cuda-shared --shape h200 --worlds 2 4 --out DIR
     python bench/float8/run.py --device cpu --shape tiny --worlds 2 --out DIR
 
-For every world N: stock float8, TIDE float8, and (``--bf16``) stock without float8, each N
-fresh processes from one seed (printed). Writes DIR/<N>/<mode>-rank<r>.json (the workers'),
+For every world N: stock float8, TIDE float8, and (``--bf16 [N ...]``) stock without float8,
+each N fresh processes from one seed (printed). Writes DIR/<N>/<mode>-rank<r>.json (the workers'),
 DIR/results.json and DIR/README.md: per N and system, the largest relative loss difference to
 stock float8 over steps and ranks (and float8's own gap to bf16, the bound it is read against),
 the FSDP groups served by TIDE with their all-gather dtypes and bytes, the median step time
@@ -108,7 +108,8 @@ def main() -> int:
     ap.add_argument("--device", choices=["cpu", "cuda-shared"], default="cpu")
     ap.add_argument("--shape", default="tiny")
     ap.add_argument("--worlds", type=int, nargs="+", default=[2])
-    ap.add_argument("--bf16", action="store_true", help="also stock without float8 (the bound)")
+    ap.add_argument("--bf16", type=int, nargs="*", default=None, metavar="N",
+                    help="also stock without float8 (the bound), at these worlds (none: every world)")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--out", type=Path, required=True)
@@ -119,8 +120,9 @@ def main() -> int:
     for world in a.worlds:
         out = a.out / str(world)
         out.mkdir(parents=True, exist_ok=True)
+        bf16 = a.bf16 is not None and (not a.bf16 or world in a.bf16)
         runs = {m: launch(world, m, a.shape, a.device, seed, out, a.timeout)
-                for m in ["stock", "tide"] + (["bf16"] if a.bf16 else [])}
+                for m in ["stock", "tide"] + (["bf16"] if bf16 else [])}
         row = {}
         for mode, ranks in runs.items():
             peaks = [r["peak_bytes"] for r in ranks]
@@ -132,13 +134,18 @@ def main() -> int:
         results["torch"] = runs["stock"][0]["torch"]
         results["worlds"][str(world)] = row
         print(table({"worlds": {str(world): row}}), flush=True)
+        write(a, results)  # after every world: a run cut short keeps what it measured
+    return 0
+
+
+def write(a, results: dict) -> None:
+    bf16 = "" if a.bf16 is None else " --bf16" + "".join(f" {w}" for w in a.bf16)
     (a.out / "results.json").write_text(json.dumps(results, indent=1))
     (a.out / "README.md").write_text(
-        f"# torchao float8, stock vs TIDE ({results['machine']}, torch {results['torch']}, seed {seed})\n\n"
+        f"# torchao float8, stock vs TIDE ({results['machine']}, torch {results['torch']}, seed {results['seed']})\n\n"
         f"    python bench/float8/run.py --device {a.device} --shape {a.shape} --worlds "
-        f"{' '.join(map(str, a.worlds))}{' --bf16' if a.bf16 else ''} --seed {seed} --out DIR\n\n"
+        f"{' '.join(map(str, a.worlds))}{bf16} --seed {results['seed']} --out DIR\n\n"
         + table(results) + "\n")
-    return 0
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ Devices: DEVICE=cpu (gloo), or DEVICE=cuda-shared: every rank on GPU 0, gloo wit
 for stock FSDP2, TIDE on its ipc backend (NOTE [ipc fabric]); peak memory is then
 torch.cuda.max_memory_allocated (TIDE's arena is allocated through torch, so it counts).
 Writes OUT_DIR/<mode>-rank<r>.json: the loss of every step, the step times (wall clock after
-a synchronize), the peak memory, and tide.fsdp.report() (the all-gather dtypes and bytes).
+a synchronize), the peak memory, tide.fsdp.report() (the all-gather dtypes and bytes) and
+tide.fsdp.memory() (the arena: a block's landing slot holds its float8 bytes, not bf16's).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from torchao.float8 import (
 
 SHAPES = {  # dim, hidden, layers, tokens, steps
     "tiny": (64, 128, 3, 32, 5),
-    "h200": (4096, 14336, 3, 1024, 8),  # NS terms near the sharded state at N = 4
+    "h200": (4096, 14336, 3, 1024, 6),  # NS terms near the sharded state at N = 4
 }
 
 
@@ -115,6 +116,8 @@ def main() -> int:
     peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
     out = {"losses": losses, "step_seconds": seconds, "peak_bytes": peak,
            "report": tide.fsdp.report(model) if mode == "tide" else [],
+           "memory": tide.fsdp.memory(model) if mode == "tide" else None,
+           "block_params": sum(p.numel() for p in Block(dim, hidden).parameters()),
            "torch": torch.__version__, "device": str(torch.cuda.get_device_name(0)) if device.type == "cuda" else "cpu"}
     (out_dir / f"{mode}-rank{rank}.json").write_text(json.dumps(out))
     dist.barrier()

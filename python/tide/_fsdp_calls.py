@@ -383,7 +383,10 @@ def _reduce(*args, **kwargs):
     # slot's next all-gather waits for those reads. Where another group holds the slot already,
     # the gradients are read in place as In-Place does.
     rs_bytes = sum(g.numel() * g.element_size() for g in ordered)
-    staged = (gid == group.gid and group.mode == "slot-reuse" and group.slot_holder() is None
+    # An extension group's own registration lands 1-byte items (NOTE [extension all-gathers]
+    # 2): its slot does not have the gradients' geometry, so they are read in place.
+    staged = (gid == group.gid and group.mode == "slot-reuse" and group.ag is None
+              and group.slot_holder() is None
               and not group.comm.holds_slot(group.landing_gid))
     if staged:
         group.comm.stage_gradients(gid, _stream_handle(current), [g.data_ptr() for g in ordered])

@@ -23,7 +23,10 @@ no copy-out:
      copy, so any dtype's bytes move exactly as bf16 pairs; the carrier matrix of an item is
      (world x rows, row bytes / 2), or (world, per-rank bytes / 2) where a row has an odd
      byte count. Its landing shares the group's landing slot; the group's own registration
-     (the parameters with their gradients) keeps serving its reduce-scatters.
+     (the parameters with their gradients) keeps serving its reduce-scatters. That one is
+     never all-gathered, so it is registered at enable() with a landing of 1-byte items and
+     no resident shards (``register(all_gathered=False)``): the slot is sized by the outputs,
+     and a float8 group's slot is about half a bf16 one's.
   3. Each all-gather calls FSDP2's ``all_gather_inputs`` (which calls ``fsdp_pre_all_gather``
      and keeps its metadata, such as float8 scales, for the post-all-gather, as FSDP2 does)
      on its copy-in stream, checks every output against the recorded items, and runs one

@@ -317,11 +317,16 @@ class TideGroup:
         # them there and reduces in fp32 whatever the reduce dtype (no upcast copy).
         self.grad_dtype = self.ag_dtype
 
-    def register(self, comm, pg, mode: str, grad_dtype=None, items=None) -> str:
+    def register(self, comm, pg, mode: str, grad_dtype=None, items=None,
+                 all_gathered: bool = True) -> str:
         """Registers the group with the communicator; returns the runtime's refusal or ''.
         ``grad_dtype``: the gradients' dtype where not the parameters' (NOTE [no-sync
         accumulation]). ``items``: register the all-gather outputs of an extension group
         instead of its parameters (NOTE [extension all-gathers] 2; never reduce-scattered).
+        ``all_gathered=False``: a registration whose all-gather never runs (a twin; an extension
+        group's own, whose outputs' registration fills the slot): its landing is laid out in
+        1-byte items (the runtime's "u8") and without resident shards, so that it never sizes
+        the shared landing slot beyond what the all-gathers that do run need.
 
         Collective over ``pg``; every group of a communicator registers before any
         ``describe()``, since the runtime places its arena at the first use of a group."""
@@ -329,15 +334,19 @@ class TideGroup:
         if grad_dtype is not None:
             self.grad_dtype = grad_dtype
         shapes, cast = self.shapes(), self.cast
+        ag_name = _memory.dtype_name(self.ag_dtype)
         if items is not None:
             shapes = _fsdp_extensions.carrier_shapes(items, pg.size())
             self.ag_dtype = self.grad_dtype = _fsdp_extensions.CARRIER
+            ag_name = _memory.dtype_name(self.ag_dtype)
             cast = self.cast = False
+        elif not all_gathered:
+            ag_name, cast = _memory.LANDING_ONLY, False
         self.mode = mode
         gid, reason = comm.register_group(
             self.name,
             shapes,
-            _memory.dtype_name(self.ag_dtype),
+            ag_name,
             _memory.dtype_name(self.grad_dtype),
             mode,
             cast,

@@ -15,6 +15,9 @@ import torch
 
 _DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 _NAMES = {v: k for k, v in _DTYPES.items()}
+# The runtime's 1-byte all-gather item (DType::kU8): the least landing a registration can ask
+# for where its all-gather never runs.
+LANDING_ONLY = "u8"
 
 
 def dtype_from_name(name: str) -> torch.dtype:

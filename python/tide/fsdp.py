@@ -346,7 +346,10 @@ def _register(group, comm, mode: str) -> tuple[str, bool]:
     the timeout) is a reason, agreed later, not an error."""
     try:
         pg = group.fsdp_group.mesh_info.shard_process_group
-        return group.register(comm, pg, mode), False
+        # NOTE [extension all-gathers] 2: an extension group's all-gathers run on its outputs'
+        # registration, never on this one
+        extension = _fsdp_extensions.has_extension(group.fsdp_group.fsdp_params)
+        return group.register(comm, pg, mode, all_gathered=not extension), False
     except (RuntimeError, ValueError) as e:
         why = _one_line(str(e))
         return f"registration with the TIDE runtime failed (is every rank calling enable()?): {why}", True
@@ -503,7 +506,8 @@ def _register_twins(comm, mine: list, fp32_grads: set, slots: dict) -> list:
         if not needed:
             continue
         twin, reason = _register_sibling(comm, group, "fp32 accumulated gradients", slots,
-                                         mode="in-place", grad_dtype=torch.float32)
+                                         mode="in-place", grad_dtype=torch.float32,
+                                         all_gathered=False)
         if reason:
             group.twin_refusal = reason
             continue

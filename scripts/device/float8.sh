@@ -34,7 +34,7 @@ if has module; then
 fi
 if has float8; then
   python3 bench/float8/run.py --device "${FLOAT8_DEVICE:-cuda-shared}" --shape "${FLOAT8_SHAPE:-h200}" \
-    --worlds ${FLOAT8_WORLDS:-2 4} --bf16 --timeout 240 --out "$OUT/float8" > "$LOG/float8.log" 2>&1
+    --worlds ${FLOAT8_WORLDS:-2 4} --bf16 2 --timeout 200 --out "$OUT/float8" > "$LOG/float8.log" 2>&1
   rc=$?; [[ $rc -ne 0 ]] && rc_all=$rc
   note "float8 rc=$rc $(stamp)"
   tail -20 "$LOG/float8.log" | tee -a "$summary"

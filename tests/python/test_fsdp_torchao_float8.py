@@ -3,7 +3,8 @@
 converter sets it up, trained stock and with TIDE on 4 CPU processes (bench/float8/worker.py,
 the benchmark's own worker). Checks: losses within LOSS_RTOL of stock float8's (bitwise here,
 asserted as measured by the bound); every group served after the traced iteration, its blocks
-all-gathering float8_e4m3fn bytes. Skips where torchao is not installed
+all-gathering float8_e4m3fn bytes; a block's landing slot sized by those bytes (about half of
+bf16's: NOTE [extension all-gathers] 2). Skips where torchao is not installed
 (scripts/install-python-deps.sh installs it). Seed: TIDE_TEST_SEED (printed)."""
 
 from __future__ import annotations
@@ -61,3 +62,19 @@ def test_every_group_all_gathers_float8_on_tide(runs):
             # forward and backward of every step after the traced one
             assert row["all_gathers"] == 2 * (STEPS - 1), where
             assert "float8_e4m3fn" in row["all_gather_dtypes"], where
+
+
+def test_landing_slots_hold_float8_bytes(runs):
+    for rank, tide in enumerate(runs["tide"]):
+        rows = {row["group"]: row for row in tide["report"]}
+        bf16_landing = 2 * WORLD * tide["block_params"]  # a block's parameters, unsharded, in bf16
+        (arena,) = tide["memory"]["communicators"]
+        block_slots = [s for s in arena["slots"] if any(g.startswith("blocks.") for g in s["groups"])]
+        assert block_slots, arena["slots"]
+        for slot in block_slots:
+            float8 = max(rows[g.split(" ")[0]]["all_gather_bytes"] for g in slot["groups"]
+                         if g.startswith("blocks."))
+            where = (runs["seed"], rank, slot, float8, bf16_landing)
+            # the outputs' bytes (float8 matrices, bf16 norm), rounded up to the arena's 4 KiB
+            assert float8 <= slot["bytes"] < float8 + 4096, where
+            assert slot["bytes"] < 0.6 * bf16_landing, where
