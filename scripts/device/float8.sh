@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # torchao float8 training on one GPU, stock vs TIDE (bench/float8/run.py: Float8Linear with
 # float8 all-gather and precomputed dynamic scales), with 2 and 4 processes on the GPU: TIDE on
-# its ipc backend, stock FSDP2 on gloo with the same CUDA tensors. Issue 48's GPU figures.
+# its ipc backend, stock FSDP2 on gloo with the same CUDA tensors.
 #   here:   scripts/device/stage-float8.sh         (once: torchao's wheel into .deps/wheels/)
 #   device: run(command="bash scripts/device/float8.sh", carry=[".deps"])
 # FLOAT8_WORLDS (default "2 4"), FLOAT8_SHAPE (default h200: worker.py's SHAPES), FLOAT8_DEVICE
