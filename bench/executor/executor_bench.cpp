@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/percentile.hpp"
 #include "tide/core/ag_plan.hpp"
 #include "tide/core/layout.hpp"
 #include "tide/core/rs_plan.hpp"
@@ -59,12 +60,7 @@ std::vector<ParamShape> shapes(int p, std::int64_t elems) {
   return v;
 }
 
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const auto i = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
-  return v[std::min(i, v.size() - 1)];
-}
+using tide::bench::percentile;
 
 // Copy descriptors per rank, by stream name, as the executor issues them (non-empty).
 std::map<std::string, std::vector<std::int64_t>> descriptors(const Program& p) {

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/percentile.hpp"
 #include "tide/core/dtype.hpp"
 #include "tide/core/error.hpp"
 #include "tide/core/layout.hpp"
@@ -73,12 +74,7 @@ std::vector<ParamShape> shapes(int p, std::int64_t elems) {
   return v;
 }
 
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const auto i = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
-  return v[std::min(i, v.size() - 1)];
-}
+using tide::bench::percentile;
 
 // Rank r's packed shard: byte codes 1..255 drawn from (seed, r), whatever the dtype (the
 // all-gather moves bytes; bf16 words of two random codes are finite or not, never read).

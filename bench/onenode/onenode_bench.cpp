@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/percentile.hpp"
 #include "onenode_program.hpp"
 #include "tide/core/layout.hpp"
 #include "tide/core/models.hpp"
@@ -56,12 +57,7 @@ struct Stats {
   double median = 0, p10 = 0, p90 = 0;
 };
 
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const auto i = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
-  return v[std::min(i, v.size() - 1)];
-}
+using tide::bench::percentile;
 
 Stats stats(const std::vector<double>& v) {
   return {percentile(v, 0.5), percentile(v, 0.1), percentile(v, 0.9)};

@@ -47,6 +47,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/percentile.hpp"
 #include "tide/core/ag_plan.hpp"
 #include "tide/core/layout.hpp"
 #include "tide/core/models.hpp"
@@ -61,12 +62,7 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const auto i = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
-  return v[std::min(i, v.size() - 1)];
-}
+using tide::bench::percentile;
 
 // Waits for the call on `caller` to finish, for at most 30 s; a call still running then is
 // reported with the waits it is held at (NOTE [CUDA call sequences] 5) and the run ends.
