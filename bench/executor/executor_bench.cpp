@@ -12,6 +12,8 @@
 //     of 13 or 16 CTAs holding its SMs for the rank's whole call (C x the rank's stream span).
 //   - arena bytes: the VMM allocation against the core's memory model (RsPlan::memory();
 //     AgPlan::stage_bytes() plus resident shard plus landing).
+// Each topology and P runs TIDE-AG twice, in bf16 and as "AG fp8" (1-byte items, half the
+// bytes), beside TIDE-RS in both modes.
 // Timings between virtual ranks on one GPU are NOT NVLink timings: all ranks share one GPU's
 // SMs and copy engines, and "remote" copies are local device-to-device copies.
 //
@@ -77,7 +79,7 @@ std::map<std::string, std::vector<std::int64_t>> descriptors(const Program& p) {
 
 struct Config {
   int m, l, p;
-  std::string collective;  // "AG", "RS in-place", "RS slot-reuse"
+  std::string collective;  // "AG", "AG fp8", "RS in-place", "RS slot-reuse"
 };
 
 void fill_all(tide::exec::CudaExecutor& ex, const Program& p) {
@@ -119,8 +121,10 @@ Timing time_calls(const Program& program, tide::fabric::VirtualFabric& fab,
 json run_config(const Config& c, int repeats, std::int64_t elems) {
   const Topology topo(c.m, c.l);
   const int n = topo.world();
-  const bool ag = c.collective == "AG";
-  const GroupLayout layout(topo, shapes(c.p, elems), DType::kBf16, DType::kBf16);
+  const bool ag = c.collective.starts_with("AG");
+  // "AG fp8": the same shapes all-gathered as 1-byte items (NOTE [1-byte all-gather items]).
+  const DType ag_dtype = c.collective == "AG fp8" ? DType::kFp8 : DType::kBf16;
+  const GroupLayout layout(topo, shapes(c.p, elems), ag_dtype, DType::kBf16);
   tide::AgOptions ao;
   const tide::AgPlan ag_plan(layout, ao);
   tide::RsOptions ro;
@@ -282,7 +286,7 @@ int main(int argc, char** argv) {
   std::vector<Config> configs;
   for (auto [m, l] : std::vector<std::pair<int, int>>{{2, 8}, {8, 8}}) {
     for (int p : {16, 30}) {
-      for (const char* c : {"AG", "RS in-place", "RS slot-reuse"})
+      for (const char* c : {"AG", "AG fp8", "RS in-place", "RS slot-reuse"})
         configs.push_back({m, l, p, c});
     }
   }
@@ -308,7 +312,7 @@ int main(int argc, char** argv) {
                          {"error", e.what()}});
       continue;
     }
-    const bool rs = c.collective != "AG";
+    const bool rs = !c.collective.starts_with("AG");
     std::printf(
         "%-5s %-3d %-14s %5lld %10.1f %10.1f %9.1f %8lld %9.1f %8lld %8lld %6s %10s %10s %10s "
         "%9s %9s\n",
