@@ -15,6 +15,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "commands.hpp"
 #include "digest.hpp"
@@ -53,6 +54,16 @@ double event_time(const program::Program& prog, const exec::RunResult& run, int 
 void write_traces(const SimulateArgs& a, const program::Program& prog, const exec::RunResult& run) {
   if (!a.trace.empty()) exec::write_chrome_trace_file(a.trace, prog, run);
   if (!a.timeline.empty()) exec::write_timeline_svg_file(a.timeline, prog, run);
+}
+
+// The machine the times are for: "virtual-fabric" (a machine file, NOTE [virtual-fabric
+// machine]: every rank on one GPU) with its GPU, or "per-gpu" (one GPU per rank, NOTE [cost
+// model]).
+std::pair<std::string, std::string> simulated_machine(const SimulateArgs& a) {
+  if (a.cost_model.empty()) return {"per-gpu", ""};
+  const exec::CostModel cost = calibrate::load_cost_model_file(a.cost_model);
+  if (cost.virtual_fabric == nullptr) return {"per-gpu", ""};
+  return {"virtual-fabric", cost.virtual_fabric->gpu};
 }
 
 exec::RunOptions run_options(const SimulateArgs& a) {
@@ -620,6 +631,9 @@ void run_simulate(const SimulateArgs& a) {
               {"sm_ms", o.run.sm_time_us / 1000.0},
               {"sm_ms_per_gpu", o.run.sm_time_us / 1000.0 / (a.nodes * a.gpus_per_node)},
               {"peak_buffer_bytes", o.run.peak_buffer_bytes}};
+  const auto [machine, machine_gpu] = simulated_machine(a);
+  out["machine"] = machine;
+  if (!machine_gpu.empty()) out["machine_gpu"] = machine_gpu;
   json errors = json::array();
   for (const exec::ExecError& e : o.run.errors)
     errors.push_back(e.message);
@@ -644,6 +658,7 @@ void run_simulate(const SimulateArgs& a) {
     Table table({"result", "value"});
     table.left_aligned();
     table.row({"predicted latency", fixed(o.predicted_us / 1000.0, 3) + " ms"});
+    table.row({"machine", machine_gpu.empty() ? machine : machine + " (" + machine_gpu + ")"});
     if (o.data) table.row({"data seed", std::to_string(a.data_seed)});
     table.row({"dtypes", fmt::format("all-gather {}, gradients {}", dtype_name(layout.ag_dtype()),
                                      dtype_name(layout.grad_dtype()))});
@@ -716,7 +731,10 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_flag("--timing-only", a->timing_only, "No data: schedule and times only");
   cmd->add_option("--trace", a->trace, "Write a Chrome trace (Perfetto) to this file");
   cmd->add_option("--timeline", a->timeline, "Write an SVG timeline of the first 8 ranks");
-  cmd->add_option("--cost-model", a->cost_model, "JSON file overriding cost-model parameters");
+  cmd->add_option(
+      "--cost-model", a->cost_model,
+      "JSON file overriding cost-model parameters, a tide calibrate file, or a machine file "
+      "(\"machine\": \"virtual-fabric\": every rank on one GPU)");
   cmd->add_option("--dump", a->dump, "Write inputs and outputs as .npy plus manifest.json");
   cmd->add_option("--layers", a->layers, "step: how many times the layer group repeats")
       ->capture_default_str();

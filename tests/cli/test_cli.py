@@ -575,6 +575,30 @@ class Calibration(unittest.TestCase):
         plain = run_json(*args, self.write("plain.json", dict(PAPER_RATES)))
         self.assertEqual(plain["predicted_ms"], fast["predicted_ms"])
 
+    def test_simulate_names_its_machine(self):
+        # A machine file ("machine": "virtual-fabric", NOTE [virtual-fabric machine]) selects
+        # the one-GPU machine, and the JSON and the table say so; anything else is per GPU.
+        machine = {"machine": "virtual-fabric", "gpu": "test GPU", "source": "made up",
+                   "hbm_gbps": 3000.0, "copy_gbps_by_streams": [[1, 1500.0]],
+                   "sum_cta_gelems": [{"l": 2, "accumulate": False, "gelems": 4.0},
+                                      {"l": 2, "accumulate": True, "gelems": 3.5}],
+                   "land_cta_gbps": 17.0, "cast_cta_gbps": 43.0, "sms": 132, "hw_queues": 8}
+        args = ("simulate", "reduce-scatter", "-M", "1", "-L", "2", "--shapes", "4096x64",
+                "--timing-only", "--jitter", "0")
+        fabric = self.write("fabric.json", machine)
+        one_gpu = run_json(*args, "--cost-model", fabric)
+        self.assertEqual(one_gpu["machine"], "virtual-fabric")
+        self.assertEqual(one_gpu["machine_gpu"], "test GPU")
+        per_gpu = run_json(*args)
+        self.assertEqual(per_gpu["machine"], "per-gpu")
+        self.assertNotIn("machine_gpu", per_gpu)
+        self.assertEqual(run_json(*args, "--cost-model", self.write("c.json", calibration()))
+                         ["machine"], "per-gpu")
+        self.assertNotEqual(one_gpu["predicted_ms"], per_gpu["predicted_ms"])
+        table = run(*args, "--cost-model", fabric)
+        self.assertEqual(table.returncode, 0, table.stderr)
+        self.assertIn("virtual-fabric (test GPU)", table.stdout)
+
     def test_calibrate_without_a_gpu_says_so(self):
         result = run("calibrate", "--quick", "--json")
         if result.returncode == 0:
