@@ -19,10 +19,13 @@ no copy-out:
      list, the plain ones included (one output: the shard in ``param_dtype``, which FSDP2's
      ``all_gather_inputs`` casts, as stock does).
   2. At activation each such group gets a second registration with the communicator: the
-     items as its "parameters", in a 2-byte carrier (``CARRIER``, bf16). An all-gather is a
-     copy, so any dtype's bytes move exactly as bf16 pairs; the carrier matrix of an item is
-     (world x rows, row bytes / 2), or (world, per-rank bytes / 2) where a row has an odd
-     byte count. Its landing shares the group's landing slot; the group's own registration
+     items as its "parameters", in a carrier type (``carrier``): bf16 where every item's
+     per-rank bytes are even, else single bytes (the runtime's 1-byte "u8"). An all-gather is
+     a copy, so any dtype's bytes move exactly as carrier items; the carrier matrix of an item
+     is (world x rows, row bytes / carrier bytes), or (world, per-rank bytes / carrier bytes)
+     where a row's bytes do not divide. The landing is parameter-major: item k of the group
+     starts at world x (the per-rank bytes of the items before it), which must be a multiple
+     of its element size for its view in its own dtype. Its landing shares the group's landing slot; the group's own registration
      (the parameters with their gradients) keeps serving its reduce-scatters. That one is
      never all-gathered, so it is registered at enable() with a landing of 1-byte items and
      no resident shards (``register(all_gathered=False)``): the slot is sized by the outputs,
@@ -35,9 +38,10 @@ no copy-out:
      [zero-offset landing views] in _fsdp_group.py), so ``fsdp_post_all_gather(out=...)``
      finds the same storage at every unshard.
 What stays stock, with the reason: an output that is not a dense contiguous tensor, whose
-per-rank bytes are odd (no 2-byte carrier holds them), whose dtype or size differs between
-calls or between the first iteration's calls, or which is not the same on every rank (the
-group's reason names the parameter). A group whose outputs change after TIDE laid them out
+landing would not start at a multiple of its element size (an odd byte count before an fp32
+output at an odd world size, say), whose dtype or size differs between calls or between the
+first iteration's calls, or which is not the same on every rank (the group's reason names the
+parameter). A group whose outputs change after TIDE laid them out
 returns to stock FSDP2 for good at that all-gather: the ranks see the same sizes (FSDP2 pads
 every shard alike), so they fall back together.
 """
@@ -48,8 +52,7 @@ from dataclasses import dataclass
 
 import torch
 
-CARRIER = torch.bfloat16  # the all-gather's item type in the runtime: bytes move as bf16 pairs
-_CARRIER_BYTES = 2
+_CARRIERS = (torch.bfloat16, torch.uint8)  # the runtime's item types for the outputs, widest first
 
 
 @dataclass(frozen=True)
@@ -70,14 +73,19 @@ class Item:
     def nbytes(self) -> int:
         return self.numel * torch.empty((), dtype=self.dtype).element_size()
 
-    def carrier_shape(self, world: int) -> tuple[int, int] | None:
-        """(rows over all ranks, carrier columns) of its landing matrix, or None where no
-        2-byte carrier holds its bytes."""
+    @property
+    def itemsize(self) -> int:
+        return torch.empty((), dtype=self.dtype).element_size()
+
+    def carrier_shape(self, world: int, carrier: torch.dtype) -> tuple[int, int] | None:
+        """(rows over all ranks, carrier columns) of its landing matrix, or None where the
+        carrier's items do not hold its bytes."""
+        size = torch.empty((), dtype=carrier).element_size()
         rows = int(self.size[0]) if self.size else 1
-        if rows > 0 and (self.nbytes // rows) % _CARRIER_BYTES == 0:
-            return world * rows, self.nbytes // rows // _CARRIER_BYTES
-        if self.nbytes % _CARRIER_BYTES == 0:
-            return world, self.nbytes // _CARRIER_BYTES
+        if rows > 0 and (self.nbytes // rows) % size == 0:
+            return world * rows, self.nbytes // rows // size
+        if self.nbytes % size == 0:
+            return world, self.nbytes // size
         return None
 
     def describe(self) -> str:
@@ -124,17 +132,26 @@ def as_laid_out(inputs: list[list[torch.Tensor]], fsdp_params, items: list[list[
             and current(inputs, fsdp_params) == items)
 
 
+def carrier(items: list[list[Item]], world: int) -> torch.dtype:
+    """The item type of the outputs' registration (step 2): the widest that holds every item."""
+    return next((c for c in _CARRIERS
+                 if all(i.carrier_shape(world, c) is not None for p in items for i in p)), _CARRIERS[-1])
+
+
 def layout_reason(items: list[list[Item]], names: list[str], world: int) -> str:
     """Why these items cannot be landed by TIDE-AG ('' when they can), naming the parameter."""
+    at = 0  # the landing's byte offset of the next item (parameter-major: world x per-rank bytes)
     for name, param_items in zip(names, items):
         if not param_items:
             return f"{name}: its all-gather outputs could not be read from FSDP2"
         for k, item in enumerate(param_items):
             if item.nbytes == 0:
                 return f"{name}: all-gather output {k} ({item.describe()}) is empty"
-            if item.carrier_shape(world) is None:
-                return (f"{name}: all-gather output {k} ({item.describe()}) has an odd number of "
-                        "bytes per rank; TIDE moves all-gather bytes in pairs")
+            if at % item.itemsize:
+                return (f"{name}: all-gather output {k} ({item.describe()}) would land at byte "
+                        f"{at} of the group's landing, not a multiple of its {item.itemsize}-byte "
+                        "elements (the outputs before it have an odd byte count per rank)")
+            at += world * item.nbytes
     return ""
 
 
@@ -158,9 +175,9 @@ def check_inputs(inputs: list[list[torch.Tensor]], names: list[str]) -> str:
     return ""
 
 
-def carrier_shapes(items: list[list[Item]], world: int) -> list[tuple[int, int]]:
+def carrier_shapes(items: list[list[Item]], world: int, carrier: torch.dtype) -> list[tuple[int, int]]:
     """The carrier matrices the items' registration lays out, in item order (step 2)."""
-    return [item.carrier_shape(world) for param_items in items for item in param_items]
+    return [item.carrier_shape(world, carrier) for param_items in items for item in param_items]
 
 
 def dtype_names(items: list[list[Item]]) -> list[str]:

@@ -335,9 +335,10 @@ class TideGroup:
             self.grad_dtype = grad_dtype
         shapes, cast = self.shapes(), self.cast
         ag_name = _memory.dtype_name(self.ag_dtype)
-        if items is not None:
-            shapes = _fsdp_extensions.carrier_shapes(items, pg.size())
-            self.ag_dtype = self.grad_dtype = _fsdp_extensions.CARRIER
+        if items is not None:  # never reduce-scattered: the gradient dtype is a placeholder
+            self.ag_dtype = _fsdp_extensions.carrier(items, pg.size())
+            self.grad_dtype = torch.bfloat16
+            shapes = _fsdp_extensions.carrier_shapes(items, pg.size(), self.ag_dtype)
             ag_name = _memory.dtype_name(self.ag_dtype)
             cast = self.cast = False
         elif not all_gathered:

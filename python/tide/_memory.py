@@ -13,7 +13,7 @@ import ctypes
 
 import torch
 
-_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "u8": torch.uint8}
 _NAMES = {v: k for k, v in _DTYPES.items()}
 # The runtime's 1-byte all-gather item (DType::kU8): the least landing a registration can ask
 # for where its all-gather never runs.

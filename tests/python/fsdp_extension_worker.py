@@ -12,7 +12,10 @@ plain, so every group mixes both. The float8 case's matrices have 10 rows (FSDP2
   nf4        frozen weights as 4-bit codes, two per byte, and an fp32 absmax per row (uint8 and
              fp32 outputs); the block's other parameters train;
   odd        an output with an odd number of bytes per rank (3 uint8 codes per row of a
-             3-wide matrix): the group stays on stock FSDP2 with the reason, nothing breaks.
+             3-wide matrix, one code per byte) and fp32 absmax: landed in single bytes;
+  misaligned the odd case with a float64 absmax, which would land at a byte offset that is
+             not a multiple of 8: the group stays on stock FSDP2 with the reason, nothing
+             breaks.
 Each rank writes OUT_DIR/<mode>-rank<r>.json: the loss of every step, report() rows, and
 whether the all-gather outputs of the last step's second block were byte-equal to a
 reference all-gather of every rank's pre-all-gather outputs (dist.all_gather).
@@ -102,10 +105,12 @@ class Quantized(torch.Tensor):
         if self._kind == "rowwise":
             scale = FP8_MAX / data.abs().amax(dim=1, keepdim=True).clamp(min=1e-12)
             return ((data * scale).to(FP8), scale), None
-        if self._kind in ("nf4", "odd"):  # 4-bit codes of the row's absmax, two per byte
+        if self._kind in ("nf4", "odd", "misaligned"):  # 4-bit codes of the row's absmax
             absmax = data.abs().amax(dim=1, keepdim=True).clamp(min=1e-12)
             codes = torch.round((data / absmax) * 7.0 + 8.0).clamp(0, 15).to(torch.uint8)
-            if self._kind == "odd":  # one code per byte: 3 bytes a row, odd per rank
+            if self._kind == "misaligned":
+                absmax = absmax.double()
+            if self._kind != "nf4":  # one code per byte: 3 bytes a row, odd per rank
                 return (codes, absmax), None
             packed = codes[:, 0::2] | (codes[:, 1::2] << 4)
             return (packed, absmax), None
@@ -121,7 +126,7 @@ class Quantized(torch.Tensor):
             weight = (data.float() / scale).to(param_dtype)
         else:
             packed, absmax = outputs
-            if self._kind == "odd":
+            if self._kind != "nf4":
                 codes = packed
             else:
                 codes = torch.stack((packed & 15, packed >> 4), dim=-1).flatten(1)
@@ -136,12 +141,13 @@ class Quantized(torch.Tensor):
 class Block(nn.Module):
     def __init__(self, kind: str) -> None:
         super().__init__()
-        cols = 3 if kind == "odd" else DIM
+        odd = kind in ("odd", "misaligned")
+        cols = 3 if odd else DIM
         rows = _rows(kind)
         self.norm = nn.Parameter(torch.ones(DIM) + 0.1 * torch.randn(DIM))
         self.up = nn.Linear(DIM, rows)
         self.down = nn.Linear(rows, DIM)
-        self.extra = nn.Linear(cols, rows, bias=False) if kind == "odd" else None
+        self.extra = nn.Linear(cols, rows, bias=False) if odd else None
         frozen = kind == "nf4"
         for linear in (self.up, self.down) + ((self.extra,) if self.extra is not None else ()):
             data = linear.weight.detach().clone()

@@ -2,8 +2,9 @@
 parameters whose ``fsdp_pre_all_gather`` chooses what is all-gathered, trained stock and with
 TIDE on 4 CPU processes (fsdp_extension_worker.py): a float8 cast with an all-reduced scale
 (one float8 output, padded shards), rowwise float8 (two outputs per parameter: float8 rows and
-fp32 scales), NF4-like frozen 4-bit codes (uint8 and fp32 outputs), and an output with an odd
-byte count per rank, which stays stock with the reason. Checks: losses within the loss bound
+fp32 scales), NF4-like frozen 4-bit codes (uint8 and fp32 outputs), an output with an odd
+byte count per rank (landed in single bytes), and one whose float64 output would land at an
+offset that is not a multiple of 8, which stays stock with the reason. Checks: losses within the loss bound
 of stock's (bitwise here: the all-gathers move the same bytes and the groups reduce in the
 same order on the host backend, so this is asserted as measured); every group served, with its
 all-gather dtypes in report(); the landing byte-equal to a reference all-gather of every rank's
@@ -26,8 +27,9 @@ DTYPES = {
     "float8": ["float8_e4m3fn", "bfloat16"],
     "rowwise": ["float8_e4m3fn", "float32", "bfloat16"],
     "nf4": ["uint8", "float32", "bfloat16"],
+    "odd": ["uint8", "float32", "bfloat16"],
 }
-CASES = tuple(DTYPES) + ("odd",)
+CASES = tuple(DTYPES) + ("misaligned",)
 
 
 def _launch(case: str, mode: str, out: Path, seed: int) -> list[dict]:
@@ -63,7 +65,7 @@ def test_every_group_served_in_its_all_gather_dtypes(runs):
     from tide.fsdp import _fsdp_group  # noqa: PLC0415
 
     if runs["case"] not in DTYPES:
-        pytest.skip("the odd case stays stock: test_odd_bytes_stay_stock_with_the_reason")
+        pytest.skip("the misaligned case stays stock: test_misaligned_output_stays_stock_with_the_reason")
     for rank, tide in enumerate(runs["tide"]):
         for row in tide["report"]:
             where = (runs["case"], runs["seed"], rank, row["group"], row["reason"], row["stock_reasons"])
@@ -75,13 +77,13 @@ def test_every_group_served_in_its_all_gather_dtypes(runs):
             assert row["all_gather_bytes"] > 0, where
 
 
-def test_odd_bytes_stay_stock_with_the_reason(runs):
-    if runs["case"] != "odd":
-        pytest.skip("only the odd case")
+def test_misaligned_output_stays_stock_with_the_reason(runs):
+    if runs["case"] != "misaligned":
+        pytest.skip("only the misaligned case")
     for rank, tide in enumerate(runs["tide"]):
         for row in tide["report"]:
             if row["group"] == "<root>":
                 assert row["backend"] == "tide" and row["all_gathers"] > 0, row
                 continue
             assert row["backend"] == "stock", row
-            assert "extra.weight" in row["reason"] and "odd number of bytes" in row["reason"], row
+            assert "extra.weight" in row["reason"] and "not a multiple of its 8-byte elements" in row["reason"], row
