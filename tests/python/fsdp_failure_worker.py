@@ -152,7 +152,7 @@ def scenario_arena(run: Run, out: dict) -> None:
 
 def scenario_unreachable(run: Run, out: dict) -> None:
     if run.rank == 1:  # its bootstrap fails at once: rank 0 waits for it until the timeout
-        def register(self, comm, pg, mode):
+        def register(self, comm, pg, mode, **options):
             raise _C.CommunicationError("store: unreachable (simulated by the test)")
 
         tide._fsdp_group.TideGroup.register = register
