@@ -71,16 +71,16 @@ class Item:
 
     @property
     def nbytes(self) -> int:
-        return self.numel * torch.empty((), dtype=self.dtype).element_size()
+        return self.numel * self.dtype.itemsize
 
     @property
     def itemsize(self) -> int:
-        return torch.empty((), dtype=self.dtype).element_size()
+        return self.dtype.itemsize
 
     def carrier_shape(self, world: int, carrier: torch.dtype) -> tuple[int, int] | None:
         """(rows over all ranks, carrier columns) of its landing matrix, or None where the
         carrier's items do not hold its bytes."""
-        size = torch.empty((), dtype=carrier).element_size()
+        size = carrier.itemsize
         rows = int(self.size[0]) if self.size else 1
         if rows > 0 and (self.nbytes // rows) % size == 0:
             return world * rows, self.nbytes // rows // size
